@@ -1,0 +1,104 @@
+//! Kernel configuration (SPEC.md defaults) and the deadlock-prevention policy.
+//!
+//! Contract: [`Config::default`] is exactly the defaults of SPEC.md; [`Config::validate`]
+//! rejects values that cannot mean anything (zero TTLs) with `INVALID_CONFIG`. A zero
+//! `session_idle_ms` or `max_lease_lifetime_ms` means "never"; a zero `grace_ms` means a
+//! suspension adds no time; a `default_ttl_ms` above `max_ttl_ms` is clamped like a request.
+
+use crate::error::{Error, ErrorCode};
+use alloc::format;
+
+/// How conflicts between sessions are resolved (SPEC.md §6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Policy {
+    /// Older requesters wait, younger ones die (the default).
+    #[default]
+    WaitDie,
+    /// Older requesters revoke younger blockers; younger requesters wait.
+    WoundWait,
+    /// One all-or-nothing FIFO lane per request; no hold-and-wait.
+    Lanes,
+}
+
+impl Policy {
+    /// The configuration name: `wait_die`, `wound_wait` or `lanes`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Policy::WaitDie => "wait_die",
+            Policy::WoundWait => "wound_wait",
+            Policy::Lanes => "lanes",
+        }
+    }
+
+    /// Parses a configuration name.
+    ///
+    /// # Errors
+    /// `INVALID_CONFIG` for anything but `wait_die`, `wound_wait`, `lanes`.
+    pub fn parse(text: &str) -> Result<Policy, Error> {
+        match text {
+            "wait_die" => Ok(Policy::WaitDie),
+            "wound_wait" => Ok(Policy::WoundWait),
+            "lanes" => Ok(Policy::Lanes),
+            _ => Err(Error::new(
+                ErrorCode::InvalidConfig,
+                format!("unknown policy {text:?}: expected wait_die, wound_wait or lanes"),
+            )),
+        }
+    }
+}
+
+/// Everything that makes two kernels behave differently. Same config + same calls = same
+/// outputs, on every host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Config {
+    pub policy: Policy,
+    /// Seed of the jitter generator (splitmix64).
+    pub seed: u64,
+    pub default_ttl_ms: u64,
+    pub max_ttl_ms: u64,
+    pub default_wait_timeout_ms: u64,
+    pub backoff_base_ms: u64,
+    pub backoff_cap_ms: u64,
+    pub grace_ms: u64,
+    /// 0 = sessions are never closed for idleness.
+    pub session_idle_ms: u64,
+    pub max_leases_per_session: u64,
+    /// 0 = unlimited.
+    pub max_lease_lifetime_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            policy: Policy::WaitDie,
+            seed: 0,
+            default_ttl_ms: 60_000,
+            max_ttl_ms: 300_000,
+            default_wait_timeout_ms: 30_000,
+            backoff_base_ms: 100,
+            backoff_cap_ms: 10_000,
+            grace_ms: 15_000,
+            session_idle_ms: 300_000,
+            max_leases_per_session: 1_024,
+            max_lease_lifetime_ms: 0,
+        }
+    }
+}
+
+impl Config {
+    /// Checks that every field can mean something.
+    ///
+    /// # Errors
+    /// `INVALID_CONFIG` naming the field: `default_ttl_ms` or `max_ttl_ms` of 0.
+    pub fn validate(&self) -> Result<(), Error> {
+        for (name, value) in [("default_ttl_ms", self.default_ttl_ms), ("max_ttl_ms", self.max_ttl_ms)] {
+            if value == 0 {
+                return Err(Error::new(ErrorCode::InvalidConfig, format!("{name} must be at least 1 ms")));
+            }
+        }
+        Ok(())
+    }
+}

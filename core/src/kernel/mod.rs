@@ -1,0 +1,315 @@
+//! The kernel: the state machine every host drives (DESIGN.md §2).
+//!
+//! Contract: every operation that can change state takes `now` and first settles everything
+//! due at or before it ([`time`]), then does its own work, then frees resource nodes it
+//! emptied. A failed operation changes nothing beyond that settlement. Outputs that are not a
+//! direct answer are queued as [`Event`]s for [`Kernel::poll_event`]. The kernel never reads a
+//! clock, never does I/O and never draws randomness other than its seeded [`Jitter`].
+//!
+//! The work is split by concern: [`sessions`] (open/close/suspend/resume/digest/idle),
+//! [`acquire`] (validation and the three policies), [`scheduler`] (blockers, queues, grants,
+//! wounds), [`leases`] (heartbeat, release, reconcile), [`time`] (settlement),
+//! [`observe`] (resource_state, stats, snapshot).
+
+pub(crate) mod acquire;
+mod leases;
+mod observe;
+mod scheduler;
+pub(crate) mod sessions;
+mod time;
+
+use crate::backoff::Jitter;
+use crate::config::Config;
+use crate::deadlines::Deadlines;
+use crate::error::{Error, ErrorCode};
+use crate::predicate::Predicate;
+use crate::stats::{Counters, TopTable};
+use crate::tree::{NamespaceId, NodeId, Tree};
+use crate::types::{Event, LeaseId, SessionId, TicketId};
+use alloc::{collections::VecDeque, format, string::String, vec::Vec};
+use foldhash::fast::FixedState;
+
+pub use observe::{SessionView, Snapshot, TicketView};
+
+pub(crate) type Map<K, V> = hashbrown::HashMap<K, V, FixedState>;
+pub(crate) type Set<K> = hashbrown::HashSet<K, FixedState>;
+
+/// A live session.
+struct Session {
+    agent_id: String,
+    namespace: NamespaceId,
+    priority: u64,
+    epoch: u64,
+    leases: Set<LeaseId>,
+    /// Waiting tickets, in arrival order.
+    tickets: Vec<TicketId>,
+    /// DIEs (verdicts and DIED events) since the last grant.
+    die_count: u32,
+    /// Later of the last successful call naming the session and the last moment it held
+    /// a lease or a ticket.
+    last_active: u64,
+    /// The idle-close deadline currently indexed, if the session is idle.
+    idle_deadline: Option<u64>,
+    suspended_at: Option<u64>,
+    /// Ended leases and tickets of this session, remembered until it closes.
+    ended_leases: Vec<LeaseId>,
+    ended_tickets: Vec<TicketId>,
+}
+
+impl Session {
+    fn is_idle(&self) -> bool {
+        self.leases.is_empty() && self.tickets.is_empty()
+    }
+}
+
+/// A granted, not yet ended lease.
+struct LeaseRecord {
+    session: SessionId,
+    node: NodeId,
+    predicate: Predicate,
+    fence: u64,
+    acquired_at: u64,
+    expires_at: u64,
+    ttl_ms: u64,
+    /// Suspension grace: the lease is kept at least until then.
+    grace_until: Option<u64>,
+}
+
+impl LeaseRecord {
+    /// The expiry that counts everywhere: `max(expires_at, grace)`.
+    fn effective_expiry(&self) -> u64 {
+        self.expires_at.max(self.grace_until.unwrap_or(0))
+    }
+}
+
+/// One intent of a waiting ticket: queued on `node`, or already held (`reuse`).
+#[derive(Clone, Copy)]
+struct TicketIntent {
+    node: NodeId,
+    predicate: Predicate,
+    reuse: Option<LeaseId>,
+}
+
+/// A waiting request.
+struct TicketRecord {
+    session: SessionId,
+    intents: Vec<TicketIntent>,
+    ttl_ms: u64,
+    deadline: u64,
+}
+
+/// How an ended lease ended, as remembered for idempotent release and reconcile.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum LeaseEnd {
+    Released,
+    Expired,
+}
+
+/// Interned namespaces, counted by live sessions.
+#[derive(Default)]
+struct Namespaces {
+    by_name: Map<String, NamespaceId>,
+    entries: Vec<Option<(String, u32)>>,
+    free: Vec<NamespaceId>,
+}
+
+impl Namespaces {
+    fn find(&self, name: &str) -> Option<NamespaceId> {
+        self.by_name.get(name).copied()
+    }
+
+    fn acquire(&mut self, name: &str) -> NamespaceId {
+        if let Some(id) = self.find(name) {
+            self.entries[id as usize].as_mut().expect("live namespace").1 += 1;
+            return id;
+        }
+        let entry = Some((String::from(name), 1));
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.entries[id as usize] = entry;
+                id
+            }
+            None => {
+                self.entries.push(entry);
+                (self.entries.len() - 1) as NamespaceId
+            }
+        };
+        self.by_name.insert(String::from(name), id);
+        id
+    }
+
+    fn release(&mut self, id: NamespaceId) {
+        let entry = self.entries[id as usize].as_mut().expect("live namespace");
+        entry.1 -= 1;
+        if entry.1 == 0 {
+            let (name, _) = self.entries[id as usize].take().expect("live namespace");
+            self.by_name.remove(&name);
+            self.free.push(id);
+        }
+    }
+
+    fn name(&self, id: NamespaceId) -> &str {
+        &self.entries[id as usize].as_ref().expect("live namespace").0
+    }
+}
+
+/// The coordination kernel. See the crate docs for the drive loop.
+pub struct Kernel {
+    config: Config,
+    /// The largest `now` seen; time never goes back inside the kernel.
+    clock: u64,
+    jitter: Jitter,
+    tree: Tree,
+    namespaces: Namespaces,
+    sessions: Map<SessionId, Session>,
+    leases: Map<LeaseId, LeaseRecord>,
+    tickets: Map<TicketId, TicketRecord>,
+    ended_leases: Map<LeaseId, (SessionId, LeaseEnd)>,
+    ended_tickets: Map<TicketId, SessionId>,
+    deadlines: Deadlines,
+    events: VecDeque<Event>,
+    /// Nodes whose holders or queue shrank during the current operation: grant candidates
+    /// are looked up around them, and they are pruned when the operation ends.
+    freed: Vec<NodeId>,
+    /// Nodes interned by the current operation that may end up empty.
+    touched: Vec<NodeId>,
+    /// Tickets whose reused lease ended during the current operation (DIED, SPEC.md §6).
+    orphaned: Vec<TicketId>,
+    next_session: u64,
+    next_priority: u64,
+    next_lease: u64,
+    next_ticket: u64,
+    next_fence: u64,
+    counters: Counters,
+    contention: TopTable<(String, String), 1>,
+    ghosts: TopTable<String, 2>,
+}
+
+fn unknown_session(id: SessionId) -> Error {
+    Error::new(ErrorCode::UnknownSession, format!("no open session {id} (closed, expired for idleness, or never opened)"))
+}
+
+impl Kernel {
+    /// A kernel with `config`.
+    ///
+    /// # Errors
+    /// `INVALID_CONFIG` when a field cannot mean anything (see [`Config::validate`]).
+    pub fn new(config: Config) -> Result<Kernel, Error> {
+        config.validate()?;
+        Ok(Kernel {
+            jitter: Jitter::new(config.seed),
+            config,
+            clock: 0,
+            tree: Tree::default(),
+            namespaces: Namespaces::default(),
+            sessions: Map::default(),
+            leases: Map::default(),
+            tickets: Map::default(),
+            ended_leases: Map::default(),
+            ended_tickets: Map::default(),
+            deadlines: Deadlines::default(),
+            events: VecDeque::new(),
+            freed: Vec::new(),
+            touched: Vec::new(),
+            orphaned: Vec::new(),
+            next_session: 1,
+            next_priority: 1,
+            next_lease: 1,
+            next_ticket: 1,
+            next_fence: 1,
+            counters: Counters::default(),
+            contention: TopTable::default(),
+            ghosts: TopTable::default(),
+        })
+    }
+
+    /// The configuration the kernel runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The largest `now` the kernel has seen.
+    pub fn now(&self) -> u64 {
+        self.clock
+    }
+
+    /// The next queued event, oldest first; `None` when drained.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// How many events wait to be polled.
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Runs `work` as one operation at `now`: settle time, do the work, free emptied nodes.
+    fn operation<R>(&mut self, now: u64, work: impl FnOnce(&mut Kernel) -> R) -> R {
+        self.settle(now);
+        let result = work(self);
+        self.prune_nodes();
+        result
+    }
+
+    fn prune_nodes(&mut self) {
+        while let Some(node) = self.freed.pop() {
+            self.tree.prune(node);
+        }
+        while let Some(node) = self.touched.pop() {
+            self.tree.prune(node);
+        }
+    }
+
+    fn session(&self, id: SessionId) -> Result<&Session, Error> {
+        self.sessions.get(&id).ok_or_else(|| unknown_session(id))
+    }
+
+    fn session_mut(&mut self, id: SessionId) -> &mut Session {
+        self.sessions.get_mut(&id).expect("session checked live by the caller")
+    }
+
+    /// Records a successful call naming `id`: the idle clock restarts.
+    fn touch(&mut self, id: SessionId) {
+        let now = self.clock;
+        self.session_mut(id).last_active = now;
+        self.refresh_idle(id);
+    }
+
+    /// Keeps the session's idle-close deadline indexed exactly when it is idle.
+    fn refresh_idle(&mut self, id: SessionId) {
+        let idle_ms = self.config.session_idle_ms;
+        let session = self.sessions.get_mut(&id).expect("live session");
+        let wanted = (session.is_idle() && idle_ms > 0).then(|| session.last_active.saturating_add(idle_ms));
+        let current = session.idle_deadline;
+        if wanted == current {
+            return;
+        }
+        session.idle_deadline = wanted;
+        let key = id.0;
+        if let Some(old) = current {
+            self.deadlines.remove(old, crate::deadlines::DeadlineKind::IdleClose, key);
+        }
+        if let Some(new) = wanted {
+            self.deadlines.insert(new, crate::deadlines::DeadlineKind::IdleClose, key);
+        }
+    }
+
+    /// Marks that the session stops holding or waiting for something at the current time.
+    fn note_activity_end(&mut self, id: SessionId) {
+        let now = self.clock;
+        let session = self.session_mut(id);
+        session.last_active = session.last_active.max(now);
+        self.refresh_idle(id);
+    }
+
+    /// Draws the backoff for one more DIE of `session` and counts it.
+    fn die_backoff(&mut self, session: SessionId) -> u64 {
+        let draw = self.jitter.next_u64();
+        let (base, cap) = (self.config.backoff_base_ms, self.config.backoff_cap_ms);
+        let s = self.session_mut(session);
+        let retry = crate::backoff::retry_after_ms(base, cap, s.die_count, draw);
+        s.die_count = s.die_count.saturating_add(1);
+        self.counters.died += 1;
+        retry
+    }
+}

@@ -1,0 +1,200 @@
+//! Observability (SPEC.md §10): resource_state, stats and snapshot.
+//!
+//! Contract: these report the state after settling `now` (stats takes no `now` and reports
+//! the state as of the last call). They never change anything else, and their output order
+//! is deterministic (ids ascending, queues in queue order), never hash order.
+
+use super::sessions::check_namespace;
+use super::Kernel;
+use crate::error::Error;
+use crate::resource::ResourceName;
+use crate::stats::{Contention, GhostAgent, Stats};
+use crate::tree::{Node, Relation, Want};
+use crate::types::{Holder, Intent, Lease, LeaseId, ResourceState, SessionId, TicketId, Waiter};
+use alloc::{string::String, vec::Vec};
+
+/// One session as a dashboard sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct SessionView {
+    pub session_id: SessionId,
+    pub agent_id: String,
+    pub namespace: String,
+    pub priority: u64,
+    pub epoch: u64,
+    pub suspended: bool,
+    pub leases: usize,
+    pub tickets: Vec<TicketId>,
+    /// DIEs since the last grant (the next backoff exponent).
+    pub die_count: u32,
+    pub last_active: u64,
+}
+
+/// One waiting ticket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct TicketView {
+    pub ticket: TicketId,
+    pub session_id: SessionId,
+    pub agent_id: String,
+    /// The intents still to be granted (already-held ones are not repeated).
+    pub intents: Vec<Intent>,
+    pub deadline: u64,
+}
+
+/// Everything a dashboard needs, in one serialisable value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Snapshot {
+    pub now: u64,
+    pub policy: crate::config::Policy,
+    pub next_deadline: Option<u64>,
+    pub sessions: Vec<SessionView>,
+    pub leases: Vec<Lease>,
+    pub tickets: Vec<TicketView>,
+    pub stats: Stats,
+}
+
+impl Kernel {
+    fn holders_of<'a>(&'a self, node: &'a Node) -> impl Iterator<Item = Holder> + 'a {
+        let resource = String::from(&*node.name);
+        node.held.iter().map(move |h| {
+            let l = &self.leases[&h.lease];
+            Holder {
+                session_id: h.session,
+                agent_id: self.sessions[&h.session].agent_id.clone(),
+                lease_id: h.lease,
+                resource: resource.clone(),
+                predicate: h.predicate,
+                fence: l.fence,
+                expires_at: l.effective_expiry(),
+            }
+        })
+    }
+
+    /// Holders and queue of one resource node, and the holders covering it from its ancestors
+    /// and descendants.
+    ///
+    /// # Errors
+    /// `INVALID_RESOURCE`, `INVALID_NAMESPACE`.
+    pub fn resource_state(&mut self, resource: &str, namespace: &str, now: u64) -> Result<ResourceState, Error> {
+        self.operation(now, |k| {
+            let name = ResourceName::parse(resource)?;
+            check_namespace(namespace)?;
+            let mut state = ResourceState {
+                resource: String::from(name.as_str()),
+                namespace: String::from(namespace),
+                holders: Vec::new(),
+                waiting: Vec::new(),
+                covering: Vec::new(),
+            };
+            let Some(node) = k.namespaces.find(namespace).and_then(|ns| k.tree.find(ns, name.as_str())) else {
+                return Ok(state);
+            };
+            k.tree.for_each_overlapping(node, Want::HELD, |_, n, relation| {
+                let holders = k.holders_of(n);
+                match relation {
+                    Relation::Same => state.holders.extend(holders),
+                    Relation::Ancestor | Relation::Descendant => state.covering.extend(holders),
+                }
+            });
+            state.holders.sort_by_key(|h| h.lease_id);
+            state.covering.sort_by_key(|h| h.lease_id);
+            state.waiting = k
+                .tree
+                .node(node)
+                .queued
+                .iter()
+                .enumerate()
+                .map(|(position, q)| Waiter {
+                    session_id: q.session,
+                    agent_id: k.sessions[&q.session].agent_id.clone(),
+                    ticket: q.ticket,
+                    predicate: q.predicate,
+                    position,
+                    deadline: k.tickets[&q.ticket].deadline,
+                })
+                .collect();
+            Ok(state)
+        })
+    }
+
+    /// Outcome counters, live totals, top contended resources and ghost agents.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            counters: self.counters.clone(),
+            active_sessions: self.sessions.len() as u64,
+            active_leases: self.leases.len() as u64,
+            waiting_tickets: self.tickets.len() as u64,
+            top_contended: self
+                .contention
+                .sorted()
+                .into_iter()
+                .map(|((namespace, resource), [blocked])| Contention { namespace, resource, blocked })
+                .collect(),
+            ghost_agents: self
+                .ghosts
+                .sorted()
+                .into_iter()
+                .map(|(agent_id, [expired_leases, wait_timeouts])| GhostAgent { agent_id, expired_leases, wait_timeouts })
+                .collect(),
+        }
+    }
+
+    /// The whole state after settling `now`, for dashboards.
+    pub fn snapshot(&mut self, now: u64) -> Snapshot {
+        self.operation(now, |k| {
+            let mut session_ids: Vec<SessionId> = k.sessions.keys().copied().collect();
+            session_ids.sort_unstable();
+            let sessions = session_ids
+                .iter()
+                .map(|id| {
+                    let s = &k.sessions[id];
+                    SessionView {
+                        session_id: *id,
+                        agent_id: s.agent_id.clone(),
+                        namespace: String::from(k.namespaces.name(s.namespace)),
+                        priority: s.priority,
+                        epoch: s.epoch,
+                        suspended: s.suspended_at.is_some(),
+                        leases: s.leases.len(),
+                        tickets: s.tickets.clone(),
+                        die_count: s.die_count,
+                        last_active: s.last_active,
+                    }
+                })
+                .collect();
+            let mut lease_ids: Vec<LeaseId> = k.leases.keys().copied().collect();
+            lease_ids.sort_unstable();
+            let mut ticket_ids: Vec<TicketId> = k.tickets.keys().copied().collect();
+            ticket_ids.sort_unstable();
+            let tickets = ticket_ids
+                .iter()
+                .map(|t| {
+                    let r = &k.tickets[t];
+                    TicketView {
+                        ticket: *t,
+                        session_id: r.session,
+                        agent_id: k.sessions[&r.session].agent_id.clone(),
+                        intents: r
+                            .intents
+                            .iter()
+                            .filter(|i| i.reuse.is_none())
+                            .map(|i| Intent { predicate: i.predicate, resource: String::from(&*k.tree.node(i.node).name) })
+                            .collect(),
+                        deadline: r.deadline,
+                    }
+                })
+                .collect();
+            Snapshot {
+                now: k.clock,
+                policy: k.config.policy,
+                next_deadline: k.next_deadline(),
+                sessions,
+                leases: lease_ids.into_iter().map(|id| k.lease_view(id)).collect(),
+                tickets,
+                stats: k.stats(),
+            }
+        })
+    }
+}

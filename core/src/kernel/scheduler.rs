@@ -1,0 +1,361 @@
+//! Blockers, queues, grants and wounds: the part of the kernel that decides who goes next.
+//!
+//! Contract:
+//! - [`Kernel::find_blockers`] returns every other session holding a lease, or owning a
+//!   ticket numbered below `before`, that overlaps (SPEC.md §3) and conflicts (§4) with one of
+//!   the given intents; a session's own leases and tickets never block it.
+//! - [`Kernel::after_frees`] must run after anything that removed holders or queued intents:
+//!   it withdraws tickets whose reused lease ended (DIED) and then grants, in ticket order,
+//!   exactly the waiting tickets around the freed nodes that no longer have a blocker. A grant
+//!   never unblocks another ticket (the new holder conflicts exactly where its queued intent
+//!   did), so one pass in ticket order is complete.
+//! - The policy invariant (wait_die: a waiter is older than all it waits for; wound_wait:
+//!   younger) holds by construction; [`Kernel::after_frees`] still checks it and repairs a
+//!   violation with DIED (counted in `defensive_repairs`, which the model checker asserts is
+//!   never used).
+
+use super::{Kernel, LeaseEnd, LeaseRecord, TicketIntent, TicketRecord};
+use crate::config::Policy;
+use crate::deadlines::DeadlineKind;
+use crate::predicate::Predicate;
+use crate::tree::{HeldEntry, NodeId, QueuedEntry, Relation, Want};
+use crate::types::{Blocker, Event, Intent, Lease, LeaseId, SessionId, TicketId};
+use alloc::{collections::BTreeSet, string::String, vec::Vec};
+
+/// One blocking session, as found.
+pub(super) struct FoundBlocker {
+    pub session: SessionId,
+    pub priority: u64,
+    /// Whether it blocks through a lease it holds (not only through a queued ticket).
+    pub via_lease: bool,
+    /// Its conflicting intents, sorted and distinct.
+    pub intents: Vec<(NodeId, Predicate)>,
+}
+
+/// All blockers of a request, by session id; and which requested nodes were blocked.
+#[derive(Default)]
+pub(super) struct Blockers {
+    pub sessions: Vec<FoundBlocker>,
+    pub blocked_nodes: Vec<NodeId>,
+}
+
+impl Blockers {
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+}
+
+impl Kernel {
+    /// Every session blocking `intents` of `session` (see the module contract).
+    pub(super) fn find_blockers(
+        &self,
+        session: SessionId,
+        intents: impl Iterator<Item = (NodeId, Predicate)>,
+        before: TicketId,
+    ) -> Blockers {
+        // (session, node, predicate, via_lease)
+        let mut hits: Vec<(SessionId, NodeId, Predicate, bool)> = Vec::new();
+        let mut blocked_nodes = Vec::new();
+        for (node, wanted) in intents {
+            let found_before = hits.len();
+            self.tree.for_each_overlapping(node, Want::BOTH, |id, n, _| {
+                for h in &n.held {
+                    if h.session != session && h.predicate.conflicts_with(wanted) {
+                        hits.push((h.session, id, h.predicate, true));
+                    }
+                }
+                for q in n.queued.iter().take_while(|q| q.ticket < before) {
+                    if q.session != session && q.predicate.conflicts_with(wanted) {
+                        hits.push((q.session, id, q.predicate, false));
+                    }
+                }
+            });
+            if hits.len() > found_before {
+                blocked_nodes.push(node);
+            }
+        }
+        if hits.is_empty() {
+            return Blockers::default();
+        }
+        hits.sort_unstable_by_key(|&(s, n, p, l)| (s, n, p, !l));
+        let mut sessions: Vec<FoundBlocker> = Vec::new();
+        for (s, node, predicate, via_lease) in hits {
+            match sessions.last_mut() {
+                Some(b) if b.session == s => {
+                    b.via_lease |= via_lease;
+                    if b.intents.last() != Some(&(node, predicate)) {
+                        b.intents.push((node, predicate));
+                    }
+                }
+                _ => sessions.push(FoundBlocker {
+                    session: s,
+                    priority: self.sessions[&s].priority,
+                    via_lease,
+                    intents: alloc::vec![(node, predicate)],
+                }),
+            }
+        }
+        Blockers { sessions, blocked_nodes }
+    }
+
+    /// `held_by` as reported to clients.
+    pub(super) fn describe_blockers<'a>(&self, found: impl Iterator<Item = &'a FoundBlocker>) -> Vec<Blocker> {
+        found
+            .map(|b| {
+                let mut intents: Vec<Intent> = b
+                    .intents
+                    .iter()
+                    .map(|&(node, predicate)| Intent { predicate, resource: String::from(&*self.tree.node(node).name) })
+                    .collect();
+                intents.sort();
+                Blocker { session_id: b.session, agent_id: self.sessions[&b.session].agent_id.clone(), intents }
+            })
+            .collect()
+    }
+
+    /// Grants a new lease on `node` to `session` at the current time.
+    pub(super) fn create_lease(&mut self, session: SessionId, node: NodeId, predicate: Predicate, ttl_ms: u64) -> LeaseId {
+        let id = LeaseId(self.next_lease);
+        self.next_lease += 1;
+        let fence = self.next_fence;
+        self.next_fence += 1;
+        let now = self.clock;
+        let mut record = LeaseRecord {
+            session,
+            node,
+            predicate,
+            fence,
+            acquired_at: now,
+            expires_at: now,
+            ttl_ms,
+            grace_until: None,
+        };
+        record.expires_at = self.capped_expiry(&record, now.saturating_add(ttl_ms));
+        if let Some(suspended_at) = self.sessions[&session].suspended_at {
+            record.grace_until = Some(self.capped_expiry(&record, suspended_at.saturating_add(self.config.grace_ms)));
+        }
+        self.session_mut(session).leases.insert(id);
+        self.deadlines.insert(record.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
+        self.leases.insert(id, record);
+        self.tree.add_held(node, HeldEntry { lease: id, session, predicate });
+        self.refresh_idle(session);
+        id
+    }
+
+    /// `wanted` limited by the lease's lifetime cap (SPEC.md §7).
+    pub(super) fn capped_expiry(&self, lease: &LeaseRecord, wanted: u64) -> u64 {
+        match self.config.max_lease_lifetime_ms {
+            0 => wanted,
+            cap => wanted.min(lease.acquired_at.saturating_add(cap)),
+        }
+    }
+
+    /// Sets a lease's expiry and grace, keeping the deadline index exact.
+    pub(super) fn set_lease_expiry(&mut self, id: LeaseId, expires_at: u64, grace_until: Option<u64>) {
+        let lease = self.leases.get_mut(&id).expect("active lease");
+        let old = lease.effective_expiry();
+        lease.expires_at = expires_at;
+        lease.grace_until = grace_until;
+        let new = lease.effective_expiry();
+        self.deadlines.reschedule(old, new, DeadlineKind::LeaseExpiry, id.0);
+    }
+
+    /// Renews a lease for `ttl_ms` from now, as a heartbeat does, and ends its suspension
+    /// grace. Returns false, changing nothing, when the lease already reached its lifetime cap.
+    pub(super) fn renew_lease(&mut self, id: LeaseId, ttl_ms: u64) -> bool {
+        let lease = &self.leases[&id];
+        if self.config.max_lease_lifetime_ms != 0 && lease.expires_at == self.capped_expiry(lease, u64::MAX) {
+            return false;
+        }
+        let wanted = self.capped_expiry(lease, self.clock.saturating_add(ttl_ms));
+        self.set_lease_expiry(id, wanted, None);
+        true
+    }
+
+    /// The client view of an active lease.
+    pub(super) fn lease_view(&self, id: LeaseId) -> Lease {
+        let l = &self.leases[&id];
+        Lease {
+            lease_id: id,
+            session_id: l.session,
+            agent_id: self.sessions[&l.session].agent_id.clone(),
+            resource: String::from(&*self.tree.node(l.node).name),
+            predicate: l.predicate,
+            fence: l.fence,
+            acquired_at: l.acquired_at,
+            expires_at: l.effective_expiry(),
+            ttl_ms: l.ttl_ms,
+        }
+    }
+
+    /// Ends an active lease. Tickets of the same session that reuse it are withdrawn with
+    /// DIED by the next [`after_frees`](Self::after_frees).
+    pub(super) fn end_lease(&mut self, id: LeaseId, end: LeaseEnd) {
+        let lease = self.leases.remove(&id).expect("active lease");
+        self.deadlines.remove(lease.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
+        self.tree.remove_held(lease.node, id);
+        self.freed.push(lease.node);
+        self.ended_leases.insert(id, (lease.session, end));
+        let session = self.sessions.get_mut(&lease.session).expect("lease owner is live");
+        session.leases.remove(&id);
+        session.ended_leases.push(id);
+        for &t in &session.tickets {
+            if self.tickets[&t].intents.iter().any(|i| i.reuse == Some(id)) {
+                self.orphaned.push(t);
+            }
+        }
+        match end {
+            LeaseEnd::Expired => {
+                self.counters.expired += 1;
+                let agent = session.agent_id.clone();
+                self.ghosts.bump(&agent, 0, 1);
+                self.events.push_back(Event::LeaseExpired { lease: id, session: lease.session });
+            }
+            LeaseEnd::Released => self.counters.released += 1,
+        }
+        self.note_activity_end(lease.session);
+    }
+
+    /// Queues a new ticket for the not-yet-held intents; returns its number.
+    pub(super) fn enqueue(&mut self, session: SessionId, intents: Vec<TicketIntent>, ttl_ms: u64, wait_timeout_ms: u64) -> TicketId {
+        let ticket = TicketId(self.next_ticket);
+        self.next_ticket += 1;
+        for i in intents.iter().filter(|i| i.reuse.is_none()) {
+            self.tree.add_queued(i.node, QueuedEntry { ticket, session, predicate: i.predicate });
+        }
+        let deadline = self.clock.saturating_add(wait_timeout_ms);
+        self.deadlines.insert(deadline, DeadlineKind::WaitTimeout, ticket.0);
+        self.tickets.insert(ticket, TicketRecord { session, intents, ttl_ms, deadline });
+        self.session_mut(session).tickets.push(ticket);
+        self.refresh_idle(session);
+        self.counters.waited += 1;
+        ticket
+    }
+
+    /// Removes a waiting ticket from every queue; the caller reports why.
+    pub(super) fn withdraw_ticket(&mut self, ticket: TicketId) -> TicketRecord {
+        let record = self.tickets.remove(&ticket).expect("waiting ticket");
+        self.deadlines.remove(record.deadline, DeadlineKind::WaitTimeout, ticket.0);
+        for i in record.intents.iter().filter(|i| i.reuse.is_none()) {
+            self.tree.remove_queued(i.node, ticket);
+            self.freed.push(i.node);
+        }
+        self.ended_tickets.insert(ticket, record.session);
+        let session = self.session_mut(record.session);
+        session.tickets.retain(|&t| t != ticket);
+        session.ended_tickets.push(ticket);
+        self.note_activity_end(record.session);
+        record
+    }
+
+    /// Withdraws a ticket with a DIED event (counts as a DIE for backoff).
+    fn die_ticket(&mut self, ticket: TicketId) {
+        let record = self.withdraw_ticket(ticket);
+        let retry_after_ms = self.die_backoff(record.session);
+        self.events.push_back(Event::Died { ticket, session: record.session, retry_after_ms });
+    }
+
+    /// Grants every intent of `intents` to `session` now: new leases for the others, renewal
+    /// for reused ones. Leases come back in the given order. Resets the DIE count.
+    pub(super) fn grant(&mut self, session: SessionId, intents: &[TicketIntent], ttl_ms: u64) -> Vec<Lease> {
+        let ids: Vec<LeaseId> = intents
+            .iter()
+            .map(|i| match i.reuse {
+                Some(id) => {
+                    self.renew_lease(id, ttl_ms);
+                    id
+                }
+                None => self.create_lease(session, i.node, i.predicate, ttl_ms),
+            })
+            .collect();
+        self.session_mut(session).die_count = 0;
+        self.counters.granted += 1;
+        ids.into_iter().map(|id| self.lease_view(id)).collect()
+    }
+
+    fn grant_ticket(&mut self, ticket: TicketId) {
+        let record = self.tickets.remove(&ticket).expect("waiting ticket");
+        self.deadlines.remove(record.deadline, DeadlineKind::WaitTimeout, ticket.0);
+        for i in record.intents.iter().filter(|i| i.reuse.is_none()) {
+            self.tree.remove_queued(i.node, ticket);
+        }
+        self.ended_tickets.insert(ticket, record.session);
+        let s = self.session_mut(record.session);
+        s.tickets.retain(|&t| t != ticket);
+        s.ended_tickets.push(ticket);
+        let leases = self.grant(record.session, &record.intents, record.ttl_ms);
+        self.events.push_back(Event::Granted { ticket, session: record.session, leases });
+    }
+
+    /// Whether `found` breaks the policy's waiting order for a waiter of `priority`.
+    fn breaks_wait_order(&self, priority: u64, found: &Blockers) -> bool {
+        match self.config.policy {
+            Policy::WaitDie => found.sessions.iter().any(|b| b.priority < priority),
+            Policy::WoundWait => found.sessions.iter().any(|b| b.priority > priority),
+            Policy::Lanes => false,
+        }
+    }
+
+    /// Adds the waiting tickets queued on nodes overlapping `node` to `into`.
+    fn collect_candidates(&self, node: NodeId, into: &mut BTreeSet<TicketId>) {
+        self.tree.for_each_overlapping(node, Want::QUEUED, |_, n, _: Relation| {
+            into.extend(n.queued.iter().map(|q| q.ticket));
+        });
+    }
+
+    /// See the module contract: DIED for orphaned tickets, then grants in ticket order.
+    pub(super) fn after_frees(&mut self) {
+        while let Some(t) = self.orphaned.pop() {
+            if self.tickets.contains_key(&t) {
+                self.die_ticket(t);
+            }
+        }
+        let mut work = BTreeSet::new();
+        let mut seen = 0;
+        while seen < self.freed.len() {
+            self.collect_candidates(self.freed[seen], &mut work);
+            seen += 1;
+        }
+        // Nodes already looked around go to the prune list; only new frees remain in `freed`.
+        while let Some(ticket) = work.pop_first() {
+            let Some(record) = self.tickets.get(&ticket) else { continue };
+            let session = record.session;
+            let queued: Vec<(NodeId, Predicate)> =
+                record.intents.iter().filter(|i| i.reuse.is_none()).map(|i| (i.node, i.predicate)).collect();
+            let found = self.find_blockers(session, queued.into_iter(), ticket);
+            if found.is_empty() {
+                self.grant_ticket(ticket);
+            } else if self.breaks_wait_order(self.sessions[&session].priority, &found) {
+                self.counters.defensive_repairs += 1;
+                self.die_ticket(ticket);
+                while seen < self.freed.len() {
+                    let mut more = BTreeSet::new();
+                    self.collect_candidates(self.freed[seen], &mut more);
+                    work.extend(more.into_iter().filter(|&t| t > ticket));
+                    seen += 1;
+                }
+            }
+        }
+        let looked_at = core::mem::take(&mut self.freed);
+        self.touched.extend(looked_at);
+    }
+
+    /// Wound-wait: `victim` loses all its tickets, and all its leases when it blocks through a
+    /// lease; one WOUNDED event says what it lost.
+    pub(super) fn wound(&mut self, victim: SessionId, by: SessionId, lose_leases: bool) {
+        let lost_tickets = self.sessions[&victim].tickets.clone();
+        for &t in &lost_tickets {
+            self.withdraw_ticket(t);
+        }
+        let mut lost_leases: Vec<LeaseId> = Vec::new();
+        if lose_leases {
+            lost_leases = self.sessions[&victim].leases.iter().copied().collect();
+            lost_leases.sort_unstable();
+            for &l in &lost_leases {
+                self.end_lease(l, LeaseEnd::Released);
+            }
+        }
+        self.counters.wounded += 1;
+        self.events.push_back(Event::Wounded { session: victim, by, lost_leases, lost_tickets });
+    }
+}

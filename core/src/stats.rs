@@ -1,0 +1,126 @@
+//! Counters for observability (SPEC.md §10) in bounded memory.
+//!
+//! Contract: outcome counters are exact. "Top contended resources" and "ghost agents" are kept
+//! by the space-saving heavy-hitters algorithm in at most [`TOP_CAPACITY`] entries each, so a
+//! stream of distinct names can never grow the kernel: the counts of the top entries are exact
+//! while fewer than `TOP_CAPACITY` distinct names were seen, and over-estimate by at most the
+//! smallest tracked count otherwise.
+
+use alloc::{string::String, vec::Vec};
+
+/// How many names each heavy-hitters table tracks.
+pub const TOP_CAPACITY: usize = 64;
+
+/// Exact counts of every outcome since the kernel was created.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Counters {
+    pub sessions_opened: u64,
+    /// GRANTED verdicts plus GRANTED events.
+    pub granted: u64,
+    /// WAIT verdicts.
+    pub waited: u64,
+    /// DIE verdicts plus DIED events.
+    pub died: u64,
+    pub timed_out: u64,
+    pub expired: u64,
+    /// WOUNDED events (sessions wounded).
+    pub wounded: u64,
+    pub released: u64,
+    pub cancelled: u64,
+    pub idle_closed: u64,
+    /// Waiters withdrawn with DIED because the policy's waiting order was about to break.
+    /// The rules make this impossible; the model checker asserts it stays 0.
+    pub defensive_repairs: u64,
+}
+
+/// One resource and how often requests for it were blocked (WAIT or DIE).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Contention {
+    pub namespace: String,
+    pub resource: String,
+    pub blocked: u64,
+}
+
+/// An agent whose leases expired or whose waits timed out ("ghost agents", KLIS-7 §6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct GhostAgent {
+    pub agent_id: String,
+    pub expired_leases: u64,
+    pub wait_timeouts: u64,
+}
+
+/// Everything [`stats`](crate::Kernel::stats) reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Stats {
+    pub counters: Counters,
+    pub active_sessions: u64,
+    pub active_leases: u64,
+    pub waiting_tickets: u64,
+    /// Most blocked first.
+    pub top_contended: Vec<Contention>,
+    /// Most expiries + timeouts first.
+    pub ghost_agents: Vec<GhostAgent>,
+}
+
+/// A bounded space-saving table: name → counts.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TopTable<K, const N: usize> {
+    entries: Vec<(K, [u64; N])>,
+}
+
+impl<K: PartialEq + Clone + Ord, const N: usize> TopTable<K, N> {
+    /// Adds `amount` to counter `which` of `key`; evicts the smallest entry when full.
+    pub(crate) fn bump(&mut self, key: &K, which: usize, amount: u64) {
+        if let Some(entry) = self.entries.iter_mut().find(|(k, _)| k == key) {
+            entry.1[which] += amount;
+            return;
+        }
+        let mut counts = [0; N];
+        if self.entries.len() < TOP_CAPACITY {
+            counts[which] = amount;
+            self.entries.push((key.clone(), counts));
+            return;
+        }
+        // Space-saving: the newcomer inherits the evicted minimum, so its count stays an
+        // upper bound on its true count.
+        let (index, _) = self
+            .entries
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (k, c))| (c.iter().sum::<u64>(), k.clone()))
+            .expect("table is full, so not empty");
+        counts = self.entries[index].1;
+        counts[which] += amount;
+        self.entries[index] = (key.clone(), counts);
+    }
+
+    /// Entries by total count, largest first; ties by key.
+    pub(crate) fn sorted(&self) -> Vec<(K, [u64; N])> {
+        let mut all = self.entries.clone();
+        all.sort_by(|(ka, a), (kb, b)| b.iter().sum::<u64>().cmp(&a.iter().sum::<u64>()).then_with(|| ka.cmp(kb)));
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_bounded_and_keeps_heavy_hitters() {
+        let mut t: TopTable<u32, 1> = TopTable::default();
+        for _ in 0..1000 {
+            t.bump(&7, 0, 1);
+        }
+        for i in 0..10_000 {
+            t.bump(&(100 + i), 0, 1);
+        }
+        let s = t.sorted();
+        assert_eq!(s.len(), TOP_CAPACITY);
+        assert_eq!(s[0], (7, [1000]));
+    }
+}

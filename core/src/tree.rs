@@ -1,0 +1,307 @@
+//! The resource forest: one node per live resource name, per namespace, with its holders and
+//! its FIFO queue, linked to its parent so overlap (SPEC.md §3) is a walk, not a scan.
+//!
+//! Contract:
+//! - A node exists while it, or something below it, has a holder or a queued intent; the
+//!   kernel calls [`Tree::prune`] on nodes it emptied so memory follows the live state.
+//! - Every node keeps counts of the entries strictly below it, so a walk over descendants
+//!   only enters subtrees that hold something of the wanted kind: the cost of a request
+//!   depends on what overlaps it, never on the number of unrelated leases.
+//! - Interning a name interns its ancestors too (`FILE:/a/b` needs `FILE:/a` and `FILE:/`).
+
+use crate::predicate::Predicate;
+use crate::resource::parent_of;
+use crate::types::{LeaseId, SessionId, TicketId};
+use alloc::{boxed::Box, vec::Vec};
+use core::hash::BuildHasher;
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
+
+/// Index of a node in the arena.
+pub(crate) type NodeId = u32;
+/// Index of an interned namespace.
+pub(crate) type NamespaceId = u32;
+
+/// A lease held on a node.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeldEntry {
+    pub lease: LeaseId,
+    pub session: SessionId,
+    pub predicate: Predicate,
+}
+
+/// An intent of a waiting ticket queued on a node; queues are sorted by ticket number.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QueuedEntry {
+    pub ticket: TicketId,
+    pub session: SessionId,
+    pub predicate: Predicate,
+}
+
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub namespace: NamespaceId,
+    /// Canonical `TYPE:/path`.
+    pub name: Box<str>,
+    pub parent: Option<NodeId>,
+    /// Position in the parent's `children`, for O(1) unlinking.
+    slot_in_parent: u32,
+    pub children: Vec<NodeId>,
+    pub held: Vec<HeldEntry>,
+    pub queued: Vec<QueuedEntry>,
+    /// Held entries strictly below this node.
+    pub held_below: u32,
+    /// Queued entries strictly below this node.
+    pub queued_below: u32,
+}
+
+impl Node {
+    fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.queued.is_empty() && self.children.is_empty()
+    }
+}
+
+/// Which kinds of entries a walk is looking for (prunes the descent into subtrees).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Want {
+    pub held: bool,
+    pub queued: bool,
+}
+
+impl Want {
+    pub const HELD: Want = Want { held: true, queued: false };
+    pub const QUEUED: Want = Want { held: false, queued: true };
+    pub const BOTH: Want = Want { held: true, queued: true };
+
+    fn enters(self, node: &Node) -> bool {
+        (self.held && (!node.held.is_empty() || node.held_below > 0))
+            || (self.queued && (!node.queued.is_empty() || node.queued_below > 0))
+    }
+}
+
+/// How a visited node relates to the node a walk started from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Relation {
+    Same,
+    Ancestor,
+    Descendant,
+}
+
+#[derive(Default)]
+pub(crate) struct Tree {
+    nodes: Vec<Option<Node>>,
+    free: Vec<NodeId>,
+    index: HashTable<NodeId>,
+    hasher: FixedState,
+}
+
+fn key_hash(hasher: &FixedState, namespace: NamespaceId, name: &str) -> u64 {
+    hasher.hash_one((namespace, name))
+}
+
+impl Tree {
+    pub fn node(&self, id: NodeId) -> &Node {
+        self.nodes[id as usize].as_ref().expect("live node id")
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        self.nodes[id as usize].as_mut().expect("live node id")
+    }
+
+    /// Number of live nodes.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The node named `name` (canonical) in `namespace`, if it is live.
+    pub fn find(&self, namespace: NamespaceId, name: &str) -> Option<NodeId> {
+        let hash = key_hash(&self.hasher, namespace, name);
+        let nodes = &self.nodes;
+        self.index
+            .find(hash, |&id| {
+                let n = nodes[id as usize].as_ref().expect("indexed node is live");
+                n.namespace == namespace && &*n.name == name
+            })
+            .copied()
+    }
+
+    /// The node named `name` (canonical), created with its missing ancestors.
+    pub fn intern(&mut self, namespace: NamespaceId, name: &str) -> NodeId {
+        if let Some(id) = self.find(namespace, name) {
+            return id;
+        }
+        let parent = parent_of(name).map(|p| self.intern(namespace, p));
+        let node = Node {
+            namespace,
+            name: name.into(),
+            parent,
+            slot_in_parent: 0,
+            children: Vec::new(),
+            held: Vec::new(),
+            queued: Vec::new(),
+            held_below: 0,
+            queued_below: 0,
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.nodes[id as usize] = Some(node);
+                id
+            }
+            None => {
+                self.nodes.push(Some(node));
+                NodeId::try_from(self.nodes.len() - 1).expect("fewer than 2^32 live resource nodes")
+            }
+        };
+        if let Some(p) = parent {
+            let parent_node = self.node_mut(p);
+            let slot = parent_node.children.len() as u32;
+            parent_node.children.push(id);
+            self.node_mut(id).slot_in_parent = slot;
+        }
+        let hash = key_hash(&self.hasher, namespace, name);
+        let (nodes, hasher) = (&self.nodes, &self.hasher);
+        self.index.insert_unique(hash, id, |&other| {
+            let n = nodes[other as usize].as_ref().expect("indexed node is live");
+            key_hash(hasher, n.namespace, &n.name)
+        });
+        id
+    }
+
+    /// Removes `id` and then its ancestors, as long as each holds nothing and has no children.
+    pub fn prune(&mut self, mut id: NodeId) {
+        loop {
+            let Some(node) = self.nodes[id as usize].as_ref() else { return };
+            if !node.is_empty() {
+                return;
+            }
+            let node = self.nodes[id as usize].take().expect("checked live");
+            let hash = key_hash(&self.hasher, node.namespace, &node.name);
+            if let Ok(entry) = self.index.find_entry(hash, |&other| other == id) {
+                entry.remove();
+            }
+            self.free.push(id);
+            let Some(parent) = node.parent else { return };
+            let siblings = &mut self.node_mut(parent).children;
+            let slot = node.slot_in_parent as usize;
+            siblings.swap_remove(slot);
+            if let Some(&moved) = siblings.get(slot) {
+                self.node_mut(moved).slot_in_parent = slot as u32;
+            }
+            id = parent;
+        }
+    }
+
+    fn adjust_below(&mut self, id: NodeId, held: i32, queued: i32) {
+        let mut cursor = self.node(id).parent;
+        while let Some(p) = cursor {
+            let node = self.node_mut(p);
+            node.held_below = node.held_below.wrapping_add_signed(held);
+            node.queued_below = node.queued_below.wrapping_add_signed(queued);
+            cursor = node.parent;
+        }
+    }
+
+    pub fn add_held(&mut self, id: NodeId, entry: HeldEntry) {
+        self.node_mut(id).held.push(entry);
+        self.adjust_below(id, 1, 0);
+    }
+
+    pub fn remove_held(&mut self, id: NodeId, lease: LeaseId) {
+        let held = &mut self.node_mut(id).held;
+        let at = held.iter().position(|e| e.lease == lease).expect("lease is held on its node");
+        held.remove(at);
+        self.adjust_below(id, -1, 0);
+    }
+
+    /// Appends to the node's queue; `entry.ticket` must be newer than every queued ticket.
+    pub fn add_queued(&mut self, id: NodeId, entry: QueuedEntry) {
+        let queue = &mut self.node_mut(id).queued;
+        debug_assert!(queue.last().is_none_or(|last| last.ticket < entry.ticket));
+        queue.push(entry);
+        self.adjust_below(id, 0, 1);
+    }
+
+    pub fn remove_queued(&mut self, id: NodeId, ticket: TicketId) {
+        let queue = &mut self.node_mut(id).queued;
+        let at = queue.binary_search_by_key(&ticket, |e| e.ticket).expect("ticket is queued on its node");
+        queue.remove(at);
+        self.adjust_below(id, 0, -1);
+    }
+
+    /// Calls `visit` on `id`, then on each ancestor (nearest first), then on each descendant
+    /// subtree that holds something `want`s (depth-first).
+    pub fn for_each_overlapping(&self, id: NodeId, want: Want, mut visit: impl FnMut(NodeId, &Node, Relation)) {
+        let start = self.node(id);
+        visit(id, start, Relation::Same);
+        let mut cursor = start.parent;
+        while let Some(p) = cursor {
+            let node = self.node(p);
+            visit(p, node, Relation::Ancestor);
+            cursor = node.parent;
+        }
+        let mut stack: Vec<NodeId> = Vec::new();
+        let push_children = |stack: &mut Vec<NodeId>, node: &Node| {
+            stack.extend(node.children.iter().copied().filter(|&c| want.enters(self.node(c))));
+        };
+        if (want.held && start.held_below > 0) || (want.queued && start.queued_below > 0) {
+            push_children(&mut stack, start);
+        }
+        while let Some(c) = stack.pop() {
+            let node = self.node(c);
+            visit(c, node, Relation::Descendant);
+            push_children(&mut stack, node);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(lease: u64) -> HeldEntry {
+        HeldEntry { lease: LeaseId(lease), session: SessionId(1), predicate: Predicate::Mutates }
+    }
+
+    #[test]
+    fn intern_links_ancestors_and_prune_frees_them() {
+        let mut t = Tree::default();
+        let leaf = t.intern(0, "FILE:/a/b/c");
+        assert_eq!(t.len(), 4);
+        let a = t.find(0, "FILE:/a").unwrap();
+        assert_eq!(t.node(leaf).parent, t.find(0, "FILE:/a/b"));
+        t.add_held(leaf, held(1));
+        assert_eq!(t.node(a).held_below, 1);
+        assert!(t.find(1, "FILE:/a").is_none(), "namespaces are separate trees");
+        t.prune(leaf);
+        assert_eq!(t.len(), 4, "a holder keeps the node alive");
+        t.remove_held(leaf, LeaseId(1));
+        assert_eq!(t.node(a).held_below, 0);
+        t.prune(leaf);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn walk_visits_exactly_the_overlapping_live_nodes() {
+        let mut t = Tree::default();
+        let ids: Vec<NodeId> = ["FILE:/a/b", "FILE:/a/b/c/d", "FILE:/a/x", "FILE:/ab"].iter().map(|n| t.intern(0, n)).collect();
+        for (i, &id) in ids.iter().enumerate() {
+            t.add_held(id, held(i as u64));
+        }
+        let mut seen = Vec::new();
+        t.for_each_overlapping(ids[0], Want::HELD, |_, n, _| {
+            if !n.held.is_empty() {
+                seen.push(n.name.clone());
+            }
+        });
+        seen.sort();
+        assert_eq!(seen, ["FILE:/a/b".into(), "FILE:/a/b/c/d".into()] as [Box<str>; 2]);
+        // Pruning a sibling keeps slot bookkeeping right.
+        t.remove_held(ids[2], LeaseId(2));
+        t.prune(ids[2]);
+        let a = t.find(0, "FILE:/a").unwrap();
+        let b = t.node(a).children[0];
+        assert_eq!(t.node(b).slot_in_parent, 0);
+        assert_eq!(&*t.node(b).name, "FILE:/a/b");
+    }
+}
