@@ -16,7 +16,7 @@ pub(crate) enum DeadlineKind {
     IdleClose = 2,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Deadlines {
     entries: BTreeSet<(u64, DeadlineKind, u64)>,
 }

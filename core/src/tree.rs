@@ -38,7 +38,7 @@ pub(crate) struct QueuedEntry {
     pub predicate: Predicate,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Node {
     pub namespace: NamespaceId,
     /// Canonical `TYPE:/path`.
@@ -87,7 +87,7 @@ pub(crate) enum Relation {
     Descendant,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Tree {
     nodes: Vec<Option<Node>>,
     free: Vec<NodeId>,

@@ -35,6 +35,7 @@ pub(crate) type Map<K, V> = hashbrown::HashMap<K, V, FixedState>;
 pub(crate) type Set<K> = hashbrown::HashSet<K, FixedState>;
 
 /// A live session.
+#[derive(Clone)]
 struct Session {
     agent_id: String,
     namespace: NamespaceId,
@@ -63,6 +64,7 @@ impl Session {
 }
 
 /// A granted, not yet ended lease.
+#[derive(Clone)]
 struct LeaseRecord {
     session: SessionId,
     node: NodeId,
@@ -91,6 +93,7 @@ struct TicketIntent {
 }
 
 /// A waiting request.
+#[derive(Clone)]
 struct TicketRecord {
     session: SessionId,
     intents: Vec<TicketIntent>,
@@ -106,7 +109,7 @@ enum LeaseEnd {
 }
 
 /// Interned namespaces, counted by live sessions.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Namespaces {
     by_name: Map<String, NamespaceId>,
     entries: Vec<Option<(String, u32)>>,
@@ -153,7 +156,9 @@ impl Namespaces {
     }
 }
 
-/// The coordination kernel. See the crate docs for the drive loop.
+/// The coordination kernel. See the crate docs for the drive loop. Cloning gives an
+/// independent kernel in the same state (model checkers explore from clones).
+#[derive(Clone)]
 pub struct Kernel {
     config: Config,
     /// The largest `now` seen; time never goes back inside the kernel.
