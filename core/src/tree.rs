@@ -16,6 +16,7 @@ use alloc::{boxed::Box, vec::Vec};
 use core::hash::BuildHasher;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 /// Index of a node in the arena.
 pub(crate) type NodeId = u32;
@@ -47,7 +48,8 @@ pub(crate) struct Node {
     /// Position in the parent's `children`, for O(1) unlinking.
     slot_in_parent: u32,
     pub children: Vec<NodeId>,
-    pub held: Vec<HeldEntry>,
+    /// Usually one holder: kept inline so a leased leaf costs no extra allocation.
+    pub held: SmallVec<[HeldEntry; 1]>,
     pub queued: Vec<QueuedEntry>,
     /// Held entries strictly below this node.
     pub held_below: u32,
@@ -138,7 +140,7 @@ impl Tree {
             parent,
             slot_in_parent: 0,
             children: Vec::new(),
-            held: Vec::new(),
+            held: SmallVec::new(),
             queued: Vec::new(),
             held_below: 0,
             queued_below: 0,

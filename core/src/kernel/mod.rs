@@ -73,14 +73,14 @@ struct LeaseRecord {
     acquired_at: u64,
     expires_at: u64,
     ttl_ms: u64,
-    /// Suspension grace: the lease is kept at least until then.
-    grace_until: Option<u64>,
+    /// Suspension grace: the lease is kept at least until then (0 = no grace).
+    grace_until: u64,
 }
 
 impl LeaseRecord {
     /// The expiry that counts everywhere: `max(expires_at, grace)`.
     fn effective_expiry(&self) -> u64 {
-        self.expires_at.max(self.grace_until.unwrap_or(0))
+        self.expires_at.max(self.grace_until)
     }
 }
 

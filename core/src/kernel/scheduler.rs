@@ -128,11 +128,11 @@ impl Kernel {
             acquired_at: now,
             expires_at: now,
             ttl_ms,
-            grace_until: None,
+            grace_until: 0,
         };
         record.expires_at = self.capped_expiry(&record, now.saturating_add(ttl_ms));
         if let Some(suspended_at) = self.sessions[&session].suspended_at {
-            record.grace_until = Some(self.capped_expiry(&record, suspended_at.saturating_add(self.config.grace_ms)));
+            record.grace_until = self.capped_expiry(&record, suspended_at.saturating_add(self.config.grace_ms));
         }
         self.session_mut(session).leases.insert(id);
         self.deadlines.insert(record.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
@@ -151,7 +151,7 @@ impl Kernel {
     }
 
     /// Sets a lease's expiry and grace, keeping the deadline index exact.
-    pub(super) fn set_lease_expiry(&mut self, id: LeaseId, expires_at: u64, grace_until: Option<u64>) {
+    pub(super) fn set_lease_expiry(&mut self, id: LeaseId, expires_at: u64, grace_until: u64) {
         let lease = self.leases.get_mut(&id).expect("active lease");
         let old = lease.effective_expiry();
         lease.expires_at = expires_at;
@@ -168,7 +168,7 @@ impl Kernel {
             return false;
         }
         let wanted = self.capped_expiry(lease, self.clock.saturating_add(ttl_ms));
-        self.set_lease_expiry(id, wanted, None);
+        self.set_lease_expiry(id, wanted, 0);
         true
     }
 

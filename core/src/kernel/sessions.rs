@@ -130,7 +130,7 @@ impl Kernel {
             for id in leases {
                 let lease = &k.leases[&id];
                 let grace_until = k.capped_expiry(lease, grace);
-                k.set_lease_expiry(id, lease.expires_at, Some(grace_until));
+                k.set_lease_expiry(id, lease.expires_at, grace_until);
             }
             k.touch(session);
             Ok(())
@@ -214,7 +214,7 @@ impl Kernel {
                 // A resume ends the suspension of every lease, renewable or not.
                 let l = &k.leases[&lease];
                 let (expires_at, ttl) = (l.expires_at, l.ttl_ms);
-                k.set_lease_expiry(lease, expires_at, None);
+                k.set_lease_expiry(lease, expires_at, 0);
                 k.renew_lease(lease, ttl);
             }
             k.touch(id);
