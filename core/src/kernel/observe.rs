@@ -88,7 +88,22 @@ impl Kernel {
                 waiting: Vec::new(),
                 covering: Vec::new(),
             };
-            let Some(node) = k.namespaces.find(namespace).and_then(|ns| k.tree.find(ns, name.as_str())) else {
+            let Some(ns) = k.namespaces.find(namespace) else { return Ok(state) };
+            let Some(node) = k.tree.find(ns, name.as_str()) else {
+                // No node: nothing holds or waits on it or below it, but an ancestor may.
+                let mut ancestor = name.parent_str();
+                while let Some(text) = ancestor {
+                    if let Some(id) = k.tree.find(ns, text) {
+                        k.tree.for_each_overlapping(id, Want::HELD, |_, n, relation| {
+                            if relation != Relation::Descendant {
+                                state.covering.extend(k.holders_of(n));
+                            }
+                        });
+                        break;
+                    }
+                    ancestor = crate::resource::parent_of(text);
+                }
+                state.covering.sort_by_key(|h| h.lease_id);
                 return Ok(state);
             };
             k.tree.for_each_overlapping(node, Want::HELD, |_, n, relation| {

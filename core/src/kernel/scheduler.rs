@@ -262,7 +262,13 @@ impl Kernel {
             .iter()
             .map(|i| match i.reuse {
                 Some(id) => {
-                    self.renew_lease(id, ttl_ms);
+                    // Idempotent re-acquire: renewed with this call's ttl (which may shorten
+                    // the lease), within the lifetime cap, never failing because of it.
+                    let lease = self.leases.get_mut(&id).expect("reused lease is active");
+                    lease.ttl_ms = ttl_ms;
+                    let lease = &self.leases[&id];
+                    let expires_at = self.capped_expiry(lease, self.clock.saturating_add(ttl_ms));
+                    self.set_lease_expiry(id, expires_at, 0);
                     id
                 }
                 None => self.create_lease(session, i.node, i.predicate, ttl_ms),
