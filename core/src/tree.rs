@@ -216,14 +216,16 @@ impl Tree {
         self.adjust_below(id, -1, 0);
     }
 
-    /// Appends to the node's queue; `entry.ticket` must be newer than every queued ticket.
+    /// Appends to the node's queue; `entry.ticket` must be at least as new as every queued
+    /// ticket (one ticket may queue two predicates on one node).
     pub fn add_queued(&mut self, id: NodeId, entry: QueuedEntry) {
         let queue = &mut self.node_mut(id).queued;
-        debug_assert!(queue.last().is_none_or(|last| last.ticket < entry.ticket));
+        debug_assert!(queue.last().is_none_or(|last| last.ticket <= entry.ticket));
         queue.push(entry);
         self.adjust_below(id, 0, 1);
     }
 
+    /// Removes one queued entry of `ticket` (call once per queued intent of the ticket).
     pub fn remove_queued(&mut self, id: NodeId, ticket: TicketId) {
         let queue = &mut self.node_mut(id).queued;
         let at = queue.binary_search_by_key(&ticket, |e| e.ticket).expect("ticket is queued on its node");
