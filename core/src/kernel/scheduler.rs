@@ -311,7 +311,11 @@ impl Kernel {
 
     /// See the module contract: DIED for orphaned tickets, then grants in ticket order.
     pub(super) fn after_frees(&mut self) {
-        while let Some(t) = self.orphaned.pop() {
+        // In ticket order, like every other batch of events about several tickets.
+        let mut orphaned = core::mem::take(&mut self.orphaned);
+        orphaned.sort_unstable();
+        orphaned.dedup();
+        for t in orphaned {
             if self.tickets.contains_key(&t) {
                 self.die_ticket(t);
             }
