@@ -55,6 +55,9 @@ mod tests {
         assert_eq!(retry_after_ms(100, 10_000, 7, 0), 10_000);
         assert_eq!(retry_after_ms(100, 10_000, 200, 99), 10_099);
         assert_eq!(retry_after_ms(0, 10_000, 5, 12345), 0);
-        assert_eq!(retry_after_ms(u64::MAX, u64::MAX, 63, u64::MAX - 1), u64::MAX);
+        assert_eq!(
+            retry_after_ms(u64::MAX, u64::MAX, 63, u64::MAX - 1),
+            u64::MAX
+        );
     }
 }

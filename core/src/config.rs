@@ -94,9 +94,15 @@ impl Config {
     /// # Errors
     /// `INVALID_CONFIG` naming the field: `default_ttl_ms` or `max_ttl_ms` of 0.
     pub fn validate(&self) -> Result<(), Error> {
-        for (name, value) in [("default_ttl_ms", self.default_ttl_ms), ("max_ttl_ms", self.max_ttl_ms)] {
+        for (name, value) in [
+            ("default_ttl_ms", self.default_ttl_ms),
+            ("max_ttl_ms", self.max_ttl_ms),
+        ] {
             if value == 0 {
-                return Err(Error::new(ErrorCode::InvalidConfig, format!("{name} must be at least 1 ms")));
+                return Err(Error::new(
+                    ErrorCode::InvalidConfig,
+                    format!("{name} must be at least 1 ms"),
+                ));
             }
         }
         Ok(())

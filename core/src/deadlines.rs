@@ -47,6 +47,9 @@ impl Deadlines {
     /// The earliest entry if it is due at or before `now` (it stays indexed: whoever handles
     /// it removes it as part of changing the state it describes).
     pub fn peek_due(&self, now: u64) -> Option<(u64, DeadlineKind, u64)> {
-        self.entries.first().copied().filter(|&(at, _, _)| at <= now)
+        self.entries
+            .first()
+            .copied()
+            .filter(|&(at, _, _)| at <= now)
     }
 }

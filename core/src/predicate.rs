@@ -110,10 +110,16 @@ mod tests {
 
     #[test]
     fn parse_is_case_insensitive_and_strict() {
-        assert_eq!(Predicate::parse("depends_on").unwrap(), Predicate::DependsOn);
+        assert_eq!(
+            Predicate::parse("depends_on").unwrap(),
+            Predicate::DependsOn
+        );
         assert_eq!(Predicate::parse("Mutates").unwrap(), Predicate::Mutates);
         for bad in ["", "WRITES", "MUTATES ", "DEPENDS-ON"] {
-            assert_eq!(Predicate::parse(bad).unwrap_err().code, ErrorCode::InvalidPredicate);
+            assert_eq!(
+                Predicate::parse(bad).unwrap_err().code,
+                ErrorCode::InvalidPredicate
+            );
         }
     }
 }

@@ -49,7 +49,9 @@ impl ResourceName {
         let kind_ok = !kind.is_empty()
             && kind.len() <= MAX_TYPE_BYTES
             && kind.as_bytes()[0].is_ascii_uppercase()
-            && kind.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+            && kind
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
         if !kind_ok {
             return Err(invalid(text, "TYPE must match [A-Z][A-Z0-9_]{0,31}"));
         }
@@ -75,7 +77,10 @@ impl ResourceName {
         if out.len() == kind.len() + 1 {
             out.push('/');
         }
-        Ok(ResourceName { text: out, type_len: kind.len() })
+        Ok(ResourceName {
+            text: out,
+            type_len: kind.len(),
+        })
     }
 
     /// The canonical text, e.g. `FILE:/src/a.ts`.
@@ -141,10 +146,24 @@ mod tests {
     fn rejects() {
         let long = alloc::format!("FILE:/{}", "a".repeat(4091));
         for bad in [
-            "", "FILE", "FILE:", "file:/x", "FILE:x", "FILE:/a/../b", "1F:/x", "FILE:/a\0b",
-            "FILE:/a\u{7f}", ":/x", "ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG:/x", long.as_str(),
+            "",
+            "FILE",
+            "FILE:",
+            "file:/x",
+            "FILE:x",
+            "FILE:/a/../b",
+            "1F:/x",
+            "FILE:/a\0b",
+            "FILE:/a\u{7f}",
+            ":/x",
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG:/x",
+            long.as_str(),
         ] {
-            assert_eq!(ResourceName::parse(bad).unwrap_err().code, ErrorCode::InvalidResource, "{bad:?}");
+            assert_eq!(
+                ResourceName::parse(bad).unwrap_err().code,
+                ErrorCode::InvalidResource,
+                "{bad:?}"
+            );
         }
         let at_limit = alloc::format!("FILE:/{}", "a".repeat(4090));
         assert!(ResourceName::parse(&at_limit).is_ok());

@@ -101,7 +101,12 @@ impl<K: PartialEq + Clone + Ord, const N: usize> TopTable<K, N> {
     /// Entries by total count, largest first; ties by key.
     pub(crate) fn sorted(&self) -> Vec<(K, [u64; N])> {
         let mut all = self.entries.clone();
-        all.sort_by(|(ka, a), (kb, b)| b.iter().sum::<u64>().cmp(&a.iter().sum::<u64>()).then_with(|| ka.cmp(kb)));
+        all.sort_by(|(ka, a), (kb, b)| {
+            b.iter()
+                .sum::<u64>()
+                .cmp(&a.iter().sum::<u64>())
+                .then_with(|| ka.cmp(kb))
+        });
         all
     }
 }

@@ -71,9 +71,18 @@ pub(crate) struct Want {
 }
 
 impl Want {
-    pub const HELD: Want = Want { held: true, queued: false };
-    pub const QUEUED: Want = Want { held: false, queued: true };
-    pub const BOTH: Want = Want { held: true, queued: true };
+    pub const HELD: Want = Want {
+        held: true,
+        queued: false,
+    };
+    pub const QUEUED: Want = Want {
+        held: false,
+        queued: true,
+    };
+    pub const BOTH: Want = Want {
+        held: true,
+        queued: true,
+    };
 
     fn enters(self, node: &Node) -> bool {
         (self.held && (!node.held.is_empty() || node.held_below > 0))
@@ -164,7 +173,9 @@ impl Tree {
         let hash = key_hash(&self.hasher, namespace, name);
         let (nodes, hasher) = (&self.nodes, &self.hasher);
         self.index.insert_unique(hash, id, |&other| {
-            let n = nodes[other as usize].as_ref().expect("indexed node is live");
+            let n = nodes[other as usize]
+                .as_ref()
+                .expect("indexed node is live");
             key_hash(hasher, n.namespace, &n.name)
         });
         id
@@ -173,7 +184,9 @@ impl Tree {
     /// Removes `id` and then its ancestors, as long as each holds nothing and has no children.
     pub fn prune(&mut self, mut id: NodeId) {
         loop {
-            let Some(node) = self.nodes[id as usize].as_ref() else { return };
+            let Some(node) = self.nodes[id as usize].as_ref() else {
+                return;
+            };
             if !node.is_empty() {
                 return;
             }
@@ -211,7 +224,10 @@ impl Tree {
 
     pub fn remove_held(&mut self, id: NodeId, lease: LeaseId) {
         let held = &mut self.node_mut(id).held;
-        let at = held.iter().position(|e| e.lease == lease).expect("lease is held on its node");
+        let at = held
+            .iter()
+            .position(|e| e.lease == lease)
+            .expect("lease is held on its node");
         held.remove(at);
         self.adjust_below(id, -1, 0);
     }
@@ -228,14 +244,21 @@ impl Tree {
     /// Removes one queued entry of `ticket` (call once per queued intent of the ticket).
     pub fn remove_queued(&mut self, id: NodeId, ticket: TicketId) {
         let queue = &mut self.node_mut(id).queued;
-        let at = queue.binary_search_by_key(&ticket, |e| e.ticket).expect("ticket is queued on its node");
+        let at = queue
+            .binary_search_by_key(&ticket, |e| e.ticket)
+            .expect("ticket is queued on its node");
         queue.remove(at);
         self.adjust_below(id, 0, -1);
     }
 
     /// Calls `visit` on `id`, then on each ancestor (nearest first), then on each descendant
     /// subtree that holds something `want`s (depth-first).
-    pub fn for_each_overlapping(&self, id: NodeId, want: Want, mut visit: impl FnMut(NodeId, &Node, Relation)) {
+    pub fn for_each_overlapping(
+        &self,
+        id: NodeId,
+        want: Want,
+        mut visit: impl FnMut(NodeId, &Node, Relation),
+    ) {
         let start = self.node(id);
         visit(id, start, Relation::Same);
         let mut cursor = start.parent;
@@ -246,7 +269,12 @@ impl Tree {
         }
         let mut stack: Vec<NodeId> = Vec::new();
         let push_children = |stack: &mut Vec<NodeId>, node: &Node| {
-            stack.extend(node.children.iter().copied().filter(|&c| want.enters(self.node(c))));
+            stack.extend(
+                node.children
+                    .iter()
+                    .copied()
+                    .filter(|&c| want.enters(self.node(c))),
+            );
         };
         if (want.held && start.held_below > 0) || (want.queued && start.queued_below > 0) {
             push_children(&mut stack, start);
@@ -264,7 +292,11 @@ mod tests {
     use super::*;
 
     fn held(lease: u64) -> HeldEntry {
-        HeldEntry { lease: LeaseId(lease), session: SessionId(1), predicate: Predicate::Mutates }
+        HeldEntry {
+            lease: LeaseId(lease),
+            session: SessionId(1),
+            predicate: Predicate::Mutates,
+        }
     }
 
     #[test]
@@ -276,7 +308,10 @@ mod tests {
         assert_eq!(t.node(leaf).parent, t.find(0, "FILE:/a/b"));
         t.add_held(leaf, held(1));
         assert_eq!(t.node(a).held_below, 1);
-        assert!(t.find(1, "FILE:/a").is_none(), "namespaces are separate trees");
+        assert!(
+            t.find(1, "FILE:/a").is_none(),
+            "namespaces are separate trees"
+        );
         t.prune(leaf);
         assert_eq!(t.len(), 4, "a holder keeps the node alive");
         t.remove_held(leaf, LeaseId(1));
@@ -288,7 +323,10 @@ mod tests {
     #[test]
     fn walk_visits_exactly_the_overlapping_live_nodes() {
         let mut t = Tree::default();
-        let ids: Vec<NodeId> = ["FILE:/a/b", "FILE:/a/b/c/d", "FILE:/a/x", "FILE:/ab"].iter().map(|n| t.intern(0, n)).collect();
+        let ids: Vec<NodeId> = ["FILE:/a/b", "FILE:/a/b/c/d", "FILE:/a/x", "FILE:/ab"]
+            .iter()
+            .map(|n| t.intern(0, n))
+            .collect();
         for (i, &id) in ids.iter().enumerate() {
             t.add_held(id, held(i as u64));
         }
@@ -299,7 +337,10 @@ mod tests {
             }
         });
         seen.sort();
-        assert_eq!(seen, ["FILE:/a/b".into(), "FILE:/a/b/c/d".into()] as [Box<str>; 2]);
+        assert_eq!(
+            seen,
+            ["FILE:/a/b".into(), "FILE:/a/b/c/d".into()] as [Box<str>; 2]
+        );
         // Pruning a sibling keeps slot bookkeeping right.
         t.remove_held(ids[2], LeaseId(2));
         t.prune(ids[2]);

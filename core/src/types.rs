@@ -48,7 +48,11 @@ pub struct AcquireOptions {
 
 impl Default for AcquireOptions {
     fn default() -> AcquireOptions {
-        AcquireOptions { ttl_ms: None, wait: true, wait_timeout_ms: None }
+        AcquireOptions {
+            ttl_ms: None,
+            wait: true,
+            wait_timeout_ms: None,
+        }
     }
 }
 
@@ -103,14 +107,23 @@ pub struct Blocker {
 /// The immediate answer to an acquire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "verdict", rename_all = "SCREAMING_SNAKE_CASE"))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "verdict", rename_all = "SCREAMING_SNAKE_CASE")
+)]
 pub enum Verdict {
     /// Every intent is a lease now, one per distinct intent in order of first appearance.
     Granted { leases: Vec<Lease> },
     /// Queued; resolved later by a GRANTED, WAIT_TIMEOUT, DIED or WOUNDED event.
-    Wait { ticket: TicketId, held_by: Vec<Blocker> },
+    Wait {
+        ticket: TicketId,
+        held_by: Vec<Blocker>,
+    },
     /// Nothing held or queued; retry after `retry_after_ms` (the session keeps its priority).
-    Die { retry_after_ms: u64, held_by: Vec<Blocker> },
+    Die {
+        retry_after_ms: u64,
+        held_by: Vec<Blocker>,
+    },
 }
 
 /// Why the kernel closed a session on its own.
@@ -134,14 +147,39 @@ impl CloseReason {
 /// Something that happened other than as the direct answer of a call (SPEC.md §9).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "event", rename_all = "SCREAMING_SNAKE_CASE"))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "event", rename_all = "SCREAMING_SNAKE_CASE")
+)]
 pub enum Event {
-    Granted { ticket: TicketId, session: SessionId, leases: Vec<Lease> },
-    WaitTimeout { ticket: TicketId, session: SessionId },
-    Died { ticket: TicketId, session: SessionId, retry_after_ms: u64 },
-    LeaseExpired { lease: LeaseId, session: SessionId },
-    Wounded { session: SessionId, by: SessionId, lost_leases: Vec<LeaseId>, lost_tickets: Vec<TicketId> },
-    SessionClosed { session: SessionId, reason: CloseReason },
+    Granted {
+        ticket: TicketId,
+        session: SessionId,
+        leases: Vec<Lease>,
+    },
+    WaitTimeout {
+        ticket: TicketId,
+        session: SessionId,
+    },
+    Died {
+        ticket: TicketId,
+        session: SessionId,
+        retry_after_ms: u64,
+    },
+    LeaseExpired {
+        lease: LeaseId,
+        session: SessionId,
+    },
+    Wounded {
+        session: SessionId,
+        by: SessionId,
+        lost_leases: Vec<LeaseId>,
+        lost_tickets: Vec<TicketId>,
+    },
+    SessionClosed {
+        session: SessionId,
+        reason: CloseReason,
+    },
 }
 
 impl Event {
@@ -186,7 +224,10 @@ pub type HeartbeatOutcome = Result<u64, crate::ErrorCode>;
 /// The kernel's truth about one lease (KLIS-3 VERIFY_ALL).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "status", rename_all = "SCREAMING_SNAKE_CASE"))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "status", rename_all = "SCREAMING_SNAKE_CASE")
+)]
 pub enum LeaseStatus {
     Active { expires_at: u64, fence: u64 },
     Expired,

@@ -43,12 +43,20 @@ impl Kernel {
         self.operation(now, |k| k.acquire_now(session, intents, options))
     }
 
-    fn acquire_now<S: AsRef<str>>(&mut self, session: SessionId, intents: &[S], options: AcquireOptions) -> Result<Verdict, Error> {
+    fn acquire_now<S: AsRef<str>>(
+        &mut self,
+        session: SessionId,
+        intents: &[S],
+        options: AcquireOptions,
+    ) -> Result<Verdict, Error> {
         let s = self.session(session)?;
         if intents.is_empty() || intents.len() > MAX_MANIFEST_INTENTS {
             return Err(Error::new(
                 ErrorCode::InvalidManifest,
-                format!("a manifest needs 1 to {MAX_MANIFEST_INTENTS} intents, got {}", intents.len()),
+                format!(
+                    "a manifest needs 1 to {MAX_MANIFEST_INTENTS} intents, got {}",
+                    intents.len()
+                ),
             ));
         }
         let mut wanted: Vec<(Predicate, ResourceName)> = Vec::with_capacity(intents.len());
@@ -59,10 +67,17 @@ impl Kernel {
             }
         }
         let ttl_ms = match options.ttl_ms.unwrap_or(self.config.default_ttl_ms) {
-            0 => return Err(Error::new(ErrorCode::InvalidTtl, "ttl_ms must be at least 1 ms")),
+            0 => {
+                return Err(Error::new(
+                    ErrorCode::InvalidTtl,
+                    "ttl_ms must be at least 1 ms",
+                ))
+            }
             ttl => ttl.min(self.config.max_ttl_ms),
         };
-        let wait_timeout_ms = options.wait_timeout_ms.unwrap_or(self.config.default_wait_timeout_ms);
+        let wait_timeout_ms = options
+            .wait_timeout_ms
+            .unwrap_or(self.config.default_wait_timeout_ms);
         let wait = options.wait && wait_timeout_ms > 0;
 
         // Which intents the session already holds with the same predicate.
@@ -71,11 +86,19 @@ impl Kernel {
             .iter()
             .map(|(predicate, name)| {
                 let node = self.tree.find(namespace, name.as_str())?;
-                self.tree.node(node).held.iter().find(|h| h.session == session && h.predicate == *predicate).map(|h| h.lease)
+                self.tree
+                    .node(node)
+                    .held
+                    .iter()
+                    .find(|h| h.session == session && h.predicate == *predicate)
+                    .map(|h| h.lease)
             })
             .collect();
         let new_count = reuse.iter().filter(|r| r.is_none()).count() as u64;
-        if self.config.policy == Policy::Lanes && new_count > 0 && !(s.leases.is_empty() && s.tickets.is_empty()) {
+        if self.config.policy == Policy::Lanes
+            && new_count > 0
+            && !(s.leases.is_empty() && s.tickets.is_empty())
+        {
             return Err(Error::new(
                 ErrorCode::HoldAndWait,
                 format!(
@@ -84,12 +107,24 @@ impl Kernel {
             ));
         }
         let in_use: u64 = s.leases.len() as u64
-            + s.tickets.iter().map(|t| self.tickets[t].intents.iter().filter(|i| i.reuse.is_none()).count() as u64).sum::<u64>();
+            + s.tickets
+                .iter()
+                .map(|t| {
+                    self.tickets[t]
+                        .intents
+                        .iter()
+                        .filter(|i| i.reuse.is_none())
+                        .count() as u64
+                })
+                .sum::<u64>();
         let limit = self.config.max_leases_per_session;
         if in_use + new_count > limit {
             return Err(Error::new(
                 ErrorCode::QuotaExceeded,
-                format!("session {session} would hold or wait for {} intents; the limit is {limit}", in_use + new_count),
+                format!(
+                    "session {session} would hold or wait for {} intents; the limit is {limit}",
+                    in_use + new_count
+                ),
             ));
         }
 
@@ -107,21 +142,43 @@ impl Kernel {
                         node
                     }
                 };
-                TicketIntent { node, predicate: *predicate, reuse }
+                TicketIntent {
+                    node,
+                    predicate: *predicate,
+                    reuse,
+                }
             })
             .collect();
-        let queued = ticket_intents.iter().filter(|i| i.reuse.is_none()).map(|i| (i.node, i.predicate));
+        let queued = ticket_intents
+            .iter()
+            .filter(|i| i.reuse.is_none())
+            .map(|i| (i.node, i.predicate));
         let found = self.find_blockers(session, queued, TicketId(u64::MAX));
         if found.is_empty() {
-            return Ok(Verdict::Granted { leases: self.grant(session, &ticket_intents, ttl_ms) });
+            return Ok(Verdict::Granted {
+                leases: self.grant(session, &ticket_intents, ttl_ms),
+            });
         }
         self.count_contention(namespace, &found);
         let priority = self.sessions[&session].priority;
         let verdict = match self.config.policy {
-            Policy::WaitDie if wait && found.sessions.iter().all(|b| b.priority > priority) => {
-                self.wait(session, ticket_intents, ttl_ms, wait_timeout_ms, &found, |_| true)
-            }
-            Policy::Lanes if wait => self.wait(session, ticket_intents, ttl_ms, wait_timeout_ms, &found, |_| true),
+            Policy::WaitDie if wait && found.sessions.iter().all(|b| b.priority > priority) => self
+                .wait(
+                    session,
+                    ticket_intents,
+                    ttl_ms,
+                    wait_timeout_ms,
+                    &found,
+                    |_| true,
+                ),
+            Policy::Lanes if wait => self.wait(
+                session,
+                ticket_intents,
+                ttl_ms,
+                wait_timeout_ms,
+                &found,
+                |_| true,
+            ),
             Policy::WoundWait if wait || found.sessions.iter().all(|b| b.priority > priority) => {
                 // Wound every younger blocker, oldest victim first (ids order = priority order
                 // is not guaranteed, so sort by priority).
@@ -136,16 +193,28 @@ impl Kernel {
                     self.wound(victim, session, via_lease);
                 }
                 let verdict = if found.sessions.iter().all(|b| b.priority > priority) {
-                    Verdict::Granted { leases: self.grant(session, &ticket_intents, ttl_ms) }
+                    Verdict::Granted {
+                        leases: self.grant(session, &ticket_intents, ttl_ms),
+                    }
                 } else {
-                    self.wait(session, ticket_intents, ttl_ms, wait_timeout_ms, &found, |b| b < priority)
+                    self.wait(
+                        session,
+                        ticket_intents,
+                        ttl_ms,
+                        wait_timeout_ms,
+                        &found,
+                        |b| b < priority,
+                    )
                 };
                 self.after_frees();
                 verdict
             }
             _ => {
                 let held_by = self.describe_blockers(found.sessions.iter());
-                Verdict::Die { retry_after_ms: self.die_backoff(session), held_by }
+                Verdict::Die {
+                    retry_after_ms: self.die_backoff(session),
+                    held_by,
+                }
             }
         };
         Ok(verdict)

@@ -51,7 +51,8 @@ impl Kernel {
             k.session(session)?;
             let ids: Vec<LeaseId> = match which {
                 LeaseSelection::All => {
-                    let mut all: Vec<LeaseId> = k.sessions[&session].leases.iter().copied().collect();
+                    let mut all: Vec<LeaseId> =
+                        k.sessions[&session].leases.iter().copied().collect();
                     all.sort_unstable();
                     all
                 }
@@ -96,12 +97,12 @@ impl Kernel {
                     true
                 }
                 Standing::OwnedEnded(_) => false,
-                Standing::OtherSession => {
-                    return Err(Error::new(
-                        ErrorCode::NotOwner,
-                        format!("lease {lease} belongs to another session; only its owner may release it"),
-                    ))
-                }
+                Standing::OtherSession => return Err(Error::new(
+                    ErrorCode::NotOwner,
+                    format!(
+                        "lease {lease} belongs to another session; only its owner may release it"
+                    ),
+                )),
                 Standing::Unknown => return Err(unknown_lease(lease)),
             };
             k.touch(session);
@@ -132,7 +133,12 @@ impl Kernel {
     ///
     /// # Errors
     /// `UNKNOWN_SESSION`.
-    pub fn reconcile(&mut self, session: SessionId, leases: &[LeaseId], now: u64) -> Result<Vec<(LeaseId, LeaseStatus)>, Error> {
+    pub fn reconcile(
+        &mut self,
+        session: SessionId,
+        leases: &[LeaseId],
+        now: u64,
+    ) -> Result<Vec<(LeaseId, LeaseStatus)>, Error> {
         self.operation(now, |k| {
             k.session(session)?;
             k.touch(session);
@@ -142,7 +148,10 @@ impl Kernel {
                     let status = match k.standing(session, id) {
                         Standing::Owned => {
                             let l = &k.leases[&id];
-                            LeaseStatus::Active { expires_at: l.effective_expiry(), fence: l.fence }
+                            LeaseStatus::Active {
+                                expires_at: l.effective_expiry(),
+                                fence: l.fence,
+                            }
                         }
                         Standing::OwnedEnded(LeaseEnd::Expired) => LeaseStatus::Expired,
                         Standing::OwnedEnded(LeaseEnd::Released) => LeaseStatus::Released,
@@ -160,14 +169,31 @@ impl Kernel {
     /// # Errors
     /// `UNKNOWN_SESSION`, `NOT_OWNER` (another session's ticket, checked first),
     /// `UNKNOWN_TICKET` (not waiting any more, or never issued).
-    pub fn cancel_wait(&mut self, session: SessionId, ticket: TicketId, now: u64) -> Result<(), Error> {
+    pub fn cancel_wait(
+        &mut self,
+        session: SessionId,
+        ticket: TicketId,
+        now: u64,
+    ) -> Result<(), Error> {
         self.operation(now, |k| {
             let namespace = k.session(session)?.namespace;
-            let owner = k.tickets.get(&ticket).map(|t| t.session).or_else(|| k.ended_tickets.get(&ticket).copied());
-            let unknown = || Error::new(ErrorCode::UnknownTicket, format!("ticket {ticket} is not waiting"));
+            let owner = k
+                .tickets
+                .get(&ticket)
+                .map(|t| t.session)
+                .or_else(|| k.ended_tickets.get(&ticket).copied());
+            let unknown = || {
+                Error::new(
+                    ErrorCode::UnknownTicket,
+                    format!("ticket {ticket} is not waiting"),
+                )
+            };
             match owner {
                 Some(o) if o != session && k.sessions[&o].namespace == namespace => {
-                    return Err(Error::new(ErrorCode::NotOwner, format!("ticket {ticket} belongs to another session")))
+                    return Err(Error::new(
+                        ErrorCode::NotOwner,
+                        format!("ticket {ticket} belongs to another session"),
+                    ))
                 }
                 Some(o) if o == session && k.tickets.contains_key(&ticket) => {}
                 _ => return Err(unknown()),
@@ -182,5 +208,8 @@ impl Kernel {
 }
 
 fn unknown_lease(lease: LeaseId) -> Error {
-    Error::new(ErrorCode::UnknownLease, format!("no lease {lease} is known to this session's namespace"))
+    Error::new(
+        ErrorCode::UnknownLease,
+        format!("no lease {lease} is known to this session's namespace"),
+    )
 }

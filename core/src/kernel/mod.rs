@@ -123,7 +123,10 @@ impl Namespaces {
 
     fn acquire(&mut self, name: &str) -> NamespaceId {
         if let Some(id) = self.find(name) {
-            self.entries[id as usize].as_mut().expect("live namespace").1 += 1;
+            self.entries[id as usize]
+                .as_mut()
+                .expect("live namespace")
+                .1 += 1;
             return id;
         }
         let entry = Some((String::from(name), 1));
@@ -152,7 +155,10 @@ impl Namespaces {
     }
 
     fn name(&self, id: NamespaceId) -> &str {
-        &self.entries[id as usize].as_ref().expect("live namespace").0
+        &self.entries[id as usize]
+            .as_ref()
+            .expect("live namespace")
+            .0
     }
 }
 
@@ -191,7 +197,10 @@ pub struct Kernel {
 }
 
 fn unknown_session(id: SessionId) -> Error {
-    Error::new(ErrorCode::UnknownSession, format!("no open session {id} (closed, expired for idleness, or never opened)"))
+    Error::new(
+        ErrorCode::UnknownSession,
+        format!("no open session {id} (closed, expired for idleness, or never opened)"),
+    )
 }
 
 impl Kernel {
@@ -270,7 +279,9 @@ impl Kernel {
     }
 
     fn session_mut(&mut self, id: SessionId) -> &mut Session {
-        self.sessions.get_mut(&id).expect("session checked live by the caller")
+        self.sessions
+            .get_mut(&id)
+            .expect("session checked live by the caller")
     }
 
     /// Records a successful call naming `id`: the idle clock restarts.
@@ -284,7 +295,8 @@ impl Kernel {
     fn refresh_idle(&mut self, id: SessionId) {
         let idle_ms = self.config.session_idle_ms;
         let session = self.sessions.get_mut(&id).expect("live session");
-        let wanted = (session.is_idle() && idle_ms > 0).then(|| session.last_active.saturating_add(idle_ms));
+        let wanted =
+            (session.is_idle() && idle_ms > 0).then(|| session.last_active.saturating_add(idle_ms));
         let current = session.idle_deadline;
         if wanted == current {
             return;
@@ -292,10 +304,12 @@ impl Kernel {
         session.idle_deadline = wanted;
         let key = id.0;
         if let Some(old) = current {
-            self.deadlines.remove(old, crate::deadlines::DeadlineKind::IdleClose, key);
+            self.deadlines
+                .remove(old, crate::deadlines::DeadlineKind::IdleClose, key);
         }
         if let Some(new) = wanted {
-            self.deadlines.insert(new, crate::deadlines::DeadlineKind::IdleClose, key);
+            self.deadlines
+                .insert(new, crate::deadlines::DeadlineKind::IdleClose, key);
         }
     }
 

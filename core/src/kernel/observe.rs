@@ -77,7 +77,12 @@ impl Kernel {
     ///
     /// # Errors
     /// `INVALID_RESOURCE`, `INVALID_NAMESPACE`.
-    pub fn resource_state(&mut self, resource: &str, namespace: &str, now: u64) -> Result<ResourceState, Error> {
+    pub fn resource_state(
+        &mut self,
+        resource: &str,
+        namespace: &str,
+        now: u64,
+    ) -> Result<ResourceState, Error> {
         self.operation(now, |k| {
             let name = ResourceName::parse(resource)?;
             check_namespace(namespace)?;
@@ -88,17 +93,20 @@ impl Kernel {
                 waiting: Vec::new(),
                 covering: Vec::new(),
             };
-            let Some(ns) = k.namespaces.find(namespace) else { return Ok(state) };
+            let Some(ns) = k.namespaces.find(namespace) else {
+                return Ok(state);
+            };
             let Some(node) = k.tree.find(ns, name.as_str()) else {
                 // No node: nothing holds or waits on it or below it, but an ancestor may.
                 let mut ancestor = name.parent_str();
                 while let Some(text) = ancestor {
                     if let Some(id) = k.tree.find(ns, text) {
-                        k.tree.for_each_overlapping(id, Want::HELD, |_, n, relation| {
-                            if relation != Relation::Descendant {
-                                state.covering.extend(k.holders_of(n));
-                            }
-                        });
+                        k.tree
+                            .for_each_overlapping(id, Want::HELD, |_, n, relation| {
+                                if relation != Relation::Descendant {
+                                    state.covering.extend(k.holders_of(n));
+                                }
+                            });
                         break;
                     }
                     ancestor = crate::resource::parent_of(text);
@@ -106,13 +114,14 @@ impl Kernel {
                 state.covering.sort_by_key(|h| h.lease_id);
                 return Ok(state);
             };
-            k.tree.for_each_overlapping(node, Want::HELD, |_, n, relation| {
-                let holders = k.holders_of(n);
-                match relation {
-                    Relation::Same => state.holders.extend(holders),
-                    Relation::Ancestor | Relation::Descendant => state.covering.extend(holders),
-                }
-            });
+            k.tree
+                .for_each_overlapping(node, Want::HELD, |_, n, relation| {
+                    let holders = k.holders_of(n);
+                    match relation {
+                        Relation::Same => state.holders.extend(holders),
+                        Relation::Ancestor | Relation::Descendant => state.covering.extend(holders),
+                    }
+                });
             state.holders.sort_by_key(|h| h.lease_id);
             state.covering.sort_by_key(|h| h.lease_id);
             state.waiting = k
@@ -145,13 +154,21 @@ impl Kernel {
                 .contention
                 .sorted()
                 .into_iter()
-                .map(|((namespace, resource), [blocked])| Contention { namespace, resource, blocked })
+                .map(|((namespace, resource), [blocked])| Contention {
+                    namespace,
+                    resource,
+                    blocked,
+                })
                 .collect(),
             ghost_agents: self
                 .ghosts
                 .sorted()
                 .into_iter()
-                .map(|(agent_id, [expired_leases, wait_timeouts])| GhostAgent { agent_id, expired_leases, wait_timeouts })
+                .map(|(agent_id, [expired_leases, wait_timeouts])| GhostAgent {
+                    agent_id,
+                    expired_leases,
+                    wait_timeouts,
+                })
                 .collect(),
         }
     }
@@ -195,7 +212,10 @@ impl Kernel {
                             .intents
                             .iter()
                             .filter(|i| i.reuse.is_none())
-                            .map(|i| Intent { predicate: i.predicate, resource: String::from(&*k.tree.node(i.node).name) })
+                            .map(|i| Intent {
+                                predicate: i.predicate,
+                                resource: String::from(&*k.tree.node(i.node).name),
+                            })
                             .collect(),
                         deadline: r.deadline,
                     }

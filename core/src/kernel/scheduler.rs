@@ -58,18 +58,19 @@ impl Kernel {
         let mut blocked_nodes = Vec::new();
         for (node, wanted) in intents {
             let found_before = hits.len();
-            self.tree.for_each_overlapping(node, Want::BOTH, |id, n, _| {
-                for h in &n.held {
-                    if h.session != session && h.predicate.conflicts_with(wanted) {
-                        hits.push((h.session, id, h.predicate, true));
+            self.tree
+                .for_each_overlapping(node, Want::BOTH, |id, n, _| {
+                    for h in &n.held {
+                        if h.session != session && h.predicate.conflicts_with(wanted) {
+                            hits.push((h.session, id, h.predicate, true));
+                        }
                     }
-                }
-                for q in n.queued.iter().take_while(|q| q.ticket < before) {
-                    if q.session != session && q.predicate.conflicts_with(wanted) {
-                        hits.push((q.session, id, q.predicate, false));
+                    for q in n.queued.iter().take_while(|q| q.ticket < before) {
+                        if q.session != session && q.predicate.conflicts_with(wanted) {
+                            hits.push((q.session, id, q.predicate, false));
+                        }
                     }
-                }
-            });
+                });
             if hits.len() > found_before {
                 blocked_nodes.push(node);
             }
@@ -95,26 +96,45 @@ impl Kernel {
                 }),
             }
         }
-        Blockers { sessions, blocked_nodes }
+        Blockers {
+            sessions,
+            blocked_nodes,
+        }
     }
 
     /// `held_by` as reported to clients.
-    pub(super) fn describe_blockers<'a>(&self, found: impl Iterator<Item = &'a FoundBlocker>) -> Vec<Blocker> {
+    pub(super) fn describe_blockers<'a>(
+        &self,
+        found: impl Iterator<Item = &'a FoundBlocker>,
+    ) -> Vec<Blocker> {
         found
             .map(|b| {
                 let mut intents: Vec<Intent> = b
                     .intents
                     .iter()
-                    .map(|&(node, predicate)| Intent { predicate, resource: String::from(&*self.tree.node(node).name) })
+                    .map(|&(node, predicate)| Intent {
+                        predicate,
+                        resource: String::from(&*self.tree.node(node).name),
+                    })
                     .collect();
                 intents.sort();
-                Blocker { session_id: b.session, agent_id: self.sessions[&b.session].agent_id.clone(), intents }
+                Blocker {
+                    session_id: b.session,
+                    agent_id: self.sessions[&b.session].agent_id.clone(),
+                    intents,
+                }
             })
             .collect()
     }
 
     /// Grants a new lease on `node` to `session` at the current time.
-    pub(super) fn create_lease(&mut self, session: SessionId, node: NodeId, predicate: Predicate, ttl_ms: u64) -> LeaseId {
+    pub(super) fn create_lease(
+        &mut self,
+        session: SessionId,
+        node: NodeId,
+        predicate: Predicate,
+        ttl_ms: u64,
+    ) -> LeaseId {
         let id = LeaseId(self.next_lease);
         self.next_lease += 1;
         let fence = self.next_fence;
@@ -132,12 +152,21 @@ impl Kernel {
         };
         record.expires_at = self.capped_expiry(&record, now.saturating_add(ttl_ms));
         if let Some(suspended_at) = self.sessions[&session].suspended_at {
-            record.grace_until = self.capped_expiry(&record, suspended_at.saturating_add(self.config.grace_ms));
+            record.grace_until =
+                self.capped_expiry(&record, suspended_at.saturating_add(self.config.grace_ms));
         }
         self.session_mut(session).leases.insert(id);
-        self.deadlines.insert(record.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
+        self.deadlines
+            .insert(record.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
         self.leases.insert(id, record);
-        self.tree.add_held(node, HeldEntry { lease: id, session, predicate });
+        self.tree.add_held(
+            node,
+            HeldEntry {
+                lease: id,
+                session,
+                predicate,
+            },
+        );
         self.refresh_idle(session);
         id
     }
@@ -157,14 +186,17 @@ impl Kernel {
         lease.expires_at = expires_at;
         lease.grace_until = grace_until;
         let new = lease.effective_expiry();
-        self.deadlines.reschedule(old, new, DeadlineKind::LeaseExpiry, id.0);
+        self.deadlines
+            .reschedule(old, new, DeadlineKind::LeaseExpiry, id.0);
     }
 
     /// Renews a lease for `ttl_ms` from now, as a heartbeat does, and ends its suspension
     /// grace. Returns false, changing nothing, when the lease already reached its lifetime cap.
     pub(super) fn renew_lease(&mut self, id: LeaseId, ttl_ms: u64) -> bool {
         let lease = &self.leases[&id];
-        if self.config.max_lease_lifetime_ms != 0 && lease.expires_at == self.capped_expiry(lease, u64::MAX) {
+        if self.config.max_lease_lifetime_ms != 0
+            && lease.expires_at == self.capped_expiry(lease, u64::MAX)
+        {
             return false;
         }
         let wanted = self.capped_expiry(lease, self.clock.saturating_add(ttl_ms));
@@ -192,11 +224,15 @@ impl Kernel {
     /// DIED by the next [`after_frees`](Self::after_frees).
     pub(super) fn end_lease(&mut self, id: LeaseId, end: LeaseEnd) {
         let lease = self.leases.remove(&id).expect("active lease");
-        self.deadlines.remove(lease.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
+        self.deadlines
+            .remove(lease.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
         self.tree.remove_held(lease.node, id);
         self.freed.push(lease.node);
         self.ended_leases.insert(id, (lease.session, end));
-        let session = self.sessions.get_mut(&lease.session).expect("lease owner is live");
+        let session = self
+            .sessions
+            .get_mut(&lease.session)
+            .expect("lease owner is live");
         session.leases.remove(&id);
         session.ended_leases.push(id);
         for &t in &session.tickets {
@@ -209,7 +245,10 @@ impl Kernel {
                 self.counters.expired += 1;
                 let agent = session.agent_id.clone();
                 self.ghosts.bump(&agent, 0, 1);
-                self.events.push_back(Event::LeaseExpired { lease: id, session: lease.session });
+                self.events.push_back(Event::LeaseExpired {
+                    lease: id,
+                    session: lease.session,
+                });
             }
             LeaseEnd::Released => self.counters.released += 1,
         }
@@ -217,15 +256,37 @@ impl Kernel {
     }
 
     /// Queues a new ticket for the not-yet-held intents; returns its number.
-    pub(super) fn enqueue(&mut self, session: SessionId, intents: Vec<TicketIntent>, ttl_ms: u64, wait_timeout_ms: u64) -> TicketId {
+    pub(super) fn enqueue(
+        &mut self,
+        session: SessionId,
+        intents: Vec<TicketIntent>,
+        ttl_ms: u64,
+        wait_timeout_ms: u64,
+    ) -> TicketId {
         let ticket = TicketId(self.next_ticket);
         self.next_ticket += 1;
         for i in intents.iter().filter(|i| i.reuse.is_none()) {
-            self.tree.add_queued(i.node, QueuedEntry { ticket, session, predicate: i.predicate });
+            self.tree.add_queued(
+                i.node,
+                QueuedEntry {
+                    ticket,
+                    session,
+                    predicate: i.predicate,
+                },
+            );
         }
         let deadline = self.clock.saturating_add(wait_timeout_ms);
-        self.deadlines.insert(deadline, DeadlineKind::WaitTimeout, ticket.0);
-        self.tickets.insert(ticket, TicketRecord { session, intents, ttl_ms, deadline });
+        self.deadlines
+            .insert(deadline, DeadlineKind::WaitTimeout, ticket.0);
+        self.tickets.insert(
+            ticket,
+            TicketRecord {
+                session,
+                intents,
+                ttl_ms,
+                deadline,
+            },
+        );
         self.session_mut(session).tickets.push(ticket);
         self.refresh_idle(session);
         self.counters.waited += 1;
@@ -235,7 +296,8 @@ impl Kernel {
     /// Removes a waiting ticket from every queue; the caller reports why.
     pub(super) fn withdraw_ticket(&mut self, ticket: TicketId) -> TicketRecord {
         let record = self.tickets.remove(&ticket).expect("waiting ticket");
-        self.deadlines.remove(record.deadline, DeadlineKind::WaitTimeout, ticket.0);
+        self.deadlines
+            .remove(record.deadline, DeadlineKind::WaitTimeout, ticket.0);
         for i in record.intents.iter().filter(|i| i.reuse.is_none()) {
             self.tree.remove_queued(i.node, ticket);
             self.freed.push(i.node);
@@ -252,12 +314,21 @@ impl Kernel {
     fn die_ticket(&mut self, ticket: TicketId) {
         let record = self.withdraw_ticket(ticket);
         let retry_after_ms = self.die_backoff(record.session);
-        self.events.push_back(Event::Died { ticket, session: record.session, retry_after_ms });
+        self.events.push_back(Event::Died {
+            ticket,
+            session: record.session,
+            retry_after_ms,
+        });
     }
 
     /// Grants every intent of `intents` to `session` now: new leases for the others, renewal
     /// for reused ones. Leases come back in the given order. Resets the DIE count.
-    pub(super) fn grant(&mut self, session: SessionId, intents: &[TicketIntent], ttl_ms: u64) -> Vec<Lease> {
+    pub(super) fn grant(
+        &mut self,
+        session: SessionId,
+        intents: &[TicketIntent],
+        ttl_ms: u64,
+    ) -> Vec<Lease> {
         let ids: Vec<LeaseId> = intents
             .iter()
             .map(|i| match i.reuse {
@@ -281,7 +352,8 @@ impl Kernel {
 
     fn grant_ticket(&mut self, ticket: TicketId) {
         let record = self.tickets.remove(&ticket).expect("waiting ticket");
-        self.deadlines.remove(record.deadline, DeadlineKind::WaitTimeout, ticket.0);
+        self.deadlines
+            .remove(record.deadline, DeadlineKind::WaitTimeout, ticket.0);
         for i in record.intents.iter().filter(|i| i.reuse.is_none()) {
             self.tree.remove_queued(i.node, ticket);
         }
@@ -290,7 +362,11 @@ impl Kernel {
         s.tickets.retain(|&t| t != ticket);
         s.ended_tickets.push(ticket);
         let leases = self.grant(record.session, &record.intents, record.ttl_ms);
-        self.events.push_back(Event::Granted { ticket, session: record.session, leases });
+        self.events.push_back(Event::Granted {
+            ticket,
+            session: record.session,
+            leases,
+        });
     }
 
     /// Whether `found` breaks the policy's waiting order for a waiter of `priority`.
@@ -304,9 +380,10 @@ impl Kernel {
 
     /// Adds the waiting tickets queued on nodes overlapping `node` to `into`.
     fn collect_candidates(&self, node: NodeId, into: &mut BTreeSet<TicketId>) {
-        self.tree.for_each_overlapping(node, Want::QUEUED, |_, n, _: Relation| {
-            into.extend(n.queued.iter().map(|q| q.ticket));
-        });
+        self.tree
+            .for_each_overlapping(node, Want::QUEUED, |_, n, _: Relation| {
+                into.extend(n.queued.iter().map(|q| q.ticket));
+            });
     }
 
     /// See the module contract: DIED for orphaned tickets, then grants in ticket order.
@@ -328,10 +405,16 @@ impl Kernel {
         }
         // Nodes already looked around go to the prune list; only new frees remain in `freed`.
         while let Some(ticket) = work.pop_first() {
-            let Some(record) = self.tickets.get(&ticket) else { continue };
+            let Some(record) = self.tickets.get(&ticket) else {
+                continue;
+            };
             let session = record.session;
-            let queued: Vec<(NodeId, Predicate)> =
-                record.intents.iter().filter(|i| i.reuse.is_none()).map(|i| (i.node, i.predicate)).collect();
+            let queued: Vec<(NodeId, Predicate)> = record
+                .intents
+                .iter()
+                .filter(|i| i.reuse.is_none())
+                .map(|i| (i.node, i.predicate))
+                .collect();
             let found = self.find_blockers(session, queued.into_iter(), ticket);
             if found.is_empty() {
                 self.grant_ticket(ticket);
@@ -366,6 +449,11 @@ impl Kernel {
             }
         }
         self.counters.wounded += 1;
-        self.events.push_back(Event::Wounded { session: victim, by, lost_leases, lost_tickets });
+        self.events.push_back(Event::Wounded {
+            session: victim,
+            by,
+            lost_leases,
+            lost_tickets,
+        });
     }
 }

@@ -8,7 +8,9 @@
 use super::{Kernel, LeaseEnd, Session, Set};
 use crate::deadlines::DeadlineKind;
 use crate::error::{Error, ErrorCode};
-use crate::types::{DigestIdentity, DigestRecovery, SessionId, SessionInfo, StateDigest, DIGEST_VERSION};
+use crate::types::{
+    DigestIdentity, DigestRecovery, SessionId, SessionInfo, StateDigest, DIGEST_VERSION,
+};
 use alloc::{format, string::String, vec::Vec};
 
 /// Longest accepted agent id or namespace, in bytes.
@@ -17,10 +19,16 @@ pub const MAX_NAME_BYTES: usize = 256;
 /// Checks an agent id or namespace: 1..=256 bytes of printable UTF-8.
 fn check_name(what: &str, code: ErrorCode, value: &str) -> Result<(), Error> {
     if value.is_empty() || value.len() > MAX_NAME_BYTES {
-        return Err(Error::new(code, format!("{what} must be 1 to 256 bytes, got {} bytes", value.len())));
+        return Err(Error::new(
+            code,
+            format!("{what} must be 1 to 256 bytes, got {} bytes", value.len()),
+        ));
     }
     if value.chars().any(char::is_control) {
-        return Err(Error::new(code, format!("{what} {value:?} contains a control character")));
+        return Err(Error::new(
+            code,
+            format!("{what} {value:?} contains a control character"),
+        ));
     }
     Ok(())
 }
@@ -34,7 +42,12 @@ impl Kernel {
     ///
     /// # Errors
     /// `INVALID_AGENT_ID` / `INVALID_NAMESPACE` unless 1..=256 bytes without control characters.
-    pub fn open_session(&mut self, agent_id: &str, namespace: &str, now: u64) -> Result<SessionInfo, Error> {
+    pub fn open_session(
+        &mut self,
+        agent_id: &str,
+        namespace: &str,
+        now: u64,
+    ) -> Result<SessionInfo, Error> {
         self.operation(now, |k| {
             check_name("agent_id", ErrorCode::InvalidAgentId, agent_id)?;
             check_namespace(namespace)?;
@@ -170,7 +183,10 @@ impl Kernel {
                     priority_timestamp: s.priority,
                     epoch: s.epoch,
                 },
-                recovery: DigestRecovery { last_phase: String::from(last_phase), pending_intents },
+                recovery: DigestRecovery {
+                    last_phase: String::from(last_phase),
+                    pending_intents,
+                },
             })
         })
     }

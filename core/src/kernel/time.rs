@@ -34,13 +34,19 @@ impl Kernel {
                     self.counters.timed_out += 1;
                     let agent = self.sessions[&record.session].agent_id.clone();
                     self.ghosts.bump(&agent, 1, 1);
-                    self.events.push_back(Event::WaitTimeout { ticket, session: record.session });
+                    self.events.push_back(Event::WaitTimeout {
+                        ticket,
+                        session: record.session,
+                    });
                 }
                 DeadlineKind::IdleClose => {
                     let session = SessionId(id);
                     self.remove_session(session);
                     self.counters.idle_closed += 1;
-                    self.events.push_back(Event::SessionClosed { session, reason: CloseReason::Idle });
+                    self.events.push_back(Event::SessionClosed {
+                        session,
+                        reason: CloseReason::Idle,
+                    });
                 }
             }
             self.after_frees();

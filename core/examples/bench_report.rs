@@ -1,0 +1,544 @@
+//! Measures the kernel and writes `bench/REPORT.md` (DESIGN.md §6).
+//!
+//! ```text
+//! cargo run --release -p klock-core --example bench_report            # ~1 minute
+//! cargo run --release -p klock-core --example bench_report -- --quick # smoke run, no 1M
+//! cargo run --release -p klock-core --example bench_report -- --out /tmp/REPORT.md
+//! ```
+//!
+//! Benchmarks are programs, not tests: this never fails because of a number; it reports
+//! each target as met or missed. Machines here are shared and noisy, so costs that are
+//! compared are measured in one run, interleaved round by round (0, 1k, 100k, 1M, 0, 1k, ...),
+//! and reported as medians and as the median of per-round ratios.
+//!
+//! Memory is counted by a counting global allocator: bytes requested and not yet freed
+//! (allocator overhead and fragmentation not included).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::fixtures::{self, DEEP, DIRECTORY, EIGHT, ONE};
+use common::sim::{self, Outcome, SimConfig};
+use common::workloads::ZipfWorkload;
+use klock_core::{Kernel, Policy};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// The system allocator, counting live requested bytes.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
+// counter is only bookkeeping.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size() as isize, Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(layout);
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size() as isize, Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        LIVE.fetch_sub(layout.size() as isize, Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            LIVE.fetch_add(new_size as isize - layout.size() as isize, Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Relaxed)
+}
+
+struct Plan {
+    levels: Vec<usize>,
+    rounds: usize,
+    pairs_per_round: u64,
+    contended_attempts: u64,
+    contended_budget: Duration,
+    memory_sizes: Vec<usize>,
+    out: std::path::PathBuf,
+}
+
+fn parse_args() -> Result<Plan, String> {
+    let mut plan = Plan {
+        levels: vec![0, 1_000, 100_000, 1_000_000],
+        rounds: 15,
+        pairs_per_round: 20_000,
+        contended_attempts: 300_000,
+        contended_budget: Duration::from_secs(12),
+        memory_sizes: vec![100_000, 1_000_000],
+        out: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/REPORT.md"),
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--quick" => {
+                plan.levels = vec![0, 1_000, 100_000];
+                plan.rounds = 5;
+                plan.pairs_per_round = 5_000;
+                plan.contended_attempts = 30_000;
+                plan.contended_budget = Duration::from_secs(4);
+                plan.memory_sizes = vec![100_000];
+            }
+            "--out" => {
+                i += 1;
+                plan.out = args.get(i).ok_or("--out needs a path")?.into();
+            }
+            "--help" | "-h" => return Err(String::new()),
+            other => return Err(format!("unknown flag {other:?}")),
+        }
+        i += 1;
+    }
+    Ok(plan)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn ns_per(d: Duration, n: u64) -> f64 {
+    d.as_nanos() as f64 / n as f64
+}
+
+fn per_sec(ns: f64) -> String {
+    group(1e9 / ns)
+}
+
+/// `1234567.8` → `1,234,568`.
+fn group(x: f64) -> String {
+    let digits = format!("{:.0}", x);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn status(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "**missed**"
+    }
+}
+
+fn progress(what: &str) {
+    eprint!("\r{:60}\r{what}", "");
+    let _ = std::io::stderr().flush();
+}
+
+fn command_line(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let rustc = command_line("rustc", &["-V"]).unwrap_or_else(|| "unknown".into());
+    let date =
+        command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_else(|| "unknown".into());
+    let commit = command_line(
+        "git",
+        &[
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "rev-parse",
+            "--short",
+            "HEAD",
+        ],
+    )
+    .unwrap_or_else(|| "unknown".into());
+    let dirty = command_line(
+        "git",
+        &[
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "status",
+            "--porcelain",
+            "--",
+            "src",
+        ],
+    )
+    .is_some_and(|s| !s.is_empty());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into());
+    format!(
+        "- date: {date}\n- machine: {nproc} CPUs available, {cpu}; load average at start {load} \
+         (a load above the CPU count means other work shared the CPUs: absolute numbers are \
+         then low, ratios still hold)\n- compiler: {rustc}, release profile\n- kernel: klock-core {} at commit {commit}{}\n",
+        env!("CARGO_PKG_VERSION"),
+        if dirty { " (core/src modified)" } else { "" }
+    )
+}
+
+struct Scaling {
+    level: usize,
+    ns: f64,
+    ratio: f64,
+}
+
+/// Single-intent acquire+release at every level, interleaved round by round.
+fn scaling(plan: &Plan, kernels: &mut [(usize, Kernel)]) -> Vec<Scaling> {
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); kernels.len()];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); kernels.len()];
+    for round in 0..plan.rounds {
+        progress(&format!(
+            "single-intent pairs: round {}/{}",
+            round + 1,
+            plan.rounds
+        ));
+        let mut this_round = Vec::new();
+        for (i, (_, kernel)) in kernels.iter_mut().enumerate() {
+            let ns = ns_per(
+                fixtures::timed_pairs(kernel, &ONE, plan.pairs_per_round),
+                plan.pairs_per_round,
+            );
+            samples[i].push(ns);
+            this_round.push(ns);
+        }
+        for (i, ns) in this_round.iter().enumerate() {
+            ratios[i].push(ns / this_round[0]);
+        }
+    }
+    kernels
+        .iter()
+        .enumerate()
+        .map(|(i, (level, _))| Scaling {
+            level: *level,
+            ns: median(&mut samples[i]),
+            ratio: median(&mut ratios[i]),
+        })
+        .collect()
+}
+
+/// Median ns per operation of `intents` pairs on `kernel`.
+fn pairs(kernel: &mut Kernel, intents: &[&str], rounds: usize, per_round: u64) -> f64 {
+    let mut samples: Vec<f64> = (0..rounds)
+        .map(|_| ns_per(fixtures::timed_pairs(kernel, intents, per_round), per_round))
+        .collect();
+    median(&mut samples)
+}
+
+fn contended(plan: &Plan) -> Vec<Outcome> {
+    [Policy::WaitDie, Policy::WoundWait, Policy::Lanes]
+        .into_iter()
+        .map(|policy| {
+            let cfg = SimConfig {
+                policy,
+                agents: 1_000,
+                horizon_ms: 600_000,
+                attempts: plan.contended_attempts,
+                wall_budget: Some(plan.contended_budget),
+                seed: 1,
+                ttl_ms: 60_000,
+                wait_timeout_ms: 5_000,
+                stall_per_mille: 0,
+                check_every: plan.contended_attempts / 10,
+            };
+            let mut workload = ZipfWorkload::new(10_000, 0.8);
+            let name = policy.name();
+            sim::run(&cfg, &mut workload, |f| {
+                progress(&format!("contended {name}: {:.0}%", f * 100.0))
+            })
+        })
+        .collect()
+}
+
+fn main() -> ExitCode {
+    let plan = match parse_args() {
+        Ok(plan) => plan,
+        Err(message) => {
+            if !message.is_empty() {
+                eprintln!("bench_report: {message}");
+            }
+            eprintln!("usage: bench_report [--quick] [--out PATH]");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let mut report = String::new();
+    let _ = writeln!(report, "# klock-core benchmark report\n");
+    let _ =
+        writeln!(
+        report,
+        "Written by `cargo run --release -p klock-core --example bench_report`{}. Benchmarks are \
+         programs, not tests: numbers vary with the machine and its load; compare ratios measured \
+         in one run. Criterion versions of these measurements: `cargo bench -p klock-core`.\n",
+        if plan.levels.len() < 4 { " (`--quick`)" } else { "" }
+    );
+    report.push_str(&machine());
+
+    // Build the kernels, measuring the memory each filler lease costs.
+    let mut kernels: Vec<(usize, Kernel)> = Vec::new();
+    let mut memory: Vec<(usize, f64, Duration)> = Vec::new();
+    for &level in &plan.levels {
+        progress(&format!("filling a kernel with {level} leases"));
+        let before = live();
+        let t = Instant::now();
+        let kernel = fixtures::kernel_with_others(level);
+        let fill = t.elapsed();
+        if plan.memory_sizes.contains(&level) {
+            memory.push((level, (live() - before) as f64 / level as f64, fill));
+        }
+        kernels.push((level, kernel));
+    }
+    let scaling = scaling(&plan, &mut kernels);
+
+    progress("batches of 8");
+    let (batch_rounds, batch_per_round) = (plan.rounds.min(9), plan.pairs_per_round / 8);
+    let batch_at: Vec<(usize, f64)> = kernels
+        .iter_mut()
+        .filter(|(level, _)| *level == 0 || *level == 100_000)
+        .map(|(level, kernel)| (*level, pairs(kernel, &EIGHT, batch_rounds, batch_per_round)))
+        .collect();
+
+    progress("retained memory per released lease");
+    let retained = {
+        let kernel = &mut kernels[0].1;
+        let session = fixtures::bench_session(kernel);
+        let n = 100_000;
+        let before = live();
+        for _ in 0..n {
+            fixtures::acquire_release(kernel, session, &ONE);
+        }
+        let grown = (live() - before) as f64 / n as f64;
+        kernel
+            .close_session(session, fixtures::NOW)
+            .expect("open session");
+        let after_close = (live() - before) as f64 / n as f64;
+        (grown, after_close)
+    };
+    drop(kernels);
+
+    progress("hierarchical");
+    let mut tree = fixtures::hierarchical_kernel(1_000);
+    let deep = pairs(&mut tree, &DEEP, 9, plan.pairs_per_round);
+    let directory = pairs(&mut tree, &DIRECTORY, 9, plan.pairs_per_round / 20);
+    drop(tree);
+
+    let outcomes = contended(&plan);
+    progress("");
+
+    // ---- the report ----
+    let at = |level: usize| scaling.iter().find(|s| s.level == level);
+    let _ = writeln!(report, "\n## Targets\n");
+    let _ = writeln!(report, "| target | measured | status |\n|---|---|---|");
+    if let Some(s) = at(100_000) {
+        let rate = 1e9 / s.ns;
+        let _ = writeln!(
+            report,
+            "| ≥ 1,000,000 acquire+release pairs/s with 100k other active leases | {} pairs/s | {} |",
+            group(rate),
+            status(rate >= 1e6)
+        );
+    }
+    if let Some(s) = at(1_000_000) {
+        let _ = writeln!(
+            report,
+            "| per-pair cost with 1M other leases ≤ 3× the cost with 0 | {:.2}× | {} |",
+            s.ratio,
+            status(s.ratio <= 3.0)
+        );
+    }
+    for (level, bytes, _) in &memory {
+        let _ = writeln!(
+            report,
+            "| ≤ 300 bytes per active lease ({} leases) | {bytes:.0} B | {} |",
+            group(*level as f64),
+            status(*bytes <= 300.0)
+        );
+    }
+    let deadlocks: u64 = outcomes.iter().map(Outcome::total_deadlocks).sum();
+    let healthy = outcomes.iter().all(Outcome::healthy);
+    let _ = writeln!(
+        report,
+        "| deadlocks = 0 under contention, every policy | {deadlocks} (safety/order/errors {}) | {} |",
+        if healthy { "clean" } else { "NOT clean" },
+        status(deadlocks == 0 && healthy)
+    );
+
+    let _ = writeln!(
+        report,
+        "\n## Acquire + release of one intent vs. unrelated active leases\n\n\
+         `MUTATES FILE:/bench/x`, granted and released (`release` of its lease) by one session \
+         while other sessions hold N leases on `FILE:/fill/d<i/1000>/f<i%1000>` (1,000 per \
+         session). {} rounds of {} pairs, interleaved across N; a fresh session per round.\n",
+        plan.rounds,
+        group(plan.pairs_per_round as f64)
+    );
+    let _ = writeln!(report, "| other active leases | ns / pair (median) | pairs / s | cost ÷ cost at 0 (median of per-round ratios) |");
+    let _ = writeln!(report, "|---:|---:|---:|---:|");
+    for s in &scaling {
+        let _ = writeln!(
+            report,
+            "| {} | {:.0} | {} | {:.2}× |",
+            group(s.level as f64),
+            s.ns,
+            per_sec(s.ns),
+            s.ratio
+        );
+    }
+
+    let _ = writeln!(report, "\n## Other shapes\n");
+    let _ = writeln!(
+        report,
+        "| operation | ns / op (median) | ops / s |\n|---|---:|---:|"
+    );
+    for (level, ns) in &batch_at {
+        let _ = writeln!(
+            report,
+            "| batch of 8 intents (acquire 8 + `release_all`), {} other leases | {ns:.0} | {} |",
+            group(*level as f64),
+            per_sec(*ns)
+        );
+    }
+    let _ = writeln!(
+        report,
+        "| `MUTATES FILE:/a/b/c/d/e/f` (depth 6), 1,000 sibling leases at each of 5 levels | {deep:.0} | {} |",
+        per_sec(deep)
+    );
+    let _ = writeln!(
+        report,
+        "| `CONSUMES FILE:/a/b/c/d/e` over 1,000 compatible holders below it (subtree walk) | {directory:.0} | {} |",
+        per_sec(directory)
+    );
+
+    let _ = writeln!(
+        report,
+        "\n## Memory\n\nLive bytes requested from the allocator (counting global allocator), after \
+         minus before, divided by the count.\n"
+    );
+    let _ = writeln!(report, "| what | bytes each | fill time |\n|---|---:|---:|");
+    for (level, bytes, fill) in &memory {
+        let _ = writeln!(
+            report,
+            "| active lease, {} leases on distinct resources (node, lease record, indexes, session set) | {bytes:.0} | {:.2} s ({} leases/s) |",
+            group(*level as f64),
+            fill.as_secs_f64(),
+            group(*level as f64 / fill.as_secs_f64())
+        );
+    }
+    let _ = writeln!(
+        report,
+        "| released lease, remembered by its still-open session (100,000 acquire+release pairs) | {:.0} | |",
+        retained.0
+    );
+    let _ = writeln!(
+        report,
+        "| the same after the session closes | {:.0} | |",
+        retained.1
+    );
+
+    let _ = writeln!(
+        report,
+        "\n## Contended workload per policy\n\n\
+         1,000 sessions, 10,000 resources `FILE:/r/<rank>` with Zipf(0.8) popularity, batches \
+         of 1–8 intents (75% MUTATES, 25% CONSUMES), hold 20–200 virtual ms, think 0–100 ms, \
+         wait timeout 5 s, DIE → sleep `retry_after_ms` and retry, WOUNDED → retry after 1 ms. \
+         Virtual time (the event loop calls `advance` at `next_deadline`); up to {} acquire \
+         attempts, 600 virtual s or {} s of wall time (runs cut by wall time are marked ✂), then \
+         drained. Wall time excludes the {} snapshot checks \
+         (wait-for cycles, waiters with no blocker, conflicting holders, policy order).\n",
+        group(plan.contended_attempts as f64),
+        plan.contended_budget.as_secs(),
+        outcomes.first().map_or(0, |o| o.checks)
+    );
+    let _ = writeln!(
+        report,
+        "| policy | commits / wall s | kernel calls / wall s | commits / virtual s | attempts | commits | granted at once | WAIT | DIE | DIED | timeouts | WOUNDED (holds lost) | max wait (virtual ms) | deadlocks |"
+    );
+    let _ = writeln!(
+        report,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for o in &outcomes {
+        let _ = writeln!(
+            report,
+            "| {}{} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} |",
+            o.policy.map_or("?", Policy::name),
+            if o.cut_by_wall_budget { " ✂" } else { "" },
+            group(o.commits_per_wall_sec()),
+            group(o.kernel_calls as f64 / o.wall.as_secs_f64().max(1e-9)),
+            o.commits_per_virtual_sec(),
+            o.attempts,
+            o.commits,
+            o.granted_at_once,
+            o.waits,
+            o.dies,
+            o.died_events,
+            o.timeouts,
+            o.wounds,
+            o.aborted_holds,
+            o.max_wait_ms,
+            o.total_deadlocks()
+        );
+    }
+    for o in outcomes.iter().filter(|o| !o.healthy()) {
+        let _ = writeln!(
+            report,
+            "\n**{} run not clean:**\n\n```\n{o:#?}\n```",
+            o.policy.map_or("?", Policy::name)
+        );
+    }
+    let _ = writeln!(
+        report,
+        "\nTotal run time: {:.0} s.",
+        started.elapsed().as_secs_f64()
+    );
+
+    if let Some(dir) = plan.out.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match std::fs::write(&plan.out, &report) {
+        Ok(()) => {
+            println!("{report}");
+            eprintln!("wrote {}", plan.out.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("{report}");
+            eprintln!("bench_report: cannot write {}: {e}", plan.out.display());
+            ExitCode::FAILURE
+        }
+    }
+}
