@@ -14,6 +14,7 @@ use crate::resource::parent_of;
 use crate::types::{LeaseId, SessionId, TicketId};
 use alloc::{boxed::Box, vec::Vec};
 use core::hash::BuildHasher;
+use core::ops::ControlFlow;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 use smallvec::SmallVec;
@@ -47,19 +48,51 @@ pub(crate) struct Node {
     pub parent: Option<NodeId>,
     /// Position in the parent's `children`, for O(1) unlinking.
     slot_in_parent: u32,
-    pub children: Vec<NodeId>,
     /// Usually one holder: kept inline so a leased leaf costs no extra allocation.
     pub held: SmallVec<[HeldEntry; 1]>,
-    pub queued: Vec<QueuedEntry>,
+    /// Children and queue, boxed because most nodes are leaves nobody waits for: a leased
+    /// leaf then pays one pointer instead of two empty vectors.
+    branches: Option<Box<Branches>>,
     /// Held entries strictly below this node.
     pub held_below: u32,
     /// Queued entries strictly below this node.
     pub queued_below: u32,
 }
 
+#[derive(Clone, Debug, Default)]
+struct Branches {
+    children: Vec<NodeId>,
+    queued: Vec<QueuedEntry>,
+}
+
 impl Node {
     fn is_empty(&self) -> bool {
-        self.held.is_empty() && self.queued.is_empty() && self.children.is_empty()
+        self.held.is_empty() && self.branches.is_none()
+    }
+
+    /// Live child nodes, in no particular order.
+    pub fn children(&self) -> &[NodeId] {
+        self.branches.as_ref().map_or(&[], |b| &b.children)
+    }
+
+    /// Queued intents, by ticket number.
+    pub fn queued(&self) -> &[QueuedEntry] {
+        self.branches.as_ref().map_or(&[], |b| &b.queued)
+    }
+
+    fn branches_mut(&mut self) -> &mut Branches {
+        self.branches.get_or_insert_with(Box::default)
+    }
+
+    /// Frees the branches once both are empty.
+    fn shrink_branches(&mut self) {
+        if self
+            .branches
+            .as_ref()
+            .is_some_and(|b| b.children.is_empty() && b.queued.is_empty())
+        {
+            self.branches = None;
+        }
     }
 }
 
@@ -86,7 +119,7 @@ impl Want {
 
     fn enters(self, node: &Node) -> bool {
         (self.held && (!node.held.is_empty() || node.held_below > 0))
-            || (self.queued && (!node.queued.is_empty() || node.queued_below > 0))
+            || (self.queued && (!node.queued().is_empty() || node.queued_below > 0))
     }
 }
 
@@ -148,9 +181,8 @@ impl Tree {
             name: name.into(),
             parent,
             slot_in_parent: 0,
-            children: Vec::new(),
             held: SmallVec::new(),
-            queued: Vec::new(),
+            branches: None,
             held_below: 0,
             queued_below: 0,
         };
@@ -165,9 +197,9 @@ impl Tree {
             }
         };
         if let Some(p) = parent {
-            let parent_node = self.node_mut(p);
-            let slot = parent_node.children.len() as u32;
-            parent_node.children.push(id);
+            let siblings = &mut self.node_mut(p).branches_mut().children;
+            let slot = siblings.len() as u32;
+            siblings.push(id);
             self.node_mut(id).slot_in_parent = slot;
         }
         let hash = key_hash(&self.hasher, namespace, name);
@@ -197,10 +229,13 @@ impl Tree {
             }
             self.free.push(id);
             let Some(parent) = node.parent else { return };
-            let siblings = &mut self.node_mut(parent).children;
+            let parent_node = self.node_mut(parent);
+            let siblings = &mut parent_node.branches_mut().children;
             let slot = node.slot_in_parent as usize;
             siblings.swap_remove(slot);
-            if let Some(&moved) = siblings.get(slot) {
+            let moved = siblings.get(slot).copied();
+            parent_node.shrink_branches();
+            if let Some(moved) = moved {
                 self.node_mut(moved).slot_in_parent = slot as u32;
             }
             id = parent;
@@ -235,7 +270,7 @@ impl Tree {
     /// Appends to the node's queue; `entry.ticket` must be at least as new as every queued
     /// ticket (one ticket may queue two predicates on one node).
     pub fn add_queued(&mut self, id: NodeId, entry: QueuedEntry) {
-        let queue = &mut self.node_mut(id).queued;
+        let queue = &mut self.node_mut(id).branches_mut().queued;
         debug_assert!(queue.last().is_none_or(|last| last.ticket <= entry.ticket));
         queue.push(entry);
         self.adjust_below(id, 0, 1);
@@ -243,11 +278,13 @@ impl Tree {
 
     /// Removes one queued entry of `ticket` (call once per queued intent of the ticket).
     pub fn remove_queued(&mut self, id: NodeId, ticket: TicketId) {
-        let queue = &mut self.node_mut(id).queued;
+        let node = self.node_mut(id);
+        let queue = &mut node.branches_mut().queued;
         let at = queue
             .binary_search_by_key(&ticket, |e| e.ticket)
             .expect("ticket is queued on its node");
         queue.remove(at);
+        node.shrink_branches();
         self.adjust_below(id, 0, -1);
     }
 
@@ -259,31 +296,47 @@ impl Tree {
         want: Want,
         mut visit: impl FnMut(NodeId, &Node, Relation),
     ) {
+        let _ = self.try_for_each_overlapping(id, want, |id, node, relation| {
+            visit(id, node, relation);
+            ControlFlow::<()>::Continue(())
+        });
+    }
+
+    /// Like [`for_each_overlapping`](Self::for_each_overlapping), stopping at the first
+    /// `Break`, which it returns.
+    pub fn try_for_each_overlapping<B>(
+        &self,
+        id: NodeId,
+        want: Want,
+        mut visit: impl FnMut(NodeId, &Node, Relation) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
         let start = self.node(id);
-        visit(id, start, Relation::Same);
+        visit(id, start, Relation::Same)?;
         let mut cursor = start.parent;
         while let Some(p) = cursor {
             let node = self.node(p);
-            visit(p, node, Relation::Ancestor);
+            visit(p, node, Relation::Ancestor)?;
             cursor = node.parent;
+        }
+        if !((want.held && start.held_below > 0) || (want.queued && start.queued_below > 0)) {
+            return ControlFlow::Continue(());
         }
         let mut stack: Vec<NodeId> = Vec::new();
         let push_children = |stack: &mut Vec<NodeId>, node: &Node| {
             stack.extend(
-                node.children
+                node.children()
                     .iter()
                     .copied()
                     .filter(|&c| want.enters(self.node(c))),
             );
         };
-        if (want.held && start.held_below > 0) || (want.queued && start.queued_below > 0) {
-            push_children(&mut stack, start);
-        }
+        push_children(&mut stack, start);
         while let Some(c) = stack.pop() {
             let node = self.node(c);
-            visit(c, node, Relation::Descendant);
+            visit(c, node, Relation::Descendant)?;
             push_children(&mut stack, node);
         }
+        ControlFlow::Continue(())
     }
 }
 
@@ -345,7 +398,7 @@ mod tests {
         t.remove_held(ids[2], LeaseId(2));
         t.prune(ids[2]);
         let a = t.find(0, "FILE:/a").unwrap();
-        let b = t.node(a).children[0];
+        let b = t.node(a).children()[0];
         assert_eq!(t.node(b).slot_in_parent, 0);
         assert_eq!(&*t.node(b).name, "FILE:/a/b");
     }

@@ -97,12 +97,14 @@ impl Kernel {
                     true
                 }
                 Standing::OwnedEnded(_) => false,
-                Standing::OtherSession => return Err(Error::new(
-                    ErrorCode::NotOwner,
-                    format!(
+                Standing::OtherSession => {
+                    return Err(Error::new(
+                        ErrorCode::NotOwner,
+                        format!(
                         "lease {lease} belongs to another session; only its owner may release it"
                     ),
-                )),
+                    ))
+                }
                 Standing::Unknown => return Err(unknown_lease(lease)),
             };
             k.touch(session);

@@ -127,7 +127,7 @@ impl Kernel {
             state.waiting = k
                 .tree
                 .node(node)
-                .queued
+                .queued()
                 .iter()
                 .enumerate()
                 .map(|(position, q)| Waiter {

@@ -21,6 +21,7 @@ use crate::predicate::Predicate;
 use crate::tree::{HeldEntry, NodeId, QueuedEntry, Relation, Want};
 use crate::types::{Blocker, Event, Intent, Lease, LeaseId, SessionId, TicketId};
 use alloc::{collections::BTreeSet, string::String, vec::Vec};
+use core::ops::ControlFlow;
 
 /// One blocking session, as found.
 pub(super) struct FoundBlocker {
@@ -65,7 +66,7 @@ impl Kernel {
                             hits.push((h.session, id, h.predicate, true));
                         }
                     }
-                    for q in n.queued.iter().take_while(|q| q.ticket < before) {
+                    for q in n.queued().iter().take_while(|q| q.ticket < before) {
                         if q.session != session && q.predicate.conflicts_with(wanted) {
                             hits.push((q.session, id, q.predicate, false));
                         }
@@ -100,6 +101,40 @@ impl Kernel {
             sessions,
             blocked_nodes,
         }
+    }
+
+    /// The first session found blocking a waiting ticket, or `None` when it can be granted.
+    /// Stops at the first conflict and allocates nothing: the grant pass asks this of every
+    /// ticket around a freed node, so long queues must not cost a full blocker search each.
+    fn first_blocker(&self, ticket: TicketId, record: &TicketRecord) -> Option<SessionId> {
+        let session = record.session;
+        record
+            .intents
+            .iter()
+            .filter(|i| i.reuse.is_none())
+            .find_map(|i| {
+                let found = self
+                    .tree
+                    .try_for_each_overlapping(i.node, Want::BOTH, |_, n, _| {
+                        let held = n.held.iter().map(|h| (h.session, h.predicate));
+                        let queued = n
+                            .queued()
+                            .iter()
+                            .take_while(|q| q.ticket < ticket)
+                            .map(|q| (q.session, q.predicate));
+                        match held
+                            .chain(queued)
+                            .find(|&(s, p)| s != session && p.conflicts_with(i.predicate))
+                        {
+                            Some((s, _)) => ControlFlow::Break(s),
+                            None => ControlFlow::Continue(()),
+                        }
+                    });
+                match found {
+                    ControlFlow::Break(s) => Some(s),
+                    ControlFlow::Continue(()) => None,
+                }
+            })
     }
 
     /// `held_by` as reported to clients.
@@ -369,11 +404,12 @@ impl Kernel {
         });
     }
 
-    /// Whether `found` breaks the policy's waiting order for a waiter of `priority`.
-    fn breaks_wait_order(&self, priority: u64, found: &Blockers) -> bool {
+    /// Whether waiting for a blocker of `blocker` priority breaks the policy's waiting order
+    /// for a waiter of `waiter` priority.
+    fn breaks_wait_order(&self, waiter: u64, blocker: u64) -> bool {
         match self.config.policy {
-            Policy::WaitDie => found.sessions.iter().any(|b| b.priority < priority),
-            Policy::WoundWait => found.sessions.iter().any(|b| b.priority > priority),
+            Policy::WaitDie => blocker < waiter,
+            Policy::WoundWait => blocker > waiter,
             Policy::Lanes => false,
         }
     }
@@ -382,7 +418,7 @@ impl Kernel {
     fn collect_candidates(&self, node: NodeId, into: &mut BTreeSet<TicketId>) {
         self.tree
             .for_each_overlapping(node, Want::QUEUED, |_, n, _: Relation| {
-                into.extend(n.queued.iter().map(|q| q.ticket));
+                into.extend(n.queued().iter().map(|q| q.ticket));
             });
     }
 
@@ -408,25 +444,24 @@ impl Kernel {
             let Some(record) = self.tickets.get(&ticket) else {
                 continue;
             };
-            let session = record.session;
-            let queued: Vec<(NodeId, Predicate)> = record
-                .intents
-                .iter()
-                .filter(|i| i.reuse.is_none())
-                .map(|i| (i.node, i.predicate))
-                .collect();
-            let found = self.find_blockers(session, queued.into_iter(), ticket);
-            if found.is_empty() {
+            let Some(blocker) = self.first_blocker(ticket, record) else {
                 self.grant_ticket(ticket);
-            } else if self.breaks_wait_order(self.sessions[&session].priority, &found) {
-                self.counters.defensive_repairs += 1;
-                self.die_ticket(ticket);
-                while seen < self.freed.len() {
-                    let mut more = BTreeSet::new();
-                    self.collect_candidates(self.freed[seen], &mut more);
-                    work.extend(more.into_iter().filter(|&t| t > ticket));
-                    seen += 1;
-                }
+                continue;
+            };
+            // The defensive repair of SPEC §6: checked against the first blocker found, and
+            // in full only when that one already breaks the policy's waiting order.
+            let session = record.session;
+            let priority = self.sessions[&session].priority;
+            if !self.breaks_wait_order(priority, self.sessions[&blocker].priority) {
+                continue;
+            }
+            self.counters.defensive_repairs += 1;
+            self.die_ticket(ticket);
+            while seen < self.freed.len() {
+                let mut more = BTreeSet::new();
+                self.collect_candidates(self.freed[seen], &mut more);
+                work.extend(more.into_iter().filter(|&t| t > ticket));
+                seen += 1;
             }
         }
         let looked_at = core::mem::take(&mut self.freed);
