@@ -474,7 +474,7 @@ fn main() -> ExitCode {
         "\n## Contended workload per policy\n\n\
          1,000 sessions, 10,000 resources `FILE:/r/<rank>` with Zipf(0.8) popularity, batches \
          of 1–8 intents (75% MUTATES, 25% CONSUMES), hold 20–200 virtual ms, think 0–100 ms, \
-         wait timeout 5 s, DIE → sleep `retry_after_ms` and retry, WOUNDED → retry after 1 ms. \
+         wait timeout 5 s, DIE → sleep `retry_after_ms` and retry, WOUNDED → back off like a DIE, each task in a fresh session. \
          Virtual time (the event loop calls `advance` at `next_deadline`); up to {} acquire \
          attempts, 600 virtual s or {} s of wall time (runs cut by wall time are marked ✂), then \
          drained. Wall time excludes the {} snapshot checks \

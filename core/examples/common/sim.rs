@@ -7,9 +7,9 @@
 //!   drains `poll_event` after every kernel call. Same config + same workload seed = same run.
 //! - Agents start attempts until `horizon_ms` of virtual time (or `attempts` calls).
 //! - An agent repeats: think, acquire its task's manifest, hold it for the task's time, release
-//!   everything (a *commit*). On DIE or DIED it sleeps `retry_after_ms` and retries the same
+//!   everything (a *commit*) and start the next task in a fresh session. On DIE or DIED it sleeps `retry_after_ms` and retries the same
 //!   task with the same session (Wait-Die progress); on WAIT it waits for GRANTED /
-//!   WAIT_TIMEOUT / DIED / WOUNDED; a WOUNDED holder loses its work and retries after 1 ms. A
+//!   WAIT_TIMEOUT / DIED / WOUNDED; a WOUNDED agent loses its work and backs off exponentially. A
 //!   few grants (`stall_per_mille`) stall the agent past its TTL so leases expire (a ghost).
 //! - Deadlock detection: every `check_every` attempts and at the end, the snapshot is checked
 //!   by [`invariants::check`] (wait-for cycles, waiters nothing blocks, conflicting holders,
@@ -171,6 +171,8 @@ struct Agent {
     task: Option<Task>,
     /// Only the wake-up with the current generation counts (older ones were superseded).
     generation: u64,
+    /// WOUNDED events since the agent's last grant: the exponent of its own backoff.
+    wounds_in_a_row: u32,
 }
 
 struct Sim<'w> {
@@ -230,6 +232,7 @@ pub fn run(cfg: &SimConfig, workload: &mut dyn Workload, mut progress: impl FnMu
             state: State::Ready,
             task: None,
             generation: 0,
+            wounds_in_a_row: 0,
         });
         let think = sim.workload.think_ms(&mut sim.rng);
         sim.wake(i, think);
@@ -337,6 +340,16 @@ impl Sim<'_> {
                         self.out.commits += 1;
                         self.out.agent_commits[agent] += 1;
                         self.out.virtual_ms = self.now;
+                        // One session per unit of work: the next task starts young, and a
+                        // task that keeps retrying ages until it is the oldest (Wait-Die's
+                        // freedom from starvation needs sessions that end).
+                        self.drain();
+                        self.out.kernel_calls += 1;
+                        if let Err(e) = self.kernel.close_session(session, self.now) {
+                            self.error(e.to_string());
+                        }
+                        self.by_session.remove(&session);
+                        self.agents[agent].session = self.open(agent);
                     }
                     Err(e) => self.error(e.to_string()),
                 }
@@ -398,6 +411,7 @@ impl Sim<'_> {
         let stalled =
             self.cfg.stall_per_mille > 0 && self.rng.below(1000) < self.cfg.stall_per_mille;
         self.agents[agent].state = State::Holding { stalled };
+        self.agents[agent].wounds_in_a_row = 0;
         let hold = if stalled {
             self.out.stalls += 1;
             self.cfg.ttl_ms + 1
@@ -408,6 +422,18 @@ impl Sim<'_> {
     }
 
     /// Sleeps, then retries the same task (same session, same priority).
+    /// A wounded agent backs off exponentially, as it would after a DIE (the kernel's
+    /// backoff settings and formula; WOUNDED carries no hint of its own). Retrying at once
+    /// only gets it wounded again by the next older requester.
+    fn wound_backoff(&mut self, agent: usize) -> u64 {
+        let config = self.kernel.config();
+        let (base, cap) = (config.backoff_base_ms, config.backoff_cap_ms);
+        let streak = self.agents[agent].wounds_in_a_row;
+        self.agents[agent].wounds_in_a_row = streak.saturating_add(1);
+        let draw = self.rng.below(u64::MAX);
+        klock_core::retry_after_ms(base, cap, streak, draw)
+    }
+
     fn retry_after(&mut self, agent: usize, ms: u64) {
         self.agents[agent].state = State::Ready;
         self.wake(agent, ms);
@@ -484,11 +510,13 @@ impl Sim<'_> {
                     match self.agents[agent].state {
                         State::Holding { .. } if !lost_leases.is_empty() => {
                             self.out.aborted_holds += 1;
-                            self.retry_after(agent, 1);
+                            let pause = self.wound_backoff(agent);
+                            self.retry_after(agent, pause);
                         }
                         State::Waiting { ticket, since } if lost_tickets.contains(&ticket) => {
                             self.end_wait(since);
-                            self.retry_after(agent, 1);
+                            let pause = self.wound_backoff(agent);
+                            self.retry_after(agent, pause);
                         }
                         _ => {}
                     }
