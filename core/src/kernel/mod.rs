@@ -52,9 +52,10 @@ struct Session {
     /// The idle-close deadline currently indexed, if the session is idle.
     idle_deadline: Option<u64>,
     suspended_at: Option<u64>,
-    /// Ended leases and tickets of this session, remembered until it closes.
-    ended_leases: Vec<LeaseId>,
-    ended_tickets: Vec<TicketId>,
+    /// The most recent ended leases and tickets of this session (at most
+    /// [`ENDED_MEMORY_PER_SESSION`] each), oldest first.
+    ended_leases: VecDeque<LeaseId>,
+    ended_tickets: VecDeque<TicketId>,
 }
 
 impl Session {
@@ -196,6 +197,12 @@ pub struct Kernel {
     ghosts: TopTable<String, 2>,
 }
 
+/// How many ended leases, and separately ended tickets, a session remembers. Within that
+/// window release stays idempotent and reconcile, heartbeat and cancel_wait answer exactly
+/// (RELEASED / EXPIRED / NOT_OWNER); beyond it, and once the session closes, an ended id is
+/// forgotten (`UNKNOWN`). This bounds the memory of a long-lived session.
+pub const ENDED_MEMORY_PER_SESSION: usize = 4096;
+
 fn unknown_session(id: SessionId) -> Error {
     Error::new(
         ErrorCode::UnknownSession,
@@ -319,6 +326,29 @@ impl Kernel {
         let session = self.session_mut(id);
         session.last_active = session.last_active.max(now);
         self.refresh_idle(id);
+    }
+
+    /// Remembers an ended lease of `session`, forgetting its oldest beyond the window.
+    fn remember_ended_lease(&mut self, session: SessionId, id: LeaseId, end: LeaseEnd) {
+        self.ended_leases.insert(id, (session, end));
+        let ended = &mut self.session_mut(session).ended_leases;
+        ended.push_back(id);
+        if ended.len() > ENDED_MEMORY_PER_SESSION {
+            let oldest = ended.pop_front().expect("over the window, so not empty");
+            self.ended_leases.remove(&oldest);
+        }
+    }
+
+    /// Remembers a ticket of `session` that stopped waiting, forgetting its oldest beyond
+    /// the window.
+    fn remember_ended_ticket(&mut self, session: SessionId, ticket: TicketId) {
+        self.ended_tickets.insert(ticket, session);
+        let ended = &mut self.session_mut(session).ended_tickets;
+        ended.push_back(ticket);
+        if ended.len() > ENDED_MEMORY_PER_SESSION {
+            let oldest = ended.pop_front().expect("over the window, so not empty");
+            self.ended_tickets.remove(&oldest);
+        }
     }
 
     /// Draws the backoff for one more DIE of `session` and counts it.

@@ -263,13 +263,12 @@ impl Kernel {
             .remove(lease.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
         self.tree.remove_held(lease.node, id);
         self.freed.push(lease.node);
-        self.ended_leases.insert(id, (lease.session, end));
+        self.remember_ended_lease(lease.session, id, end);
         let session = self
             .sessions
             .get_mut(&lease.session)
             .expect("lease owner is live");
         session.leases.remove(&id);
-        session.ended_leases.push(id);
         for &t in &session.tickets {
             if self.tickets[&t].intents.iter().any(|i| i.reuse == Some(id)) {
                 self.orphaned.push(t);
@@ -328,19 +327,32 @@ impl Kernel {
         ticket
     }
 
-    /// Removes a waiting ticket from every queue; the caller reports why.
-    pub(super) fn withdraw_ticket(&mut self, ticket: TicketId) -> TicketRecord {
+    /// Takes a ticket out of the queues, the deadline index and its session; it is no longer
+    /// waiting (granted or withdrawn).
+    fn detach_ticket(&mut self, ticket: TicketId) -> TicketRecord {
         let record = self.tickets.remove(&ticket).expect("waiting ticket");
         self.deadlines
             .remove(record.deadline, DeadlineKind::WaitTimeout, ticket.0);
         for i in record.intents.iter().filter(|i| i.reuse.is_none()) {
             self.tree.remove_queued(i.node, ticket);
-            self.freed.push(i.node);
         }
-        self.ended_tickets.insert(ticket, record.session);
-        let session = self.session_mut(record.session);
-        session.tickets.retain(|&t| t != ticket);
-        session.ended_tickets.push(ticket);
+        self.session_mut(record.session)
+            .tickets
+            .retain(|&t| t != ticket);
+        self.remember_ended_ticket(record.session, ticket);
+        record
+    }
+
+    /// Removes a waiting ticket from every queue; the caller reports why.
+    pub(super) fn withdraw_ticket(&mut self, ticket: TicketId) -> TicketRecord {
+        let record = self.detach_ticket(ticket);
+        self.freed.extend(
+            record
+                .intents
+                .iter()
+                .filter(|i| i.reuse.is_none())
+                .map(|i| i.node),
+        );
         self.note_activity_end(record.session);
         record
     }
@@ -386,16 +398,7 @@ impl Kernel {
     }
 
     fn grant_ticket(&mut self, ticket: TicketId) {
-        let record = self.tickets.remove(&ticket).expect("waiting ticket");
-        self.deadlines
-            .remove(record.deadline, DeadlineKind::WaitTimeout, ticket.0);
-        for i in record.intents.iter().filter(|i| i.reuse.is_none()) {
-            self.tree.remove_queued(i.node, ticket);
-        }
-        self.ended_tickets.insert(ticket, record.session);
-        let s = self.session_mut(record.session);
-        s.tickets.retain(|&t| t != ticket);
-        s.ended_tickets.push(ticket);
+        let record = self.detach_ticket(ticket);
         let leases = self.grant(record.session, &record.intents, record.ttl_ms);
         self.events.push_back(Event::Granted {
             ticket,

@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorCode};
 use crate::types::{
     DigestIdentity, DigestRecovery, SessionId, SessionInfo, StateDigest, DIGEST_VERSION,
 };
-use alloc::{format, string::String, vec::Vec};
+use alloc::{collections::VecDeque, format, string::String, vec::Vec};
 
 /// Longest accepted agent id or namespace, in bytes.
 pub const MAX_NAME_BYTES: usize = 256;
@@ -69,8 +69,8 @@ impl Kernel {
                     last_active: k.clock,
                     idle_deadline: None,
                     suspended_at: None,
-                    ended_leases: Vec::new(),
-                    ended_tickets: Vec::new(),
+                    ended_leases: VecDeque::new(),
+                    ended_tickets: VecDeque::new(),
                 },
             );
             k.refresh_idle(id);

@@ -151,6 +151,8 @@ struct MLease {
     ttl: u64,
     grace: Option<u64>,
     state: LState,
+    /// When it ended, in the model's order of ends (0 while active).
+    ended: u64,
 }
 
 impl MLease {
@@ -174,6 +176,8 @@ struct MTicket {
     ttl: u64,
     deadline: u64,
     waiting: bool,
+    /// When it stopped waiting, in the model's order of ends (0 while waiting).
+    ended: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -201,9 +205,11 @@ pub struct Model {
     clock: u64,
     jitter: Jitter,
     sessions: Vec<MSession>,
-    /// Every lease still remembered (active or ended); forgotten when its session closes.
+    /// Every lease still remembered (active or ended); forgotten when its session closes or
+    /// falls out of the window of ended leases.
     leases: Vec<MLease>,
-    /// Every ticket still remembered (waiting or ended); forgotten when its session closes.
+    /// Every ticket still remembered (waiting or ended); forgotten when its session closes or
+    /// falls out of the window of ended tickets.
     tickets: Vec<MTicket>,
     events: VecDeque<Event>,
     next_session: u64,
@@ -211,6 +217,8 @@ pub struct Model {
     next_ticket: u64,
     /// Tickets whose reused lease ended in the current step; they die in ticket order.
     orphans: Vec<u64>,
+    /// Counts ends of leases and tickets, to know which are a session's oldest ended ones.
+    end_seq: u64,
     counters: Counters,
     contention: Vec<((String, String), u64)>,
     ghosts: Vec<(String, [u64; 2])>,
@@ -230,6 +238,7 @@ impl Model {
             next_lease: 1,
             next_ticket: 1,
             orphans: Vec::new(),
+            end_seq: 0,
             counters: Counters::default(),
             contention: Vec::new(),
             ghosts: Vec::new(),
@@ -484,6 +493,7 @@ impl Model {
             ttl,
             grace,
             state: LState::Active,
+            ended: 0,
         });
         id
     }
@@ -528,6 +538,9 @@ impl Model {
     fn end_lease(&mut self, id: u64, how: LState) {
         let session = self.lease(id).session;
         self.lease_mut(id).state = how;
+        self.end_seq += 1;
+        self.lease_mut(id).ended = self.end_seq;
+        self.forget_beyond_window(session);
         for t in self.waiting_tickets_of(session) {
             if self.ticket(t).intents.iter().any(|i| i.reuse == Some(id)) {
                 self.orphans.push(t);
@@ -547,9 +560,51 @@ impl Model {
         self.activity_end(session);
     }
 
-    fn withdraw(&mut self, t: u64) {
+    fn stop_waiting(&mut self, t: u64) {
         let session = self.ticket(t).session;
         self.ticket_mut(t).waiting = false;
+        self.end_seq += 1;
+        self.ticket_mut(t).ended = self.end_seq;
+        self.forget_beyond_window(session);
+    }
+
+    /// A session remembers only its most recent ENDED_MEMORY_PER_SESSION ended leases and,
+    /// separately, ended tickets.
+    fn forget_beyond_window(&mut self, session: u64) {
+        let window = klock_core::ENDED_MEMORY_PER_SESSION;
+        let ended_leases = self
+            .leases
+            .iter()
+            .filter(|l| l.session == session && l.ended > 0);
+        if ended_leases.count() > window {
+            let oldest = self
+                .leases
+                .iter()
+                .filter(|l| l.session == session && l.ended > 0)
+                .map(|l| l.ended)
+                .min();
+            self.leases
+                .retain(|l| !(l.session == session && Some(l.ended) == oldest));
+        }
+        let ended_tickets = self
+            .tickets
+            .iter()
+            .filter(|t| t.session == session && t.ended > 0);
+        if ended_tickets.count() > window {
+            let oldest = self
+                .tickets
+                .iter()
+                .filter(|t| t.session == session && t.ended > 0)
+                .map(|t| t.ended)
+                .min();
+            self.tickets
+                .retain(|t| !(t.session == session && Some(t.ended) == oldest));
+        }
+    }
+
+    fn withdraw(&mut self, t: u64) {
+        let session = self.ticket(t).session;
+        self.stop_waiting(t);
         self.activity_end(session);
     }
 
@@ -587,7 +642,7 @@ impl Model {
             });
             let Some(id) = next else { break };
             let t = self.ticket(id).clone();
-            self.ticket_mut(id).waiting = false;
+            self.stop_waiting(id);
             let leases = self.grant(t.session, &t.intents, t.ttl);
             self.events.push_back(Event::Granted {
                 ticket: TicketId(id),
@@ -954,6 +1009,7 @@ impl Model {
             ttl,
             deadline,
             waiting: true,
+            ended: 0,
         });
         self.counters.waited += 1;
         TicketId(id)
