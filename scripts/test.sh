@@ -26,5 +26,8 @@ cargo build -p klock-core --target thumbv7em-none-eabihf
 step "cargo test (unit, conformance, differential, model checking)"
 cargo test --workspace
 
+step "Python host (klock._core, the klock package, its runner and stubs)"
+bash scripts/test-python.sh
+
 step "conformance runner CLI over tests/vectors"
 cargo run -q --release -p klock-conformance -- tests/vectors

@@ -1,0 +1,52 @@
+//! `klock._core`: the Klock kernel (`klock-core`) for Python, 1:1 and translation only.
+//!
+//! Contract: every SPEC.md operation of the kernel is a method of [`kernel::PyKernel`] taking
+//! the same arguments (`now` last) and giving the same answer as Python values; the drive
+//! contract is the kernel's (`poll_event`/`drain_events`, `next_deadline`, `advance`). No
+//! lease, queue or time rule lives here: arguments are converted ([`args`]), the kernel
+//! decides, answers are converted ([`values`]) and errors mapped ([`errors`]). The friendly
+//! client (`klock` package) is written in Python on top of this module.
+
+mod args;
+mod errors;
+mod kernel;
+mod values;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// Splits `"PREDICATE TYPE:/path"` and validates it: `(canonical predicate, canonical resource)`.
+#[pyfunction]
+fn parse_intent(py: Python<'_>, intent: &Bound<'_, PyAny>) -> PyResult<(&'static str, String)> {
+    use errors::OrRaise;
+    let text = args::str_arg(intent, "intent")?;
+    let (predicate, resource) = klock_core::parse_intent(text).or_raise(py)?;
+    Ok((predicate.name(), resource.into_string()))
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<kernel::PyKernel>()?;
+    m.add_class::<values::PySessionInfo>()?;
+    m.add_class::<values::PyLease>()?;
+    m.add_class::<values::PyBlocker>()?;
+    m.add_class::<values::PyVerdict>()?;
+    m.add_class::<values::PyEvent>()?;
+    m.add("KlockError", py.get_type::<errors::KlockError>())?;
+    m.add("InvalidInput", py.get_type::<errors::InvalidInput>())?;
+    m.add("UnknownId", py.get_type::<errors::UnknownId>())?;
+    m.add("StateError", py.get_type::<errors::StateError>())?;
+    m.add("QuotaExceeded", py.get_type::<errors::QuotaExceeded>())?;
+    m.add_function(wrap_pyfunction!(parse_intent, m)?)?;
+    let codes = PyDict::new(py);
+    for code in klock_core::ErrorCode::ALL {
+        codes.set_item(code.name(), code.code())?;
+    }
+    m.add("ERROR_CODES", codes)?;
+    m.add("MAX_MANIFEST_INTENTS", klock_core::MAX_MANIFEST_INTENTS)?;
+    m.add("MAX_RESOURCE_BYTES", klock_core::MAX_RESOURCE_BYTES)?;
+    m.add("MAX_NAME_BYTES", klock_core::MAX_NAME_BYTES)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

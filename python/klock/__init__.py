@@ -1,0 +1,56 @@
+"""Klock for Python: a coordination kernel for multi-agent systems.
+
+``klock._core`` is the Rust kernel (``klock-core``) 1:1; this package is the friendly,
+thread-safe and asyncio client on top of it::
+
+    import klock
+
+    with klock.Klock() as k, k.session("agent-1") as s:
+        with s.lease("MUTATES FILE:/src/a.ts", "CONSUMES FILE:/README.md", ttl_ms=30_000) as lease:
+            write_file("/src/a.ts", data, fence=lease.fence)
+
+    @klock.protected("MUTATES FILE:{path}")
+    def edit(path: str, text: str) -> None: ...
+
+A lease alone is not mutual exclusion when a holder can pause (GC, swap, a stopped VM) past
+its expiry: the protected resource must remember the largest fence it has accepted and refuse
+writes that carry a smaller one.
+"""
+
+from . import _core
+from .client import ClientCounters, Klock, Lease, OwnSessionLease, Session, current_session
+from .errors import (
+    ERROR_CODES,
+    Died,
+    InvalidInput,
+    KlockError,
+    LeaseLost,
+    QuotaExceeded,
+    StateError,
+    Timeout,
+    UnknownId,
+)
+from .protect import default_klock, protected
+
+__version__ = _core.__version__
+
+__all__ = [
+    "Klock",
+    "Session",
+    "Lease",
+    "OwnSessionLease",
+    "ClientCounters",
+    "current_session",
+    "protected",
+    "default_klock",
+    "KlockError",
+    "InvalidInput",
+    "UnknownId",
+    "StateError",
+    "QuotaExceeded",
+    "LeaseLost",
+    "Died",
+    "Timeout",
+    "ERROR_CODES",
+    "__version__",
+]

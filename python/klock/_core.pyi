@@ -1,0 +1,278 @@
+"""The Klock kernel (``klock-core``), 1:1: every SPEC.md operation, the drive contract, events
+and errors. Translation only: the kernel decides everything.
+
+Drive loop: call operations with your own ``now`` (u64 milliseconds, any epoch, never going
+back); after every call drain :meth:`Kernel.drain_events` (or :meth:`Kernel.poll_event`
+until ``None``); arm one timer for :meth:`Kernel.next_deadline` and call
+:meth:`Kernel.advance` when it fires.
+
+Arguments: integers (times, ids, TTLs) must be ``int`` (``bool``, ``float`` and ``None`` are
+``TypeError``), ``>= 0`` (else ``ValueError``) and ``<= 2**64-1`` (else ``OverflowError``);
+strings must be ``str`` (else ``TypeError``) and valid Unicode (lone surrogates are
+``ValueError``); lists must not be a bare ``str``. Bad arguments raise before the kernel is
+touched, so they never change state. Kernel errors raise a :class:`KlockError` subclass.
+
+Thread-safe: a :class:`Kernel` may be shared by any number of threads (calls are serialised).
+"""
+
+from typing import Any, Final, Iterable, Literal, Sequence, final
+
+__all__ = [
+    "Kernel",
+    "SessionInfo",
+    "Lease",
+    "Blocker",
+    "Verdict",
+    "Event",
+    "KlockError",
+    "InvalidInput",
+    "UnknownId",
+    "StateError",
+    "QuotaExceeded",
+    "parse_intent",
+    "ERROR_CODES",
+    "MAX_MANIFEST_INTENTS",
+    "MAX_RESOURCE_BYTES",
+    "MAX_NAME_BYTES",
+    "__version__",
+]
+
+__version__: Final[str]
+ERROR_CODES: Final[dict[str, int]]
+"""Every stable error name and its numeric code, e.g. ``{"INVALID_RESOURCE": 100, ...}``."""
+MAX_MANIFEST_INTENTS: Final[int]
+MAX_RESOURCE_BYTES: Final[int]
+MAX_NAME_BYTES: Final[int]
+
+class KlockError(Exception):
+    """Base class of every Klock error."""
+
+    code: int
+    """The stable numeric code (1xx bad input, 2xx unknown id, 3xx state, 4xx limits)."""
+    name: str
+    """The stable upper-case name, e.g. ``"INVALID_RESOURCE"``."""
+    message: str
+    """What went wrong and what to fix."""
+
+class InvalidInput(KlockError):
+    """Codes 1xx: INVALID_RESOURCE, INVALID_PREDICATE, INVALID_MANIFEST, INVALID_TTL,
+    INVALID_DIGEST, INVALID_AGENT_ID, INVALID_NAMESPACE, INVALID_CONFIG."""
+
+class UnknownId(KlockError):
+    """Codes 2xx: UNKNOWN_SESSION, UNKNOWN_LEASE, UNKNOWN_TICKET."""
+
+class StateError(KlockError):
+    """Codes 3xx: NOT_OWNER, LEASE_EXPIRED, LEASE_RELEASED, HOLD_AND_WAIT, LIFETIME_EXCEEDED."""
+
+class QuotaExceeded(KlockError):
+    """Codes 4xx: QUOTA_EXCEEDED."""
+
+def parse_intent(intent: str) -> tuple[str, str]:
+    """Validates ``"PREDICATE TYPE:/path"``: ``(canonical predicate, canonical resource)``."""
+
+_Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
+_EventName = Literal["GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"]
+_HeartbeatStatus = Literal["OK", "LEASE_EXPIRED", "LEASE_RELEASED", "NOT_OWNER", "UNKNOWN_LEASE", "LIFETIME_EXCEEDED"]
+_LeaseStatusName = Literal["ACTIVE", "EXPIRED", "RELEASED", "NOT_OWNER", "UNKNOWN"]
+
+@final
+class SessionInfo:
+    """A session as opened or resumed."""
+
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def agent_id(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def priority(self) -> int:
+        """Smaller = older = higher priority; only the order is meaningful."""
+    @property
+    def epoch(self) -> int: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+@final
+class Lease:
+    """A granted lease. ``fence`` strictly increases with every grant of the kernel: the
+    protected resource must reject writes carrying a smaller fence than it has seen."""
+
+    @property
+    def lease_id(self) -> int: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def agent_id(self) -> str: ...
+    @property
+    def resource(self) -> str:
+        """Canonical ``TYPE:/path``."""
+    @property
+    def predicate(self) -> _Predicate: ...
+    @property
+    def fence(self) -> int: ...
+    @property
+    def acquired_at(self) -> int: ...
+    @property
+    def expires_at(self) -> int:
+        """Effective expiry (suspension grace included)."""
+    @property
+    def ttl_ms(self) -> int: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+@final
+class Blocker:
+    """A session that blocks a request, with its conflicting intents."""
+
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def agent_id(self) -> str: ...
+    @property
+    def intents(self) -> list[tuple[_Predicate, str]]:
+        """``(predicate, resource)`` pairs, held or queued ahead."""
+
+@final
+class Verdict:
+    """The immediate answer to :meth:`Kernel.acquire`."""
+
+    @property
+    def verdict(self) -> Literal["GRANTED", "WAIT", "DIE"]: ...
+    @property
+    def leases(self) -> list[Lease]:
+        """GRANTED: one lease per distinct intent, in order of first appearance; else empty."""
+    @property
+    def ticket(self) -> int | None:
+        """WAIT: the ticket a later GRANTED/WAIT_TIMEOUT/DIED/WOUNDED event resolves."""
+    @property
+    def retry_after_ms(self) -> int | None:
+        """DIE: sleep at least this long before retrying (with the same session)."""
+    @property
+    def held_by(self) -> list[Blocker]:
+        """WAIT and DIE: the blocking sessions; empty when GRANTED."""
+
+@final
+class Event:
+    """Something that happened other than as a direct answer (SPEC.md §9).
+
+    ============== ==========================================================
+    ``event``      fields set (the others are ``None``)
+    ============== ==========================================================
+    GRANTED        ``session``, ``ticket``, ``leases``
+    WAIT_TIMEOUT   ``session``, ``ticket``
+    DIED           ``session``, ``ticket``, ``retry_after_ms``
+    LEASE_EXPIRED  ``session``, ``lease``
+    WOUNDED        ``session``, ``by``, ``lost_leases``, ``lost_tickets``
+    SESSION_CLOSED ``session``, ``reason`` (``"IDLE"``)
+    ============== ==========================================================
+    """
+
+    @property
+    def event(self) -> _EventName: ...
+    @property
+    def session(self) -> int: ...
+    @property
+    def ticket(self) -> int | None: ...
+    @property
+    def leases(self) -> list[Lease] | None: ...
+    @property
+    def retry_after_ms(self) -> int | None: ...
+    @property
+    def lease(self) -> int | None: ...
+    @property
+    def by(self) -> int | None: ...
+    @property
+    def lost_leases(self) -> list[int] | None: ...
+    @property
+    def lost_tickets(self) -> list[int] | None: ...
+    @property
+    def reason(self) -> Literal["IDLE"] | None: ...
+
+@final
+class Kernel:
+    """The coordination kernel (SPEC.md). Every state-changing call takes ``now`` last.
+
+    ``policy`` is ``"wait_die"`` (default), ``"wound_wait"`` or ``"lanes"``; every other
+    setting takes SPEC.md's default when ``None``. An unusable configuration raises
+    :class:`InvalidInput` (INVALID_CONFIG).
+    """
+
+    def __new__(
+        cls,
+        policy: str | None = None,
+        *,
+        seed: int | None = None,
+        default_ttl_ms: int | None = None,
+        max_ttl_ms: int | None = None,
+        default_wait_timeout_ms: int | None = None,
+        backoff_base_ms: int | None = None,
+        backoff_cap_ms: int | None = None,
+        grace_ms: int | None = None,
+        session_idle_ms: int | None = None,
+        max_leases_per_session: int | None = None,
+        max_lease_lifetime_ms: int | None = None,
+    ) -> Kernel: ...
+    @property
+    def config(self) -> dict[str, Any]:
+        """``policy`` (str) and every numeric setting."""
+    def clone(self) -> Kernel:
+        """An independent kernel in the same state."""
+    def now(self) -> int:
+        """The largest ``now`` the kernel has seen."""
+    def open_session(self, agent_id: str, namespace: str, now: int) -> SessionInfo:
+        """INVALID_AGENT_ID / INVALID_NAMESPACE unless 1..=256 bytes without control characters."""
+    def close_session(self, session: int, now: int) -> None:
+        """Releases every lease and cancels every wait (emits the grants this unblocks)."""
+    def suspend_session(self, session: int, now: int) -> None:
+        """Keeps the session's leases past a missed heartbeat for ``grace_ms``."""
+    def digest(self, session: int, now: int) -> dict[str, Any]:
+        """``{"version", "identity": {"agent_id", "namespace", "session_id",
+        "priority_timestamp", "epoch"}, "recovery": {"last_phase", "pending_intents"}}``."""
+    def resume_session(self, digest: dict[str, Any], now: int) -> SessionInfo:
+        """Re-attaches to the session of a digest from :meth:`digest` (same priority, epoch+1).
+
+        A digest of the wrong shape raises ``TypeError``/``ValueError``; one that does not
+        match the kernel's record INVALID_DIGEST."""
+    def acquire(
+        self,
+        session: int,
+        intents: Sequence[str] | Iterable[str],
+        now: int,
+        *,
+        ttl_ms: int | None = None,
+        wait: bool = True,
+        wait_timeout_ms: int | None = None,
+    ) -> Verdict:
+        """Asks for every intent (``"PREDICATE TYPE:/path"``) at once, all-or-nothing."""
+    def heartbeat(
+        self, session: int, leases: Sequence[int] | Iterable[int] | None, now: int
+    ) -> list[tuple[int, _HeartbeatStatus, int | None]]:
+        """Renews leases (``None`` = all of the session's): ``(lease_id, status, expires_at)``
+        per lease, ``expires_at`` set when status is ``"OK"``."""
+    def release(self, session: int, lease: int, now: int) -> bool:
+        """``True`` if this call released the lease, ``False`` if it had already ended."""
+    def release_all(self, session: int, now: int) -> int:
+        """Releases every active lease of the session; returns how many."""
+    def reconcile(
+        self, session: int, leases: Sequence[int] | Iterable[int], now: int
+    ) -> list[tuple[int, _LeaseStatusName, int | None, int | None]]:
+        """``(lease_id, status, expires_at, fence)`` per lease; the last two are set when ACTIVE."""
+    def cancel_wait(self, session: int, ticket: int, now: int) -> None:
+        """Withdraws a waiting ticket (NOT_OWNER, UNKNOWN_TICKET)."""
+    def advance(self, now: int) -> None:
+        """Settles everything due at or before ``now``; calling early is harmless."""
+    def next_deadline(self) -> int | None:
+        """The earliest pending deadline (possibly already past), or ``None``."""
+    def poll_event(self) -> Event | None:
+        """The next queued event, oldest first."""
+    def drain_events(self) -> list[Event]:
+        """Every queued event, oldest first."""
+    def pending_events(self) -> int: ...
+    def resource_state(self, resource: str, namespace: str, now: int) -> dict[str, Any]:
+        """``{"resource", "namespace", "holders": [...], "waiting": [...], "covering": [...]}``."""
+    def stats(self) -> dict[str, Any]:
+        """``{"counters": {...}, "active_sessions", "active_leases", "waiting_tickets",
+        "top_contended": [...], "ghost_agents": [...]}``."""
+    def snapshot(self, now: int) -> dict[str, Any]:
+        """``{"now", "policy", "next_deadline", "sessions", "leases", "tickets", "stats"}``."""

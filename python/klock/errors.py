@@ -1,0 +1,95 @@
+"""Every error the klock package raises.
+
+Kernel errors come from ``klock._core`` as one class per code family, all subclasses of
+:class:`KlockError` with ``.code`` (the stable number), ``.name`` (the stable upper-case name)
+and ``.message``:
+
+========================  =====  ===========================================================
+class                     codes  names
+========================  =====  ===========================================================
+:class:`InvalidInput`     1xx    INVALID_RESOURCE, INVALID_PREDICATE, INVALID_MANIFEST, ...
+:class:`UnknownId`        2xx    UNKNOWN_SESSION, UNKNOWN_LEASE, UNKNOWN_TICKET
+:class:`StateError`       3xx    NOT_OWNER, LEASE_EXPIRED, LEASE_RELEASED, HOLD_AND_WAIT, ...
+:class:`QuotaExceeded`    4xx    QUOTA_EXCEEDED
+========================  =====  ===========================================================
+
+The friendly client adds three conditions of its own, also :class:`KlockError`\\ s:
+
+* :class:`LeaseLost` (a :class:`StateError`): a held lease expired or was taken away
+  (wounded, session closed) while its block ran; ``.name`` is what the kernel said
+  (``LEASE_EXPIRED``, ``LEASE_RELEASED``, ``UNKNOWN_SESSION``, ...).
+* :class:`Died`: the kernel answered DIE while the session holds other leases, so retrying
+  in place could keep Wait-Die from making progress (SPEC.md §6 rule 3): release everything
+  and start the unit of work again, after ``retry_after_ms``. ``.code`` is 0, ``.name`` "DIE".
+* :class:`Timeout`: the lease could not be had within ``timeout``. ``.code`` is 0,
+  ``.name`` "TIMEOUT".
+
+Wrong Python types raise ``TypeError``; out-of-range numbers ``ValueError`` (negative) or
+``OverflowError`` (above 2**64-1); text that is not valid Unicode ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from ._core import ERROR_CODES, InvalidInput, KlockError, QuotaExceeded, StateError, UnknownId
+
+__all__ = [
+    "KlockError",
+    "InvalidInput",
+    "UnknownId",
+    "StateError",
+    "QuotaExceeded",
+    "LeaseLost",
+    "Died",
+    "Timeout",
+    "ERROR_CODES",
+]
+
+
+class LeaseLost(StateError):
+    """A lease of the block ended before the block did (expired, wounded, session closed)."""
+
+    code: int
+    name: str
+    message: str
+    lease_ids: list[int]
+
+    def __init__(self, name: str, message: str, lease_ids: list[int]) -> None:
+        super().__init__(f"{name}: {message}")
+        self.code = ERROR_CODES.get(name, 0)
+        self.name = name
+        self.message = message
+        self.lease_ids = lease_ids
+
+
+class Died(KlockError):
+    """DIE while the session holds other leases: roll back and retry after ``retry_after_ms``."""
+
+    code: int
+    name: str
+    message: str
+    retry_after_ms: int
+    held_by: list[int]
+
+    def __init__(self, message: str, retry_after_ms: int, held_by: list[int]) -> None:
+        super().__init__(f"DIE: {message}")
+        self.code = 0
+        self.name = "DIE"
+        self.message = message
+        self.retry_after_ms = retry_after_ms
+        self.held_by = held_by
+
+
+class Timeout(KlockError):
+    """The manifest could not be acquired within the caller's ``timeout``."""
+
+    code: int
+    name: str
+    message: str
+    held_by: list[int]
+
+    def __init__(self, message: str, held_by: list[int]) -> None:
+        super().__init__(f"TIMEOUT: {message}")
+        self.code = 0
+        self.name = "TIMEOUT"
+        self.message = message
+        self.held_by = held_by

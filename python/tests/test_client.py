@@ -1,0 +1,456 @@
+"""The friendly client: Klock, sessions, lease blocks (threads), heartbeats, losses, errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+import klock
+from klock import Klock
+
+MakeKlock = Callable[..., Klock]
+
+
+def in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # reported by the caller
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, errors
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.002)
+
+
+def test_clock_is_monotonic_ms_since_creation(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    first = k.now()
+    assert 0 <= first < 1000
+    time.sleep(0.02)
+    assert k.now() >= first + 19
+    assert "Klock(policy='wait_die'" in repr(k)
+
+
+def test_session_is_a_context_manager_and_current(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    assert klock.current_session() is None
+    with k.session("agent-1", namespace="team") as s:
+        assert klock.current_session() is s
+        assert (s.agent_id, s.namespace, s.closed) == ("agent-1", "team", False)
+        with k.session("agent-2") as inner:
+            assert klock.current_session() is inner
+            assert s.priority < inner.priority
+        assert klock.current_session() is s
+    assert klock.current_session() is None and s.closed
+    s.close()  # idempotent
+    with pytest.raises(klock.UnknownId) as e:
+        with s.lease("MUTATES FILE:/x"):
+            pass
+    assert e.value.name == "UNKNOWN_SESSION"
+
+
+def test_lease_grants_exposes_fences_and_releases(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    with k.session("a") as s:
+        with s.lease("MUTATES FILE:/src/a.ts", "CONSUMES FILE://README.md", ttl_ms=30_000) as lease:
+            assert lease.held and not lease.lost and s.holds_leases()
+            first, second = lease.leases
+            assert (first.resource, first.predicate, second.resource) == ("FILE:/src/a.ts", "MUTATES", "FILE:/README.md")
+            assert lease.fences == {"FILE:/src/a.ts": first.fence, "FILE:/README.md": second.fence}
+            assert lease.fence == max(first.fence, second.fence)
+            assert lease.lease_ids == [first.lease_id, second.lease_id]
+            assert "fences=" in repr(lease)
+            lease.check()
+            lease.heartbeat()
+            held_fence = lease.fence
+        assert not s.holds_leases() and k.stats()["active_leases"] == 0
+        with s.lease("MUTATES FILE:/src/a.ts") as again:
+            assert again.fence > held_fence  # fences strictly increase across grants
+        with pytest.raises(RuntimeError, match="entered once"):
+            with again:
+                pass
+
+
+def test_release_on_exception(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    with k.session("a") as s:
+        with pytest.raises(ZeroDivisionError):
+            with s.lease("MUTATES FILE:/x"):
+                _ = 1 / 0
+        assert k.stats()["active_leases"] == 0
+        with s.lease("MUTATES FILE:/x", timeout=0):
+            pass  # free again
+
+
+def test_invalid_intents_raise_the_kernel_error(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    with k.session("a") as s:
+        with pytest.raises(klock.InvalidInput) as e:
+            with s.lease("WRITES FILE:/x"):
+                pass
+        assert e.value.name == "INVALID_PREDICATE"
+        with pytest.raises(klock.InvalidInput) as e:
+            with s.lease():
+                pass
+        assert e.value.name == "INVALID_MANIFEST"
+        with pytest.raises(TypeError, match="separate arguments"):
+            s.lease(["MUTATES FILE:/x"])  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            s.lease(b"MUTATES FILE:/x")  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            s.lease("MUTATES FILE:/x", timeout=-1)
+        with pytest.raises(ValueError):
+            s.lease("MUTATES FILE:/x", timeout=float("nan"))
+        with pytest.raises(TypeError):
+            s.lease("MUTATES FILE:/x", timeout="5")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            with s.lease("MUTATES FILE:/x", ttl_ms=1.5):  # type: ignore[arg-type]
+                pass
+        with pytest.raises(ValueError):
+            with s.lease("MUTATES FILE:/\udc80"):
+                pass
+        assert k.stats()["active_leases"] == 0 and not s.holds_leases()
+
+
+def test_older_session_waits_and_is_woken_by_the_grant(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    old = k.session("old")
+    young = k.session("young")
+    holding = threading.Event()
+    let_go = threading.Event()
+
+    def hold() -> None:
+        with young.lease("MUTATES FILE:/x"):
+            holding.set()
+            let_go.wait(10)
+
+    t, errors = in_thread(hold)
+    holding.wait(10)
+    woke: list[float] = []
+
+    def wait_for_it() -> None:
+        with old.lease("MUTATES FILE:/x") as lease:
+            woke.append(time.monotonic())
+            assert lease.held
+
+    t2, errors2 = in_thread(wait_for_it)
+    wait_until(lambda: k.counters.waits == 1)
+    time.sleep(0.05)
+    assert not woke  # still blocked: the kernel said WAIT
+    released = time.monotonic()
+    let_go.set()
+    t.join(10)
+    t2.join(10)
+    assert not errors and not errors2 and woke
+    assert woke[0] - released < 0.5  # woken by the GRANTED event, not by a poll interval
+    assert k.counters.deaths == 0 and k.counters.grants == 2
+
+
+def test_younger_session_dies_sleeps_and_retries_with_the_same_priority(make_klock: MakeKlock) -> None:
+    k = make_klock(backoff_base_ms=20, seed=4)
+    old = k.session("old")
+    young = k.session("young")
+    priority = young.priority
+    holding = threading.Event()
+
+    def hold() -> None:
+        with old.lease("MUTATES FILE:/x"):
+            holding.set()
+            time.sleep(0.15)
+
+    t, errors = in_thread(hold)
+    holding.wait(10)
+    start = time.monotonic()
+    with young.lease("MUTATES FILE:/x", timeout=10) as lease:
+        assert lease.held
+    t.join(10)
+    assert not errors
+    assert time.monotonic() - start >= 0.1
+    assert k.counters.deaths >= 1 and k.counters.retries >= 1
+    assert young.priority == priority and young.session_id == lease.leases[0].session_id
+
+
+def test_died_when_the_session_holds_other_leases(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    old = k.session("old")
+    young = k.session("young")
+    holding = threading.Event()
+    done = threading.Event()
+
+    def hold() -> None:
+        with old.lease("MUTATES FILE:/b"):
+            holding.set()
+            done.wait(10)
+
+    t, errors = in_thread(hold)
+    holding.wait(10)
+    with young.lease("MUTATES FILE:/a") as outer:
+        with pytest.raises(klock.Died) as died:
+            with young.lease("MUTATES FILE:/b"):
+                pass
+        assert outer.held  # the DIE kept the session's other leases (SPEC.md §6)
+    done.set()
+    t.join(10)
+    assert not errors
+    e = died.value
+    assert isinstance(e, klock.KlockError) and e.name == "DIE" and e.code == 0
+    assert e.retry_after_ms >= 100 and e.held_by == [old.session_id]
+    assert "roll back" in str(e)
+
+
+def test_timeout_and_try_lock(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    old = k.session("old")
+    young = k.session("young")
+    with young.lease("MUTATES FILE:/x"):
+        start = time.monotonic()
+        with pytest.raises(klock.Timeout) as e:
+            with old.lease("MUTATES FILE:/x", timeout=0.2):
+                pass
+        assert 0.15 < time.monotonic() - start < 5
+        assert e.value.name == "TIMEOUT" and e.value.held_by == [young.session_id]
+        with pytest.raises(klock.Timeout):
+            with old.lease("MUTATES FILE:/x", timeout=0):  # try-lock
+                pass
+        # A younger session whose backoff would pass the timeout gives up at once.
+        with pytest.raises(klock.Timeout):
+            with k.session("younger").lease("MUTATES FILE:/x", timeout=0.01):
+                pass
+    assert k.counters.timeouts == 3
+    assert k.stats()["waiting_tickets"] == 0  # the timed-out wait left nothing queued
+
+
+def test_heartbeats_keep_a_short_lease_alive(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    with k.session("a") as s, s.lease("MUTATES FILE:/x", ttl_ms=600) as lease:
+        first_expiry = lease.leases[0].expires_at
+        time.sleep(2.0)  # over three times the TTL: only the timer thread's heartbeats keep it
+        lease.check()
+        (status,) = s.reconcile(lease.lease_ids)
+        assert status[1] == "ACTIVE" and status[2] is not None and status[2] > first_expiry + 1000
+
+
+def test_lease_lost_when_heartbeats_cannot_run(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    with k.session("a") as s:
+        with pytest.raises(klock.LeaseLost) as lost:
+            with s.lease("MUTATES FILE:/x", ttl_ms=60) as lease:
+                with k._lock:  # stall the timer thread past the TTL (a paused process)
+                    time.sleep(0.2)
+                wait_until(lambda: lease.lost)
+                with pytest.raises(klock.LeaseLost):
+                    lease.check()
+                with pytest.raises(klock.LeaseLost):
+                    lease.heartbeat()
+        e = lost.value
+        assert isinstance(e, klock.StateError) and e.name == "LEASE_EXPIRED" and e.code == 301
+        assert e.lease_ids == lease.lease_ids
+        assert k.counters.lost == 1
+        # The loss does not hide the body's own exception; it is noted on it.
+        with pytest.raises(KeyError) as other:
+            with s.lease("MUTATES FILE:/y", ttl_ms=60) as lease2:
+                with k._lock:
+                    time.sleep(0.2)
+                wait_until(lambda: lease2.lost)
+                raise KeyError("body")
+        assert any("lost" in note for note in getattr(other.value, "__notes__", []))
+
+
+def test_nested_blocks_share_a_reacquired_lease(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    with k.session("a") as s:
+        with s.lease("MUTATES FILE:/a") as outer:
+            with s.lease("MUTATES FILE:/a", "MUTATES FILE:/b") as inner:
+                assert inner.leases[0].lease_id == outer.leases[0].lease_id
+            # The inner block released FILE:/b but not the lease the outer block still holds.
+            assert outer.held
+            (status,) = s.reconcile(outer.lease_ids)
+            assert status[1] == "ACTIVE"
+            assert k.stats()["active_leases"] == 1
+        assert k.stats()["active_leases"] == 0
+
+
+def test_wounded_holder_loses_its_lease(make_klock: MakeKlock) -> None:
+    k = make_klock("wound_wait")
+    old = k.session("old")
+    young = k.session("young")
+    with pytest.raises(klock.LeaseLost) as lost:
+        with young.lease("MUTATES FILE:/x") as lease:
+            with old.lease("MUTATES FILE:/x") as taken:
+                assert taken.held
+            assert lease.lost
+    assert lost.value.name == "LEASE_RELEASED" and "wounded" in lost.value.message
+
+
+def test_wound_wait_younger_waits_then_proceeds(make_klock: MakeKlock) -> None:
+    k = make_klock("wound_wait")
+    old = k.session("old")
+    young = k.session("young")
+    holding = threading.Event()
+
+    def hold() -> None:
+        with old.lease("MUTATES FILE:/x"):
+            holding.set()
+            time.sleep(0.1)
+
+    t, errors = in_thread(hold)
+    holding.wait(10)
+    with young.lease("MUTATES FILE:/x", timeout=10) as lease:
+        assert lease.held
+    t.join(10)
+    assert not errors and k.counters.waits == 1
+
+
+def test_lanes_policy_blocks(make_klock: MakeKlock) -> None:
+    k = make_klock("lanes")
+    with k.session("a") as a, k.session("b") as b:
+        with a.lease("MUTATES FILE:/x", "MUTATES FILE:/y"):
+            with pytest.raises(klock.StateError) as e:
+                with a.lease("MUTATES FILE:/z"):
+                    pass
+            assert e.value.name == "HOLD_AND_WAIT"
+            t, errors = in_thread(lambda: b.lease("MUTATES FILE:/y", timeout=10).__enter__().__exit__(None, None, None))
+            wait_until(lambda: k.counters.waits == 1)
+        t.join(10)
+        assert not errors
+
+
+def test_closing_the_session_under_a_waiter(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    old = k.session("old")
+    young = k.session("young")
+    with young.lease("MUTATES FILE:/x"):
+        t, errors = in_thread(lambda: old.lease("MUTATES FILE:/x").__enter__())
+        wait_until(lambda: k.counters.waits == 1)
+        old.close()
+        t.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError) and "closed" in str(errors[0])
+
+
+def test_closing_the_session_inside_a_block(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    s = k.session("a")
+    with pytest.raises(klock.LeaseLost) as lost:
+        with s.lease("MUTATES FILE:/x"):
+            s.close()
+    assert lost.value.name == "UNKNOWN_SESSION"
+    assert k.stats()["active_leases"] == 0
+
+
+def test_idle_closed_session(make_klock: MakeKlock) -> None:
+    k = make_klock(session_idle_ms=50)
+    s = k.session("a")
+    wait_until(lambda: s.closed)  # SESSION_CLOSED, delivered by the timer thread
+    with pytest.raises(klock.UnknownId):
+        with s.lease("MUTATES FILE:/x"):
+            pass
+
+
+def test_the_same_session_entered_in_two_threads(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    s = k.session("shared")
+    inside = threading.Barrier(2)
+    seen: list[object] = []
+
+    def use() -> None:
+        with s:
+            inside.wait(5)
+            seen.append(klock.current_session())
+            inside.wait(5)
+
+    threads = [threading.Thread(target=use) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == [s, s] and s.closed
+
+
+def test_klock_lease_with_its_own_session(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    with k.lease("MUTATES FILE:/x", agent_id="tool") as lease:
+        assert lease.session.agent_id == "tool" and lease.held
+    assert lease.session.closed and k.stats()["active_sessions"] == 0
+
+
+def test_digest_suspend_resume(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    s = k.session("a")
+    with s.lease("MUTATES FILE:/x") as lease:
+        digest = s.digest()
+        s.suspend()
+        again = k.resume(digest)
+        assert again is s and s.info.epoch == 1
+        assert lease.held
+    s.close()
+
+
+def test_close_klock_fails_waiters_and_is_idempotent(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    old = k.session("old")
+    young = k.session("young")
+    with young.lease("MUTATES FILE:/x"):
+        t, errors = in_thread(lambda: old.lease("MUTATES FILE:/x").__enter__())
+        wait_until(lambda: k.counters.waits == 1)
+        k.close()
+        t.join(10)
+    k.close()
+    assert len(errors) == 1 and "closed" in str(errors[0])
+    with pytest.raises(RuntimeError, match="closed"):
+        k.session("late")
+
+
+def test_snapshot_stats_resource_state(make_klock: MakeKlock) -> None:
+    k = make_klock()
+    with k.session("a") as s, s.lease("DELETES FILE:/build"):
+        state = k.resource_state("FILE:/build/out.o")
+        assert [c["resource"] for c in state["covering"]] == ["FILE:/build"]
+        snap = k.snapshot()
+        assert len(snap["leases"]) == 1 and snap["sessions"][0]["agent_id"] == "a"
+        assert k.stats()["counters"]["granted"] == 1
+
+
+def test_timer_wakes_for_an_earlier_deadline(make_klock: MakeKlock) -> None:
+    """A wait with a short timeout, made while the timer sleeps until a far deadline, must
+    time out on time: the call wakes the timer."""
+    k = make_klock()
+    holder = k.session("holder")
+    with k.session("far") as far, far.lease("MUTATES FILE:/far", ttl_ms=300_000):
+        time.sleep(0.05)  # the timer now sleeps for ~100 s (the heartbeat)
+        young = k.session("young")
+        with young.lease("MUTATES FILE:/x"):
+            start = time.monotonic()
+            with pytest.raises(klock.Timeout):
+                with holder.lease("MUTATES FILE:/x", timeout=0.1):
+                    pass
+            assert time.monotonic() - start < 2
+
+
+def test_a_dropped_klock_is_collected_and_its_timer_ends() -> None:
+    import gc
+    import weakref
+
+    k = Klock()
+    ref = weakref.ref(k)
+    thread = k._thread
+    with k.session("a") as s, s.lease("MUTATES FILE:/x"):
+        pass
+    del k, s
+    gc.collect()
+    assert ref() is None
+    thread.join(5)
+    assert not thread.is_alive()

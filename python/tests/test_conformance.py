@@ -1,0 +1,151 @@
+"""The conformance vectors through klock._core, and the runner's own contract."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from klock import conformance
+
+from support import REPO, VECTORS
+
+VECTOR_FILES = sorted(VECTORS.glob("*.json"))
+
+
+def test_there_are_vectors() -> None:
+    assert len(VECTOR_FILES) >= 7
+
+
+@pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.name for p in VECTOR_FILES])
+def test_vector(path: pathlib.Path) -> None:
+    file, name, failure = conformance.run_file(str(path))
+    assert name is not None
+    assert failure is None, failure
+
+
+def test_public_examples_pass_too() -> None:
+    public = REPO.parent / "shared" / "conformance" / "public"
+    if not public.is_dir():
+        pytest.skip("shared/conformance/public is not beside the repository")
+    results = conformance.run_paths([str(public)])
+    assert results and all(f is None for _, _, f in results), [r for r in results if r[2]]
+
+
+def run_cli(*paths: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "klock.conformance", *paths], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+
+
+def test_cli_runs_the_directory() -> None:
+    done = run_cli("tests/vectors")
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert lines[-1] == f"{len(VECTOR_FILES)} passed, 0 failed"
+    assert all(line.startswith("ok tests/vectors/") for line in lines[:-1])
+
+
+def write(tmp: pathlib.Path, name: str, vector: object) -> str:
+    path = tmp / name
+    path.write_text(vector if isinstance(vector, str) else json.dumps(vector))
+    return str(path)
+
+
+GOOD = {
+    "name": "one grant",
+    "config": {"policy": "wait_die", "seed": 1},
+    "steps": [
+        {"now": 0, "do": "open", "agent": "alice", "as": "A"},
+        {"now": 1, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"],
+         "expect": {"verdict": "GRANTED", "leases": [{"as": "L", "expires_at": 60001}]}},
+    ],
+}
+
+
+def test_cli_zero_vectors_is_a_failure(tmp_path: pathlib.Path) -> None:
+    done = run_cli(str(tmp_path))
+    assert done.returncode != 0
+    assert done.stdout.splitlines()[-1] == "0 passed, 0 failed"
+
+
+def test_cli_failure_exit_and_lines(tmp_path: pathlib.Path) -> None:
+    bad = json.loads(json.dumps(GOOD))
+    bad["steps"][1]["expect"]["leases"][0]["expires_at"] = 5
+    write(tmp_path, "a.json", GOOD)
+    write(tmp_path, "b.json", bad)
+    done = run_cli(str(tmp_path))
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1
+    assert lines[0].startswith("ok ") and lines[0].endswith("a.json: one grant")
+    assert lines[1].startswith("FAIL ") and "step 2" in lines[1] and "expires_at" in lines[1]
+    assert lines[-1] == "1 passed, 1 failed"
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda v: v.update(extra=1), "unknown key `extra`"),
+        (lambda v: v["config"].update(polcy="wait_die"), "unknown key `polcy`"),
+        (lambda v: v["steps"][1].update(ttl=5), "unknown key `ttl`"),
+        (lambda v: v["steps"][1]["expect"].update(verdic="GRANTED"), "unknown key `verdic`"),
+        (lambda v: v["steps"][1]["expect"]["leases"][0].update(fence=1), "unknown key `fence`"),
+        (lambda v: v["steps"][1].update(do="acquire_all"), "unknown `do`"),
+        (lambda v: v["steps"][1]["expect"].update(verdict="GRANTD"), "must be one of"),
+        (lambda v: v["steps"][1]["expect"].update(error="NO_SUCH_ERROR"), "unknown error name"),
+        (lambda v: v["steps"][1].update(now=-1), "`now` must be an integer"),
+        (lambda v: v["steps"][1].update(now=1.5), "`now` must be an integer"),
+        (lambda v: v["steps"][1].update(wait="yes"), "`wait` must be true or false"),
+        (lambda v: v["steps"][1]["expect"].update(events=[{"event": "GRANTED", "lease": "L"}]), "unknown key `lease`"),
+        (lambda v: v["steps"][1]["expect"].update(ticket="T"), "cannot go with verdict GRANTED"),
+        (lambda v: v.update(steps=[]), "`steps` is empty"),
+    ],
+)
+def test_runner_is_strict(tmp_path: pathlib.Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    vector = json.loads(json.dumps(GOOD))
+    mutate(vector)
+    _, _, failure = conformance.run_file(write(tmp_path, "v.json", vector))
+    assert failure is not None and message in failure, failure
+
+
+def test_runner_refuses_duplicate_keys_and_nan(tmp_path: pathlib.Path) -> None:
+    text = json.dumps(GOOD)
+    dup = text.replace('"name": "one grant"', '"name": "one grant", "name": "again"')
+    assert "duplicate key" in (conformance.run_file(write(tmp_path, "d.json", dup))[2] or "")
+    nan = text.replace('"seed": 1', '"seed": NaN')
+    assert "invalid JSON" in (conformance.run_file(write(tmp_path, "n.json", nan))[2] or "")
+    assert "invalid JSON" in (conformance.run_file(write(tmp_path, "t.json", "{"))[2] or "")
+    assert "cannot read" in (conformance.run_file(str(tmp_path / "missing.json"))[2] or "")
+
+
+def test_unexpected_event_fails(tmp_path: pathlib.Path) -> None:
+    vector = json.loads(json.dumps(GOOD))
+    vector["steps"].append({"now": 60001, "do": "advance"})
+    _, _, failure = conformance.run_file(write(tmp_path, "v.json", vector))
+    assert failure is not None and "events: expected 0, got 1" in failure and "LEASE_EXPIRED" in failure
+
+
+def test_unbound_aliases_are_unknown_ids(tmp_path: pathlib.Path) -> None:
+    vector = json.loads(json.dumps(GOOD))
+    vector["steps"] += [
+        {"now": 2, "do": "release", "session": "A", "lease": "nope", "expect": {"error": "UNKNOWN_LEASE"}},
+        {"now": 3, "do": "acquire", "session": "ghost", "intents": ["MUTATES FILE:/y"], "expect": {"error": "UNKNOWN_SESSION"}},
+        {"now": 4, "do": "reconcile", "session": "A", "leases": ["L", "nope"], "expect": {"status": {"L": "ACTIVE", "nope": "UNKNOWN"}}},
+    ]
+    _, _, failure = conformance.run_file(write(tmp_path, "v.json", vector))
+    assert failure is None, failure
+
+
+def test_error_step_must_change_nothing_but_time(tmp_path: pathlib.Path) -> None:
+    vector = json.loads(json.dumps(GOOD))
+    # The failed call at 60001 settles the expiry: the event must be listed, and the state
+    # must equal a plain advance to 60001.
+    vector["steps"].append(
+        {"now": 60001, "do": "acquire", "session": "A", "intents": ["WRITES FILE:/x"],
+         "expect": {"error": "INVALID_PREDICATE", "events": [{"event": "LEASE_EXPIRED", "lease": "L", "session": "A"}]}}
+    )
+    _, _, failure = conformance.run_file(write(tmp_path, "v.json", vector))
+    assert failure is None, failure
