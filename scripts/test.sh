@@ -29,5 +29,8 @@ cargo test --workspace
 step "Python host (klock._core, the klock package, its runner and stubs)"
 bash scripts/test-python.sh
 
+step "browser host (klock-wasm, its runner, the dashboard in headless Chromium)"
+bash scripts/test-wasm.sh
+
 step "conformance runner CLI over tests/vectors"
 cargo run -q --release -p klock-conformance -- tests/vectors

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds klock-wasm for wasm32-unknown-unknown and runs the wasm-bindgen CLI twice:
+#   bindings/wasm/pkg-web     (--target web: an ES module for browsers; the dashboard loads it)
+#   bindings/wasm/pkg-nodejs  (--target nodejs: CommonJS for Node; conformance.mjs loads it)
+# Installs what is missing, idempotently: the rustup target, and the wasm-bindgen CLI at exactly
+# the version the crate pins (no wasm-pack: it downloads from the internet; no wasm-opt:
+# Debian's binaryen produces broken modules for current wasm-bindgen).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+WASM_DIR=bindings/wasm
+# The version pinned in Cargo.toml (`wasm-bindgen = "=X"`): the CLI must match it exactly.
+pinned=$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' "$WASM_DIR/Cargo.toml")
+if [ -z "$pinned" ]; then
+  echo "cannot read the pinned wasm-bindgen version from $WASM_DIR/Cargo.toml" >&2
+  exit 1
+fi
+
+rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$pinned" ]; then
+  echo "installing wasm-bindgen-cli $pinned (a few minutes, once)" >&2
+  # Not --locked: a dependency locked by the CLI is missing from the registry. Not into our
+  # target dir: the CLI's build would fill it.
+  env -u CARGO_TARGET_DIR cargo install wasm-bindgen-cli --version "$pinned" --no-default-features
+fi
+
+target_dir=${CARGO_TARGET_DIR:-target}
+cargo build -q -p klock-wasm --release --target wasm32-unknown-unknown
+wasm="$target_dir/wasm32-unknown-unknown/release/klock_wasm.wasm"
+
+for target in web nodejs; do
+  out="$WASM_DIR/pkg-$target"
+  rm -rf "$out.tmp"
+  wasm-bindgen "$wasm" --out-dir "$out.tmp" --target "$target"
+  rm -rf "$out"
+  mv "$out.tmp" "$out"
+done
+echo "built $WASM_DIR/pkg-web and $WASM_DIR/pkg-nodejs ($(wc -c <"$WASM_DIR/pkg-web/klock_wasm_bg.wasm") bytes of wasm)"

@@ -1,0 +1,46 @@
+//! Errors thrown into JavaScript.
+//!
+//! Contract: a kernel error becomes a real `Error` whose `name` is the core's stable name
+//! (`"INVALID_RESOURCE"`, ...), whose `code` is the stable number (100, ...) and whose `message`
+//! is the kernel's text saying what to fix; `String(err)` reads `NAME: message`. A wrong
+//! argument (wrong type, a number that is not a non-negative integer ≤ 2^53 − 1, a lone
+//! surrogate) is a `TypeError` or `RangeError` thrown before the kernel is touched. Nothing
+//! here ever throws a bare string.
+
+use js_sys::{JsString, Reflect};
+use klock_core::Error;
+use wasm_bindgen::JsValue;
+
+/// The JS `Error` for a kernel error: `name` = the code's name, `code` = its number.
+pub fn kernel_error(error: Error) -> JsValue {
+    let err = js_sys::Error::new(&error.message);
+    err.set_name(error.code.name());
+    // Setting a property on a fresh Error object cannot fail.
+    let _ = Reflect::set(
+        &err,
+        &JsString::from("code"),
+        &JsValue::from(error.code.code()),
+    );
+    err.into()
+}
+
+/// A `TypeError` (an argument of the wrong type or shape).
+pub fn type_error(message: &str) -> JsValue {
+    js_sys::TypeError::new(message).into()
+}
+
+/// A `RangeError` (a number out of the accepted range).
+pub fn range_error(message: &str) -> JsValue {
+    js_sys::RangeError::new(message).into()
+}
+
+/// `Result<T, klock_core::Error>` → `Result<T, JsValue>` with [`kernel_error`].
+pub trait OrThrow<T> {
+    fn or_throw(self) -> Result<T, JsValue>;
+}
+
+impl<T> OrThrow<T> for Result<T, Error> {
+    fn or_throw(self) -> Result<T, JsValue> {
+        self.map_err(kernel_error)
+    }
+}
