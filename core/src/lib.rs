@@ -33,8 +33,6 @@
 
 #![no_std]
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
-#![allow(missing_docs)] // field-level docs are on the types that need them
 
 extern crate alloc;
 

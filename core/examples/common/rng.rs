@@ -3,25 +3,22 @@
 //! Contract: the same seed gives the same sequence on every machine, so a simulation run is
 //! reproducible from its seed alone.
 
-/// splitmix64: small, fast, good enough for workload generation.
+/// The kernel's own splitmix64 generator, with a different seed mix: the workload's
+/// randomness stays independent of the kernel's jitter draws.
 #[derive(Clone, Debug)]
 pub struct Rng {
-    state: u64,
+    inner: klock_core::Jitter,
 }
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng {
-            state: seed ^ 0x5EED_0FC0_FFEE,
+            inner: klock_core::Jitter::new(seed ^ 0x5EED_0FC0_FFEE),
         }
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.inner.next_u64()
     }
 
     /// Uniform in `0..n` (`n` > 0); the modulo bias is irrelevant at these sizes.

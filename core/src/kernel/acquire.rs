@@ -161,25 +161,21 @@ impl Kernel {
         }
         self.count_contention(namespace, &found);
         let priority = self.sessions[&session].priority;
-        let verdict = match self.config.policy {
-            Policy::WaitDie if wait && found.sessions.iter().all(|b| b.priority > priority) => self
-                .wait(
+        let all_younger = found.sessions.iter().all(|b| b.priority > priority);
+        let policy = self.config.policy;
+        let verdict = match policy {
+            // Wait-Die: only a requester older than every blocker waits. Lanes: anyone waits.
+            Policy::WaitDie | Policy::Lanes if wait && (all_younger || policy == Policy::Lanes) => {
+                self.wait(
                     session,
                     ticket_intents,
                     ttl_ms,
                     wait_timeout_ms,
                     &found,
                     |_| true,
-                ),
-            Policy::Lanes if wait => self.wait(
-                session,
-                ticket_intents,
-                ttl_ms,
-                wait_timeout_ms,
-                &found,
-                |_| true,
-            ),
-            Policy::WoundWait if wait || found.sessions.iter().all(|b| b.priority > priority) => {
+                )
+            }
+            Policy::WoundWait if wait || all_younger => {
                 // Wound every younger blocker, oldest victim first (ids order = priority order
                 // is not guaranteed, so sort by priority).
                 let mut victims: Vec<(u64, SessionId, bool)> = found
@@ -192,7 +188,7 @@ impl Kernel {
                 for (_, victim, via_lease) in victims {
                     self.wound(victim, session, via_lease);
                 }
-                let verdict = if found.sessions.iter().all(|b| b.priority > priority) {
+                let verdict = if all_younger {
                     Verdict::Granted {
                         leases: self.grant(session, &ticket_intents, ttl_ms),
                     }
