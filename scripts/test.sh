@@ -29,6 +29,9 @@ cargo test --workspace
 step "Python host (klock._core, the klock package, its runner and stubs)"
 bash scripts/test-python.sh
 
+step "C host (libklock, include/klock.h, the C runner under valgrind)"
+bash scripts/test-c.sh
+
 step "browser host (klock-wasm, its runner, the dashboard in headless Chromium)"
 bash scripts/test-wasm.sh
 
