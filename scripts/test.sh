@@ -29,6 +29,9 @@ cargo test --workspace
 step "Python host (klock._core, the klock package, its runner and stubs)"
 bash scripts/test-python.sh
 
+step "Node host (klock-node addon, the klock npm package, its runner and types)"
+bash scripts/test-node.sh
+
 step "C host (libklock, include/klock.h, the C runner under valgrind)"
 bash scripts/test-c.sh
 

@@ -1,0 +1,376 @@
+// The friendly client (client.js): every feature, on a fake clock where the timer must not
+// matter and on the real clock where it must.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(import.meta.url);
+const { Klock, Session, Lease, KlockError, LeaseLost, Died, Timeout, ERROR_CODES } = require('../client.js');
+const clientPath = fileURLToPath(new URL('../client.js', import.meta.url));
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A Klock on a clock that only moves when the test says so. */
+function fakeKlock(config = {}) {
+  const clock = { t: 0 };
+  const klock = new Klock({ seed: 1, ...config, clock: () => clock.t });
+  return { klock, clock };
+}
+
+/** Resolves to 'pending' if `promise` has not settled after the queued microtasks ran. */
+async function state(promise) {
+  const marker = {};
+  const result = await Promise.race([promise.then(() => 'fulfilled', () => 'rejected'), new Promise((r) => setImmediate(() => r(marker)))]);
+  return result === marker ? 'pending' : result;
+}
+
+test('lease: granted at once, fence and leases, release frees the resource', async () => {
+  const { klock } = fakeKlock();
+  const s = await klock.session('alice');
+  assert.ok(s instanceof Session);
+  assert.equal(s.agentId, 'alice');
+  const lease = await s.lease(['MUTATES FILE:/x', 'CONSUMES FILE:/y'], { ttlMs: 1000 });
+  assert.ok(lease instanceof Lease);
+  assert.ok(lease.held);
+  assert.equal(lease.leases.length, 2);
+  assert.equal(lease.fence, Math.max(...lease.leases.map((l) => l.fence)));
+  assert.deepEqual(Object.keys(lease.fences).sort(), ['FILE:/x', 'FILE:/y']);
+  assert.equal(lease.expiresAt, 1000);
+  assert.equal(klock.resourceState('FILE:/x').holders.length, 1);
+  lease.release();
+  lease.release(); // idempotent
+  assert.equal(lease.held, false);
+  assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
+  const single = await s.lease('DELETES FILE:/tmp');
+  assert.equal(single.leases[0].predicate, 'DELETES');
+  klock.close();
+});
+
+test('an older session waits and is granted by the GRANTED event (no polling, no time passing)', async () => {
+  const { klock } = fakeKlock();
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  const held = await younger.lease('MUTATES FILE:/x');
+  const pending = older.lease('MUTATES FILE:/x');
+  assert.equal(await state(pending), 'pending');
+  assert.equal(klock.counters.waits, 1);
+  assert.equal(klock.resourceState('FILE:/x').waiting[0].sessionId, older.sessionId);
+  await sleep(20); // the clock does not move: nothing but an event can grant it
+  assert.equal(await state(pending), 'pending');
+  held.release();
+  const lease = await pending;
+  assert.ok(lease.held);
+  assert.equal(lease.leases[0].sessionId, older.sessionId);
+  assert.ok(lease.fence > held.fence);
+  klock.close();
+});
+
+test('a younger session DIEs, sleeps retryAfterMs and retries with the same session', async () => {
+  const klock = new Klock({ seed: 4, backoffBaseMs: 20, backoffCapMs: 40 });
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  const held = await older.lease('MUTATES FILE:/x');
+  const t0 = klock.now();
+  const pending = younger.lease('MUTATES FILE:/x');
+  assert.equal(klock.counters.deaths, 1);
+  held.release();
+  const lease = await pending;
+  assert.ok(klock.now() - t0 >= 20, 'slept at least the base backoff');
+  assert.equal(lease.leases[0].sessionId, younger.sessionId);
+  assert.equal(klock.counters.retries, 1);
+  const view = klock.snapshot().sessions.find((s) => s.sessionId === younger.sessionId);
+  assert.equal(view.priority, younger.priority, 'same session, same priority');
+  klock.close();
+});
+
+test('Died when the session holds other leases (SPEC.md §6 rule 3)', async () => {
+  const { klock } = fakeKlock();
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  await older.lease('MUTATES FILE:/y');
+  const mine = await younger.lease('MUTATES FILE:/x');
+  const error = await younger.lease('MUTATES FILE:/y').then(
+    () => assert.fail('granted'),
+    (e) => e,
+  );
+  assert.ok(error instanceof Died);
+  assert.ok(error instanceof KlockError);
+  assert.equal(error.name, 'DIE');
+  assert.equal(error.code, 0);
+  assert.ok(error.retryAfterMs >= 100);
+  assert.deepEqual(error.heldBy, [older.sessionId]);
+  assert.ok(mine.held, 'nothing released behind the caller');
+  // After rolling back, the same unit of work asks for everything in one manifest.
+  mine.release();
+  const all = younger.lease(['MUTATES FILE:/x', 'MUTATES FILE:/y'], { timeoutMs: 0 });
+  await assert.rejects(all, Timeout);
+  klock.close();
+});
+
+test('heartbeats keep a lease past its TTL (real clock, ttl/3)', async () => {
+  const klock = new Klock();
+  const s = await klock.session('alice');
+  const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 60 });
+  const first = lease.expiresAt;
+  await sleep(250);
+  assert.ok(lease.held, 'still held after 4 TTLs');
+  assert.equal(lease.lost, null);
+  assert.ok(lease.expiresAt > first + 100, 'expiry moved forward');
+  const [status] = klock.kernel.reconcile(s.sessionId, lease.leaseIds, klock.now());
+  assert.equal(status.status, 'ACTIVE');
+  lease.heartbeat();
+  lease.release();
+  assert.equal(klock.timerError, null);
+  klock.close();
+});
+
+test('LeaseLost when a lease expires (settled by any call; signal aborted; withLease rejects)', async () => {
+  const { klock, clock } = fakeKlock();
+  const s = await klock.session('alice');
+  const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 100 });
+  clock.t = 500; // no heartbeat could run: the fake clock jumped
+  klock.snapshot();
+  assert.ok(lease.lost instanceof LeaseLost);
+  assert.equal(lease.lost.name, 'LEASE_EXPIRED');
+  assert.equal(lease.lost.code, ERROR_CODES.LEASE_EXPIRED);
+  assert.deepEqual(lease.lost.leaseIds, lease.leaseIds);
+  assert.ok(lease.signal.aborted);
+  assert.equal(lease.signal.reason, lease.lost);
+  assert.equal(lease.held, false);
+  assert.throws(() => lease.check(), LeaseLost);
+  assert.equal(klock.counters.lost, 1);
+  lease.release();
+
+  let ran = false;
+  const result = s.withLease(
+    'MUTATES FILE:/y',
+    async (l) => {
+      clock.t += 100_000;
+      klock.snapshot();
+      assert.ok(l.signal.aborted);
+      ran = true;
+      return 'done';
+    },
+    { ttlMs: 1000 },
+  );
+  await assert.rejects(result, (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED');
+  assert.ok(ran);
+  klock.close();
+});
+
+test('LeaseLost by the timer alone when the event loop stalls past the TTL', async () => {
+  const klock = new Klock();
+  const s = await klock.session('alice');
+  const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 50 });
+  const stall = Date.now() + 150;
+  while (Date.now() < stall); // no heartbeat can run
+  await sleep(30);
+  assert.ok(lease.lost instanceof LeaseLost);
+  assert.equal(lease.lost.name, 'LEASE_EXPIRED');
+  klock.close();
+});
+
+test('withLease releases in finally, also when the callback throws', async () => {
+  const { klock } = fakeKlock();
+  const s = await klock.session('alice');
+  const value = await s.withLease(['MUTATES FILE:/x'], async (lease) => {
+    assert.ok(lease.held);
+    return lease.fence;
+  });
+  assert.equal(typeof value, 'number');
+  assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
+  const boom = new Error('boom');
+  await assert.rejects(
+    s.withLease('MUTATES FILE:/x', () => {
+      throw boom;
+    }),
+    (e) => e === boom,
+  );
+  assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
+  klock.close();
+});
+
+test('nested leases of one session share kernel leases (re-entrant, reference counted)', async () => {
+  const { klock } = fakeKlock();
+  const s = await klock.session('alice');
+  await s.withLease('MUTATES FILE:/x', async (outer) => {
+    await s.withLease(['MUTATES FILE:/x', 'MUTATES FILE:/y'], async (inner) => {
+      assert.equal(inner.leases[0].leaseId, outer.leases[0].leaseId, 'the same kernel lease');
+    });
+    assert.ok(outer.held);
+    assert.equal(klock.resourceState('FILE:/x').holders.length, 1, 'still held for the outer block');
+    assert.equal(klock.resourceState('FILE:/y').holders.length, 0);
+  });
+  assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
+  klock.close();
+});
+
+test('timeoutMs: Timeout after waiting (the ticket is withdrawn); 0 is a try-lock', async () => {
+  const klock = new Klock({ seed: 2 });
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  const held = await younger.lease('MUTATES FILE:/x');
+  const t0 = klock.now();
+  await assert.rejects(older.lease('MUTATES FILE:/x', { timeoutMs: 60 }), (e) => e instanceof Timeout && e.name === 'TIMEOUT' && e.code === 0);
+  assert.ok(klock.now() - t0 >= 60);
+  assert.equal(klock.snapshot().tickets.length, 0);
+  await assert.rejects(older.lease('MUTATES FILE:/x', { timeoutMs: 0 }), Timeout);
+  assert.equal(klock.counters.timeouts, 2);
+  held.release();
+  klock.close();
+});
+
+test('AbortSignal cancels a wait (cancelWait), a backoff sleep, and an aborted signal rejects at once', async () => {
+  const { klock } = fakeKlock({ backoffBaseMs: 10_000, backoffCapMs: 10_000 });
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  const held = await younger.lease('MUTATES FILE:/x');
+
+  const waiting = new AbortController();
+  const wait = older.lease('MUTATES FILE:/x', { signal: waiting.signal });
+  assert.equal(klock.snapshot().tickets.length, 1);
+  waiting.abort();
+  await assert.rejects(wait, { name: 'AbortError' });
+  assert.equal(klock.snapshot().tickets.length, 0, 'the ticket was withdrawn in the kernel');
+  assert.equal(klock.stats().counters.cancelled, 1);
+
+  const sleeping = new AbortController();
+  const reason = new Error('stop');
+  const retry = (await klock.session('youngest')).lease('MUTATES FILE:/x', { signal: sleeping.signal });
+  assert.equal(await state(retry), 'pending');
+  sleeping.abort(reason);
+  await assert.rejects(retry, (e) => e === reason);
+
+  await assert.rejects(older.lease('MUTATES FILE:/x', { signal: AbortSignal.abort() }), { name: 'AbortError' });
+
+  // A grant that happened first wins over a later abort.
+  const late = new AbortController();
+  const granted = older.lease('MUTATES FILE:/x', { signal: late.signal });
+  held.release();
+  const lease = await granted;
+  late.abort();
+  assert.ok(lease.held);
+  klock.close();
+});
+
+test('wound_wait: the older session wounds the younger, whose Lease is lost', async () => {
+  const { klock } = fakeKlock({ policy: 'wound_wait' });
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  const victim = await younger.lease('MUTATES FILE:/x');
+  const winner = await older.lease('MUTATES FILE:/x');
+  assert.ok(winner.held);
+  assert.ok(victim.lost instanceof LeaseLost);
+  assert.equal(victim.lost.name, 'LEASE_RELEASED');
+  assert.match(victim.lost.message, /wounded/);
+  // The younger waits for the older now, and gets it when the older lets go.
+  const again = younger.lease('MUTATES FILE:/x');
+  assert.equal(await state(again), 'pending');
+  winner.release();
+  assert.ok((await again).held);
+  klock.close();
+});
+
+test('lanes: FIFO waits, no hold-and-wait', async () => {
+  const { klock } = fakeKlock({ policy: 'lanes' });
+  const a = await klock.session('a');
+  const b = await klock.session('b');
+  const c = await klock.session('c');
+  const first = await c.lease('MUTATES FILE:/x');
+  const order = [];
+  const pb = b.lease('MUTATES FILE:/x').then((l) => (order.push('b'), l));
+  const pa = a.lease('MUTATES FILE:/x').then((l) => (order.push('a'), l));
+  first.release();
+  (await pb).release();
+  (await pa).release();
+  assert.deepEqual(order, ['b', 'a'], 'served in arrival order, not by age');
+  const held = await a.lease('MUTATES FILE:/y');
+  await assert.rejects(a.lease('MUTATES FILE:/z'), { name: 'HOLD_AND_WAIT', code: 303 });
+  held.release();
+  klock.close();
+});
+
+test('session.close and klock.close: pending leases reject with CLOSED, held ones are lost', async () => {
+  const { klock } = fakeKlock();
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  const held = await younger.lease('MUTATES FILE:/x');
+  const pending = older.lease('MUTATES FILE:/x');
+  older.close();
+  await assert.rejects(pending, (e) => e instanceof KlockError && e.name === 'CLOSED');
+  assert.ok(older.closed);
+  await assert.rejects(older.lease('MUTATES FILE:/x'), { name: 'UNKNOWN_SESSION' });
+  klock.close();
+  assert.ok(held.lost instanceof LeaseLost);
+  await assert.rejects(klock.session('late'), { name: 'CLOSED' });
+  klock.close(); // idempotent
+});
+
+test('the drive timer is unref\'d: a process holding a lease exits by itself', () => {
+  const script = `
+    const { Klock } = require(${JSON.stringify(clientPath)});
+    (async () => {
+      const klock = new Klock();
+      const s = await klock.session('alice');
+      await s.lease('MUTATES FILE:/x', { ttlMs: 60000 });
+      console.log('held');
+    })();
+  `;
+  const t0 = Date.now();
+  const child = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 20_000 });
+  assert.equal(child.status, 0, child.stderr);
+  assert.equal(child.stdout.trim(), 'held');
+  assert.ok(Date.now() - t0 < 10_000);
+});
+
+test('events of tickets made directly on klock.kernel are left to their caller', async () => {
+  const { klock } = fakeKlock();
+  const friendly = await klock.session('friendly');
+  const raw = klock.kernel.openSession('raw', 'default', klock.now()).sessionId;
+  const held = await friendly.lease('MUTATES FILE:/x');
+  const { verdict } = klock.kernel.acquire(raw, ['MUTATES FILE:/x'], null, klock.now());
+  assert.equal(verdict, 'DIE');
+  held.release();
+  assert.equal(klock.timerError, null);
+  klock.close();
+});
+
+test('bad input to the client: named errors, no state change', async () => {
+  const { klock } = fakeKlock();
+  const s = await klock.session('alice');
+  const before = klock.kernel.clone().snapshot(0);
+  const cases = [
+    [() => s.lease('MUTATES FILE:/x', { timeoutMs: -1 }), 'RangeError', 'ERR_OUT_OF_RANGE'],
+    [() => s.lease('MUTATES FILE:/x', { timeoutMs: NaN }), 'RangeError', 'ERR_OUT_OF_RANGE'],
+    [() => s.lease('MUTATES FILE:/x', { timeoutMs: 2 ** 53 }), 'RangeError', 'ERR_OUT_OF_RANGE'],
+    [() => s.lease('MUTATES FILE:/x', { timeoutMs: '5' }), 'TypeError', 'ERR_INVALID_ARG_TYPE'],
+    [() => s.lease('MUTATES FILE:/x', { ttlMs: 1.5 }), 'RangeError', 'ERR_OUT_OF_RANGE'],
+    [() => s.lease('MUTATES FILE:/x', { ttlMs: -3 }), 'RangeError', 'ERR_OUT_OF_RANGE'],
+    [() => s.lease('MUTATES FILE:/x', { ttl: 5 }), 'TypeError', 'ERR_INVALID_ARG_VALUE'],
+    [() => s.lease('MUTATES FILE:/x', { signal: {} }), 'TypeError', 'ERR_INVALID_ARG_TYPE'],
+    [() => s.lease('MUTATES FILE:/x', 5), 'TypeError', 'ERR_INVALID_ARG_TYPE'],
+    [() => s.lease(5), 'TypeError', 'ERR_INVALID_ARG_TYPE'],
+    [() => s.lease(), 'TypeError', 'ERR_MISSING_ARGS'],
+    [() => s.lease(['MUTATES FILE:/x', 7]), 'TypeError', 'ERR_INVALID_ARG_TYPE'],
+    [() => s.withLease('MUTATES FILE:/x'), 'TypeError', 'ERR_INVALID_ARG_TYPE'],
+    [() => klock.session(42), 'TypeError', 'ERR_INVALID_ARG_TYPE'],
+    [() => klock.session(), 'TypeError', 'ERR_MISSING_ARGS'],
+    [() => klock.session('x', { namespace: 5 }), 'TypeError', 'ERR_INVALID_ARG_TYPE'],
+    [() => klock.session('x', { tenant: 'a' }), 'TypeError', 'ERR_INVALID_ARG_VALUE'],
+  ];
+  for (const [call, name, code] of cases) {
+    await assert.rejects(call, (e) => e.name === name && e.code === code, String(call));
+  }
+  assert.deepEqual(klock.kernel.snapshot(0), before);
+  await assert.rejects(s.lease('WRITES FILE:/x'), (e) => e instanceof KlockError && e.name === 'INVALID_PREDICATE' && e.code === 101);
+  await assert.rejects(s.lease('MUTATES FILE:/x', { ttlMs: 0 }), { name: 'INVALID_TTL' });
+  await assert.rejects(s.lease([]), { name: 'INVALID_MANIFEST' });
+  assert.deepEqual(klock.kernel.snapshot(0), before);
+  assert.throws(() => new Klock({ clock: 5 }), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
+  assert.throws(() => new Klock({ polcy: 'lanes' }), { name: 'TypeError', code: 'ERR_INVALID_ARG_VALUE' });
+  assert.throws(() => new Klock({ policy: 'fifo' }), { name: 'INVALID_CONFIG' });
+  assert.throws(() => new Klock(null), { name: 'TypeError' });
+  klock.close();
+});

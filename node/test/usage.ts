@@ -1,0 +1,107 @@
+// Type check (tsc --noEmit -p node/tsconfig.json): the documented usage compiles against
+// client.d.ts and index.d.ts, and misuse does not (each @ts-expect-error must be an error).
+
+import { Kernel, KlockError, ERROR_CODES, parseIntent } from '../index'
+import type { Event, Verdict, Snapshot, HeartbeatResult, KlockErrorName } from '../index'
+import { Klock, LeaseLost, Died, Timeout } from '../client'
+import type { Lease, Session, LeaseInfo } from '../client'
+
+// ---- the native kernel, driven by hand --------------------------------------------------
+const kernel = new Kernel({ policy: 'wait_die', seed: 1, defaultTtlMs: 1_000 })
+const alice = kernel.openSession('alice', 'default', 0)
+const verdict: Verdict = kernel.acquire(alice.sessionId, ['MUTATES FILE:/src/a.ts'], { ttlMs: 500 }, 1)
+switch (verdict.verdict) {
+  case 'GRANTED': {
+    const first: number = verdict.leases[0]!.fence
+    kernel.release(alice.sessionId, verdict.leases[0]!.leaseId, 2)
+    void first
+    break
+  }
+  case 'WAIT':
+    kernel.cancelWait(alice.sessionId, verdict.ticket, 2)
+    break
+  case 'DIE': {
+    const ms: number = verdict.retryAfterMs
+    void ms
+    break
+  }
+}
+const beats: HeartbeatResult[] = kernel.heartbeat(alice.sessionId, 'all', 3)
+if (beats[0]?.status === 'OK') {
+  const at: number | undefined = beats[0].expiresAt
+  void at
+}
+let event: Event | null
+while ((event = kernel.pollEvent()) !== null) {
+  if (event.event === 'GRANTED') void event.leases.length
+  if (event.event === 'WOUNDED') void event.lostTickets
+}
+const deadline: number | null = kernel.nextDeadline()
+if (deadline !== null) kernel.advance(deadline)
+const snap: Snapshot = kernel.snapshot(10)
+void snap.stats.counters.granted
+const digest = kernel.digest(alice.sessionId, 11)
+kernel.resumeSession(digest, 12)
+void kernel.clone().config.policy
+void parseIntent('mutates FILE:/x').predicate
+const code: number = ERROR_CODES.NOT_OWNER
+void code
+try {
+  kernel.release(alice.sessionId, 12345, 13)
+} catch (e) {
+  if (e instanceof KlockError) {
+    const name: KlockErrorName | (string & {}) = e.name
+    const n: number = e.code
+    void name
+    void n
+  }
+}
+
+// @ts-expect-error: now is a number
+kernel.advance('10')
+// @ts-expect-error: intents are a list
+kernel.acquire(alice.sessionId, 'MUTATES FILE:/x', null, 1)
+// @ts-expect-error: unknown policy
+new Kernel({ policy: 'fifo' })
+// @ts-expect-error: unknown option key
+kernel.acquire(alice.sessionId, ['MUTATES FILE:/x'], { ttl: 5 }, 1)
+
+// ---- the friendly client ----------------------------------------------------------------
+async function agent(klock: Klock): Promise<number> {
+  const session: Session = await klock.session('bob', { namespace: 'default' })
+  const controller = new AbortController()
+  const lease: Lease = await session.lease(['MUTATES FILE:/x', 'CONSUMES FILE:/y'], {
+    ttlMs: 30_000,
+    timeoutMs: 5_000,
+    signal: controller.signal,
+  })
+  const info: LeaseInfo[] = lease.leases
+  const fence: number = lease.fence
+  lease.signal.addEventListener('abort', () => void lease.lost)
+  lease.release()
+  const written: string = await session.withLease('MUTATES FILE:/x', async (held) => {
+    held.check()
+    return `fence ${held.fence}`
+  })
+  try {
+    await session.lease('MUTATES FILE:/z', { timeoutMs: 0 })
+  } catch (e) {
+    if (e instanceof Died) void e.retryAfterMs
+    else if (e instanceof Timeout) void e.heldBy
+    else if (e instanceof LeaseLost) void e.leaseIds
+    else if (e instanceof KlockError) void e.code
+  }
+  session.close()
+  void info
+  void written
+  return fence
+}
+
+const klock = new Klock({ policy: 'wound_wait', clock: () => Date.now() })
+void agent(klock).finally(() => klock.close())
+void klock.counters.grants
+
+// @ts-expect-error: the callback receives a Lease
+void klock.session('x').then((s) => s.withLease('MUTATES FILE:/x', (l: string) => l))
+// @ts-expect-error: timeoutMs is a number
+void klock.session('x').then((s) => s.lease('MUTATES FILE:/x', { timeoutMs: '5' }))

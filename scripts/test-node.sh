@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Every test of the Node host (bindings/node + node/), from a fresh machine or a warm one:
+#   1. `npm install` in node/ only when node_modules is missing or package.json /
+#      package-lock.json changed since the last install (never `npm ci`: see TOOLCHAIN.md);
+#   2. format and lint checks of the klock-node crate;
+#   3. builds the addon with the napi CLI into a temporary directory, fails if the committed
+#      node/index.js or node/index.d.ts differ from what it generated (stale), and copies the
+#      built .node file next to them;
+#   4. `node --test` (vectors, native API, friendly client, stress, types), the conformance
+#      runner CLI over tests/vectors, and `tsc --noEmit` of the usage file.
+# Nothing is downloaded at run time beyond the npm install of step 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+step() { printf '\n==> %s\n' "$*"; }
+
+for tool in node npm cargo; do
+  command -v "$tool" >/dev/null || { echo "test-node.sh: $tool is not installed" >&2; exit 1; }
+done
+
+step "npm install in node/ (only when needed)"
+stamp=node/node_modules/.klock-install-stamp
+wanted=$(cat node/package.json node/package-lock.json 2>/dev/null | sha256sum | cut -d' ' -f1)
+if [ ! -d node/node_modules ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+  (cd node && npm install --no-audit --no-fund)
+  echo "$wanted" >"$stamp"
+else
+  echo "node_modules is up to date"
+fi
+
+step "cargo fmt --check and clippy (klock-node)"
+cargo fmt -p klock-node -- --check
+cargo clippy -p klock-node --all-targets -- -D warnings
+
+step "napi build (release) and staleness of the committed index.js / index.d.ts"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+(cd node && npx napi build --platform --release --manifest-path ../bindings/node/Cargo.toml --output-dir "$out")
+stale=0
+for generated in index.js index.d.ts; do
+  if ! diff -u "node/$generated" "$out/$generated"; then
+    echo "node/$generated is stale: run \`npm run build\` in node/ and commit it" >&2
+    stale=1
+  fi
+done
+[ "$stale" -eq 0 ] || exit 1
+cp "$out"/*.node node/
+
+step "node --test"
+node --test node/test/*.test.mjs
+
+step "conformance runner CLI over tests/vectors"
+node node/conformance.mjs tests/vectors
+
+step "tsc --noEmit (usage file against the declarations)"
+(cd node && npx tsc --noEmit -p tsconfig.json)
+
+echo
+echo "test-node.sh: all Node checks passed ($root)"
