@@ -5,7 +5,7 @@
 //! tickets do not exist for a session (`UNKNOWN_*`), another session's in the same namespace
 //! are `NOT_OWNER`; an ended lease is never resurrected; release is idempotent.
 
-use super::{Kernel, LeaseEnd};
+use super::{Kernel, LeaseEnd, LeaseRecord};
 use crate::error::{Error, ErrorCode};
 use crate::types::{HeartbeatOutcome, LeaseId, LeaseSelection, LeaseStatus, SessionId, TicketId};
 use alloc::{format, vec::Vec};
@@ -66,7 +66,7 @@ impl Kernel {
                         Standing::Owned => {
                             let ttl = k.leases[&id].ttl_ms;
                             if k.renew_lease(id, ttl) {
-                                Ok(k.leases[&id].effective_expiry())
+                                Ok(k.effective_expiry(id))
                             } else {
                                 Err(ErrorCode::LifetimeExceeded)
                             }
@@ -148,13 +148,10 @@ impl Kernel {
                 .iter()
                 .map(|&id| {
                     let status = match k.standing(session, id) {
-                        Standing::Owned => {
-                            let l = &k.leases[&id];
-                            LeaseStatus::Active {
-                                expires_at: l.effective_expiry(),
-                                fence: l.fence,
-                            }
-                        }
+                        Standing::Owned => LeaseStatus::Active {
+                            expires_at: k.effective_expiry(id),
+                            fence: LeaseRecord::fence(id),
+                        },
                         Standing::OwnedEnded(LeaseEnd::Expired) => LeaseStatus::Expired,
                         Standing::OwnedEnded(LeaseEnd::Released) => LeaseStatus::Released,
                         Standing::OtherSession => LeaseStatus::NotOwner,

@@ -70,18 +70,19 @@ struct LeaseRecord {
     session: SessionId,
     node: NodeId,
     predicate: Predicate,
-    fence: u64,
+    /// Whether a suspension grace is recorded for it in `Kernel::grace`.
+    has_grace: bool,
     acquired_at: u64,
     expires_at: u64,
     ttl_ms: u64,
-    /// Suspension grace: the lease is kept at least until then (0 = no grace).
-    grace_until: u64,
 }
 
 impl LeaseRecord {
-    /// The expiry that counts everywhere: `max(expires_at, grace)`.
-    fn effective_expiry(&self) -> u64 {
-        self.expires_at.max(self.grace_until)
+    /// The lease's fence. Fences and lease ids come from one kernel-wide counter that only a
+    /// new lease advances, so the fence strictly increases with every grant and needs no
+    /// field of its own (a lease record is what every active lease pays for).
+    fn fence(id: LeaseId) -> u64 {
+        id.0
     }
 }
 
@@ -175,6 +176,9 @@ pub struct Kernel {
     namespaces: Namespaces,
     sessions: Map<SessionId, Session>,
     leases: Map<LeaseId, LeaseRecord>,
+    /// Suspension grace of the leases that have one: kept at least until then. Apart from
+    /// the records because only the leases of suspended sessions need it.
+    grace: Map<LeaseId, u64>,
     tickets: Map<TicketId, TicketRecord>,
     ended_leases: Map<LeaseId, (SessionId, LeaseEnd)>,
     ended_tickets: Map<TicketId, SessionId>,
@@ -191,7 +195,6 @@ pub struct Kernel {
     next_priority: u64,
     next_lease: u64,
     next_ticket: u64,
-    next_fence: u64,
     counters: Counters,
     contention: TopTable<(String, String), 1>,
     ghosts: TopTable<String, 2>,
@@ -225,6 +228,7 @@ impl Kernel {
             namespaces: Namespaces::default(),
             sessions: Map::default(),
             leases: Map::default(),
+            grace: Map::default(),
             tickets: Map::default(),
             ended_leases: Map::default(),
             ended_tickets: Map::default(),
@@ -237,7 +241,6 @@ impl Kernel {
             next_priority: 1,
             next_lease: 1,
             next_ticket: 1,
-            next_fence: 1,
             counters: Counters::default(),
             contention: TopTable::default(),
             ghosts: TopTable::default(),
@@ -326,6 +329,15 @@ impl Kernel {
         let session = self.session_mut(id);
         session.last_active = session.last_active.max(now);
         self.refresh_idle(id);
+    }
+
+    /// The expiry that counts everywhere: `max(expires_at, grace)`.
+    fn effective_expiry(&self, id: LeaseId) -> u64 {
+        let lease = &self.leases[&id];
+        match lease.has_grace {
+            true => lease.expires_at.max(self.grace[&id]),
+            false => lease.expires_at,
+        }
     }
 
     /// Remembers an ended lease of `session`, forgetting its oldest beyond the window.

@@ -5,7 +5,7 @@
 //! is deterministic (ids ascending, queues in queue order), never hash order.
 
 use super::sessions::check_namespace;
-use super::Kernel;
+use super::{Kernel, LeaseRecord};
 use crate::error::Error;
 use crate::resource::ResourceName;
 use crate::stats::{Contention, GhostAgent, Stats};
@@ -58,17 +58,14 @@ pub struct Snapshot {
 impl Kernel {
     fn holders_of<'a>(&'a self, node: &'a Node) -> impl Iterator<Item = Holder> + 'a {
         let resource = String::from(&*node.name);
-        node.held.iter().map(move |h| {
-            let l = &self.leases[&h.lease];
-            Holder {
-                session_id: h.session,
-                agent_id: self.sessions[&h.session].agent_id.clone(),
-                lease_id: h.lease,
-                resource: resource.clone(),
-                predicate: h.predicate,
-                fence: l.fence,
-                expires_at: l.effective_expiry(),
-            }
+        node.held.iter().map(move |h| Holder {
+            session_id: h.session,
+            agent_id: self.sessions[&h.session].agent_id.clone(),
+            lease_id: h.lease,
+            resource: resource.clone(),
+            predicate: h.predicate,
+            fence: LeaseRecord::fence(h.lease),
+            expires_at: self.effective_expiry(h.lease),
         })
     }
 

@@ -172,28 +172,29 @@ impl Kernel {
     ) -> LeaseId {
         let id = LeaseId(self.next_lease);
         self.next_lease += 1;
-        let fence = self.next_fence;
-        self.next_fence += 1;
         let now = self.clock;
         let mut record = LeaseRecord {
             session,
             node,
             predicate,
-            fence,
             acquired_at: now,
             expires_at: now,
             ttl_ms,
-            grace_until: 0,
+            has_grace: false,
         };
         record.expires_at = self.capped_expiry(&record, now.saturating_add(ttl_ms));
-        if let Some(suspended_at) = self.sessions[&session].suspended_at {
-            record.grace_until =
-                self.capped_expiry(&record, suspended_at.saturating_add(self.config.grace_ms));
-        }
+        let grace = self.sessions[&session]
+            .suspended_at
+            .map(|at| self.capped_expiry(&record, at.saturating_add(self.config.grace_ms)));
+        let expires_at = record.expires_at;
         self.session_mut(session).leases.insert(id);
         self.deadlines
-            .insert(record.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
+            .insert(expires_at, DeadlineKind::LeaseExpiry, id.0);
         self.leases.insert(id, record);
+        if let Some(grace) = grace {
+            // Granted while its session is suspended: kept for the grace too (SPEC §5).
+            self.set_lease_expiry(id, expires_at, grace);
+        }
         self.tree.add_held(
             node,
             HeldEntry {
@@ -214,13 +215,18 @@ impl Kernel {
         }
     }
 
-    /// Sets a lease's expiry and grace, keeping the deadline index exact.
+    /// Sets a lease's expiry and grace (0 = none), keeping the deadline index exact.
     pub(super) fn set_lease_expiry(&mut self, id: LeaseId, expires_at: u64, grace_until: u64) {
+        let old = self.effective_expiry(id);
         let lease = self.leases.get_mut(&id).expect("active lease");
-        let old = lease.effective_expiry();
         lease.expires_at = expires_at;
-        lease.grace_until = grace_until;
-        let new = lease.effective_expiry();
+        lease.has_grace = grace_until > 0;
+        if lease.has_grace {
+            self.grace.insert(id, grace_until);
+        } else {
+            self.grace.remove(&id);
+        }
+        let new = self.effective_expiry(id);
         self.deadlines
             .reschedule(old, new, DeadlineKind::LeaseExpiry, id.0);
     }
@@ -248,9 +254,9 @@ impl Kernel {
             agent_id: self.sessions[&l.session].agent_id.clone(),
             resource: String::from(&*self.tree.node(l.node).name),
             predicate: l.predicate,
-            fence: l.fence,
+            fence: LeaseRecord::fence(id),
             acquired_at: l.acquired_at,
-            expires_at: l.effective_expiry(),
+            expires_at: self.effective_expiry(id),
             ttl_ms: l.ttl_ms,
         }
     }
@@ -258,9 +264,13 @@ impl Kernel {
     /// Ends an active lease. Tickets of the same session that reuse it are withdrawn with
     /// DIED by the next [`after_frees`](Self::after_frees).
     pub(super) fn end_lease(&mut self, id: LeaseId, end: LeaseEnd) {
+        let expiry = self.effective_expiry(id);
         let lease = self.leases.remove(&id).expect("active lease");
+        if lease.has_grace {
+            self.grace.remove(&id);
+        }
         self.deadlines
-            .remove(lease.effective_expiry(), DeadlineKind::LeaseExpiry, id.0);
+            .remove(expiry, DeadlineKind::LeaseExpiry, id.0);
         self.tree.remove_held(lease.node, id);
         self.freed.push(lease.node);
         self.remember_ended_lease(lease.session, id, end);
