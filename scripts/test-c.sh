@@ -63,7 +63,9 @@ build conformance tests/c/conformance.c -lcjson
 build bad_input tests/c/bad_input.c
 build quickstart examples/c/quickstart.c
 # The dynamic builds really load libklock.so.
-ldd "$out/conformance-dynamic" | grep -q "libklock.so" || { echo "FAIL: conformance-dynamic does not load libklock.so" >&2; exit 1; }
+# (Captured first: under pipefail, `ldd | grep -q` fails when grep stops reading early.)
+dependencies=$(ldd "$out/conformance-dynamic")
+grep -q "libklock.so" <<<"$dependencies" || { echo "FAIL: conformance-dynamic does not load libklock.so" >&2; exit 1; }
 pass
 
 vg=(valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=1)

@@ -12,7 +12,8 @@ installed_components=$(rustup component list --installed 2>/dev/null || true)
 for component in rustfmt clippy; do
   grep -q "^${component}" <<<"$installed_components" || rustup component add "$component"
 done
-rustup target list --installed | grep -qx thumbv7em-none-eabihf || rustup target add thumbv7em-none-eabihf
+installed_targets=$(rustup target list --installed)
+grep -qx thumbv7em-none-eabihf <<<"$installed_targets" || rustup target add thumbv7em-none-eabihf
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -16,7 +16,8 @@ if [ -z "$pinned" ]; then
   exit 1
 fi
 
-rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+installed_targets=$(rustup target list --installed)
+grep -qx wasm32-unknown-unknown <<<"$installed_targets" || rustup target add wasm32-unknown-unknown
 
 if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$pinned" ]; then
   echo "installing wasm-bindgen-cli $pinned (a few minutes, once)" >&2
