@@ -4,8 +4,9 @@
 //! (`"INVALID_RESOURCE"`, ...), whose `code` is the stable number (100, ...) and whose `message`
 //! is the kernel's text saying what to fix; `String(err)` reads `NAME: message`. A wrong
 //! argument (wrong type, a number that is not a non-negative integer ≤ 2^53 − 1, a lone
-//! surrogate) is a `TypeError` or `RangeError` thrown before the kernel is touched. Nothing
-//! here ever throws a bare string.
+//! surrogate) is a `TypeError` (`code` `ERR_INVALID_ARG_TYPE`) or `RangeError` (`code`
+//! `ERR_OUT_OF_RANGE`) thrown before the kernel is touched. Nothing here ever throws a bare
+//! string.
 
 use js_sys::{JsString, Reflect};
 use klock_core::Error;
@@ -24,14 +25,24 @@ pub fn kernel_error(error: Error) -> JsValue {
     err.into()
 }
 
-/// A `TypeError` (an argument of the wrong type or shape).
-pub fn type_error(message: &str) -> JsValue {
-    js_sys::TypeError::new(message).into()
+/// Sets `code` on a fresh error object (cannot fail on a fresh, extensible object).
+fn with_code(err: JsValue, code: &str) -> JsValue {
+    let _ = Reflect::set(&err, &JsString::from("code"), &JsValue::from_str(code));
+    err
 }
 
-/// A `RangeError` (a number out of the accepted range).
+/// A `TypeError` with `code` `ERR_INVALID_ARG_TYPE` (an argument of the wrong type or shape),
+/// the code Node itself uses, so callers can branch on `code` for every error.
+pub fn type_error(message: &str) -> JsValue {
+    with_code(
+        js_sys::TypeError::new(message).into(),
+        "ERR_INVALID_ARG_TYPE",
+    )
+}
+
+/// A `RangeError` with `code` `ERR_OUT_OF_RANGE` (a number out of the accepted range).
 pub fn range_error(message: &str) -> JsValue {
-    js_sys::RangeError::new(message).into()
+    with_code(js_sys::RangeError::new(message).into(), "ERR_OUT_OF_RANGE")
 }
 
 /// `Result<T, klock_core::Error>` → `Result<T, JsValue>` with [`kernel_error`].

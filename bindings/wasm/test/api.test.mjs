@@ -109,7 +109,8 @@ test('every numeric argument rejects non-integers, negatives, > 2^53 - 1 and non
   for (const [what, call] of Object.entries(calls)) {
     for (const [bad, kind] of BAD_NUMBERS) {
       if ((bad === null || bad === undefined) && what.includes('_ms')) continue; // optional: means the default
-      assert.throws(() => call(bad), (e) => e instanceof kind && e.code === undefined, `${what} = ${String(bad)}`);
+      const code = kind === RangeError ? 'ERR_OUT_OF_RANGE' : 'ERR_INVALID_ARG_TYPE';
+      assert.throws(() => call(bad), (e) => e instanceof kind && e.code === code, `${what} = ${String(bad)}`);
     }
   }
   assert.equal(state(k), before, 'a rejected argument changed the kernel');
@@ -130,7 +131,8 @@ test('2^53 - 1 is accepted, and optional numbers accept undefined and null', () 
 test('strings, arrays and option objects are checked strictly, changing nothing', () => {
   const { k, a } = fixture();
   const before = state(k);
-  const type = (call, msg) => assert.throws(call, (e) => e instanceof TypeError && msg.test(e.message), String(msg));
+  const type = (call, msg) =>
+    assert.throws(call, (e) => e instanceof TypeError && e.code === 'ERR_INVALID_ARG_TYPE' && msg.test(e.message), String(msg));
   type(() => k.openSession(42, 'default', 1), /agent_id must be a string, got number/);
   type(() => k.openSession('a\ud800b', 'default', 1), /lone surrogate/);
   type(() => k.openSession('alice', null, 1), /namespace must be a string, got null/);
