@@ -26,6 +26,12 @@ import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
+import {
+  Aliases, EVENT_KEYS, EVENT_KINDS, FILE_KEYS, HEARTBEAT_ERRORS, LEASE_KEYS, POLICIES, STATUSES, VERDICTS,
+  actionKeys, line, oneOf, perfectMatching, predicateName, strList,
+} from '../bindings/js-conformance/vector-format.mjs';
+
+export { line };
 
 const require = createRequire(import.meta.url);
 const native = require('./index.js');
@@ -292,15 +298,9 @@ function toNumber(v, what) {
   return Number(v);
 }
 
-function strList(v) {
-  if (!Array.isArray(v) || !v.every((x) => typeof x === 'string')) return undefined;
-  return [...v];
-}
-
 // ---------------------------------------------------------------------------------------------
 // The vector format as typed values (vector.rs).
 
-const FILE_KEYS = ['name', 'spec', 'config', 'steps'];
 const CONFIG_KEYS = {
   policy: 'policy',
   seed: 'seed',
@@ -314,59 +314,6 @@ const CONFIG_KEYS = {
   max_leases_per_session: 'maxLeasesPerSession',
   max_lease_lifetime_ms: 'maxLeaseLifetimeMs',
 };
-const POLICIES = ['wait_die', 'wound_wait', 'lanes'];
-const PREDICATES = ['PROVIDES', 'CONSUMES', 'MUTATES', 'DELETES', 'DEPENDS_ON', 'RENAMES'];
-const LEASE_KEYS = ['as', 'resource', 'predicate', 'expires_at', 'ttl_ms', 'fence_gt', 'same_as'];
-const EVENT_KINDS = {
-  GRANTED: ['ticket', 'session', 'leases'],
-  WAIT_TIMEOUT: ['ticket', 'session'],
-  DIED: ['ticket', 'session', 'retry_after_ms'],
-  LEASE_EXPIRED: ['lease', 'session'],
-  WOUNDED: ['session', 'by', 'lost_leases', 'lost_tickets'],
-  SESSION_CLOSED: ['session'],
-};
-const EVENT_KEYS = ['event', 'ticket', 'session', 'lease', 'by', 'leases', 'retry_after_ms', 'lost_leases', 'lost_tickets'];
-const STATUSES = ['ACTIVE', 'EXPIRED', 'RELEASED', 'NOT_OWNER', 'UNKNOWN'];
-const VERDICTS = ['GRANTED', 'WAIT', 'DIE'];
-const HEARTBEAT_ERRORS = ['LEASE_EXPIRED', 'LEASE_RELEASED', 'NOT_OWNER', 'UNKNOWN_LEASE', 'LIFETIME_EXCEEDED'];
-const DOS = 'open, close, suspend, digest, resume, acquire, heartbeat, release, release_all, reconcile, cancel_wait, advance, resource_state, next_deadline';
-
-/** Step keys besides now/do/expect, and expect keys besides error/events, per `do`. */
-function keysFor(action) {
-  switch (action) {
-    case 'open':
-      return [['agent', 'namespace', 'as'], ['priority_lt']];
-    case 'close':
-    case 'suspend':
-    case 'release_all':
-      return [['session'], []];
-    case 'digest':
-      return [['session', 'as'], []];
-    case 'resume':
-      return [['digest', 'tamper'], ['epoch']];
-    case 'acquire':
-      return [
-        ['session', 'intents', 'ttl_ms', 'wait', 'wait_timeout_ms'],
-        ['verdict', 'leases', 'ticket', 'held_by', 'retry_after_ms'],
-      ];
-    case 'heartbeat':
-      return [['session', 'leases'], ['results']];
-    case 'release':
-      return [['session', 'lease'], ['released']];
-    case 'reconcile':
-      return [['session', 'leases'], ['status']];
-    case 'cancel_wait':
-      return [['session', 'ticket'], []];
-    case 'advance':
-      return [[], []];
-    case 'next_deadline':
-      return [[], ['deadline']];
-    case 'resource_state':
-      return [['resource', 'namespace'], ['holders', 'waiting', 'covering']];
-    default:
-      return undefined;
-  }
-}
 
 function parseVector(value) {
   const file = new Fields(value, 'file', FILE_KEYS);
@@ -408,9 +355,7 @@ function parseStep(value) {
   if (!(value instanceof Map) || !value.has('do')) throw new Error('step: missing required key `do`');
   const actionName = value.get('do');
   if (typeof actionName !== 'string') throw new Error(`step: \`do\` must be a string, got ${show(actionName)}`);
-  const keys = keysFor(actionName);
-  if (keys === undefined) throw new Error(`unknown \`do\` ${JSON.stringify(actionName)} (known: ${DOS})`);
-  const [fields, expectKeys] = keys;
+  const [fields, expectKeys] = actionKeys(actionName);
   const f = new Fields(value, `${actionName} step`, ['now', 'do', 'expect', ...fields]);
   const now = f.reqU64('now');
   let action;
@@ -498,18 +443,6 @@ function errorName(ctx, name) {
     throw new Error(`${ctx}: unknown error name ${JSON.stringify(name)} (known: ${Object.keys(ERROR_CODES).join(', ')})`);
   }
   return name;
-}
-
-function predicateName(ctx, name) {
-  if (!PREDICATES.includes(name)) {
-    throw new Error(`${ctx}: \`predicate\` must be one of ${PREDICATES.join(', ')}, got ${JSON.stringify(name)}`);
-  }
-  return name;
-}
-
-function oneOf(ctx, key, value, allowed) {
-  if (!allowed.includes(value)) throw new Error(`${ctx}: \`${key}\` must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
-  return value;
 }
 
 function outcomeStatus(ctx, name) {
@@ -666,75 +599,8 @@ function parseEvent(value, ctx) {
 // ---------------------------------------------------------------------------------------------
 // Aliases (aliases.rs): bound once; unbound aliases are fixed ids the kernel never issues.
 
-class Aliases {
-  constructor() {
-    this.bound = new Map();
-    this.unbound = new Map();
-  }
-  bind(alias, kind, value) {
-    const old = this.bound.get(alias);
-    if (old === undefined) {
-      this.bound.set(alias, { kind, ...value });
-      return;
-    }
-    if (old.kind === kind && (kind === 'digest' ? isDeepStrictEqual(old.digest, value.digest) : old.id === value.id && old.fence === value.fence)) return;
-    throw new Error(
-      `alias ${JSON.stringify(alias)} is already bound to ${old.kind} ${describeBound(old)}, cannot rebind it to ${kind} ${describeBound({ kind, ...value })} (aliases are bound once; use same_as)`,
-    );
-  }
-  bindSession(alias, id) {
-    this.bind(alias, 'session', { id });
-  }
-  bindLease(alias, id, fence) {
-    this.bind(alias, 'lease', { id, fence });
-  }
-  bindTicket(alias, id) {
-    this.bind(alias, 'ticket', { id });
-  }
-  bindDigest(alias, digest) {
-    this.bind(alias, 'digest', { digest });
-  }
-  literal(alias) {
-    if (!this.unbound.has(alias)) this.unbound.set(alias, Number.MAX_SAFE_INTEGER - this.unbound.size);
-    return this.unbound.get(alias);
-  }
-  resolve(alias, kind) {
-    const b = this.bound.get(alias);
-    if (b === undefined) return this.literal(alias);
-    if (b.kind !== kind) throw new Error(`alias ${JSON.stringify(alias)} is bound to a ${b.kind}, not a ${kind}`);
-    return b.id;
-  }
-  session(alias) {
-    return this.resolve(alias, 'session');
-  }
-  lease(alias) {
-    return this.resolve(alias, 'lease');
-  }
-  ticket(alias) {
-    return this.resolve(alias, 'ticket');
-  }
-  boundLease(alias) {
-    const b = this.bound.get(alias);
-    if (b === undefined) throw new Error(`alias ${JSON.stringify(alias)} is not bound to a lease yet`);
-    if (b.kind !== 'lease') throw new Error(`alias ${JSON.stringify(alias)} is bound to a ${b.kind}, not a lease`);
-    return b;
-  }
-  digest(alias) {
-    const b = this.bound.get(alias);
-    if (b === undefined) throw new Error(`digest alias ${JSON.stringify(alias)} was never bound (bind it with a digest step's \`as\`)`);
-    if (b.kind !== 'digest') throw new Error(`alias ${JSON.stringify(alias)} is bound to a ${b.kind}, not a digest`);
-    return structuredClone(b.digest);
-  }
-  label(kind, id) {
-    for (const [alias, b] of this.bound) if (b.kind === kind && b.id === id) return `${alias}(#${id})`;
-    for (const [alias, x] of this.unbound) if (x === id) return `${alias}(unbound)`;
-    return `#${id}`;
-  }
-}
-
-function describeBound(b) {
-  return b.kind === 'digest' ? `of session #${b.digest.identity.sessionId}` : `#${b.id}`;
-}
+/** Digests are compared deeply; one names its session as `identity.sessionId`. */
+const ALIAS_DIGESTS = { sameDigest: isDeepStrictEqual, digestSession: (d) => d.identity.sessionId };
 
 // ---------------------------------------------------------------------------------------------
 // Driving the kernel (run.rs) and checking answers (check.rs).
@@ -852,24 +718,6 @@ function idSet(what, expected, got, label) {
 function holderMatches(e, h, a) {
   if (e.session !== undefined && a.session(e.session) !== h.sessionId) return false;
   return (e.predicate === undefined || e.predicate === h.predicate) && (e.resource === undefined || e.resource === h.resource);
-}
-
-/** Whether every row can take a distinct column it fits (augmenting paths). */
-function perfectMatching(fits, cols) {
-  const owner = new Array(cols).fill(-1);
-  const augment = (row, seen) => {
-    for (let col = 0; col < cols; col++) {
-      if (fits[row][col] && !seen[col]) {
-        seen[col] = true;
-        if (owner[col] === -1 || augment(owner[col], seen)) {
-          owner[col] = row;
-          return true;
-        }
-      }
-    }
-    return false;
-  };
-  return fits.every((_, row) => augment(row, new Array(cols).fill(false)));
 }
 
 function holders(what, expected, got, a) {
@@ -1054,7 +902,7 @@ class Runner {
     } catch (e) {
       throw new Error(`config rejected by the kernel: ${e.name}: ${e.message}`);
     }
-    this.aliases = new Aliases();
+    this.aliases = new Aliases(ALIAS_DIGESTS);
     this.priorities = new Map();
   }
 
@@ -1276,12 +1124,6 @@ export function runPaths(paths) {
     for (const f of files) results.push(runFile(f));
   }
   return results;
-}
-
-/** `ok <file>: <name>` or `FAIL <file>: <name>: <failure>`. */
-export function line(r) {
-  const name = r.name ?? '(unnamed)';
-  return r.failure === undefined ? `ok ${r.file}: ${name}` : `FAIL ${r.file}: ${name}: ${r.failure}`;
 }
 
 /** `N passed, M failed`. */

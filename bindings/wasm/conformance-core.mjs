@@ -5,6 +5,13 @@
 // `runSource(file, text)` runs one vector, answering `{file, name, failure}`; `line(result)`
 // is its report line.
 
+import {
+  Aliases, EVENT_KEYS, EVENT_KINDS, FILE_KEYS, HEARTBEAT_ERRORS, LEASE_KEYS, POLICIES, STATUSES, VERDICTS,
+  actionKeys, line, oneOf, perfectMatching, predicateName, strList,
+} from '../js-conformance/vector-format.mjs';
+
+export { line };
+
 let Kernel;
 let ERROR_CODES = {}; // name -> code, from the wasm module
 
@@ -242,51 +249,13 @@ function isU64(v) {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0;
 }
 
-function strList(v) {
-  if (!Array.isArray(v) || !v.every((x) => typeof x === 'string')) return undefined;
-  return [...v];
-}
-
 // ---------------------------------------------------------------------------------------------
 // The vector format (mirrors conformance/src/vector.rs)
 
-const FILE_KEYS = ['name', 'spec', 'config', 'steps'];
 const CONFIG_KEYS = [
   'policy', 'seed', 'default_ttl_ms', 'max_ttl_ms', 'default_wait_timeout_ms', 'backoff_base_ms',
   'backoff_cap_ms', 'grace_ms', 'session_idle_ms', 'max_leases_per_session', 'max_lease_lifetime_ms',
 ];
-const POLICIES = ['wait_die', 'wound_wait', 'lanes'];
-const LEASE_KEYS = ['as', 'resource', 'predicate', 'expires_at', 'ttl_ms', 'fence_gt', 'same_as'];
-const EVENT_KINDS = {
-  GRANTED: ['ticket', 'session', 'leases'],
-  WAIT_TIMEOUT: ['ticket', 'session'],
-  DIED: ['ticket', 'session', 'retry_after_ms'],
-  LEASE_EXPIRED: ['lease', 'session'],
-  WOUNDED: ['session', 'by', 'lost_leases', 'lost_tickets'],
-  SESSION_CLOSED: ['session'],
-};
-const EVENT_KEYS = ['event', 'ticket', 'session', 'lease', 'by', 'leases', 'retry_after_ms', 'lost_leases', 'lost_tickets'];
-const STATUSES = ['ACTIVE', 'EXPIRED', 'RELEASED', 'NOT_OWNER', 'UNKNOWN'];
-const VERDICTS = ['GRANTED', 'WAIT', 'DIE'];
-const PREDICATES = ['PROVIDES', 'CONSUMES', 'MUTATES', 'DELETES', 'DEPENDS_ON', 'RENAMES'];
-const HEARTBEAT_ERRORS = ['LEASE_EXPIRED', 'LEASE_RELEASED', 'NOT_OWNER', 'UNKNOWN_LEASE', 'LIFETIME_EXCEEDED'];
-const ACTIONS = {
-  open: [['agent', 'namespace', 'as'], ['priority_lt']],
-  close: [['session'], []],
-  suspend: [['session'], []],
-  release_all: [['session'], []],
-  digest: [['session', 'as'], []],
-  resume: [['digest', 'tamper'], ['epoch']],
-  acquire: [['session', 'intents', 'ttl_ms', 'wait', 'wait_timeout_ms'], ['verdict', 'leases', 'ticket', 'held_by', 'retry_after_ms']],
-  heartbeat: [['session', 'leases'], ['results']],
-  release: [['session', 'lease'], ['released']],
-  reconcile: [['session', 'leases'], ['status']],
-  cancel_wait: [['session', 'ticket'], []],
-  advance: [[], []],
-  next_deadline: [[], ['deadline']],
-  resource_state: [['resource', 'namespace'], ['holders', 'waiting', 'covering']],
-};
-
 function nameOf(value) {
   if (value instanceof JsonObject && typeof value.map.name === 'string' && value.keys.includes('name')) return value.map.name;
   return undefined;
@@ -334,14 +303,7 @@ function parseStep(value) {
   const action = value instanceof JsonObject && value.keys.includes('do') ? value.map.do : undefined;
   if (action === undefined) throw new Error('step: missing required key `do`');
   if (typeof action !== 'string') throw new Error(`step: \`do\` must be a string, got ${show(action)}`);
-  const spec = Object.hasOwn(ACTIONS, action) ? ACTIONS[action] : undefined;
-  if (spec === undefined) {
-    throw new Error(
-      `unknown \`do\` ${JSON.stringify(action)} (known: open, close, suspend, digest, resume, acquire, heartbeat, release, ` +
-        'release_all, reconcile, cancel_wait, advance, resource_state, next_deadline)',
-    );
-  }
-  const [fields, expectKeys] = spec;
+  const [fields, expectKeys] = actionKeys(action);
   const f = new Fields(value, `${action} step`, ['now', 'do', 'expect', ...fields]);
   const now = f.reqU64('now');
   const a = { do: action };
@@ -430,18 +392,6 @@ function errorName(ctx, name) {
     throw new Error(`${ctx}: unknown error name ${JSON.stringify(name)} (known: ${Object.keys(ERROR_CODES).sort((a, b) => ERROR_CODES[a] - ERROR_CODES[b]).join(', ')})`);
   }
   return name;
-}
-
-function predicate(ctx, name) {
-  if (!PREDICATES.includes(name)) {
-    throw new Error(`${ctx}: \`predicate\` must be one of ${PREDICATES.join(', ')}, got ${JSON.stringify(name)}`);
-  }
-  return name;
-}
-
-function oneOf(ctx, key, value, allowed) {
-  if (!allowed.includes(value)) throw new Error(`${ctx}: \`${key}\` must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
-  return value;
 }
 
 function parseExpect(value, action, specific) {
@@ -546,7 +496,7 @@ function parseLeases(items, ctx) {
     return {
       bind: f.str('as'),
       resource: f.str('resource'),
-      predicate: p === undefined ? undefined : predicate(c, p),
+      predicate: p === undefined ? undefined : predicateName(c, p),
       expires_at: f.u64('expires_at'),
       ttl_ms: f.u64('ttl_ms'),
       fence_gt: f.str('fence_gt'),
@@ -560,7 +510,7 @@ function parseHolders(items, ctx) {
     const c = `${ctx}[${i}]`;
     const f = new Fields(item, c, ['session', 'predicate', 'resource']);
     const p = f.str('predicate');
-    return { session: f.str('session'), predicate: p === undefined ? undefined : predicate(c, p), resource: f.str('resource') };
+    return { session: f.str('session'), predicate: p === undefined ? undefined : predicateName(c, p), resource: f.str('resource') };
   });
 }
 
@@ -596,82 +546,11 @@ function parseEvent(value, ctx) {
 // ---------------------------------------------------------------------------------------------
 // Aliases (mirrors conformance/src/aliases.rs, with 2^53 - 1 as the top of the literal ids)
 
-class Aliases {
-  constructor() {
-    this.bound = new Map(); // alias -> {kind, id, fence?, digest?}
-    this.unbound = new Map(); // alias -> literal id
-  }
-
-  bind(alias, value) {
-    const old = this.bound.get(alias);
-    if (old === undefined) {
-      this.bound.set(alias, value);
-      return;
-    }
-    if (sameBound(old, value)) return;
-    throw new Error(
-      `alias ${JSON.stringify(alias)} is already bound to ${old.kind} ${describeBound(old)}, cannot rebind it to ` +
-        `${value.kind} ${describeBound(value)} (aliases are bound once; use same_as)`,
-    );
-  }
-
-  bindSession(alias, id) { this.bind(alias, { kind: 'session', id }); }
-  bindLease(alias, id, fence) { this.bind(alias, { kind: 'lease', id, fence }); }
-  bindTicket(alias, id) { this.bind(alias, { kind: 'ticket', id }); }
-  bindDigest(alias, digest) { this.bind(alias, { kind: 'digest', digest }); }
-
-  literal(alias) {
-    if (!this.unbound.has(alias)) this.unbound.set(alias, Number.MAX_SAFE_INTEGER - this.unbound.size);
-    return this.unbound.get(alias);
-  }
-
-  resolve(alias, kind) {
-    const b = this.bound.get(alias);
-    if (b === undefined) return this.literal(alias);
-    if (b.kind !== kind) throw new Error(`alias ${JSON.stringify(alias)} is bound to a ${b.kind}, not a ${kind}`);
-    return b.id;
-  }
-
-  session(alias) { return this.resolve(alias, 'session'); }
-  lease(alias) { return this.resolve(alias, 'lease'); }
-  ticket(alias) { return this.resolve(alias, 'ticket'); }
-
-  boundLease(alias) {
-    const b = this.bound.get(alias);
-    if (b === undefined) throw new Error(`alias ${JSON.stringify(alias)} is not bound to a lease yet`);
-    if (b.kind !== 'lease') throw new Error(`alias ${JSON.stringify(alias)} is bound to a ${b.kind}, not a lease`);
-    return b;
-  }
-
-  digest(alias) {
-    const b = this.bound.get(alias);
-    if (b === undefined) {
-      throw new Error(`digest alias ${JSON.stringify(alias)} was never bound (bind it with a digest step's \`as\`)`);
-    }
-    if (b.kind !== 'digest') throw new Error(`alias ${JSON.stringify(alias)} is bound to a ${b.kind}, not a digest`);
-    return structuredClone(b.digest);
-  }
-
-  label(kind, id) {
-    for (const [alias, b] of this.bound) if (b.kind === kind && b.id === id) return `${alias}(#${id})`;
-    for (const [alias, x] of this.unbound) if (x === id) return `${alias}(unbound)`;
-    return `#${id}`;
-  }
-
-  sessionLabel(id) { return this.label('session', id); }
-  leaseLabel(id) { return this.label('lease', id); }
-  ticketLabel(id) { return this.label('ticket', id); }
-}
-
-function sameBound(a, b) {
-  if (a.kind !== b.kind) return false;
-  if (a.kind === 'digest') return JSON.stringify(a.digest) === JSON.stringify(b.digest);
-  return a.id === b.id && a.fence === b.fence;
-}
-
-function describeBound(b) {
-  return b.kind === 'digest' ? `of session #${b.digest.identity.session_id}` : `#${b.id}`;
-}
+/** Digests (plain JSON data) are compared as JSON; one names its session as `identity.session_id`. */
+const ALIAS_DIGESTS = {
+  sameDigest: (a, b) => JSON.stringify(a) === JSON.stringify(b),
+  digestSession: (d) => d.identity.session_id,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Running a vector (mirrors conformance/src/run.rs)
@@ -700,7 +579,7 @@ function runVector(vector) {
   } catch (e) {
     throw new Error(`config rejected by the kernel: ${e.name}: ${e.message}`);
   }
-  const runner = { kernel, aliases: new Aliases(), priorities: new Map() };
+  const runner = { kernel, aliases: new Aliases(ALIAS_DIGESTS), priorities: new Map() };
   try {
     vector.steps.forEach((step, i) => {
       try {
@@ -1095,23 +974,6 @@ function checkHolders(what, expected, got, aliases) {
   }
 }
 
-function perfectMatching(fits, cols) {
-  const owner = new Array(cols).fill(-1);
-  const augment = (row, seen) => {
-    for (let col = 0; col < cols; col++) {
-      if (fits[row][col] && !seen[col]) {
-        seen[col] = true;
-        if (owner[col] === -1 || augment(owner[col], seen)) {
-          owner[col] = row;
-          return true;
-        }
-      }
-    }
-    return false;
-  };
-  return fits.every((_, row) => augment(row, new Array(cols).fill(false)));
-}
-
 function checkEvents(expected, got, aliases) {
   if (expected.length !== got.length) {
     throw new Error(`events: expected ${expected.length}, got ${got.length}: ${describeEvents(got, aliases)}`);
@@ -1245,10 +1107,4 @@ export function runSource(file, text) {
     result.failure = e instanceof Error ? e.message : String(e);
   }
   return result;
-}
-
-/** The report line: `ok <file>: <name>` or `FAIL <file>: <name>: <failure>`. */
-export function line(r) {
-  const name = r.name ?? '(unnamed)';
-  return r.failure === undefined ? `ok ${r.file}: ${name}` : `FAIL ${r.file}: ${name}: ${r.failure}`;
 }
