@@ -647,6 +647,7 @@ class Lease {
     signal?.throwIfAborted();
     const deadline = timeoutMs === undefined ? undefined : k.now() + timeoutMs;
     let attempt = 0;
+    let wounds = 0;
     for (;;) {
       k._checkOpen(); // the Klock may have closed during a backoff sleep
       if (attempt++ > 0) k.counters.retries++;
@@ -674,7 +675,20 @@ class Lease {
         this._ticket = null;
         if (event.event === 'GRANTED') return;
         if (event.event === 'CLOSED') throw closedError(event.what);
-        if (event.event === 'WOUNDED') continue; // wound_wait: an older session took precedence
+        if (event.event === 'WOUNDED') {
+          // wound_wait: an older session took precedence. Asking again at once only gets this
+          // lease wounded again by the next older requester, so it backs off by the kernel's
+          // DIE formula (SPEC §8): WOUNDED carries no hint of its own.
+          const { backoffBaseMs: base, backoffCapMs: cap } = k.kernel.config;
+          const pause = Math.min(cap, base * 2 ** Math.min(wounds, 63)) + (base > 0 ? Math.floor(Math.random() * base) : 0);
+          wounds++;
+          if (deadline !== undefined && k.now() + pause > deadline) {
+            k.counters.timeouts++;
+            throw new Timeout(`${this.intents.join(', ')}: wounded by older sessions; the next retry (${pause} ms) would pass the timeout`, heldBy);
+          }
+          await sleep(pause, signal);
+          continue;
+        }
         if (event.event === 'WAIT_TIMEOUT') {
           if (deadline !== undefined && k.now() >= deadline) {
             k.counters.timeouts++;

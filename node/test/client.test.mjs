@@ -273,6 +273,26 @@ test('wound_wait: the older session wounds the younger, whose Lease is lost', as
   klock.close();
 });
 
+test('wound_wait: a wounded waiter backs off before asking again (real clock)', async () => {
+  const klock = new Klock({ policy: 'wound_wait', seed: 1, backoffBaseMs: 300, backoffCapMs: 300 });
+  const oldest = await klock.session('oldest');
+  const middle = await klock.session('middle');
+  const young = await klock.session('young');
+  const held = await middle.lease('MUTATES FILE:/x');
+  const pending = young.lease('MUTATES FILE:/x', { timeoutMs: 10_000 });
+  assert.equal(klock.resourceState('FILE:/x').waiting.length, 1);
+  const winner = await oldest.lease('MUTATES FILE:/x'); // wounds middle (holder) and young (ticket)
+  const woundedAt = Date.now();
+  assert.ok(held.lost instanceof LeaseLost);
+  await sleep(150);
+  assert.equal(klock.resourceState('FILE:/x').waiting.length, 0, 'the wounded waiter asked again before its backoff');
+  while (klock.resourceState('FILE:/x').waiting.length === 0) await sleep(5);
+  assert.ok(Date.now() - woundedAt >= 290, 'asked again only after the backoff');
+  winner.release();
+  assert.ok((await pending).held);
+  klock.close();
+});
+
 test('lanes: FIFO waits, no hold-and-wait', async () => {
   const { klock } = fakeKlock({ policy: 'lanes' });
   const a = await klock.session('a');

@@ -28,6 +28,7 @@ import contextvars
 import heapq
 import itertools
 import math
+import random
 import threading
 import time
 import weakref
@@ -689,8 +690,10 @@ class Lease:
         Returns once the block holds its leases."""
         k = self.session.klock
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        default_wait_s = k.kernel.config["default_wait_timeout_ms"] / 1000
+        config = k.kernel.config
+        default_wait_s = config["default_wait_timeout_ms"] / 1000
         attempt = 0
+        wounds = 0
         while True:
             if deadline is None:
                 wait_ms: int | None = None
@@ -736,7 +739,17 @@ class Lease:
                 if outcome == "CLOSED":
                     raise RuntimeError("the Klock or the session was closed while this block waited")
                 if outcome == "WOUNDED":
-                    continue  # wound_wait: an older session took precedence; ask again
+                    # wound_wait: an older session took precedence. Asking again at once only
+                    # gets this block wounded again by the next older requester, so it backs
+                    # off by the kernel's DIE formula (SPEC §8): WOUNDED carries no hint.
+                    base, cap = config["backoff_base_ms"], config["backoff_cap_ms"]
+                    pause_ms = min(cap, base << min(wounds, 63)) + (random.randrange(base) if base else 0)
+                    wounds += 1
+                    if deadline is not None and time.monotonic() + pause_ms / 1000 > deadline:
+                        k.counters.timeouts += 1
+                        raise Timeout(f"{self.intents}: wounded by older sessions; the next retry ({pause_ms} ms) would pass the timeout", held_by)
+                    yield _Sleep(pause_ms / 1000)
+                    continue
                 if outcome == "WAIT_TIMEOUT":
                     if deadline is not None and time.monotonic() >= deadline - 0.0005:
                         k.counters.timeouts += 1

@@ -315,6 +315,36 @@ def test_wound_wait_younger_waits_then_proceeds(make_klock: MakeKlock) -> None:
     assert not errors and k.counters.waits == 1
 
 
+def test_a_wounded_waiter_backs_off_before_asking_again(make_klock: MakeKlock) -> None:
+    # oldest < middle < young. young waits behind middle; oldest then wounds both, so young's
+    # block must pause (backoff base 300 ms) before it queues again, behind oldest.
+    k = make_klock("wound_wait", backoff_base_ms=300, backoff_cap_ms=300)
+    oldest, middle, young = k.session("oldest"), k.session("middle"), k.session("young")
+    queued = lambda: len(k.resource_state("FILE:/x")["waiting"])  # noqa: E731
+    release_middle, release_oldest, release_young = threading.Event(), threading.Event(), threading.Event()
+    t1, e1 = in_thread(lambda: _hold(middle, release_middle))
+    wait_until(lambda: len(k.resource_state("FILE:/x")["holders"]) == 1)
+    t2, e2 = in_thread(lambda: _hold(young, release_young, timeout=10))
+    wait_until(lambda: queued() == 1)
+    t3, e3 = in_thread(lambda: _hold(oldest, release_oldest))
+    wait_until(lambda: k.resource_state("FILE:/x")["holders"][:1] and k.resource_state("FILE:/x")["holders"][0]["agent_id"] == "oldest")
+    wounded_at = time.monotonic()
+    time.sleep(0.15)
+    assert queued() == 0, "the wounded block asked again before its backoff"
+    wait_until(lambda: queued() == 1)
+    assert time.monotonic() - wounded_at >= 0.3
+    for release in (release_oldest, release_middle, release_young):
+        release.set()
+    for t in (t1, t2, t3):
+        t.join(10)
+    assert isinstance(e1[0], klock.LeaseLost) and not e2 and not e3
+
+
+def _hold(session: klock.Session, release: threading.Event, timeout: float | None = None) -> None:
+    with session.lease("MUTATES FILE:/x", timeout=timeout):
+        release.wait(10)
+
+
 def test_lanes_policy_blocks(make_klock: MakeKlock) -> None:
     k = make_klock("lanes")
     with k.session("a") as a, k.session("b") as b:
