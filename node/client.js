@@ -680,7 +680,7 @@ class Lease {
           // lease wounded again by the next older requester, so it backs off by the kernel's
           // DIE formula (SPEC §8): WOUNDED carries no hint of its own.
           const { backoffBaseMs: base, backoffCapMs: cap } = k.kernel.config;
-          const pause = Math.min(cap, base * 2 ** Math.min(wounds, 63)) + (base > 0 ? Math.floor(Math.random() * base) : 0);
+          const pause = native.retryAfterMs(base, cap, wounds, Math.floor(Math.random() * 2 ** 53));
           wounds++;
           if (deadline !== undefined && k.now() + pause > deadline) {
             k.counters.timeouts++;

@@ -359,6 +359,12 @@ export interface ResourceState {
   covering: Array<Holder>
 }
 
+/**
+ * The backoff of SPEC §8, `min(capMs, baseMs · 2^attempts) + draw mod baseMs`, for the pauses
+ * a client sizes itself (after WOUNDED, which carries no hint): one formula, the kernel's.
+ */
+export declare function retryAfterMs(baseMs: number, capMs: number, attempts: number, draw: number): number
+
 /** A session as opened or resumed. */
 export interface SessionInfo {
   sessionId: number

@@ -5,7 +5,7 @@ import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 const native = require('../index.js');
-const { Kernel, KlockError, ERROR_CODES, parseIntent, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = native;
+const { Kernel, KlockError, ERROR_CODES, parseIntent, retryAfterMs, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = native;
 
 function kernelWithTwo(config = { seed: 7 }) {
   const k = new Kernel(config);
@@ -24,6 +24,12 @@ test('exports', () => {
   assert.equal(ERROR_CODES.QUOTA_EXCEEDED, 400);
   assert.ok(Object.isFrozen(ERROR_CODES));
   assert.deepEqual(parseIntent('mutates FILE://a/./b/'), { predicate: 'MUTATES', resource: 'FILE:/a/b' });
+  // SPEC §8's formula, the kernel's own: exponential, capped, plus draw mod base.
+  assert.equal(retryAfterMs(100, 10_000, 0, 250), 150);
+  assert.equal(retryAfterMs(100, 10_000, 3, 0), 800);
+  assert.equal(retryAfterMs(100, 10_000, 2 ** 40, 99), 10_099);
+  assert.equal(retryAfterMs(0, 10_000, 5, 12345), 0);
+  assert.throws(() => retryAfterMs(100, 10_000, -1, 0), RangeError);
 });
 
 test('config: defaults, getter, validation', () => {

@@ -30,6 +30,7 @@ __all__ = [
     "StateError",
     "QuotaExceeded",
     "parse_intent",
+    "retry_after_ms",
     "ERROR_CODES",
     "MAX_MANIFEST_INTENTS",
     "MAX_RESOURCE_BYTES",
@@ -69,6 +70,9 @@ class QuotaExceeded(KlockError):
 
 def parse_intent(intent: str) -> tuple[str, str]:
     """Validates ``"PREDICATE TYPE:/path"``: ``(canonical predicate, canonical resource)``."""
+
+def retry_after_ms(base_ms: int, cap_ms: int, attempts: int, draw: int) -> int:
+    """The backoff of SPEC §8: ``min(cap_ms, base_ms * 2**attempts) + draw % base_ms``."""
 
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
 _EventName = Literal["GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"]

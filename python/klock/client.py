@@ -743,7 +743,7 @@ class Lease:
                     # gets this block wounded again by the next older requester, so it backs
                     # off by the kernel's DIE formula (SPEC §8): WOUNDED carries no hint.
                     base, cap = config["backoff_base_ms"], config["backoff_cap_ms"]
-                    pause_ms = min(cap, base << min(wounds, 63)) + (random.randrange(base) if base else 0)
+                    pause_ms = _core.retry_after_ms(base, cap, wounds, random.getrandbits(64))
                     wounds += 1
                     if deadline is not None and time.monotonic() + pause_ms / 1000 > deadline:
                         k.counters.timeouts += 1

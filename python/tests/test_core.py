@@ -21,6 +21,13 @@ def test_module_surface() -> None:
     assert _core.MAX_NAME_BYTES == 256
     assert isinstance(_core.__version__, str)
     assert _core.parse_intent("mutates FILE://src//./a.ts/") == ("MUTATES", "FILE:/src/a.ts")
+    # SPEC §8's formula, the kernel's own: exponential, capped, plus draw mod base.
+    assert _core.retry_after_ms(100, 10_000, 0, 250) == 150
+    assert _core.retry_after_ms(100, 10_000, 3, 0) == 800
+    assert _core.retry_after_ms(100, 10_000, 2**40, 99) == 10_099
+    assert _core.retry_after_ms(0, 10_000, 5, 12345) == 0
+    with pytest.raises(ValueError):
+        _core.retry_after_ms(100, 10_000, -1, 0)
     for cls in (_core.InvalidInput, _core.UnknownId, _core.StateError, _core.QuotaExceeded):
         assert issubclass(cls, _core.KlockError) and cls.__module__ == "klock._core"
 
