@@ -512,13 +512,14 @@ fn event(e: &EventExpect, g: &Event, aliases: &mut Aliases) -> Check {
             by,
             lost_leases,
             lost_tickets,
+            retry_after_ms,
             ..
         } => (
             None,
             None,
             Some(*by),
             None,
-            None,
+            Some(*retry_after_ms),
             Some((lost_leases, lost_tickets)),
         ),
         Event::SessionClosed { .. } => (None, None, None, None, None, None),
@@ -696,9 +697,10 @@ fn describe_event(e: &Event, aliases: &Aliases) -> String {
             by,
             lost_leases,
             lost_tickets,
+            retry_after_ms,
             ..
         } => format!(
-            "WOUNDED{{session={s} by={} lost_leases=[{}] lost_tickets=[{}]}}",
+            "WOUNDED{{session={s} by={} lost_leases=[{}] lost_tickets=[{}] retry_after_ms={retry_after_ms}}}",
             aliases.session_label(*by),
             lost_leases
                 .iter()

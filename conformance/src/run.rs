@@ -115,8 +115,22 @@ impl Runner {
             let events = drain(&mut clone);
             (events, clone.snapshot(now))
         });
+        // A resume never changes the session's priority (SPEC.md §5), which since rev 4 may
+        // differ from the one it opened with: compare with the kernel's own view just before.
+        let priority_before = match &call {
+            Call::Resume(d) => self.current_priority(d.identity.session_id, now),
+            _ => None,
+        };
         let result = self.call(&call, now);
         let events = drain(&mut self.kernel);
+        if let (Some(old), Ok(Output::Session(info))) = (priority_before, &result) {
+            if old != info.priority {
+                return Err(format!(
+                    "resume changed the session's priority from {old} to {}",
+                    info.priority
+                ));
+            }
+        }
         match (expect.error, result) {
             (None, Ok(output)) => {
                 self.bind_output(&step.action, &output)?;
@@ -320,6 +334,14 @@ impl Runner {
         })
     }
 
+    /// The session's priority as the kernel sees it at `now`, read from a clone so the real
+    /// kernel settles nothing outside the step.
+    fn current_priority(&self, session: SessionId, now: u64) -> Option<u64> {
+        let snapshot = self.kernel.clone().snapshot(now);
+        let view = snapshot.sessions.iter().find(|s| s.session_id == session);
+        view.map(|s| s.priority)
+    }
+
     /// Binds the `as` of open and digest, and remembers session priorities.
     fn bind_output(&mut self, action: &Action, output: &Output) -> Result<(), String> {
         match (action, output) {
@@ -330,14 +352,6 @@ impl Runner {
                 self.priorities.insert(info.session_id, info.priority);
             }
             (Action::Resume { .. }, Output::Session(info)) => {
-                if let Some(&old) = self.priorities.get(&info.session_id) {
-                    if old != info.priority {
-                        return Err(format!(
-                            "resume changed the session's priority from {old} to {}",
-                            info.priority
-                        ));
-                    }
-                }
                 self.priorities.insert(info.session_id, info.priority);
             }
             (

@@ -240,7 +240,16 @@ const EVENT_KINDS: &[(&str, &[&str])] = &[
     ("WAIT_TIMEOUT", &["ticket", "session"]),
     ("DIED", &["ticket", "session", "retry_after_ms"]),
     ("LEASE_EXPIRED", &["lease", "session"]),
-    ("WOUNDED", &["session", "by", "lost_leases", "lost_tickets"]),
+    (
+        "WOUNDED",
+        &[
+            "session",
+            "by",
+            "lost_leases",
+            "lost_tickets",
+            "retry_after_ms",
+        ],
+    ),
     ("SESSION_CLOSED", &["session"]),
 ];
 const EVENT_KEYS: &[&str] = &[

@@ -41,17 +41,28 @@ fn unpack(key: u64) -> (DeadlineKind, u64) {
     (kind, key & ((1 << KIND_SHIFT) - 1))
 }
 
+/// The deadline that means "never" (SPEC.md §2: deadline arithmetic saturates, and a
+/// saturated deadline is not indexed, not reported and never settled).
+pub(crate) const NEVER: u64 = u64::MAX;
+
 #[derive(Clone, Default)]
 pub(crate) struct Deadlines {
     entries: BTreeSet<(u64, u64)>,
 }
 
 impl Deadlines {
+    /// Indexes a deadline; [`NEVER`] is not indexed.
     pub fn insert(&mut self, at: u64, kind: DeadlineKind, id: u64) {
-        self.entries.insert((at, pack(kind, id)));
+        if at != NEVER {
+            self.entries.insert((at, pack(kind, id)));
+        }
     }
 
+    /// Removes an indexed deadline ([`NEVER`] was never indexed).
     pub fn remove(&mut self, at: u64, kind: DeadlineKind, id: u64) {
+        if at == NEVER {
+            return;
+        }
         let removed = self.entries.remove(&(at, pack(kind, id)));
         debug_assert!(removed, "deadline ({at}, {kind:?}, {id}) was indexed");
     }

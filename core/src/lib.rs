@@ -51,7 +51,7 @@ pub use backoff::{retry_after_ms, Jitter};
 pub use config::{Config, Policy};
 pub use error::{Error, ErrorCode};
 pub use kernel::acquire::{parse_intent, MAX_MANIFEST_INTENTS};
-pub use kernel::sessions::MAX_NAME_BYTES;
+pub use kernel::sessions::{is_unprintable, MAX_NAME_BYTES};
 pub use kernel::{Kernel, SessionView, Snapshot, TicketView, ENDED_MEMORY_PER_SESSION};
 pub use predicate::Predicate;
 pub use resource::{ResourceName, MAX_RESOURCE_BYTES};

@@ -175,6 +175,9 @@ pub enum Event {
         by: SessionId,
         lost_leases: Vec<LeaseId>,
         lost_tickets: Vec<TicketId>,
+        /// How long the wounded session should wait before asking again (SPEC.md §8: a
+        /// wound counts as a DIE).
+        retry_after_ms: u64,
     },
     SessionClosed {
         session: SessionId,

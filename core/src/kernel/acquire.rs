@@ -86,12 +86,7 @@ impl Kernel {
             .iter()
             .map(|(predicate, name)| {
                 let node = self.tree.find(namespace, name.as_str())?;
-                self.tree
-                    .node(node)
-                    .held
-                    .iter()
-                    .find(|h| h.session == session && h.predicate == *predicate)
-                    .map(|h| h.lease)
+                self.held_by(session, node, *predicate)
             })
             .collect();
         let new_count = reuse.iter().filter(|r| r.is_none()).count() as u64;
@@ -130,6 +125,7 @@ impl Kernel {
 
         // Valid: from here on the call succeeds.
         self.touch(session);
+        self.begin_unit_if_needed(session);
         let ticket_intents: Vec<TicketIntent> = wanted
             .iter()
             .zip(&reuse)
@@ -207,6 +203,7 @@ impl Kernel {
             }
             _ => {
                 let held_by = self.describe_blockers(found.sessions.iter());
+                self.counters.died += 1;
                 Verdict::Die {
                     retry_after_ms: self.die_backoff(session),
                     held_by,

@@ -109,6 +109,7 @@ impl Kernel {
             };
             k.touch(session);
             k.after_frees();
+            k.end_unit_if_done(session);
             Ok(released)
         })
     }
@@ -127,6 +128,7 @@ impl Kernel {
             }
             k.touch(session);
             k.after_frees();
+            k.end_unit_if_done(session);
             Ok(ids.len())
         })
     }

@@ -39,7 +39,16 @@ pub(crate) type Set<K> = hashbrown::HashSet<K, FixedState>;
 struct Session {
     agent_id: String,
     namespace: NamespaceId,
+    /// The priority of the current unit of work (SPEC.md §5).
     priority: u64,
+    /// The priority the session opened with: every priority it has had lies between this
+    /// and `priority`, which is what a resumed digest may carry.
+    first_priority: u64,
+    /// Whether something was granted since `priority` was assigned.
+    granted_in_unit: bool,
+    /// Whether a release ended the unit of work: the next valid acquire assigns a new
+    /// priority first.
+    unit_ended: bool,
     epoch: u64,
     leases: Set<LeaseId>,
     /// Waiting tickets, in arrival order.
@@ -363,14 +372,39 @@ impl Kernel {
         }
     }
 
-    /// Draws the backoff for one more DIE of `session` and counts it.
+    /// Ends the session's unit of work if a release just left it holding and waiting for
+    /// nothing after a success (something granted since its priority was assigned and no DIE
+    /// since the last grant); a release after a DIE is a rollback and keeps the priority.
+    fn end_unit_if_done(&mut self, id: SessionId) {
+        let s = self.session_mut(id);
+        if s.is_idle() && s.granted_in_unit && s.die_count == 0 {
+            s.unit_ended = true;
+        }
+    }
+
+    /// Starts a new unit of work if the last one ended: the session becomes the youngest.
+    /// Runs only when the session holds and waits for nothing, so no wait-for edge reverses.
+    fn begin_unit_if_needed(&mut self, id: SessionId) {
+        if !self.sessions[&id].unit_ended {
+            return;
+        }
+        let priority = self.next_priority;
+        self.next_priority += 1;
+        let s = self.session_mut(id);
+        debug_assert!(s.is_idle(), "a new unit starts with nothing held or queued");
+        s.priority = priority;
+        s.granted_in_unit = false;
+        s.unit_ended = false;
+    }
+
+    /// Draws the backoff for one more DIE of `session` (a DIE verdict, DIED or WOUNDED
+    /// event: SPEC.md §8) and adds it to the session's DIE count. Callers count the outcome.
     fn die_backoff(&mut self, session: SessionId) -> u64 {
         let draw = self.jitter.next_u64();
         let (base, cap) = (self.config.backoff_base_ms, self.config.backoff_cap_ms);
         let s = self.session_mut(session);
         let retry = crate::backoff::retry_after_ms(base, cap, s.die_count, draw);
         s.die_count = s.die_count.saturating_add(1);
-        self.counters.died += 1;
         retry
     }
 }

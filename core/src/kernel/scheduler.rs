@@ -370,6 +370,7 @@ impl Kernel {
     /// Withdraws a ticket with a DIED event (counts as a DIE for backoff).
     fn die_ticket(&mut self, ticket: TicketId) {
         let record = self.withdraw_ticket(ticket);
+        self.counters.died += 1;
         let retry_after_ms = self.die_backoff(record.session);
         self.events.push_back(Event::Died {
             ticket,
@@ -380,6 +381,10 @@ impl Kernel {
 
     /// Grants every intent of `intents` to `session` now: new leases for the others, renewal
     /// for reused ones. Leases come back in the given order. Resets the DIE count.
+    ///
+    /// An intent queued by a ticket may be held by the session by the time the ticket is
+    /// granted (an earlier ticket of the same session got it): it reuses that lease, so a
+    /// session never holds two leases with one predicate on one resource (SPEC.md §6).
     pub(super) fn grant(
         &mut self,
         session: SessionId,
@@ -388,23 +393,53 @@ impl Kernel {
     ) -> Vec<Lease> {
         let ids: Vec<LeaseId> = intents
             .iter()
-            .map(|i| match i.reuse {
-                Some(id) => {
-                    // Idempotent re-acquire: renewed with this call's ttl (which may shorten
-                    // the lease), within the lifetime cap, never failing because of it.
-                    let lease = self.leases.get_mut(&id).expect("reused lease is active");
-                    lease.ttl_ms = ttl_ms;
-                    let lease = &self.leases[&id];
-                    let expires_at = self.capped_expiry(lease, self.clock.saturating_add(ttl_ms));
-                    self.set_lease_expiry(id, expires_at, 0);
-                    id
+            .map(|i| {
+                match i
+                    .reuse
+                    .or_else(|| self.held_by(session, i.node, i.predicate))
+                {
+                    Some(id) => {
+                        self.extend_reused_lease(id, ttl_ms);
+                        id
+                    }
+                    None => self.create_lease(session, i.node, i.predicate, ttl_ms),
                 }
-                None => self.create_lease(session, i.node, i.predicate, ttl_ms),
             })
             .collect();
-        self.session_mut(session).die_count = 0;
+        let s = self.session_mut(session);
+        s.die_count = 0;
+        s.granted_in_unit = true;
         self.counters.granted += 1;
         ids.into_iter().map(|id| self.lease_view(id)).collect()
+    }
+
+    /// The lease `session` holds on exactly `node` with `predicate`, if any.
+    pub(super) fn held_by(
+        &self,
+        session: SessionId,
+        node: NodeId,
+        predicate: Predicate,
+    ) -> Option<LeaseId> {
+        self.tree
+            .node(node)
+            .held
+            .iter()
+            .find(|h| h.session == session && h.predicate == predicate)
+            .map(|h| h.lease)
+    }
+
+    /// Idempotent re-acquire (SPEC.md §6): the reused lease is renewed and never shortened.
+    /// Its TTL becomes the larger of its own and `ttl_ms`; its expiry the later of its current
+    /// effective expiry and `now + ttl`, within the lifetime cap (never failing because of
+    /// it). A suspension grace is folded into the expiry, so nothing an outer holder relied
+    /// on is taken away.
+    fn extend_reused_lease(&mut self, id: LeaseId, ttl_ms: u64) {
+        let current = self.effective_expiry(id);
+        let lease = self.leases.get_mut(&id).expect("reused lease is active");
+        lease.ttl_ms = lease.ttl_ms.max(ttl_ms);
+        let lease = &self.leases[&id];
+        let renewed = self.capped_expiry(lease, self.clock.saturating_add(lease.ttl_ms));
+        self.set_lease_expiry(id, renewed.max(current), 0);
     }
 
     fn grant_ticket(&mut self, ticket: TicketId) {
@@ -497,11 +532,15 @@ impl Kernel {
             }
         }
         self.counters.wounded += 1;
+        // A wound counts as a DIE of the victim (SPEC.md §8): it draws the jitter and sizes
+        // the backoff, so the victim keeps its seniority for the retry.
+        let retry_after_ms = self.die_backoff(victim);
         self.events.push_back(Event::Wounded {
             session: victim,
             by,
             lost_leases,
             lost_tickets,
+            retry_after_ms,
         });
     }
 }

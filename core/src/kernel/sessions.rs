@@ -1,7 +1,8 @@
 //! Session lifecycle (SPEC.md §5): open, close, suspend, resume, digest, idle close.
 //!
 //! Contract: the kernel assigns ids and priorities (clients never choose a priority); a
-//! session keeps its priority for life; closing releases every lease and cancels every wait
+//! session's priority belongs to its unit of work and is renewed only by the first acquire
+//! after a release ended one (see [`Kernel::acquire`]); a resume never changes it; closing releases every lease and cancels every wait
 //! and then forgets the session's ended leases and tickets (afterwards their ids are
 //! `UNKNOWN` to everyone); a digest is checked against the kernel's own record on resume.
 
@@ -16,7 +17,19 @@ use alloc::{collections::VecDeque, format, string::String, vec::Vec};
 /// Longest accepted agent id or namespace, in bytes.
 pub const MAX_NAME_BYTES: usize = 256;
 
-/// Checks an agent id or namespace: 1..=256 bytes of printable UTF-8.
+/// Whether `c` is of a Unicode general category an id must not contain (SPEC.md §5): Cc
+/// (controls, NUL included), Cf (format: zero-width and bidirectional controls, tags, ...),
+/// Zl or Zp. Such a character makes an id shown in a log or a dashboard differ from the id
+/// the kernel holds.
+pub fn is_unprintable(c: char) -> bool {
+    use unicode_properties::{GeneralCategory as G, UnicodeGeneralCategory};
+    matches!(
+        c.general_category(),
+        G::Control | G::Format | G::LineSeparator | G::ParagraphSeparator
+    )
+}
+
+/// Checks an agent id or namespace: 1..=256 bytes of printable UTF-8 (no Cc, Cf, Zl, Zp).
 fn check_name(what: &str, code: ErrorCode, value: &str) -> Result<(), Error> {
     if value.is_empty() || value.len() > MAX_NAME_BYTES {
         return Err(Error::new(
@@ -24,10 +37,13 @@ fn check_name(what: &str, code: ErrorCode, value: &str) -> Result<(), Error> {
             format!("{what} must be 1 to 256 bytes, got {} bytes", value.len()),
         ));
     }
-    if value.chars().any(char::is_control) {
+    if let Some(c) = value.chars().find(|&c| is_unprintable(c)) {
         return Err(Error::new(
             code,
-            format!("{what} {value:?} contains a control character"),
+            format!(
+                "{what} {value:?} contains the unprintable character U+{:04X} (a control, format or separator character); use printable text",
+                c as u32
+            ),
         ));
     }
     Ok(())
@@ -41,7 +57,7 @@ impl Kernel {
     /// Opens a session for `agent_id` in `namespace`.
     ///
     /// # Errors
-    /// `INVALID_AGENT_ID` / `INVALID_NAMESPACE` unless 1..=256 bytes without control characters.
+    /// `INVALID_AGENT_ID` / `INVALID_NAMESPACE` unless 1..=256 bytes of printable text (no Cc, Cf, Zl or Zp character).
     pub fn open_session(
         &mut self,
         agent_id: &str,
@@ -62,6 +78,9 @@ impl Kernel {
                     agent_id: String::from(agent_id),
                     namespace: ns,
                     priority,
+                    first_priority: priority,
+                    granted_in_unit: false,
+                    unit_ended: false,
                     epoch: 0,
                     leases: Set::default(),
                     tickets: Vec::new(),
@@ -208,7 +227,7 @@ impl Kernel {
                 Some("agent_id")
             } else if d.namespace != k.namespaces.name(s.namespace) {
                 Some("namespace")
-            } else if d.priority_timestamp != s.priority {
+            } else if !(s.first_priority..=s.priority).contains(&d.priority_timestamp) {
                 Some("priority_timestamp")
             } else if d.epoch > s.epoch {
                 Some("epoch")

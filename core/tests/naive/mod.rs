@@ -8,7 +8,8 @@
 //! the splitmix64 / backoff arithmetic (`Jitter`, `retry_after_ms`).
 //!
 //! Identifier allocation mirrors the kernel's (an implementation detail, not spec): session
-//! ids, priorities, lease ids, fences and ticket ids each start at 1 and grow by 1.
+//! ids, priorities, lease ids, fences and ticket ids each start at 1 and grow by 1 (a
+//! priority is drawn at open and at the first acquire of each new unit of work).
 
 #![allow(dead_code)]
 
@@ -120,8 +121,16 @@ pub fn overlaps(a: &str, b: &str) -> bool {
     sa[..n] == sb[..n]
 }
 
+/// SPEC §5: printable means no character of the general categories Cc, Cf, Zl, Zp.
 fn check_name(v: &str, code: ErrorCode) -> R<()> {
-    if v.is_empty() || v.len() > 256 || v.chars().any(|c| c.is_control()) {
+    use unicode_properties::{GeneralCategory as G, UnicodeGeneralCategory};
+    let unprintable = |c: char| {
+        matches!(
+            c.general_category(),
+            G::Control | G::Format | G::LineSeparator | G::ParagraphSeparator
+        )
+    };
+    if v.is_empty() || v.len() > 256 || v.chars().any(unprintable) {
         Err(code)
     } else {
         Ok(())
@@ -186,6 +195,12 @@ struct MSession {
     agent: String,
     ns: String,
     priority: u64,
+    /// Every priority the session had lies between this and `priority` (SPEC §5).
+    opened_priority: u64,
+    /// Granted something since `priority` was assigned.
+    granted_since_priority: bool,
+    /// A release ended the unit of work: the next valid acquire gets a new priority.
+    unit_over: bool,
     epoch: u64,
     suspended_at: Option<u64>,
     die_count: u32,
@@ -213,6 +228,7 @@ pub struct Model {
     tickets: Vec<MTicket>,
     events: VecDeque<Event>,
     next_session: u64,
+    next_priority: u64,
     next_lease: u64,
     next_ticket: u64,
     /// Tickets whose reused lease ended in the current step; they die in ticket order.
@@ -235,6 +251,7 @@ impl Model {
             tickets: Vec::new(),
             events: VecDeque::new(),
             next_session: 1,
+            next_priority: 1,
             next_lease: 1,
             next_ticket: 1,
             orphans: Vec::new(),
@@ -365,7 +382,6 @@ impl Model {
         let s = self.sess_mut(session);
         let r = retry_after_ms(base, cap, s.die_count, draw);
         s.die_count = s.die_count.saturating_add(1);
-        self.counters.died += 1;
         r
     }
 
@@ -516,14 +532,23 @@ impl Model {
     fn grant(&mut self, session: u64, intents: &[MIntent], ttl: u64) -> Vec<Lease> {
         let mut ids = Vec::new();
         for i in intents {
-            match i.reuse {
+            // A ticket's intent the session holds by now (granted to an earlier ticket of its
+            // own) reuses that lease too (SPEC §6): never two leases with one predicate on one
+            // resource.
+            let held_now = self.active_leases_of(session).into_iter().find(|&l| {
+                let l = self.lease(l);
+                l.pred == i.pred && l.res == i.res
+            });
+            match i.reuse.or(held_now) {
                 Some(id) => {
-                    // Idempotent re-acquire (kernel choice): the lease takes this call's ttl and
-                    // expires ttl from now, within its lifetime cap, grace ended; it never fails.
-                    let e = self.cap(self.lease(id).acquired_at, self.clock.saturating_add(ttl));
+                    // Idempotent re-acquire (SPEC §6): renewed, never shortened: the larger
+                    // TTL, the later expiry, within its lifetime cap; it never fails.
+                    let old = self.lease(id).clone();
+                    let ttl = old.ttl.max(ttl);
+                    let e = self.cap(old.acquired_at, self.clock.saturating_add(ttl));
                     let l = self.lease_mut(id);
                     l.ttl = ttl;
-                    l.expires_at = e;
+                    l.expires_at = e.max(old.eff());
                     l.grace = None;
                     ids.push(id);
                 }
@@ -531,6 +556,7 @@ impl Model {
             }
         }
         self.sess_mut(session).die_count = 0;
+        self.sess_mut(session).granted_since_priority = true;
         self.counters.granted += 1;
         ids.into_iter().map(|id| self.lease_view(id)).collect()
     }
@@ -618,6 +644,7 @@ impl Model {
             if self.ticket(t).waiting {
                 let session = self.ticket(t).session;
                 self.withdraw(t);
+                self.counters.died += 1;
                 let retry_after_ms = self.backoff(session);
                 self.events.push_back(Event::Died {
                     ticket: TicketId(t),
@@ -678,7 +705,12 @@ impl Model {
             .filter(|t| t.waiting)
             .map(|t| t.deadline);
         let idle = self.sessions.iter().filter_map(|s| self.idle_deadline(s));
-        leases.chain(tickets).chain(idle).min()
+        // SPEC §2: a deadline of 2^64-1 means never.
+        leases
+            .chain(tickets)
+            .chain(idle)
+            .filter(|&t| t != u64::MAX)
+            .min()
     }
 
     fn settle(&mut self, now: u64) {
@@ -748,11 +780,16 @@ impl Model {
         check_name(ns, ErrorCode::InvalidNamespace)?;
         let id = self.next_session;
         self.next_session += 1;
+        let priority = self.next_priority;
+        self.next_priority += 1;
         self.sessions.push(MSession {
             id,
             agent: agent.to_string(),
             ns: ns.to_string(),
-            priority: id,
+            priority,
+            opened_priority: priority,
+            granted_since_priority: false,
+            unit_over: false,
             epoch: 0,
             suspended_at: None,
             die_count: 0,
@@ -842,7 +879,8 @@ impl Model {
         if d.version != DIGEST_VERSION
             || d.identity.agent_id != s.agent
             || d.identity.namespace != s.ns
-            || d.identity.priority_timestamp != s.priority
+            || d.identity.priority_timestamp < s.opened_priority
+            || d.identity.priority_timestamp > s.priority
             || d.identity.epoch > s.epoch
         {
             return Err(ErrorCode::InvalidDigest);
@@ -918,6 +956,19 @@ impl Model {
             return Err(ErrorCode::QuotaExceeded);
         }
         self.touch(sid);
+        let s = if s.unit_over {
+            // SPEC §5: the first valid acquire of a new unit of work makes the session the
+            // youngest.
+            let priority = self.next_priority;
+            self.next_priority += 1;
+            let sm = self.sess_mut(sid);
+            sm.priority = priority;
+            sm.granted_since_priority = false;
+            sm.unit_over = false;
+            sm.clone()
+        } else {
+            s
+        };
         let new: Vec<(Predicate, String)> = intents
             .iter()
             .filter(|i| i.reuse.is_none())
@@ -983,6 +1034,7 @@ impl Model {
             }
             _ => {
                 let held_by = self.describe(&found.iter().collect::<Vec<_>>());
+                self.counters.died += 1;
                 Verdict::Die {
                     retry_after_ms: self.backoff(sid),
                     held_by,
@@ -1029,11 +1081,13 @@ impl Model {
             self.end_lease(l, LState::Released);
         }
         self.counters.wounded += 1;
+        let retry_after_ms = self.backoff(victim);
         self.events.push_back(Event::Wounded {
             session: SessionId(victim),
             by: SessionId(by),
             lost_leases: lost_leases.into_iter().map(LeaseId).collect(),
             lost_tickets: lost_tickets.into_iter().map(TicketId).collect(),
+            retry_after_ms,
         });
     }
 
@@ -1102,7 +1156,19 @@ impl Model {
         };
         self.touch(sid);
         self.grant_pass();
+        self.maybe_end_unit(sid);
         Ok(released)
+    }
+
+    /// SPEC §5: a release that leaves the session holding and waiting for nothing ends its
+    /// unit of work, if it was granted something since its priority was assigned and has had
+    /// no DIE since its last grant.
+    fn maybe_end_unit(&mut self, sid: u64) {
+        let idle = self.is_idle(sid);
+        let s = self.sess_mut(sid);
+        if idle && s.granted_since_priority && s.die_count == 0 {
+            s.unit_over = true;
+        }
     }
 
     pub fn release_all(&mut self, session: SessionId, now: u64) -> R<usize> {
@@ -1115,6 +1181,7 @@ impl Model {
         }
         self.touch(sid);
         self.grant_pass();
+        self.maybe_end_unit(sid);
         Ok(ids.len())
     }
 
