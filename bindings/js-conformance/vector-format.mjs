@@ -17,7 +17,7 @@ export const EVENT_KINDS = {
   WAIT_TIMEOUT: ['ticket', 'session'],
   DIED: ['ticket', 'session', 'retry_after_ms'],
   LEASE_EXPIRED: ['lease', 'session'],
-  WOUNDED: ['session', 'by', 'lost_leases', 'lost_tickets'],
+  WOUNDED: ['session', 'by', 'lost_leases', 'lost_tickets', 'retry_after_ms'],
   SESSION_CLOSED: ['session'],
 };
 export const EVENT_KEYS = ['event', 'ticket', 'session', 'lease', 'by', 'leases', 'retry_after_ms', 'lost_leases', 'lost_tickets'];
