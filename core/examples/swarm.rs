@@ -162,12 +162,12 @@ fn main() -> ExitCode {
 fn print_table(outcomes: &[Outcome]) {
     println!();
     println!(
-        "| policy | commits | commits per agent (min–max) | waits | deaths (DIE+DIED) | timeouts | wounds (holds lost) | expired | max wait (virtual ms) | commits / virtual s | commits / wall s | checks | deadlocks |"
+        "| policy | commits | commits per agent (min–max) | waits | deaths (DIE+DIED) | timeouts | wounds (holds lost) | expired | max ticket wait (virtual ms) | worst task wait (virtual ms) | commits / virtual s | commits / wall s | checks | deadlocks |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for o in outcomes {
         println!(
-            "| {} | {} | {}–{} | {} | {} | {} | {} ({}) | {} | {} | {:.1} | {:.0} | {} | {} |",
+            "| {} | {} | {}–{} | {} | {} | {} | {} ({}) | {} | {} | {} | {:.1} | {:.0} | {} | {} |",
             o.policy.map_or("?", Policy::name),
             o.commits,
             o.agent_commits.iter().min().unwrap_or(&0),
@@ -179,6 +179,7 @@ fn print_table(outcomes: &[Outcome]) {
             o.aborted_holds,
             o.expired,
             o.max_wait_ms,
+            o.max_task_wait_ms,
             o.commits_per_virtual_sec(),
             o.commits_per_wall_sec(),
             o.checks,

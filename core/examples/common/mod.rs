@@ -7,10 +7,12 @@
 //! - [`sim`]: the virtual-time event loop that drives agents against one kernel.
 //! - [`workloads`]: what the agents ask for (Zipf-skewed flat resources; a file tree).
 //! - [`fixtures`]: kernels pre-filled with many unrelated leases, for the scaling benches.
+//! - [`fairness`]: the long-lived-agents fairness scenario (bench report and test).
 
 // Each includer uses a different subset.
 #![allow(dead_code)]
 
+pub mod fairness;
 pub mod fixtures;
 pub mod invariants;
 pub mod rng;

@@ -6,11 +6,15 @@
 //!   `next_deadline()`, whichever comes first; it calls `advance` for kernel deadlines and
 //!   drains `poll_event` after every kernel call. Same config + same workload seed = same run.
 //! - Agents start attempts until `horizon_ms` of virtual time (or `attempts` calls).
-//! - An agent repeats: think, acquire its task's manifest, hold it for the task's time, release
-//!   everything (a *commit*) and start the next task in a fresh session. On DIE or DIED it sleeps `retry_after_ms` and retries the same
-//!   task with the same session (Wait-Die progress); on WAIT it waits for GRANTED /
-//!   WAIT_TIMEOUT / DIED / WOUNDED; a WOUNDED agent loses its work and backs off exponentially. A
-//!   few grants (`stall_per_mille`) stall the agent past its TTL so leases expire (a ghost).
+//! - Each agent keeps one session for its whole life (the pattern the clients' READMEs show;
+//!   SPEC.md §5 gives every unit of work a fresh priority, so that is fair). An agent repeats:
+//!   think, acquire its task's manifest, hold it for the task's time, release everything (a
+//!   *commit*). On DIE, DIED or WOUNDED it sleeps the kernel's `retry_after_ms` and retries the
+//!   same task (Wait-Die progress: the unit keeps its priority); on WAIT it waits for GRANTED /
+//!   WAIT_TIMEOUT / DIED / WOUNDED. A few grants (`stall_per_mille`) stall the agent past its
+//!   TTL so leases expire (a ghost).
+//! - Fairness: commits per agent, and the longest any task waited from its first attempt to
+//!   its grant (DIEs, backoffs and waits included).
 //! - Deadlock detection: every `check_every` attempts and at the end, the snapshot is checked
 //!   by [`invariants::check`] (wait-for cycles, waiters nothing blocks, conflicting holders,
 //!   policy order); and the loop itself reports a stall if agents wait while nothing (no wake-up,
@@ -85,8 +89,10 @@ pub struct Outcome {
     pub kernel_calls: u64,
     /// Tasks held to the end and released.
     pub commits: u64,
-    /// Commits of each agent (fairness: the youngest sessions may starve).
+    /// Commits of each agent (fairness: no agent may starve).
     pub agent_commits: Vec<u64>,
+    /// The longest time from a task's first attempt to its grant (virtual ms).
+    pub max_task_wait_ms: u64,
     pub granted_at_once: u64,
     pub waits: u64,
     /// DIE verdicts.
@@ -130,6 +136,17 @@ impl Outcome {
         self.commits as f64 / self.wall.as_secs_f64().max(1e-9)
     }
 
+    /// The fewest commits of one agent divided by the mean: 1.0 is perfectly even, 0.0 means
+    /// some agent starved.
+    pub fn fairness(&self) -> f64 {
+        let total: u64 = self.agent_commits.iter().sum();
+        let min = self.agent_commits.iter().copied().min().unwrap_or(0);
+        match total {
+            0 => 0.0,
+            _ => min as f64 * self.agent_commits.len() as f64 / total as f64,
+        }
+    }
+
     pub fn commits_per_virtual_sec(&self) -> f64 {
         self.commits as f64 / (self.virtual_ms.max(1) as f64 / 1000.0)
     }
@@ -171,8 +188,8 @@ struct Agent {
     task: Option<Task>,
     /// Only the wake-up with the current generation counts (older ones were superseded).
     generation: u64,
-    /// WOUNDED events since the agent's last grant: the exponent of its own backoff.
-    wounds_in_a_row: u32,
+    /// When the current task was first attempted.
+    task_since: u64,
 }
 
 struct Sim<'w> {
@@ -232,7 +249,7 @@ pub fn run(cfg: &SimConfig, workload: &mut dyn Workload, mut progress: impl FnMu
             state: State::Ready,
             task: None,
             generation: 0,
-            wounds_in_a_row: 0,
+            task_since: 0,
         });
         let think = sim.workload.think_ms(&mut sim.rng);
         sim.wake(i, think);
@@ -337,19 +354,11 @@ impl Sim<'_> {
                 match self.kernel.release_all(session, self.now) {
                     Ok(_) if stalled => {}
                     Ok(_) => {
+                        // The release ends the unit of work: the agent's next task starts
+                        // young in the same session (SPEC.md §5).
                         self.out.commits += 1;
                         self.out.agent_commits[agent] += 1;
                         self.out.virtual_ms = self.now;
-                        // One session per unit of work: the next task starts young, and a
-                        // task that keeps retrying ages until it is the oldest (Wait-Die's
-                        // freedom from starvation needs sessions that end).
-                        self.drain();
-                        self.out.kernel_calls += 1;
-                        if let Err(e) = self.kernel.close_session(session, self.now) {
-                            self.error(e.to_string());
-                        }
-                        self.by_session.remove(&session);
-                        self.agents[agent].session = self.open(agent);
                     }
                     Err(e) => self.error(e.to_string()),
                 }
@@ -374,6 +383,7 @@ impl Sim<'_> {
         self.out.attempts += 1;
         if self.agents[agent].task.is_none() {
             self.agents[agent].task = Some(self.workload.task(agent, &mut self.rng));
+            self.agents[agent].task_since = self.now;
         }
         let session = self.agents[agent].session;
         let task = self.agents[agent].task.as_ref().expect("task set above");
@@ -411,7 +421,8 @@ impl Sim<'_> {
         let stalled =
             self.cfg.stall_per_mille > 0 && self.rng.below(1000) < self.cfg.stall_per_mille;
         self.agents[agent].state = State::Holding { stalled };
-        self.agents[agent].wounds_in_a_row = 0;
+        let waited = self.now - self.agents[agent].task_since;
+        self.out.max_task_wait_ms = self.out.max_task_wait_ms.max(waited);
         let hold = if stalled {
             self.out.stalls += 1;
             self.cfg.ttl_ms + 1
@@ -422,18 +433,6 @@ impl Sim<'_> {
     }
 
     /// Sleeps, then retries the same task (same session, same priority).
-    /// A wounded agent backs off exponentially, as it would after a DIE (the kernel's
-    /// backoff settings and formula; WOUNDED carries no hint of its own). Retrying at once
-    /// only gets it wounded again by the next older requester.
-    fn wound_backoff(&mut self, agent: usize) -> u64 {
-        let config = self.kernel.config();
-        let (base, cap) = (config.backoff_base_ms, config.backoff_cap_ms);
-        let streak = self.agents[agent].wounds_in_a_row;
-        self.agents[agent].wounds_in_a_row = streak.saturating_add(1);
-        let draw = self.rng.below(u64::MAX);
-        klock_core::retry_after_ms(base, cap, streak, draw)
-    }
-
     fn retry_after(&mut self, agent: usize, ms: u64) {
         self.agents[agent].state = State::Ready;
         self.wake(agent, ms);
@@ -504,19 +503,19 @@ impl Sim<'_> {
                 Event::Wounded {
                     lost_leases,
                     lost_tickets,
+                    retry_after_ms,
                     ..
                 } => {
+                    // A wound counts as a DIE: back off as long as the kernel says.
                     self.out.wounds += 1;
                     match self.agents[agent].state {
                         State::Holding { .. } if !lost_leases.is_empty() => {
                             self.out.aborted_holds += 1;
-                            let pause = self.wound_backoff(agent);
-                            self.retry_after(agent, pause);
+                            self.retry_after(agent, retry_after_ms);
                         }
                         State::Waiting { ticket, since } if lost_tickets.contains(&ticket) => {
                             self.end_wait(since);
-                            let pause = self.wound_backoff(agent);
-                            self.retry_after(agent, pause);
+                            self.retry_after(agent, retry_after_ms);
                         }
                         _ => {}
                     }

@@ -154,3 +154,39 @@ impl Workload for TreeWorkload {
         rng.between(100, 1_000)
     }
 }
+
+/// A hot spot: every task edits one or two of a handful of files, holds them briefly and
+/// comes back almost at once. Long-lived agents on this workload are where priority per
+/// session starved everyone but the oldest (SPEC.md rev 4): the fairness run uses it.
+pub struct HotSpotWorkload {
+    names: Vec<String>,
+}
+
+impl HotSpotWorkload {
+    /// `files` hot files (`FILE:/hot/<i>`).
+    pub fn new(files: usize) -> HotSpotWorkload {
+        HotSpotWorkload {
+            names: (0..files).map(|i| format!("FILE:/hot/{i}")).collect(),
+        }
+    }
+}
+
+impl Workload for HotSpotWorkload {
+    fn task(&mut self, _agent: usize, rng: &mut Rng) -> Task {
+        let first = rng.below(self.names.len() as u64) as usize;
+        let mut intents = vec![format!("MUTATES {}", self.names[first])];
+        if rng.chance(0.5) {
+            let second =
+                (first + 1 + rng.below(self.names.len() as u64 - 1) as usize) % self.names.len();
+            intents.push(format!("MUTATES {}", self.names[second]));
+        }
+        Task {
+            intents,
+            hold_ms: rng.between(5, 50),
+        }
+    }
+
+    fn think_ms(&mut self, rng: &mut Rng) -> u64 {
+        rng.between(0, 10)
+    }
+}
