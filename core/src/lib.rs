@@ -3,7 +3,7 @@
 //! A `no_std`, clock-injected coordination kernel for multi-agent systems: sessions, leases
 //! with TTLs and heartbeats, fencing tokens, intent conflicts over hierarchical resources,
 //! FIFO wait queues and deadlock prevention (Wait-Die, Wound-Wait or FIFO lanes). The
-//! normative behaviour is the project's SPEC (`../shared/SPEC.md`).
+//! normative behaviour is the project's SPEC (`docs/SPEC.md`, revision 4).
 //!
 //! ## The drive loop
 //!
