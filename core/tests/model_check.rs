@@ -231,6 +231,10 @@ struct TicketV {
 struct View {
     /// session id → priority (smaller = older).
     priorities: BTreeMap<u64, u64>,
+    /// session id → what decides its next unit of work (SPEC.md §5): (granted in this unit,
+    /// unit ended, had a DIE since its last grant). Part of the state: two states that differ
+    /// only here behave differently on the next release or acquire.
+    units: BTreeMap<u64, (bool, bool, bool)>,
     leases: Vec<LeaseV>,
     tickets: Vec<TicketV>,
     next_deadline: Option<u64>,
@@ -352,6 +356,16 @@ impl Backend for KernelBackend {
                 .sessions
                 .iter()
                 .map(|s| (s.session_id.0, s.priority))
+                .collect(),
+            units: snap
+                .sessions
+                .iter()
+                .map(|s| {
+                    (
+                        s.session_id.0,
+                        (s.unit_granted, s.unit_ended, s.die_count > 0),
+                    )
+                })
                 .collect(),
             leases: snap
                 .leases
@@ -512,6 +526,7 @@ impl Backend for NaiveBackend {
     fn view(&mut self, _now: u64) -> View {
         View {
             priorities: self.priorities.clone(),
+            units: BTreeMap::new(),
             leases: self.leases.clone(),
             tickets: self.tickets.clone(),
             next_deadline: None,
@@ -888,7 +903,9 @@ impl Model<'_> {
             view.priorities.iter().map(|(&s, &p)| (p, s)).collect();
         by_priority.sort_unstable();
         for (_, s) in by_priority {
-            write!(key, "{},", agent_of.get(&s).map_or(usize::MAX, |&i| i)).unwrap();
+            let unit = view.units.get(&s).copied().unwrap_or_default();
+            let agent = agent_of.get(&s).map_or(usize::MAX, |&i| i);
+            write!(key, "{agent}{unit:?},").unwrap();
         }
         key.push('|');
         let mut fences: Vec<u64> = view.leases.iter().map(|l| l.fence).collect();

@@ -28,6 +28,11 @@ pub struct SessionView {
     /// DIEs since the last grant (the next backoff exponent).
     pub die_count: u32,
     pub last_active: u64,
+    /// Something was granted since the priority was assigned: a release that leaves the
+    /// session with nothing ends the unit of work if `die_count` is 0 (SPEC.md §5).
+    pub unit_granted: bool,
+    /// The unit of work ended: the next acquire assigns a new (youngest) priority.
+    pub unit_ended: bool,
 }
 
 /// One waiting ticket.
@@ -190,6 +195,8 @@ impl Kernel {
                         tickets: s.tickets.clone(),
                         die_count: s.die_count,
                         last_active: s.last_active,
+                        unit_granted: s.granted_in_unit,
+                        unit_ended: s.unit_ended,
                     }
                 })
                 .collect();

@@ -1327,6 +1327,8 @@ impl Model {
                     .collect(),
                 die_count: s.die_count,
                 last_active: s.last_active,
+                unit_granted: s.granted_since_priority,
+                unit_ended: s.unit_over,
             })
             .collect();
         let mut lease_ids: Vec<u64> = self
