@@ -16,6 +16,11 @@ impl Jitter {
         Jitter { state: seed }
     }
 
+    /// The generator's state, from which [`Jitter::new`] continues the same sequence.
+    pub const fn state(&self) -> u64 {
+        self.state
+    }
+
     /// The next splitmix64 output.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);

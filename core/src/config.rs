@@ -51,7 +51,7 @@ impl Policy {
 
 /// Everything that makes two kernels behave differently. Same config + same calls = same
 /// outputs, on every host.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Config {
     pub policy: Policy,

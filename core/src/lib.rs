@@ -52,7 +52,10 @@ pub use config::{Config, Policy};
 pub use error::{Error, ErrorCode};
 pub use kernel::acquire::{parse_intent, MAX_MANIFEST_INTENTS};
 pub use kernel::sessions::{is_unprintable, MAX_NAME_BYTES};
-pub use kernel::{Kernel, SessionView, Snapshot, TicketView, ENDED_MEMORY_PER_SESSION};
+pub use kernel::{
+    Kernel, KernelState, LeaseState, SessionState, SessionView, Snapshot, StateError,
+    TicketIntentState, TicketState, TicketView, ENDED_MEMORY_PER_SESSION, STATE_VERSION,
+};
 pub use predicate::Predicate;
 pub use resource::{ResourceName, MAX_RESOURCE_BYTES};
 pub use stats::{Contention, Counters, GhostAgent, Stats, TOP_CAPACITY};

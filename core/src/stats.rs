@@ -12,7 +12,7 @@ use alloc::{string::String, vec::Vec};
 pub const TOP_CAPACITY: usize = 64;
 
 /// Exact counts of every outcome since the kernel was created.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Counters {
     pub sessions_opened: u64,
@@ -73,6 +73,16 @@ pub(crate) struct TopTable<K, const N: usize> {
 }
 
 impl<K: PartialEq + Clone + Ord, const N: usize> TopTable<K, N> {
+    /// A table holding `entries` in this order (a restored state; the caller checked them).
+    pub(crate) fn from_entries(entries: Vec<(K, [u64; N])>) -> TopTable<K, N> {
+        TopTable { entries }
+    }
+
+    /// The entries in table order.
+    pub(crate) fn entries(&self) -> &[(K, [u64; N])] {
+        &self.entries
+    }
+
     /// Adds `amount` to counter `which` of `key`; evicts the smallest entry when full.
     pub(crate) fn bump(&mut self, key: &K, which: usize, amount: u64) {
         if let Some(entry) = self.entries.iter_mut().find(|(k, _)| k == key) {

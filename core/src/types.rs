@@ -69,7 +69,7 @@ pub struct SessionInfo {
 }
 
 /// A lease as reported to its holder.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Lease {
     pub lease_id: LeaseId,
@@ -127,7 +127,7 @@ pub enum Verdict {
 }
 
 /// Why the kernel closed a session on its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "SCREAMING_SNAKE_CASE"))]
 pub enum CloseReason {
@@ -145,7 +145,7 @@ impl CloseReason {
 }
 
 /// Something that happened other than as the direct answer of a call (SPEC.md §9).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
     feature = "serde",

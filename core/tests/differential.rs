@@ -173,6 +173,9 @@ enum Op {
     },
     Advance,
     NextDeadline,
+    /// The kernel is replaced by `import_state(export_state())`: a host restarting from a
+    /// snapshot must go on exactly as before (the model does not notice).
+    Restore,
     ResourceState {
         res: u8,
         ns: u8,
@@ -237,6 +240,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (who(), any::<u8>()).prop_map(|(who, ticket)| Op::CancelWait { who, ticket }),
         6 => Just(Op::Advance),
         2 => Just(Op::NextDeadline),
+        3 => Just(Op::Restore),
         3 => (0u8..7, 0u8..3).prop_map(|(res, ns)| Op::ResourceState { res, ns }),
     ]
 }
@@ -721,6 +725,23 @@ impl World {
                 self.m.advance(now);
             }
             Op::NextDeadline => check_eq!(self.k.next_deadline(), self.m.next_deadline(), "{at}"),
+            Op::Restore => {
+                let state = self.k.export_state();
+                let restored = Kernel::import_state(&state);
+                if let Err(e) = &restored {
+                    check!(false, "{at}: import refused its own export: {e}");
+                }
+                let restored = restored.expect("checked above");
+                let again = restored.export_state();
+                check_eq!(again.hash(), state.hash(), "{at}: state hash after import");
+                check_eq!(again, state, "{at}: state after import");
+                check_eq!(
+                    restored.next_deadline(),
+                    self.k.next_deadline(),
+                    "{at}: deadline"
+                );
+                self.k = restored;
+            }
             Op::ResourceState { res, ns } => {
                 let r = if *res as usize >= RES.len() {
                     "FILE:/a/../x"

@@ -9,13 +9,15 @@
 //! The work is split by concern: [`sessions`] (open/close/suspend/resume/digest/idle),
 //! [`acquire`] (validation and the three policies), [`scheduler`] (blockers, queues, grants,
 //! wounds), [`leases`] (heartbeat, release, reconcile), [`time`] (settlement),
-//! [`observe`] (resource_state, stats, snapshot).
+//! [`observe`] (resource_state, stats, snapshot), [`state`] (export and import of the whole
+//! state, for a host's snapshots).
 
 pub(crate) mod acquire;
 mod leases;
 mod observe;
 mod scheduler;
 pub(crate) mod sessions;
+mod state;
 mod time;
 
 use crate::backoff::Jitter;
@@ -30,6 +32,10 @@ use alloc::{collections::VecDeque, format, string::String, vec::Vec};
 use foldhash::fast::FixedState;
 
 pub use observe::{SessionView, Snapshot, TicketView};
+pub use state::{
+    KernelState, LeaseState, SessionState, StateError, TicketIntentState, TicketState,
+    STATE_VERSION,
+};
 
 pub(crate) type Map<K, V> = hashbrown::HashMap<K, V, FixedState>;
 pub(crate) type Set<K> = hashbrown::HashSet<K, FixedState>;

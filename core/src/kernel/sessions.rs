@@ -49,6 +49,10 @@ fn check_name(what: &str, code: ErrorCode, value: &str) -> Result<(), Error> {
     Ok(())
 }
 
+pub(crate) fn check_agent_id(agent_id: &str) -> Result<(), Error> {
+    check_name("agent_id", ErrorCode::InvalidAgentId, agent_id)
+}
+
 pub(crate) fn check_namespace(namespace: &str) -> Result<(), Error> {
     check_name("namespace", ErrorCode::InvalidNamespace, namespace)
 }
@@ -65,7 +69,7 @@ impl Kernel {
         now: u64,
     ) -> Result<SessionInfo, Error> {
         self.operation(now, |k| {
-            check_name("agent_id", ErrorCode::InvalidAgentId, agent_id)?;
+            check_agent_id(agent_id)?;
             check_namespace(namespace)?;
             let id = SessionId(k.next_session);
             k.next_session += 1;
