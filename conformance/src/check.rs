@@ -10,9 +10,8 @@
 //! Messages say what was expected and what came back, with ids labelled by their aliases.
 
 use crate::aliases::Aliases;
-use crate::run::Output;
 use crate::vector::{EventExpect, Expect, HolderExpect, LeaseExpect};
-use klock_core::{Event, Holder, Lease, LeaseId, LeaseStatus, SessionId, Verdict};
+use klock_core::{Event, Holder, Lease, LeaseId, LeaseStatus, Output, SessionId, Verdict};
 use std::collections::BTreeMap;
 
 type Check = Result<(), String>;
@@ -46,7 +45,7 @@ pub fn output(
     priorities: &BTreeMap<SessionId, u64>,
 ) -> Check {
     match output {
-        Output::Session(info) => {
+        Output::Session { session: info } => {
             same("epoch", expect.epoch, info.epoch)?;
             if let Some(alias) = &expect.priority_lt {
                 let other = aliases.session(alias)?;
@@ -64,8 +63,8 @@ pub fn output(
             }
             Ok(())
         }
-        Output::Verdict(v) => verdict(expect, v, aliases),
-        Output::Heartbeat(results) => {
+        Output::Verdict { verdict: v } => verdict(expect, v, aliases),
+        Output::Heartbeat { results } => {
             let Some(expected) = &expect.results else {
                 return Ok(());
             };
@@ -121,8 +120,8 @@ pub fn output(
             }
             Ok(())
         }
-        Output::Released(released) => same("released", expect.released, *released),
-        Output::Statuses(statuses) => {
+        Output::Released { released } => same("released", expect.released, *released),
+        Output::Reconcile { statuses } => {
             let Some(expected) = &expect.status else {
                 return Ok(());
             };
@@ -159,7 +158,7 @@ pub fn output(
             }
             Ok(())
         }
-        Output::Resource(state) => {
+        Output::ResourceState { state } => {
             if let Some(exp) = &expect.holders {
                 holders("holders", exp, &state.holders, aliases)?;
             }
@@ -209,8 +208,8 @@ pub fn output(
             }
             Ok(())
         }
-        Output::Deadline(d) => same("deadline", expect.deadline, *d),
-        Output::Nothing | Output::Digest(_) | Output::ReleasedCount(_) => Ok(()),
+        Output::NextDeadline { deadline: d } => same("deadline", expect.deadline, *d),
+        Output::Done | Output::Digest { .. } | Output::ReleasedAll { .. } => Ok(()),
     }
 }
 
@@ -655,8 +654,8 @@ fn describe_verdict(v: &Verdict, aliases: &Aliases) -> String {
 /// A successful answer, for "expected an error" messages.
 pub fn describe_output(output: &Output, aliases: &Aliases) -> String {
     match output {
-        Output::Verdict(v) => describe_verdict(v, aliases),
-        Output::Session(info) => format!(
+        Output::Verdict { verdict: v } => describe_verdict(v, aliases),
+        Output::Session { session: info } => format!(
             "session {} epoch {}",
             aliases.session_label(info.session_id),
             info.epoch

@@ -14,65 +14,9 @@ use crate::aliases::Aliases;
 use crate::check;
 use crate::vector::{Action, Expect, LeaseList, SessionRef, Step, Vector};
 use klock_core::{
-    AcquireOptions, Error, Event, HeartbeatOutcome, Kernel, LeaseId, LeaseSelection, LeaseStatus,
-    ResourceState, SessionId, SessionInfo, Snapshot, StateDigest, Verdict,
+    AcquireOptions, Command, Error, Event, Kernel, LeaseId, Output, SessionId, Snapshot,
 };
 use std::collections::BTreeMap;
-
-/// The direct answer of one call.
-#[derive(Debug)]
-pub enum Output {
-    Session(SessionInfo),
-    Nothing,
-    Digest(StateDigest),
-    Verdict(Verdict),
-    Heartbeat(Vec<(LeaseId, HeartbeatOutcome)>),
-    Released(bool),
-    ReleasedCount(usize),
-    Statuses(Vec<(LeaseId, LeaseStatus)>),
-    Resource(ResourceState),
-    Deadline(Option<u64>),
-}
-
-/// A call with its aliases resolved to ids.
-enum Call {
-    Open {
-        agent: String,
-        namespace: String,
-    },
-    Close(SessionId),
-    Suspend(SessionId),
-    Digest(SessionId),
-    Resume(Box<StateDigest>),
-    Acquire {
-        session: SessionId,
-        intents: Vec<String>,
-        options: AcquireOptions,
-    },
-    Heartbeat {
-        session: SessionId,
-        leases: Option<Vec<LeaseId>>,
-    },
-    Release {
-        session: SessionId,
-        lease: LeaseId,
-    },
-    ReleaseAll(SessionId),
-    Reconcile {
-        session: SessionId,
-        leases: Vec<LeaseId>,
-    },
-    CancelWait {
-        session: SessionId,
-        ticket: klock_core::TicketId,
-    },
-    Advance,
-    ResourceState {
-        resource: String,
-        namespace: String,
-    },
-    NextDeadline,
-}
 
 /// State of one vector run.
 pub struct Runner {
@@ -118,12 +62,12 @@ impl Runner {
         // A resume never changes the session's priority (SPEC.md §5), which since rev 4 may
         // differ from the one it opened with: compare with the kernel's own view just before.
         let priority_before = match &call {
-            Call::Resume(d) => self.current_priority(d.identity.session_id, now),
+            Command::Resume { digest } => self.current_priority(digest.identity.session_id, now),
             _ => None,
         };
-        let result = self.call(&call, now);
+        let result = self.kernel.apply(&call, now);
         let events = drain(&mut self.kernel);
-        if let (Some(old), Ok(Output::Session(info))) = (priority_before, &result) {
+        if let (Some(old), Ok(Output::Session { session: info })) = (priority_before, &result) {
             if old != info.priority {
                 return Err(format!(
                     "resume changed the session's priority from {old} to {}",
@@ -206,18 +150,24 @@ impl Runner {
         Ok(())
     }
 
-    fn resolve(&mut self, action: &Action) -> Result<Call, String> {
+    fn resolve(&mut self, action: &Action) -> Result<Command, String> {
         let a = &mut self.aliases;
         Ok(match action {
             Action::Open {
                 agent, namespace, ..
-            } => Call::Open {
-                agent: agent.clone(),
+            } => Command::Open {
+                agent_id: agent.clone(),
                 namespace: namespace.clone(),
             },
-            Action::Close { session } => Call::Close(a.session(session)?),
-            Action::Suspend { session } => Call::Suspend(a.session(session)?),
-            Action::Digest { session, .. } => Call::Digest(a.session(session)?),
+            Action::Close { session } => Command::Close {
+                session: a.session(session)?,
+            },
+            Action::Suspend { session } => Command::Suspend {
+                session: a.session(session)?,
+            },
+            Action::Digest { session, .. } => Command::Digest {
+                session: a.session(session)?,
+            },
             Action::Resume { digest, tamper } => {
                 let mut d = a.digest(digest)?;
                 let id = &mut d.identity;
@@ -238,7 +188,9 @@ impl Runner {
                 if let Some(v) = tamper.epoch {
                     id.epoch = v;
                 }
-                Call::Resume(Box::new(d))
+                Command::Resume {
+                    digest: Box::new(d),
+                }
             }
             Action::Acquire {
                 session,
@@ -246,7 +198,7 @@ impl Runner {
                 ttl_ms,
                 wait,
                 wait_timeout_ms,
-            } => Call::Acquire {
+            } => Command::Acquire {
                 session: a.session(session)?,
                 intents: intents.clone(),
                 options: AcquireOptions {
@@ -255,7 +207,7 @@ impl Runner {
                     wait_timeout_ms: *wait_timeout_ms,
                 },
             },
-            Action::Heartbeat { session, leases } => Call::Heartbeat {
+            Action::Heartbeat { session, leases } => Command::Heartbeat {
                 session: a.session(session)?,
                 leases: match leases {
                     LeaseList::All => None,
@@ -264,73 +216,33 @@ impl Runner {
                     }
                 },
             },
-            Action::Release { session, lease } => Call::Release {
+            Action::Release { session, lease } => Command::Release {
                 session: a.session(session)?,
                 lease: a.lease(lease)?,
             },
-            Action::ReleaseAll { session } => Call::ReleaseAll(a.session(session)?),
-            Action::Reconcile { session, leases } => Call::Reconcile {
+            Action::ReleaseAll { session } => Command::ReleaseAll {
+                session: a.session(session)?,
+            },
+            Action::Reconcile { session, leases } => Command::Reconcile {
                 session: a.session(session)?,
                 leases: leases
                     .iter()
                     .map(|l| a.lease(l))
                     .collect::<Result<_, _>>()?,
             },
-            Action::CancelWait { session, ticket } => Call::CancelWait {
+            Action::CancelWait { session, ticket } => Command::CancelWait {
                 session: a.session(session)?,
                 ticket: a.ticket(ticket)?,
             },
-            Action::Advance => Call::Advance,
+            Action::Advance => Command::Advance,
             Action::ResourceState {
                 resource,
                 namespace,
-            } => Call::ResourceState {
+            } => Command::ResourceState {
                 resource: resource.clone(),
                 namespace: namespace.clone(),
             },
-            Action::NextDeadline => Call::NextDeadline,
-        })
-    }
-
-    fn call(&mut self, call: &Call, now: u64) -> Result<Output, Error> {
-        let k = &mut self.kernel;
-        Ok(match call {
-            Call::Open { agent, namespace } => {
-                Output::Session(k.open_session(agent, namespace, now)?)
-            }
-            Call::Close(s) => k.close_session(*s, now).map(|()| Output::Nothing)?,
-            Call::Suspend(s) => k.suspend_session(*s, now).map(|()| Output::Nothing)?,
-            Call::Digest(s) => Output::Digest(k.digest(*s, now)?),
-            Call::Resume(d) => Output::Session(k.resume_session(d, now)?),
-            Call::Acquire {
-                session,
-                intents,
-                options,
-            } => Output::Verdict(k.acquire(*session, intents, *options, now)?),
-            Call::Heartbeat { session, leases } => {
-                let which = match leases {
-                    None => LeaseSelection::All,
-                    Some(ids) => LeaseSelection::Ids(ids),
-                };
-                Output::Heartbeat(k.heartbeat(*session, which, now)?)
-            }
-            Call::Release { session, lease } => Output::Released(k.release(*session, *lease, now)?),
-            Call::ReleaseAll(s) => Output::ReleasedCount(k.release_all(*s, now)?),
-            Call::Reconcile { session, leases } => {
-                Output::Statuses(k.reconcile(*session, leases, now)?)
-            }
-            Call::CancelWait { session, ticket } => k
-                .cancel_wait(*session, *ticket, now)
-                .map(|()| Output::Nothing)?,
-            Call::Advance => {
-                k.advance(now);
-                Output::Nothing
-            }
-            Call::ResourceState {
-                resource,
-                namespace,
-            } => Output::Resource(k.resource_state(resource, namespace, now)?),
-            Call::NextDeadline => Output::Deadline(k.next_deadline()),
+            Action::NextDeadline => Command::NextDeadline,
         })
     }
 
@@ -345,20 +257,20 @@ impl Runner {
     /// Binds the `as` of open and digest, and remembers session priorities.
     fn bind_output(&mut self, action: &Action, output: &Output) -> Result<(), String> {
         match (action, output) {
-            (Action::Open { bind, .. }, Output::Session(info)) => {
+            (Action::Open { bind, .. }, Output::Session { session: info }) => {
                 if let Some(alias) = bind {
                     self.aliases.bind_session(alias, info.session_id)?;
                 }
                 self.priorities.insert(info.session_id, info.priority);
             }
-            (Action::Resume { .. }, Output::Session(info)) => {
+            (Action::Resume { .. }, Output::Session { session: info }) => {
                 self.priorities.insert(info.session_id, info.priority);
             }
             (
                 Action::Digest {
                     bind: Some(alias), ..
                 },
-                Output::Digest(d),
+                Output::Digest { digest: d },
             ) => self.aliases.bind_digest(alias, d.clone())?,
             _ => {}
         }
@@ -367,10 +279,10 @@ impl Runner {
 }
 
 /// The lease ids a heartbeat or reconcile asked about (`None`: all, or not such a call).
-fn call_request(call: &Call) -> Option<Vec<LeaseId>> {
+fn call_request(call: &Command) -> Option<Vec<LeaseId>> {
     match call {
-        Call::Heartbeat { leases, .. } => leases.clone(),
-        Call::Reconcile { leases, .. } => Some(leases.clone()),
+        Command::Heartbeat { leases, .. } => leases.clone(),
+        Command::Reconcile { leases, .. } => Some(leases.clone()),
         _ => None,
     }
 }

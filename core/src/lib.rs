@@ -37,6 +37,7 @@
 extern crate alloc;
 
 mod backoff;
+mod command;
 mod config;
 mod deadlines;
 mod error;
@@ -48,6 +49,7 @@ mod tree;
 mod types;
 
 pub use backoff::{retry_after_ms, Jitter};
+pub use command::{Command, Output};
 pub use config::{Config, Policy};
 pub use error::{Error, ErrorCode};
 pub use kernel::acquire::{parse_intent, MAX_MANIFEST_INTENTS};

@@ -38,6 +38,7 @@ id_type!(
 
 /// Options of [`acquire`](crate::Kernel::acquire); `None` means the configured default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AcquireOptions {
     pub ttl_ms: Option<u64>,
     /// Whether a blocked request may wait (`false` = try-lock).

@@ -1,0 +1,232 @@
+//! Every kernel operation as a value: a [`Command`] in, an [`Output`] out.
+//!
+//! Contract: [`Kernel::apply`] makes exactly the one call a command names, at `now`, and
+//! returns its direct answer; events are drained with [`Kernel::poll_event`] as after any
+//! call. It reads no clock and does no I/O, so a log of `(command, now)` pairs is a complete
+//! record of a kernel: applying the same log to a kernel with the same config gives the same
+//! outputs and events, bit for bit. That is what the control plane logs and replays (and,
+//! later, what Raft replicates), and what a conformance run can record as a resolved script.
+//! With `serde`, commands and outputs serialize as tagged JSON objects (`{"op": "acquire",
+//! ...}`, `{"output": "verdict", ...}`).
+
+use crate::error::Error;
+use crate::kernel::Kernel;
+use crate::types::{
+    AcquireOptions, HeartbeatOutcome, LeaseId, LeaseSelection, LeaseStatus, ResourceState,
+    SessionId, SessionInfo, StateDigest, TicketId, Verdict,
+};
+use alloc::{boxed::Box, string::String, vec::Vec};
+
+/// One kernel operation with its arguments (not its `now`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)
+)]
+pub enum Command {
+    Open {
+        agent_id: String,
+        namespace: String,
+    },
+    Close {
+        session: SessionId,
+    },
+    Suspend {
+        session: SessionId,
+    },
+    Digest {
+        session: SessionId,
+    },
+    Resume {
+        digest: Box<StateDigest>,
+    },
+    Acquire {
+        session: SessionId,
+        intents: Vec<String>,
+        options: AcquireOptions,
+    },
+    /// `leases: None` renews every lease of the session.
+    Heartbeat {
+        session: SessionId,
+        leases: Option<Vec<LeaseId>>,
+    },
+    Release {
+        session: SessionId,
+        lease: LeaseId,
+    },
+    ReleaseAll {
+        session: SessionId,
+    },
+    Reconcile {
+        session: SessionId,
+        leases: Vec<LeaseId>,
+    },
+    CancelWait {
+        session: SessionId,
+        ticket: TicketId,
+    },
+    /// Settles what is due (the host's timer).
+    Advance,
+    ResourceState {
+        resource: String,
+        namespace: String,
+    },
+    /// A pure query: its `now` is ignored.
+    NextDeadline,
+}
+
+/// The direct answer of one [`Command`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "output", rename_all = "snake_case"))]
+pub enum Output {
+    /// Open and resume.
+    Session {
+        session: SessionInfo,
+    },
+    /// Close, suspend, cancel_wait, advance.
+    Done,
+    Digest {
+        digest: StateDigest,
+    },
+    Verdict {
+        verdict: Verdict,
+    },
+    Heartbeat {
+        results: Vec<(LeaseId, HeartbeatOutcome)>,
+    },
+    /// Release: whether this call released the lease.
+    Released {
+        released: bool,
+    },
+    /// Release_all: how many leases it released.
+    ReleasedAll {
+        count: usize,
+    },
+    Reconcile {
+        statuses: Vec<(LeaseId, LeaseStatus)>,
+    },
+    ResourceState {
+        state: ResourceState,
+    },
+    NextDeadline {
+        deadline: Option<u64>,
+    },
+}
+
+impl Command {
+    /// The operation's stable snake_case name, e.g. `"acquire"`.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Command::Open { .. } => "open",
+            Command::Close { .. } => "close",
+            Command::Suspend { .. } => "suspend",
+            Command::Digest { .. } => "digest",
+            Command::Resume { .. } => "resume",
+            Command::Acquire { .. } => "acquire",
+            Command::Heartbeat { .. } => "heartbeat",
+            Command::Release { .. } => "release",
+            Command::ReleaseAll { .. } => "release_all",
+            Command::Reconcile { .. } => "reconcile",
+            Command::CancelWait { .. } => "cancel_wait",
+            Command::Advance => "advance",
+            Command::ResourceState { .. } => "resource_state",
+            Command::NextDeadline => "next_deadline",
+        }
+    }
+
+    /// The session a command names, if any.
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            Command::Close { session }
+            | Command::Suspend { session }
+            | Command::Digest { session }
+            | Command::Acquire { session, .. }
+            | Command::Heartbeat { session, .. }
+            | Command::Release { session, .. }
+            | Command::ReleaseAll { session }
+            | Command::Reconcile { session, .. }
+            | Command::CancelWait { session, .. } => Some(*session),
+            Command::Resume { digest } => Some(digest.identity.session_id),
+            Command::Open { .. }
+            | Command::Advance
+            | Command::ResourceState { .. }
+            | Command::NextDeadline => None,
+        }
+    }
+}
+
+impl Kernel {
+    /// Applies `command` at `now` (see the module contract).
+    ///
+    /// # Errors
+    /// The error of the call the command names; as for that call, a failure changes nothing
+    /// but the settlement of time.
+    pub fn apply(&mut self, command: &Command, now: u64) -> Result<Output, Error> {
+        Ok(match command {
+            Command::Open {
+                agent_id,
+                namespace,
+            } => Output::Session {
+                session: self.open_session(agent_id, namespace, now)?,
+            },
+            Command::Close { session } => {
+                self.close_session(*session, now)?;
+                Output::Done
+            }
+            Command::Suspend { session } => {
+                self.suspend_session(*session, now)?;
+                Output::Done
+            }
+            Command::Digest { session } => Output::Digest {
+                digest: self.digest(*session, now)?,
+            },
+            Command::Resume { digest } => Output::Session {
+                session: self.resume_session(digest, now)?,
+            },
+            Command::Acquire {
+                session,
+                intents,
+                options,
+            } => Output::Verdict {
+                verdict: self.acquire(*session, intents, *options, now)?,
+            },
+            Command::Heartbeat { session, leases } => {
+                let which = match leases {
+                    None => LeaseSelection::All,
+                    Some(ids) => LeaseSelection::Ids(ids),
+                };
+                Output::Heartbeat {
+                    results: self.heartbeat(*session, which, now)?,
+                }
+            }
+            Command::Release { session, lease } => Output::Released {
+                released: self.release(*session, *lease, now)?,
+            },
+            Command::ReleaseAll { session } => Output::ReleasedAll {
+                count: self.release_all(*session, now)?,
+            },
+            Command::Reconcile { session, leases } => Output::Reconcile {
+                statuses: self.reconcile(*session, leases, now)?,
+            },
+            Command::CancelWait { session, ticket } => {
+                self.cancel_wait(*session, *ticket, now)?;
+                Output::Done
+            }
+            Command::Advance => {
+                self.advance(now);
+                Output::Done
+            }
+            Command::ResourceState {
+                resource,
+                namespace,
+            } => Output::ResourceState {
+                state: self.resource_state(resource, namespace, now)?,
+            },
+            Command::NextDeadline => Output::NextDeadline {
+                deadline: self.next_deadline(),
+            },
+        })
+    }
+}
