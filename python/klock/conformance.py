@@ -58,7 +58,7 @@ EVENT_KINDS: dict[str, tuple[str, ...]] = {
     "WAIT_TIMEOUT": ("ticket", "session"),
     "DIED": ("ticket", "session", "retry_after_ms"),
     "LEASE_EXPIRED": ("lease", "session"),
-    "WOUNDED": ("session", "by", "lost_leases", "lost_tickets"),
+    "WOUNDED": ("session", "by", "lost_leases", "lost_tickets", "retry_after_ms"),
     "SESSION_CLOSED": ("session",),
 }
 EVENT_KEYS = ("event", "ticket", "session", "lease", "by", "leases", "retry_after_ms", "lost_leases", "lost_tickets")
@@ -617,7 +617,10 @@ def describe_event(e: _core.Event, a: Aliases) -> str:
     if kind == "WOUNDED":
         leases = ", ".join(a.label("lease", x) for x in e.lost_leases or [])
         tickets = ", ".join(a.label("ticket", x) for x in e.lost_tickets or [])
-        return f"WOUNDED{{session={s} by={a.label('session', e.by)} lost_leases=[{leases}] lost_tickets=[{tickets}]}}"
+        return (
+            f"WOUNDED{{session={s} by={a.label('session', e.by)} lost_leases=[{leases}] lost_tickets=[{tickets}] "
+            f"retry_after_ms={e.retry_after_ms}}}"
+        )
     return f"SESSION_CLOSED{{session={s} reason={e.reason}}}"
 
 
@@ -729,6 +732,11 @@ class Runner:
         assert do == "next_deadline"
         return lambda now: k.next_deadline()
 
+    def current_priorities(self, now: int) -> dict[int, int]:
+        """Every session's priority as the kernel sees it at ``now``, read from a clone so the
+        real kernel settles nothing outside the step."""
+        return {int(v["session_id"]): int(v["priority"]) for v in self.kernel.clone().snapshot(now)["sessions"]}
+
     def request(self, step: dict[str, Any]) -> list[int] | None:
         """The lease ids a heartbeat or reconcile asked about (None: all, or not such a call)."""
         if step["do"] == "heartbeat" and step["leases"] is not None:
@@ -746,6 +754,10 @@ class Runner:
             clone = self.kernel.clone()
             clone.advance(now)
             baseline = (clone.drain_events(), clone.snapshot(now))
+        # A resume never changes the session's priority (SPEC.md §5), which since rev 4 may
+        # differ from the one it opened with (a new unit of work): compare with the kernel's
+        # own view just before the call, as the Rust runner does.
+        priorities_before = self.current_priorities(now) if step["do"] == "resume" else {}
         error: _core.KlockError | None = None
         output: Any = None
         try:
@@ -753,6 +765,10 @@ class Runner:
         except _core.KlockError as e:
             error = e
         events = self.kernel.drain_events()
+        if error is None and step["do"] == "resume":
+            before = priorities_before.get(output.session_id)
+            if before is not None and before != output.priority:
+                fail(f"resume changed the session's priority from {before} to {output.priority}")
         a = self.aliases
         if error is None and "error" not in expect:
             self.bind_output(step, output)
@@ -801,9 +817,6 @@ class Runner:
                 self.aliases.bind(step["as"], "session", output.session_id)
             self.priorities[output.session_id] = output.priority
         elif do == "resume":
-            old = self.priorities.get(output.session_id)
-            if old is not None and old != output.priority:
-                fail(f"resume changed the session's priority from {old} to {output.priority}")
             self.priorities[output.session_id] = output.priority
         elif do == "digest" and step["as"] is not None:
             self.aliases.bind(step["as"], "digest", output)

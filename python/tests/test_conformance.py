@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -149,3 +150,55 @@ def test_error_step_must_change_nothing_but_time(tmp_path: pathlib.Path) -> None
     )
     _, _, failure = conformance.run_file(write(tmp_path, "v.json", vector))
     assert failure is None, failure
+
+
+WOUND = {
+    "name": "a wound",
+    "config": {"policy": "wound_wait", "seed": 212},
+    "steps": [
+        {"now": 0, "do": "open", "agent": "alice", "as": "A"},
+        {"now": 0, "do": "open", "agent": "bob", "as": "B"},
+        {"now": 0, "do": "acquire", "session": "B", "intents": ["MUTATES FILE:/x"],
+         "expect": {"verdict": "GRANTED", "leases": [{"as": "LB"}]}},
+        {"now": 10, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"],
+         "expect": {"verdict": "GRANTED", "events": [
+             {"event": "WOUNDED", "session": "B", "by": "A", "lost_leases": ["LB"], "lost_tickets": [],
+              "retry_after_ms": [100, 199]}]}},
+    ],
+}
+
+
+def test_wounded_retry_after_ms_is_checked_and_described(tmp_path: pathlib.Path) -> None:
+    assert conformance.run_file(write(tmp_path, "ok.json", WOUND))[2] is None
+    bad = json.loads(json.dumps(WOUND))
+    bad["steps"][3]["expect"]["events"][0]["retry_after_ms"] = [500, 600]
+    failure = conformance.run_file(write(tmp_path, "bad.json", bad))[2]
+    assert failure is not None and re.search(r"retry_after_ms: expected in \[500, 600\], got 1\d\d\b", failure), failure
+    # An unexpected WOUNDED is shown the way the Rust runner shows it.
+    extra = json.loads(json.dumps(WOUND))
+    del extra["steps"][3]["expect"]["events"]
+    failure = conformance.run_file(write(tmp_path, "extra.json", extra))[2]
+    assert failure is not None
+    shown = r"WOUNDED\{session=B\(#2\) by=A\(#1\) lost_leases=\[LB\(#1\)\] lost_tickets=\[\] retry_after_ms=1\d\d\}"
+    assert re.search(shown, failure), failure
+
+
+def test_resume_is_checked_against_the_kernels_current_priority(tmp_path: pathlib.Path) -> None:
+    # Rev 4: a session's priority changes between units of work, so a resume is compared
+    # with the priority the kernel holds just before it, not with the one it opened with.
+    vector = {
+        "name": "resume after a new unit",
+        "config": {"policy": "wait_die", "seed": 1},
+        "steps": [
+            {"now": 0, "do": "open", "agent": "alice", "as": "A"},
+            {"now": 0, "do": "open", "agent": "bob", "as": "B"},
+            {"now": 1, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"],
+             "expect": {"verdict": "GRANTED", "leases": [{"as": "L1"}]}},
+            {"now": 2, "do": "release", "session": "A", "lease": "L1", "expect": {"released": True}},
+            {"now": 3, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"],
+             "expect": {"verdict": "GRANTED", "leases": [{"as": "L2"}]}},
+            {"now": 4, "do": "digest", "session": "A", "as": "D"},
+            {"now": 5, "do": "resume", "digest": "D", "expect": {"epoch": 1}},
+        ],
+    }
+    assert conformance.run_file(write(tmp_path, "v.json", vector))[2] is None
