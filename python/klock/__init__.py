@@ -18,9 +18,10 @@ writes that carry a smaller one.
 """
 
 from . import _core
-from .client import ClientCounters, Klock, Lease, OwnSessionLease, Session, current_session
+from .client import ClientCounters, Klock, Lease, LeaseInfo, OwnSessionLease, Session, current_session
 from .errors import (
     ERROR_CODES,
+    Closed,
     Died,
     InvalidInput,
     KlockError,
@@ -38,6 +39,7 @@ __all__ = [
     "Klock",
     "Session",
     "Lease",
+    "LeaseInfo",
     "OwnSessionLease",
     "ClientCounters",
     "current_session",
@@ -51,6 +53,7 @@ __all__ = [
     "LeaseLost",
     "Died",
     "Timeout",
+    "Closed",
     "ERROR_CODES",
     "__version__",
 ]

@@ -30,7 +30,6 @@ __all__ = [
     "StateError",
     "QuotaExceeded",
     "parse_intent",
-    "retry_after_ms",
     "ERROR_CODES",
     "MAX_MANIFEST_INTENTS",
     "MAX_RESOURCE_BYTES",
@@ -70,9 +69,6 @@ class QuotaExceeded(KlockError):
 
 def parse_intent(intent: str) -> tuple[str, str]:
     """Validates ``"PREDICATE TYPE:/path"``: ``(canonical predicate, canonical resource)``."""
-
-def retry_after_ms(base_ms: int, cap_ms: int, attempts: int, draw: int) -> int:
-    """The backoff of SPEC §8: ``min(cap_ms, base_ms * 2**attempts) + draw % base_ms``."""
 
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
 _EventName = Literal["GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"]
@@ -167,7 +163,7 @@ class Event:
     WAIT_TIMEOUT   ``session``, ``ticket``
     DIED           ``session``, ``ticket``, ``retry_after_ms``
     LEASE_EXPIRED  ``session``, ``lease``
-    WOUNDED        ``session``, ``by``, ``lost_leases``, ``lost_tickets``
+    WOUNDED        ``session``, ``by``, ``lost_leases``, ``lost_tickets``, ``retry_after_ms``
     SESSION_CLOSED ``session``, ``reason`` (``"IDLE"``)
     ============== ==========================================================
     """
@@ -181,7 +177,8 @@ class Event:
     @property
     def leases(self) -> list[Lease] | None: ...
     @property
-    def retry_after_ms(self) -> int | None: ...
+    def retry_after_ms(self) -> int | None:
+        """DIED and WOUNDED: sleep at least this long before retrying (both count as a DIE)."""
     @property
     def lease(self) -> int | None: ...
     @property

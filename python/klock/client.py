@@ -8,12 +8,22 @@ Contract
   kernel's events, so an event is always routed to whoever waits for it. The timer thread
   sleeps on a condition until the earliest of the kernel's ``next_deadline()`` and the next
   heartbeat that is due; any call that may have moved that earlier wakes it. Nothing polls.
-* The kernel decides everything (grants, waits, deaths, expiries, timeouts); this module only
-  carries the decisions out: it blocks a waiter until its GRANTED/WAIT_TIMEOUT/DIED/WOUNDED
-  event arrives, sleeps ``retry_after_ms`` after a DIE before retrying with the same session
-  (same priority), heartbeats held leases every ``ttl/3``, and releases on exit.
-* A DIE is retried only while the session holds nothing else; otherwise :class:`Died` is
-  raised so the caller's unit of work releases everything and starts over (SPEC.md §6).
+* The kernel decides everything (grants, waits, deaths, expiries, timeouts, backoffs); this
+  module only carries the decisions out: it blocks a waiter until its
+  GRANTED/WAIT_TIMEOUT/DIED/WOUNDED event arrives, sleeps the kernel's ``retry_after_ms``
+  after a DIE verdict, a DIED event or a WOUNDED event (all three count as a DIE, SPEC.md
+  §8; the client never sizes a backoff itself) before retrying with the same session,
+  heartbeats held leases, and releases on exit.
+* Heartbeats follow the lease as the kernel last reported it (grant, re-acquire, heartbeat,
+  resume): a block's next heartbeat is due when a third of a lease's current ``ttl_ms`` has
+  passed since its last renewal, i.e. at ``expires_at - 2*ttl_ms/3``, so a grant the client
+  hears of late (settled at an earlier instant) is renewed at once, and :attr:`Lease.leases`
+  always shows the current ``expires_at`` and ``ttl_ms``.
+* A DIE (or WOUNDED) is retried only while the session holds nothing else; otherwise
+  :class:`Died` is raised so the caller's unit of work releases everything and starts over
+  (SPEC.md §6).
+* :meth:`Klock.close` (and :meth:`Session.close` for its own blocks) ends every acquisition
+  in progress, waiting or backing off, with :class:`Closed`, withdrawing its ticket.
 * Threads and asyncio: a :class:`Lease` is a context manager for both ``with`` (the calling
   thread blocks) and ``async with`` (the task awaits a future that the dispatcher resolves
   with ``loop.call_soon_threadsafe``; no thread is blocked per waiter).
@@ -28,18 +38,23 @@ import contextvars
 import heapq
 import itertools
 import math
-import random
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Callable, Generator, Iterable, Union
 
 from . import _core
-from .errors import Died, KlockError, LeaseLost, Timeout, UnknownId
+from .errors import Closed, Died, KlockError, LeaseLost, Timeout, UnknownId
 
-__all__ = ["Klock", "Session", "Lease", "ClientCounters", "current_session"]
+__all__ = ["Klock", "Session", "Lease", "LeaseInfo", "ClientCounters", "current_session"]
+
+U64_MAX = 2**64 - 1
+# The largest finite `timeout` (seconds) whose milliseconds fit the kernel's u64.
+_MAX_TIMEOUT_S = U64_MAX / 1000
+# A waiter's stall guard: however long the wait, settle time ourselves at least this often.
+_MAX_FALLBACK_S = 60.0
 
 _current: contextvars.ContextVar[Session | None] = contextvars.ContextVar("klock_current_session", default=None)
 # The tokens to restore `_current` with, per context (thread or task), innermost last.
@@ -60,6 +75,7 @@ class ClientCounters:
     grants: int = 0
     waits: int = 0
     deaths: int = 0
+    wounds: int = 0
     retries: int = 0
     timeouts: int = 0
     lost: int = 0
@@ -70,9 +86,44 @@ class _Closed:
 
     event = "CLOSED"
 
+    def __init__(self, message: str) -> None:
+        self.message = message
 
-_CLOSED = _Closed()
+
+_KLOCK_CLOSED = "this Klock is closed"
+_SESSION_CLOSED = "this session is closed"
 _Delivered = Union[_core.Event, _Closed]
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """One lease of a block as the kernel last reported it: at the grant, and again after
+    every re-acquire by a nested block, heartbeat and resume (``expires_at`` and ``ttl_ms``
+    move; the rest never changes). Times are the Klock's milliseconds (:meth:`Klock.now`)."""
+
+    lease_id: int
+    session_id: int
+    agent_id: str
+    resource: str
+    predicate: str
+    fence: int
+    acquired_at: int
+    expires_at: int
+    ttl_ms: int
+
+    @classmethod
+    def of(cls, lease: _core.Lease) -> LeaseInfo:
+        return cls(
+            lease.lease_id,
+            lease.session_id,
+            lease.agent_id,
+            lease.resource,
+            lease.predicate,
+            lease.fence,
+            lease.acquired_at,
+            lease.expires_at,
+            lease.ttl_ms,
+        )
 
 
 class _ThreadWaiter:
@@ -215,6 +266,8 @@ class Klock:
         self._lock = threading.RLock()
         self._timer_wake = threading.Condition(self._lock)
         self._waiters: dict[int, _Waiter] = {}
+        # Acquisitions backing off after a DIE/DIED/WOUNDED: how to wake each one early.
+        self._sleepers: dict[Lease, Callable[[], None]] = {}
         self._holders: dict[int, list[Lease]] = {}
         self._sessions: dict[int, Session] = {}
         self._heartbeats: list[tuple[int, int, Lease]] = []
@@ -275,6 +328,8 @@ class Klock:
             assert event.lease is not None
             self._lose_locked([event.lease], "LEASE_EXPIRED", "the lease expired before the block ended (heartbeats came too late)")
         elif kind == "WOUNDED":
+            if event.session in self._sessions:
+                self.counters.wounds += 1
             for ticket in event.lost_tickets or []:
                 waiter = self._waiters.pop(ticket, None)
                 if waiter is not None:
@@ -317,13 +372,25 @@ class Klock:
         finally:
             self._settled_locked()
         renewable = True
-        for lease_id, status, _expires_at in results:
-            if status == "LIFETIME_EXCEEDED":
+        for lease_id, status, expires_at in results:
+            if status == "OK" and expires_at is not None:
+                self._refresh_locked(lease_id, expires_at=expires_at)
+            elif status == "LIFETIME_EXCEEDED":
                 renewable = False  # it stays valid until its capped expiry, then LEASE_EXPIRED
             elif status != "OK":
                 self._lose_locked([lease_id], status, f"a heartbeat found the lease {status.lower().replace('_', ' ')}")
         if block._state == "held" and block._lost is None and renewable:
-            self._schedule_heartbeat_locked(block, now + block._heartbeat_ms)
+            self._schedule_heartbeat_locked(block, max(now + 1, block._heartbeat_due()))
+
+    def _refresh_locked(self, lease_id: int, expires_at: int) -> None:
+        """The kernel renewed a lease (heartbeat, resume): every block holding it sees it."""
+        for block in self._holders.get(lease_id, []):
+            block.leases = [replace(lease, expires_at=expires_at) if lease.lease_id == lease_id else lease for lease in block.leases]
+
+    def _reschedule_heartbeat_locked(self, block: Lease) -> None:
+        if block._heartbeat_seq:
+            self._unschedule_heartbeat_locked(block)
+            self._schedule_heartbeat_locked(block, max(self.now(), block._heartbeat_due()))
 
     def _timer_step_locked(self) -> float | None | bool:
         """One pass of the timer thread: settle what is due or run one due heartbeat (then
@@ -379,6 +446,7 @@ class Klock:
                     self._sessions[info.session_id] = session
                 else:
                     session.info = info
+                    self._renewed_locked(session)
                 return session
             finally:
                 self._settled_locked()
@@ -394,6 +462,23 @@ class Klock:
         """A lease block with a session of its own, opened on entry and closed on exit."""
         return OwnSessionLease(self, intents, agent_id, namespace, ttl_ms, timeout)
 
+    def _renewed_locked(self, session: Session) -> None:
+        """A resume renewed every lease of the session in the kernel (SPEC.md §5): read the
+        new expiries back and follow them."""
+        ids = list(session._refs)
+        if not ids:
+            return
+        try:
+            statuses = self.kernel.reconcile(session.session_id, ids, self.now())
+        finally:
+            self._settled_locked()
+        for lease_id, status, expires_at, _fence in statuses:
+            if status == "ACTIVE" and expires_at is not None:
+                self._refresh_locked(lease_id, expires_at=expires_at)
+        for lease_id in ids:
+            for block in self._holders.get(lease_id, []):
+                self._reschedule_heartbeat_locked(block)
+
     def stats(self) -> dict[str, Any]:
         """The kernel's counters, top contended resources and ghost agents."""
         with self._lock:
@@ -408,22 +493,57 @@ class Klock:
         return self._call(self.kernel.resource_state, resource, namespace)  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        """Stops the timer thread; waiters still blocked get an error. Idempotent."""
+        """Stops the timer thread and ends every acquisition in progress: each block still
+        waiting for a grant or backing off after a DIE raises :class:`Closed` ("this Klock is
+        closed") promptly, its ticket withdrawn from the kernel, and nothing is granted to it
+        afterwards. Blocks already holding leases are not renewed any more: end them first.
+        Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            waiters = list(self._waiters.values())
-            self._waiters.clear()
-            for waiter in waiters:
-                waiter.resolve(_CLOSED)
+            self._withdraw_locked(list(self._waiters), _KLOCK_CLOSED)
+            for wake in list(self._sleepers.values()):
+                wake()
             self._timer_wake.notify_all()
         if threading.current_thread() is not self._thread:
             self._thread.join()
 
+    def _withdraw_locked(self, tickets: list[int], message: str) -> None:
+        """Cancels these tickets in the kernel and fails their waiters with ``Closed``.
+
+        Youngest ticket first: a ticket only ever waits for older ones, so withdrawing in this
+        order never grants one of the others on the way. Should a grant still reach one of
+        them, its leases are released at once: nobody is left to hold them."""
+        tickets = sorted(tickets, reverse=True)
+        withdrawn = set(tickets)
+        now = self.now()
+        for ticket in tickets:
+            waiter = self._waiters.get(ticket)
+            if waiter is None:
+                continue
+            try:
+                self.kernel.cancel_wait(waiter.block.session.session_id, ticket, now)
+            except KlockError:
+                pass  # already resolved or gone with its session; its event follows
+        for event in self.kernel.drain_events():
+            if event.event == "GRANTED" and event.ticket in withdrawn and event.ticket in self._waiters:
+                for lease in event.leases or []:
+                    try:
+                        self.kernel.release(event.session, lease.lease_id, now)
+                    except KlockError:
+                        pass
+                continue
+            self._dispatch_locked(event)
+        for ticket in tickets:
+            waiter = self._waiters.pop(ticket, None)
+            if waiter is not None:
+                waiter.resolve(_Closed(message))
+        self._settled_locked()
+
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this Klock is closed")
+            raise Closed(_KLOCK_CLOSED)
 
     def __enter__(self) -> Klock:
         return self
@@ -442,16 +562,19 @@ class Klock:
 
 
 class Session:
-    """One run of one agent: owns leases and waits, keeps its kernel-assigned priority for
-    life (across every DIE and retry). A context manager that closes it. Do not share one
-    session among workers that must exclude each other: a session never conflicts with
-    itself."""
+    """One run of one agent: owns leases and waits. The kernel assigns its priority per unit
+    of work (SPEC.md §5): kept across every DIE, WOUNDED and retry of a unit, renewed
+    (youngest) when a release leaves the session holding nothing after a success — so one
+    long-lived session per agent is fair to the others. A context manager that closes it.
+    Do not share one session among workers that must exclude each other: a session never
+    conflicts with itself."""
 
     def __init__(self, klock: Klock, info: _core.SessionInfo) -> None:
         self.klock = klock
         self.info = info
         self._refs: dict[int, int] = {}  # lease id -> blocks of this session holding it
         self._closed = False
+        self._closed_by_user = False  # close() (Closed) rather than the kernel (idle: UNKNOWN_SESSION)
 
     @property
     def session_id(self) -> int:
@@ -467,7 +590,9 @@ class Session:
 
     @property
     def priority(self) -> int:
-        """Smaller = older = wins conflicts (only the order is meaningful)."""
+        """The priority the session was opened (or last resumed) with: smaller = older = wins
+        conflicts (only the order is meaningful). The kernel gives the session a new one
+        when it starts a new unit of work (SPEC.md §5)."""
         return self.info.priority
 
     @property
@@ -480,39 +605,59 @@ class Session:
 
     def lease(self, *intents: str, ttl_ms: int | None = None, timeout: float | None = None) -> Lease:
         """A block holding every intent (``"PREDICATE TYPE:/path"``) at once; use it with
-        ``with`` or ``async with``. ``timeout`` (seconds, ``None`` = no limit) bounds the
-        whole acquisition including waits and DIE retries; ``ttl_ms`` is each lease's TTL."""
+        ``with`` or ``async with``. ``ttl_ms`` is each lease's TTL.
+
+        ``timeout`` (seconds) bounds the whole acquisition, waits and DIE/WOUNDED backoffs
+        included, and raises :class:`Timeout` when it passes: ``0`` is a try-lock;
+        ``math.inf`` waits with no client-side limit (one wait the kernel never times out);
+        ``None`` also has no client-side limit, but each wait uses the kernel's
+        ``default_wait_timeout_ms`` and the block asks again when it passes. NaN, a negative
+        value or a finite value above ``(2**64-1)/1000`` seconds is a ``ValueError``."""
         return Lease(self, intents, ttl_ms, timeout)
+
+    def _check_open(self) -> None:
+        self.klock._check_open()
+        if self._closed_by_user:
+            raise Closed(_SESSION_CLOSED)
 
     def digest(self) -> dict[str, Any]:
         """The recovery digest to save for :meth:`Klock.resume`."""
+        self._check_open()
         return self.klock._call(self.klock.kernel.digest, self.session_id)  # type: ignore[no-any-return]
 
     def suspend(self) -> None:
         """Marks the session as restarting: its leases survive a missed heartbeat for grace_ms."""
+        self._check_open()
         self.klock._call(self.klock.kernel.suspend_session, self.session_id)
 
     def reconcile(self, lease_ids: Iterable[int]) -> list[tuple[int, str, int | None, int | None]]:
         """The kernel's truth for each lease: ``(lease_id, status, expires_at, fence)``."""
+        self._check_open()
         return self.klock._call(self.klock.kernel.reconcile, self.session_id, list(lease_ids))  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        """Releases every lease and cancels every wait of the session. Idempotent."""
+        """Releases every lease and cancels every wait of the session; a block of it still
+        acquiring (waiting or backing off) raises :class:`Closed` ("this session is
+        closed"), and so does any later use of the session. Idempotent."""
         k = self.klock
         with k._lock:
-            if self._closed:
+            if self._closed_by_user:
                 return
+            self._closed_by_user = True
+            already = self._closed
             self._closed = True
             k._sessions.pop(self.session_id, None)
-            try:
-                k.kernel.close_session(self.session_id, k.now())
-            except UnknownId:
-                pass  # already closed by the kernel (idle)
+            mine = [ticket for ticket, waiter in k._waiters.items() if waiter.block.session is self]
+            k._withdraw_locked(mine, _SESSION_CLOSED)
+            if not already:
+                try:
+                    k.kernel.close_session(self.session_id, k.now())
+                except UnknownId:
+                    pass  # already closed by the kernel (idle)
             k._lose_locked(list(self._refs), "UNKNOWN_SESSION", "the session was closed while the block ran")
-            for ticket, waiter in list(k._waiters.items()):
-                if waiter.block.session is self:
-                    del k._waiters[ticket]
-                    waiter.resolve(_CLOSED)
+            for block, wake in list(k._sleepers.items()):
+                if block.session is self:
+                    wake()
             k._settled_locked()
 
     def __enter__(self) -> Session:
@@ -540,12 +685,19 @@ class Session:
 
 
 def _check_timeout(timeout: float | None) -> float | None:
+    """``None``, ``math.inf``, or seconds in ``[0, (2**64-1)/1000]`` (the kernel counts in u64
+    milliseconds)."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
-    if math.isnan(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+        raise TypeError(f"timeout must be a number of seconds, math.inf or None, got {type(timeout).__name__}")
+    if timeout == math.inf:
+        return math.inf
+    if math.isnan(timeout) or timeout < 0 or math.ceil(timeout * 1000) > U64_MAX:
+        raise ValueError(
+            f"timeout must be a number of seconds from 0 to {_MAX_TIMEOUT_S:.0f} ((2**64-1) milliseconds), "
+            f"or math.inf to wait with no limit; got {timeout!r}"
+        )
     return float(timeout)
 
 
@@ -553,13 +705,16 @@ class Lease:
     """The leases of one manifest, held for the duration of a ``with`` / ``async with`` block.
 
     On entry it acquires every intent at once (all-or-nothing), blocking through WAIT until
-    GRANTED and retrying after DIE as the module docs describe; while held, the timer thread
-    heartbeats it every ``ttl/3``; on exit it is released, even when the block raises. If a
-    lease of the block was lost meanwhile (expired, wounded, session closed), :meth:`check`
-    and :meth:`heartbeat` raise :class:`LeaseLost`, and so does the exit of a block that
-    raised nothing else. Nested blocks of one session may ask again for what an outer block
-    holds: the kernel reuses the lease, and it is released when the last block holding it
-    ends.
+    GRANTED and retrying after DIE or WOUNDED as the module docs describe; while held, the
+    timer thread heartbeats it a third of the way through each lease's current TTL; on exit
+    it is released, even when the block raises. If a lease of the block was lost meanwhile
+    (expired, wounded, session closed), :meth:`check` and :meth:`heartbeat` raise
+    :class:`LeaseLost`, and so does the exit of a block that raised nothing else — also
+    when the exit's own release is what finds the lease expired (a process paused past the
+    TTL). Nested blocks of one session may ask again for what an outer block holds: the
+    kernel reuses the lease and never shortens it (a shorter ``ttl_ms`` inside keeps the
+    outer TTL; a longer one lengthens it for both), and it is released when the last block
+    holding it ends.
     """
 
     def __init__(self, session: Session, intents: tuple[str, ...], ttl_ms: int | None, timeout: float | None) -> None:
@@ -573,11 +728,11 @@ class Lease:
         self.intents = list(intents)
         self.ttl_ms = ttl_ms
         self.timeout = _check_timeout(timeout)
-        self.leases: list[_core.Lease] = []
+        # The block's leases as the kernel last reported them (see LeaseInfo).
+        self.leases: list[LeaseInfo] = []
         self._state = "new"  # new -> acquiring -> held -> done | failed
         self._ticket: int | None = None
         self._lost: tuple[str, str, list[int]] | None = None
-        self._heartbeat_ms = 0
         self._heartbeat_seq = 0
 
     # ---- what the block holds -----------------------------------------------------------
@@ -600,6 +755,12 @@ class Lease:
         return [lease.lease_id for lease in self.leases]
 
     @property
+    def expires_at(self) -> int:
+        """The earliest expiry of the block's leases (Klock milliseconds), kept current by
+        every heartbeat, re-acquire and resume."""
+        return min(lease.expires_at for lease in self.leases)
+
+    @property
     def held(self) -> bool:
         return self._state == "held" and self._lost is None
 
@@ -614,7 +775,7 @@ class Lease:
             raise LeaseLost(name, message, list(ids))
 
     def heartbeat(self) -> None:
-        """Renews every lease of the block now (the timer thread also does it every ttl/3).
+        """Renews every lease of the block now (the timer thread also does it on its own).
 
         Raises :class:`LeaseLost` if one has ended."""
         k = self.session.klock
@@ -629,15 +790,24 @@ class Lease:
 
     def _granted_locked(self, leases: list[_core.Lease]) -> None:
         k = self.session.klock
-        self.leases = leases
+        self.leases = [LeaseInfo.of(lease) for lease in leases]
         self._state = "held"
         refs = self.session._refs
-        for lease in leases:
+        for lease in self.leases:
+            # A reused lease was renewed by this grant (SPEC.md §6): the outer blocks holding
+            # it follow its new expiry and TTL.
+            for other in k._holders.get(lease.lease_id, []):
+                other.leases = [lease if mine.lease_id == lease.lease_id else mine for mine in other.leases]
+                k._reschedule_heartbeat_locked(other)
             refs[lease.lease_id] = refs.get(lease.lease_id, 0) + 1
             k._holders.setdefault(lease.lease_id, []).append(self)
         k.counters.grants += 1
-        self._heartbeat_ms = max(1, min(lease.ttl_ms for lease in leases) // 3)
-        k._schedule_heartbeat_locked(self, k.now() + self._heartbeat_ms)
+        k._schedule_heartbeat_locked(self, max(k.now(), self._heartbeat_due()))
+
+    def _heartbeat_due(self) -> int:
+        """When the next heartbeat is due: a third of the way through the current TTL of the
+        lease that needs it first (``expires_at - 2*ttl_ms/3``), from the kernel's figures."""
+        return min(lease.expires_at - (2 * lease.ttl_ms) // 3 for lease in self.leases)
 
     def _lost_locked(self, name: str, message: str, lease_id: int) -> None:
         if self._lost is None:
@@ -653,6 +823,15 @@ class Lease:
         with k._lock:
             if self._state != "held":
                 return
+            if not self.session._closed:
+                # Settle time first, while the block is still registered as a holder: if a
+                # lease expired unseen (the timer could not run: a long callback, a paused
+                # process), the LEASE_EXPIRED that this settles reaches this block, and its
+                # exit raises LeaseLost instead of reporting a lost lease as fine.
+                try:
+                    k.kernel.advance(k.now())
+                finally:
+                    k._settled_locked()
             self._state = "done"
             k._unschedule_heartbeat_locked(self)
             refs = self.session._refs
@@ -687,20 +866,28 @@ class Lease:
     def _acquire_steps(self, make_waiter: Callable[[Lease], _Waiter]) -> Generator[_Step, Any, None]:
         """The acquisition as a generator shared by the thread and asyncio drivers: it yields
         :class:`_Sleep` or :class:`_Wait` steps and receives the delivered event after a wait.
-        Returns once the block holds its leases."""
+        Returns once the block holds its leases.
+
+        Every backoff is the kernel's ``retry_after_ms`` (DIE verdict, DIED or WOUNDED event,
+        SPEC.md §8); all three follow the same rules: retry in place while the session holds
+        nothing else, else raise :class:`Died`. Before every kernel call it checks, under the
+        Klock's lock, that neither the Klock nor the session was closed meanwhile."""
         k = self.session.klock
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        forever = self.timeout == math.inf
+        deadline = None if self.timeout is None or forever else time.monotonic() + self.timeout
         config = k.kernel.config
         default_wait_s = config["default_wait_timeout_ms"] / 1000
         attempt = 0
-        wounds = 0
         while True:
-            if deadline is None:
-                wait_ms: int | None = None
+            if forever:
+                wait_ms: int | None = U64_MAX  # "never" under saturating deadlines (SPEC.md §2)
+            elif deadline is None:
+                wait_ms = None
             else:
                 wait_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
             waiter: _Waiter | None = None
             with k._lock:
+                self.session._check_open()
                 if attempt:
                     k.counters.retries += 1
                 attempt += 1
@@ -730,44 +917,36 @@ class Lease:
                 return
             held_by = [b.session_id for b in verdict.held_by]
             if waiter is not None:
-                budget = (wait_ms / 1000 if wait_ms is not None else default_wait_s) + 1.0
+                budget = min(_MAX_FALLBACK_S, (wait_ms / 1000 if wait_ms is not None else default_wait_s) + 1.0)
                 event = yield _Wait(waiter, budget)
                 self._ticket = None
                 outcome = event.event
                 if outcome == "GRANTED":
                     return
-                if outcome == "CLOSED":
-                    raise RuntimeError("the Klock or the session was closed while this block waited")
-                if outcome == "WOUNDED":
-                    # wound_wait: an older session took precedence. Asking again at once only
-                    # gets this block wounded again by the next older requester, so it backs
-                    # off by the kernel's DIE formula (SPEC §8): WOUNDED carries no hint.
-                    base, cap = config["backoff_base_ms"], config["backoff_cap_ms"]
-                    pause_ms = _core.retry_after_ms(base, cap, wounds, random.getrandbits(64))
-                    wounds += 1
-                    if deadline is not None and time.monotonic() + pause_ms / 1000 > deadline:
-                        k.counters.timeouts += 1
-                        raise Timeout(f"{self.intents}: wounded by older sessions; the next retry ({pause_ms} ms) would pass the timeout", held_by)
-                    yield _Sleep(pause_ms / 1000)
-                    continue
+                if isinstance(event, _Closed):
+                    # Whoever closed withdrew the ticket from the kernel.
+                    raise Closed(f"{event.message}: the block waiting for {self.intents} was abandoned")
                 if outcome == "WAIT_TIMEOUT":
                     if deadline is not None and time.monotonic() >= deadline - 0.0005:
                         k.counters.timeouts += 1
                         raise Timeout(f"waited {self.timeout} s for {self.intents}; still held by sessions {held_by}", held_by)
                     continue
-                assert isinstance(event, _core.Event) and event.retry_after_ms is not None
-                retry_after_ms = event.retry_after_ms  # DIED
+                # DIED, or WOUNDED (wound_wait: an older session took precedence; asking again
+                # at once would only get this block wounded again): both count as a DIE.
+                assert event.retry_after_ms is not None, event
+                retry_after_ms = event.retry_after_ms
+                why = f"was wounded by the older session {event.by}" if outcome == "WOUNDED" else "its wait was withdrawn (DIED)"
             else:
                 assert verdict.retry_after_ms is not None
                 retry_after_ms = verdict.retry_after_ms
+                why = f"is younger than sessions {held_by} blocking {self.intents}"
                 if wait_ms == 0:
                     k.counters.timeouts += 1
                     raise Timeout(f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)", held_by)
             if self.session._refs:
                 raise Died(
-                    f"session {self.session.session_id} must roll back: it holds other leases while younger than "
-                    f"sessions {held_by} blocking {self.intents}; release everything, sleep retry_after_ms, and "
-                    "acquire all intents in one manifest",
+                    f"session {self.session.session_id} must roll back: it holds other leases and {why}; "
+                    "release everything, sleep retry_after_ms, and acquire all intents in one manifest",
                     retry_after_ms,
                     held_by,
                 )
@@ -779,6 +958,47 @@ class Lease:
                     held_by,
                 )
             yield _Sleep(pause)
+
+    def _sleep_thread(self, seconds: float) -> None:
+        """A backoff in a thread, cut short by Klock.close() or Session.close()."""
+        k = self.session.klock
+        flag = threading.Event()
+        with k._lock:
+            if k._closed or self.session._closed_by_user:
+                return
+            k._sleepers[self] = flag.set
+        try:
+            flag.wait(seconds)
+        finally:
+            with k._lock:
+                k._sleepers.pop(self, None)
+
+    async def _sleep_async(self, seconds: float) -> None:
+        """A backoff in a task, cut short by Klock.close() or Session.close() (from any thread)."""
+        k = self.session.klock
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def set_woken() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(set_woken)
+            except RuntimeError:  # the loop is closed: nobody is sleeping any more
+                pass
+
+        with k._lock:
+            if k._closed or self.session._closed_by_user:
+                return
+            k._sleepers[self] = wake
+        try:
+            await asyncio.wait([woken], timeout=seconds)
+        finally:
+            with k._lock:
+                k._sleepers.pop(self, None)
+            woken.cancel()
 
     def _abort(self) -> None:
         """The acquisition failed or was interrupted: withdraw the wait, give back any grant."""
@@ -808,7 +1028,7 @@ class Lease:
     def _begin(self) -> None:
         if self._state != "new":
             raise RuntimeError("a Lease block can be entered once; call session.lease(...) again")
-        self.session.klock._check_open()
+        self.session._check_open()
         self._state = "acquiring"
 
     def __enter__(self) -> Lease:
@@ -819,7 +1039,7 @@ class Lease:
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
-                    time.sleep(step.seconds)
+                    self._sleep_thread(step.seconds)
                     step = steps.send(None)
                 else:
                     assert isinstance(step.waiter, _ThreadWaiter)
@@ -842,7 +1062,7 @@ class Lease:
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
-                    await asyncio.sleep(step.seconds)
+                    await self._sleep_async(step.seconds)
                     step = steps.send(None)
                 else:
                     assert isinstance(step.waiter, _AsyncWaiter)

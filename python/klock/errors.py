@@ -13,7 +13,7 @@ class                     codes  names
 :class:`QuotaExceeded`    4xx    QUOTA_EXCEEDED
 ========================  =====  ===========================================================
 
-The friendly client adds three conditions of its own, also :class:`KlockError`\\ s:
+The friendly client adds four conditions of its own, also :class:`KlockError`\\ s:
 
 * :class:`LeaseLost` (a :class:`StateError`): a held lease expired or was taken away
   (wounded, session closed) while its block ran; ``.name`` is what the kernel said
@@ -23,9 +23,15 @@ The friendly client adds three conditions of its own, also :class:`KlockError`\\
   and start the unit of work again, after ``retry_after_ms``. ``.code`` is 0, ``.name`` "DIE".
 * :class:`Timeout`: the lease could not be had within ``timeout``. ``.code`` is 0,
   ``.name`` "TIMEOUT".
+* :class:`Closed`: the :class:`~klock.Klock` or the session was closed (by ``close()``)
+  before or while the call ran; the message says which ("this Klock is closed" or "this
+  session is closed"). An acquisition in progress (waiting or backing off) ends with it and
+  withdraws its ticket. ``.code`` is 0, ``.name`` "CLOSED".
 
 Wrong Python types raise ``TypeError``; out-of-range numbers ``ValueError`` (negative) or
-``OverflowError`` (above 2**64-1); text that is not valid Unicode ``ValueError``.
+``OverflowError`` (above 2**64-1); text that is not valid Unicode ``ValueError``. The client's
+``timeout`` (seconds) is checked by the client: NaN, negative, or finite but above
+(2**64-1)/1000 seconds is a ``ValueError`` naming ``timeout``.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ __all__ = [
     "LeaseLost",
     "Died",
     "Timeout",
+    "Closed",
     "ERROR_CODES",
 ]
 
@@ -93,3 +100,18 @@ class Timeout(KlockError):
         self.name = "TIMEOUT"
         self.message = message
         self.held_by = held_by
+
+
+class Closed(KlockError):
+    """The Klock or the session was closed: ``.message`` is "this Klock is closed" or "this
+    session is closed" (what the call needed), possibly followed by what was abandoned."""
+
+    code: int
+    name: str
+    message: str
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"CLOSED: {message}")
+        self.code = 0
+        self.name = "CLOSED"
+        self.message = message

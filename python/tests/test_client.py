@@ -57,10 +57,10 @@ def test_session_is_a_context_manager_and_current(make_klock: MakeKlock) -> None
         assert klock.current_session() is s
     assert klock.current_session() is None and s.closed
     s.close()  # idempotent
-    with pytest.raises(klock.UnknownId) as e:
+    with pytest.raises(klock.Closed) as e:  # closed by the user: says so (not UNKNOWN_SESSION)
         with s.lease("MUTATES FILE:/x"):
             pass
-    assert e.value.name == "UNKNOWN_SESSION"
+    assert e.value.name == "CLOSED" and e.value.message == "this session is closed"
 
 
 def test_lease_grants_exposes_fences_and_releases(make_klock: MakeKlock) -> None:
@@ -368,7 +368,8 @@ def test_closing_the_session_under_a_waiter(make_klock: MakeKlock) -> None:
         wait_until(lambda: k.counters.waits == 1)
         old.close()
         t.join(10)
-    assert len(errors) == 1 and isinstance(errors[0], RuntimeError) and "closed" in str(errors[0])
+    assert len(errors) == 1 and isinstance(errors[0], klock.Closed) and "this session is closed" in str(errors[0])
+    assert k.stats()["waiting_tickets"] == 0
 
 
 def test_closing_the_session_inside_a_block(make_klock: MakeKlock) -> None:
@@ -439,8 +440,8 @@ def test_close_klock_fails_waiters_and_is_idempotent(make_klock: MakeKlock) -> N
         k.close()
         t.join(10)
     k.close()
-    assert len(errors) == 1 and "closed" in str(errors[0])
-    with pytest.raises(RuntimeError, match="closed"):
+    assert len(errors) == 1 and isinstance(errors[0], klock.Closed) and "this Klock is closed" in str(errors[0])
+    with pytest.raises(klock.Closed, match="this Klock is closed"):
         k.session("late")
 
 

@@ -21,13 +21,9 @@ def test_module_surface() -> None:
     assert _core.MAX_NAME_BYTES == 256
     assert isinstance(_core.__version__, str)
     assert _core.parse_intent("mutates FILE://src//./a.ts/") == ("MUTATES", "FILE:/src/a.ts")
-    # SPEC §8's formula, the kernel's own: exponential, capped, plus draw mod base.
-    assert _core.retry_after_ms(100, 10_000, 0, 250) == 150
-    assert _core.retry_after_ms(100, 10_000, 3, 0) == 800
-    assert _core.retry_after_ms(100, 10_000, 2**40, 99) == 10_099
-    assert _core.retry_after_ms(0, 10_000, 5, 12345) == 0
-    with pytest.raises(ValueError):
-        _core.retry_after_ms(100, 10_000, -1, 0)
+    # SPEC rev 4 §8: every backoff (DIE, DIED, WOUNDED) is sized by the kernel's answer, so
+    # the binding no longer exports the formula for clients to compute one themselves.
+    assert not hasattr(_core, "retry_after_ms")
     for cls in (_core.InvalidInput, _core.UnknownId, _core.StateError, _core.QuotaExceeded):
         assert issubclass(cls, _core.KlockError) and cls.__module__ == "klock._core"
 
@@ -171,6 +167,9 @@ def test_wound_wait_and_session_closed_events() -> None:
     (wounded,) = k.drain_events()
     assert wounded.event == "WOUNDED" and wounded.session == young and wounded.by == old
     assert wounded.lost_leases == [ly] and wounded.lost_tickets == []
+    # SPEC rev 4 §8/§9: WOUNDED carries the backoff (the first DIE of the unit: [base, 2*base)).
+    assert wounded.retry_after_ms is not None and 100 <= wounded.retry_after_ms < 200
+    assert "retry_after_ms=" in repr(wounded)
     k.advance(1000)
     closed = [e for e in k.drain_events() if e.event == "SESSION_CLOSED"]
     assert [(e.session, e.reason) for e in closed] == [(young, "IDLE")]

@@ -24,25 +24,6 @@ fn parse_intent(py: Python<'_>, intent: &Bound<'_, PyAny>) -> PyResult<(&'static
     Ok((predicate.name(), resource.into_string()))
 }
 
-/// The backoff of SPEC §8, `min(cap_ms, base_ms · 2^attempts) + draw mod base_ms`, for the
-/// pauses a client sizes itself (after WOUNDED, which carries no hint): one formula, the
-/// kernel's.
-#[pyfunction]
-fn retry_after_ms(
-    base_ms: &Bound<'_, PyAny>,
-    cap_ms: &Bound<'_, PyAny>,
-    attempts: &Bound<'_, PyAny>,
-    draw: &Bound<'_, PyAny>,
-) -> PyResult<u64> {
-    let attempts = args::u64_arg(attempts, "attempts")?;
-    Ok(klock_core::retry_after_ms(
-        args::u64_arg(base_ms, "base_ms")?,
-        args::u64_arg(cap_ms, "cap_ms")?,
-        u32::try_from(attempts).unwrap_or(u32::MAX),
-        args::u64_arg(draw, "draw")?,
-    ))
-}
-
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -58,7 +39,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StateError", py.get_type::<errors::StateError>())?;
     m.add("QuotaExceeded", py.get_type::<errors::QuotaExceeded>())?;
     m.add_function(wrap_pyfunction!(parse_intent, m)?)?;
-    m.add_function(wrap_pyfunction!(retry_after_ms, m)?)?;
     let codes = PyDict::new(py);
     for code in klock_core::ErrorCode::ALL {
         codes.set_item(code.name(), code.code())?;

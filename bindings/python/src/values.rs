@@ -260,11 +260,13 @@ impl PyEvent {
             _ => Ok(None),
         }
     }
-    /// DIED: how long to sleep before retrying.
+    /// DIED and WOUNDED: how long to sleep before retrying (both count as a DIE, SPEC.md §8).
     #[getter]
     fn retry_after_ms(&self) -> Option<u64> {
         match self.0 {
-            Event::Died { retry_after_ms, .. } => Some(retry_after_ms),
+            Event::Died { retry_after_ms, .. } | Event::Wounded { retry_after_ms, .. } => {
+                Some(retry_after_ms)
+            }
             _ => None,
         }
     }
@@ -325,11 +327,14 @@ impl PyEvent {
                 by,
                 lost_leases,
                 lost_tickets,
+                retry_after_ms,
                 ..
             } => {
                 let leases: Vec<u64> = lost_leases.iter().map(|l| l.0).collect();
                 let tickets: Vec<u64> = lost_tickets.iter().map(|t| t.0).collect();
-                format!("by={by}, lost_leases={leases:?}, lost_tickets={tickets:?}")
+                format!(
+                    "by={by}, lost_leases={leases:?}, lost_tickets={tickets:?}, retry_after_ms={retry_after_ms}"
+                )
             }
             Event::SessionClosed { reason, .. } => format!("reason={:?}", reason.name()),
         };
