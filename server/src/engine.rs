@@ -1,0 +1,305 @@
+//! The one task that owns the machine (and so the kernel), its timer and its log.
+//!
+//! Contract:
+//! - Handlers send [`Request`]s over a channel and await the [`Reply`]; nothing else touches
+//!   the kernel, so there is no lock around it.
+//! - Group commit: the task takes every request waiting in the channel as one batch, stamps
+//!   each command with the server's `now` (or the request's own, under the manual clock),
+//!   applies the batch, appends it to the store in one durable write, and only then answers
+//!   and publishes the batch's events (output commit). Requests that arrive meanwhile form the
+//!   next batch. A failed write stops the process: it never serves state the disk lacks.
+//! - The timer: when the kernel's `next_deadline` is due (monotonic clock only), the task
+//!   logs and applies an `advance`, so expiries and timeouts happen without any client call.
+//! - Every `snapshot_every` entries the task stores a snapshot and drops the entries it covers.
+//! - Events are published on a broadcast channel as `(index, event)`: subscribers (event
+//!   streams) see them only after they are durable, in log order.
+
+use crate::machine::{Applied, Entry, Machine, MachineSnapshot};
+use crate::store::Store;
+use klock_core::{Command, Error, Event, Kernel, Output};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+/// Where `now` comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Clock {
+    /// Milliseconds of a monotonic clock, continuing from `start` (the last logged `now` on a
+    /// restart: time does not pass while the server is down).
+    Monotonic { start: u64, at: Instant },
+    /// Each request carries its own `now` (conformance runs only).
+    Manual,
+}
+
+impl Clock {
+    /// A monotonic clock that reads `start` now.
+    pub fn monotonic(start: u64) -> Clock {
+        Clock::Monotonic {
+            start,
+            at: Instant::now(),
+        }
+    }
+
+    fn read(&self) -> Option<u64> {
+        match self {
+            Clock::Monotonic { start, at } => {
+                Some(start.saturating_add(at.elapsed().as_millis() as u64))
+            }
+            Clock::Manual => None,
+        }
+    }
+}
+
+/// The answer to one command, released once its entry is durable.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// The entry's index in the log.
+    pub index: u64,
+    /// The time the command was applied at.
+    pub now: u64,
+    pub output: Result<Output, Error>,
+    pub events: Vec<Event>,
+}
+
+/// What a handler can ask of the engine.
+pub enum Request {
+    /// A command to log and apply; `now` only under the manual clock.
+    Command {
+        command: Command,
+        now: Option<u64>,
+        reply: Responder,
+    },
+    /// A read of the kernel as it stands (no time passes, nothing is logged).
+    Read(Box<dyn FnOnce(&Kernel) + Send>),
+}
+
+/// Where a command's answer goes.
+pub type Responder = oneshot::Sender<Result<Reply, EngineError>>;
+
+/// The handle handlers hold.
+#[derive(Clone)]
+pub struct EngineHandle {
+    requests: mpsc::Sender<Request>,
+    events: broadcast::Sender<(u64, Event)>,
+}
+
+/// Why a request got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// The engine stopped (shutdown or a fatal storage error).
+    Stopped,
+    /// The manual clock needs a `now` in every request; the monotonic clock refuses one.
+    Clock(&'static str),
+}
+
+impl EngineHandle {
+    /// Logs and applies `command`, returning its answer once durable.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    pub async fn command(&self, command: Command, now: Option<u64>) -> Result<Reply, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Command {
+                command,
+                now,
+                reply,
+            })
+            .await
+            .map_err(|_| EngineError::Stopped)?;
+        answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Runs `read` on the kernel as it stands.
+    ///
+    /// # Errors
+    /// [`EngineError::Stopped`].
+    pub async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Kernel) -> T + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        let job = Box::new(move |k: &Kernel| {
+            let _ = tx.send(read(k));
+        });
+        self.requests
+            .send(Request::Read(job))
+            .await
+            .map_err(|_| EngineError::Stopped)?;
+        rx.await.map_err(|_| EngineError::Stopped)
+    }
+
+    /// Every durable event from now on, with its entry's index.
+    pub fn subscribe(&self) -> broadcast::Receiver<(u64, Event)> {
+        self.events.subscribe()
+    }
+}
+
+/// How the engine runs.
+pub struct EngineConfig {
+    pub clock: Clock,
+    /// Store a snapshot every this many entries (0: never).
+    pub snapshot_every: u64,
+}
+
+/// Starts the engine task on `machine` (already recovered) and returns its handle.
+pub fn spawn(machine: Machine, store: Option<Arc<Store>>, config: EngineConfig) -> EngineHandle {
+    let (requests, inbox) = mpsc::channel(4096);
+    let (events, _) = broadcast::channel(65_536);
+    let engine = Engine {
+        machine,
+        store,
+        config,
+        since_snapshot: 0,
+        events: events.clone(),
+    };
+    tokio::spawn(engine.run(inbox));
+    EngineHandle { requests, events }
+}
+
+struct Engine {
+    machine: Machine,
+    store: Option<Arc<Store>>,
+    config: EngineConfig,
+    since_snapshot: u64,
+    events: broadcast::Sender<(u64, Event)>,
+}
+
+impl Engine {
+    async fn run(mut self, mut inbox: mpsc::Receiver<Request>) {
+        loop {
+            let timer = self.timer();
+            let first = tokio::select! {
+                request = inbox.recv() => match request {
+                    Some(r) => Some(r),
+                    None => return,
+                },
+                () = sleep_until(timer) => None,
+            };
+            let mut batch: Vec<(Entry, Option<Responder>)> = Vec::new();
+            let mut next = first;
+            loop {
+                match next {
+                    Some(Request::Read(read)) => read(self.machine.kernel()),
+                    Some(Request::Command {
+                        command,
+                        now,
+                        reply,
+                    }) => match self.stamp(now) {
+                        Ok(now) => batch.push((Entry::Command { now, command }, Some(reply))),
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                        }
+                    },
+                    None => {
+                        if let Some(now) = self.config.clock.read() {
+                            let command = Command::Advance;
+                            batch.push((Entry::Command { now, command }, None));
+                        }
+                    }
+                }
+                match inbox.try_recv() {
+                    Ok(r) => next = Some(r),
+                    Err(_) => break,
+                }
+                if batch.len() >= 1024 {
+                    break;
+                }
+            }
+            self.commit(batch).await;
+        }
+    }
+
+    /// When the timer fires: the kernel's next deadline on the monotonic clock.
+    fn timer(&self) -> Option<Instant> {
+        let Clock::Monotonic { start, at } = self.config.clock else {
+            return None;
+        };
+        let due = self.machine.kernel().next_deadline()?;
+        let after = due.saturating_sub(start);
+        Some(at + std::time::Duration::from_millis(after.min(u64::MAX / 2)))
+    }
+
+    /// The `now` a command is applied at.
+    fn stamp(&self, now: Option<u64>) -> Result<u64, EngineError> {
+        match (self.config.clock.read(), now) {
+            (Some(now), None) => Ok(now),
+            (Some(_), Some(_)) => Err(EngineError::Clock(
+                "this server keeps its own time: a request may not carry `now` (only a server started with --clock manual takes it)",
+            )),
+            (None, Some(now)) => Ok(now),
+            (None, None) => Err(EngineError::Clock(
+                "this server runs on a manual clock: every request must carry `now`",
+            )),
+        }
+    }
+
+    /// Applies a batch, makes it durable, then answers and publishes (output commit).
+    async fn commit(&mut self, batch: Vec<(Entry, Option<Responder>)>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut entries = Vec::with_capacity(batch.len());
+        let mut answers = Vec::with_capacity(batch.len());
+        for (entry, responder) in batch {
+            let index = self.machine.applied() + 1;
+            let Applied { output, events } = self.machine.apply(index, &entry);
+            let now = self.machine.last_now();
+            entries.push((index, entry));
+            let reply = Reply {
+                index,
+                now,
+                output,
+                events,
+            };
+            answers.push((responder, reply));
+        }
+        let count = entries.len() as u64;
+        if let Some(store) = &self.store {
+            let store = Arc::clone(store);
+            let written = tokio::task::spawn_blocking(move || store.append(&entries)).await;
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => fail_stop(&e.to_string()),
+                Err(e) => fail_stop(&format!("the log writer failed: {e}")),
+            }
+        }
+        for (responder, reply) in answers {
+            for event in &reply.events {
+                // No subscriber is not an error: events are also in the replies.
+                let _ = self.events.send((reply.index, event.clone()));
+            }
+            if let Some(responder) = responder {
+                let _ = responder.send(Ok(reply));
+            }
+        }
+        self.since_snapshot += count;
+        if self.config.snapshot_every > 0 && self.since_snapshot >= self.config.snapshot_every {
+            self.since_snapshot = 0;
+            if let Some(store) = &self.store {
+                let store = Arc::clone(store);
+                let snapshot: MachineSnapshot = self.machine.snapshot();
+                let written = tokio::task::spawn_blocking(move || store.compact(&snapshot)).await;
+                match written {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => fail_stop(&e.to_string()),
+                    Err(e) => fail_stop(&format!("the snapshot writer failed: {e}")),
+                }
+            }
+        }
+    }
+}
+
+/// Stops the process after a storage failure: memory is ahead of the disk, and serving it
+/// could hand out a grant or a fence that a restart would forget.
+fn fail_stop(why: &str) -> ! {
+    eprintln!("klock serve: storage failed, stopping: {why}");
+    std::process::exit(74)
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

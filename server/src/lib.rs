@@ -1,0 +1,14 @@
+//! # klock-server
+//!
+//! The Klock control plane: one kernel, owned by one task, shared by agents in many processes
+//! over HTTP, with every command logged durably before anything it caused leaves the process.
+//!
+//! - [`machine`]: the state machine (log entries in, answers and events out), pure.
+//! - [`store`]: the redb file holding the log and the latest snapshot.
+//! - [`engine`]: the task that owns the machine, its timer and the log (group commit).
+//! - [`recovery`]: building the machine from the store on start.
+
+pub mod engine;
+pub mod machine;
+pub mod recovery;
+pub mod store;

@@ -1,0 +1,70 @@
+//! Start-up from a data file: the snapshot, the log after it, then a `Recovered` entry.
+//!
+//! Contract: [`recover`] rebuilds the machine exactly as it was after the last durable entry
+//! (the snapshot's state hash is checked, the log must be dense), resumes server time at the
+//! last logged `now` (time does not pass while the server is down, so no lease or wait loses
+//! the downtime), and logs and applies one `Recovered` entry, which puts every open session in
+//! its suspension grace so agents can reconnect, reconcile and heartbeat. Fences continue from
+//! the replayed counter: nothing was answered before it was durable, so none repeats. A new
+//! file records the configuration it is created with; an existing file keeps its own, and a
+//! different one asked for is an error rather than a silent choice.
+
+use crate::machine::{Entry, Machine};
+use crate::store::Store;
+use klock_core::Config;
+
+/// The machine a data file describes, and what was done to get it.
+pub struct Recovered {
+    pub machine: Machine,
+    /// Entries replayed after the snapshot.
+    pub replayed: u64,
+    /// Whether the file held any history (then a `Recovered` entry was logged).
+    pub restarted: bool,
+}
+
+/// Rebuilds the machine from `store` (see the module contract). `config` is the configuration
+/// asked for: stored if the file is new, compared with the stored one otherwise.
+///
+/// # Errors
+/// A storage failure, a damaged file, or a configuration that differs from the file's.
+pub fn recover(store: &Store, config: &Config) -> Result<Recovered, String> {
+    let stored = store.config().map_err(|e| e.to_string())?;
+    let config = match stored {
+        Some(stored) if stored != *config => {
+            return Err(format!(
+                "the data file was created with another kernel configuration ({stored:?}); \
+                 start with the same settings, or with a new data file"
+            ))
+        }
+        Some(stored) => stored,
+        None => {
+            store.set_config(config).map_err(|e| e.to_string())?;
+            config.clone()
+        }
+    };
+    let loaded = store.load().map_err(|e| e.to_string())?;
+    let mut machine = match &loaded.snapshot {
+        Some(snapshot) => Machine::restore(snapshot).map_err(|e| e.to_string())?,
+        None => Machine::new(config).map_err(|e| e.message)?,
+    };
+    let replayed = loaded.entries.len() as u64;
+    for (index, entry) in &loaded.entries {
+        machine.apply(*index, entry);
+    }
+    let restarted = machine.applied() > 0;
+    if restarted {
+        let index = machine.applied() + 1;
+        let entry = Entry::Recovered {
+            now: machine.last_now(),
+        };
+        store
+            .append(&[(index, entry.clone())])
+            .map_err(|e| e.to_string())?;
+        machine.apply(index, &entry);
+    }
+    Ok(Recovered {
+        machine,
+        replayed,
+        restarted,
+    })
+}

@@ -1,0 +1,301 @@
+//! The log, its snapshots and recovery: a restarted server has exactly the state it had after
+//! its last durable entry (same state hash), resumes time where the log stopped, puts every
+//! session in its grace, and refuses a damaged or mismatched file with a clear error.
+
+use klock_core::{AcquireOptions, Command, Config, Event, Output, SessionId, Verdict};
+use klock_server::engine::{self, Clock, EngineConfig, EngineError};
+use klock_server::machine::{Entry, Machine, MachineSnapshot};
+use klock_server::recovery::recover;
+use klock_server::store::Store;
+use std::sync::Arc;
+
+fn open(agent: &str) -> Command {
+    Command::Open {
+        agent_id: agent.into(),
+        namespace: "default".into(),
+    }
+}
+
+fn acquire(session: u64, intent: &str, ttl_ms: u64) -> Command {
+    Command::Acquire {
+        session: SessionId(session),
+        intents: vec![intent.into()],
+        options: AcquireOptions {
+            ttl_ms: Some(ttl_ms),
+            ..AcquireOptions::default()
+        },
+    }
+}
+
+/// A history with grants, a wait, a release that grants the waiter, and an expiry.
+fn history() -> Vec<Entry> {
+    let c = |now, command| Entry::Command { now, command };
+    vec![
+        c(0, open("ann")),
+        c(0, open("bob")),
+        c(10, acquire(2, "MUTATES FILE:/x", 60_000)),
+        c(20, acquire(1, "MUTATES FILE:/x", 60_000)),
+        c(30, acquire(1, "CONSUMES FILE:/y", 100)),
+        c(
+            40,
+            Command::ReleaseAll {
+                session: SessionId(2),
+            },
+        ),
+        c(500, Command::Advance),
+    ]
+}
+
+fn write_history(store: &Store, entries: &[Entry]) -> Machine {
+    let mut machine = Machine::new(Config::default()).unwrap();
+    store.set_config(&Config::default()).unwrap();
+    for entry in entries {
+        let index = machine.applied() + 1;
+        machine.apply(index, entry);
+        store.append(&[(index, entry.clone())]).unwrap();
+    }
+    machine
+}
+
+#[test]
+fn recovery_replays_to_the_same_state_then_suspends_every_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("klock.redb");
+    let mut original = {
+        let store = Store::open(&path).unwrap();
+        write_history(&store, &history())
+    };
+    let store = Store::open(&path).unwrap();
+    let recovered = recover(&store, &Config::default()).unwrap();
+    assert!(recovered.restarted);
+    assert_eq!(recovered.replayed, history().len() as u64);
+    // The same Recovered entry applied to the original gives the same state.
+    let index = original.applied() + 1;
+    original.apply(
+        index,
+        &Entry::Recovered {
+            now: original.last_now(),
+        },
+    );
+    assert_eq!(recovered.machine.snapshot(), original.snapshot());
+    assert_eq!(
+        recovered.machine.last_now(),
+        500,
+        "time resumes at the last logged now"
+    );
+    let snapshot = recovered.machine.kernel().clone().snapshot(500);
+    assert!(
+        snapshot.sessions.iter().all(|s| s.suspended),
+        "{snapshot:?}"
+    );
+    // The Recovered entry itself is durable: a second restart replays it too.
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    let again = recover(&store, &Config::default()).unwrap();
+    assert_eq!(again.replayed, history().len() as u64 + 1);
+}
+
+#[test]
+fn compaction_keeps_the_state_and_drops_the_covered_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("klock.redb");
+    let store = Store::open(&path).unwrap();
+    let entries = history();
+    let machine = write_history(&store, &entries[..4]);
+    store.compact(&machine.snapshot()).unwrap();
+    assert_eq!(store.log_len().unwrap(), 0);
+    let mut machine = machine;
+    for entry in &entries[4..] {
+        let index = machine.applied() + 1;
+        machine.apply(index, entry);
+        store.append(&[(index, entry.clone())]).unwrap();
+    }
+    assert_eq!(store.log_len().unwrap(), 3);
+    let loaded = store.load().unwrap();
+    assert_eq!(loaded.snapshot.as_ref().map(|s| s.applied), Some(4));
+    assert_eq!(loaded.entries.first().map(|e| e.0), Some(5));
+    let mut replayed = Machine::restore(loaded.snapshot.as_ref().unwrap()).unwrap();
+    for (index, entry) in &loaded.entries {
+        replayed.apply(*index, entry);
+    }
+    assert_eq!(replayed.snapshot(), machine.snapshot());
+}
+
+#[test]
+fn a_damaged_or_mismatched_file_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("klock.redb");
+    let store = Store::open(&path).unwrap();
+    let machine = write_history(&store, &history()[..3]);
+    let other = Config {
+        grace_ms: 1,
+        ..Config::default()
+    };
+    let err = recover(&store, &other).err().unwrap();
+    assert!(err.contains("another kernel configuration"), "{err}");
+    // A snapshot whose hash does not match its state.
+    let mut snapshot = machine.snapshot();
+    snapshot.hash ^= 1;
+    store.compact(&snapshot).unwrap();
+    let err = recover(&store, &Config::default()).err().unwrap();
+    assert!(err.contains("hashes to"), "{err}");
+    // A gap in the log.
+    let store2_path = dir.path().join("gap.redb");
+    let store2 = Store::open(&store2_path).unwrap();
+    store2.append(&[(2, Entry::Recovered { now: 0 })]).unwrap();
+    let err = store2.load().err().unwrap().to_string();
+    assert!(err.contains("where entry 1 was expected"), "{err}");
+    // Not a redb file at all.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"this is not a database, only text").unwrap();
+    let err = Store::open(&junk).err().unwrap().to_string();
+    assert!(err.contains("cannot open the data file"), "{err}");
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn concurrent_commands_get_dense_durable_indexes() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("klock.redb");
+        let store = Arc::new(Store::open(&path).unwrap());
+        let machine = recover(&store, &Config::default()).unwrap().machine;
+        let config = EngineConfig {
+            clock: Clock::monotonic(0),
+            snapshot_every: 50,
+        };
+        let engine = engine::spawn(machine, Some(Arc::clone(&store)), config);
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let engine = engine.clone();
+            tasks.push(tokio::spawn(async move {
+                let reply = engine
+                    .command(open(&format!("agent-{i}")), None)
+                    .await
+                    .unwrap();
+                let Ok(Output::Session { session }) = reply.output else {
+                    panic!("open answers a session")
+                };
+                let held = engine
+                    .command(
+                        acquire(session.session_id.0, &format!("MUTATES FILE:/f{i}"), 60_000),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                assert!(matches!(
+                    held.output,
+                    Ok(Output::Verdict {
+                        verdict: Verdict::Granted { .. }
+                    })
+                ));
+                (reply.index, held.index)
+            }));
+        }
+        let mut indexes = Vec::new();
+        for t in tasks {
+            let (a, b) = t.await.unwrap();
+            indexes.extend([a, b]);
+        }
+        indexes.sort_unstable();
+        assert_eq!(indexes, (1..=128).collect::<Vec<u64>>());
+        let state = engine.read(|k| k.export_state()).await.unwrap();
+        drop(engine);
+        drop(store);
+        // Everything answered is durable: recovery rebuilds the same state (plus the
+        // Recovered entry), from a snapshot and the log after it.
+        let store = reopen(&path).await;
+        let recovered = recover(&store, &Config::default()).unwrap();
+        assert!(
+            recovered.replayed < 128,
+            "a snapshot covered part of the log"
+        );
+        assert_eq!(recovered.machine.applied(), 129);
+        let mut expected = Machine::restore(&MachineSnapshot {
+            applied: 128,
+            last_now: recovered.machine.last_now(),
+            hash: state.hash(),
+            state,
+        })
+        .unwrap();
+        let now = expected.last_now();
+        expected.apply(129, &Entry::Recovered { now });
+        assert_eq!(
+            recovered.machine.snapshot().state,
+            expected.snapshot().state
+        );
+    });
+}
+
+/// Opens the data file once the engine task has let go of it.
+async fn reopen(path: &std::path::Path) -> Store {
+    for _ in 0..200 {
+        if let Ok(store) = Store::open(path) {
+            return store;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the engine never released the data file")
+}
+
+#[test]
+fn the_clock_rules_are_enforced() {
+    runtime().block_on(async {
+        let machine = Machine::new(Config::default()).unwrap();
+        let monotonic = EngineConfig {
+            clock: Clock::monotonic(0),
+            snapshot_every: 0,
+        };
+        let engine = engine::spawn(machine.clone(), None, monotonic);
+        let err = engine.command(open("ann"), Some(5)).await.unwrap_err();
+        assert!(matches!(err, EngineError::Clock(m) if m.contains("keeps its own time")));
+        let manual = EngineConfig {
+            clock: Clock::Manual,
+            snapshot_every: 0,
+        };
+        let engine = engine::spawn(machine, None, manual);
+        let err = engine.command(open("ann"), None).await.unwrap_err();
+        assert!(matches!(err, EngineError::Clock(m) if m.contains("must carry `now`")));
+        let reply = engine.command(open("ann"), Some(42)).await.unwrap();
+        assert_eq!(reply.now, 42);
+    });
+}
+
+#[test]
+fn the_timer_expires_leases_without_any_client_call() {
+    runtime().block_on(async {
+        let machine = Machine::new(Config::default()).unwrap();
+        let config = EngineConfig {
+            clock: Clock::monotonic(0),
+            snapshot_every: 0,
+        };
+        let engine = engine::spawn(machine, None, config);
+        let mut events = engine.subscribe();
+        engine.command(open("ann"), None).await.unwrap();
+        let reply = engine
+            .command(acquire(1, "MUTATES FILE:/x", 30), None)
+            .await
+            .unwrap();
+        assert!(matches!(
+            reply.output,
+            Ok(Output::Verdict {
+                verdict: Verdict::Granted { .. }
+            })
+        ));
+        let expired = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv())
+            .await
+            .expect("an expiry within 5 s")
+            .unwrap();
+        assert!(
+            matches!(expired.1, Event::LeaseExpired { .. }),
+            "{expired:?}"
+        );
+    });
+}
