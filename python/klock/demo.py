@@ -14,7 +14,9 @@ one with a fence older than the newest it has seen: the check that keeps a pause
 under ``--policy wound_wait`` a holder whose lease an older agent revoked, harmless.
 
 The final table shows edits attempted, edits lost, waits, deaths, retries and throughput.
-The exit status is 0 when the Klock run lost nothing and finished (no deadlock), 1 otherwise.
+The exit status is 0 when the Klock run lost nothing and finished (no deadlock), 1 otherwise,
+and 130 on Ctrl-C: the agents are stopped (the Klock is closed, so those waiting or backing
+off end at once), the temporary folder is removed and one line says so.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import argparse
 import json
 import os
 import random
+import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
 from .client import Klock, Session
-from .errors import Died, KlockError, LeaseLost
+from .errors import Closed, Died, KlockError, LeaseLost
 
 __all__ = ["main", "run_demo"]
 
@@ -168,6 +172,14 @@ def _edit(file: FencedFile, agent: int, serial: int, think: float, fence: int | 
     return file.write(data, fence)
 
 
+class Interrupted(Exception):
+    """Ctrl-C reached the demo: its agents were stopped and its folder removed."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.root = root
+
+
 def _run_phase(
     name: str,
     plans: list[list[tuple[int, ...]]],
@@ -180,7 +192,10 @@ def _run_phase(
 ) -> PhaseResult:
     result = PhaseResult(name)
     result.attempted = sum(len(u) for plan in plans for u in plan)
+    stream.write(f"  {name}: running\n")
+    stream.flush()
     progress = Progress(result.attempted, name, stream)
+    stop = threading.Event()  # set on Ctrl-C: agents finish the access in hand and return
     fenced_out = [0]
     rollbacks = [0]
     errors: list[str] = []
@@ -195,6 +210,8 @@ def _run_phase(
 
         try:
             for serial, unit in enumerate(plans[index]):
+                if stop.is_set():
+                    return
                 if klock is None:
                     for f in unit:
                         _edit(files[f], index, serial, think(), None)
@@ -202,7 +219,7 @@ def _run_phase(
                     continue
                 session = sessions[index]
                 pending = list(unit)  # the files of the unit not written yet
-                while pending:  # a Died or a lost lease rolls the unit back; it starts again
+                while pending and not stop.is_set():  # a Died or a lost lease rolls the unit back
                     try:
                         if len(pending) == 1:
                             with session.lease(f"MUTATES FILE:/file{pending[0]}.json", timeout=60) as held:
@@ -230,7 +247,7 @@ def _run_phase(
                         # Wait-Die rollback: everything is released; back off, then redo the unit.
                         with lock:
                             rollbacks[0] += 1
-                        time.sleep(died.retry_after_ms / 1000)
+                        stop.wait(died.retry_after_ms / 1000)
                     except LeaseLost:
                         # wound_wait: an older agent revoked a lease; the fence kept any late
                         # write out, so redo what is still pending.
@@ -238,15 +255,29 @@ def _run_phase(
                             rollbacks[0] += 1
                 progress.add(len(unit))
         except (KlockError, OSError) as e:
+            if stop.is_set() and isinstance(e, (Closed, LeaseLost, OSError)):
+                return  # interrupted: the Klock was closed under this agent
             with lock:
                 errors.append(f"agent {index}: {type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=agent, args=(i,), name=f"agent-{i}", daemon=True) for i in range(len(plans))]
     start = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(max(0.0, start + deadline_s - time.monotonic()))
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(0.0, start + deadline_s - time.monotonic()))
+    except KeyboardInterrupt:
+        # Stop every agent before anything is torn down: those acquiring (waiting or backing
+        # off) end at once with Closed, the others after the access in hand.
+        stop.set()
+        if klock is not None:
+            klock.close()
+        end = time.monotonic() + 10
+        for t in threads:
+            if t.ident is not None:
+                t.join(max(0.0, end - time.monotonic()))
+        raise
     result.elapsed_s = time.monotonic() - start
     result.finished = not any(t.is_alive() for t in threads)
     if not result.finished:
@@ -275,14 +306,35 @@ def run_demo(
 ) -> tuple[PhaseResult, PhaseResult]:
     """Runs both phases and returns their results."""
     plans = _plan(agents, edits, files, seed)
-    with tempfile.TemporaryDirectory(prefix="klock-demo-") as root:
+    root = tempfile.mkdtemp(prefix="klock-demo-")
+    try:
         stream.write(f"klock demo: {agents} agents x {edits} read-modify-write edits on {files} files in {root}\n")
         plain_files = [FencedFile(os.path.join(root, f"plain{i}.json")) for i in range(files)]
         without = _run_phase("without Klock", plans, plain_files, think_ms, seed, None, deadline_s, stream)
         guarded_files = [FencedFile(os.path.join(root, f"file{i}.json")) for i in range(files)]
         with Klock(policy, seed=seed) as klock:
             with_klock = _run_phase("with Klock", plans, guarded_files, think_ms, seed, klock, deadline_s, stream)
+    except KeyboardInterrupt:
+        _ignore_ctrl_c()  # a second Ctrl-C must not interrupt the cleanup
+        _remove(root)
+        raise Interrupted(root) from None
+    _remove(root)
     return without, with_klock
+
+
+def _ignore_ctrl_c() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _remove(root: str) -> None:
+    """Removes the demo's folder; a straggling agent (stuck past the 10 s join) may still be
+    writing its temporary file, so try a few times."""
+    for _ in range(50):
+        shutil.rmtree(root, ignore_errors=True)
+        if not os.path.exists(root):
+            return
+        time.sleep(0.1)
 
 
 def format_table(results: tuple[PhaseResult, ...]) -> str:
@@ -319,7 +371,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("need --agents >= 1, --edits >= 1, --files >= 2, --think-ms >= 0")
     if args.policy == "lanes":
         parser.error("the demo nests leases (hold one file, then ask for another), which the lanes policy forbids (HOLD_AND_WAIT)")
-    without, with_klock = run_demo(args.agents, args.edits, args.files, args.think_ms, args.policy, args.seed)
+    try:
+        without, with_klock = run_demo(args.agents, args.edits, args.files, args.think_ms, args.policy, args.seed)
+    except (Interrupted, KeyboardInterrupt) as e:
+        _ignore_ctrl_c()
+        where = f"; removed {e.root}" if isinstance(e, Interrupted) and not os.path.exists(e.root) else ""
+        sys.stderr.write(f"\nklock demo: interrupted{where}\n")
+        sys.stderr.flush()
+        return 130
     print()
     print(format_table((without, with_klock)))
     print()
