@@ -373,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the demo nests leases (hold one file, then ask for another), which the lanes policy forbids (HOLD_AND_WAIT)")
     try:
         without, with_klock = run_demo(args.agents, args.edits, args.files, args.think_ms, args.policy, args.seed)
-    except (Interrupted, KeyboardInterrupt) as e:
+    except (Interrupted, KeyboardInterrupt) as stopped:
         _ignore_ctrl_c()
-        where = f"; removed {e.root}" if isinstance(e, Interrupted) and not os.path.exists(e.root) else ""
+        where = f"; removed {stopped.root}" if isinstance(stopped, Interrupted) and not os.path.exists(stopped.root) else ""
         sys.stderr.write(f"\nklock demo: interrupted{where}\n")
         sys.stderr.flush()
         return 130
