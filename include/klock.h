@@ -973,11 +973,15 @@ klock_status klock_session_resume(struct klock_kernel *kernel,
 klock_status klock_digest_to_json(const struct klock_digest *digest, char **out_json);
 
 /**
- * Parses a digest from JSON text made by klock_digest_to_json().
+ * Parses a digest from JSON text made by klock_digest_to_json(), strictly: exactly the keys
+ * that function writes, integers without fraction or exponent, no trailing text.
  *
  * Errors: KLOCK_NULL_POINTER, KLOCK_INVALID_UTF8, KLOCK_INVALID_ARGUMENT (not a digest's
- * JSON; the message says where); `*out_digest` is NULL on failure. Ownership: the digest is
- * the caller's; free it with klock_digest_free(). Thread-safety: any thread.
+ * JSON: syntax, a missing or unknown key, a wrong type, a number out of range; the message
+ * says where), KLOCK_INVALID_DIGEST (an agent_id or namespace holding NUL, which no session
+ * has and a C string cannot hold: never cut short); `*out_digest` is NULL on failure.
+ * Ownership: the digest is the caller's; free it with klock_digest_free(). Thread-safety: any
+ * thread.
  *
  * # Safety
  * `json` must be NULL or NUL-terminated; `out_digest` NULL or writable.

@@ -4,10 +4,12 @@
 #  2. builds libklock (cargo build --release -p klock-c) and fails if the committed
 #     include/klock.h differs from what the pinned cbindgen generates from the sources;
 #  3. compiles the C conformance runner (to exactly target/klock-c/conformance), the bad-input
-#     tests and the quickstart example with gcc -std=c11 -Wall -Wextra -Werror, each linked
-#     statically (libklock.a) and dynamically (libklock.so, rpath);
+#     tests, the shared bad-digest cases' runner and the quickstart example with
+#     gcc -std=c11 -Wall -Wextra -Werror, each linked statically (libklock.a) and dynamically
+#     (libklock.so, rpath);
 #  4. runs every program under valgrind (errors and definite/indirect leaks fail): the runner
-#     over tests/vectors in both linkings, the bad-input tests, the quickstart;
+#     over tests/vectors in both linkings, the bad-input tests, every case of
+#     tests/bad-digests.json (the same file the other hosts run), the quickstart;
 #  5. checks the runner fails loudly on a broken vector and on zero vectors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +63,7 @@ build() { # name source extra-libs...
 }
 build conformance tests/c/conformance.c -lcjson
 build bad_input tests/c/bad_input.c
+build bad_digests tests/c/bad_digests.c -lcjson
 build quickstart examples/c/quickstart.c
 # The dynamic builds really load libklock.so.
 # (Captured first: under pipefail, `ldd | grep -q` fails when grep stops reading early.)
@@ -83,6 +86,12 @@ for variant in bad_input bad_input-dynamic; do
     cat "$scratch/bad_input.stderr" >&2
     exit 1
   fi
+  pass
+done
+
+for variant in bad_digests bad_digests-dynamic; do
+  step "tests/bad-digests.json through the C API ($variant) under valgrind"
+  "${vg[@]}" "$out/$variant" tests/bad-digests.json
   pass
 done
 

@@ -1,9 +1,10 @@
 /*
  * Bad input at the C boundary (run under valgrind by scripts/test-c.sh): NULL handles and
  * out-pointers, strings that are not UTF-8, buffers too small for a message, _free(NULL),
- * double close and use of a closed session, a bad configuration, a panic inside the library,
- * and calls from several threads. Each case must return its named code (or be a no-op), crash
- * nothing and leak nothing. Prints one line per failed check and `N passed, M failed`.
+ * double close and use of a closed session, a bad configuration, a NUL escaped in a digest's
+ * JSON, a panic inside the library, and calls from several threads. Each case must return its
+ * named code (or be a no-op), crash nothing and leak nothing. Prints one line per failed check
+ * and `N passed, M failed`.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -241,6 +242,55 @@ static void invalid_utf8(void) {
     klock_kernel_free(k);
 }
 
+/* A NUL escaped in a digest's JSON is never cut short: "a\u0000b" used to become "a" and
+ * resume agent a's session. Python and JavaScript reject that digest with INVALID_DIGEST (no
+ * session's agent holds NUL); so does the C host, when parsing, since a C string cannot hold it.
+ * Every other bad digest text is in tests/bad-digests.json (tests/c/bad_digests.c). */
+static void digest_json_nul(void) {
+    klock_kernel *k = new_kernel();
+    klock_session_info info;
+    EXPECT(KLOCK_OK, klock_session_open(k, "a", "default", NOW, &info));
+    char json[512];
+    const char *shape = "{\"version\": 1, \"identity\": {\"agent_id\": \"%s\", \"namespace\": \"%s\", "
+                        "\"session_id\": %llu, \"priority_timestamp\": %llu, \"epoch\": 0}, "
+                        "\"recovery\": {\"last_phase\": \"%s\", \"pending_intents\": [\"%s\"]}}";
+#define DIGEST_JSON(agent, ns, phase, intent)                                                        \
+    snprintf(json, sizeof json, shape, agent, ns, (unsigned long long)info.session_id,             \
+             (unsigned long long)info.priority, phase, intent)
+    klock_digest *d = NULL;
+    klock_session_info resumed;
+    DIGEST_JSON("a", "default", "IDLE", "MUTATES FILE:/x");
+    EXPECT(KLOCK_OK, klock_digest_from_json(json, &d));
+    EXPECT(KLOCK_OK, klock_session_resume(k, d, NOW + 1, &resumed));
+    CHECK(resumed.epoch == 1);
+    klock_digest_free(d);
+
+    const char *nul_ids[][2] = {{"a\\u0000b", "default"}, {"a\\u0000", "default"}, {"a", "default\\u0000x"}};
+    for (size_t i = 0; i < sizeof nul_ids / sizeof nul_ids[0]; i++) {
+        DIGEST_JSON(nul_ids[i][0], nul_ids[i][1], "IDLE", "MUTATES FILE:/x");
+        d = (klock_digest *)&info; /* garbage: must be reset */
+        EXPECT(KLOCK_INVALID_DIGEST, klock_digest_from_json(json, &d));
+        CHECK(d == NULL);
+        char message[256];
+        klock_last_error_message(message, sizeof message, NULL);
+        CHECK(strstr(message, "NUL") != NULL);
+    }
+    /* Free text the kernel does not check: a C digest cannot hold it either, and says so. */
+    DIGEST_JSON("a", "default", "ID\\u0000LE", "MUTATES FILE:/x");
+    EXPECT(KLOCK_INVALID_ARGUMENT, klock_digest_from_json(json, &d));
+    CHECK(d == NULL);
+    DIGEST_JSON("a", "default", "IDLE", "MUTATES FILE:/x\\u0000y");
+    EXPECT(KLOCK_INVALID_ARGUMENT, klock_digest_from_json(json, &d));
+    CHECK(d == NULL);
+#undef DIGEST_JSON
+    /* Nothing above touched the session: still epoch 1 after the one good resume. */
+    klock_digest *now_d = NULL;
+    EXPECT(KLOCK_OK, klock_session_digest(k, info.session_id, NOW + 2, &now_d));
+    CHECK(now_d && now_d->epoch == 1 && strcmp(now_d->agent_id, "a") == 0);
+    klock_digest_free(now_d);
+    klock_kernel_free(k);
+}
+
 static void messages_and_buffers(void) {
     klock_kernel *k = new_kernel();
     klock_session_info info;
@@ -462,6 +512,7 @@ int main(void) {
     null_handles();
     null_out_pointers();
     invalid_utf8();
+    digest_json_nul();
     messages_and_buffers();
     free_null();
     closed_sessions();

@@ -10,13 +10,15 @@
 //! and the memory of results, and keeps panics from crossing into C.
 //!
 //! Modules: [`status`] (result codes, the per-thread message, the panic boundary),
-//! [`convert`] (C strings and arrays in and out), [`types`] (the C structs and their `_free`
-//! functions), [`api`] (the operations of SPEC.md on a `klock_kernel` handle).
+//! [`convert`] (C strings and arrays in and out), [`digest_json`] (a digest's JSON text, read
+//! strictly), [`types`] (the C structs and their `_free` functions), [`api`] (the operations
+//! of SPEC.md on a `klock_kernel` handle).
 
 // C names on purpose: what is written here is what C sees.
 #![allow(non_camel_case_types)]
 
 pub mod api;
 pub mod convert;
+pub mod digest_json;
 pub mod status;
 pub mod types;
