@@ -189,7 +189,7 @@ enum klock_event_kind
     KLOCK_EVENT_LEASE_EXPIRED = 4,
     /**
      * An older session revoked this one's leases and tickets: `session`, `by`,
-     * `lost_leases`, `lost_tickets`.
+     * `lost_leases`, `lost_tickets`, `retry_after_ms` (counts as a DIE: back off that long).
      */
     KLOCK_EVENT_WOUNDED = 5,
     /**
@@ -427,7 +427,8 @@ typedef struct klock_event {
     const struct klock_lease *leases;
     size_t leases_len;
     /**
-     * DIED.
+     * DIED and WOUNDED (both count as a DIE): how long to back off before retrying
+     * (SPEC.md §8; never compute it yourself).
      */
     uint64_t retry_after_ms;
     /**

@@ -10,7 +10,8 @@
 #  4. runs every program under valgrind (errors and definite/indirect leaks fail): the runner
 #     over tests/vectors in both linkings, the bad-input tests, every case of
 #     tests/bad-digests.json (the same file the other hosts run), the quickstart;
-#  5. checks the runner fails loudly on a broken vector and on zero vectors.
+#  5. checks the runner fails loudly on a broken vector and on zero vectors, and that a failure
+#     prints a WOUNDED event with its retry_after_ms.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -116,6 +117,19 @@ if "$out/conformance" "$scratch/broken" >"$scratch/broken.out" 2>&1; then
 fi
 grep -q "unknown key \`typo\`" "$scratch/broken.out"
 echo "zero vectors and an unknown key both fail"
+pass
+
+step "a failure describes WOUNDED events with their retry_after_ms, as the Rust runner does"
+mkdir -p "$scratch/wounded"
+sed 's/"lost_leases": \["LB"\], "lost_tickets": \[\], "retry_after_ms": \[100, 199\]/"lost_leases": ["LB"], "lost_tickets": [], "retry_after_ms": [0, 1]/' \
+  tests/vectors/212-wounded-carries-retry-after-and-counts-as-die.json >"$scratch/wounded/212-narrow.json"
+if "$out/conformance" "$scratch/wounded" >"$scratch/wounded.out" 2>&1; then
+  echo "FAIL: a WOUNDED event outside its retry_after_ms range passed" >&2
+  exit 1
+fi
+grep -qF "retry_after_ms: expected in [0, 1], got " "$scratch/wounded.out"
+grep -qE "WOUNDED\{session=B\(#2\) by=A\(#1\) lost_leases=\[LB\(#1\)\] lost_tickets=\[\] retry_after_ms=[0-9]+\}" "$scratch/wounded.out"
+echo "the WOUNDED event's retry_after_ms is checked and printed"
 pass
 
 printf '\ntest-c: %d passed, 0 failed\n' "$checks"

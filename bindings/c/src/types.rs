@@ -80,7 +80,7 @@ pub enum klock_event_kind {
     /// A lease expired: `lease`, `session`.
     KLOCK_EVENT_LEASE_EXPIRED = 4,
     /// An older session revoked this one's leases and tickets: `session`, `by`,
-    /// `lost_leases`, `lost_tickets`.
+    /// `lost_leases`, `lost_tickets`, `retry_after_ms` (counts as a DIE: back off that long).
     KLOCK_EVENT_WOUNDED = 5,
     /// The kernel closed a session on its own: `session`, `close_reason`.
     KLOCK_EVENT_SESSION_CLOSED = 6,
@@ -428,7 +428,8 @@ pub struct klock_event {
     /// GRANTED: the new leases.
     pub leases: *const klock_lease,
     pub leases_len: usize,
-    /// DIED.
+    /// DIED and WOUNDED (both count as a DIE): how long to back off before retrying
+    /// (SPEC.md §8; never compute it yourself).
     pub retry_after_ms: u64,
     /// LEASE_EXPIRED.
     pub lease: u64,
@@ -491,10 +492,12 @@ impl From<Event> for klock_event {
                 by,
                 lost_leases,
                 lost_tickets,
+                retry_after_ms,
                 ..
             } => {
                 out.kind = klock_event_kind::KLOCK_EVENT_WOUNDED;
                 out.by = by.0;
+                out.retry_after_ms = retry_after_ms;
                 let (p, n) = array(lost_leases.into_iter().map(|l| l.0).collect());
                 (out.lost_leases, out.lost_leases_len) = (p.cast_const(), n);
                 let (p, n) = array(lost_tickets.into_iter().map(|t| t.0).collect());
