@@ -67,6 +67,8 @@ pub enum Request {
     Command {
         command: Command,
         now: Option<u64>,
+        /// The idempotency key, already scoped by the caller.
+        key: Option<String>,
         reply: Responder,
     },
     /// A read of the kernel as it stands (no time passes, nothing is logged).
@@ -98,11 +100,26 @@ impl EngineHandle {
     /// # Errors
     /// [`EngineError`].
     pub async fn command(&self, command: Command, now: Option<u64>) -> Result<Reply, EngineError> {
+        self.command_once(command, now, None).await
+    }
+
+    /// As [`command`](Self::command), answered only once per `key`: a repeat of a key the
+    /// log remembers answers what the first command answered and changes nothing.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    pub async fn command_once(
+        &self,
+        command: Command,
+        now: Option<u64>,
+        key: Option<String>,
+    ) -> Result<Reply, EngineError> {
         let (reply, answer) = oneshot::channel();
         self.requests
             .send(Request::Command {
                 command,
                 now,
+                key,
                 reply,
             })
             .await
@@ -184,9 +201,13 @@ impl Engine {
                     Some(Request::Command {
                         command,
                         now,
+                        key,
                         reply,
                     }) => match self.stamp(now) {
-                        Ok(now) => batch.push((Entry::Command { now, command }, Some(reply))),
+                        Ok(now) => {
+                            let entry = Entry::Command { now, command, key };
+                            batch.push((entry, Some(reply)));
+                        }
                         Err(e) => {
                             let _ = reply.send(Err(e));
                         }
@@ -194,7 +215,12 @@ impl Engine {
                     None => {
                         if let Some(now) = self.config.clock.read() {
                             let command = Command::Advance;
-                            batch.push((Entry::Command { now, command }, None));
+                            let entry = Entry::Command {
+                                now,
+                                command,
+                                key: None,
+                            };
+                            batch.push((entry, None));
                         }
                     }
                 }
@@ -243,7 +269,7 @@ impl Engine {
         let mut answers = Vec::with_capacity(batch.len());
         for (entry, responder) in batch {
             let index = self.machine.applied() + 1;
-            let Applied { output, events } = self.machine.apply(index, &entry);
+            let Applied { output, events, .. } = self.machine.apply(index, &entry);
             let now = self.machine.last_now();
             entries.push((index, entry));
             let reply = Reply {

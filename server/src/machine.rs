@@ -10,13 +10,21 @@
 
 use klock_core::{Command, Config, Error, Event, Kernel, KernelState, Output, StateError};
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
 
 /// One log entry. Self-contained: applying it needs nothing but the machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "entry", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Entry {
-    /// A client's command, or the server timer's `advance`, at the server's `now`.
-    Command { now: u64, command: Command },
+    /// A client's command, or the server timer's `advance`, at the server's `now`. With a
+    /// `key` (a client's idempotency key, scoped by the server), a second entry with the same
+    /// key is not applied again: it answers what the first one answered.
+    Command {
+        now: u64,
+        command: Command,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+    },
     /// The server started again from its log. Every open session is put in the suspension
     /// grace (SPEC.md §5) so its agent can reconnect, reconcile and heartbeat: a lease is never
     /// shortened because the server was down.
@@ -39,7 +47,21 @@ pub struct Applied {
     pub output: Result<Output, Error>,
     /// Every event the entry caused, in order.
     pub events: Vec<Event>,
+    /// For a repeated idempotency key: the index of the entry that first answered.
+    pub repeat_of: Option<u64>,
 }
+
+/// The first answer to an idempotency key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Remembered {
+    pub key: String,
+    pub index: u64,
+    pub output: Result<Output, Error>,
+}
+
+/// How many idempotency keys the machine remembers (the oldest are forgotten first).
+pub const REMEMBERED_KEYS: usize = 10_000;
 
 /// The kernel plus what the log needs to know about it.
 #[derive(Clone)]
@@ -48,6 +70,11 @@ pub struct Machine {
     /// Index of the last applied entry (0: none).
     applied: u64,
     last_now: u64,
+    /// First answers by idempotency key, oldest first, at most [`REMEMBERED_KEYS`].
+    remembered: VecDeque<Remembered>,
+    by_key: HashMap<String, usize>,
+    /// How many keys were forgotten from the front of `remembered` (positions shift).
+    forgotten: usize,
 }
 
 /// Everything needed to rebuild a [`Machine`]: a compaction point of the log.
@@ -60,6 +87,8 @@ pub struct MachineSnapshot {
     /// [`KernelState::hash`] of `state`, checked on load.
     pub hash: u64,
     pub state: KernelState,
+    /// Remembered idempotency keys, oldest first.
+    pub remembered: Vec<Remembered>,
 }
 
 impl Machine {
@@ -72,6 +101,9 @@ impl Machine {
             kernel: Kernel::new(config)?,
             applied: 0,
             last_now: 0,
+            remembered: VecDeque::new(),
+            by_key: HashMap::new(),
+            forgotten: 0,
         })
     }
 
@@ -89,11 +121,23 @@ impl Machine {
                 ),
             });
         }
-        Ok(Machine {
+        if snapshot.remembered.len() > REMEMBERED_KEYS {
+            return Err(StateError {
+                message: format!("snapshot remembers more than {REMEMBERED_KEYS} keys"),
+            });
+        }
+        let mut machine = Machine {
             kernel: Kernel::import_state(&snapshot.state)?,
             applied: snapshot.applied,
             last_now: snapshot.last_now,
-        })
+            remembered: VecDeque::new(),
+            by_key: HashMap::new(),
+            forgotten: 0,
+        };
+        for r in &snapshot.remembered {
+            machine.remember(r.clone());
+        }
+        Ok(machine)
     }
 
     /// A snapshot of the machine as it is.
@@ -104,6 +148,7 @@ impl Machine {
             last_now: self.last_now,
             hash: state.hash(),
             state,
+            remembered: self.remembered.iter().cloned().collect(),
         }
     }
 
@@ -113,6 +158,15 @@ impl Machine {
         self.applied = index;
         let now = self.last_now.max(entry.now());
         self.last_now = now;
+        if let Entry::Command { key: Some(key), .. } = entry {
+            if let Some(first) = self.recall(key) {
+                return Applied {
+                    output: first.output.clone(),
+                    events: Vec::new(),
+                    repeat_of: Some(first.index),
+                };
+            }
+        }
         let output = match entry {
             Entry::Command { command, .. } => self.kernel.apply(command, now),
             Entry::Recovered { .. } => {
@@ -126,7 +180,34 @@ impl Machine {
             }
         };
         let events = std::iter::from_fn(|| self.kernel.poll_event()).collect();
-        Applied { output, events }
+        if let Entry::Command { key: Some(key), .. } = entry {
+            self.remember(Remembered {
+                key: key.clone(),
+                index,
+                output: output.clone(),
+            });
+        }
+        Applied {
+            output,
+            events,
+            repeat_of: None,
+        }
+    }
+
+    fn recall(&self, key: &str) -> Option<&Remembered> {
+        let at = self.by_key.get(key)? - self.forgotten;
+        self.remembered.get(at)
+    }
+
+    fn remember(&mut self, r: Remembered) {
+        if self.remembered.len() == REMEMBERED_KEYS {
+            let oldest = self.remembered.pop_front().expect("full, so not empty");
+            self.by_key.remove(&oldest.key);
+            self.forgotten += 1;
+        }
+        self.by_key
+            .insert(r.key.clone(), self.forgotten + self.remembered.len());
+        self.remembered.push_back(r);
     }
 
     /// The kernel, for reads that change nothing (`next_deadline`, `stats`, exports).

@@ -29,7 +29,11 @@ fn acquire(session: u64, intent: &str, ttl_ms: u64) -> Command {
 
 /// A history with grants, a wait, a release that grants the waiter, and an expiry.
 fn history() -> Vec<Entry> {
-    let c = |now, command| Entry::Command { now, command };
+    let c = |now, command| Entry::Command {
+        now,
+        command,
+        key: None,
+    };
     vec![
         c(0, open("ann")),
         c(0, open("bob")),
@@ -223,6 +227,7 @@ fn concurrent_commands_get_dense_durable_indexes() {
             last_now: recovered.machine.last_now(),
             hash: state.hash(),
             state,
+            remembered: Vec::new(),
         })
         .unwrap();
         let now = expected.last_now();
@@ -298,4 +303,32 @@ fn the_timer_expires_leases_without_any_client_call() {
             "{expired:?}"
         );
     });
+}
+
+#[test]
+fn a_repeated_idempotency_key_answers_the_first_answer_and_changes_nothing() {
+    let mut machine = Machine::new(Config::default()).unwrap();
+    let keyed = |now, command, key: &str| Entry::Command {
+        now,
+        command,
+        key: Some(key.into()),
+    };
+    machine.apply(1, &keyed(0, open("ann"), "k-open"));
+    let first = machine.apply(2, &keyed(5, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));
+    let state = machine.kernel().export_state();
+    let again = machine.apply(3, &keyed(9, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));
+    assert_eq!(again.output, first.output);
+    assert_eq!(again.repeat_of, Some(2));
+    assert_eq!(
+        machine.kernel().export_state(),
+        state,
+        "a repeat changes nothing"
+    );
+    // The memory of keys survives a snapshot.
+    let mut restored = Machine::restore(&machine.snapshot()).unwrap();
+    let third = restored.apply(4, &keyed(10, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));
+    assert_eq!(third.repeat_of, Some(2));
+    // Another key is a new request: the re-acquire renews the same lease.
+    let other = restored.apply(5, &keyed(11, acquire(1, "MUTATES FILE:/x", 1000), "k-new"));
+    assert_eq!(other.repeat_of, None);
 }
