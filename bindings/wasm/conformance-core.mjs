@@ -692,6 +692,9 @@ function runStep(runner, step) {
       clone.free();
     }
   }
+  // A resume never changes the session's priority (SPEC.md §5), which since rev 4 may differ
+  // from the one it opened with: compare with the kernel's own view just before.
+  const priorityBefore = c.do === 'resume' ? currentPriority(runner.kernel, c.digest.identity.session_id, now) : undefined;
   let output;
   let error;
   try {
@@ -700,6 +703,9 @@ function runStep(runner, step) {
     error = { name: kernelErrorName(e), message: e.message };
   }
   const events = drain(runner.kernel);
+  if (priorityBefore !== undefined && error === undefined && output.value.priority !== priorityBefore) {
+    throw new Error(`resume changed the session's priority from ${priorityBefore} to ${output.value.priority}`);
+  }
   if (expect.error === undefined && error === undefined) {
     bindOutput(runner, step.action, output);
     checkOutput(expect, c, output, runner.aliases, runner.priorities);
@@ -712,6 +718,17 @@ function runStep(runner, step) {
     checkUnchanged(runner, now, baseline, events, error);
   }
   checkEvents(expect.events, events, runner.aliases);
+}
+
+/** The session's priority as the kernel sees it at `now`, read from a clone so the real kernel
+ * settles nothing outside the step; `undefined` when the session is not open. */
+function currentPriority(kernel, session, now) {
+  const clone = kernel.clone();
+  try {
+    return clone.snapshot(now).sessions.find((s) => s.session_id === session)?.priority;
+  } finally {
+    clone.free();
+  }
 }
 
 function checkUnchanged(runner, now, baseline, events, error) {
@@ -741,10 +758,6 @@ function bindOutput(runner, action, output) {
     runner.priorities.set(info.session_id, info.priority);
   } else if (action.do === 'resume' && output.kind === 'session') {
     const info = output.value;
-    const old = runner.priorities.get(info.session_id);
-    if (old !== undefined && old !== info.priority) {
-      throw new Error(`resume changed the session's priority from ${old} to ${info.priority}`);
-    }
     runner.priorities.set(info.session_id, info.priority);
   } else if (action.do === 'digest' && action.bind !== undefined && output.kind === 'digest') {
     runner.aliases.bindDigest(action.bind, output.value);
@@ -1070,7 +1083,7 @@ function describeEvent(e, aliases) {
     case 'WOUNDED':
       return (
         `WOUNDED{session=${s} by=${aliases.sessionLabel(e.by)} lost_leases=[${e.lost_leases.map((l) => aliases.leaseLabel(l)).join(', ')}] ` +
-        `lost_tickets=[${e.lost_tickets.map((t) => aliases.ticketLabel(t)).join(', ')}]}`
+        `lost_tickets=[${e.lost_tickets.map((t) => aliases.ticketLabel(t)).join(', ')}] retry_after_ms=${e.retry_after_ms}}`
       );
     case 'SESSION_CLOSED':
       return `SESSION_CLOSED{session=${s} reason=${e.reason}}`;

@@ -32,6 +32,7 @@ export interface Lease {
 }
 export interface Intent { predicate: Predicate; resource: string; }
 export interface Blocker { session_id: number; agent_id: string; intents: Intent[]; }
+/** `retry_after_ms` (DIE verdicts, DIED and WOUNDED events, which all count as a DIE) is how long to back off before retrying: use it, never a formula of your own (SPEC.md §8). */
 export type Verdict =
   | { verdict: "GRANTED"; leases: Lease[] }
   | { verdict: "WAIT"; ticket: number; held_by: Blocker[] }
@@ -41,7 +42,7 @@ export type KlockEvent =
   | { event: "WAIT_TIMEOUT"; ticket: number; session: number }
   | { event: "DIED"; ticket: number; session: number; retry_after_ms: number }
   | { event: "LEASE_EXPIRED"; lease: number; session: number }
-  | { event: "WOUNDED"; session: number; by: number; lost_leases: number[]; lost_tickets: number[] }
+  | { event: "WOUNDED"; session: number; by: number; lost_leases: number[]; lost_tickets: number[]; retry_after_ms: number }
   | { event: "SESSION_CLOSED"; session: number; reason: "IDLE" };
 export interface HeartbeatResult {
   lease_id: number;

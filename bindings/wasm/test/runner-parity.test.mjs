@@ -109,3 +109,32 @@ test('the wasm runner and the Rust runner agree on every vector and every mutant
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('failure lines describe WOUNDED events exactly as the Rust runner does (retry_after_ms included)', () => {
+  const bin = rustRunner();
+  const dir = mkdtempSync(join(tmpdir(), 'klock-wounded-'));
+  try {
+    // Every vector with an expected WOUNDED event, with that event's retry_after_ms range
+    // narrowed to one impossible value: both runners fail the step and print every event.
+    let count = 0;
+    for (const name of readdirSync(vectors).filter((n) => n.endsWith('.json')).sort()) {
+      const text = readFileSync(join(vectors, name), 'utf8');
+      const m = /"event": "WOUNDED"[^}]*"retry_after_ms": \[\d+, \d+\]/.exec(text);
+      if (!m) continue;
+      const narrowed = m[0].replace(/"retry_after_ms": \[\d+, \d+\]$/, '"retry_after_ms": [99999999, 99999999]');
+      writeFileSync(join(dir, name), text.replace(m[0], narrowed));
+      count++;
+    }
+    assert.ok(count > 0, 'some vector expects a WOUNDED event with retry_after_ms');
+    const rust = spawnSync(bin, [dir], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    const wasm = spawnSync(process.execPath, [join(here, '..', 'conformance.mjs'), dir], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    assert.equal(rust.status, 1);
+    assert.equal(wasm.status, 1);
+    const rustLines = rust.stdout.trimEnd().split('\n');
+    assert.equal(rustLines.filter((l) => l.startsWith('FAIL ')).length, count, rust.stdout);
+    for (const l of rustLines.slice(0, -1)) assert.match(l, /WOUNDED\{[^}]* retry_after_ms=\d+\}/);
+    assert.deepEqual(wasm.stdout.trimEnd().split('\n'), rustLines);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -20,7 +20,11 @@ export async function example(): Promise<number> {
       break;
   }
   const events: KlockEvent[] = k.drainEvents();
-  for (const e of events) if (e.event === 'WOUNDED') fence += e.lost_leases.length;
+  for (const e of events) {
+    // DIED and WOUNDED both count as a DIE and carry the kernel's backoff (SPEC.md §8).
+    if (e.event === 'WOUNDED') fence += e.lost_leases.length + e.retry_after_ms;
+    if (e.event === 'DIED') fence += e.retry_after_ms;
+  }
   const next: number | null = k.nextDeadline();
   const hb = k.heartbeat(a, 'all', 2);
   const rs = k.resourceState('FILE:/x', undefined, 3);
