@@ -2,6 +2,7 @@
 # Builds klock-wasm for wasm32-unknown-unknown and runs the wasm-bindgen CLI twice:
 #   bindings/wasm/pkg-web     (--target web: an ES module for browsers; the dashboard loads it)
 #   bindings/wasm/pkg-nodejs  (--target nodejs: CommonJS for Node; conformance.mjs loads it)
+# and appends bindings/wasm/freed-guard.js to both glue files (a clear error for a freed kernel).
 # Installs what is missing, idempotently: the rustup target, and the wasm-bindgen CLI at exactly
 # the version the crate pins (no wasm-pack: it downloads from the internet; no wasm-opt:
 # Debian's binaryen produces broken modules for current wasm-bindgen).
@@ -34,6 +35,17 @@ for target in web nodejs; do
   out="$WASM_DIR/pkg-$target"
   rm -rf "$out.tmp"
   wasm-bindgen "$wasm" --out-dir "$out.tmp" --target "$target"
+  # A clear error for calls on a freed kernel (freed-guard.js says why). It relies on the glue
+  # keeping the freed pointer in `__wbg_ptr` (zeroed by free) and defining `class Kernel`:
+  # checked here, so a wasm-bindgen that changes them fails the build instead of the guard.
+  glue="$out.tmp/klock_wasm.js"
+  for anchor in 'class Kernel {' 'this.__wbg_ptr = 0;' 'const ptr = this.__destroy_into_raw();' 'wasm.kernel_now(this.__wbg_ptr)'; do
+    if ! grep -qF "$anchor" "$glue"; then
+      echo "wasm-bindgen's glue ($glue) no longer contains '$anchor': update bindings/wasm/freed-guard.js" >&2
+      exit 1
+    fi
+  done
+  cat "$WASM_DIR/freed-guard.js" >>"$glue"
   rm -rf "$out"
   mv "$out.tmp" "$out"
 done

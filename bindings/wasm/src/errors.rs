@@ -5,8 +5,10 @@
 //! is the kernel's text saying what to fix; `String(err)` reads `NAME: message`. A wrong
 //! argument (wrong type, a number that is not a non-negative integer ≤ 2^53 − 1, a lone
 //! surrogate) is a `TypeError` (`code` `ERR_INVALID_ARG_TYPE`) or `RangeError` (`code`
-//! `ERR_OUT_OF_RANGE`) thrown before the kernel is touched. Nothing here ever throws a bare
-//! string.
+//! `ERR_OUT_OF_RANGE`) thrown before the kernel is touched. A call on a freed kernel is an
+//! `Error` with `code` `ERR_INVALID_STATE`, thrown by `freed-guard.js` in the JS glue (the
+//! generated glue would reach Rust only to fail with "null pointer passed to rust"). Nothing
+//! here ever throws a bare string.
 
 use js_sys::{JsString, Reflect};
 use klock_core::Error;

@@ -10,7 +10,9 @@
 //! `RangeError` before the kernel is touched), then makes exactly one kernel call (or, for
 //! `drainEvents`, polls until empty), then converts the answer. Numbers are JS numbers, never
 //! BigInt, validated as integers in `0 ..= 2^53 − 1`. Kernel errors are thrown as `Error`
-//! objects with `name` (`"UNKNOWN_SESSION"`, ...) and a numeric `code`. Nothing here reads a
+//! objects with `name` (`"UNKNOWN_SESSION"`, ...) and a numeric `code`; a call on a freed
+//! kernel throws an `Error` with `code` `"ERR_INVALID_STATE"` (`freed-guard.js`, appended to
+//! the generated glue by `build.sh`, checks before anything reaches Rust). Nothing here reads a
 //! clock or draws randomness: the host passes `now` (milliseconds, any epoch) on every call.
 //!
 //! ```js
@@ -186,6 +188,9 @@ struct ReconcileResult {
 }
 
 /// The coordination kernel (SPEC.md), driven by the host's clock.
+///
+/// After `free()` every method and getter throws an `Error` with `code` `'ERR_INVALID_STATE'`
+/// ("this Kernel was freed"); `free()` again is a no-op (bindings/wasm/freed-guard.js).
 #[wasm_bindgen(js_name = Kernel)]
 pub struct WasmKernel {
     inner: klock_core::Kernel,

@@ -16,7 +16,7 @@ export type ErrorName =
   | "INVALID_AGENT_ID" | "INVALID_NAMESPACE" | "INVALID_CONFIG" | "UNKNOWN_SESSION" | "UNKNOWN_LEASE"
   | "UNKNOWN_TICKET" | "NOT_OWNER" | "LEASE_EXPIRED" | "LEASE_RELEASED" | "HOLD_AND_WAIT"
   | "LIFETIME_EXCEEDED" | "QUOTA_EXCEEDED";
-/** What every kernel method throws for a kernel error (a TypeError with code ERR_INVALID_ARG_TYPE or a RangeError with code ERR_OUT_OF_RANGE for a bad argument). */
+/** What every kernel method throws for a kernel error (a TypeError with code ERR_INVALID_ARG_TYPE or a RangeError with code ERR_OUT_OF_RANGE for a bad argument; an Error with code ERR_INVALID_STATE on a freed kernel). */
 export interface KlockError extends Error { name: ErrorName; code: number; }
 
 export interface Config {

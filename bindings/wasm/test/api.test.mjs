@@ -4,8 +4,8 @@
 // What the conformance vectors do not cover: argument checking at the JS boundary (types,
 // NaN, fractions, negatives, > 2^53 - 1, BigInt, lone surrogates, unknown option keys), that
 // a rejected argument leaves the kernel untouched, the shape of thrown errors, that every
-// output is plain JSON-like data with JS numbers (never BigInt), clones, use after free,
-// determinism, and the import checker itself.
+// output is plain JSON-like data with JS numbers (never BigInt), clones, use after free (a
+// clear ERR_INVALID_STATE Error from every method), determinism, and the import checker.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -204,6 +204,54 @@ test('clone is independent; a freed kernel throws an Error instead of crashing',
   c.free();
   assert.throws(() => c.now(), Error);
   k.free();
+});
+
+test('every call on a freed kernel throws a clear Error (code ERR_INVALID_STATE); free() again is a no-op', () => {
+  const { k, a, b, lease, ticket } = fixture();
+  const digest = k.digest(a, 30);
+  const kept = k.clone();
+  k.free();
+  const freed = {
+    name: 'Error',
+    code: 'ERR_INVALID_STATE',
+    message: /^this Kernel was freed \(free\(\) was called\): create a new one, or call clone\(\) before free\(\)$/,
+  };
+  const calls = {
+    config: () => k.config,
+    clone: () => k.clone(),
+    now: () => k.now(),
+    openSession: () => k.openSession('carol', 'default', 40),
+    closeSession: () => k.closeSession(a, 40),
+    suspendSession: () => k.suspendSession(a, 40),
+    digest: () => k.digest(a, 40),
+    resumeSession: () => k.resumeSession(digest, 40),
+    acquire: () => k.acquire(a, ['MUTATES FILE:/y'], 40),
+    heartbeat: () => k.heartbeat(b, 'all', 40),
+    release: () => k.release(b, lease, 40),
+    releaseAll: () => k.releaseAll(b, 40),
+    reconcile: () => k.reconcile(b, [lease], 40),
+    cancelWait: () => k.cancelWait(a, ticket, 40),
+    advance: () => k.advance(40),
+    nextDeadline: () => k.nextDeadline(),
+    pollEvent: () => k.pollEvent(),
+    drainEvents: () => k.drainEvents(),
+    pendingEvents: () => k.pendingEvents(),
+    resourceState: () => k.resourceState('FILE:/x', 'default', 40),
+    stats: () => k.stats(),
+    snapshot: () => k.snapshot(40),
+  };
+  // Every method and getter of the class is listed above (a new one must be added here).
+  const proto = Object.getOwnPropertyNames(Kernel.prototype).filter((n) => !['constructor', 'free', '__destroy_into_raw'].includes(n));
+  assert.deepEqual(proto.sort(), Object.keys(calls).sort());
+  for (const [name, fn] of Object.entries(calls)) assert.throws(fn, freed, name);
+  // Bad arguments on a freed kernel: the freed state is what is reported.
+  assert.throws(() => k.acquire('x', null, -1), freed);
+  k.free(); // a second free is a no-op, like closing something already closed
+  if (Symbol.dispose) k[Symbol.dispose]();
+  // The clone taken before lives on, and freeing it does not touch the freed original.
+  assert.equal(kept.snapshot(30).leases.length, 1);
+  kept.free();
+  assert.throws(() => kept.now(), freed);
 });
 
 test('same config and calls give the same outputs, bit for bit', () => {
