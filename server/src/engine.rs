@@ -11,15 +11,15 @@
 //! - The timer: when the kernel's `next_deadline` is due (monotonic clock only), the task
 //!   logs and applies an `advance`, so expiries and timeouts happen without any client call.
 //! - Every `snapshot_every` entries the task stores a snapshot and drops the entries it covers.
-//! - Events are published on a broadcast channel as `(index, event)`: subscribers (event
-//!   streams) see them only after they are durable, in log order.
+//! - Events go to the [`EventHub`] only after they are durable, in log order.
 
+use crate::events::EventHub;
 use crate::machine::{Applied, Entry, Machine, MachineSnapshot};
 use crate::store::Store;
-use klock_core::{Command, Error, Event, Kernel, Output};
+use klock_core::{Command, Error, Event, Output};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 /// Where `now` comes from.
 #[derive(Clone, Copy, Debug)]
@@ -69,10 +69,12 @@ pub enum Request {
         now: Option<u64>,
         /// The idempotency key, already scoped by the caller.
         key: Option<String>,
+        /// The token hash to bind to a session this command opens or resumes.
+        token: Option<String>,
         reply: Responder,
     },
-    /// A read of the kernel as it stands (no time passes, nothing is logged).
-    Read(Box<dyn FnOnce(&Kernel) + Send>),
+    /// A read of the machine as it stands (no time passes, nothing is logged).
+    Read(Box<dyn FnOnce(&Machine) + Send>),
 }
 
 /// Where a command's answer goes.
@@ -82,7 +84,7 @@ pub type Responder = oneshot::Sender<Result<Reply, EngineError>>;
 #[derive(Clone)]
 pub struct EngineHandle {
     requests: mpsc::Sender<Request>,
-    events: broadcast::Sender<(u64, Event)>,
+    events: Arc<EventHub>,
 }
 
 /// Why a request got no answer.
@@ -100,19 +102,21 @@ impl EngineHandle {
     /// # Errors
     /// [`EngineError`].
     pub async fn command(&self, command: Command, now: Option<u64>) -> Result<Reply, EngineError> {
-        self.command_once(command, now, None).await
+        self.submit(command, now, None, None).await
     }
 
-    /// As [`command`](Self::command), answered only once per `key`: a repeat of a key the
-    /// log remembers answers what the first command answered and changes nothing.
+    /// As [`command`](Self::command), answered only once per `key` (a repeat of a key the
+    /// log remembers answers what the first command answered and changes nothing), and
+    /// binding `token` (a hash) to the session an open or resume creates.
     ///
     /// # Errors
     /// [`EngineError`].
-    pub async fn command_once(
+    pub async fn submit(
         &self,
         command: Command,
         now: Option<u64>,
         key: Option<String>,
+        token: Option<String>,
     ) -> Result<Reply, EngineError> {
         let (reply, answer) = oneshot::channel();
         self.requests
@@ -120,6 +124,7 @@ impl EngineHandle {
                 command,
                 now,
                 key,
+                token,
                 reply,
             })
             .await
@@ -127,16 +132,16 @@ impl EngineHandle {
         answer.await.map_err(|_| EngineError::Stopped)?
     }
 
-    /// Runs `read` on the kernel as it stands.
+    /// Runs `read` on the machine as it stands.
     ///
     /// # Errors
     /// [`EngineError::Stopped`].
     pub async fn read<T: Send + 'static>(
         &self,
-        read: impl FnOnce(&Kernel) -> T + Send + 'static,
+        read: impl FnOnce(&Machine) -> T + Send + 'static,
     ) -> Result<T, EngineError> {
         let (tx, rx) = oneshot::channel();
-        let job = Box::new(move |k: &Kernel| {
+        let job = Box::new(move |k: &Machine| {
             let _ = tx.send(read(k));
         });
         self.requests
@@ -146,9 +151,9 @@ impl EngineHandle {
         rx.await.map_err(|_| EngineError::Stopped)
     }
 
-    /// Every durable event from now on, with its entry's index.
-    pub fn subscribe(&self) -> broadcast::Receiver<(u64, Event)> {
-        self.events.subscribe()
+    /// The per-session streams of durable events.
+    pub fn events(&self) -> &Arc<EventHub> {
+        &self.events
     }
 }
 
@@ -160,15 +165,19 @@ pub struct EngineConfig {
 }
 
 /// Starts the engine task on `machine` (already recovered) and returns its handle.
-pub fn spawn(machine: Machine, store: Option<Arc<Store>>, config: EngineConfig) -> EngineHandle {
+pub fn spawn(
+    machine: Machine,
+    store: Option<Arc<Store>>,
+    config: EngineConfig,
+    events: Arc<EventHub>,
+) -> EngineHandle {
     let (requests, inbox) = mpsc::channel(4096);
-    let (events, _) = broadcast::channel(65_536);
     let engine = Engine {
         machine,
         store,
         config,
         since_snapshot: 0,
-        events: events.clone(),
+        events: Arc::clone(&events),
     };
     tokio::spawn(engine.run(inbox));
     EngineHandle { requests, events }
@@ -179,7 +188,7 @@ struct Engine {
     store: Option<Arc<Store>>,
     config: EngineConfig,
     since_snapshot: u64,
-    events: broadcast::Sender<(u64, Event)>,
+    events: Arc<EventHub>,
 }
 
 impl Engine {
@@ -197,15 +206,21 @@ impl Engine {
             let mut next = first;
             loop {
                 match next {
-                    Some(Request::Read(read)) => read(self.machine.kernel()),
+                    Some(Request::Read(read)) => read(&self.machine),
                     Some(Request::Command {
                         command,
                         now,
                         key,
+                        token,
                         reply,
                     }) => match self.stamp(now) {
                         Ok(now) => {
-                            let entry = Entry::Command { now, command, key };
+                            let entry = Entry::Command {
+                                now,
+                                command,
+                                key,
+                                token,
+                            };
                             batch.push((entry, Some(reply)));
                         }
                         Err(e) => {
@@ -219,6 +234,7 @@ impl Engine {
                                 now,
                                 command,
                                 key: None,
+                                token: None,
                             };
                             batch.push((entry, None));
                         }
@@ -291,10 +307,7 @@ impl Engine {
             }
         }
         for (responder, reply) in answers {
-            for event in &reply.events {
-                // No subscriber is not an error: events are also in the replies.
-                let _ = self.events.send((reply.index, event.clone()));
-            }
+            self.events.publish(reply.index, &reply.events);
             if let Some(responder) = responder {
                 let _ = responder.send(Ok(reply));
             }

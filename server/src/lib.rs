@@ -6,9 +6,13 @@
 //! - [`machine`]: the state machine (log entries in, answers and events out), pure.
 //! - [`store`]: the redb file holding the log and the latest snapshot.
 //! - [`engine`]: the task that owns the machine, its timer and the log (group commit).
+//! - [`events`]: per-session streams of the durable events.
 //! - [`recovery`]: building the machine from the store on start.
+//! - [`api`]: the HTTP routes (`/v1`), translation only.
 
+pub mod api;
 pub mod engine;
+pub mod events;
 pub mod machine;
 pub mod recovery;
 pub mod store;

@@ -8,9 +8,11 @@
 //! log order once several writers stamp entries). A [`MachineSnapshot`] holds everything needed
 //! to continue: the kernel's exported state, the last applied index and time, and a state hash.
 
-use klock_core::{Command, Config, Error, Event, Kernel, KernelState, Output, StateError};
+use klock_core::{
+    Command, Config, Error, Event, Kernel, KernelState, Output, SessionId, StateError,
+};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// One log entry. Self-contained: applying it needs nothing but the machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,11 +21,17 @@ pub enum Entry {
     /// A client's command, or the server timer's `advance`, at the server's `now`. With a
     /// `key` (a client's idempotency key, scoped by the server), a second entry with the same
     /// key is not applied again: it answers what the first one answered.
+    ///
+    /// With `token` (the SHA-256 of a secret the server handed out, in hex), a successful open
+    /// or resume binds that token to the session: every later call naming the session must
+    /// carry the secret (a session id alone never grants anything).
     Command {
         now: u64,
         command: Command,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// The server started again from its log. Every open session is put in the suspension
     /// grace (SPEC.md §5) so its agent can reconnect, reconcile and heartbeat: a lease is never
@@ -75,6 +83,8 @@ pub struct Machine {
     by_key: HashMap<String, usize>,
     /// How many keys were forgotten from the front of `remembered` (positions shift).
     forgotten: usize,
+    /// The token hash bound to each open session that has one.
+    tokens: BTreeMap<SessionId, String>,
 }
 
 /// Everything needed to rebuild a [`Machine`]: a compaction point of the log.
@@ -89,6 +99,8 @@ pub struct MachineSnapshot {
     pub state: KernelState,
     /// Remembered idempotency keys, oldest first.
     pub remembered: Vec<Remembered>,
+    /// Token hashes of open sessions.
+    pub tokens: BTreeMap<SessionId, String>,
 }
 
 impl Machine {
@@ -104,6 +116,7 @@ impl Machine {
             remembered: VecDeque::new(),
             by_key: HashMap::new(),
             forgotten: 0,
+            tokens: BTreeMap::new(),
         })
     }
 
@@ -133,7 +146,17 @@ impl Machine {
             remembered: VecDeque::new(),
             by_key: HashMap::new(),
             forgotten: 0,
+            tokens: snapshot.tokens.clone(),
         };
+        if let Some(id) = machine
+            .tokens
+            .keys()
+            .find(|id| machine.kernel.session_info_of(**id).is_none())
+        {
+            return Err(StateError {
+                message: format!("snapshot binds a token to session {id}, which is not open"),
+            });
+        }
         for r in &snapshot.remembered {
             machine.remember(r.clone());
         }
@@ -149,6 +172,7 @@ impl Machine {
             hash: state.hash(),
             state,
             remembered: self.remembered.iter().cloned().collect(),
+            tokens: self.tokens.clone(),
         }
     }
 
@@ -159,9 +183,18 @@ impl Machine {
         let now = self.last_now.max(entry.now());
         self.last_now = now;
         if let Entry::Command { key: Some(key), .. } = entry {
-            if let Some(first) = self.recall(key) {
+            if let Some(first) = self.recall(key).cloned() {
+                // A retried open or resume hands out a new token (the first answer may never
+                // have arrived): the retry's token is the one that counts from now on.
+                if let (Entry::Command { token: Some(t), .. }, Ok(Output::Session { session })) =
+                    (entry, &first.output)
+                {
+                    if self.kernel.session_info_of(session.session_id).is_some() {
+                        self.tokens.insert(session.session_id, t.clone());
+                    }
+                }
                 return Applied {
-                    output: first.output.clone(),
+                    output: first.output,
                     events: Vec::new(),
                     repeat_of: Some(first.index),
                 };
@@ -179,7 +212,8 @@ impl Machine {
                 Ok(Output::Done)
             }
         };
-        let events = std::iter::from_fn(|| self.kernel.poll_event()).collect();
+        let events: Vec<Event> = std::iter::from_fn(|| self.kernel.poll_event()).collect();
+        self.track_tokens(entry, &output, &events);
         if let Entry::Command { key: Some(key), .. } = entry {
             self.remember(Remembered {
                 key: key.clone(),
@@ -192,6 +226,34 @@ impl Machine {
             events,
             repeat_of: None,
         }
+    }
+
+    /// Binds a new session's token; forgets the tokens of sessions that closed.
+    fn track_tokens(&mut self, entry: &Entry, output: &Result<Output, Error>, events: &[Event]) {
+        if let (Entry::Command { token, command, .. }, Ok(out)) = (entry, output) {
+            match (command, out) {
+                (Command::Open { .. } | Command::Resume { .. }, Output::Session { session }) => {
+                    match token {
+                        Some(t) => self.tokens.insert(session.session_id, t.clone()),
+                        None => self.tokens.remove(&session.session_id),
+                    };
+                }
+                (Command::Close { session }, Output::Done) => {
+                    self.tokens.remove(session);
+                }
+                _ => {}
+            }
+        }
+        for event in events {
+            if let Event::SessionClosed { session, .. } = event {
+                self.tokens.remove(session);
+            }
+        }
+    }
+
+    /// The token hash bound to `session`, if any.
+    pub fn token_of(&self, session: SessionId) -> Option<&str> {
+        self.tokens.get(&session).map(String::as_str)
     }
 
     fn recall(&self, key: &str) -> Option<&Remembered> {

@@ -5,10 +5,13 @@
 //! last logged `now` (time does not pass while the server is down, so no lease or wait loses
 //! the downtime), and logs and applies one `Recovered` entry, which puts every open session in
 //! its suspension grace so agents can reconnect, reconcile and heartbeat. Fences continue from
-//! the replayed counter: nothing was answered before it was durable, so none repeats. A new
+//! the replayed counter: nothing was answered before it was durable, so none repeats. The
+//! replayed entries' events go back into the event streams, so an agent that reconnects with
+//! the id of the last event it saw misses nothing the log still holds. A new
 //! file records the configuration it is created with; an existing file keeps its own, and a
 //! different one asked for is an error rather than a silent choice.
 
+use crate::events::EventHub;
 use crate::machine::{Entry, Machine};
 use crate::store::Store;
 use klock_core::Config;
@@ -27,7 +30,7 @@ pub struct Recovered {
 ///
 /// # Errors
 /// A storage failure, a damaged file, or a configuration that differs from the file's.
-pub fn recover(store: &Store, config: &Config) -> Result<Recovered, String> {
+pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Recovered, String> {
     let stored = store.config().map_err(|e| e.to_string())?;
     let config = match stored {
         Some(stored) if stored != *config => {
@@ -49,7 +52,8 @@ pub fn recover(store: &Store, config: &Config) -> Result<Recovered, String> {
     };
     let replayed = loaded.entries.len() as u64;
     for (index, entry) in &loaded.entries {
-        machine.apply(*index, entry);
+        let applied = machine.apply(*index, entry);
+        events.publish(*index, &applied.events);
     }
     let restarted = machine.applied() > 0;
     if restarted {
@@ -60,7 +64,8 @@ pub fn recover(store: &Store, config: &Config) -> Result<Recovered, String> {
         store
             .append(&[(index, entry.clone())])
             .map_err(|e| e.to_string())?;
-        machine.apply(index, &entry);
+        let applied = machine.apply(index, &entry);
+        events.publish(index, &applied.events);
     }
     Ok(Recovered {
         machine,

@@ -4,6 +4,7 @@
 
 use klock_core::{AcquireOptions, Command, Config, Event, Output, SessionId, Verdict};
 use klock_server::engine::{self, Clock, EngineConfig, EngineError};
+use klock_server::events::EventId;
 use klock_server::machine::{Entry, Machine, MachineSnapshot};
 use klock_server::recovery::recover;
 use klock_server::store::Store;
@@ -33,6 +34,7 @@ fn history() -> Vec<Entry> {
         now,
         command,
         key: None,
+        token: None,
     };
     vec![
         c(0, open("ann")),
@@ -70,7 +72,7 @@ fn recovery_replays_to_the_same_state_then_suspends_every_session() {
         write_history(&store, &history())
     };
     let store = Store::open(&path).unwrap();
-    let recovered = recover(&store, &Config::default()).unwrap();
+    let recovered = recover(&store, &Config::default(), &Default::default()).unwrap();
     assert!(recovered.restarted);
     assert_eq!(recovered.replayed, history().len() as u64);
     // The same Recovered entry applied to the original gives the same state.
@@ -95,7 +97,7 @@ fn recovery_replays_to_the_same_state_then_suspends_every_session() {
     // The Recovered entry itself is durable: a second restart replays it too.
     drop(store);
     let store = Store::open(&path).unwrap();
-    let again = recover(&store, &Config::default()).unwrap();
+    let again = recover(&store, &Config::default(), &Default::default()).unwrap();
     assert_eq!(again.replayed, history().len() as u64 + 1);
 }
 
@@ -135,13 +137,15 @@ fn a_damaged_or_mismatched_file_is_refused_by_name() {
         grace_ms: 1,
         ..Config::default()
     };
-    let err = recover(&store, &other).err().unwrap();
+    let err = recover(&store, &other, &Default::default()).err().unwrap();
     assert!(err.contains("another kernel configuration"), "{err}");
     // A snapshot whose hash does not match its state.
     let mut snapshot = machine.snapshot();
     snapshot.hash ^= 1;
     store.compact(&snapshot).unwrap();
-    let err = recover(&store, &Config::default()).err().unwrap();
+    let err = recover(&store, &Config::default(), &Default::default())
+        .err()
+        .unwrap();
     assert!(err.contains("hashes to"), "{err}");
     // A gap in the log.
     let store2_path = dir.path().join("gap.redb");
@@ -170,12 +174,19 @@ fn concurrent_commands_get_dense_durable_indexes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("klock.redb");
         let store = Arc::new(Store::open(&path).unwrap());
-        let machine = recover(&store, &Config::default()).unwrap().machine;
+        let machine = recover(&store, &Config::default(), &Default::default())
+            .unwrap()
+            .machine;
         let config = EngineConfig {
             clock: Clock::monotonic(0),
             snapshot_every: 50,
         };
-        let engine = engine::spawn(machine, Some(Arc::clone(&store)), config);
+        let engine = engine::spawn(
+            machine,
+            Some(Arc::clone(&store)),
+            config,
+            Default::default(),
+        );
         let mut tasks = Vec::new();
         for i in 0..64 {
             let engine = engine.clone();
@@ -210,13 +221,13 @@ fn concurrent_commands_get_dense_durable_indexes() {
         }
         indexes.sort_unstable();
         assert_eq!(indexes, (1..=128).collect::<Vec<u64>>());
-        let state = engine.read(|k| k.export_state()).await.unwrap();
+        let state = engine.read(|m| m.kernel().export_state()).await.unwrap();
         drop(engine);
         drop(store);
         // Everything answered is durable: recovery rebuilds the same state (plus the
         // Recovered entry), from a snapshot and the log after it.
         let store = reopen(&path).await;
-        let recovered = recover(&store, &Config::default()).unwrap();
+        let recovered = recover(&store, &Config::default(), &Default::default()).unwrap();
         assert!(
             recovered.replayed < 128,
             "a snapshot covered part of the log"
@@ -228,6 +239,7 @@ fn concurrent_commands_get_dense_durable_indexes() {
             hash: state.hash(),
             state,
             remembered: Vec::new(),
+            tokens: Default::default(),
         })
         .unwrap();
         let now = expected.last_now();
@@ -258,14 +270,14 @@ fn the_clock_rules_are_enforced() {
             clock: Clock::monotonic(0),
             snapshot_every: 0,
         };
-        let engine = engine::spawn(machine.clone(), None, monotonic);
+        let engine = engine::spawn(machine.clone(), None, monotonic, Default::default());
         let err = engine.command(open("ann"), Some(5)).await.unwrap_err();
         assert!(matches!(err, EngineError::Clock(m) if m.contains("keeps its own time")));
         let manual = EngineConfig {
             clock: Clock::Manual,
             snapshot_every: 0,
         };
-        let engine = engine::spawn(machine, None, manual);
+        let engine = engine::spawn(machine, None, manual, Default::default());
         let err = engine.command(open("ann"), None).await.unwrap_err();
         assert!(matches!(err, EngineError::Clock(m) if m.contains("must carry `now`")));
         let reply = engine.command(open("ann"), Some(42)).await.unwrap();
@@ -281,8 +293,7 @@ fn the_timer_expires_leases_without_any_client_call() {
             clock: Clock::monotonic(0),
             snapshot_every: 0,
         };
-        let engine = engine::spawn(machine, None, config);
-        let mut events = engine.subscribe();
+        let engine = engine::spawn(machine, None, config, Default::default());
         engine.command(open("ann"), None).await.unwrap();
         let reply = engine
             .command(acquire(1, "MUTATES FILE:/x", 30), None)
@@ -294,13 +305,18 @@ fn the_timer_expires_leases_without_any_client_call() {
                 verdict: Verdict::Granted { .. }
             })
         ));
-        let expired = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv())
-            .await
-            .expect("an expiry within 5 s")
-            .unwrap();
+        let batch = engine
+            .events()
+            .wait_after(
+                SessionId(1),
+                EventId::default(),
+                std::time::Duration::from_secs(5),
+            )
+            .await;
+        let first = batch.events.first().map(|e| &e.event);
         assert!(
-            matches!(expired.1, Event::LeaseExpired { .. }),
-            "{expired:?}"
+            matches!(first, Some(Event::LeaseExpired { .. })),
+            "{batch:?}"
         );
     });
 }
@@ -312,6 +328,7 @@ fn a_repeated_idempotency_key_answers_the_first_answer_and_changes_nothing() {
         now,
         command,
         key: Some(key.into()),
+        token: None,
     };
     machine.apply(1, &keyed(0, open("ann"), "k-open"));
     let first = machine.apply(2, &keyed(5, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));

@@ -1,0 +1,753 @@
+//! The HTTP API (`/v1`, JSON): translation only. Every route checks its input, names the
+//! namespace and the session (with the session's secret token) before any kernel call, and
+//! turns one request into one engine command; the kernel decides everything.
+//!
+//! Contract:
+//! - Verdicts are 200s. Errors are `{"error": {"code", "name", "message"}}` with the SPEC's
+//!   stable code and name and a 4xx status that fits: 400 bad input, 401 a missing or wrong
+//!   session token, 404 unknown ids, 409 state conflicts, 413 too large, 503 engine stopped.
+//!   Malformed JSON, unknown fields and wrong types are `BAD_REQUEST` (code 0) naming the
+//!   problem; nothing reaches the kernel then.
+//! - A session belongs to the namespace in the path: another namespace's session id is
+//!   `UNKNOWN_SESSION` (it does not exist there), and every call naming a session carries its
+//!   token in `Klock-Session-Token` (handed out by open and resume; a session id alone never
+//!   grants anything). Tokens are compared as SHA-256 digests, in constant time.
+//! - `Idempotency-Key` on a mutating request: a retry with the same key (same namespace,
+//!   session and route) answers the first answer and changes nothing, across restarts too.
+//! - Under `--clock manual` every request carries `Klock-Now` (ms); otherwise it is refused.
+//! - Acquire may hold the request up to `hold_ms` (≤ 30 000) for the final verdict of a WAIT;
+//!   a ticket can be long-polled; a session's events are read with `?after=&wait_ms=`.
+
+use crate::engine::{EngineError, EngineHandle, Reply};
+use crate::events::EventId;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use klock_core::{
+    AcquireOptions, Command, Error, ErrorCode, Event, LeaseId, Output, SessionId, StateDigest,
+    TicketId, Verdict,
+};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::time::Duration;
+
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Longest an acquire may hold the request, or a long-poll wait, in ms.
+pub const MAX_HOLD_MS: u64 = 30_000;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct Api {
+    pub engine: EngineHandle,
+}
+
+/// The router of `/v1`.
+pub fn router(api: Api) -> Router {
+    let session = "/v1/ns/{ns}/sessions/{sid}";
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/version", get(version))
+        .route("/v1/ns/{ns}/sessions", post(open))
+        .route("/v1/ns/{ns}/sessions/resume", post(resume))
+        .route(session, delete(close))
+        .route(&format!("{session}/suspend"), post(suspend))
+        .route(&format!("{session}/digest"), get(digest))
+        .route(&format!("{session}/acquire"), post(acquire))
+        .route(
+            &format!("{session}/tickets/{{tid}}"),
+            get(ticket).delete(cancel),
+        )
+        .route(&format!("{session}/heartbeat"), post(heartbeat))
+        .route(&format!("{session}/release"), post(release))
+        .route(&format!("{session}/reconcile"), post(reconcile))
+        .route(&format!("{session}/events"), get(events))
+        .route("/v1/ns/{ns}/resources/state", get(resource_state))
+        .route("/v1/ns/{ns}/stats", get(stats))
+        .route("/v1/advance", post(advance))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(api)
+}
+
+// ---- errors --------------------------------------------------------------------------------
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: u32,
+    name: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: 0,
+            name: "BAD_REQUEST",
+            message: message.into(),
+        }
+    }
+
+    fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: 0,
+            name: "UNAUTHORIZED",
+            message: message.into(),
+        }
+    }
+
+    fn kernel(e: Error) -> ApiError {
+        use ErrorCode::*;
+        let status = match e.code {
+            UnknownSession | UnknownLease | UnknownTicket => StatusCode::NOT_FOUND,
+            NotOwner | LeaseExpired | LeaseReleased | HoldAndWait | LifetimeExceeded
+            | QuotaExceeded => StatusCode::CONFLICT,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError {
+            status,
+            code: e.code.code(),
+            name: e.code.name(),
+            message: e.message,
+        }
+    }
+
+    fn unknown_session(sid: u64, ns: &str) -> ApiError {
+        ApiError::kernel(Error::new(
+            ErrorCode::UnknownSession,
+            format!("no open session {sid} in namespace {ns:?}"),
+        ))
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::Stopped => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: 0,
+                name: "UNAVAILABLE",
+                message: String::from("the server is stopping"),
+            },
+            EngineError::Clock(message) => ApiError::bad_request(message),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body =
+            json!({"error": {"code": self.code, "name": self.name, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type Answer = Result<Json<Value>, ApiError>;
+
+async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: 0,
+        name: "NOT_FOUND",
+        message: String::from("no such route; the API is under /v1"),
+    }
+}
+
+// ---- input ---------------------------------------------------------------------------------
+
+/// Parses a JSON body strictly (unknown fields and wrong types are errors naming them).
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    let text = if bytes.is_empty() { &b"{}"[..] } else { bytes };
+    serde_json::from_slice(text).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, ApiError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::bad_request(format!("header {name} is not ASCII text")))
+        })
+        .transpose()
+}
+
+/// `Klock-Now`, for the manual clock.
+fn now_of(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    header(headers, "klock-now")?
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "header Klock-Now must be a whole number of ms, got {v:?}"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn session_id(sid: &str) -> Result<SessionId, ApiError> {
+    sid.parse::<u64>()
+        .map(SessionId)
+        .map_err(|_| ApiError::bad_request(format!("session id must be a number, got {sid:?}")))
+}
+
+/// The SHA-256 of a secret, in hex.
+fn digest_of(secret: &str) -> String {
+    Sha256::digest(secret.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A fresh secret session token.
+fn new_token() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        code: 0,
+        name: "UNAVAILABLE",
+        message: format!("no randomness for a session token: {e}"),
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Checks that `sid` is an open session of `ns` and that the request carries its token.
+async fn authorize(
+    api: &Api,
+    ns: &str,
+    sid: &str,
+    headers: &HeaderMap,
+) -> Result<SessionId, ApiError> {
+    let id = session_id(sid)?;
+    let given = header(headers, "klock-session-token")?.map(digest_of);
+    let ns_owned = ns.to_owned();
+    let (exists, expected) = api
+        .engine
+        .read(move |m| {
+            let info = m.kernel().session_info_of(id);
+            let here = info.is_some_and(|i| i.namespace == ns_owned);
+            (here, m.token_of(id).map(str::to_owned))
+        })
+        .await?;
+    if !exists {
+        return Err(ApiError::unknown_session(id.0, ns));
+    }
+    match (given, expected) {
+        (Some(given), Some(expected)) if constant_time_eq(given.as_bytes(), expected.as_bytes()) => {
+            Ok(id)
+        }
+        (None, _) => Err(ApiError::unauthorized(
+            "this call names a session: send its token (from open or resume) in the Klock-Session-Token header",
+        )),
+        _ => Err(ApiError::unauthorized(
+            "the Klock-Session-Token header does not match this session",
+        )),
+    }
+}
+
+/// The engine command, scoped idempotency key included.
+async fn run(
+    api: &Api,
+    headers: &HeaderMap,
+    scope: &str,
+    command: Command,
+    token: Option<String>,
+) -> Result<Reply, ApiError> {
+    let now = now_of(headers)?;
+    let key = header(headers, "idempotency-key")?.map(|k| format!("{scope}\u{0}{k}"));
+    Ok(api.engine.submit(command, now, key, token).await?)
+}
+
+fn output(reply: Reply) -> Result<Output, ApiError> {
+    reply.output.map_err(ApiError::kernel)
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).expect("API values serialize")
+}
+
+// ---- routes --------------------------------------------------------------------------------
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn version() -> Json<Value> {
+    Json(json!({
+        "server": env!("CARGO_PKG_VERSION"),
+        "api": "v1",
+        "state_version": klock_core::STATE_VERSION,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenBody {
+    agent_id: String,
+}
+
+async fn open(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let b: OpenBody = body(&raw)?;
+    let token = new_token()?;
+    let command = Command::Open {
+        agent_id: b.agent_id,
+        namespace: ns.clone(),
+    };
+    let reply = run(
+        &api,
+        &headers,
+        &format!("{ns}/open"),
+        command,
+        Some(digest_of(&token)),
+    )
+    .await?;
+    session_answer(reply, token)
+}
+
+fn session_answer(reply: Reply, token: String) -> Answer {
+    let now = reply.now;
+    match output(reply)? {
+        Output::Session { session } => {
+            let mut v = to_json(&session);
+            v["session_token"] = json!(token);
+            v["server_now"] = json!(now);
+            Ok(Json(v))
+        }
+        other => unreachable!("open and resume answer a session, not {other:?}"),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeBody {
+    digest: StateDigest,
+}
+
+async fn resume(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let b: ResumeBody = body(&raw)?;
+    if b.digest.identity.namespace != ns {
+        return Err(ApiError::unknown_session(
+            b.digest.identity.session_id.0,
+            &ns,
+        ));
+    }
+    let token = new_token()?;
+    let command = Command::Resume {
+        digest: Box::new(b.digest),
+    };
+    let reply = run(
+        &api,
+        &headers,
+        &format!("{ns}/resume"),
+        command,
+        Some(digest_of(&token)),
+    )
+    .await?;
+    session_answer(reply, token)
+}
+
+async fn close(
+    State(api): State<Api>,
+    Path((ns, sid)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let reply = run(
+        &api,
+        &headers,
+        &format!("{ns}/{sid}/close"),
+        Command::Close { session },
+        None,
+    )
+    .await?;
+    output(reply)?;
+    api.engine.events().forget(session);
+    Ok(Json(json!({"closed": true})))
+}
+
+async fn suspend(
+    State(api): State<Api>,
+    Path((ns, sid)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let reply = run(
+        &api,
+        &headers,
+        &format!("{ns}/{sid}/suspend"),
+        Command::Suspend { session },
+        None,
+    )
+    .await?;
+    output(reply)?;
+    Ok(Json(json!({"suspended": true})))
+}
+
+async fn digest(
+    State(api): State<Api>,
+    Path((ns, sid)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let reply = run(
+        &api,
+        &headers,
+        &format!("{ns}/{sid}/digest"),
+        Command::Digest { session },
+        None,
+    )
+    .await?;
+    match output(reply)? {
+        Output::Digest { digest } => Ok(Json(to_json(&digest))),
+        other => unreachable!("digest answers a digest, not {other:?}"),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcquireBody {
+    intents: Vec<String>,
+    ttl_ms: Option<u64>,
+    wait: Option<bool>,
+    wait_timeout_ms: Option<u64>,
+    hold_ms: Option<u64>,
+}
+
+async fn acquire(
+    State(api): State<Api>,
+    Path((ns, sid)): Path<(String, String)>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let b: AcquireBody = body(&raw)?;
+    let hold = hold_of(b.hold_ms, "hold_ms")?;
+    let command = Command::Acquire {
+        session,
+        intents: b.intents,
+        options: AcquireOptions {
+            ttl_ms: b.ttl_ms,
+            wait: b.wait.unwrap_or(true),
+            wait_timeout_ms: b.wait_timeout_ms,
+        },
+    };
+    let reply = run(
+        &api,
+        &headers,
+        &format!("{ns}/{sid}/acquire"),
+        command,
+        None,
+    )
+    .await?;
+    let index = reply.index;
+    let verdict = match output(reply)? {
+        Output::Verdict { verdict } => verdict,
+        other => unreachable!("acquire answers a verdict, not {other:?}"),
+    };
+    if let (Verdict::Wait { ticket, .. }, Some(hold)) = (&verdict, hold) {
+        let after = EventId { index, k: 0 };
+        if let Some(resolution) = resolve_ticket(&api, session, *ticket, after, hold).await {
+            return Ok(Json(resolution));
+        }
+    }
+    Ok(Json(to_json(&verdict)))
+}
+
+fn hold_of(ms: Option<u64>, what: &str) -> Result<Option<Duration>, ApiError> {
+    match ms {
+        None | Some(0) => Ok(None),
+        Some(ms) if ms <= MAX_HOLD_MS => Ok(Some(Duration::from_millis(ms))),
+        Some(ms) => Err(ApiError::bad_request(format!(
+            "{what} must be at most {MAX_HOLD_MS} ms, got {ms}"
+        ))),
+    }
+}
+
+/// The event that resolved `ticket` after `after`, waiting up to `hold`, as a final answer.
+async fn resolve_ticket(
+    api: &Api,
+    session: SessionId,
+    ticket: TicketId,
+    mut after: EventId,
+    hold: Duration,
+) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + hold;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let batch = api.engine.events().wait_after(session, after, left).await;
+        for stamped in &batch.events {
+            let resolves = match &stamped.event {
+                Event::Granted { ticket: t, .. }
+                | Event::WaitTimeout { ticket: t, .. }
+                | Event::Died { ticket: t, .. } => *t == ticket,
+                Event::Wounded { lost_tickets, .. } => lost_tickets.contains(&ticket),
+                _ => false,
+            };
+            if resolves {
+                let mut v = to_json(&stamped.event);
+                v["ticket"] = json!(ticket);
+                v["event_id"] = json!(stamped.id);
+                return Some(v);
+            }
+        }
+        after = EventId::parse(&batch.next).unwrap_or(after);
+        if left.is_zero() || batch.events.is_empty() {
+            return None;
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitQuery {
+    wait_ms: Option<u64>,
+    after: Option<String>,
+}
+
+async fn ticket(
+    State(api): State<Api>,
+    Path((ns, sid, tid)): Path<(String, String, String)>,
+    Query(q): Query<WaitQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let ticket = tid
+        .parse::<u64>()
+        .map(TicketId)
+        .map_err(|_| ApiError::bad_request(format!("ticket must be a number, got {tid:?}")))?;
+    let hold = hold_of(q.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
+    let after = match &q.after {
+        Some(a) => EventId::parse(a).ok_or_else(|| {
+            ApiError::bad_request(format!("after must be an event id like 12.0, got {a:?}"))
+        })?,
+        None => EventId::default(),
+    };
+    match resolve_ticket(&api, session, ticket, after, hold).await {
+        Some(v) => Ok(Json(v)),
+        None => Ok(Json(json!({"verdict": "WAIT", "ticket": ticket}))),
+    }
+}
+
+async fn cancel(
+    State(api): State<Api>,
+    Path((ns, sid, tid)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let ticket = tid
+        .parse::<u64>()
+        .map(TicketId)
+        .map_err(|_| ApiError::bad_request(format!("ticket must be a number, got {tid:?}")))?;
+    let command = Command::CancelWait { session, ticket };
+    output(
+        run(
+            &api,
+            &headers,
+            &format!("{ns}/{sid}/cancel/{tid}"),
+            command,
+            None,
+        )
+        .await?,
+    )?;
+    Ok(Json(json!({"cancelled": true})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeasesBody {
+    lease_ids: Option<Vec<u64>>,
+    all: Option<bool>,
+}
+
+fn lease_ids(ids: Vec<u64>) -> Vec<LeaseId> {
+    ids.into_iter().map(LeaseId).collect()
+}
+
+async fn heartbeat(
+    State(api): State<Api>,
+    Path((ns, sid)): Path<(String, String)>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let b: LeasesBody = body(&raw)?;
+    if b.all.is_some() {
+        return Err(ApiError::bad_request(
+            "heartbeat takes lease_ids, or nothing for every lease",
+        ));
+    }
+    let command = Command::Heartbeat {
+        session,
+        leases: b.lease_ids.map(lease_ids),
+    };
+    let reply = run(
+        &api,
+        &headers,
+        &format!("{ns}/{sid}/heartbeat"),
+        command,
+        None,
+    )
+    .await?;
+    match output(reply)? {
+        Output::Heartbeat { results } => Ok(Json(json!({
+            "results": results.iter().map(|(id, r)| match r {
+                Ok(expires_at) => json!({"lease_id": id, "status": "OK", "expires_at": expires_at}),
+                Err(code) => json!({"lease_id": id, "status": code.name()}),
+            }).collect::<Vec<_>>()
+        }))),
+        other => unreachable!("heartbeat answers results, not {other:?}"),
+    }
+}
+
+async fn release(
+    State(api): State<Api>,
+    Path((ns, sid)): Path<(String, String)>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let b: LeasesBody = body(&raw)?;
+    let scope = format!("{ns}/{sid}/release");
+    match (b.lease_ids, b.all) {
+        (None, Some(true)) => {
+            let reply = run(
+                &api,
+                &headers,
+                &scope,
+                Command::ReleaseAll { session },
+                None,
+            )
+            .await?;
+            match output(reply)? {
+                Output::ReleasedAll { count } => Ok(Json(json!({"released": count}))),
+                other => unreachable!("release_all answers a count, not {other:?}"),
+            }
+        }
+        (Some(ids), None) if ids.len() == 1 => {
+            let command = Command::Release {
+                session,
+                lease: LeaseId(ids[0]),
+            };
+            match output(run(&api, &headers, &scope, command, None).await?)? {
+                Output::Released { released } => Ok(Json(json!({"released": released}))),
+                other => unreachable!("release answers a flag, not {other:?}"),
+            }
+        }
+        _ => Err(ApiError::bad_request(
+            "release takes {\"lease_ids\": [one id]} or {\"all\": true}",
+        )),
+    }
+}
+
+async fn reconcile(
+    State(api): State<Api>,
+    Path((ns, sid)): Path<(String, String)>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let b: LeasesBody = body(&raw)?;
+    let (Some(ids), None) = (b.lease_ids, b.all) else {
+        return Err(ApiError::bad_request(
+            "reconcile takes {\"lease_ids\": [...]}",
+        ));
+    };
+    let command = Command::Reconcile {
+        session,
+        leases: lease_ids(ids),
+    };
+    match output(
+        run(
+            &api,
+            &headers,
+            &format!("{ns}/{sid}/reconcile"),
+            command,
+            None,
+        )
+        .await?,
+    )? {
+        Output::Reconcile { statuses } => Ok(Json(json!({
+            "statuses": statuses.iter().map(|(id, s)| {
+                let mut v = to_json(s);
+                v["lease_id"] = json!(id);
+                v
+            }).collect::<Vec<_>>()
+        }))),
+        other => unreachable!("reconcile answers statuses, not {other:?}"),
+    }
+}
+
+async fn events(
+    State(api): State<Api>,
+    Path((ns, sid)): Path<(String, String)>,
+    Query(q): Query<WaitQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let hold = hold_of(q.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
+    let after = match &q.after {
+        Some(a) => EventId::parse(a).ok_or_else(|| {
+            ApiError::bad_request(format!("after must be an event id like 12.0, got {a:?}"))
+        })?,
+        None => EventId::default(),
+    };
+    let batch = api.engine.events().wait_after(session, after, hold).await;
+    Ok(Json(to_json(&batch)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResourceQuery {
+    resource: String,
+}
+
+async fn resource_state(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    Query(q): Query<ResourceQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    let command = Command::ResourceState {
+        resource: q.resource,
+        namespace: ns,
+    };
+    match output(run(&api, &headers, "resource_state", command, None).await?)? {
+        Output::ResourceState { state } => Ok(Json(to_json(&state))),
+        other => unreachable!("resource_state answers a state, not {other:?}"),
+    }
+}
+
+async fn stats(State(api): State<Api>, Path(_ns): Path<String>) -> Answer {
+    let stats = api.engine.read(|m| m.kernel().stats()).await?;
+    Ok(Json(to_json(&stats)))
+}
+
+/// Manual clock only: settles time at `Klock-Now`.
+async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {
+    let reply = run(&api, &headers, "advance", Command::Advance, None).await?;
+    let events = reply.events.clone();
+    output(reply)?;
+    Ok(Json(json!({"events": to_json(&events)})))
+}

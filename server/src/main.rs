@@ -1,0 +1,197 @@
+//! `klock`: the control plane's command line.
+//!
+//! ```text
+//! klock serve [--listen 127.0.0.1:7300] [--data FILE | --memory] [--clock manual]
+//!             [--snapshot-every N]
+//! ```
+
+use klock_core::Config;
+use klock_server::api::{self, Api};
+use klock_server::engine::{self, Clock, EngineConfig};
+use klock_server::events::EventHub;
+use klock_server::machine::Machine;
+use klock_server::recovery::recover;
+use klock_server::store::Store;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+const USAGE: &str = "\
+usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual]
+                   [--snapshot-every N]
+
+  --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
+                       Only loopback addresses for now: TLS and bearer tokens are not built yet.
+  --data FILE          the redb data file (log + snapshot), created if missing
+                       (default ./klock.redb)
+  --memory             keep everything in memory: nothing survives a restart
+  --clock manual       every request carries Klock-Now (conformance runs; needs --memory)
+  --snapshot-every N   store a snapshot and drop the log behind it every N entries
+                       (default 10000; 0 never)";
+
+struct ServeArgs {
+    listen: SocketAddr,
+    data: Option<PathBuf>,
+    manual_clock: bool,
+    snapshot_every: u64,
+}
+
+fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
+    let mut out = ServeArgs {
+        listen: "127.0.0.1:7300".parse().expect("default address"),
+        data: Some(PathBuf::from("klock.redb")),
+        manual_clock: false,
+        snapshot_every: 10_000,
+    };
+    let mut memory = false;
+    let mut data_given = false;
+    let mut i = 0;
+    while i < args.len() {
+        let flag = args[i].as_str();
+        let value = || {
+            args.get(i + 1)
+                .map(String::as_str)
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag {
+            "--listen" => {
+                let v = value()?;
+                out.listen = v
+                    .parse()
+                    .map_err(|_| format!("--listen needs ADDR:PORT, got {v:?}"))?;
+                i += 2;
+            }
+            "--data" => {
+                out.data = Some(PathBuf::from(value()?));
+                data_given = true;
+                i += 2;
+            }
+            "--memory" => {
+                memory = true;
+                i += 1;
+            }
+            "--clock" => match value()? {
+                "manual" => {
+                    out.manual_clock = true;
+                    i += 2;
+                }
+                "monotonic" => i += 2,
+                v => return Err(format!("--clock is manual or monotonic, got {v:?}")),
+            },
+            "--snapshot-every" => {
+                let v = value()?;
+                out.snapshot_every = v
+                    .parse()
+                    .map_err(|_| format!("--snapshot-every needs a whole number, got {v:?}"))?;
+                i += 2;
+            }
+            _ => return Err(format!("unknown argument {flag:?}")),
+        }
+    }
+    if memory && data_given {
+        return Err(String::from("--memory and --data exclude each other"));
+    }
+    if memory {
+        out.data = None;
+    }
+    if out.manual_clock && out.data.is_some() {
+        return Err(String::from(
+            "--clock manual needs --memory: a log of hand-set times is no history to keep",
+        ));
+    }
+    if !out.listen.ip().is_loopback() {
+        return Err(format!(
+            "refusing to listen on {}: only loopback addresses are served until TLS and bearer tokens exist",
+            out.listen
+        ));
+    }
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("serve") => {}
+        Some("--help" | "-h" | "help") | None => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => {
+            eprintln!("klock: unknown command {other:?}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    let serve = match parse_serve(&args[1..]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("klock serve: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("klock serve: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(serve)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("klock serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: ServeArgs) -> Result<(), String> {
+    let config = Config::default();
+    let hub = Arc::new(EventHub::default());
+    let (machine, store) = match &args.data {
+        Some(path) => {
+            let store = Arc::new(Store::open(path).map_err(|e| e.to_string())?);
+            let recovered = recover(&store, &config, &hub)?;
+            if recovered.restarted {
+                eprintln!(
+                    "klock serve: recovered {} from {} ({} entries replayed after the snapshot); every session has its grace to reconnect",
+                    recovered.machine.applied(),
+                    path.display(),
+                    recovered.replayed
+                );
+            }
+            (recovered.machine, Some(store))
+        }
+        None => (Machine::new(config).map_err(|e| e.message)?, None),
+    };
+    let clock = if args.manual_clock {
+        Clock::Manual
+    } else {
+        Clock::monotonic(machine.last_now())
+    };
+    let engine = engine::spawn(
+        machine,
+        store,
+        EngineConfig {
+            clock,
+            snapshot_every: args.snapshot_every,
+        },
+        hub,
+    );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("klock serve: listening on http://{local}");
+    let app = api::router(Api { engine });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| format!("server error: {e}"))
+}
