@@ -2,7 +2,8 @@
 // die and back off — driven on virtual time against a Klock kernel through its wasm API only.
 //
 // Contract: this module holds no rule about leases, queues or time; every decision (grant,
-// wait, die, wound, expiry, timeout) comes from the kernel's answers and events. The swarm
+// wait, die, wound, expiry, timeout) comes from the kernel's answers and events, and every
+// backoff is the kernel's retry_after_ms (DIE verdicts, DIED and WOUNDED events). The swarm
 // owns only what an agent host owns: each agent's intentions, its timers (think, work,
 // heartbeat, backoff) and the virtual clock, which it passes to the kernel as `now` on every
 // call. Agent choices come from a seeded generator, so the same settings replay the same run.
@@ -271,7 +272,6 @@ export class Swarm {
 
   execute(agent, leases) {
     this.setState(agent, 'executing');
-    agent.wounds = 0;
     agent.ticket = 0;
     agent.leases = leases.map((l) => l.lease_id);
     agent.workEnd = this.now + this.between(400, 2500);
@@ -349,12 +349,10 @@ export class Swarm {
         this.count('wounded');
         if (!agent) return;
         const by = this.bySession.get(e.by)?.name ?? `session ${e.by}`;
-        this.log('WOUNDED', agent, `WOUNDED by ${by}: lost ${e.lost_leases.length} lease(s), ${e.lost_tickets.length} ticket(s); rolls back`);
-        // The older agent took what it needed: roll back and retry the same work after a
-        // backoff that doubles with every wound since the agent's last grant (host policy: the
-        // kernel gives a wounded session no retry time).
-        agent.wounds = (agent.wounds ?? 0) + 1;
-        this.backoff(agent, Math.min(4000, 100 * 2 ** Math.min(agent.wounds - 1, 6)) + this.between(0, 100));
+        this.log('WOUNDED', agent, `WOUNDED by ${by}: lost ${e.lost_leases.length} lease(s), ${e.lost_tickets.length} ticket(s); rolls back, retry in ${e.retry_after_ms} ms`);
+        // The older agent took what it needed: roll back and retry the same work after the
+        // kernel's backoff (a wound counts as a DIE, SPEC.md §8).
+        this.backoff(agent, e.retry_after_ms);
         break;
       }
       case 'LEASE_EXPIRED':
