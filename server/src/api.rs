@@ -138,7 +138,9 @@ impl From<EngineError> for ApiError {
                 name: "UNAVAILABLE",
                 message: String::from("the server is stopping"),
             },
-            EngineError::Clock(message) => ApiError::bad_request(message),
+            EngineError::Clock(message) => ApiError::bad_request(format!(
+                "{message} (over HTTP: the Klock-Now header, in ms)"
+            )),
         }
     }
 }

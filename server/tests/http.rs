@@ -1,0 +1,424 @@
+//! The HTTP API against a real `klock serve` process on a free loopback port: verdicts,
+//! holds and long-polls, tokens and namespaces, idempotent retries, every kind of bad input,
+//! and a SIGKILL followed by a restart from the data file.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A server process, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start klock serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        Server { child, port }
+    }
+
+    /// One request; returns the status and the JSON body.
+    fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+        let raw = self.raw(method, path, headers, body.as_bytes());
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, payload) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let value =
+            serde_json::from_str(payload).unwrap_or_else(|e| panic!("not JSON ({e}): {payload:?}"));
+        (status, value)
+    }
+
+    fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let _ = s.write_all(body);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        out
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An open session: its id and token.
+struct Agent {
+    id: u64,
+    token: String,
+}
+
+fn open(s: &Server, ns: &str, agent: &str) -> Agent {
+    let (status, v) = s.call(
+        "POST",
+        &format!("/v1/ns/{ns}/sessions"),
+        &[],
+        &json!({ "agent_id": agent }).to_string(),
+    );
+    assert_eq!(status, 200, "{v}");
+    Agent {
+        id: v["session_id"].as_u64().unwrap(),
+        token: v["session_token"].as_str().unwrap().to_owned(),
+    }
+}
+
+fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Value) {
+    s.call(
+        method,
+        &format!("/v1/ns/default/sessions/{}/{what}", a.id),
+        &[("klock-session-token", &a.token)],
+        &body.to_string(),
+    )
+}
+
+#[test]
+fn health_version_and_unknown_routes() {
+    let s = Server::start(&["--memory"]);
+    assert_eq!(s.call("GET", "/v1/health", &[], "").1["status"], "ok");
+    let (status, v) = s.call("GET", "/v1/version", &[], "");
+    assert_eq!(status, 200);
+    assert_eq!(v["api"], "v1");
+    let (status, v) = s.call("GET", "/v2/nothing", &[], "");
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (404, Some("NOT_FOUND"))
+    );
+}
+
+#[test]
+fn verdicts_holds_and_long_polls() {
+    let s = Server::start(&["--memory"]);
+    let older = open(&s, "default", "older");
+    let younger = open(&s, "default", "younger");
+    let intent = json!({"intents": ["MUTATES FILE:/src/a.ts"], "ttl_ms": 60000});
+    let (status, v) = on(&s, &younger, "POST", "acquire", intent.clone());
+    assert_eq!(
+        (status, v["verdict"].as_str()),
+        (200, Some("GRANTED")),
+        "{v}"
+    );
+    let lease = v["leases"][0]["lease_id"].as_u64().unwrap();
+    // The younger one is blocked by nothing older than it... the older one waits, held open
+    // by the request until the younger releases from another thread.
+    let (status, v) = on(
+        &s,
+        &older,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/src/a.ts"], "hold_ms": 100}),
+    );
+    assert_eq!((status, v["verdict"].as_str()), (200, Some("WAIT")), "{v}");
+    let ticket = v["ticket"].as_u64().unwrap();
+    std::thread::scope(|scope| {
+        let poll = scope.spawn(|| {
+            on(
+                &s,
+                &older,
+                "GET",
+                &format!("tickets/{ticket}?wait_ms=10000"),
+                json!({}),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let (status, v) = on(
+            &s,
+            &younger,
+            "POST",
+            "release",
+            json!({"lease_ids": [lease]}),
+        );
+        assert_eq!((status, &v["released"]), (200, &json!(true)), "{v}");
+        let (status, v) = poll.join().unwrap();
+        assert_eq!((status, v["event"].as_str()), (200, Some("GRANTED")), "{v}");
+        assert_eq!(v["ticket"], json!(ticket));
+    });
+    // A DIE names its blocker and says how long to back off.
+    let (_, v) = on(
+        &s,
+        &younger,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/src/a.ts"], "wait": false}),
+    );
+    assert_eq!(v["verdict"], "DIE", "{v}");
+    assert!(v["retry_after_ms"].as_u64().unwrap() >= 100);
+    assert_eq!(v["held_by"][0]["agent_id"], "older");
+    // The granted event is in the older session's stream too.
+    let (_, v) = on(&s, &older, "GET", "events?wait_ms=1000", json!({}));
+    assert_eq!(v["events"][0]["event"], "GRANTED", "{v}");
+}
+
+#[test]
+fn tokens_and_namespaces_guard_every_session() {
+    let s = Server::start(&["--memory"]);
+    let a = open(&s, "default", "ann");
+    let path = format!("/v1/ns/default/sessions/{}/heartbeat", a.id);
+    let (status, v) = s.call("POST", &path, &[], "{}");
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (401, Some("UNAUTHORIZED"))
+    );
+    let (status, _) = s.call("POST", &path, &[("klock-session-token", "0000")], "{}");
+    assert_eq!(status, 401);
+    let other = format!("/v1/ns/team/sessions/{}/heartbeat", a.id);
+    let (status, v) = s.call("POST", &other, &[("klock-session-token", &a.token)], "{}");
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (404, Some("UNKNOWN_SESSION")),
+        "{v}"
+    );
+    // Another session's token does not open this one.
+    let b = open(&s, "default", "bob");
+    let (status, _) = s.call("POST", &path, &[("klock-session-token", &b.token)], "{}");
+    assert_eq!(status, 401);
+    // Another session's lease: NOT_OWNER, a 409.
+    let (_, v) = on(
+        &s,
+        &a,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/x"]}),
+    );
+    let lease = v["leases"][0]["lease_id"].as_u64().unwrap();
+    let (status, v) = on(&s, &b, "POST", "release", json!({"lease_ids": [lease]}));
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (409, Some("NOT_OWNER")),
+        "{v}"
+    );
+}
+
+#[test]
+fn bad_input_is_a_clear_json_error_and_changes_nothing() {
+    let s = Server::start(&["--memory"]);
+    let a = open(&s, "default", "ann");
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (json!({"intents": ["MUTATES x"]}), 400, "INVALID_RESOURCE"),
+        (
+            json!({"intents": ["EATS FILE:/x"]}),
+            400,
+            "INVALID_PREDICATE",
+        ),
+        (json!({"intents": []}), 400, "INVALID_MANIFEST"),
+        (
+            json!({"intents": ["MUTATES FILE:/x"], "ttl_ms": 0}),
+            400,
+            "INVALID_TTL",
+        ),
+        (
+            json!({"intents": ["MUTATES FILE:/x"], "ttl_ms": -1}),
+            400,
+            "BAD_REQUEST",
+        ),
+        (
+            json!({"intents": ["MUTATES FILE:/x"], "ttl_ms": "soon"}),
+            400,
+            "BAD_REQUEST",
+        ),
+        (
+            json!({"intents": ["MUTATES FILE:/x"], "extra": 1}),
+            400,
+            "BAD_REQUEST",
+        ),
+        (
+            json!({"intents": ["MUTATES FILE:/x"], "hold_ms": 30001}),
+            400,
+            "BAD_REQUEST",
+        ),
+        (json!({"intents": "MUTATES FILE:/x"}), 400, "BAD_REQUEST"),
+    ];
+    for (body, status, name) in cases {
+        let (got, v) = on(&s, &a, "POST", "acquire", body.clone());
+        assert_eq!(
+            (got, v["error"]["name"].as_str()),
+            (status, Some(name)),
+            "{body}: {v}"
+        );
+        assert!(!v["error"]["message"].as_str().unwrap().is_empty());
+    }
+    let path = format!("/v1/ns/default/sessions/{}/acquire", a.id);
+    let token = [("klock-session-token", a.token.as_str())];
+    let (status, v) = s.call("POST", &path, &token, "{not json");
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (400, Some("BAD_REQUEST"))
+    );
+    let bytes = [b'{', 0xff, 0xfe, b'}'];
+    let raw = s.raw("POST", &path, &token, &bytes);
+    assert!(String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 400"));
+    // A 100k-intent manifest is over the body limit, answered without reading it all.
+    let many: Vec<String> = (0..100_000)
+        .map(|i| format!("MUTATES FILE:/f/{i}"))
+        .collect();
+    let raw = s.raw(
+        "POST",
+        &path,
+        &token,
+        json!({"intents": many}).to_string().as_bytes(),
+    );
+    assert!(
+        String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&raw[..40.min(raw.len())])
+    );
+    let (status, v) = s.call("POST", "/v1/ns/default/sessions/abc/acquire", &token, "{}");
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (400, Some("BAD_REQUEST"))
+    );
+    // Nothing of the above reached the kernel: the resource is free.
+    let (status, v) = s.call(
+        "GET",
+        "/v1/ns/default/resources/state?resource=FILE:/x",
+        &[],
+        "",
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["holders"], json!([]));
+    // The server still serves.
+    let (_, v) = on(
+        &s,
+        &a,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/x"]}),
+    );
+    assert_eq!(v["verdict"], "GRANTED");
+}
+
+#[test]
+fn a_retried_request_answers_the_first_answer() {
+    let s = Server::start(&["--memory"]);
+    let a = open(&s, "default", "ann");
+    let path = format!("/v1/ns/default/sessions/{}/acquire", a.id);
+    let headers = [
+        ("klock-session-token", a.token.as_str()),
+        ("idempotency-key", "try-1"),
+    ];
+    let body = json!({"intents": ["MUTATES FILE:/x", "CONSUMES FILE:/y"]}).to_string();
+    let (_, first) = s.call("POST", &path, &headers, &body);
+    let (_, again) = s.call("POST", &path, &headers, &body);
+    assert_eq!(first, again);
+    let (_, stats) = s.call("GET", "/v1/ns/default/stats", &[], "");
+    assert_eq!(stats["counters"]["granted"], 1, "{stats}");
+    assert_eq!(stats["active_leases"], 2);
+}
+
+#[test]
+fn the_manual_clock_takes_now_from_each_request() {
+    let s = Server::start(&["--memory", "--clock", "manual"]);
+    let (status, v) = s.call(
+        "POST",
+        "/v1/ns/default/sessions",
+        &[],
+        r#"{"agent_id": "ann"}"#,
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Klock-Now"));
+    let (status, v) = s.call(
+        "POST",
+        "/v1/ns/default/sessions",
+        &[("klock-now", "500")],
+        r#"{"agent_id": "ann"}"#,
+    );
+    assert_eq!((status, &v["server_now"]), (200, &json!(500)), "{v}");
+    let monotonic = Server::start(&["--memory"]);
+    let (status, _) = monotonic.call(
+        "POST",
+        "/v1/ns/default/sessions",
+        &[("klock-now", "5")],
+        r#"{"agent_id": "ann"}"#,
+    );
+    assert_eq!(status, 400);
+}
+
+#[test]
+fn a_killed_server_restarts_from_its_file_with_every_lease_and_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("klock.redb");
+    let data = data.to_str().unwrap();
+    let s = Server::start(&["--data", data]);
+    let a = open(&s, "default", "ann");
+    let (_, v) = on(
+        &s,
+        &a,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/x"], "ttl_ms": 60000}),
+    );
+    let lease = v["leases"][0].clone();
+    s.kill();
+    let s = Server::start(&["--data", data]);
+    let (status, v) = on(
+        &s,
+        &a,
+        "POST",
+        "reconcile",
+        json!({"lease_ids": [lease["lease_id"]]}),
+    );
+    assert_eq!(status, 200, "the token survives the restart: {v}");
+    assert_eq!(v["statuses"][0]["status"], "ACTIVE", "{v}");
+    assert!(v["statuses"][0]["expires_at"].as_u64() >= lease["expires_at"].as_u64());
+    // Fences continue: the next grant's fence is larger.
+    let b = open(&s, "default", "bob");
+    let (_, v) = on(
+        &s,
+        &b,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/y"]}),
+    );
+    assert!(
+        v["leases"][0]["fence"].as_u64() > lease["fence"].as_u64(),
+        "{v}"
+    );
+    // The lease is still held against others.
+    let (_, v) = on(
+        &s,
+        &b,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/x"], "wait": false}),
+    );
+    assert_eq!(v["verdict"], "DIE", "{v}");
+}
