@@ -1,5 +1,9 @@
 #!/usr/bin/env node
 // A tiny static server for the dashboard: `node dashboard/serve.mjs [--port N] [--host H]`.
+// Any other argument (a typo, `--port=N`, a bare number, an option given twice or without its
+// value, a port outside 0..65535) is refused with a message and the usage on stderr, exit
+// status 2, before anything is served; `--help` prints the usage. `--check` only validates the
+// other arguments (scripts/dashboard.sh runs it before building).
 //
 // Serves dashboard/ at `/` and the `--target web` wasm build (bindings/wasm/pkg-web, made by
 // bindings/wasm/build.sh) at `/pkg/`, with `application/wasm` for `.wasm` so browsers can
@@ -91,13 +95,70 @@ export function startServer({ port = 0, host = '127.0.0.1' } = {}) {
   });
 }
 
+const USAGE = `usage: node dashboard/serve.mjs [--port N] [--host H]
+  --port N   the port to listen on, 0 to 65535 (default: $PORT or 8080; 0 picks a free one)
+  --host H   the address to bind (default 127.0.0.1)
+  --check    only validate the other arguments, then exit
+  --help     print this and exit`;
+
+/** A refused command line: `message` says what is wrong. */
+export class UsageError extends Error {}
+
+function portNumber(text, what) {
+  if (!/^[0-9]+$/.test(text) || Number(text) > 65535) {
+    throw new UsageError(`${what} must be an integer from 0 to 65535, got '${text}'`);
+  }
+  return Number(text);
+}
+
+/**
+ * Parses the command line strictly: `{port, host, help, check}`, or throws UsageError.
+ * @param {string[]} argv the arguments after the script's name
+ */
+export function parseArgs(argv, env = process.env) {
+  const seen = new Set();
+  const out = { port: undefined, host: '127.0.0.1', help: false, check: false };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === '--help' || arg === '-h') {
+      out.help = true;
+      continue;
+    }
+    if (arg === '--check') {
+      out.check = true;
+      continue;
+    }
+    if (arg !== '--port' && arg !== '--host') {
+      throw new UsageError(`unknown argument '${arg}'`);
+    }
+    if (seen.has(arg)) throw new UsageError(`${arg} is given twice`);
+    seen.add(arg);
+    const value = argv[i + 1];
+    if (value === undefined || (arg === '--host' && value === '')) throw new UsageError(`${arg} needs a value`);
+    i++;
+    if (arg === '--port') out.port = portNumber(value, '--port');
+    else out.host = value;
+  }
+  if (out.port === undefined) out.port = env.PORT === undefined ? 8080 : portNumber(env.PORT, 'the PORT environment variable');
+  return out;
+}
+
 async function main(argv) {
-  const opt = (name, fallback) => {
-    const i = argv.indexOf(name);
-    return i >= 0 && i + 1 < argv.length ? argv[i + 1] : fallback;
-  };
-  const port = Number(opt('--port', process.env.PORT ?? '8080'));
-  const host = opt('--host', '127.0.0.1');
+  let args;
+  try {
+    args = parseArgs(argv);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    console.error(`serve.mjs: ${e.message}\n${USAGE}`);
+    process.exitCode = 2;
+    return;
+  }
+  if (args.check) return;
+  if (args.help) {
+    console.log(USAGE);
+    return;
+  }
+  const { port, host } = args;
   try {
     const { url } = await startServer({ port, host });
     console.log(`Klock dashboard: ${url}  (Ctrl+C to stop)`);
