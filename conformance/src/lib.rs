@@ -1,6 +1,7 @@
 //! # klock-conformance
 //!
-//! Runs the Klock conformance vectors (`shared/conformance/FORMAT.md`) against `klock-core`.
+//! Runs the Klock conformance vectors (`docs/VECTOR-FORMAT.md`) against `klock-core`, or
+//! against any [`run::Host`] that exposes it (the server over HTTP).
 //!
 //! Contract: [`run_file`] runs one vector file and never panics — an unreadable file, invalid
 //! JSON, a key or value the format does not define, and a kernel panic are all failures with a
@@ -86,8 +87,17 @@ impl Summary {
     }
 }
 
-/// Runs a vector given as text; `file` only labels the result.
+/// Runs a vector given as text against the kernel; `file` only labels the result.
 pub fn run_source(file: &str, text: &str) -> VectorResult {
+    run_source_on(file, text, &mut |v| run::run(v))
+}
+
+/// Runs a vector given as text with `run` (which builds its host from the vector's config).
+pub fn run_source_on(
+    file: &str,
+    text: &str,
+    run: &mut dyn FnMut(&vector::Vector) -> Result<(), String>,
+) -> VectorResult {
     let mut result = VectorResult {
         file: file.to_owned(),
         name: None,
@@ -102,7 +112,7 @@ pub fn run_source(file: &str, text: &str) -> VectorResult {
     };
     result.name = vector::name_of(&value);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        vector::parse(&value).and_then(|v| run::run(&v))
+        vector::parse(&value).and_then(|v| run(&v))
     }));
     result.failure = match outcome {
         Ok(Ok(())) => None,
@@ -121,12 +131,20 @@ pub fn run_source(file: &str, text: &str) -> VectorResult {
     result
 }
 
-/// Runs one vector file.
+/// Runs one vector file against the kernel.
 pub fn run_file(path: impl AsRef<Path>) -> VectorResult {
+    run_file_on(path, &mut |v| run::run(v))
+}
+
+/// Runs one vector file with `run`.
+pub fn run_file_on(
+    path: impl AsRef<Path>,
+    run: &mut dyn FnMut(&vector::Vector) -> Result<(), String>,
+) -> VectorResult {
     let path = path.as_ref();
     let file = path.display().to_string();
     match std::fs::read_to_string(path) {
-        Ok(text) => run_source(&file, &text),
+        Ok(text) => run_source_on(&file, &text, run),
         Err(e) => VectorResult {
             file,
             name: None,
@@ -153,13 +171,23 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// Runs every vector the paths stand for (files, or directories of `*.json`).
+/// Runs every vector the paths stand for (files, or directories of `*.json`) on the kernel.
 pub fn run_paths<P: AsRef<Path>>(paths: &[P]) -> Summary {
+    run_paths_on(paths, &mut |v| run::run(v))
+}
+
+/// Runs every vector the paths stand for with `run`.
+pub fn run_paths_on<P: AsRef<Path>>(
+    paths: &[P],
+    run: &mut dyn FnMut(&vector::Vector) -> Result<(), String>,
+) -> Summary {
     let mut summary = Summary::default();
     for path in paths {
         let path = path.as_ref();
         match expand(path) {
-            Ok(files) => summary.results.extend(files.iter().map(run_file)),
+            Ok(files) => summary
+                .results
+                .extend(files.iter().map(|f| run_file_on(f, run))),
             Err(e) => summary.results.push(VectorResult {
                 file: path.display().to_string(),
                 name: None,
