@@ -85,10 +85,13 @@ function renderPerf() {
   el.dataset.fps = perf.fps.toFixed(1);
   el.dataset.ops = Math.round(perf.opsPerSec);
   el.dataset.queries = Math.round(perf.queriesPerSec);
-  const k = (n) => (n >= 10000 ? `${(n / 1000).toFixed(1)}k` : String(Math.round(n)));
-  el.textContent = `${perf.fps.toFixed(0)} fps · ${k(perf.opsPerSec)} ops/s${perf.lagging ? ' · lagging' : ''}`;
+  const k = (n) => (n >= 999950 ? `${(n / 1e6).toFixed(1)}M` : n >= 10000 ? `${(n / 1000).toFixed(1)}k` : String(Math.round(n)));
+  const text = `${perf.fps.toFixed(0)} fps · ${k(perf.opsPerSec)} ops/s${perf.lagging ? ' · lagging' : ''}`;
+  setText(el, text);
   el.classList.toggle('lag', perf.lagging);
-  el.title = `kernel operations per second (acquire, heartbeat, release, advance, ...); plus ${k(perf.queriesPerSec)} queries/s (snapshot, stats, events)`;
+  // The header never wraps: on a narrow window the text is cut with an ellipsis, so the title
+  // repeats it in full.
+  el.title = `${text}: kernel operations per second (acquire, heartbeat, release, advance, ...); plus ${k(perf.queriesPerSec)} queries/s (snapshot, stats, events)`;
   $('vclock').textContent = `t = ${(swarm.now / 1000).toFixed(1)} s`;
 }
 

@@ -4,12 +4,16 @@
 #      the wasm32 target and the wasm-bindgen CLI at the crate's pinned version when missing);
 #   2. runs every conformance vector through the nodejs build;
 #   3. proves the wasm imports nothing but wasm-bindgen's glue (no clock, no randomness);
-#   4. type-checks the generated TypeScript declarations, runs the binding's own tests and
-#      the runner-strictness parity test against the Rust runner (Node);
-#   5. runs the dashboard in headless Chromium (Debian chromium, installed with apt when
-#      missing, driven by playwright-core, installed with npm when missing): every vector
-#      against the web build in the browser, page load without console errors, N steps change the counters, lanes gives zero deaths, clicking a resource
-#      shows its holders, a screenshot and fps / ops-per-second numbers under target/dashboard/.
+#   4. type-checks the generated TypeScript declarations, runs the binding's own tests (use
+#      after free included), the shared bad-digest cases (tests/bad-digests.json) and the
+#      runner-strictness parity test against the Rust runner (Node);
+#   5. runs the dashboard's tests: the swarm backs off by the kernel's retry_after_ms, the
+#      server refuses unknown arguments (Node); then in headless Chromium (Debian chromium,
+#      installed with apt when missing, driven by playwright-core, installed with npm when
+#      missing): every vector against the web build in the browser, page load without console
+#      errors, N steps change the counters, lanes gives zero deaths, clicking a resource shows
+#      its holders, the header stays on one line with 1,000 agents, screenshots and fps /
+#      ops-per-second numbers under target/dashboard/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,5 +46,5 @@ echo "declarations check passed"
 step "binding tests and runner parity (Node)"
 node --test bindings/wasm/test/
 
-step "dashboard in headless Chromium"
+step "dashboard: swarm and server (Node), then headless Chromium"
 node --test dashboard/test/

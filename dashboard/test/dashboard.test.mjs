@@ -6,7 +6,8 @@
 // checks what a person would: the page loads with no console error, warning or failed
 // request; the simulation runs N steps and the counters change; the `lanes` policy gives zero
 // deaths (and wait_die, on the same swarm, does not — so the check can fail); clicking a
-// resource shows its holders as the kernel's resource_state reports them. It also writes a
+// resource shows its holders as the kernel's resource_state reports them; with 1,000 agents
+// the header stays on one line (target/dashboard/header-1000-agents.png). It also writes a
 // screenshot and measures frames per second and kernel operations per second for 500 agents
 // (printed and written to target/dashboard/perf.json, not asserted: these machines are shared).
 
@@ -107,13 +108,24 @@ test('every conformance vector passes in Chromium against the web build', async 
   await page.goto(`${env.url}conformance.html`);
   const dir = join(ROOT, 'tests', 'vectors');
   const vectors = readdirSync(dir).filter((n) => n.endsWith('.json')).sort().map((n) => [`tests/vectors/${n}`, readFileSync(join(dir, n), 'utf8')]);
-  const lines = await page.evaluate(async (vectors) => {
+  const [lines, freed] = await page.evaluate(async (vectors) => {
     const klock = await import('/pkg/klock_wasm.js');
     await klock.default();
     const runner = await import('/conformance-core.mjs');
     runner.setKernelModule(klock);
-    return vectors.map(([file, text]) => runner.line(runner.runSource(file, text)));
+    const lines = vectors.map(([file, text]) => runner.line(runner.runSource(file, text)));
+    // The web build's glue has the freed-kernel guard too (bindings/wasm/freed-guard.js).
+    const k = new klock.Kernel();
+    k.free();
+    let freed = null;
+    try {
+      k.now();
+    } catch (e) {
+      freed = `${e.name} ${e.code}: ${e.message}`;
+    }
+    return [lines, freed];
   }, vectors);
+  assert.match(freed ?? 'nothing thrown', /^Error ERR_INVALID_STATE: this Kernel was freed/);
   const failed = lines.filter((l) => !l.startsWith('ok '));
   console.log(`conformance in Chromium: ${lines.length - failed.length} passed, ${failed.length} failed`);
   assert.ok(lines.length > 0, 'a run with zero vectors is a failure');
@@ -207,6 +219,69 @@ test('clicking a resource shows its holders (the kernel\'s resource_state)', asy
   for (const h of state.holders) assert.ok(text.includes(String(h.fence)), `fence ${h.fence} is shown`);
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+/** The header's layout: how many rows its items sit on, its height, and whether #perf is cut. */
+async function headerLayout(page) {
+  return page.evaluate(() => {
+    const bar = document.querySelector('header.bar');
+    const items = [...bar.children].map((c) => c.getBoundingClientRect());
+    // Items on one row overlap vertically; a wrapped item starts below the first row's bottom.
+    const firstBottom = Math.min(...items.map((r) => r.bottom));
+    const rows = 1 + (items.some((r) => r.top >= firstBottom) ? 1 : 0);
+    const perf = document.getElementById('perf');
+    const barBox = bar.getBoundingClientRect();
+    return {
+      rows,
+      height: barBox.height,
+      tallest: Math.max(...items.map((r) => r.height)),
+      right: Math.max(...items.map((r) => r.right)),
+      barRight: barBox.right,
+      perfCut: perf.scrollWidth > perf.clientWidth,
+      perf: perf.textContent,
+      agents: document.getElementById('agents-out').value,
+    };
+  });
+}
+
+test('the header stays on one line with 1,000 agents (and a screenshot of it)', async () => {
+  for (const width of [1440, 1280]) {
+    const { page, errors } = await openDashboard(env, { width, height: 900 });
+    const before = await headerLayout(page);
+    assert.equal(before.rows, 1, `${width}px, 60 agents: one row (${JSON.stringify(before)})`);
+    await setRange(page, 'agents', 1000);
+    await page.selectOption('#speed', 'max');
+    await page.waitForTimeout(2500);
+    const live = await headerLayout(page);
+    assert.equal(live.agents, '1000');
+    assert.equal(await page.evaluate(() => window.klock.swarm.agents.length), 1000);
+    // The widest texts the header can show, whatever this machine's speed: a lagging
+    // simulation at high rates after a long run.
+    await page.evaluate(() => window.klock.setRunning(false));
+    await page.evaluate(() => {
+      document.getElementById('perf').textContent = '144 fps · 999.9k ops/s · lagging';
+      document.getElementById('vclock').textContent = 't = 99999.9 s';
+    });
+    const worst = await headerLayout(page);
+    for (const [what, l] of [['live', live], ['widest texts', worst]]) {
+      const shown = `${width}px, 1,000 agents, ${what}: ${JSON.stringify(l)}`;
+      assert.equal(l.rows, 1, `${shown}: one row`);
+      assert.ok(l.height < 2 * l.tallest, `${shown}: the header is one line high`);
+      assert.ok(Math.abs(l.height - before.height) < 1, `${shown}: as high as with 60 agents (${before.height}px)`);
+      assert.ok(l.right <= l.barRight + 0.5, `${shown}: nothing sticks out of the header`);
+      if (width === 1440) assert.equal(l.perfCut, false, `${shown}: the numbers are shown in full at ${width}px`);
+    }
+    if (width === 1440) {
+      await page.evaluate(() => window.klock.setRunning(true));
+      await page.waitForTimeout(500);
+      const path = join(OUT_DIR, 'header-1000-agents.png');
+      await page.screenshot({ path });
+      assert.ok(statSync(path).size > 20000, 'a real screenshot');
+      console.log(`screenshot: ${path} (header ${live.height}px, one line, ${live.perf})`);
+    }
+    assert.deepEqual(errors, []);
+    await page.close();
+  }
 });
 
 test('screenshot, and frames and kernel operations per second for 500 agents', async () => {
