@@ -640,7 +640,7 @@ function describeEvent(e, a) {
     case 'WOUNDED':
       return `WOUNDED{session=${s} by=${a.label('session', e.by)} lost_leases=[${e.lostLeases
         .map((l) => a.label('lease', l))
-        .join(', ')}] lost_tickets=[${e.lostTickets.map((t) => a.label('ticket', t)).join(', ')}]}`;
+        .join(', ')}] lost_tickets=[${e.lostTickets.map((t) => a.label('ticket', t)).join(', ')}] retry_after_ms=${e.retryAfterMs}}`;
     default:
       return `SESSION_CLOSED{session=${s} reason=${e.reason}}`;
   }
@@ -986,13 +986,17 @@ class Runner {
     }
   }
 
+  /** The kernel's current priority of a session (undefined if it has none), without settling. */
+  currentPriority(sessionId, now) {
+    if (typeof sessionId !== 'number') return undefined;
+    return this.kernel.clone().snapshot(now).sessions.find((s) => s.sessionId === sessionId)?.priority;
+  }
+
   bindOutput(action, out) {
     if (action.do === 'open' && out.kind === 'session') {
       if (action.bind !== undefined) this.aliases.bindSession(action.bind, out.value.sessionId);
       this.priorities.set(out.value.sessionId, out.value.priority);
     } else if (action.do === 'resume' && out.kind === 'session') {
-      const old = this.priorities.get(out.value.sessionId);
-      if (old !== undefined && old !== out.value.priority) fail(`resume changed the session's priority from ${old} to ${out.value.priority}`);
       this.priorities.set(out.value.sessionId, out.value.priority);
     } else if (action.do === 'digest' && action.bind !== undefined && out.kind === 'digest') {
       this.aliases.bindDigest(action.bind, out.value);
@@ -1010,6 +1014,10 @@ class Runner {
       const events = clone.drainEvents();
       baseline = { events, snapshot: clone.snapshot(now) };
     }
+    // A resume never changes the session's priority (SPEC.md §5), which since rev 4 may differ
+    // from the one it opened with (a new unit of work): compare with the kernel's own view
+    // just before the call, as run.rs does.
+    const priorityBefore = c.do === 'resume' ? this.currentPriority(c.digest.identity.sessionId, now) : undefined;
     let out;
     let error;
     try {
@@ -1022,6 +1030,9 @@ class Runner {
     }
     const events = this.kernel.drainEvents();
     const a = this.aliases;
+    if (priorityBefore !== undefined && error === undefined && out.value.priority !== priorityBefore) {
+      fail(`resume changed the session's priority from ${priorityBefore} to ${out.value.priority}`);
+    }
     if (expect.error === undefined && error === undefined) {
       this.bindOutput(action, out);
       checkOutput(expect, requestOf(c), out, a, this.priorities);

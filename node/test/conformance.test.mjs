@@ -241,3 +241,33 @@ test('aliases bind once and by kind', () => {
   failsWith(run([OPEN_A, '{ "now": 1, "do": "release", "session": "A", "lease": "A" }']), 'bound to a session, not a lease');
   failsWith(run([OPEN_A, '{ "now": 1, "do": "resume", "digest": "D" }']), 'never bound');
 });
+
+test('WOUNDED: retry_after_ms is checked and shown (SPEC.md rev 4)', () => {
+  const runWw = (steps) => runSource('test.json', vector('{ "policy": "wound_wait", "seed": 1, "backoff_base_ms": 100 }', steps));
+  const hold = '{ "now": 2, "do": "acquire", "session": "B", "intents": ["MUTATES FILE:/x"], "expect": { "verdict": "GRANTED", "leases": [ { "as": "L" } ] } }';
+  const wound = (events) => `{ "now": 3, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": { "verdict": "GRANTED", "events": ${events} } }`;
+  passes(runWw([OPEN_A, OPEN_B, hold, wound('[ { "event": "WOUNDED", "session": "B", "by": "A", "lost_leases": ["L"], "retry_after_ms": [100, 199] } ]')]));
+  failsWith(
+    runWw([OPEN_A, OPEN_B, hold, wound('[ { "event": "WOUNDED", "retry_after_ms": [0, 99] } ]')]),
+    'retry_after_ms: expected in [0, 99], got 1',
+  );
+  // The event's description carries the kernel's backoff, like the Rust runner's.
+  const r = runWw([OPEN_A, OPEN_B, hold, wound('[]')]);
+  assert.notEqual(r.failure, undefined);
+  assert.match(line(r), /WOUNDED\{session=B\(#\d+\) by=A\(#\d+\) lost_leases=\[L\(#\d+\)\] lost_tickets=\[\] retry_after_ms=1\d\d\}/);
+});
+
+test('a resume is compared with the session\'s current priority, which may differ from the one it opened with', () => {
+  // Rev 4: a release that ends a unit of work gives the session a fresh (youngest) priority at
+  // its next acquire; an earlier digest still resumes, and the resume keeps the current one.
+  passes(
+    run([
+      OPEN_A,
+      '{ "now": 1, "do": "digest", "session": "A", "as": "D" }',
+      '{ "now": 2, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": { "leases": [ { "as": "L" } ] } }',
+      '{ "now": 3, "do": "release", "session": "A", "lease": "L", "expect": { "released": true } }',
+      '{ "now": 4, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": { "leases": [ { "as": "M" } ] } }',
+      '{ "now": 5, "do": "resume", "digest": "D", "expect": { "epoch": 1 } }',
+    ]),
+  );
+});
