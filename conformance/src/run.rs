@@ -20,8 +20,9 @@ use std::collections::BTreeMap;
 
 /// What vectors run against: the kernel itself, or a host that exposes it (the server).
 pub trait Host {
-    /// Makes the call at `now`; its answer and every event it caused, in order.
-    fn call(&mut self, command: &Command, now: u64) -> (Result<Output, Error>, Vec<Event>);
+    /// Makes the call at `now`; its answer and every event it caused, in order. `Err` is a
+    /// failure of the host itself (a transport error, an answer it cannot read).
+    fn call(&mut self, command: &Command, now: u64) -> Result<Answer, String>;
 
     /// The events settling time alone at `now` would emit and the state after them, taken
     /// before a call expected to fail; `None` when the host cannot show it (the kernel's own
@@ -35,10 +36,13 @@ pub trait Host {
     fn priority(&self, session: SessionId, now: u64) -> Option<u64>;
 }
 
+/// A call's direct answer and the events it caused.
+pub type Answer = (Result<Output, Error>, Vec<Event>);
+
 impl Host for Kernel {
-    fn call(&mut self, command: &Command, now: u64) -> (Result<Output, Error>, Vec<Event>) {
+    fn call(&mut self, command: &Command, now: u64) -> Result<Answer, String> {
         let result = self.apply(command, now);
-        (result, std::iter::from_fn(|| self.poll_event()).collect())
+        Ok((result, std::iter::from_fn(|| self.poll_event()).collect()))
     }
 
     fn probe(&self, now: u64) -> Option<(Vec<Event>, Snapshot)> {
@@ -109,7 +113,7 @@ impl<H: Host> Runner<H> {
             Command::Resume { digest } => self.host.priority(digest.identity.session_id, now),
             _ => None,
         };
-        let (result, events) = self.host.call(&call, now);
+        let (result, events) = self.host.call(&call, now)?;
         if let (Some(old), Ok(Output::Session { session: info })) = (priority_before, &result) {
             if old != info.priority {
                 return Err(format!(

@@ -15,11 +15,14 @@
 //! - `Idempotency-Key` on a mutating request: a retry with the same key (same namespace,
 //!   session and route) answers the first answer and changes nothing, across restarts too.
 //! - Under `--clock manual` every request carries `Klock-Now` (ms); otherwise it is refused.
+//! - Every answer to a command carries `Klock-Index`: the log index of its entry (its events'
+//!   ids start with it), errors included, since a failed call still settles time.
 //! - Acquire may hold the request up to `hold_ms` (≤ 30 000) for the final verdict of a WAIT;
 //!   a ticket can be long-polled; a session's events are read with `?after=&wait_ms=`.
 
-use crate::engine::{EngineError, EngineHandle, Reply};
-use crate::events::EventId;
+use crate::engine::{EngineError, EngineHandle, Reply, Submission};
+use crate::events::{EventId, Stream};
+use crate::machine::{Caller, Refused};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -69,9 +72,13 @@ pub fn router(api: Api) -> Router {
         .route(&format!("{session}/events"), get(events))
         .route("/v1/ns/{ns}/resources/state", get(resource_state))
         .route("/v1/ns/{ns}/stats", get(stats))
+        .route("/v1/ns/{ns}/watch", get(watch))
+        .route("/v1/deadline", get(deadline))
         .route("/v1/advance", post(advance))
+        .route("/v1/reset", post(reset))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(with_index))
         .with_state(api)
 }
 
@@ -119,13 +126,6 @@ impl ApiError {
             name: e.code.name(),
             message: e.message,
         }
-    }
-
-    fn unknown_session(sid: u64, ns: &str) -> ApiError {
-        ApiError::kernel(Error::new(
-            ErrorCode::UnknownSession,
-            format!("no open session {sid} in namespace {ns:?}"),
-        ))
     }
 }
 
@@ -209,10 +209,6 @@ fn digest_of(secret: &str) -> String {
         .collect()
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// A fresh secret session token.
 fn new_token() -> Result<String, ApiError> {
     let mut bytes = [0u8; 32];
@@ -225,41 +221,44 @@ fn new_token() -> Result<String, ApiError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Checks that `sid` is an open session of `ns` and that the request carries its token.
+/// For reads that make no command (event streams, ticket polls): checks that `sid` is an open
+/// session of `ns` and that the request carries its token.
 async fn authorize(
     api: &Api,
     ns: &str,
     sid: &str,
     headers: &HeaderMap,
 ) -> Result<SessionId, ApiError> {
-    let id = session_id(sid)?;
-    let given = header(headers, "klock-session-token")?.map(digest_of);
-    let ns_owned = ns.to_owned();
-    let (exists, expected) = api
-        .engine
-        .read(move |m| {
-            let info = m.kernel().session_info_of(id);
-            let here = info.is_some_and(|i| i.namespace == ns_owned);
-            (here, m.token_of(id).map(str::to_owned))
-        })
-        .await?;
-    if !exists {
-        return Err(ApiError::unknown_session(id.0, ns));
-    }
-    match (given, expected) {
-        (Some(given), Some(expected)) if constant_time_eq(given.as_bytes(), expected.as_bytes()) => {
-            Ok(id)
-        }
-        (None, _) => Err(ApiError::unauthorized(
-            "this call names a session: send its token (from open or resume) in the Klock-Session-Token header",
-        )),
-        _ => Err(ApiError::unauthorized(
-            "the Klock-Session-Token header does not match this session",
-        )),
-    }
+    let (session, caller) = named(ns, sid, headers)?;
+    api.engine
+        .read(move |m| m.check_reader(session, &caller))
+        .await?
+        .map_err(refusal)?;
+    Ok(session)
 }
 
-/// The engine command, scoped idempotency key included.
+tokio::task_local! {
+    /// The log index of the command the current request made, for the `Klock-Index` header.
+    static INDEX: std::cell::Cell<Option<u64>>;
+}
+
+/// Adds `Klock-Index` to the answer of a request that made a command.
+async fn with_index(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    INDEX
+        .scope(std::cell::Cell::new(None), async move {
+            let mut response = next.run(request).await;
+            if let Some(index) = INDEX.with(std::cell::Cell::get) {
+                response
+                    .headers_mut()
+                    .insert("klock-index", index.to_string().parse().expect("digits"));
+            }
+            response
+        })
+        .await
+}
+
+/// The engine command, scoped idempotency key included; `token` is bound to the session an
+/// open or resume creates.
 async fn run(
     api: &Api,
     headers: &HeaderMap,
@@ -267,13 +266,57 @@ async fn run(
     command: Command,
     token: Option<String>,
 ) -> Result<Reply, ApiError> {
-    let now = now_of(headers)?;
-    let key = header(headers, "idempotency-key")?.map(|k| format!("{scope}\u{0}{k}"));
-    Ok(api.engine.submit(command, now, key, token).await?)
+    submit(api, headers, scope, command, token, None).await
+}
+
+/// The engine command of a request naming a session, checked against `caller` in the log.
+async fn run_as(
+    api: &Api,
+    headers: &HeaderMap,
+    scope: &str,
+    command: Command,
+    caller: Caller,
+) -> Result<Reply, ApiError> {
+    submit(api, headers, scope, command, None, Some(caller)).await
+}
+
+async fn submit(
+    api: &Api,
+    headers: &HeaderMap,
+    scope: &str,
+    command: Command,
+    token: Option<String>,
+    caller: Option<Caller>,
+) -> Result<Reply, ApiError> {
+    let mut submission = Submission::new(command, now_of(headers)?);
+    submission.key = header(headers, "idempotency-key")?.map(|k| format!("{scope}\u{0}{k}"));
+    submission.token = token;
+    submission.caller = caller;
+    let reply = api.engine.submit(submission).await?;
+    let _ = INDEX.try_with(|cell| cell.set(Some(reply.index)));
+    Ok(reply)
+}
+
+/// The session a command's path names, and who is asking (checked by the machine).
+fn named(ns: &str, sid: &str, headers: &HeaderMap) -> Result<(SessionId, Caller), ApiError> {
+    let session = session_id(sid)?;
+    let token = header(headers, "klock-session-token")?.map(digest_of);
+    let caller = Caller {
+        namespace: ns.to_owned(),
+        token,
+    };
+    Ok((session, caller))
+}
+
+fn refusal(refused: Refused) -> ApiError {
+    match refused {
+        Refused::Kernel(e) => ApiError::kernel(e),
+        Refused::Unauthorized(message) => ApiError::unauthorized(message),
+    }
 }
 
 fn output(reply: Reply) -> Result<Output, ApiError> {
-    reply.output.map_err(ApiError::kernel)
+    reply.output.map_err(refusal)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Value {
@@ -349,24 +392,19 @@ async fn resume(
     raw: Bytes,
 ) -> Answer {
     let b: ResumeBody = body(&raw)?;
-    if b.digest.identity.namespace != ns {
-        return Err(ApiError::unknown_session(
-            b.digest.identity.session_id.0,
-            &ns,
-        ));
-    }
     let token = new_token()?;
     let command = Command::Resume {
         digest: Box::new(b.digest),
     };
-    let reply = run(
-        &api,
-        &headers,
-        &format!("{ns}/resume"),
-        command,
-        Some(digest_of(&token)),
-    )
-    .await?;
+    // The session must live in the path's namespace (the machine checks it with the command);
+    // the digest's own fields are the kernel's to check.
+    let caller = Caller {
+        namespace: ns.clone(),
+        token: None,
+    };
+    let scope = format!("{ns}/resume");
+    let token_hash = Some(digest_of(&token));
+    let reply = submit(&api, &headers, &scope, command, token_hash, Some(caller)).await?;
     session_answer(reply, token)
 }
 
@@ -375,13 +413,13 @@ async fn close(
     Path((ns, sid)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Answer {
-    let session = authorize(&api, &ns, &sid, &headers).await?;
-    let reply = run(
+    let (session, caller) = named(&ns, &sid, &headers)?;
+    let reply = run_as(
         &api,
         &headers,
         &format!("{ns}/{sid}/close"),
         Command::Close { session },
-        None,
+        caller.clone(),
     )
     .await?;
     output(reply)?;
@@ -394,13 +432,13 @@ async fn suspend(
     Path((ns, sid)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Answer {
-    let session = authorize(&api, &ns, &sid, &headers).await?;
-    let reply = run(
+    let (session, caller) = named(&ns, &sid, &headers)?;
+    let reply = run_as(
         &api,
         &headers,
         &format!("{ns}/{sid}/suspend"),
         Command::Suspend { session },
-        None,
+        caller.clone(),
     )
     .await?;
     output(reply)?;
@@ -412,13 +450,13 @@ async fn digest(
     Path((ns, sid)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Answer {
-    let session = authorize(&api, &ns, &sid, &headers).await?;
-    let reply = run(
+    let (session, caller) = named(&ns, &sid, &headers)?;
+    let reply = run_as(
         &api,
         &headers,
         &format!("{ns}/{sid}/digest"),
         Command::Digest { session },
-        None,
+        caller.clone(),
     )
     .await?;
     match output(reply)? {
@@ -443,7 +481,7 @@ async fn acquire(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
-    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let (session, caller) = named(&ns, &sid, &headers)?;
     let b: AcquireBody = body(&raw)?;
     let hold = hold_of(b.hold_ms, "hold_ms")?;
     let command = Command::Acquire {
@@ -455,12 +493,12 @@ async fn acquire(
             wait_timeout_ms: b.wait_timeout_ms,
         },
     };
-    let reply = run(
+    let reply = run_as(
         &api,
         &headers,
         &format!("{ns}/{sid}/acquire"),
         command,
-        None,
+        caller.clone(),
     )
     .await?;
     let index = reply.index;
@@ -498,7 +536,8 @@ async fn resolve_ticket(
     let deadline = tokio::time::Instant::now() + hold;
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let batch = api.engine.events().wait_after(session, after, left).await;
+        let stream = Stream::Session(session);
+        let batch = api.engine.events().wait_after(&stream, after, left).await;
         for stamped in &batch.events {
             let resolves = match &stamped.event {
                 Event::Granted { ticket: t, .. }
@@ -557,19 +596,19 @@ async fn cancel(
     Path((ns, sid, tid)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Answer {
-    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let (session, caller) = named(&ns, &sid, &headers)?;
     let ticket = tid
         .parse::<u64>()
         .map(TicketId)
         .map_err(|_| ApiError::bad_request(format!("ticket must be a number, got {tid:?}")))?;
     let command = Command::CancelWait { session, ticket };
     output(
-        run(
+        run_as(
             &api,
             &headers,
             &format!("{ns}/{sid}/cancel/{tid}"),
             command,
-            None,
+            caller.clone(),
         )
         .await?,
     )?;
@@ -593,7 +632,7 @@ async fn heartbeat(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
-    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let (session, caller) = named(&ns, &sid, &headers)?;
     let b: LeasesBody = body(&raw)?;
     if b.all.is_some() {
         return Err(ApiError::bad_request(
@@ -604,12 +643,12 @@ async fn heartbeat(
         session,
         leases: b.lease_ids.map(lease_ids),
     };
-    let reply = run(
+    let reply = run_as(
         &api,
         &headers,
         &format!("{ns}/{sid}/heartbeat"),
         command,
-        None,
+        caller.clone(),
     )
     .await?;
     match output(reply)? {
@@ -629,17 +668,17 @@ async fn release(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
-    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let (session, caller) = named(&ns, &sid, &headers)?;
     let b: LeasesBody = body(&raw)?;
     let scope = format!("{ns}/{sid}/release");
     match (b.lease_ids, b.all) {
         (None, Some(true)) => {
-            let reply = run(
+            let reply = run_as(
                 &api,
                 &headers,
                 &scope,
                 Command::ReleaseAll { session },
-                None,
+                caller.clone(),
             )
             .await?;
             match output(reply)? {
@@ -652,7 +691,7 @@ async fn release(
                 session,
                 lease: LeaseId(ids[0]),
             };
-            match output(run(&api, &headers, &scope, command, None).await?)? {
+            match output(run_as(&api, &headers, &scope, command, caller.clone()).await?)? {
                 Output::Released { released } => Ok(Json(json!({"released": released}))),
                 other => unreachable!("release answers a flag, not {other:?}"),
             }
@@ -669,7 +708,7 @@ async fn reconcile(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
-    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let (session, caller) = named(&ns, &sid, &headers)?;
     let b: LeasesBody = body(&raw)?;
     let (Some(ids), None) = (b.lease_ids, b.all) else {
         return Err(ApiError::bad_request(
@@ -681,12 +720,12 @@ async fn reconcile(
         leases: lease_ids(ids),
     };
     match output(
-        run(
+        run_as(
             &api,
             &headers,
             &format!("{ns}/{sid}/reconcile"),
             command,
-            None,
+            caller.clone(),
         )
         .await?,
     )? {
@@ -715,7 +754,8 @@ async fn events(
         })?,
         None => EventId::default(),
     };
-    let batch = api.engine.events().wait_after(session, after, hold).await;
+    let stream = Stream::Session(session);
+    let batch = api.engine.events().wait_after(&stream, after, hold).await;
     Ok(Json(to_json(&batch)))
 }
 
@@ -752,4 +792,38 @@ async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {
     let events = reply.events.clone();
     output(reply)?;
     Ok(Json(json!({"events": to_json(&events)})))
+}
+
+/// A namespace's events (every session's), for dashboards: `?after=&wait_ms=`.
+async fn watch(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    Query(q): Query<WaitQuery>,
+) -> Answer {
+    let hold = hold_of(q.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
+    let after = match &q.after {
+        Some(a) => EventId::parse(a).ok_or_else(|| {
+            ApiError::bad_request(format!("after must be an event id like 12.0, got {a:?}"))
+        })?,
+        None => EventId::default(),
+    };
+    let stream = Stream::Namespace(ns);
+    let batch = api.engine.events().wait_after(&stream, after, hold).await;
+    Ok(Json(to_json(&batch)))
+}
+
+/// The kernel's next deadline (a pure read).
+async fn deadline(State(api): State<Api>) -> Answer {
+    let next = api.engine.read(|m| m.kernel().next_deadline()).await?;
+    Ok(Json(json!({ "deadline": next })))
+}
+
+/// Manual clock without a data file only: starts over with the kernel config in the body.
+async fn reset(State(api): State<Api>, raw: Bytes) -> Answer {
+    let config: klock_core::Config = body(&raw)?;
+    api.engine
+        .reset(config)
+        .await
+        .map_err(ApiError::bad_request)?;
+    Ok(Json(json!({ "reset": true })))
 }

@@ -14,9 +14,9 @@
 //! - Events go to the [`EventHub`] only after they are durable, in log order.
 
 use crate::events::EventHub;
-use crate::machine::{Applied, Entry, Machine, MachineSnapshot};
+use crate::machine::{Applied, Caller, Entry, Machine, MachineSnapshot, Refused};
 use crate::store::Store;
-use klock_core::{Command, Error, Event, Output};
+use klock_core::{Command, Event, Output};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -57,7 +57,7 @@ pub struct Reply {
     pub index: u64,
     /// The time the command was applied at.
     pub now: u64,
-    pub output: Result<Output, Error>,
+    pub output: Result<Output, Refused>,
     pub events: Vec<Event>,
 }
 
@@ -71,10 +71,44 @@ pub enum Request {
         key: Option<String>,
         /// The token hash to bind to a session this command opens or resumes.
         token: Option<String>,
+        /// Who sends it (checked by the machine before the kernel sees the command).
+        caller: Option<Caller>,
         reply: Responder,
     },
     /// A read of the machine as it stands (no time passes, nothing is logged).
     Read(Box<dyn FnOnce(&Machine) + Send>),
+    /// Manual clock without a store only (conformance runs): start over with a fresh machine
+    /// and `config`, and empty event streams.
+    Reset {
+        config: klock_core::Config,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+}
+
+/// A client's command and what comes with it.
+pub struct Submission {
+    pub command: Command,
+    /// Its time, under the manual clock only.
+    pub now: Option<u64>,
+    /// The idempotency key, already scoped by the caller: a repeat answers the first answer.
+    pub key: Option<String>,
+    /// The token hash to bind to the session an open or resume creates.
+    pub token: Option<String>,
+    /// Who sends it, checked atomically with the command.
+    pub caller: Option<Caller>,
+}
+
+impl Submission {
+    /// `command` at `now`, with no key, token or caller.
+    pub fn new(command: Command, now: Option<u64>) -> Submission {
+        Submission {
+            command,
+            now,
+            key: None,
+            token: None,
+            caller: None,
+        }
+    }
 }
 
 /// Where a command's answer goes.
@@ -102,22 +136,21 @@ impl EngineHandle {
     /// # Errors
     /// [`EngineError`].
     pub async fn command(&self, command: Command, now: Option<u64>) -> Result<Reply, EngineError> {
-        self.submit(command, now, None, None).await
+        self.submit(Submission::new(command, now)).await
     }
 
-    /// As [`command`](Self::command), answered only once per `key` (a repeat of a key the
-    /// log remembers answers what the first command answered and changes nothing), and
-    /// binding `token` (a hash) to the session an open or resume creates.
+    /// Logs and applies a client's command (see [`Submission`]).
     ///
     /// # Errors
     /// [`EngineError`].
-    pub async fn submit(
-        &self,
-        command: Command,
-        now: Option<u64>,
-        key: Option<String>,
-        token: Option<String>,
-    ) -> Result<Reply, EngineError> {
+    pub async fn submit(&self, submission: Submission) -> Result<Reply, EngineError> {
+        let Submission {
+            command,
+            now,
+            key,
+            token,
+            caller,
+        } = submission;
         let (reply, answer) = oneshot::channel();
         self.requests
             .send(Request::Command {
@@ -125,6 +158,7 @@ impl EngineHandle {
                 now,
                 key,
                 token,
+                caller,
                 reply,
             })
             .await
@@ -149,6 +183,21 @@ impl EngineHandle {
             .await
             .map_err(|_| EngineError::Stopped)?;
         rx.await.map_err(|_| EngineError::Stopped)
+    }
+
+    /// Manual clock without a store only: starts over with `config` (see [`Request::Reset`]).
+    ///
+    /// # Errors
+    /// The engine refuses (durable or monotonic), or the config is invalid.
+    pub async fn reset(&self, config: klock_core::Config) -> Result<(), String> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Reset { config, reply })
+            .await
+            .map_err(|_| String::from("the engine stopped"))?;
+        answer
+            .await
+            .map_err(|_| String::from("the engine stopped"))?
     }
 
     /// The per-session streams of durable events.
@@ -207,11 +256,15 @@ impl Engine {
             loop {
                 match next {
                     Some(Request::Read(read)) => read(&self.machine),
+                    Some(Request::Reset { config, reply }) => {
+                        let _ = reply.send(self.reset(config));
+                    }
                     Some(Request::Command {
                         command,
                         now,
                         key,
                         token,
+                        caller,
                         reply,
                     }) => match self.stamp(now) {
                         Ok(now) => {
@@ -220,6 +273,7 @@ impl Engine {
                                 command,
                                 key,
                                 token,
+                                caller,
                             };
                             batch.push((entry, Some(reply)));
                         }
@@ -235,6 +289,7 @@ impl Engine {
                                 command,
                                 key: None,
                                 token: None,
+                                caller: None,
                             };
                             batch.push((entry, None));
                         }
@@ -260,6 +315,17 @@ impl Engine {
         let due = self.machine.kernel().next_deadline()?;
         let after = due.saturating_sub(start);
         Some(at + std::time::Duration::from_millis(after.min(u64::MAX / 2)))
+    }
+
+    fn reset(&mut self, config: klock_core::Config) -> Result<(), String> {
+        if self.store.is_some() || !matches!(self.config.clock, Clock::Manual) {
+            return Err(String::from(
+                "only a server started with --memory --clock manual can be reset",
+            ));
+        }
+        self.machine = Machine::new(config).map_err(|e| e.message)?;
+        self.events.clear();
+        Ok(())
     }
 
     /// The `now` a command is applied at.
@@ -307,7 +373,8 @@ impl Engine {
             }
         }
         for (responder, reply) in answers {
-            self.events.publish(reply.index, &reply.events);
+            self.events
+                .record(&reply.output, reply.index, &reply.events);
             if let Some(responder) = responder {
                 let _ = responder.send(Ok(reply));
             }

@@ -6,8 +6,10 @@
 //! persist, and recovery feeds the replayed entries' events back in). A reader asks for the
 //! events after an id and may wait for more ([`EventHub::wait_after`]); a ring keeps the last
 //! [`RING`] events of a session, and a reader that fell further behind is told so (`gap`).
+//! The same events are kept per namespace too (the watch stream of dashboards): the hub
+//! learns each session's namespace from the open or resume that answered it.
 
-use klock_core::{Event, SessionId};
+use klock_core::{Event, Output, SessionId};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -66,22 +68,58 @@ struct Ring {
     dropped: Option<EventId>,
 }
 
-/// The rings of every session, and a signal that something new arrived.
+impl Ring {
+    fn push(&mut self, id: EventId, event: &Event) {
+        self.events.push_back((id, event.clone()));
+        if self.events.len() > RING {
+            self.dropped = self.events.pop_front().map(|(id, _)| id);
+        }
+    }
+}
+
+/// Which stream a reader follows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Stream {
+    Session(SessionId),
+    Namespace(String),
+}
+
+#[derive(Default)]
+struct Rings {
+    streams: HashMap<Stream, Ring>,
+    namespace_of: HashMap<SessionId, String>,
+}
+
+/// The rings of every stream, and a signal that something new arrived.
 pub struct EventHub {
-    rings: Mutex<HashMap<SessionId, Ring>>,
+    rings: Mutex<Rings>,
     latest: watch::Sender<u64>,
 }
 
 impl Default for EventHub {
     fn default() -> EventHub {
         EventHub {
-            rings: Mutex::new(HashMap::new()),
+            rings: Mutex::new(Rings::default()),
             latest: watch::channel(0).0,
         }
     }
 }
 
 impl EventHub {
+    /// Publishes an entry's events, first binding the session an open or resume answered.
+    pub fn record<E>(&self, output: &Result<Output, E>, index: u64, events: &[Event]) {
+        if let Ok(Output::Session { session }) = output {
+            self.bind(session.session_id, &session.namespace);
+        }
+        self.publish(index, events);
+    }
+
+    /// Records that `session` belongs to `namespace`.
+    pub fn bind(&self, session: SessionId, namespace: &str) {
+        let mut rings = self.rings.lock().expect("event rings lock");
+        rings.namespace_of.insert(session, namespace.to_owned());
+    }
+
     /// Adds the events of log entry `index`.
     pub fn publish(&self, index: u64, events: &[Event]) {
         if events.is_empty() {
@@ -90,28 +128,40 @@ impl EventHub {
         let mut rings = self.rings.lock().expect("event rings lock");
         for (k, event) in events.iter().enumerate() {
             let id = EventId { index, k: k as u32 };
-            let ring = rings.entry(event.session()).or_default();
-            ring.events.push_back((id, event.clone()));
-            if ring.events.len() > RING {
-                ring.dropped = ring.events.pop_front().map(|(id, _)| id);
+            let session = event.session();
+            if let Some(ns) = rings.namespace_of.get(&session).cloned() {
+                let ring = rings.streams.entry(Stream::Namespace(ns)).or_default();
+                ring.push(id, event);
+            }
+            let ring = rings.streams.entry(Stream::Session(session)).or_default();
+            ring.push(id, event);
+            if let Event::SessionClosed { .. } = event {
+                // The kernel closed it: nothing can read its stream any more.
+                rings.streams.remove(&Stream::Session(session));
+                rings.namespace_of.remove(&session);
             }
         }
         drop(rings);
         self.latest.send_replace(index);
     }
 
-    /// Forgets a closed session's ring.
+    /// Forgets a closed session's ring and namespace.
     pub fn forget(&self, session: SessionId) {
-        self.rings
-            .lock()
-            .expect("event rings lock")
-            .remove(&session);
+        let mut rings = self.rings.lock().expect("event rings lock");
+        rings.streams.remove(&Stream::Session(session));
+        rings.namespace_of.remove(&session);
     }
 
-    /// The session's events after `after`.
-    pub fn after(&self, session: SessionId, after: EventId) -> Batch {
+    /// Forgets every stream (a reset of a manual-clock server).
+    pub fn clear(&self) {
+        *self.rings.lock().expect("event rings lock") = Rings::default();
+        self.latest.send_replace(0);
+    }
+
+    /// The stream's events after `after`.
+    pub fn after(&self, stream: &Stream, after: EventId) -> Batch {
         let rings = self.rings.lock().expect("event rings lock");
-        let Some(ring) = rings.get(&session) else {
+        let Some(ring) = rings.streams.get(stream) else {
             return Batch {
                 events: Vec::new(),
                 next: after.to_string(),
@@ -135,18 +185,18 @@ impl EventHub {
         }
     }
 
-    /// The session's events after `after`, waiting up to `wait` for the first one.
-    pub async fn wait_after(&self, session: SessionId, after: EventId, wait: Duration) -> Batch {
+    /// The stream's events after `after`, waiting up to `wait` for the first one.
+    pub async fn wait_after(&self, stream: &Stream, after: EventId, wait: Duration) -> Batch {
         let mut changes = self.latest.subscribe();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let batch = self.after(session, after);
+            let batch = self.after(stream, after);
             if !batch.events.is_empty() || batch.gap {
                 return batch;
             }
             match tokio::time::timeout_at(deadline, changes.changed()).await {
                 Ok(Ok(())) => continue,
-                _ => return self.after(session, after),
+                _ => return self.after(stream, after),
             }
         }
     }

@@ -9,8 +9,10 @@
 //! - [`events`]: per-session streams of the durable events.
 //! - [`recovery`]: building the machine from the store on start.
 //! - [`api`]: the HTTP routes (`/v1`), translation only.
+//! - [`conformance`]: every vector through the HTTP API of a spawned manual-clock server.
 
 pub mod api;
+pub mod conformance;
 pub mod engine;
 pub mod events;
 pub mod machine;

@@ -9,7 +9,7 @@
 //! to continue: the kernel's exported state, the last applied index and time, and a state hash.
 
 use klock_core::{
-    Command, Config, Error, Event, Kernel, KernelState, Output, SessionId, StateError,
+    Command, Config, Error, ErrorCode, Event, Kernel, KernelState, Output, SessionId, StateError,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -32,6 +32,9 @@ pub enum Entry {
         key: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token: Option<String>,
+        /// Who sent it, when it came from a client (checked before the kernel sees it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        caller: Option<Caller>,
     },
     /// The server started again from its log. Every open session is put in the suspension
     /// grace (SPEC.md §5) so its agent can reconnect, reconcile and heartbeat: a lease is never
@@ -48,11 +51,35 @@ impl Entry {
     }
 }
 
+/// Why a command got no kernel answer of its own, or the kernel's error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The kernel's answer (or, for another namespace's session, its words for an unknown one).
+    Kernel(Error),
+    /// The caller did not carry the session's token.
+    Unauthorized(String),
+}
+
+/// Who sends a command: the namespace of its request and the SHA-256 (hex) of the session
+/// token it carried, checked by the machine atomically with the command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Caller {
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// Equality of two byte strings in time that depends only on their lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// What applying one entry produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
     /// The command's direct answer (`Recovered` answers `Done`).
-    pub output: Result<Output, Error>,
+    pub output: Result<Output, Refused>,
     /// Every event the entry caused, in order.
     pub events: Vec<Event>,
     /// For a repeated idempotency key: the index of the entry that first answered.
@@ -177,31 +204,43 @@ impl Machine {
     }
 
     /// Applies the entry at `index` (the next one: indexes are dense and increasing).
+    ///
+    /// Every entry first settles what is due at its time, as every kernel call does, so a
+    /// refused or repeated command reports the same settlement as any other. Then a command
+    /// naming an open session is checked against its caller (namespace, then token) before
+    /// the kernel sees it: another namespace's session is `UNKNOWN_SESSION`, exactly as if it
+    /// did not exist, and a missing or wrong token is refused. The check and the command are
+    /// one step of the log, so no session can appear or change hands between them.
     pub fn apply(&mut self, index: u64, entry: &Entry) -> Applied {
         debug_assert_eq!(index, self.applied + 1, "entries are applied in log order");
         self.applied = index;
         let now = self.last_now.max(entry.now());
         self.last_now = now;
-        if let Entry::Command { key: Some(key), .. } = entry {
-            if let Some(first) = self.recall(key).cloned() {
-                // A retried open or resume hands out a new token (the first answer may never
-                // have arrived): the retry's token is the one that counts from now on.
-                if let (Entry::Command { token: Some(t), .. }, Ok(Output::Session { session })) =
-                    (entry, &first.output)
-                {
-                    if self.kernel.session_info_of(session.session_id).is_some() {
-                        self.tokens.insert(session.session_id, t.clone());
-                    }
-                }
-                return Applied {
-                    output: first.output,
-                    events: Vec::new(),
-                    repeat_of: Some(first.index),
-                };
-            }
+        self.kernel.advance(now);
+        let (output, repeat_of) = self.decide(index, entry, now);
+        let events: Vec<Event> = std::iter::from_fn(|| self.kernel.poll_event()).collect();
+        self.track_tokens(entry, &output, &events);
+        Applied {
+            output,
+            events,
+            repeat_of,
         }
-        let output = match entry {
-            Entry::Command { command, .. } => self.kernel.apply(command, now),
+    }
+
+    fn decide(
+        &mut self,
+        index: u64,
+        entry: &Entry,
+        now: u64,
+    ) -> (Result<Output, Refused>, Option<u64>) {
+        let (command, key, token, caller) = match entry {
+            Entry::Command {
+                command,
+                key,
+                token,
+                caller,
+                ..
+            } => (command, key, token, caller),
             Entry::Recovered { .. } => {
                 let open = self.kernel.snapshot(now).sessions;
                 for session in open {
@@ -209,30 +248,94 @@ impl Machine {
                         .suspend_session(session.session_id, now)
                         .expect("a session listed by the snapshot is open");
                 }
-                Ok(Output::Done)
+                return (Ok(Output::Done), None);
             }
         };
-        let events: Vec<Event> = std::iter::from_fn(|| self.kernel.poll_event()).collect();
-        self.track_tokens(entry, &output, &events);
-        if let Entry::Command { key: Some(key), .. } = entry {
+        if let Some(caller) = caller {
+            if let Err(refused) = self.check_caller(command, caller) {
+                return (Err(refused), None);
+            }
+        }
+        if let Some(key) = key {
+            if let Some(first) = self.recall(key).cloned() {
+                // A retried open or resume hands out a new token (the first answer may never
+                // have arrived): the retry's token is the one that counts from now on.
+                if let (Some(t), Ok(Output::Session { session })) = (token, &first.output) {
+                    if self.kernel.session_info_of(session.session_id).is_some() {
+                        self.tokens.insert(session.session_id, t.clone());
+                    }
+                }
+                return (first.output.map_err(Refused::Kernel), Some(first.index));
+            }
+        }
+        let output = self.kernel.apply(command, now);
+        if let Some(key) = key {
             self.remember(Remembered {
                 key: key.clone(),
                 index,
                 output: output.clone(),
             });
         }
-        Applied {
-            output,
-            events,
-            repeat_of: None,
+        (output.map_err(Refused::Kernel), None)
+    }
+
+    /// For reads that make no command (event streams): `caller` may read `session` only if it
+    /// is open in the caller's namespace and the caller carries its token.
+    ///
+    /// # Errors
+    /// [`Refused`], as a command naming the session would get it.
+    pub fn check_reader(&self, session: SessionId, caller: &Caller) -> Result<(), Refused> {
+        if self.kernel.session_info_of(session).is_none() {
+            return Err(Refused::Kernel(Error::new(
+                ErrorCode::UnknownSession,
+                format!(
+                    "no open session {session} (closed, expired for idleness, or never opened)"
+                ),
+            )));
+        }
+        let probe = Command::ReleaseAll { session };
+        self.check_caller(&probe, caller)
+    }
+
+    /// The caller rules of [`apply`](Self::apply); an unknown session is left to the kernel.
+    fn check_caller(&self, command: &Command, caller: &Caller) -> Result<(), Refused> {
+        let Some(session) = command.session() else {
+            return Ok(());
+        };
+        let Some(info) = self.kernel.session_info_of(session) else {
+            return Ok(());
+        };
+        if info.namespace != caller.namespace {
+            // The kernel's own words for a session that does not exist.
+            return Err(Refused::Kernel(Error::new(
+                ErrorCode::UnknownSession,
+                format!(
+                    "no open session {session} (closed, expired for idleness, or never opened)"
+                ),
+            )));
+        }
+        if matches!(command, Command::Resume { .. }) {
+            return Ok(()); // the digest is the credential; the kernel checks it
+        }
+        let expected = self.tokens.get(&session).map(String::as_bytes);
+        match (caller.token.as_deref().map(str::as_bytes), expected) {
+            (Some(given), Some(expected)) if constant_time_eq(given, expected) => Ok(()),
+            (None, _) => Err(Refused::Unauthorized(String::from(
+                "this call names a session: send its token (from open or resume) in the Klock-Session-Token header",
+            ))),
+            _ => Err(Refused::Unauthorized(String::from(
+                "the session token does not match this session",
+            ))),
         }
     }
 
     /// Binds a new session's token; forgets the tokens of sessions that closed.
-    fn track_tokens(&mut self, entry: &Entry, output: &Result<Output, Error>, events: &[Event]) {
+    fn track_tokens(&mut self, entry: &Entry, output: &Result<Output, Refused>, events: &[Event]) {
         if let (Entry::Command { token, command, .. }, Ok(out)) = (entry, output) {
             match (command, out) {
-                (Command::Open { .. } | Command::Resume { .. }, Output::Session { session }) => {
+                (Command::Open { .. } | Command::Resume { .. }, Output::Session { session })
+                    if self.kernel.session_info_of(session.session_id).is_some() =>
+                {
                     match token {
                         Some(t) => self.tokens.insert(session.session_id, t.clone()),
                         None => self.tokens.remove(&session.session_id),

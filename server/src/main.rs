@@ -3,6 +3,7 @@
 //! ```text
 //! klock serve [--listen 127.0.0.1:7300] [--data FILE | --memory] [--clock manual]
 //!             [--snapshot-every N]
+//! klock conformance --spawn PATH...
 //! ```
 
 use klock_core::Config;
@@ -20,6 +21,8 @@ use std::sync::Arc;
 const USAGE: &str = "\
 usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual]
                    [--snapshot-every N]
+       klock conformance --spawn PATH...   (every vector through the HTTP API of a
+                                             manual-clock server it starts and stops)
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
                        Only loopback addresses for now: TLS and bearer tokens are not built yet.
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve") => {}
+        Some("conformance") => return conformance(&args[1..]),
         Some("--help" | "-h" | "help") | None => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -194,4 +198,31 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         })
         .await
         .map_err(|e| format!("server error: {e}"))
+}
+
+fn conformance(args: &[String]) -> ExitCode {
+    let Some(("--spawn", paths)) = args.split_first().map(|(f, rest)| (f.as_str(), rest)) else {
+        eprintln!("klock conformance: the only mode is --spawn PATH...\n{USAGE}");
+        return ExitCode::from(2);
+    };
+    if paths.is_empty() {
+        eprintln!("klock conformance: name vector files or directories\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    match klock_server::conformance::run(paths) {
+        Ok(summary) => {
+            for line in summary.lines() {
+                println!("{line}");
+            }
+            if summary.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("klock conformance: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

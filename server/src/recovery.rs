@@ -53,7 +53,7 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
     let replayed = loaded.entries.len() as u64;
     for (index, entry) in &loaded.entries {
         let applied = machine.apply(*index, entry);
-        events.publish(*index, &applied.events);
+        events.record(&applied.output, *index, &applied.events);
     }
     let restarted = machine.applied() > 0;
     if restarted {
@@ -65,7 +65,7 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
             .append(&[(index, entry.clone())])
             .map_err(|e| e.to_string())?;
         let applied = machine.apply(index, &entry);
-        events.publish(index, &applied.events);
+        events.record(&applied.output, index, &applied.events);
     }
     Ok(Recovered {
         machine,

@@ -4,7 +4,7 @@
 
 use klock_core::{AcquireOptions, Command, Config, Event, Output, SessionId, Verdict};
 use klock_server::engine::{self, Clock, EngineConfig, EngineError};
-use klock_server::events::EventId;
+use klock_server::events::{EventId, Stream};
 use klock_server::machine::{Entry, Machine, MachineSnapshot};
 use klock_server::recovery::recover;
 use klock_server::store::Store;
@@ -35,6 +35,7 @@ fn history() -> Vec<Entry> {
         command,
         key: None,
         token: None,
+        caller: None,
     };
     vec![
         c(0, open("ann")),
@@ -308,7 +309,7 @@ fn the_timer_expires_leases_without_any_client_call() {
         let batch = engine
             .events()
             .wait_after(
-                SessionId(1),
+                &Stream::Session(SessionId(1)),
                 EventId::default(),
                 std::time::Duration::from_secs(5),
             )
@@ -329,10 +330,14 @@ fn a_repeated_idempotency_key_answers_the_first_answer_and_changes_nothing() {
         command,
         key: Some(key.into()),
         token: None,
+        caller: None,
     };
     machine.apply(1, &keyed(0, open("ann"), "k-open"));
     let first = machine.apply(2, &keyed(5, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));
-    let state = machine.kernel().export_state();
+    // A repeat changes nothing but the settlement of time (SPEC.md §2), like any call.
+    let mut settled = machine.kernel().clone();
+    settled.advance(9);
+    let state = settled.export_state();
     let again = machine.apply(3, &keyed(9, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));
     assert_eq!(again.output, first.output);
     assert_eq!(again.repeat_of, Some(2));

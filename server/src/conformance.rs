@@ -1,0 +1,446 @@
+//! `klock conformance --spawn PATH...`: every vector through the HTTP API.
+//!
+//! Contract: [`run`] starts this binary as `klock serve --memory --clock manual` on a free
+//! loopback port, and for each vector resets it to the vector's configuration and replays the
+//! steps through the public routes ([`HttpHost`]), checked by the same runner as the kernel's
+//! (`klock-conformance`). The events of a step are read back from the namespace watch streams
+//! and matched to the step by the `Klock-Index` of its answer. The host cannot clone the
+//! server, so the "a failed call changes nothing" proof and the resume-priority check are left
+//! to the kernel's own run; everything else is compared exactly. The server is stopped at the
+//! end, also on failure.
+
+use klock_conformance::run::{Answer, Host};
+use klock_conformance::vector::Vector;
+use klock_core::{
+    Command, Error, ErrorCode, Event, LeaseId, LeaseStatus, Output, ResourceState, SessionId,
+    SessionInfo, Snapshot, StateDigest, Verdict,
+};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+/// A spawned manual-clock server, stopped on drop.
+pub struct Spawned {
+    child: Child,
+    port: u16,
+}
+
+impl Spawned {
+    /// Starts `klock serve --memory --clock manual` from this very executable.
+    ///
+    /// # Errors
+    /// It cannot be started, or does not say where it listens.
+    pub fn start() -> Result<Spawned, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find klock itself: {e}"))?;
+        let mut child = std::process::Command::new(exe)
+            .args([
+                "serve",
+                "--memory",
+                "--clock",
+                "manual",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start klock serve: {e}"))?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().ok_or("no stdout from klock serve")?;
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| format!("klock serve said nothing: {e}"))?;
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| format!("klock serve did not say where it listens: {line:?}"))?;
+        Ok(Spawned { child, port })
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP answer.
+struct Http {
+    status: u16,
+    index: Option<u64>,
+    body: Value,
+}
+
+/// Percent-encodes everything but unreserved characters.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &str,
+) -> Result<Http, String> {
+    let fail = |e: std::io::Error| format!("{method} {path}: {e}");
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(fail)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(fail)?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: klock\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).map_err(fail)?;
+    s.write_all(body.as_bytes()).map_err(fail)?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).map_err(fail)?;
+    let (head, payload) = raw
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{method} {path}: no HTTP answer"))?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("{method} {path}: no status in {head:?}"))?;
+    let index = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("klock-index")
+            .then(|| v.trim().parse().ok())
+            .flatten()
+    });
+    let body = serde_json::from_str(payload)
+        .map_err(|e| format!("{method} {path}: the answer is not JSON ({e}): {payload:?}"))?;
+    Ok(Http {
+        status,
+        index,
+        body,
+    })
+}
+
+/// The server as a conformance host.
+pub struct HttpHost {
+    port: u16,
+    /// Namespace and token of every session the vector opened or resumed.
+    sessions: BTreeMap<SessionId, (String, String)>,
+    /// Namespaces whose watch stream is followed, and the last event id read from each.
+    watched: BTreeMap<String, String>,
+}
+
+impl HttpHost {
+    /// Resets the server at `port` to `config`.
+    ///
+    /// # Errors
+    /// The server refused or could not be reached.
+    pub fn new(port: u16, config: &klock_core::Config) -> Result<HttpHost, String> {
+        let body = serde_json::to_string(config).map_err(|e| e.to_string())?;
+        let answer = request(port, "POST", "/v1/reset", &[], &body)?;
+        if answer.status != 200 {
+            return Err(format!("reset refused: {}", answer.body));
+        }
+        Ok(HttpHost {
+            port,
+            sessions: BTreeMap::new(),
+            watched: BTreeMap::new(),
+        })
+    }
+
+    fn session_path(
+        &self,
+        session: SessionId,
+        what: &str,
+    ) -> (String, Vec<(&'static str, String)>) {
+        let (ns, token) = self
+            .sessions
+            .get(&session)
+            .cloned()
+            .unwrap_or_else(|| (String::from("default"), String::from("unknown")));
+        let path = format!("/v1/ns/{}/sessions/{}{what}", encode(&ns), session.0);
+        (path, vec![("klock-session-token", token)])
+    }
+
+    fn send(&mut self, command: &Command, now: u64) -> Result<Http, String> {
+        let mut headers = vec![("klock-now", now.to_string())];
+        let (method, path, body) = match command {
+            Command::Open {
+                agent_id,
+                namespace,
+            } => {
+                self.watched
+                    .entry(namespace.clone())
+                    .or_insert_with(|| String::from("0.0"));
+                let path = format!("/v1/ns/{}/sessions", encode(namespace));
+                ("POST", path, json!({ "agent_id": agent_id }))
+            }
+            Command::Resume { digest } => {
+                let ns = self
+                    .sessions
+                    .get(&digest.identity.session_id)
+                    .map_or(digest.identity.namespace.clone(), |(ns, _)| ns.clone());
+                let path = format!("/v1/ns/{}/sessions/resume", encode(&ns));
+                ("POST", path, json!({ "digest": digest }))
+            }
+            Command::NextDeadline => ("GET", String::from("/v1/deadline"), json!({})),
+            Command::Advance => ("POST", String::from("/v1/advance"), json!({})),
+            Command::ResourceState {
+                resource,
+                namespace,
+            } => {
+                let path = format!(
+                    "/v1/ns/{}/resources/state?resource={}",
+                    encode(namespace),
+                    encode(resource)
+                );
+                ("GET", path, json!({}))
+            }
+            other => {
+                let session = other
+                    .session()
+                    .expect("every other command names a session");
+                let (what, method, body) = match other {
+                    Command::Close { .. } => (String::new(), "DELETE", json!({})),
+                    Command::Suspend { .. } => (String::from("/suspend"), "POST", json!({})),
+                    Command::Digest { .. } => (String::from("/digest"), "GET", json!({})),
+                    Command::Acquire {
+                        intents, options, ..
+                    } => {
+                        let mut b = json!({ "intents": intents, "wait": options.wait });
+                        if let Some(t) = options.ttl_ms {
+                            b["ttl_ms"] = json!(t);
+                        }
+                        if let Some(t) = options.wait_timeout_ms {
+                            b["wait_timeout_ms"] = json!(t);
+                        }
+                        (String::from("/acquire"), "POST", b)
+                    }
+                    Command::Heartbeat { leases, .. } => {
+                        let b = match leases {
+                            Some(ids) => json!({ "lease_ids": ids }),
+                            None => json!({}),
+                        };
+                        (String::from("/heartbeat"), "POST", b)
+                    }
+                    Command::Release { lease, .. } => (
+                        String::from("/release"),
+                        "POST",
+                        json!({ "lease_ids": [lease] }),
+                    ),
+                    Command::ReleaseAll { .. } => {
+                        (String::from("/release"), "POST", json!({ "all": true }))
+                    }
+                    Command::Reconcile { leases, .. } => (
+                        String::from("/reconcile"),
+                        "POST",
+                        json!({ "lease_ids": leases }),
+                    ),
+                    Command::CancelWait { ticket, .. } => {
+                        (format!("/tickets/{}", ticket.0), "DELETE", json!({}))
+                    }
+                    _ => unreachable!("handled above"),
+                };
+                let (path, auth) = self.session_path(session, &what);
+                headers.extend(auth);
+                (method, path, body)
+            }
+        };
+        let body = if method == "GET" || method == "DELETE" {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        request(self.port, method, &path, &headers, &body)
+    }
+
+    /// The events of log entry `index`, from every watched namespace, in order.
+    fn events_of(&mut self, index: u64) -> Result<Vec<Event>, String> {
+        let mut found: Vec<(u32, Event)> = Vec::new();
+        let namespaces: Vec<String> = self.watched.keys().cloned().collect();
+        for ns in namespaces {
+            let after = self.watched[&ns].clone();
+            let path = format!("/v1/ns/{}/watch?after={after}", encode(&ns));
+            let answer = request(self.port, "GET", &path, &[], "")?;
+            if answer.body["gap"] == json!(true) {
+                return Err(format!("the watch stream of {ns:?} dropped events"));
+            }
+            for e in answer.body["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+            {
+                let id = e["id"].as_str().unwrap_or_default().to_owned();
+                let (i, k) = id.split_once('.').ok_or("an event without an id")?;
+                let (i, k): (u64, u32) = (
+                    i.parse().map_err(|_| "bad id")?,
+                    k.parse().map_err(|_| "bad id")?,
+                );
+                let mut plain = e.clone();
+                plain.as_object_mut().map(|o| o.remove("id"));
+                let event: Event = serde_json::from_value(plain)
+                    .map_err(|err| format!("an event the host cannot read ({err}): {e}"))?;
+                if i == index {
+                    found.push((k, event));
+                } else if i > index {
+                    return Err(format!(
+                        "an event of a later entry {i} while reading entry {index}"
+                    ));
+                }
+            }
+            if let Some(next) = answer.body["next"].as_str() {
+                self.watched.insert(ns, next.to_owned());
+            }
+        }
+        found.sort_by_key(|(k, _)| *k);
+        Ok(found.into_iter().map(|(_, e)| e).collect())
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, String> {
+    serde_json::from_value(v.clone()).map_err(|e| format!("{what} the host cannot read ({e}): {v}"))
+}
+
+/// The answer as the kernel would give it.
+fn output_of(command: &Command, body: Value) -> Result<Output, String> {
+    Ok(match command {
+        Command::Open { .. } | Command::Resume { .. } => Output::Session {
+            session: parse::<SessionInfo>(
+                json!({
+                    "session_id": body["session_id"], "agent_id": body["agent_id"],
+                    "namespace": body["namespace"], "priority": body["priority"], "epoch": body["epoch"],
+                }),
+                "a session",
+            )?,
+        },
+        Command::Close { .. }
+        | Command::Suspend { .. }
+        | Command::CancelWait { .. }
+        | Command::Advance => Output::Done,
+        Command::Digest { .. } => Output::Digest {
+            digest: parse::<StateDigest>(body, "a digest")?,
+        },
+        Command::Acquire { .. } => Output::Verdict {
+            verdict: parse::<Verdict>(body, "a verdict")?,
+        },
+        Command::Heartbeat { .. } => {
+            let mut results = Vec::new();
+            for r in body["results"].as_array().cloned().unwrap_or_default() {
+                let id = LeaseId(r["lease_id"].as_u64().ok_or("a result without lease_id")?);
+                let status = r["status"].as_str().ok_or("a result without status")?;
+                let outcome = match status {
+                    "OK" => Ok(r["expires_at"].as_u64().ok_or("OK without expires_at")?),
+                    name => Err(ErrorCode::from_name(name)
+                        .ok_or_else(|| format!("unknown status {name}"))?),
+                };
+                results.push((id, outcome));
+            }
+            Output::Heartbeat { results }
+        }
+        Command::Release { .. } => Output::Released {
+            released: body["released"]
+                .as_bool()
+                .ok_or("release answered no flag")?,
+        },
+        Command::ReleaseAll { .. } => Output::ReleasedAll {
+            count: body["released"]
+                .as_u64()
+                .ok_or("release all answered no count")? as usize,
+        },
+        Command::Reconcile { .. } => {
+            let mut statuses = Vec::new();
+            for r in body["statuses"].as_array().cloned().unwrap_or_default() {
+                let id = LeaseId(r["lease_id"].as_u64().ok_or("a status without lease_id")?);
+                let mut plain = r.clone();
+                plain.as_object_mut().map(|o| o.remove("lease_id"));
+                statuses.push((id, parse::<LeaseStatus>(plain, "a lease status")?));
+            }
+            Output::Reconcile { statuses }
+        }
+        Command::ResourceState { .. } => Output::ResourceState {
+            state: parse::<ResourceState>(body, "a resource state")?,
+        },
+        Command::NextDeadline => Output::NextDeadline {
+            deadline: body["deadline"].as_u64(),
+        },
+    })
+}
+
+impl Host for HttpHost {
+    fn call(&mut self, command: &Command, now: u64) -> Result<Answer, String> {
+        let answer = self.send(command, now)?;
+        let result = if answer.status == 200 {
+            let output = output_of(command, answer.body.clone())?;
+            if let (Output::Session { session }, Some(token)) =
+                (&output, answer.body["session_token"].as_str())
+            {
+                let entry = (session.namespace.clone(), token.to_owned());
+                self.sessions.insert(session.session_id, entry);
+            }
+            Ok(output)
+        } else {
+            let e = &answer.body["error"];
+            let name = e["name"].as_str().unwrap_or_default();
+            let code = ErrorCode::from_name(name).ok_or_else(|| {
+                format!(
+                    "the server answered {} {}, not a kernel error",
+                    answer.status, answer.body
+                )
+            })?;
+            Err(Error::new(code, e["message"].as_str().unwrap_or_default()))
+        };
+        let events = match (command, answer.index) {
+            (Command::NextDeadline, _) => Vec::new(),
+            (_, Some(index)) => self.events_of(index)?,
+            (_, None) => {
+                return Err(format!(
+                    "the answer carries no Klock-Index: {}",
+                    answer.body
+                ))
+            }
+        };
+        Ok((result, events))
+    }
+
+    fn probe(&self, _now: u64) -> Option<(Vec<Event>, Snapshot)> {
+        None
+    }
+
+    fn settled_state(&mut self, _now: u64) -> Option<Result<Snapshot, String>> {
+        None
+    }
+
+    fn priority(&self, _session: SessionId, _now: u64) -> Option<u64> {
+        None
+    }
+}
+
+/// Runs every vector the paths stand for through a spawned server; prints the usual lines.
+///
+/// # Errors
+/// The server could not be started.
+pub fn run(paths: &[String]) -> Result<klock_conformance::Summary, String> {
+    let server = Spawned::start()?;
+    let port = server.port;
+    let mut each = |v: &Vector| -> Result<(), String> {
+        let host = HttpHost::new(port, &v.config)?;
+        klock_conformance::run::run_on(host, v)
+    };
+    let summary = klock_conformance::run_paths_on(paths, &mut each);
+    drop(server);
+    Ok(summary)
+}
