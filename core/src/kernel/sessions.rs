@@ -105,7 +105,9 @@ impl Kernel {
     /// The session `id` as it stands, if it is open: a pure query (no `now`, nothing
     /// settles), for hosts that must check a session's namespace before calling on it.
     pub fn session_info_of(&self, id: SessionId) -> Option<SessionInfo> {
-        self.sessions.contains_key(&id).then(|| self.session_info(id))
+        self.sessions
+            .contains_key(&id)
+            .then(|| self.session_info(id))
     }
 
     fn session_info(&self, id: SessionId) -> SessionInfo {
