@@ -375,7 +375,7 @@ fn session_answer(reply: Reply, token: String) -> Answer {
             v["server_now"] = json!(now);
             Ok(Json(v))
         }
-        other => unreachable!("open and resume answer a session, not {other:?}"),
+        other => Err(unexpected("open", &other)),
     }
 }
 
@@ -408,60 +408,57 @@ async fn resume(
     session_answer(reply, token)
 }
 
-async fn close(
-    State(api): State<Api>,
-    Path((ns, sid)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Answer {
-    let (session, caller) = named(&ns, &sid, &headers)?;
-    let reply = run_as(
-        &api,
-        &headers,
-        &format!("{ns}/{sid}/close"),
-        Command::Close { session },
-        caller.clone(),
-    )
+/// The session named by the path.
+type SessionPath = Path<(String, String)>;
+
+/// Runs the command `make` builds for the session in the path, as the request's caller (the
+/// idempotency scope is the session and `what`); its entry's index and output.
+async fn on_session(
+    api: &Api,
+    headers: &HeaderMap,
+    (ns, sid): &(String, String),
+    what: &str,
+    make: impl FnOnce(SessionId) -> Command,
+) -> Result<(u64, Output), ApiError> {
+    let (session, caller) = named(ns, sid, headers)?;
+    let scope = format!("{ns}/{sid}/{what}");
+    let reply = run_as(api, headers, &scope, make(session), caller).await?;
+    Ok((reply.index, output(reply)?))
+}
+
+/// A kernel answer of the wrong kind for the route: a bug, answered as one (500), not a panic.
+fn unexpected(route: &str, output: &Output) -> ApiError {
+    ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        code: 0,
+        name: "INTERNAL",
+        message: format!("{route} got an answer of another kind: {output:?}"),
+    }
+}
+
+async fn close(State(api): State<Api>, Path(path): SessionPath, headers: HeaderMap) -> Answer {
+    let session = session_id(&path.1)?;
+    on_session(&api, &headers, &path, "close", |session| Command::Close {
+        session,
+    })
     .await?;
-    output(reply)?;
     api.engine.events().forget(session);
     Ok(Json(json!({"closed": true})))
 }
 
-async fn suspend(
-    State(api): State<Api>,
-    Path((ns, sid)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Answer {
-    let (session, caller) = named(&ns, &sid, &headers)?;
-    let reply = run_as(
-        &api,
-        &headers,
-        &format!("{ns}/{sid}/suspend"),
-        Command::Suspend { session },
-        caller.clone(),
-    )
+async fn suspend(State(api): State<Api>, Path(path): SessionPath, headers: HeaderMap) -> Answer {
+    on_session(&api, &headers, &path, "suspend", |session| {
+        Command::Suspend { session }
+    })
     .await?;
-    output(reply)?;
     Ok(Json(json!({"suspended": true})))
 }
 
-async fn digest(
-    State(api): State<Api>,
-    Path((ns, sid)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Answer {
-    let (session, caller) = named(&ns, &sid, &headers)?;
-    let reply = run_as(
-        &api,
-        &headers,
-        &format!("{ns}/{sid}/digest"),
-        Command::Digest { session },
-        caller.clone(),
-    )
-    .await?;
-    match output(reply)? {
+async fn digest(State(api): State<Api>, Path(path): SessionPath, headers: HeaderMap) -> Answer {
+    let make = |session| Command::Digest { session };
+    match on_session(&api, &headers, &path, "digest", make).await?.1 {
         Output::Digest { digest } => Ok(Json(to_json(&digest))),
-        other => unreachable!("digest answers a digest, not {other:?}"),
+        other => Err(unexpected("digest", &other)),
     }
 }
 
@@ -477,36 +474,28 @@ struct AcquireBody {
 
 async fn acquire(
     State(api): State<Api>,
-    Path((ns, sid)): Path<(String, String)>,
+    Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
-    let (session, caller) = named(&ns, &sid, &headers)?;
     let b: AcquireBody = body(&raw)?;
     let hold = hold_of(b.hold_ms, "hold_ms")?;
-    let command = Command::Acquire {
+    let options = AcquireOptions {
+        ttl_ms: b.ttl_ms,
+        wait: b.wait.unwrap_or(true),
+        wait_timeout_ms: b.wait_timeout_ms,
+    };
+    let make = |session| Command::Acquire {
         session,
         intents: b.intents,
-        options: AcquireOptions {
-            ttl_ms: b.ttl_ms,
-            wait: b.wait.unwrap_or(true),
-            wait_timeout_ms: b.wait_timeout_ms,
-        },
+        options,
     };
-    let reply = run_as(
-        &api,
-        &headers,
-        &format!("{ns}/{sid}/acquire"),
-        command,
-        caller.clone(),
-    )
-    .await?;
-    let index = reply.index;
-    let verdict = match output(reply)? {
-        Output::Verdict { verdict } => verdict,
-        other => unreachable!("acquire answers a verdict, not {other:?}"),
+    let (index, verdict) = match on_session(&api, &headers, &path, "acquire", make).await? {
+        (index, Output::Verdict { verdict }) => (index, verdict),
+        (_, other) => return Err(unexpected("acquire", &other)),
     };
     if let (Verdict::Wait { ticket, .. }, Some(hold)) = (&verdict, hold) {
+        let session = session_id(&path.1)?;
         let after = EventId { index, k: 0 };
         if let Some(resolution) = resolve_ticket(&api, session, *ticket, after, hold).await {
             return Ok(Json(resolution));
@@ -534,9 +523,9 @@ async fn resolve_ticket(
     hold: Duration,
 ) -> Option<Value> {
     let deadline = tokio::time::Instant::now() + hold;
+    let stream = Stream::Session(session);
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let stream = Stream::Session(session);
         let batch = api.engine.events().wait_after(&stream, after, left).await;
         for stamped in &batch.events {
             let resolves = match &stamped.event {
@@ -567,6 +556,26 @@ struct WaitQuery {
     after: Option<String>,
 }
 
+impl WaitQuery {
+    /// How long to wait, and the event id to read after.
+    fn parse(&self) -> Result<(Duration, EventId), ApiError> {
+        let hold = hold_of(self.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
+        let after = match &self.after {
+            Some(a) => EventId::parse(a).ok_or_else(|| {
+                ApiError::bad_request(format!("after must be an event id like 12.0, got {a:?}"))
+            })?,
+            None => EventId::default(),
+        };
+        Ok((hold, after))
+    }
+}
+
+fn ticket_id(tid: &str) -> Result<TicketId, ApiError> {
+    tid.parse::<u64>()
+        .map(TicketId)
+        .map_err(|_| ApiError::bad_request(format!("ticket must be a number, got {tid:?}")))
+}
+
 async fn ticket(
     State(api): State<Api>,
     Path((ns, sid, tid)): Path<(String, String, String)>,
@@ -574,17 +583,8 @@ async fn ticket(
     headers: HeaderMap,
 ) -> Answer {
     let session = authorize(&api, &ns, &sid, &headers).await?;
-    let ticket = tid
-        .parse::<u64>()
-        .map(TicketId)
-        .map_err(|_| ApiError::bad_request(format!("ticket must be a number, got {tid:?}")))?;
-    let hold = hold_of(q.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
-    let after = match &q.after {
-        Some(a) => EventId::parse(a).ok_or_else(|| {
-            ApiError::bad_request(format!("after must be an event id like 12.0, got {a:?}"))
-        })?,
-        None => EventId::default(),
-    };
+    let ticket = ticket_id(&tid)?;
+    let (hold, after) = q.parse()?;
     match resolve_ticket(&api, session, ticket, after, hold).await {
         Some(v) => Ok(Json(v)),
         None => Ok(Json(json!({"verdict": "WAIT", "ticket": ticket}))),
@@ -596,22 +596,9 @@ async fn cancel(
     Path((ns, sid, tid)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Answer {
-    let (session, caller) = named(&ns, &sid, &headers)?;
-    let ticket = tid
-        .parse::<u64>()
-        .map(TicketId)
-        .map_err(|_| ApiError::bad_request(format!("ticket must be a number, got {tid:?}")))?;
-    let command = Command::CancelWait { session, ticket };
-    output(
-        run_as(
-            &api,
-            &headers,
-            &format!("{ns}/{sid}/cancel/{tid}"),
-            command,
-            caller.clone(),
-        )
-        .await?,
-    )?;
+    let ticket = ticket_id(&tid)?;
+    let make = |session| Command::CancelWait { session, ticket };
+    on_session(&api, &headers, &(ns, sid), &format!("cancel/{tid}"), make).await?;
     Ok(Json(json!({"cancelled": true})))
 }
 
@@ -628,107 +615,76 @@ fn lease_ids(ids: Vec<u64>) -> Vec<LeaseId> {
 
 async fn heartbeat(
     State(api): State<Api>,
-    Path((ns, sid)): Path<(String, String)>,
+    Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
-    let (session, caller) = named(&ns, &sid, &headers)?;
     let b: LeasesBody = body(&raw)?;
     if b.all.is_some() {
         return Err(ApiError::bad_request(
             "heartbeat takes lease_ids, or nothing for every lease",
         ));
     }
-    let command = Command::Heartbeat {
-        session,
-        leases: b.lease_ids.map(lease_ids),
-    };
-    let reply = run_as(
-        &api,
-        &headers,
-        &format!("{ns}/{sid}/heartbeat"),
-        command,
-        caller.clone(),
-    )
-    .await?;
-    match output(reply)? {
+    let leases = b.lease_ids.map(lease_ids);
+    let make = |session| Command::Heartbeat { session, leases };
+    match on_session(&api, &headers, &path, "heartbeat", make)
+        .await?
+        .1
+    {
         Output::Heartbeat { results } => Ok(Json(json!({
             "results": results.iter().map(|(id, r)| match r {
                 Ok(expires_at) => json!({"lease_id": id, "status": "OK", "expires_at": expires_at}),
                 Err(code) => json!({"lease_id": id, "status": code.name()}),
             }).collect::<Vec<_>>()
         }))),
-        other => unreachable!("heartbeat answers results, not {other:?}"),
+        other => Err(unexpected("heartbeat", &other)),
     }
 }
 
 async fn release(
     State(api): State<Api>,
-    Path((ns, sid)): Path<(String, String)>,
+    Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
-    let (session, caller) = named(&ns, &sid, &headers)?;
     let b: LeasesBody = body(&raw)?;
-    let scope = format!("{ns}/{sid}/release");
-    match (b.lease_ids, b.all) {
-        (None, Some(true)) => {
-            let reply = run_as(
-                &api,
-                &headers,
-                &scope,
-                Command::ReleaseAll { session },
-                caller.clone(),
-            )
-            .await?;
-            match output(reply)? {
-                Output::ReleasedAll { count } => Ok(Json(json!({"released": count}))),
-                other => unreachable!("release_all answers a count, not {other:?}"),
-            }
+    let make: Box<dyn FnOnce(SessionId) -> Command + Send> = match (b.lease_ids, b.all) {
+        (None, Some(true)) => Box::new(|session| Command::ReleaseAll { session }),
+        (Some(ids), None) if ids.len() == 1 => Box::new(move |session| Command::Release {
+            session,
+            lease: LeaseId(ids[0]),
+        }),
+        _ => {
+            return Err(ApiError::bad_request(
+                "release takes {\"lease_ids\": [one id]} or {\"all\": true}",
+            ))
         }
-        (Some(ids), None) if ids.len() == 1 => {
-            let command = Command::Release {
-                session,
-                lease: LeaseId(ids[0]),
-            };
-            match output(run_as(&api, &headers, &scope, command, caller.clone()).await?)? {
-                Output::Released { released } => Ok(Json(json!({"released": released}))),
-                other => unreachable!("release answers a flag, not {other:?}"),
-            }
-        }
-        _ => Err(ApiError::bad_request(
-            "release takes {\"lease_ids\": [one id]} or {\"all\": true}",
-        )),
+    };
+    match on_session(&api, &headers, &path, "release", make).await?.1 {
+        Output::ReleasedAll { count } => Ok(Json(json!({"released": count}))),
+        Output::Released { released } => Ok(Json(json!({"released": released}))),
+        other => Err(unexpected("release", &other)),
     }
 }
 
 async fn reconcile(
     State(api): State<Api>,
-    Path((ns, sid)): Path<(String, String)>,
+    Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
-    let (session, caller) = named(&ns, &sid, &headers)?;
     let b: LeasesBody = body(&raw)?;
     let (Some(ids), None) = (b.lease_ids, b.all) else {
         return Err(ApiError::bad_request(
             "reconcile takes {\"lease_ids\": [...]}",
         ));
     };
-    let command = Command::Reconcile {
-        session,
-        leases: lease_ids(ids),
-    };
-    match output(
-        run_as(
-            &api,
-            &headers,
-            &format!("{ns}/{sid}/reconcile"),
-            command,
-            caller.clone(),
-        )
-        .await?,
-    )? {
+    let leases = lease_ids(ids);
+    let make = |session| Command::Reconcile { session, leases };
+    match on_session(&api, &headers, &path, "reconcile", make)
+        .await?
+        .1
+    {
         Output::Reconcile { statuses } => Ok(Json(json!({
             "statuses": statuses.iter().map(|(id, s)| {
                 let mut v = to_json(s);
@@ -736,24 +692,18 @@ async fn reconcile(
                 v
             }).collect::<Vec<_>>()
         }))),
-        other => unreachable!("reconcile answers statuses, not {other:?}"),
+        other => Err(unexpected("reconcile", &other)),
     }
 }
 
 async fn events(
     State(api): State<Api>,
-    Path((ns, sid)): Path<(String, String)>,
+    Path((ns, sid)): SessionPath,
     Query(q): Query<WaitQuery>,
     headers: HeaderMap,
 ) -> Answer {
     let session = authorize(&api, &ns, &sid, &headers).await?;
-    let hold = hold_of(q.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
-    let after = match &q.after {
-        Some(a) => EventId::parse(a).ok_or_else(|| {
-            ApiError::bad_request(format!("after must be an event id like 12.0, got {a:?}"))
-        })?,
-        None => EventId::default(),
-    };
+    let (hold, after) = q.parse()?;
     let stream = Stream::Session(session);
     let batch = api.engine.events().wait_after(&stream, after, hold).await;
     Ok(Json(to_json(&batch)))
@@ -777,7 +727,7 @@ async fn resource_state(
     };
     match output(run(&api, &headers, "resource_state", command, None).await?)? {
         Output::ResourceState { state } => Ok(Json(to_json(&state))),
-        other => unreachable!("resource_state answers a state, not {other:?}"),
+        other => Err(unexpected("resource_state", &other)),
     }
 }
 
@@ -800,13 +750,7 @@ async fn watch(
     Path(ns): Path<String>,
     Query(q): Query<WaitQuery>,
 ) -> Answer {
-    let hold = hold_of(q.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
-    let after = match &q.after {
-        Some(a) => EventId::parse(a).ok_or_else(|| {
-            ApiError::bad_request(format!("after must be an event id like 12.0, got {a:?}"))
-        })?,
-        None => EventId::default(),
-    };
+    let (hold, after) = q.parse()?;
     let stream = Stream::Namespace(ns);
     let batch = api.engine.events().wait_after(&stream, after, hold).await;
     Ok(Json(to_json(&batch)))

@@ -63,16 +63,9 @@ pub struct Reply {
 
 /// What a handler can ask of the engine.
 pub enum Request {
-    /// A command to log and apply; `now` only under the manual clock.
+    /// A command to log and apply.
     Command {
-        command: Command,
-        now: Option<u64>,
-        /// The idempotency key, already scoped by the caller.
-        key: Option<String>,
-        /// The token hash to bind to a session this command opens or resumes.
-        token: Option<String>,
-        /// Who sends it (checked by the machine before the kernel sees the command).
-        caller: Option<Caller>,
+        submission: Submission,
         reply: Responder,
     },
     /// A read of the machine as it stands (no time passes, nothing is logged).
@@ -144,23 +137,9 @@ impl EngineHandle {
     /// # Errors
     /// [`EngineError`].
     pub async fn submit(&self, submission: Submission) -> Result<Reply, EngineError> {
-        let Submission {
-            command,
-            now,
-            key,
-            token,
-            caller,
-        } = submission;
         let (reply, answer) = oneshot::channel();
         self.requests
-            .send(Request::Command {
-                command,
-                now,
-                key,
-                token,
-                caller,
-                reply,
-            })
+            .send(Request::Command { submission, reply })
             .await
             .map_err(|_| EngineError::Stopped)?;
         answer.await.map_err(|_| EngineError::Stopped)?
@@ -259,28 +238,23 @@ impl Engine {
                     Some(Request::Reset { config, reply }) => {
                         let _ = reply.send(self.reset(config));
                     }
-                    Some(Request::Command {
-                        command,
-                        now,
-                        key,
-                        token,
-                        caller,
-                        reply,
-                    }) => match self.stamp(now) {
-                        Ok(now) => {
-                            let entry = Entry::Command {
-                                now,
-                                command,
-                                key,
-                                token,
-                                caller,
-                            };
-                            batch.push((entry, Some(reply)));
+                    Some(Request::Command { submission, reply }) => {
+                        match self.stamp(submission.now) {
+                            Ok(now) => {
+                                let entry = Entry::Command {
+                                    now,
+                                    command: submission.command,
+                                    key: submission.key,
+                                    token: submission.token,
+                                    caller: submission.caller,
+                                };
+                                batch.push((entry, Some(reply)));
+                            }
+                            Err(e) => {
+                                let _ = reply.send(Err(e));
+                            }
                         }
-                        Err(e) => {
-                            let _ = reply.send(Err(e));
-                        }
-                    },
+                    }
                     None => {
                         if let Some(now) = self.config.clock.read() {
                             let command = Command::Advance;
