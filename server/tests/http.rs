@@ -422,3 +422,90 @@ fn a_killed_server_restarts_from_its_file_with_every_lease_and_token() {
     );
     assert_eq!(v["verdict"], "DIE", "{v}");
 }
+
+/// Reads an SSE stream until `want` events arrived (or 10 s passed); returns (id, event) pairs.
+fn sse_events(
+    s: &Server,
+    a: &Agent,
+    last_event_id: Option<&str>,
+    want: usize,
+) -> Vec<(String, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut req = format!(
+        "GET /v1/ns/default/sessions/{}/events HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\nklock-session-token: {}\r\n",
+        a.id, a.token
+    );
+    if let Some(id) = last_event_id {
+        req.push_str(&format!("last-event-id: {id}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut found = Vec::new();
+    let (mut id, mut line) = (String::new(), String::new());
+    while found.len() < want {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(v) = line.trim_end().strip_prefix("id: ") {
+            id = v.to_owned();
+        } else if let Some(v) = line.trim_end().strip_prefix("event: ") {
+            found.push((id.clone(), v.to_owned()));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_event_stream_resumes_after_the_last_event_id_without_loss_or_duplicates() {
+    let s = Server::start(&["--memory"]);
+    let older = open(&s, "default", "older");
+    let younger = open(&s, "default", "younger");
+    let (_, v) = on(
+        &s,
+        &younger,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/x"]}),
+    );
+    let lease = v["leases"][0]["lease_id"].as_u64().unwrap();
+    let (_, v) = on(
+        &s,
+        &older,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/x"], "ttl_ms": 300}),
+    );
+    assert_eq!(v["verdict"], "WAIT", "{v}");
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(|| sse_events(&s, &older, None, 1));
+        std::thread::sleep(Duration::from_millis(200));
+        on(
+            &s,
+            &younger,
+            "POST",
+            "release",
+            json!({"lease_ids": [lease]}),
+        );
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].1, "GRANTED");
+        // Disconnected now; the granted lease expires meanwhile (ttl 300 ms).
+        std::thread::sleep(Duration::from_millis(600));
+        let again = sse_events(&s, &older, Some(&got[0].0), 1);
+        assert_eq!(again.len(), 1, "{again:?}");
+        assert_eq!(
+            again[0].1, "LEASE_EXPIRED",
+            "resumed after the GRANTED, not before it"
+        );
+        let index = |id: &str| -> u64 { id.split('.').next().unwrap().parse().unwrap() };
+        assert!(
+            index(&again[0].0) > index(&got[0].0),
+            "{again:?} after {got:?}"
+        );
+    });
+}
