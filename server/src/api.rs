@@ -15,8 +15,10 @@
 //! - `Idempotency-Key` on a mutating request: a retry with the same key (same namespace,
 //!   session and route) answers the first answer and changes nothing, across restarts too.
 //! - Under `--clock manual` every request carries `Klock-Now` (ms); otherwise it is refused.
-//! - Every answer to a command carries `Klock-Index`: the log index of its entry (its events'
-//!   ids start with it), errors included, since a failed call still settles time.
+//! - Every answer to a command carries `Klock-Index`, the log index of its entry (its events'
+//!   ids start with it), and `Klock-Now`, the server time of the answer (for a repeated
+//!   idempotency key, the first answer's time); errors included, since a failed call still
+//!   settles time.
 //! - Acquire may hold the request up to `hold_ms` (≤ 30 000) for the final verdict of a WAIT;
 //!   a ticket can be long-polled; a session's events are read with `?after=&wait_ms=`.
 
@@ -238,8 +240,9 @@ async fn authorize(
 }
 
 tokio::task_local! {
-    /// The log index of the command the current request made, for the `Klock-Index` header.
-    static INDEX: std::cell::Cell<Option<u64>>;
+    /// The log index and time of the command the current request made, for the
+    /// `Klock-Index` and `Klock-Now` headers.
+    static INDEX: std::cell::Cell<Option<(u64, u64)>>;
 }
 
 /// Adds `Klock-Index` to the answer of a request that made a command.
@@ -247,10 +250,10 @@ async fn with_index(request: axum::extract::Request, next: axum::middleware::Nex
     INDEX
         .scope(std::cell::Cell::new(None), async move {
             let mut response = next.run(request).await;
-            if let Some(index) = INDEX.with(std::cell::Cell::get) {
-                response
-                    .headers_mut()
-                    .insert("klock-index", index.to_string().parse().expect("digits"));
+            if let Some((index, now)) = INDEX.with(std::cell::Cell::get) {
+                let headers = response.headers_mut();
+                headers.insert("klock-index", index.to_string().parse().expect("digits"));
+                headers.insert("klock-now", now.to_string().parse().expect("digits"));
             }
             response
         })
@@ -293,7 +296,7 @@ async fn submit(
     submission.token = token;
     submission.caller = caller;
     let reply = api.engine.submit(submission).await?;
-    let _ = INDEX.try_with(|cell| cell.set(Some(reply.index)));
+    let _ = INDEX.try_with(|cell| cell.set(Some((reply.index, reply.now))));
     Ok(reply)
 }
 

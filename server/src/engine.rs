@@ -53,9 +53,9 @@ impl Clock {
 /// The answer to one command, released once its entry is durable.
 #[derive(Clone, Debug)]
 pub struct Reply {
-    /// The entry's index in the log.
+    /// The entry's index in the log (its events carry it).
     pub index: u64,
-    /// The time the command was applied at.
+    /// The time the answer was given at (for a repeat, the first entry's time).
     pub now: u64,
     pub output: Result<Output, Refused>,
     pub events: Vec<Event>,
@@ -325,9 +325,14 @@ impl Engine {
         let mut answers = Vec::with_capacity(batch.len());
         for (entry, responder) in batch {
             let index = self.machine.applied() + 1;
-            let Applied { output, events, .. } = self.machine.apply(index, &entry);
-            let now = self.machine.last_now();
+            let Applied {
+                output,
+                events,
+                repeat_of,
+            } = self.machine.apply(index, &entry);
             entries.push((index, entry));
+            // A repeated request is answered as the first one was, at the first one's time.
+            let now = repeat_of.map_or(self.machine.last_now(), |(_, first_now)| first_now);
             let reply = Reply {
                 index,
                 now,

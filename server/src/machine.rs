@@ -82,8 +82,8 @@ pub struct Applied {
     pub output: Result<Output, Refused>,
     /// Every event the entry caused, in order.
     pub events: Vec<Event>,
-    /// For a repeated idempotency key: the index of the entry that first answered.
-    pub repeat_of: Option<u64>,
+    /// For a repeated idempotency key: the index and time of the entry that first answered.
+    pub repeat_of: Option<(u64, u64)>,
 }
 
 /// The first answer to an idempotency key.
@@ -92,6 +92,8 @@ pub struct Applied {
 pub struct Remembered {
     pub key: String,
     pub index: u64,
+    /// The time the first answer was given at.
+    pub now: u64,
     pub output: Result<Output, Error>,
 }
 
@@ -232,7 +234,7 @@ impl Machine {
         index: u64,
         entry: &Entry,
         now: u64,
-    ) -> (Result<Output, Refused>, Option<u64>) {
+    ) -> (Result<Output, Refused>, Option<(u64, u64)>) {
         let (command, key, token, caller) = match entry {
             Entry::Command {
                 command,
@@ -265,7 +267,8 @@ impl Machine {
                         self.tokens.insert(session.session_id, t.clone());
                     }
                 }
-                return (first.output.map_err(Refused::Kernel), Some(first.index));
+                let first_at = (first.index, first.now);
+                return (first.output.map_err(Refused::Kernel), Some(first_at));
             }
         }
         let output = self.kernel.apply(command, now);
@@ -273,6 +276,7 @@ impl Machine {
             self.remember(Remembered {
                 key: key.clone(),
                 index,
+                now,
                 output: output.clone(),
             });
         }

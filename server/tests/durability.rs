@@ -340,7 +340,7 @@ fn a_repeated_idempotency_key_answers_the_first_answer_and_changes_nothing() {
     let state = settled.export_state();
     let again = machine.apply(3, &keyed(9, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));
     assert_eq!(again.output, first.output);
-    assert_eq!(again.repeat_of, Some(2));
+    assert_eq!(again.repeat_of, Some((2, 5)));
     assert_eq!(
         machine.kernel().export_state(),
         state,
@@ -349,7 +349,7 @@ fn a_repeated_idempotency_key_answers_the_first_answer_and_changes_nothing() {
     // The memory of keys survives a snapshot.
     let mut restored = Machine::restore(&machine.snapshot()).unwrap();
     let third = restored.apply(4, &keyed(10, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));
-    assert_eq!(third.repeat_of, Some(2));
+    assert_eq!(third.repeat_of, Some((2, 5)));
     // Another key is a new request: the re-acquire renews the same lease.
     let other = restored.apply(5, &keyed(11, acquire(1, "MUTATES FILE:/x", 1000), "k-new"));
     assert_eq!(other.repeat_of, None);
