@@ -75,6 +75,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/ns/{ns}/resources/state", get(resource_state))
         .route("/v1/ns/{ns}/stats", get(stats))
         .route("/v1/ns/{ns}/watch", get(watch))
+        .route("/v1/ns/{ns}/batch", post(batch))
         .route("/v1/deadline", get(deadline))
         .route("/v1/advance", post(advance))
         .route("/v1/reset", post(reset))
@@ -324,6 +325,30 @@ fn output(reply: Reply) -> Result<Output, ApiError> {
 
 fn to_json<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).expect("API values serialize")
+}
+
+/// The JSON of a lease command's answer, the same on its own route and in a batch.
+fn render(output: &Output) -> Value {
+    match output {
+        Output::Verdict { verdict } => to_json(verdict),
+        Output::Heartbeat { results } => json!({
+            "results": results.iter().map(|(id, r)| match r {
+                Ok(expires_at) => json!({"lease_id": id, "status": "OK", "expires_at": expires_at}),
+                Err(code) => json!({"lease_id": id, "status": code.name()}),
+            }).collect::<Vec<_>>()
+        }),
+        Output::Released { released } => json!({ "released": released }),
+        Output::ReleasedAll { count } => json!({ "released": count }),
+        Output::Reconcile { statuses } => json!({
+            "statuses": statuses.iter().map(|(id, s)| {
+                let mut v = to_json(s);
+                v["lease_id"] = json!(id);
+                v
+            }).collect::<Vec<_>>()
+        }),
+        Output::Done => json!({ "done": true }),
+        other => to_json(other),
+    }
 }
 
 // ---- routes --------------------------------------------------------------------------------
@@ -630,18 +655,8 @@ async fn heartbeat(
     }
     let leases = b.lease_ids.map(lease_ids);
     let make = |session| Command::Heartbeat { session, leases };
-    match on_session(&api, &headers, &path, "heartbeat", make)
-        .await?
-        .1
-    {
-        Output::Heartbeat { results } => Ok(Json(json!({
-            "results": results.iter().map(|(id, r)| match r {
-                Ok(expires_at) => json!({"lease_id": id, "status": "OK", "expires_at": expires_at}),
-                Err(code) => json!({"lease_id": id, "status": code.name()}),
-            }).collect::<Vec<_>>()
-        }))),
-        other => Err(unexpected("heartbeat", &other)),
-    }
+    let (_, out) = on_session(&api, &headers, &path, "heartbeat", make).await?;
+    Ok(Json(render(&out)))
 }
 
 async fn release(
@@ -663,11 +678,8 @@ async fn release(
             ))
         }
     };
-    match on_session(&api, &headers, &path, "release", make).await?.1 {
-        Output::ReleasedAll { count } => Ok(Json(json!({"released": count}))),
-        Output::Released { released } => Ok(Json(json!({"released": released}))),
-        other => Err(unexpected("release", &other)),
-    }
+    let (_, out) = on_session(&api, &headers, &path, "release", make).await?;
+    Ok(Json(render(&out)))
 }
 
 async fn reconcile(
@@ -684,19 +696,8 @@ async fn reconcile(
     };
     let leases = lease_ids(ids);
     let make = |session| Command::Reconcile { session, leases };
-    match on_session(&api, &headers, &path, "reconcile", make)
-        .await?
-        .1
-    {
-        Output::Reconcile { statuses } => Ok(Json(json!({
-            "statuses": statuses.iter().map(|(id, s)| {
-                let mut v = to_json(s);
-                v["lease_id"] = json!(id);
-                v
-            }).collect::<Vec<_>>()
-        }))),
-        other => Err(unexpected("reconcile", &other)),
-    }
+    let (_, out) = on_session(&api, &headers, &path, "reconcile", make).await?;
+    Ok(Json(render(&out)))
 }
 
 /// A session's events: Server-Sent Events when the request accepts `text/event-stream`
@@ -818,4 +819,179 @@ async fn reset(State(api): State<Api>, raw: Bytes) -> Answer {
         .await
         .map_err(ApiError::bad_request)?;
     Ok(Json(json!({ "reset": true })))
+}
+
+/// Most operations one batch request may carry.
+pub const MAX_BATCH: usize = 1000;
+
+/// One operation of a batch: a lease command on a session, with that session's token.
+#[derive(Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+enum BatchOp {
+    Acquire {
+        session: u64,
+        token: String,
+        intents: Vec<String>,
+        ttl_ms: Option<u64>,
+        wait: Option<bool>,
+        wait_timeout_ms: Option<u64>,
+    },
+    Heartbeat {
+        session: u64,
+        token: String,
+        lease_ids: Option<Vec<u64>>,
+    },
+    Release {
+        session: u64,
+        token: String,
+        lease_id: u64,
+    },
+    ReleaseAll {
+        session: u64,
+        token: String,
+    },
+    Reconcile {
+        session: u64,
+        token: String,
+        lease_ids: Vec<u64>,
+    },
+    CancelWait {
+        session: u64,
+        token: String,
+        ticket: u64,
+    },
+}
+
+impl BatchOp {
+    /// The command and the session token it carries.
+    fn into_command(self) -> (Command, String) {
+        let s = SessionId;
+        match self {
+            BatchOp::Acquire {
+                session,
+                token,
+                intents,
+                ttl_ms,
+                wait,
+                wait_timeout_ms,
+            } => {
+                let options = AcquireOptions {
+                    ttl_ms,
+                    wait: wait.unwrap_or(true),
+                    wait_timeout_ms,
+                };
+                (
+                    Command::Acquire {
+                        session: s(session),
+                        intents,
+                        options,
+                    },
+                    token,
+                )
+            }
+            BatchOp::Heartbeat {
+                session,
+                token,
+                lease_ids: ids,
+            } => (
+                Command::Heartbeat {
+                    session: s(session),
+                    leases: ids.map(lease_ids),
+                },
+                token,
+            ),
+            BatchOp::Release {
+                session,
+                token,
+                lease_id,
+            } => (
+                Command::Release {
+                    session: s(session),
+                    lease: LeaseId(lease_id),
+                },
+                token,
+            ),
+            BatchOp::ReleaseAll { session, token } => (
+                Command::ReleaseAll {
+                    session: s(session),
+                },
+                token,
+            ),
+            BatchOp::Reconcile {
+                session,
+                token,
+                lease_ids: ids,
+            } => (
+                Command::Reconcile {
+                    session: s(session),
+                    leases: lease_ids(ids),
+                },
+                token,
+            ),
+            BatchOp::CancelWait {
+                session,
+                token,
+                ticket,
+            } => (
+                Command::CancelWait {
+                    session: s(session),
+                    ticket: TicketId(ticket),
+                },
+                token,
+            ),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    operations: Vec<BatchOp>,
+}
+
+/// Several lease commands in one request, applied in order in one durable batch; each gets
+/// the answer its own route would give (`{"ok": ...}` or `{"error": ...}`).
+async fn batch(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let b: BatchBody = body(&raw)?;
+    if b.operations.is_empty() || b.operations.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "a batch carries 1 to {MAX_BATCH} operations, got {}",
+            b.operations.len()
+        )));
+    }
+    let now = now_of(&headers)?;
+    let key = header(&headers, "idempotency-key")?;
+    let submissions = b
+        .operations
+        .into_iter()
+        .enumerate()
+        .map(|(i, op)| {
+            let (command, token) = op.into_command();
+            let mut submission = Submission::new(command, now);
+            submission.key = key.map(|k| format!("{ns}/batch/{i}\u{0}{k}"));
+            submission.caller = Some(Caller {
+                namespace: ns.clone(),
+                token: Some(digest_of(&token)),
+            });
+            submission
+        })
+        .collect();
+    let replies = api.engine.submit_many(submissions).await?;
+    let results: Vec<Value> = replies
+        .into_iter()
+        .map(
+            |reply| match reply.map_err(ApiError::from).and_then(output) {
+                Ok(out) => json!({ "ok": render(&out) }),
+                Err(e) => {
+                    json!({ "error": {"code": e.code, "name": e.name, "message": e.message} })
+                }
+            },
+        )
+        .collect();
+    Ok(Json(json!({ "results": results })))
 }

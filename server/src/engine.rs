@@ -68,6 +68,8 @@ pub enum Request {
         submission: Submission,
         reply: Responder,
     },
+    /// Several commands, applied in this order in one batch (the batch endpoint).
+    Many(Vec<(Submission, Responder)>),
     /// A read of the machine as it stands (no time passes, nothing is logged).
     Read(Box<dyn FnOnce(&Machine) + Send>),
     /// Manual clock without a store only (conformance runs): start over with a fresh machine
@@ -143,6 +145,33 @@ impl EngineHandle {
             .await
             .map_err(|_| EngineError::Stopped)?;
         answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Logs and applies several commands in this order, in one batch (one durable write),
+    /// and returns their answers in the same order.
+    ///
+    /// # Errors
+    /// [`EngineError::Stopped`]; a command the clock refuses has its own error in the list.
+    pub async fn submit_many(
+        &self,
+        submissions: Vec<Submission>,
+    ) -> Result<Vec<Result<Reply, EngineError>>, EngineError> {
+        let (many, answers): (Vec<_>, Vec<_>) = submissions
+            .into_iter()
+            .map(|s| {
+                let (reply, answer) = oneshot::channel();
+                ((s, reply), answer)
+            })
+            .unzip();
+        self.requests
+            .send(Request::Many(many))
+            .await
+            .map_err(|_| EngineError::Stopped)?;
+        let mut out = Vec::with_capacity(answers.len());
+        for answer in answers {
+            out.push(answer.await.map_err(|_| EngineError::Stopped)?);
+        }
+        Ok(out)
     }
 
     /// Runs `read` on the machine as it stands.
@@ -239,20 +268,11 @@ impl Engine {
                         let _ = reply.send(self.reset(config));
                     }
                     Some(Request::Command { submission, reply }) => {
-                        match self.stamp(submission.now) {
-                            Ok(now) => {
-                                let entry = Entry::Command {
-                                    now,
-                                    command: submission.command,
-                                    key: submission.key,
-                                    token: submission.token,
-                                    caller: submission.caller,
-                                };
-                                batch.push((entry, Some(reply)));
-                            }
-                            Err(e) => {
-                                let _ = reply.send(Err(e));
-                            }
+                        self.admit(submission, reply, &mut batch);
+                    }
+                    Some(Request::Many(many)) => {
+                        for (submission, reply) in many {
+                            self.admit(submission, reply, &mut batch);
                         }
                     }
                     None => {
@@ -300,6 +320,30 @@ impl Engine {
         self.machine = Machine::new(config).map_err(|e| e.message)?;
         self.events.clear();
         Ok(())
+    }
+
+    /// Stamps a submission and adds it to the batch being formed (or refuses it).
+    fn admit(
+        &self,
+        submission: Submission,
+        reply: Responder,
+        batch: &mut Vec<(Entry, Option<Responder>)>,
+    ) {
+        match self.stamp(submission.now) {
+            Ok(now) => {
+                let entry = Entry::Command {
+                    now,
+                    command: submission.command,
+                    key: submission.key,
+                    token: submission.token,
+                    caller: submission.caller,
+                };
+                batch.push((entry, Some(reply)));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
     }
 
     /// The `now` a command is applied at.

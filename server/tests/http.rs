@@ -509,3 +509,46 @@ fn the_event_stream_resumes_after_the_last_event_id_without_loss_or_duplicates()
         );
     });
 }
+
+#[test]
+fn a_batch_applies_its_operations_in_order_with_per_operation_answers() {
+    let s = Server::start(&["--memory"]);
+    let a = open(&s, "default", "ann");
+    let b = open(&s, "default", "bob");
+    let ops = json!({"operations": [
+        {"op": "acquire", "session": a.id, "token": a.token, "intents": ["MUTATES FILE:/x"]},
+        {"op": "acquire", "session": b.id, "token": b.token, "intents": ["MUTATES FILE:/x"], "wait": false},
+        {"op": "acquire", "session": b.id, "token": "wrong", "intents": ["MUTATES FILE:/y"]},
+        {"op": "release_all", "session": a.id, "token": a.token},
+        {"op": "acquire", "session": b.id, "token": b.token, "intents": ["MUTATES FILE:/x"]},
+    ]});
+    let (status, v) = s.call("POST", "/v1/ns/default/batch", &[], &ops.to_string());
+    assert_eq!(status, 200, "{v}");
+    let r = v["results"].as_array().unwrap();
+    assert_eq!(r.len(), 5);
+    assert_eq!(r[0]["ok"]["verdict"], "GRANTED", "{v}");
+    assert_eq!(
+        r[1]["ok"]["verdict"], "DIE",
+        "in order: a holds x when b asks"
+    );
+    assert_eq!(r[2]["error"]["name"], "UNAUTHORIZED");
+    assert_eq!(r[3]["ok"]["released"], 1);
+    assert_eq!(
+        r[4]["ok"]["verdict"], "GRANTED",
+        "after a's release, in the same batch"
+    );
+    // The request as a whole is checked strictly.
+    let (status, v) = s.call(
+        "POST",
+        "/v1/ns/default/batch",
+        &[],
+        r#"{"operations": [{"op": "explode"}]}"#,
+    );
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (400, Some("BAD_REQUEST")),
+        "{v}"
+    );
+    let (status, _) = s.call("POST", "/v1/ns/default/batch", &[], r#"{"operations": []}"#);
+    assert_eq!(status, 400);
+}
