@@ -81,7 +81,11 @@ pub fn router(api: Api) -> Router {
         .route("/v1/reset", post(reset))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn(with_index))
+        .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            with_index,
+        ))
         .with_state(api)
 }
 
@@ -246,11 +250,26 @@ tokio::task_local! {
     static INDEX: std::cell::Cell<Option<(u64, u64)>>;
 }
 
-/// Adds `Klock-Index` to the answer of a request that made a command.
-async fn with_index(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// Adds `Klock-Index` and `Klock-Now` to the answer of a request that made a command, and
+/// counts the request by route template and status.
+async fn with_index(
+    State(api): State<Api>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |m| m.as_str())
+        .to_owned();
+    let started = std::time::Instant::now();
     INDEX
         .scope(std::cell::Cell::new(None), async move {
             let mut response = next.run(request).await;
+            let status = response.status().as_u16();
+            api.engine
+                .metrics()
+                .request(&route, status, started.elapsed());
             if let Some((index, now)) = INDEX.with(std::cell::Cell::get) {
                 let headers = response.headers_mut();
                 headers.insert("klock-index", index.to_string().parse().expect("digits"));
@@ -994,4 +1013,12 @@ async fn batch(
         )
         .collect();
     Ok(Json(json!({ "results": results })))
+}
+
+/// Prometheus text metrics.
+async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
+    let stats = api.engine.read(|m| m.kernel().stats()).await?;
+    let text = api.engine.metrics().render(&stats);
+    let kind = [("content-type", "text/plain; version=0.0.4")];
+    Ok((kind, text).into_response())
 }

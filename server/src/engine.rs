@@ -15,8 +15,10 @@
 
 use crate::events::EventHub;
 use crate::machine::{Applied, Caller, Entry, Machine, MachineSnapshot, Refused};
+use crate::metrics::Metrics;
 use crate::store::Store;
 use klock_core::{Command, Event, Output};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -114,6 +116,7 @@ pub type Responder = oneshot::Sender<Result<Reply, EngineError>>;
 pub struct EngineHandle {
     requests: mpsc::Sender<Request>,
     events: Arc<EventHub>,
+    metrics: Arc<Metrics>,
 }
 
 /// Why a request got no answer.
@@ -208,6 +211,11 @@ impl EngineHandle {
             .map_err(|_| String::from("the engine stopped"))?
     }
 
+    /// What the server counts.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// The per-session streams of durable events.
     pub fn events(&self) -> &Arc<EventHub> {
         &self.events
@@ -219,6 +227,9 @@ pub struct EngineConfig {
     pub clock: Clock,
     /// Store a snapshot every this many entries (0: never).
     pub snapshot_every: u64,
+    /// Entries in the log after its last snapshot when the engine starts.
+    pub log_entries: u64,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Starts the engine task on `machine` (already recovered) and returns its handle.
@@ -229,15 +240,20 @@ pub fn spawn(
     events: Arc<EventHub>,
 ) -> EngineHandle {
     let (requests, inbox) = mpsc::channel(4096);
+    let metrics = Arc::clone(&config.metrics);
     let engine = Engine {
         machine,
         store,
+        since_snapshot: config.log_entries,
         config,
-        since_snapshot: 0,
         events: Arc::clone(&events),
     };
     tokio::spawn(engine.run(inbox));
-    EngineHandle { requests, events }
+    EngineHandle {
+        requests,
+        events,
+        metrics,
+    }
 }
 
 struct Engine {
@@ -388,9 +404,14 @@ impl Engine {
         let count = entries.len() as u64;
         if let Some(store) = &self.store {
             let store = Arc::clone(store);
+            let started = Instant::now();
             let written = tokio::task::spawn_blocking(move || store.append(&entries)).await;
             match written {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => self
+                    .config
+                    .metrics
+                    .commit_seconds
+                    .observe(started.elapsed()),
                 Ok(Err(e)) => fail_stop(&e.to_string()),
                 Err(e) => fail_stop(&format!("the log writer failed: {e}")),
             }
@@ -403,6 +424,8 @@ impl Engine {
             }
         }
         self.since_snapshot += count;
+        let metrics = &self.config.metrics;
+        metrics.commit_entries.fetch_add(count, Ordering::Relaxed);
         if self.config.snapshot_every > 0 && self.since_snapshot >= self.config.snapshot_every {
             self.since_snapshot = 0;
             if let Some(store) = &self.store {
@@ -415,6 +438,13 @@ impl Engine {
                     Err(e) => fail_stop(&format!("the snapshot writer failed: {e}")),
                 }
             }
+        }
+        if self.store.is_some() {
+            let len = self.since_snapshot;
+            self.config
+                .metrics
+                .log_entries
+                .store(len, Ordering::Relaxed);
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - [`store`]: the redb file holding the log and the latest snapshot.
 //! - [`engine`]: the task that owns the machine, its timer and the log (group commit).
 //! - [`events`]: per-session streams of the durable events.
+//! - [`metrics`]: the Prometheus text at `/metrics`.
 //! - [`recovery`]: building the machine from the store on start.
 //! - [`api`]: the HTTP routes (`/v1`), translation only.
 //! - [`conformance`]: every vector through the HTTP API of a spawned manual-clock server.
@@ -16,5 +17,6 @@ pub mod conformance;
 pub mod engine;
 pub mod events;
 pub mod machine;
+pub mod metrics;
 pub mod recovery;
 pub mod store;

@@ -156,6 +156,7 @@ fn main() -> ExitCode {
 async fn run(args: ServeArgs) -> Result<(), String> {
     let config = Config::default();
     let hub = Arc::new(EventHub::default());
+    let mut log_entries = 0;
     let (machine, store) = match &args.data {
         Some(path) => {
             let store = Arc::new(Store::open(path).map_err(|e| e.to_string())?);
@@ -168,6 +169,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
                     recovered.replayed
                 );
             }
+            log_entries = recovered.replayed + u64::from(recovered.restarted);
             (recovered.machine, Some(store))
         }
         None => (Machine::new(config).map_err(|e| e.message)?, None),
@@ -183,6 +185,8 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         EngineConfig {
             clock,
             snapshot_every: args.snapshot_every,
+            log_entries,
+            metrics: Default::default(),
         },
         hub,
     );

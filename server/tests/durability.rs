@@ -181,6 +181,8 @@ fn concurrent_commands_get_dense_durable_indexes() {
         let config = EngineConfig {
             clock: Clock::monotonic(0),
             snapshot_every: 50,
+            log_entries: 0,
+            metrics: Default::default(),
         };
         let engine = engine::spawn(
             machine,
@@ -270,6 +272,8 @@ fn the_clock_rules_are_enforced() {
         let monotonic = EngineConfig {
             clock: Clock::monotonic(0),
             snapshot_every: 0,
+            log_entries: 0,
+            metrics: Default::default(),
         };
         let engine = engine::spawn(machine.clone(), None, monotonic, Default::default());
         let err = engine.command(open("ann"), Some(5)).await.unwrap_err();
@@ -277,6 +281,8 @@ fn the_clock_rules_are_enforced() {
         let manual = EngineConfig {
             clock: Clock::Manual,
             snapshot_every: 0,
+            log_entries: 0,
+            metrics: Default::default(),
         };
         let engine = engine::spawn(machine, None, manual, Default::default());
         let err = engine.command(open("ann"), None).await.unwrap_err();
@@ -293,6 +299,8 @@ fn the_timer_expires_leases_without_any_client_call() {
         let config = EngineConfig {
             clock: Clock::monotonic(0),
             snapshot_every: 0,
+            log_entries: 0,
+            metrics: Default::default(),
         };
         let engine = engine::spawn(machine, None, config, Default::default());
         engine.command(open("ann"), None).await.unwrap();

@@ -552,3 +552,46 @@ fn a_batch_applies_its_operations_in_order_with_per_operation_answers() {
     let (status, _) = s.call("POST", "/v1/ns/default/batch", &[], r#"{"operations": []}"#);
     assert_eq!(status, 400);
 }
+
+#[test]
+fn metrics_count_requests_outcomes_and_durable_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("klock.redb");
+    let s = Server::start(&["--data", data.to_str().unwrap()]);
+    let a = open(&s, "default", "ann");
+    on(
+        &s,
+        &a,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/x"]}),
+    );
+    on(
+        &s,
+        &a,
+        "POST",
+        "acquire",
+        json!({"intents": ["EATS FILE:/x"]}),
+    );
+    let raw = s.raw("GET", "/metrics", &[], b"");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let value = |name: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no {name} in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let acquires =
+        "klock_requests_total{route=\"/v1/ns/{ns}/sessions/{sid}/acquire\",status=\"200\"}";
+    assert_eq!(value(acquires), 1.0);
+    let bad = "klock_requests_total{route=\"/v1/ns/{ns}/sessions/{sid}/acquire\",status=\"400\"}";
+    assert_eq!(value(bad), 1.0);
+    assert_eq!(value("klock_active_leases"), 1.0);
+    assert_eq!(value("klock_outcomes_total{outcome=\"granted\"}"), 1.0);
+    assert_eq!(value("klock_committed_entries_total"), 3.0);
+    assert!(value("klock_commit_seconds_count") >= 1.0);
+    assert_eq!(value("klock_log_entries"), 3.0);
+    assert!(value("klock_request_seconds_count") >= 3.0);
+}
