@@ -647,7 +647,6 @@ class Lease {
     signal?.throwIfAborted();
     const deadline = timeoutMs === undefined ? undefined : k.now() + timeoutMs;
     let attempt = 0;
-    let wounds = 0;
     for (;;) {
       k._checkOpen(); // the Klock may have closed during a backoff sleep
       if (attempt++ > 0) k.counters.retries++;
@@ -678,10 +677,8 @@ class Lease {
         if (event.event === 'WOUNDED') {
           // wound_wait: an older session took precedence. Asking again at once only gets this
           // lease wounded again by the next older requester, so it backs off by the kernel's
-          // DIE formula (SPEC §8): WOUNDED carries no hint of its own.
-          const { backoffBaseMs: base, backoffCapMs: cap } = k.kernel.config;
-          const pause = native.retryAfterMs(base, cap, wounds, Math.floor(Math.random() * 2 ** 53));
-          wounds++;
+          // answer (SPEC §8: a wound counts as a DIE and carries retryAfterMs).
+          const pause = event.retryAfterMs;
           if (deadline !== undefined && k.now() + pause > deadline) {
             k.counters.timeouts++;
             throw new Timeout(`${this.intents.join(', ')}: wounded by older sessions; the next retry (${pause} ms) would pass the timeout`, heldBy);

@@ -263,7 +263,7 @@ export type Event =
   | { event: 'WAIT_TIMEOUT'; ticket: number; session: number }
   | { event: 'DIED'; ticket: number; session: number; retryAfterMs: number }
   | { event: 'LEASE_EXPIRED'; lease: number; session: number }
-  | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number> }
+  | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number>; retryAfterMs: number }
   | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' }
 
 /** An agent whose leases expired or whose waits timed out ("ghost agents"). */
@@ -358,12 +358,6 @@ export interface ResourceState {
   /** Holders on ancestors and descendants whose resources overlap this one. */
   covering: Array<Holder>
 }
-
-/**
- * The backoff of SPEC §8, `min(capMs, baseMs · 2^attempts) + draw mod baseMs`, for the pauses
- * a client sizes itself (after WOUNDED, which carries no hint): one formula, the kernel's.
- */
-export declare function retryAfterMs(baseMs: number, capMs: number, attempts: number, draw: number): number
 
 /** A session as opened or resumed. */
 export interface SessionInfo {

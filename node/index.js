@@ -840,4 +840,3 @@ module.exports.MAX_MANIFEST_INTENTS = nativeBinding.MAX_MANIFEST_INTENTS
 module.exports.MAX_NAME_BYTES = nativeBinding.MAX_NAME_BYTES
 module.exports.MAX_RESOURCE_BYTES = nativeBinding.MAX_RESOURCE_BYTES
 module.exports.parseIntent = nativeBinding.parseIntent
-module.exports.retryAfterMs = nativeBinding.retryAfterMs

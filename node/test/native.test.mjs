@@ -5,7 +5,7 @@ import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 const native = require('../index.js');
-const { Kernel, KlockError, ERROR_CODES, parseIntent, retryAfterMs, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = native;
+const { Kernel, KlockError, ERROR_CODES, parseIntent, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = native;
 
 function kernelWithTwo(config = { seed: 7 }) {
   const k = new Kernel(config);
@@ -24,12 +24,13 @@ test('exports', () => {
   assert.equal(ERROR_CODES.QUOTA_EXCEEDED, 400);
   assert.ok(Object.isFrozen(ERROR_CODES));
   assert.deepEqual(parseIntent('mutates FILE://a/./b/'), { predicate: 'MUTATES', resource: 'FILE:/a/b' });
-  // SPEC §8's formula, the kernel's own: exponential, capped, plus draw mod base.
-  assert.equal(retryAfterMs(100, 10_000, 0, 250), 150);
-  assert.equal(retryAfterMs(100, 10_000, 3, 0), 800);
-  assert.equal(retryAfterMs(100, 10_000, 2 ** 40, 99), 10_099);
-  assert.equal(retryAfterMs(0, 10_000, 5, 12345), 0);
-  assert.throws(() => retryAfterMs(100, 10_000, -1, 0), RangeError);
+  // Every backoff is sized by the kernel's answer (SPEC.md §8: DIE, DIED and WOUNDED carry
+  // retryAfterMs): the addon exports no backoff formula for a client to compute one itself.
+  assert.ok(!('retryAfterMs' in native), 'the addon exports a backoff formula');
+  assert.deepEqual(
+    Object.keys(native).filter((name) => /retry|backoff/i.test(name)),
+    [],
+  );
 });
 
 test('config: defaults, getter, validation', () => {
@@ -227,14 +228,29 @@ test('sessions: digest, suspend, resume, close, idle close event', () => {
   assert.deepEqual(k.drainEvents(), [{ event: 'SESSION_CLOSED', session: idle, reason: 'IDLE' }]);
 });
 
-test('wound_wait emits WOUNDED with lost leases and tickets', () => {
-  const k = new Kernel({ policy: 'wound_wait', seed: 2 });
+test('wound_wait emits WOUNDED with lost leases and tickets and the kernel\'s retryAfterMs', () => {
+  const k = new Kernel({ policy: 'wound_wait', seed: 2, backoffBaseMs: 100, backoffCapMs: 10_000 });
   const old = k.openSession('old', 'default', 0).sessionId;
   const young = k.openSession('young', 'default', 1).sessionId;
   const [l] = k.acquire(young, ['MUTATES FILE:/x'], null, 2).leases;
   const v = k.acquire(old, ['MUTATES FILE:/x'], null, 3);
   assert.equal(v.verdict, 'GRANTED');
-  assert.deepEqual(k.drainEvents(), [{ event: 'WOUNDED', session: young, by: old, lostLeases: [l.leaseId], lostTickets: [] }]);
+  const events = k.drainEvents();
+  assert.equal(events.length, 1);
+  const [wounded] = events;
+  // A wound counts as a DIE (SPEC.md §8): the first one is base + jitter in [0, base).
+  assert.equal(typeof wounded.retryAfterMs, 'number');
+  assert.ok(wounded.retryAfterMs >= 100 && wounded.retryAfterMs < 200, `retryAfterMs ${wounded.retryAfterMs}`);
+  assert.deepEqual(events, [
+    { event: 'WOUNDED', session: young, by: old, lostLeases: [l.leaseId], lostTickets: [], retryAfterMs: wounded.retryAfterMs },
+  ]);
+  // The same seed and calls give the same backoff (the kernel's seeded generator).
+  const again = new Kernel({ policy: 'wound_wait', seed: 2, backoffBaseMs: 100, backoffCapMs: 10_000 });
+  again.openSession('old', 'default', 0);
+  again.openSession('young', 'default', 1);
+  again.acquire(young, ['MUTATES FILE:/x'], null, 2);
+  again.acquire(old, ['MUTATES FILE:/x'], null, 3);
+  assert.equal(again.drainEvents()[0].retryAfterMs, wounded.retryAfterMs);
 });
 
 test('kernel errors: every name and code comes through', () => {

@@ -71,27 +71,6 @@ pub fn init(mut exports: Object, env: Env) -> Result<()> {
     Ok(())
 }
 
-/// The backoff of SPEC §8, `min(capMs, baseMs · 2^attempts) + draw mod baseMs`, for the pauses
-/// a client sizes itself (after WOUNDED, which carries no hint): one formula, the kernel's.
-#[napi(ts_args_type = "baseMs: number, capMs: number, attempts: number, draw: number")]
-pub fn retry_after_ms(
-    env: Env,
-    base_ms: Unknown<'_>,
-    cap_ms: Unknown<'_>,
-    attempts: Unknown<'_>,
-    draw: Unknown<'_>,
-) -> Result<f64> {
-    let attempts = input::number_arg(&env, attempts, "attempts")?;
-    let retry = klock_core::retry_after_ms(
-        input::number_arg(&env, base_ms, "baseMs")?,
-        input::number_arg(&env, cap_ms, "capMs")?,
-        u32::try_from(attempts).unwrap_or(u32::MAX),
-        input::number_arg(&env, draw, "draw")?,
-    );
-    // Exact as a JS number while cap + base stays below 2^53 (any real backoff does).
-    Ok(retry as f64)
-}
-
 /// Validates `"PREDICATE TYPE:/path"` (split at the first space) without a kernel.
 ///
 /// Returns the canonical predicate and the normalised resource; throws `KlockError`

@@ -145,11 +145,14 @@ pub enum Event {
         lease: f64,
         session: f64,
     },
+    /// An older session revoked this one's leases and/or tickets (`wound_wait`); counts as a
+    /// DIE (SPEC.md §8): wait `retryAfterMs` before asking again.
     Wounded {
         session: f64,
         by: f64,
         lost_leases: Vec<f64>,
         lost_tickets: Vec<f64>,
+        retry_after_ms: f64,
     },
     SessionClosed {
         session: f64,
@@ -288,6 +291,7 @@ impl ToNapiValue for EventJs {
                     by,
                     lost_leases,
                     lost_tickets,
+                    retry_after_ms,
                 } => shapes::call(
                     env,
                     Shape::EventWounded,
@@ -296,6 +300,7 @@ impl ToNapiValue for EventJs {
                         number(env, by.0)?,
                         ids(lost_leases.iter().map(|l| l.0).collect())?,
                         ids(lost_tickets.iter().map(|t| t.0).collect())?,
+                        number(env, retry_after_ms)?,
                     ],
                 ),
                 E::SessionClosed { session, reason } => shapes::call(

@@ -39,7 +39,7 @@ const SOURCE: &str = r#"(function () {
     (ticket, session) => ({ event: 'WAIT_TIMEOUT', ticket, session }),
     (ticket, session, retryAfterMs) => ({ event: 'DIED', ticket, session, retryAfterMs }),
     (lease, session) => ({ event: 'LEASE_EXPIRED', lease, session }),
-    (session, by, lostLeases, lostTickets) => ({ event: 'WOUNDED', session, by, lostLeases, lostTickets }),
+    (session, by, lostLeases, lostTickets, retryAfterMs) => ({ event: 'WOUNDED', session, by, lostLeases, lostTickets, retryAfterMs }),
     (session, reason) => ({ event: 'SESSION_CLOSED', session, reason }),
   ];
 })()"#;
