@@ -1,13 +1,16 @@
 // Types of the friendly client (client.js). The native layer's types are in index.d.ts.
 //
-// Errors, all `instanceof KlockError` (`code`: number, `name`: stable upper-case name):
+// Errors, all `instanceof KlockError` (`code`: number, `name`: stable upper-case name), the same
+// names as the Python client's:
 // - kernel errors: `code` and `name` from the core (e.g. 300 / 'NOT_OWNER');
 // - `LeaseLost`: a held lease ended early; `name` is what the kernel said
 //   ('LEASE_EXPIRED', 'LEASE_RELEASED', 'UNKNOWN_SESSION', ...), `code` its code;
-// - `Died` (`code` 0, `name` 'DIE'): DIE while the session holds other leases — release
-//   everything, wait `retryAfterMs`, start over with all intents in one manifest;
+// - `Died` (`code` 0, `name` 'DIE'): DIE (or DIED, or WOUNDED) while the session holds other
+//   leases — release everything, wait `retryAfterMs`, start over with all intents in one
+//   manifest;
 // - `Timeout` (`code` 0, `name` 'TIMEOUT'): not granted within `timeoutMs`;
-// - `name` 'CLOSED' (`code` 0): the Klock or the session closed while a lease was pending.
+// - `Closed` (`code` 0, `name` 'CLOSED'): the Klock or the session was closed before or while
+//   the call ran; the message says which ("this Klock is closed" / "this session is closed").
 // Bad arguments throw `TypeError` (`code` 'ERR_INVALID_ARG_TYPE', 'ERR_MISSING_ARGS',
 // 'ERR_INVALID_ARG_VALUE') or `RangeError` (`code` 'ERR_OUT_OF_RANGE'); an aborted
 // `lease()` rejects with `signal.reason`.
@@ -71,6 +74,11 @@ export declare class Timeout extends KlockError {
   readonly heldBy: number[]
 }
 
+/** The Klock or the session was closed before or while the call ran. */
+export declare class Closed extends KlockError {
+  constructor(message: string)
+}
+
 /** Options of `new Klock()`: the kernel's config plus the clock. */
 export interface KlockOptions extends Config {
   /** The time in integer milliseconds (default: monotonic, 0 when the Klock is created). */
@@ -85,6 +93,8 @@ export interface ClientCounters {
   retries: number
   timeouts: number
   lost: number
+  /** Leases garbage-collected without being released (released by the Klock then). */
+  collected: number
 }
 
 /**
@@ -105,15 +115,26 @@ export declare class Klock {
   resourceState(resource: string, namespace?: string): ResourceState
   stats(): Stats
   snapshot(): Snapshot
-  /** Closes every session (releasing what they hold) and stops the timer. Idempotent. */
+  /**
+   * Ends every acquisition in progress with `Closed` (tickets withdrawn), closes every
+   * session (releasing what they hold) and stops the timer. Idempotent.
+   */
   close(): void
 }
 
 /** Options of `session.lease()`. */
 export interface LeaseOptions {
-  /** Lease TTL (default: the kernel's `defaultTtlMs`); heartbeats renew it every ttl/3. */
+  /**
+   * Lease TTL (default: the kernel's `defaultTtlMs`); heartbeats renew it a third of the way
+   * through the lease's current TTL. Asking again for a lease the session holds never
+   * shortens it (the larger TTL wins).
+   */
   ttlMs?: number
-  /** Give up with `Timeout` after this long (WAITs and DIE retries included); 0 = try once. */
+  /**
+   * Give up with `Timeout` after this many milliseconds (WAITs and DIE/WOUNDED backoffs
+   * included): an integer from 0 (try once) to 2^53 - 1, or `Infinity` for no client-side
+   * limit. Default: retry the kernel's default wait until granted.
+   */
   timeoutMs?: number
   /** Cancels a pending acquisition (the promise rejects with `signal.reason`). */
   signal?: AbortSignal
@@ -125,7 +146,11 @@ export declare class Session {
   readonly sessionId: number
   readonly agentId: string
   readonly namespace: string
-  /** Smaller = older = higher priority; kept across every DIE and retry. */
+  /**
+   * The priority the session was opened with (smaller = older = higher). The kernel keeps it
+   * across every DIE, WOUNDED and retry of a unit of work and assigns a fresh (youngest) one
+   * when the session starts a new unit (SPEC.md §5).
+   */
   readonly priority: number
   readonly closed: boolean
   /**
@@ -135,18 +160,27 @@ export declare class Session {
   lease(intents: string | readonly string[], options?: LeaseOptions): Promise<Lease>
   /**
    * Acquires, runs `fn(lease)`, releases in `finally`. Rejects with what `fn` threw, or with
-   * `LeaseLost` if a lease ended while `fn` ran.
+   * `LeaseLost` if a lease ended while `fn` ran (also when the release finds it expired).
    */
   withLease<T>(intents: string | readonly string[], fn: (lease: Lease) => T | Promise<T>, options?: LeaseOptions): Promise<T>
-  /** Releases everything the session holds and withdraws its waits. Idempotent. */
+  /**
+   * Ends the session's acquisitions in progress with `Closed`, releases everything it holds
+   * and withdraws its waits; later calls reject with `Closed`. Idempotent.
+   */
   close(): void
+  /** `close()`: what `await using session = await klock.session(...)` calls. */
+  [Symbol.asyncDispose](): Promise<void>
 }
 
-/** Intents held together: the handle `session.lease()` resolves with. */
+/**
+ * Intents held together: the handle `session.lease()` resolves with. Release it (or use
+ * `withLease`, or `await using`); one that becomes unreachable unreleased is released when
+ * garbage-collected, and is not heartbeated meanwhile.
+ */
 export declare class Lease {
   readonly session: Session
   readonly intents: readonly string[]
-  /** The kernel leases, one per distinct intent. */
+  /** The kernel leases, one per distinct intent, as the kernel last reported them. */
   readonly leases: LeaseInfo[]
   /** Set when a lease ended early (and then `signal` is aborted with it). */
   readonly lost: LeaseLost | null
@@ -159,12 +193,19 @@ export declare class Lease {
   /** Fence per canonical resource. */
   readonly fences: Record<string, number>
   readonly leaseIds: number[]
-  /** The earliest expiry (moved forward by every heartbeat). */
+  /** The earliest expiry (moved forward by every heartbeat and re-acquire). */
   readonly expiresAt: number
   /** Throws `LeaseLost` if a lease has ended. */
   check(): void
   /** Renews every lease now; throws `LeaseLost` if one has ended. */
   heartbeat(): void
-  /** Releases (leases shared with another Lease of the session stay held). Idempotent. */
+  /**
+   * Releases (leases shared with another Lease of the session stay held). Throws `LeaseLost`
+   * if a lease had ended, also when this release is what finds it expired. Idempotent.
+   */
   release(): void
+  /** `release()`: what `await using lease = await session.lease(...)` calls. */
+  [Symbol.asyncDispose](): Promise<void>
+  /** `release()`: what `using` calls. */
+  [Symbol.dispose](): void
 }

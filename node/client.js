@@ -12,20 +12,33 @@
 //   alive. Only while a `lease()` call waits for a kernel event (a WAIT ticket) is it ref'd,
 //   because that event (a timeout, an expiry that frees the resource) may come from the timer
 //   alone, and the caller is awaiting it.
-// - The kernel decides everything (grants, waits, deaths, expiries, timeouts); this module
-//   only carries the decisions out: `session.lease()` resolves when the kernel grants (at
-//   once, or by the GRANTED event of its ticket), sleeps `retryAfterMs` after a DIE and asks
-//   again with the same session (same priority), heartbeats every held lease every ttl/3,
-//   and releases what it holds when asked (`withLease` does it in `finally`).
-// - A DIE is retried only while the session holds nothing else through this client;
-//   otherwise the promise rejects with `Died` so the caller's unit of work releases
-//   everything and starts over with all its intents in one manifest (SPEC.md §6 rule 3).
+// - The kernel decides everything (grants, waits, deaths, expiries, timeouts, backoffs); this
+//   module only carries the decisions out: `session.lease()` resolves when the kernel grants
+//   (at once, or by the GRANTED event of its ticket), sleeps the kernel's `retryAfterMs` after
+//   a DIE verdict, a DIED event or a WOUNDED event (all three count as a DIE, SPEC.md §8; the
+//   client never sizes a backoff itself) and asks again with the same session, and releases
+//   what it holds when asked (`withLease` does it in `finally`).
+// - A DIE (or DIED, or WOUNDED) is retried only while the session holds nothing else through
+//   this client; otherwise the promise rejects with `Died` so the caller's unit of work
+//   releases everything and starts over with all its intents in one manifest (SPEC.md §6).
+// - Heartbeats follow each lease as the kernel last reported it (grant, re-acquire,
+//   heartbeat): a Lease is renewed when a third of a lease's current `ttlMs` has passed since
+//   its last renewal (at `expiresAt - 2·ttlMs/3`). The Leases of one session that share a
+//   kernel lease (nested blocks) share one record of it, so `lease.leases` and
+//   `lease.expiresAt` always show the current expiry and TTL.
+// - The Klock holds held Leases weakly (WeakRef): only a Lease that something can still
+//   release is heartbeated. A Lease that becomes unreachable without being released is
+//   released when it is garbage-collected (FinalizationRegistry; `counters.collected`), so a
+//   forgotten Lease frees its resource instead of being renewed forever.
 // - A held lease that ends early (expired, wounded, session closed) marks its Lease lost:
 //   `lease.lost` is the `LeaseLost` error, `lease.signal` aborts with it, `lease.check()`
-//   throws it, and `withLease` rejects with it once the callback is done.
+//   throws it, and `release()` (so `withLease` and `await using`) throws it — also when
+//   that release is the call that settles the expiry (a callback that blocked the event
+//   loop past the TTL, a paused process).
 // - An AbortSignal cancels a pending `lease()`: a waiting ticket is withdrawn with
 //   `cancelWait`, a backoff sleep is cut short, and the promise rejects with
-//   `signal.reason`. A grant that happened first wins.
+//   `signal.reason`. `Klock.close()` (and `Session.close()` for its own acquisitions) does the
+//   same with `Closed`. A grant that happened first wins over an abort.
 // - A lease alone is not mutual exclusion when a holder can pause past its expiry: pass
 //   `lease.fence` to the protected resource and have it reject smaller fences.
 
@@ -58,12 +71,21 @@ class Timeout extends KlockError {
   }
 }
 
-function closedError(what) {
-  return new KlockError(`the ${what} was closed while this lease was being acquired`, 0, 'CLOSED');
+/** The Klock or the session was closed before or while the call ran (`code` 0). */
+class Closed extends KlockError {
+  constructor(message) {
+    super(message, 0, 'CLOSED');
+  }
 }
+
+const KLOCK_CLOSED = 'this Klock is closed';
+const SESSION_CLOSED = 'this session is closed';
 
 /** Longest delay `setTimeout` takes; a later deadline fires early and re-arms. */
 const MAX_DELAY = 2 ** 31 - 1;
+
+/** The largest time the addon takes (2^53 - 1): the wait of `timeoutMs: Infinity`. */
+const MAX_MS = Number.MAX_SAFE_INTEGER;
 
 function monotonicClock() {
   const t0 = process.hrtime.bigint();
@@ -101,7 +123,25 @@ function checkKeys(object, what, allowed) {
   return object;
 }
 
-/** A min-heap of heartbeat entries `{ due, lease, seq }` (stale entries skipped lazily). */
+/** `timeoutMs`: undefined, Infinity (no client-side limit), or an integer from 0 to 2^53 - 1. */
+function checkTimeout(value, what) {
+  if (value === undefined || value === Infinity) return;
+  if (typeof value !== 'number') {
+    const error = new TypeError(`\`${what}\` must be a number of milliseconds or Infinity, got ${value === null ? 'null' : typeof value}`);
+    error.code = 'ERR_INVALID_ARG_TYPE';
+    throw error;
+  }
+  if (!Number.isSafeInteger(value) || value < 0) {
+    const error = new RangeError(
+      `\`${what}\` must be an integer number of milliseconds from 0 to ${MAX_MS} (2^53 - 1), ` +
+        `or Infinity to wait with no limit; got ${value}`,
+    );
+    error.code = 'ERR_OUT_OF_RANGE';
+    throw error;
+  }
+}
+
+/** A min-heap of heartbeat entries `{ due, ref: WeakRef<Lease>, seq }` (stale entries skipped lazily). */
 class Heap {
   constructor() {
     this.items = [];
@@ -146,7 +186,7 @@ class Heap {
 
 /** What the client did on the kernel's answers (the kernel's own counts: `klock.stats()`). */
 function newCounters() {
-  return { grants: 0, waits: 0, deaths: 0, retries: 0, timeouts: 0, lost: 0 };
+  return { grants: 0, waits: 0, deaths: 0, retries: 0, timeouts: 0, lost: 0, collected: 0 };
 }
 
 class Klock {
@@ -173,13 +213,21 @@ class Klock {
     this._lastNow = 0;
     /** @type {Map<number, Waiter>} ticket -> the acquisition waiting for it */
     this._waiters = new Map();
-    /** @type {Map<number, Set<Lease>>} lease id -> the Leases holding it */
-    this._holders = new Map();
+    /** @type {Set<Acquisition>} every `lease()` call in progress (waiting or backing off) */
+    this._acquisitions = new Set();
+    /**
+     * Every kernel lease held through this Klock: its current view (`info`, shared by the
+     * `leases` of every Lease holding it) and those Leases, held weakly.
+     * @type {Map<number, { info: object, session: Session, holders: Set<WeakRef<Lease>> }>}
+     */
+    this._held = new Map();
     /** @type {Map<number, Session>} */
     this._sessions = new Map();
     this._heartbeats = new Heap();
     this._heartbeatSeq = 0;
     this._heartbeatStale = 0;
+    /** Releases what a Lease held when it is collected unreleased (see `_collected`). */
+    this._finalizer = new FinalizationRegistry((held) => this._collected(held));
     this._timer = null;
     this._timerRefed = false;
     this._armedAt = Infinity;
@@ -222,20 +270,27 @@ class Klock {
     return this._call((now) => this.kernel.snapshot(now));
   }
 
-  /** Closes every session (releasing what they hold) and stops the timer. Idempotent. */
+  /**
+   * Ends every acquisition in progress (waiting or backing off) with `Closed` ("this Klock is
+   * closed"), its ticket withdrawn; closes every session (what they hold is released and
+   * their Leases are lost) and stops the timer, so nothing of the Klock keeps the process
+   * alive. Idempotent.
+   */
   close() {
     if (this._closed) return;
-    for (const session of [...this._sessions.values()]) session.close();
     this._closed = true;
-    for (const waiter of [...this._waiters.values()]) waiter.deliver({ event: 'CLOSED', what: 'Klock' });
-    this._waiters.clear();
+    // Youngest ticket first: a ticket only waits for older ones, so withdrawing in this order
+    // never grants one of the others on the way.
+    const pending = [...this._acquisitions].sort((a, b) => (b.lease._ticket ?? -1) - (a.lease._ticket ?? -1));
+    for (const acquisition of pending) acquisition.stop(KLOCK_CLOSED);
+    for (const session of [...this._sessions.values()]) session._end('the Klock was closed');
     if (this._timer !== null) clearTimeout(this._timer);
     this._timer = null;
     this._armedAt = Infinity;
   }
 
   _checkOpen() {
-    if (this._closed) throw new KlockError('this Klock is closed', 0, 'CLOSED');
+    if (this._closed) throw new Closed(KLOCK_CLOSED);
   }
 
   /** One kernel call at the current time, then its events routed and the timer re-armed. */
@@ -288,6 +343,7 @@ class Klock {
           const waiter = this._waiters.get(ticket);
           if (waiter !== undefined) {
             this._waiters.delete(ticket);
+            this.counters.deaths++; // a wound counts as a DIE (SPEC.md §8)
             waiter.deliver(event);
           }
         }
@@ -306,21 +362,47 @@ class Klock {
     }
   }
 
+  /** These kernel leases ended: every Lease still holding one is lost. */
   _lose(leaseIds, name, message) {
     for (const id of leaseIds) {
-      const holders = this._holders.get(id);
-      if (holders === undefined) continue;
-      this._holders.delete(id);
-      for (const lease of holders) {
-        lease.session._refs.delete(id);
-        lease._lose(name, message, id);
+      const record = this._held.get(id);
+      if (record === undefined) continue;
+      this._held.delete(id);
+      record.session._refs.delete(id);
+      for (const ref of record.holders) ref.deref()?._lose(name, message, id);
+    }
+  }
+
+  /**
+   * A Lease was garbage-collected without being released: nothing can release it any more,
+   * so the kernel leases only it held are released now (never left to be renewed forever).
+   */
+  _collected({ session, ref, leaseIds }) {
+    if (this._closed) return;
+    this.counters.collected++;
+    const ending = [];
+    for (const id of leaseIds) {
+      const record = this._held.get(id);
+      if (record === undefined || !record.holders.delete(ref)) continue; // lost already
+      if (session._drop(id)) {
+        this._held.delete(id);
+        ending.push(id);
       }
+    }
+    if (ending.length === 0 || session._closed) return;
+    try {
+      this._call((now) => {
+        for (const id of ending) this.kernel.release(session.sessionId, id, now);
+      });
+    } catch (e) {
+      // Runs from the garbage collector: never throw. UNKNOWN_SESSION: closed by the kernel.
+      if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) this.timerError = e;
     }
   }
 
   _scheduleHeartbeat(lease, due) {
     lease._heartbeatSeq = ++this._heartbeatSeq;
-    this._heartbeats.push({ due, lease, seq: lease._heartbeatSeq });
+    this._heartbeats.push({ due, ref: lease._ref, seq: lease._heartbeatSeq });
   }
 
   /** Forgets a lease's pending heartbeat; the heap is compacted when mostly stale. */
@@ -330,7 +412,7 @@ class Klock {
     this._heartbeatStale++;
     const heap = this._heartbeats;
     if (this._heartbeatStale > 64 && this._heartbeatStale * 2 > heap.size) {
-      const live = heap.items.filter((e) => e.lease._heartbeatSeq === e.seq);
+      const live = heap.items.filter(isLiveEntry);
       heap.items = [];
       for (const entry of live) heap.push(entry);
       this._heartbeatStale = 0;
@@ -341,7 +423,7 @@ class Klock {
   _arm() {
     if (this._closed) return;
     const heap = this._heartbeats;
-    while (heap.size > 0 && heap.peek().lease._heartbeatSeq !== heap.peek().seq) heap.pop();
+    while (heap.size > 0 && !isLiveEntry(heap.peek())) heap.pop();
     const deadline = this.kernel.nextDeadline();
     let next = deadline === null ? Infinity : deadline;
     if (heap.size > 0 && heap.peek().due < next) next = heap.peek().due;
@@ -363,8 +445,14 @@ class Klock {
       this._settled();
       const heap = this._heartbeats;
       while (heap.size > 0 && heap.peek().due <= now) {
-        const { lease, seq } = heap.pop();
-        if (lease._heartbeatSeq === seq) lease._beat(now);
+        const { ref, seq } = heap.pop();
+        const lease = ref.deref();
+        if (lease === undefined || lease._heartbeatSeq !== seq) continue; // collected, or stale
+        const due = lease._heartbeatDue();
+        // Renewed meanwhile (a nested block's re-acquire, another Lease of the same kernel
+        // lease): the next renewal is due later.
+        if (due > now) this._scheduleHeartbeat(lease, due);
+        else lease._beat(now);
       }
     } catch (e) {
       this.timerError = e;
@@ -372,6 +460,11 @@ class Klock {
     this._arm();
     this._keepAlive();
   }
+}
+
+/** A heartbeat entry whose Lease is still reachable and still wants that beat. */
+function isLiveEntry(entry) {
+  return entry.ref.deref()?._heartbeatSeq === entry.seq;
 }
 
 /** One acquisition waiting for the event that resolves its ticket. */
@@ -382,9 +475,32 @@ class Waiter {
   }
 }
 
+/** One `lease()` call in progress; `stop(message)` ends it with `Closed`. */
+class Acquisition {
+  constructor(lease) {
+    this.lease = lease;
+    this.session = lease.session;
+    this.controller = new AbortController();
+  }
+
+  get signal() {
+    return this.controller.signal;
+  }
+
+  stop(message) {
+    if (this.signal.aborted) return;
+    this.controller.abort(new Closed(`${message}: the acquisition of ${intentText(this.lease.intents)} was abandoned`));
+  }
+}
+
 function intentList(intents) {
   if (typeof intents === 'string') return [intents];
   return intents;
+}
+
+/** The intents for a message (whatever the caller passed: the kernel validates them). */
+function intentText(intents) {
+  return Array.isArray(intents) ? intents.join(', ') : String(intents);
 }
 
 class Session {
@@ -393,11 +509,16 @@ class Session {
     this.sessionId = info.sessionId;
     this.agentId = info.agentId;
     this.namespace = info.namespace;
-    /** Smaller = older = higher priority; kept across every DIE and retry. */
+    /**
+     * The priority the session was opened with (smaller = older = higher). The kernel keeps
+     * it across every DIE, WOUNDED and retry of a unit of work and gives the session a fresh,
+     * youngest one when it starts a new unit (SPEC.md §5): `klock.snapshot()` shows it.
+     */
     this.priority = info.priority;
     /** @type {Map<number, number>} lease id -> how many of this session's Leases hold it */
     this._refs = new Map();
     this._closed = false;
+    this._closedByUser = false;
   }
 
   /** Whether the session was closed (by `close()`, its Klock, or the kernel for idleness). */
@@ -412,7 +533,7 @@ class Session {
    */
   async lease(intents, options = {}) {
     const { ttlMs, timeoutMs, signal } = checkKeys(options, 'options', ['ttlMs', 'timeoutMs', 'signal']);
-    checkInteger(timeoutMs, 'options.timeoutMs');
+    checkTimeout(timeoutMs, 'options.timeoutMs');
     if (signal !== undefined && !(signal instanceof AbortSignal)) {
       const error = new TypeError('`options.signal` must be an AbortSignal');
       error.code = 'ERR_INVALID_ARG_TYPE';
@@ -425,8 +546,8 @@ class Session {
 
   /**
    * Acquires `intents`, runs `fn(lease)`, and releases in `finally`. Rejects with what `fn`
-   * threw, or with `LeaseLost` if a lease ended while `fn` ran (watch `lease.signal` to stop
-   * early).
+   * threw, or with `LeaseLost` if a lease ended while `fn` ran — also when the release itself
+   * finds it expired (watch `lease.signal` to stop early).
    */
   async withLease(intents, fn, options) {
     if (typeof fn !== 'function') {
@@ -438,37 +559,81 @@ class Session {
     let result;
     try {
       result = await fn(lease);
-    } finally {
-      lease.release();
+    } catch (error) {
+      try {
+        lease.release();
+      } catch {
+        // The callback's own error is the one to report; `lease.lost` keeps the loss.
+      }
+      throw error;
     }
+    lease.release();
     lease.check();
     return result;
   }
 
-  /** Closes the session: releases everything it holds and withdraws its waits. Idempotent. */
+  /**
+   * Closes the session: ends its acquisitions in progress with `Closed` ("this session is
+   * closed"), withdrawing their tickets, releases everything it holds (its Leases are lost),
+   * and refuses later calls with `Closed`. Idempotent.
+   */
   close() {
-    if (this._closed) return;
-    const k = this.klock;
-    for (const [ticket, waiter] of [...k._waiters]) {
-      if (waiter.lease.session === this) {
-        k._waiters.delete(ticket);
-        waiter.deliver({ event: 'CLOSED', what: 'session' });
-      }
+    if (this._closedByUser) return;
+    this._closedByUser = true;
+    for (const acquisition of [...this.klock._acquisitions]) {
+      if (acquisition.session === this) acquisition.stop(SESSION_CLOSED);
     }
-    const held = [];
-    for (const holders of k._holders.values()) for (const lease of holders) if (lease.session === this) held.push(lease);
+    this._end('the session was closed');
+  }
+
+  /** Closes the session in the kernel and marks what it held lost. */
+  _end(why) {
+    this._closedByUser = true;
+    const k = this.klock;
+    if (this._closed) {
+      this._refs.clear();
+      return;
+    }
     this._closed = true;
     k._sessions.delete(this.sessionId);
+    const held = new Set();
+    for (const record of k._held.values()) {
+      if (record.session !== this) continue;
+      for (const ref of record.holders) {
+        const lease = ref.deref();
+        if (lease !== undefined) held.add(lease);
+      }
+    }
     try {
       k._call((now) => k.kernel.closeSession(this.sessionId, now));
     } catch (e) {
       if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
     }
     for (const lease of held) {
-      k._lose(lease.leaseIds, 'LEASE_RELEASED', 'the session was closed');
+      k._lose(lease.leaseIds, 'LEASE_RELEASED', why);
       lease._state = 'done';
+      k._finalizer.unregister(lease);
     }
+    for (const [id, record] of k._held) if (record.session === this) k._held.delete(id);
     this._refs.clear();
+  }
+
+  /** Throws `Closed` if this session or its Klock was closed by the user. */
+  _checkOpen() {
+    this.klock._checkOpen();
+    if (this._closedByUser) throw new Closed(SESSION_CLOSED);
+  }
+
+  /** One Lease of this session lets go of kernel lease `id`; true when it was the last. */
+  _drop(id) {
+    const count = this._refs.get(id);
+    if (count === undefined) return false; // lost already
+    if (count > 1) {
+      this._refs.set(id, count - 1);
+      return false;
+    }
+    this._refs.delete(id);
+    return true;
   }
 }
 
@@ -478,17 +643,41 @@ if (typeof Symbol.asyncDispose === 'symbol') {
   };
 }
 
-function sleep(ms, signal) {
+/** Resolves after `ms` (any size: setTimeout's limit is worked around); rejects on an abort. */
+function sleep(ms, signals) {
   return new Promise((resolve, reject) => {
-    const onAbort = () => {
+    const aborted = signals.find((s) => s?.aborted);
+    if (aborted !== undefined) {
+      reject(aborted.reason);
+      return;
+    }
+    let timer;
+    const listeners = [];
+    const cleanup = () => {
       clearTimeout(timer);
-      reject(signal.reason);
+      for (const [signal, onAbort] of listeners) signal.removeEventListener('abort', onAbort);
     };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
+    const until = Date.now() + ms;
+    const wait = (left) => {
+      timer = setTimeout(() => {
+        const rest = until - Date.now();
+        if (rest > 0 && left > MAX_DELAY) wait(rest);
+        else {
+          cleanup();
+          resolve();
+        }
+      }, Math.min(left, MAX_DELAY));
+    };
+    for (const signal of signals) {
+      if (signal === undefined) continue;
+      const onAbort = () => {
+        cleanup();
+        reject(signal.reason);
+      };
+      listeners.push([signal, onAbort]);
+      signal.addEventListener('abort', onAbort, { once: true });
+    }
+    wait(ms);
   });
 }
 
@@ -498,14 +687,20 @@ class Lease {
     this.session = session;
     this.intents = intents;
     this.ttlMs = ttlMs;
-    /** The kernel leases, one per distinct intent (in order of first appearance). */
+    /**
+     * The kernel leases, one per distinct intent (in order of first appearance), as the
+     * kernel last reported them: shared with the other Leases of the session holding the same
+     * kernel lease, and kept current by every heartbeat and re-acquire.
+     */
     this.leases = [];
     /** @type {LeaseLost | null} */
     this.lost = null;
     this._state = 'acquiring';
     this._ticket = null;
     this._heartbeatSeq = 0;
-    this._heartbeatMs = 0;
+    this._renewable = true;
+    /** How the Klock refers to this Lease: weakly (see the module contract). */
+    this._ref = new WeakRef(this);
     this._abort = new AbortController();
   }
 
@@ -535,7 +730,7 @@ class Lease {
     return this.leases.map((l) => l.leaseId);
   }
 
-  /** The earliest expiry of the leases (moved forward by every heartbeat). */
+  /** The earliest expiry of the leases (moved forward by every heartbeat and re-acquire). */
   get expiresAt() {
     return Math.min(...this.leases.map((l) => l.expiresAt));
   }
@@ -545,60 +740,94 @@ class Lease {
     if (this.lost !== null) throw this.lost;
   }
 
-  /** Renews every lease now (the Klock also does it every ttl/3); throws `LeaseLost`. */
+  /** Renews every lease now (the Klock also does it on its own); throws `LeaseLost`. */
   heartbeat() {
     if (this._state !== 'held') throw new KlockError('heartbeat() needs a held lease', 0, 'NOT_HELD');
     if (this.lost === null) this._beat(this.session.klock.now());
     this.check();
   }
 
-  /** Releases what this Lease holds (leases shared with another Lease stay held). Idempotent. */
+  /**
+   * Releases what this Lease holds (leases shared with another Lease of the session stay
+   * held). Throws `LeaseLost` if a lease of it had ended — also when this release is what
+   * finds it expired. Idempotent: later calls do nothing.
+   */
   release() {
     if (this._state !== 'held') return;
-    this._state = 'done';
     const session = this.session;
     const k = session.klock;
-    k._unscheduleHeartbeat(this);
-    const ending = [];
-    for (const id of this.leaseIds) {
-      const holders = k._holders.get(id);
-      if (holders !== undefined) {
-        holders.delete(this);
-        if (holders.size === 0) k._holders.delete(id);
-      }
-      const count = session._refs.get(id);
-      if (count === undefined) continue; // lost already
-      if (count > 1) session._refs.set(id, count - 1);
-      else {
-        session._refs.delete(id);
-        ending.push(id);
-      }
-    }
-    if (ending.length === 0 || session._closed) return;
-    k._call((now) => {
+    const leases = this.leases;
+    if (!session._closed && !k._closed) {
+      // Kernel calls made while this Lease is still registered as a holder: the first settles
+      // time, so if a lease expired unseen (the timer could not run: a long synchronous
+      // callback, a paused process), the LEASE_EXPIRED it settles reaches this Lease, and the
+      // release reports it instead of passing a lost lease off as fine. Only the kernel
+      // leases no other Lease of the session holds are released.
       try {
-        for (const id of ending) k.kernel.release(session.sessionId, id, now);
+        const now = k.now();
+        let calls = 0;
+        for (const l of leases) {
+          if (session._refs.get(l.leaseId) !== 1) continue;
+          k.kernel.release(session.sessionId, l.leaseId, now);
+          calls++;
+        }
+        if (calls === 0) k.kernel.advance(now);
       } catch (e) {
         // The kernel closed the session (idle): nothing is held any more.
         if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
+      } finally {
+        k._settled();
       }
-    });
+    }
+    this._state = 'done';
+    k._finalizer.unregister(this);
+    k._unscheduleHeartbeat(this);
+    for (const { leaseId } of leases) {
+      k._held.get(leaseId)?.holders.delete(this._ref);
+      if (session._drop(leaseId)) k._held.delete(leaseId);
+    }
+    this.check();
+  }
+
+  /** Releases (see `release()`); what `await using lease = await session.lease(...)` calls. */
+  async [Symbol.asyncDispose]() {
+    this.release();
+  }
+
+  /** Releases (see `release()`); what `using` calls. */
+  [Symbol.dispose]() {
+    this.release();
   }
 
   _granted(leases) {
     const session = this.session;
     const k = session.klock;
-    this.leases = leases;
     this._state = 'held';
-    for (const l of leases) {
+    this.leases = leases.map((l) => {
+      let record = k._held.get(l.leaseId);
+      if (record === undefined) {
+        record = { info: l, session, holders: new Set() };
+        k._held.set(l.leaseId, record);
+      } else {
+        // A reused lease, renewed by this grant (SPEC.md §6: never shortened): every Lease
+        // holding it now shows its new expiry and TTL.
+        Object.assign(record.info, l);
+      }
+      record.holders.add(this._ref);
       session._refs.set(l.leaseId, (session._refs.get(l.leaseId) ?? 0) + 1);
-      let holders = k._holders.get(l.leaseId);
-      if (holders === undefined) k._holders.set(l.leaseId, (holders = new Set()));
-      holders.add(this);
-    }
+      return record.info;
+    });
+    k._finalizer.register(this, { session, ref: this._ref, leaseIds: this.leaseIds }, this);
     k.counters.grants++;
-    this._heartbeatMs = Math.max(1, Math.floor(Math.min(...leases.map((l) => l.ttlMs)) / 3));
-    k._scheduleHeartbeat(this, k.now() + this._heartbeatMs);
+    k._scheduleHeartbeat(this, Math.max(k.now(), this._heartbeatDue()));
+  }
+
+  /**
+   * When the next heartbeat is due: a third of the way through the current TTL of the lease
+   * that needs it first (`expiresAt - 2·ttlMs/3`), from the kernel's figures.
+   */
+  _heartbeatDue() {
+    return Math.min(...this.leases.map((l) => l.expiresAt - Math.floor((2 * l.ttlMs) / 3)));
   }
 
   _lose(name, message, leaseId) {
@@ -625,37 +854,63 @@ class Lease {
     } finally {
       k._settled();
     }
-    let renewable = true;
     for (const r of results) {
       if (r.status === 'OK') {
-        const l = this.leases.find((x) => x.leaseId === r.leaseId);
-        if (l !== undefined) l.expiresAt = r.expiresAt;
+        const record = k._held.get(r.leaseId);
+        if (record !== undefined) record.info.expiresAt = r.expiresAt;
       } else if (r.status === 'LIFETIME_EXCEEDED') {
-        renewable = false; // valid until its capped expiry, then LEASE_EXPIRED
+        this._renewable = false; // valid until its capped expiry, then LEASE_EXPIRED
       } else {
         k._lose([r.leaseId], r.status, `a heartbeat found the lease ${r.status.toLowerCase().replace('_', ' ')}`);
       }
     }
-    if (this._state === 'held' && this.lost === null && renewable) k._scheduleHeartbeat(this, now + this._heartbeatMs);
+    if (this._state === 'held' && this.lost === null && this._renewable) {
+      k._scheduleHeartbeat(this, Math.max(now + 1, this._heartbeatDue()));
+    }
   }
 
   /** Asks until granted: waits for the ticket's event, sleeps after a DIE, retries. */
   async _acquire(timeoutMs, signal) {
     const session = this.session;
-    const k = session.klock;
-    k._checkOpen();
+    session._checkOpen();
     signal?.throwIfAborted();
-    const deadline = timeoutMs === undefined ? undefined : k.now() + timeoutMs;
-    let attempt = 0;
-    for (;;) {
-      k._checkOpen(); // the Klock may have closed during a backoff sleep
-      if (attempt++ > 0) k.counters.retries++;
-      const waitMs = deadline === undefined ? undefined : Math.max(0, deadline - k.now());
+    const forever = timeoutMs === Infinity;
+    const deadline = timeoutMs === undefined || forever ? undefined : Math.min(MAX_MS, session.klock.now() + timeoutMs);
+    const slot = { current: null };
+    try {
+      await this._ask(slot, timeoutMs, forever, deadline, signal);
+    } finally {
+      if (slot.current !== null) session.klock._acquisitions.delete(slot.current);
+    }
+  }
+
+  /**
+   * The acquisition loop. `slot.current` is the `Acquisition` that lets a close stop it,
+   * made (and registered with the Klock) only once it has to wait or back off: a lease
+   * granted at once costs nothing more.
+   */
+  async _ask(slot, timeoutMs, forever, deadline, signal) {
+    const session = this.session;
+    const k = session.klock;
+    let what;
+    const stoppable = () => {
+      if (slot.current === null) {
+        slot.current = new Acquisition(this);
+        k._acquisitions.add(slot.current);
+      }
+      return slot.current;
+    };
+    for (let attempt = 0; ; attempt++) {
+      session._checkOpen(); // the Klock or the session may have closed during a backoff
+      if (attempt > 0) k.counters.retries++;
+      const now = k.now();
+      // Infinity: the largest wait the addon takes; undefined: the kernel's default wait.
+      const waitMs = forever ? MAX_MS : deadline === undefined ? undefined : Math.max(0, deadline - now);
       const options = { ttlMs: this.ttlMs, wait: waitMs !== 0, waitTimeoutMs: waitMs };
       let verdict;
       let waiter = null;
       try {
-        verdict = k.kernel.acquire(session.sessionId, this.intents, options, k.now());
+        verdict = k.kernel.acquire(session.sessionId, this.intents, options, now);
         if (verdict.verdict === 'GRANTED') this._granted(verdict.leases);
         else if (verdict.verdict === 'WAIT') {
           k.counters.waits++;
@@ -667,89 +922,101 @@ class Lease {
         k._settled();
       }
       if (verdict.verdict === 'GRANTED') return;
-      const heldBy = verdict.heldBy.map((b) => b.sessionId);
+      what ??= intentText(this.intents);
+      let heldBy = verdict.heldBy.map((b) => b.sessionId);
       let retryAfterMs;
+      let why;
       if (waiter !== null) {
-        const event = await this._wait(waiter, signal);
+        const acquisition = stoppable();
+        const event = await this._wait(waiter, signal, acquisition.signal);
         this._ticket = null;
-        if (event.event === 'GRANTED') return;
-        if (event.event === 'CLOSED') throw closedError(event.what);
-        if (event.event === 'WOUNDED') {
-          // wound_wait: an older session took precedence. Asking again at once only gets this
-          // lease wounded again by the next older requester, so it backs off by the kernel's
-          // answer (SPEC §8: a wound counts as a DIE and carries retryAfterMs).
-          const pause = event.retryAfterMs;
-          if (deadline !== undefined && k.now() + pause > deadline) {
-            k.counters.timeouts++;
-            throw new Timeout(`${this.intents.join(', ')}: wounded by older sessions; the next retry (${pause} ms) would pass the timeout`, heldBy);
+        if (event.event === 'GRANTED') {
+          if (acquisition.signal.aborted) {
+            // Granted in the very call that closed: nobody is left to hold it.
+            try {
+              this.release();
+            } catch {
+              // lost or closed already: nothing more to release
+            }
+            throw acquisition.signal.reason;
           }
-          await sleep(pause, signal);
-          continue;
+          return;
         }
         if (event.event === 'WAIT_TIMEOUT') {
           if (deadline !== undefined && k.now() >= deadline) {
             k.counters.timeouts++;
-            throw new Timeout(`waited ${timeoutMs} ms for ${this.intents.join(', ')}; still held by sessions ${heldBy.join(', ')}`, heldBy);
+            throw new Timeout(`waited ${timeoutMs} ms for ${what}; still held by sessions ${heldBy.join(', ')}`, heldBy);
           }
           continue; // the kernel's default wait timeout: ask again
         }
-        retryAfterMs = event.retryAfterMs; // DIED
+        // DIED, or WOUNDED (wound_wait: an older session took precedence; asking again at
+        // once would only get this wounded again): both count as a DIE, sized by the kernel.
+        retryAfterMs = event.retryAfterMs;
+        if (event.event === 'WOUNDED') {
+          heldBy = [event.by];
+          why = `was wounded by the older session ${event.by} while waiting for ${what}`;
+        } else {
+          why = `its wait for ${what} was withdrawn (DIED)`;
+        }
       } else {
         retryAfterMs = verdict.retryAfterMs;
+        why = `is younger than sessions ${heldBy.join(', ')} blocking ${what}`;
         if (waitMs === 0) {
           k.counters.timeouts++;
-          throw new Timeout(`${this.intents.join(', ')} held by sessions ${heldBy.join(', ')} (timeout ${timeoutMs} ms)`, heldBy);
+          throw new Timeout(`${what} held by sessions ${heldBy.join(', ')} (timeout ${timeoutMs} ms)`, heldBy);
         }
       }
       if (session._refs.size > 0) {
         throw new Died(
-          `session ${session.sessionId} must roll back: it holds other leases while younger than sessions ${heldBy.join(', ')} ` +
-            `blocking ${this.intents.join(', ')}; release everything, wait retryAfterMs, and acquire all intents in one manifest`,
+          `session ${session.sessionId} must roll back: it holds other leases and ${why}; ` +
+            'release everything, wait retryAfterMs, and acquire all intents in one manifest',
           retryAfterMs,
           heldBy,
         );
       }
       if (deadline !== undefined && k.now() + retryAfterMs > deadline) {
         k.counters.timeouts++;
-        throw new Timeout(
-          `${this.intents.join(', ')} held by sessions ${heldBy.join(', ')}; the next retry (${retryAfterMs} ms) would pass the timeout`,
-          heldBy,
-        );
+        throw new Timeout(`${what}: session ${session.sessionId} ${why}; the next retry (${retryAfterMs} ms) would pass the timeout`, heldBy);
       }
-      await sleep(retryAfterMs, signal);
+      await sleep(retryAfterMs, [signal, stoppable().signal]);
     }
   }
 
-  /** Resolves with the event that resolves the ticket; an abort withdraws the ticket. */
-  _wait(waiter, signal) {
+  /** Resolves with the event that resolves the ticket; an abort or a close withdraws it. */
+  _wait(waiter, signal, stop) {
     return new Promise((resolve, reject) => {
       const k = this.session.klock;
       const ticket = this._ticket;
-      const onAbort = () => {
+      const cleanup = () => {
+        signal?.removeEventListener('abort', onAbort);
+        stop.removeEventListener('abort', onStop);
+      };
+      const withdraw = (reason) => {
         if (k._waiters.get(ticket) !== waiter) return; // already resolved: the grant wins
         k._waiters.delete(ticket);
         this._ticket = null;
+        cleanup();
         try {
           k._call((now) => k.kernel.cancelWait(this.session.sessionId, ticket, now));
         } catch (e) {
-          reject(e);
-          return;
+          // UNKNOWN_TICKET / UNKNOWN_SESSION: the ticket is gone already.
+          if (!(e instanceof KlockError)) {
+            reject(e);
+            return;
+          }
         }
-        reject(signal.reason);
+        reject(reason);
       };
+      const onAbort = () => withdraw(signal.reason);
+      const onStop = () => withdraw(stop.reason);
       waiter.deliver = (event) => {
-        signal?.removeEventListener('abort', onAbort);
+        cleanup();
         resolve(event);
       };
       signal?.addEventListener('abort', onAbort, { once: true });
+      stop.addEventListener('abort', onStop, { once: true });
     });
   }
-}
-
-if (typeof Symbol.dispose === 'symbol') {
-  Lease.prototype[Symbol.dispose] = function dispose() {
-    this.release();
-  };
 }
 
 module.exports = {
@@ -760,6 +1027,7 @@ module.exports = {
   LeaseLost,
   Died,
   Timeout,
+  Closed,
   ERROR_CODES,
   Kernel,
   parseIntent: native.parseIntent,

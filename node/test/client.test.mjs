@@ -141,7 +141,8 @@ test('LeaseLost when a lease expires (settled by any call; signal aborted; withL
   assert.equal(lease.held, false);
   assert.throws(() => lease.check(), LeaseLost);
   assert.equal(klock.counters.lost, 1);
-  lease.release();
+  assert.throws(() => lease.release(), (e) => e === lease.lost, 'the first release reports the loss');
+  lease.release(); // idempotent
 
   let ran = false;
   const result = s.withLease(
@@ -321,7 +322,9 @@ test('session.close and klock.close: pending leases reject with CLOSED, held one
   older.close();
   await assert.rejects(pending, (e) => e instanceof KlockError && e.name === 'CLOSED');
   assert.ok(older.closed);
-  await assert.rejects(older.lease('MUTATES FILE:/x'), { name: 'UNKNOWN_SESSION' });
+  // Closed by the user: the client says so (like the Python client) instead of the kernel's
+  // UNKNOWN_SESSION.
+  await assert.rejects(older.lease('MUTATES FILE:/x'), { name: 'CLOSED', message: 'this session is closed' });
   klock.close();
   assert.ok(held.lost instanceof LeaseLost);
   await assert.rejects(klock.session('late'), { name: 'CLOSED' });
@@ -392,5 +395,408 @@ test('bad input to the client: named errors, no state change', async () => {
   assert.throws(() => new Klock({ polcy: 'lanes' }), { name: 'TypeError', code: 'ERR_INVALID_ARG_VALUE' });
   assert.throws(() => new Klock({ policy: 'fifo' }), { name: 'INVALID_CONFIG' });
   assert.throws(() => new Klock(null), { name: 'TypeError' });
+  klock.close();
+});
+
+// ---- SPEC rev 4 and the client's own lifecycle ------------------------------------------------
+
+/** Records every event the Klock drains (the client still routes them). */
+function recordEvents(klock) {
+  const seen = [];
+  const drain = klock.kernel.drainEvents.bind(klock.kernel);
+  klock.kernel.drainEvents = () => {
+    const events = drain();
+    seen.push(...events);
+    return events;
+  };
+  return seen;
+}
+
+/** Runs `script` (CommonJS, `client` bound to the client module) in a child Node. */
+function runChild(script, { args = [], timeout = 20_000 } = {}) {
+  const source = `const client = require(${JSON.stringify(clientPath)});\n${script}`;
+  const t0 = Date.now();
+  const child = spawnSync(process.execPath, [...args, '-e', source], { encoding: 'utf8', timeout });
+  return { ...child, ms: Date.now() - t0 };
+}
+
+test('nested block with a shorter TTL: the outer lease outlives the inner TTL; nobody else gets in (real clock)', { timeout: 20_000 }, async () => {
+  const klock = new Klock({ seed: 3 });
+  const owner = await klock.session('owner');
+  const other = await klock.session('other');
+  let grantedToOther = 0;
+  let tries = 0;
+  await owner.withLease(
+    'MUTATES FILE:/x',
+    async (outer) => {
+      await owner.withLease('MUTATES FILE:/x', async () => {}, { ttlMs: 40 });
+      // The inner block is gone; the outer body runs for many inner TTLs.
+      const until = Date.now() + 300;
+      while (Date.now() < until) {
+        await other.lease('MUTATES FILE:/x', { timeoutMs: 0 }).then(
+          (l) => {
+            grantedToOther++;
+            l.release();
+          },
+          (e) => assert.ok(e instanceof Timeout, String(e)),
+        );
+        tries++;
+        await sleep(10);
+      }
+      outer.check();
+      assert.ok(outer.held);
+    },
+    { ttlMs: 5_000 },
+  );
+  assert.ok(tries > 5);
+  assert.equal(grantedToOther, 0, 'another session was granted while the outer block ran');
+  assert.equal(klock.timerError, null);
+  klock.close();
+});
+
+test('a re-acquire renews the shared lease: every Lease shows the kernel\'s current expiresAt and ttlMs', { timeout: 20_000 }, async () => {
+  const { klock, clock } = fakeKlock();
+  const s = await klock.session('alice');
+  const outer = await s.lease('MUTATES FILE:/x', { ttlMs: 1000 });
+  assert.equal(outer.expiresAt, 1000);
+  clock.t = 500;
+  const shorter = await s.lease('MUTATES FILE:/x', { ttlMs: 100 });
+  // Never shortened (SPEC.md §6): ttl max(1000, 100), expiry now + 1000.
+  assert.equal(shorter.leases[0].ttlMs, 1000);
+  assert.equal(shorter.expiresAt, 1500);
+  assert.equal(outer.expiresAt, 1500, 'the outer Lease still shows the expiry it was granted with');
+  assert.equal(outer.leases[0].ttlMs, 1000);
+  clock.t = 600;
+  const longer = await s.lease('MUTATES FILE:/x', { ttlMs: 5000 });
+  assert.equal(longer.expiresAt, 5600);
+  assert.equal(outer.leases[0].ttlMs, 5000);
+  assert.equal(outer.expiresAt, 5600);
+  assert.equal(shorter.expiresAt, 5600);
+  // A heartbeat of one Lease moves the expiry every Lease of that kernel lease shows.
+  clock.t = 700;
+  shorter.heartbeat();
+  assert.equal(outer.expiresAt, 5700);
+  longer.release();
+  shorter.release();
+  outer.release();
+  klock.close();
+});
+
+test('heartbeat cadence follows the lease\'s current TTL, not the one it was granted with', { timeout: 20_000 }, async () => {
+  const klock = new Klock({ seed: 3 });
+  const s = await klock.session('alice');
+  let beats = 0;
+  const heartbeat = klock.kernel.heartbeat.bind(klock.kernel);
+  klock.kernel.heartbeat = (...args) => {
+    beats++;
+    return heartbeat(...args);
+  };
+  const outer = await s.lease('MUTATES FILE:/x', { ttlMs: 150 }); // would beat every 50 ms
+  const inner = await s.lease('MUTATES FILE:/x', { ttlMs: 30_000 }); // now ttl 30 s for both
+  inner.release();
+  await sleep(300);
+  assert.equal(beats, 0, 'renewed every 50 ms a lease whose TTL is 30 s');
+  assert.ok(outer.held);
+  assert.equal(outer.leases[0].ttlMs, 30_000);
+  outer.release();
+  klock.close();
+});
+
+test('WOUNDED while holding other leases is a DIE: Died carrying the event\'s retryAfterMs', { timeout: 20_000 }, async () => {
+  const { klock } = fakeKlock({ policy: 'wound_wait', backoffBaseMs: 1000, backoffCapMs: 10_000 });
+  const events = recordEvents(klock);
+  const oldest = await klock.session('oldest');
+  const middle = await klock.session('middle');
+  const young = await klock.session('young');
+  const blocker = await middle.lease('MUTATES FILE:/x');
+  const mine = await young.lease('MUTATES FILE:/y');
+  const pending = young.lease('MUTATES FILE:/x'); // waits for the older middle
+  assert.equal(await state(pending), 'pending');
+  const winner = await oldest.lease('MUTATES FILE:/x'); // wounds middle (lease) and young (ticket)
+  const wounded = events.find((e) => e.event === 'WOUNDED' && e.session === young.sessionId);
+  assert.ok(wounded, 'young was wounded');
+  assert.ok(wounded.retryAfterMs >= 1000);
+  const error = await pending.then(
+    () => assert.fail('granted'),
+    (e) => e,
+  );
+  assert.ok(error instanceof Died, String(error));
+  assert.equal(error.name, 'DIE');
+  assert.equal(error.retryAfterMs, wounded.retryAfterMs, 'the backoff is the kernel\'s answer');
+  assert.ok(mine.held, 'a ticket-only wound keeps the leases');
+  assert.ok(blocker.lost instanceof LeaseLost);
+  winner.release();
+  mine.release();
+  klock.close();
+});
+
+test('WOUNDED backoff is the event\'s retryAfterMs (a retry that would pass timeoutMs is a Timeout naming it)', { timeout: 20_000 }, async () => {
+  const { klock } = fakeKlock({ policy: 'wound_wait', backoffBaseMs: 5000, backoffCapMs: 10_000 });
+  const events = recordEvents(klock);
+  const oldest = await klock.session('oldest');
+  const middle = await klock.session('middle');
+  const young = await klock.session('young');
+  await middle.lease('MUTATES FILE:/x');
+  const pending = young.lease('MUTATES FILE:/x', { timeoutMs: 4000 });
+  assert.equal(await state(pending), 'pending');
+  await oldest.lease('MUTATES FILE:/x');
+  const wounded = events.find((e) => e.event === 'WOUNDED' && e.session === young.sessionId);
+  assert.ok(wounded && wounded.retryAfterMs >= 5000);
+  const error = await pending.then(
+    () => assert.fail('granted'),
+    (e) => e,
+  );
+  assert.ok(error instanceof Timeout, String(error));
+  assert.ok(error.message.includes(`(${wounded.retryAfterMs} ms)`), error.message);
+  assert.equal(klock.counters.deaths, 1, 'a wound counts as a death');
+  klock.close();
+});
+
+test('the client never sizes a backoff itself (no copy of the formula)', { timeout: 20_000 }, async () => {
+  const { readFileSync } = await import('node:fs');
+  const source = readFileSync(clientPath, 'utf8');
+  assert.doesNotMatch(source, /backoffBaseMs|backoffCapMs|retryAfterMs\(/);
+  assert.doesNotMatch(source, /Math\.random/);
+});
+
+test('Lease[Symbol.asyncDispose] and [Symbol.dispose] release it (what `await using` calls)', { timeout: 20_000 }, async () => {
+  const { klock } = fakeKlock();
+  const s = await klock.session('alice');
+  assert.equal(typeof Lease.prototype[Symbol.asyncDispose], 'function');
+  assert.equal(typeof Lease.prototype[Symbol.dispose], 'function');
+  const a = await s.lease('MUTATES FILE:/x');
+  const disposed = a[Symbol.asyncDispose]();
+  assert.ok(disposed instanceof Promise);
+  await disposed;
+  assert.equal(a.held, false);
+  assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
+  await a[Symbol.asyncDispose](); // idempotent
+  const b = await s.lease('MUTATES FILE:/x');
+  b[Symbol.dispose]();
+  assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
+  // A lost lease: disposing reports it, as leaving a block does.
+  const { klock: k2, clock } = fakeKlock();
+  const s2 = await k2.session('bob');
+  const c = await s2.lease('MUTATES FILE:/x', { ttlMs: 100 });
+  clock.t = 1000;
+  await assert.rejects(c[Symbol.asyncDispose](), (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED');
+  k2.close();
+  klock.close();
+});
+
+test('an unreachable Lease is released when collected, and its resource granted to another session (--expose-gc)', () => {
+  const child = runChild(
+    `
+    const { Klock } = client;
+    (async () => {
+      const klock = new Klock({ seed: 1 });
+      const leaker = await klock.session('leaker');
+      const other = await klock.session('other');
+      await (async () => {
+        await leaker.lease('MUTATES FILE:/x', { ttlMs: 60000 }); // never released, dropped
+      })();
+      const before = klock.resourceState('FILE:/x').holders.length;
+      for (let i = 0; i < 20 && klock.counters.collected === 0; i++) {
+        globalThis.gc();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const lease = await other.lease('MUTATES FILE:/x', { timeoutMs: 2000 });
+      console.log(JSON.stringify({ before, collected: klock.counters.collected, granted: lease.leases[0].sessionId === other.sessionId }));
+      klock.close();
+    })().catch((e) => { console.error(e); process.exit(1); });
+    `,
+    { args: ['--expose-gc'] },
+  );
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout), { before: 1, collected: 1, granted: true });
+});
+
+test('a collected Lease frees its resource; a reachable one is still heartbeated (--expose-gc)', () => {
+  const child = runChild(
+    `
+    const { Klock } = client;
+    (async () => {
+      const klock = new Klock({ seed: 1 });
+      const s = await klock.session('alice');
+      const kept = await s.lease('MUTATES FILE:/kept', { ttlMs: 90 });
+      await (async () => { await s.lease('MUTATES FILE:/dropped', { ttlMs: 90 }); })();
+      for (let i = 0; i < 10; i++) { globalThis.gc(); await new Promise((r) => setTimeout(r, 10)); }
+      await new Promise((r) => setTimeout(r, 400));
+      const holders = (r) => klock.resourceState(r).holders.length;
+      console.log(JSON.stringify({ kept: kept.held && holders('FILE:/kept'), dropped: holders('FILE:/dropped') }));
+      klock.close();
+    })().catch((e) => { console.error(e); process.exit(1); });
+    `,
+    { args: ['--expose-gc'] },
+  );
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout), { kept: 1, dropped: 0 });
+});
+
+test('a release that settles the lease\'s expiry raises LeaseLost (test clock)', { timeout: 20_000 }, async () => {
+  const { klock, clock } = fakeKlock();
+  const events = recordEvents(klock);
+  const s = await klock.session('alice');
+  const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 100 });
+  clock.t = 250; // paused past the TTL: no call, no timer ran
+  assert.throws(() => lease.release(), (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED' && e.code === ERROR_CODES.LEASE_EXPIRED);
+  assert.ok(events.some((e) => e.event === 'LEASE_EXPIRED'), 'the kernel recorded the expiry');
+  assert.equal(lease.lost.name, 'LEASE_EXPIRED');
+  lease.release(); // idempotent: reported once
+
+  // withLease: the block's own release is what settles the expiry.
+  await assert.rejects(
+    s.withLease(
+      'MUTATES FILE:/y',
+      () => {
+        clock.t += 1000;
+      },
+      { ttlMs: 100 },
+    ),
+    (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED',
+  );
+  // A nested block sharing the kernel lease: its release settles the expiry too.
+  const outer = await s.lease('MUTATES FILE:/z', { ttlMs: 100 });
+  await assert.rejects(
+    s.withLease(
+      'MUTATES FILE:/z',
+      () => {
+        clock.t += 1000;
+      },
+      { ttlMs: 100 },
+    ),
+    (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED',
+  );
+  assert.ok(outer.lost instanceof LeaseLost);
+  // A callback's own error wins over the loss.
+  const boom = new Error('boom');
+  await assert.rejects(
+    s.withLease(
+      'MUTATES FILE:/w',
+      () => {
+        clock.t += 1000;
+        throw boom;
+      },
+      { ttlMs: 100 },
+    ),
+    (e) => e === boom,
+  );
+  klock.close();
+});
+
+test('a long synchronous callback blocks the event loop past the TTL: withLease raises LeaseLost (real clock)', { timeout: 20_000 }, async () => {
+  const klock = new Klock({ seed: 1 });
+  const s = await klock.session('alice');
+  await assert.rejects(
+    s.withLease(
+      'MUTATES FILE:/x',
+      () => {
+        const until = Date.now() + 200;
+        while (Date.now() < until); // no timer, no heartbeat can run
+        return 'done';
+      },
+      { ttlMs: 50 },
+    ),
+    (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED',
+  );
+  assert.equal(klock.stats().counters.expired, 1);
+  klock.close();
+});
+
+test('error classes: the same names as the Python client; Closed is exported', { timeout: 20_000 }, async () => {
+  const { Closed } = require('../client.js');
+  assert.equal(typeof Closed, 'function');
+  const closed = new Closed('this Klock is closed');
+  assert.ok(closed instanceof KlockError);
+  assert.ok(closed instanceof Error);
+  assert.equal(closed.name, 'CLOSED');
+  assert.equal(closed.code, 0);
+  assert.equal(closed.message, 'this Klock is closed');
+  assert.equal(new Died('m', 5, [1]).name, 'DIE');
+  assert.equal(new Timeout('m', [1]).name, 'TIMEOUT');
+  assert.equal(new LeaseLost('LEASE_EXPIRED', 'm', [1]).code, ERROR_CODES.LEASE_EXPIRED);
+  for (const cls of [LeaseLost, Died, Timeout, Closed]) assert.ok(cls.prototype instanceof KlockError, cls.name);
+});
+
+test('Klock.close(): a pending acquisition says "this Klock is closed", session.close() "this session is closed"', { timeout: 20_000 }, async () => {
+  const { Closed } = require('../client.js');
+  const { klock } = fakeKlock();
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  await younger.lease('MUTATES FILE:/x');
+  const pending = older.lease('MUTATES FILE:/x');
+  assert.equal(await state(pending), 'pending');
+  klock.close();
+  await assert.rejects(pending, (e) => e instanceof Closed && /this Klock is closed/.test(e.message) && !/session/.test(e.message));
+  await assert.rejects(klock.session('late'), (e) => e instanceof Closed && e.message === 'this Klock is closed');
+  await assert.rejects(older.lease('MUTATES FILE:/y'), (e) => e instanceof Closed && /this Klock is closed/.test(e.message));
+
+  const { klock: k2 } = fakeKlock();
+  const a = await k2.session('a');
+  const b = await k2.session('b');
+  await b.lease('MUTATES FILE:/x');
+  const waiting = a.lease('MUTATES FILE:/x');
+  a.close();
+  await assert.rejects(waiting, (e) => e instanceof Closed && /this session is closed/.test(e.message));
+  await assert.rejects(a.lease('MUTATES FILE:/y'), (e) => e instanceof Closed && /this session is closed/.test(e.message));
+  k2.close();
+});
+
+test('Klock.close() ends waiting and backing-off acquisitions promptly, withdraws their tickets, and the process exits', () => {
+  const child = runChild(`
+    const { Klock, Closed } = client;
+    (async () => {
+      const klock = new Klock({ seed: 1, backoffBaseMs: 8000, backoffCapMs: 8000 });
+      const older = await klock.session('older');
+      const holder = await klock.session('holder');
+      const younger = await klock.session('younger');
+      await holder.lease('MUTATES FILE:/x');
+      const waiting = older.lease('MUTATES FILE:/x', { timeoutMs: Infinity }); // WAIT ticket
+      const backingOff = younger.lease('MUTATES FILE:/x'); // DIE: sleeps >= 8 s
+      await new Promise((r) => setTimeout(r, 50));
+      const tickets = klock.kernel.snapshot(klock.now()).tickets.length;
+      const t0 = Date.now();
+      klock.close();
+      const outcomes = await Promise.allSettled([waiting, backingOff]);
+      const ms = Date.now() - t0;
+      const after = klock.kernel.snapshot(klock.now()).tickets.length;
+      console.log(JSON.stringify({
+        tickets, after, prompt: ms < 1000,
+        closed: outcomes.map((o) => o.status === 'rejected' && o.reason instanceof Closed && o.reason.message.startsWith('this Klock is closed')),
+      }));
+    })().catch((e) => { console.error(e); process.exit(1); });
+  `);
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout), { tickets: 1, after: 0, prompt: true, closed: [true, true] });
+  assert.ok(child.ms < 5000, `the process took ${child.ms} ms to exit`);
+});
+
+test('timeoutMs: Infinity waits with no client-side limit; bad values are RangeErrors naming timeoutMs', { timeout: 20_000 }, async () => {
+  const { klock, clock } = fakeKlock({ defaultWaitTimeoutMs: 1000 });
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  const held = await younger.lease('MUTATES FILE:/x', { ttlMs: 300_000 });
+  const pending = older.lease('MUTATES FILE:/x', { timeoutMs: Infinity });
+  assert.equal(await state(pending), 'pending');
+  const [ticket] = klock.snapshot().tickets;
+  assert.equal(ticket.deadline, Number.MAX_SAFE_INTEGER, 'the largest wait the addon takes');
+  clock.t = 250_000; // far past the kernel's default wait (1 s here)
+  klock.snapshot();
+  assert.equal(await state(pending), 'pending');
+  assert.equal(klock.counters.timeouts, 0);
+  assert.equal(klock.counters.waits, 1, 'one wait, never timed out and asked again');
+  held.release();
+  assert.ok((await pending).held);
+  for (const bad of [NaN, -1, 1.5, 2 ** 53, -Infinity]) {
+    await assert.rejects(older.lease('MUTATES FILE:/y', { timeoutMs: bad }), (e) => {
+      assert.ok(e instanceof RangeError, String(e));
+      assert.equal(e.code, 'ERR_OUT_OF_RANGE');
+      assert.match(e.message, /timeoutMs/);
+      assert.match(e.message, /9007199254740991/);
+      assert.match(e.message, /Infinity/);
+      return true;
+    });
+  }
+  await assert.rejects(older.lease('MUTATES FILE:/y', { timeoutMs: '5' }), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
   klock.close();
 });

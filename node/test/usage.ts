@@ -3,7 +3,7 @@
 
 import { Kernel, KlockError, ERROR_CODES, parseIntent } from '../index'
 import type { Event, Verdict, Snapshot, HeartbeatResult, KlockErrorName } from '../index'
-import { Klock, LeaseLost, Died, Timeout } from '../client'
+import { Klock, LeaseLost, Died, Timeout, Closed } from '../client'
 import type { Lease, Session, LeaseInfo } from '../client'
 
 // ---- the native kernel, driven by hand --------------------------------------------------
@@ -89,7 +89,23 @@ async function agent(klock: Klock): Promise<number> {
     if (e instanceof Died) void e.retryAfterMs
     else if (e instanceof Timeout) void e.heldBy
     else if (e instanceof LeaseLost) void e.leaseIds
+    else if (e instanceof Closed) void e.message
     else if (e instanceof KlockError) void e.code
+  }
+  await session.lease('MUTATES FILE:/w', { timeoutMs: Infinity }).then((l) => l.release())
+  {
+    // Released when the block ends, even if it throws (Node 20 lacks the syntax; TS has it).
+    await using scoped = await session.lease('MUTATES FILE:/v')
+    void scoped.fence
+    const dispose: () => Promise<void> = scoped[Symbol.asyncDispose]
+    void dispose
+    // @ts-expect-error: only a disposable can be `await using`'d
+    await using notDisposable = { fence: 1 }
+    void notDisposable
+  }
+  {
+    using sync = await session.lease('MUTATES FILE:/u')
+    void sync.expiresAt
   }
   session.close()
   void info
@@ -100,6 +116,11 @@ async function agent(klock: Klock): Promise<number> {
 const klock = new Klock({ policy: 'wound_wait', clock: () => Date.now() })
 void agent(klock).finally(() => klock.close())
 void klock.counters.grants
+void klock.counters.collected
+void (async () => {
+  await using session = await klock.session('carol')
+  void session.priority
+})()
 
 // @ts-expect-error: the callback receives a Lease
 void klock.session('x').then((s) => s.withLease('MUTATES FILE:/x', (l: string) => l))
