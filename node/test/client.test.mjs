@@ -800,3 +800,41 @@ test('timeoutMs: Infinity waits with no client-side limit; bad values are RangeE
   await assert.rejects(older.lease('MUTATES FILE:/y', { timeoutMs: '5' }), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
   klock.close();
 });
+
+test('a lease at its lifetime cap: heartbeats stop (no busy loop) and it is lost at the cap (real clock)', { timeout: 20_000 }, async () => {
+  const klock = new Klock({ seed: 1, maxLeaseLifetimeMs: 300 });
+  const s = await klock.session('alice');
+  let beats = 0;
+  const heartbeat = klock.kernel.heartbeat.bind(klock.kernel);
+  klock.kernel.heartbeat = (...args) => {
+    beats++;
+    return heartbeat(...args);
+  };
+  const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 90 });
+  const grantedAt = klock.now();
+  const keepAlive = setInterval(() => {}, 1000); // the Klock's timer is unref'd
+  await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
+  clearInterval(keepAlive);
+  assert.equal(lease.lost.name, 'LEASE_EXPIRED');
+  assert.ok(klock.now() - grantedAt >= 290, 'renewed up to the cap');
+  assert.ok(beats >= 3 && beats <= 20, `${beats} heartbeats`);
+  assert.throws(() => lease.release(), LeaseLost);
+  assert.equal(klock.timerError, null);
+  klock.close();
+});
+
+test('session.close() ends a backing-off acquisition of that session at once with Closed', { timeout: 20_000 }, async () => {
+  const { Closed } = require('../client.js');
+  const klock = new Klock({ seed: 1, backoffBaseMs: 10_000, backoffCapMs: 10_000 });
+  const older = await klock.session('older');
+  const younger = await klock.session('younger');
+  const held = await older.lease('MUTATES FILE:/x');
+  const backingOff = younger.lease('MUTATES FILE:/x'); // DIE: sleeps 10 s
+  assert.equal(await state(backingOff), 'pending');
+  const t0 = Date.now();
+  younger.close();
+  await assert.rejects(backingOff, (e) => e instanceof Closed && e.message.startsWith('this session is closed'));
+  assert.ok(Date.now() - t0 < 1000);
+  assert.ok(held.held, 'the other session is untouched');
+  klock.close();
+});
