@@ -789,16 +789,6 @@ class Lease {
     this.check();
   }
 
-  /** Releases (see `release()`); what `await using lease = await session.lease(...)` calls. */
-  async [Symbol.asyncDispose]() {
-    this.release();
-  }
-
-  /** Releases (see `release()`); what `using` calls. */
-  [Symbol.dispose]() {
-    this.release();
-  }
-
   _granted(leases) {
     const session = this.session;
     const k = session.klock;
@@ -1017,6 +1007,19 @@ class Lease {
       stop.addEventListener('abort', onStop, { once: true });
     });
   }
+}
+
+// `await using lease = await session.lease(...)` and `using`: release at the end of the block
+// (Node has the symbols from 18.18 / 20.4 on; the syntax needs a newer V8 or TypeScript).
+if (typeof Symbol.asyncDispose === 'symbol') {
+  Lease.prototype[Symbol.asyncDispose] = async function asyncDispose() {
+    this.release();
+  };
+}
+if (typeof Symbol.dispose === 'symbol') {
+  Lease.prototype[Symbol.dispose] = function dispose() {
+    this.release();
+  };
 }
 
 module.exports = {
