@@ -397,33 +397,11 @@ async fn open(
     raw: Bytes,
 ) -> Answer {
     let b: OpenBody = body(&raw)?;
-    let token = new_token()?;
     let command = Command::Open {
         agent_id: b.agent_id,
         namespace: ns.clone(),
     };
-    let reply = run(
-        &api,
-        &headers,
-        &format!("{ns}/open"),
-        command,
-        Some(digest_of(&token)),
-    )
-    .await?;
-    session_answer(reply, token)
-}
-
-fn session_answer(reply: Reply, token: String) -> Answer {
-    let now = reply.now;
-    match output(reply)? {
-        Output::Session { session } => {
-            let mut v = to_json(&session);
-            v["session_token"] = json!(token);
-            v["server_now"] = json!(now);
-            Ok(Json(v))
-        }
-        other => Err(unexpected("open", &other)),
-    }
+    start_session(&api, &headers, &ns, "open", command, None).await
 }
 
 #[derive(Deserialize)]
@@ -439,7 +417,6 @@ async fn resume(
     raw: Bytes,
 ) -> Answer {
     let b: ResumeBody = body(&raw)?;
-    let token = new_token()?;
     let command = Command::Resume {
         digest: Box::new(b.digest),
     };
@@ -449,10 +426,40 @@ async fn resume(
         namespace: ns.clone(),
         token: None,
     };
-    let scope = format!("{ns}/resume");
-    let token_hash = Some(digest_of(&token));
-    let reply = submit(&api, &headers, &scope, command, token_hash, Some(caller)).await?;
-    session_answer(reply, token)
+    start_session(&api, &headers, &ns, "resume", command, Some(caller)).await
+}
+
+/// Open or resume: the command, with a fresh secret token bound (as its SHA-256) to the
+/// session it answers; the answer is the session, its token and the server's time.
+async fn start_session(
+    api: &Api,
+    headers: &HeaderMap,
+    ns: &str,
+    what: &str,
+    command: Command,
+    caller: Option<Caller>,
+) -> Answer {
+    let token = new_token()?;
+    let scope = format!("{ns}/{what}");
+    let reply = submit(
+        api,
+        headers,
+        &scope,
+        command,
+        Some(digest_of(&token)),
+        caller,
+    )
+    .await?;
+    let now = reply.now;
+    match output(reply)? {
+        Output::Session { session } => {
+            let mut v = to_json(&session);
+            v["session_token"] = json!(token);
+            v["server_now"] = json!(now);
+            Ok(Json(v))
+        }
+        other => Err(unexpected(what, &other)),
+    }
 }
 
 /// The session named by the path.
