@@ -22,6 +22,7 @@
 //! - Acquire may hold the request up to `hold_ms` (≤ 30 000) for the final verdict of a WAIT;
 //!   a ticket can be long-polled; a session's events are read with `?after=&wait_ms=`.
 
+use crate::auth::{self, Auth, PollSlots, Role};
 use crate::engine::{EngineError, EngineHandle, Reply, Submission};
 use crate::events::{EventId, Stream};
 use crate::machine::{Caller, Refused};
@@ -38,7 +39,7 @@ use klock_core::{
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest request body accepted.
@@ -50,6 +51,7 @@ pub const MAX_HOLD_MS: u64 = 30_000;
 #[derive(Clone)]
 pub struct Api {
     pub engine: EngineHandle,
+    pub auth: Arc<Auth>,
 }
 
 /// The router of `/v1`.
@@ -82,6 +84,7 @@ pub fn router(api: Api) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(api.clone(), guard))
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),
             with_index,
@@ -210,10 +213,7 @@ fn session_id(sid: &str) -> Result<SessionId, ApiError> {
 
 /// The SHA-256 of a secret, in hex.
 fn digest_of(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    auth::hex(&auth::digest(secret))
 }
 
 /// A fresh secret session token.
@@ -242,6 +242,117 @@ async fn authorize(
         .await?
         .map_err(refusal)?;
     Ok(session)
+}
+
+/// The role a route needs (`None`: anyone, even without a token).
+fn role_for(route: &str) -> Option<Role> {
+    match route {
+        "/v1/health" => None,
+        "/v1/advance" | "/v1/reset" => Some(Role::Admin),
+        r if r.starts_with("/v1/ns/{ns}/sessions") || r == "/v1/ns/{ns}/batch" => Some(Role::Agent),
+        _ => Some(Role::Observer),
+    }
+}
+
+/// Routes whose requests may wait: they take one of the caller's long-poll slots.
+fn waits(route: &str) -> bool {
+    route.ends_with("/tickets/{tid}") || route.ends_with("/events") || route.ends_with("/watch")
+}
+
+/// The namespace a `/v1/ns/{ns}/...` path names, percent-decoded.
+fn path_namespace(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v1/ns/")?;
+    let raw = rest.split('/').next()?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1..i + 3)) {
+            (b'%', Some(hex)) => {
+                let text = std::str::from_utf8(hex).ok()?;
+                out.push(u8::from_str_radix(text, 16).ok()?);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn refuse(status: StatusCode, name: &'static str, message: String) -> Response {
+    ApiError {
+        status,
+        code: 0,
+        name,
+        message,
+    }
+    .into_response()
+}
+
+/// Bearer token, role, namespace, rate and long-poll slots, before any handler runs.
+async fn guard(
+    State(api): State<Api>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| m.as_str().to_owned());
+    let Some(route) = route else {
+        return next.run(request).await; // the 404 fallback
+    };
+    let Some(needed) = role_for(&route) else {
+        return next.run(request).await;
+    };
+    let authorization = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    let caller = match api.auth.identify(authorization) {
+        Ok(caller) => caller,
+        Err(why) => return refuse(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", why.to_owned()),
+    };
+    if let auth::Caller::Token(grant) = &caller {
+        if grant.role < needed {
+            let message = format!(
+                "token {:?} is a {:?}; this route needs {needed:?}",
+                grant.name, grant.role
+            );
+            return refuse(StatusCode::FORBIDDEN, "FORBIDDEN", message);
+        }
+        if let Some(ns) = path_namespace(request.uri().path()) {
+            if !grant.covers(&ns) {
+                let message = format!("token {:?} does not cover namespace {ns:?}", grant.name);
+                return refuse(StatusCode::FORBIDDEN, "FORBIDDEN", message);
+            }
+        }
+    }
+    let limits = caller.limits();
+    if !limits.admit() {
+        let message = String::from("over this token's rate of requests per second; slow down");
+        return refuse(StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED", message);
+    }
+    let slots = limits.long_polls().clone();
+    let _slot = if waits(&route) {
+        match slots.take() {
+            Some(slot) => Some(slot),
+            None => {
+                let message = format!(
+                    "at most {} waiting requests at once for this token",
+                    slots.max()
+                );
+                return refuse(StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_WAITS", message);
+            }
+        }
+    } else {
+        None
+    };
+    request.extensions_mut().insert(slots);
+    next.run(request).await
 }
 
 tokio::task_local! {
@@ -529,11 +640,25 @@ struct AcquireBody {
 async fn acquire(
     State(api): State<Api>,
     Path(path): SessionPath,
+    slots: Option<axum::Extension<PollSlots>>,
     headers: HeaderMap,
     raw: Bytes,
 ) -> Answer {
     let b: AcquireBody = body(&raw)?;
     let hold = hold_of(b.hold_ms, "hold_ms")?;
+    // A held acquire waits: it takes one of the caller's long-poll slots for its whole time.
+    let _slot = match (&hold, slots) {
+        (Some(_), Some(axum::Extension(slots))) => Some(slots.take().ok_or_else(|| ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: 0,
+            name: "TOO_MANY_WAITS",
+            message: format!(
+                "at most {} waiting requests at once for this token; retry without hold_ms",
+                slots.max()
+            ),
+        })?),
+        _ => None,
+    };
     let options = AcquireOptions {
         ttl_ms: b.ttl_ms,
         wait: b.wait.unwrap_or(true),

@@ -10,9 +10,11 @@
 //! - [`metrics`]: the Prometheus text at `/metrics`.
 //! - [`recovery`]: building the machine from the store on start.
 //! - [`api`]: the HTTP routes (`/v1`), translation only.
+//! - [`auth`]: bearer tokens, roles, namespaces and per-token limits.
 //! - [`conformance`]: every vector through the HTTP API of a spawned manual-clock server.
 
 pub mod api;
+pub mod auth;
 pub mod conformance;
 pub mod engine;
 pub mod events;

@@ -70,11 +70,6 @@ pub struct Caller {
     pub token: Option<String>,
 }
 
-/// Equality of two byte strings in time that depends only on their lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// What applying one entry produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
@@ -323,7 +318,7 @@ impl Machine {
         }
         let expected = self.tokens.get(&session).map(String::as_bytes);
         match (caller.token.as_deref().map(str::as_bytes), expected) {
-            (Some(given), Some(expected)) if constant_time_eq(given, expected) => Ok(()),
+            (Some(given), Some(expected)) if crate::auth::constant_time_eq(given, expected) => Ok(()),
             (None, _) => Err(Refused::Unauthorized(String::from(
                 "this call names a session: send its token (from open or resume) in the Klock-Session-Token header",
             ))),

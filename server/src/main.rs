@@ -8,6 +8,7 @@
 
 use klock_core::Config;
 use klock_server::api::{self, Api};
+use klock_server::auth::{self, Auth};
 use klock_server::engine::{self, Clock, EngineConfig};
 use klock_server::events::EventHub;
 use klock_server::machine::Machine;
@@ -23,9 +24,12 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
                    [--snapshot-every N]
        klock conformance --spawn PATH...   (every vector through the HTTP API of a
                                              manual-clock server it starts and stops)
+       klock token-hash < secret             (the sha256 a token file lists for a secret)
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
-                       Only loopback addresses for now: TLS and bearer tokens are not built yet.
+                       Only loopback addresses for now: TLS is not built yet.
+  --tokens FILE        bearer tokens (JSON: name, sha256, role, namespaces, limits); without
+                       it the server asks for none
   --data FILE          the redb data file (log + snapshot), created if missing
                        (default ./klock.redb)
   --memory             keep everything in memory: nothing survives a restart
@@ -35,6 +39,7 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
 
 struct ServeArgs {
     listen: SocketAddr,
+    tokens: Option<PathBuf>,
     data: Option<PathBuf>,
     manual_clock: bool,
     snapshot_every: u64,
@@ -43,6 +48,7 @@ struct ServeArgs {
 fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
     let mut out = ServeArgs {
         listen: "127.0.0.1:7300".parse().expect("default address"),
+        tokens: None,
         data: Some(PathBuf::from("klock.redb")),
         manual_clock: false,
         snapshot_every: 10_000,
@@ -68,6 +74,10 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             "--data" => {
                 out.data = Some(PathBuf::from(value()?));
                 data_given = true;
+                i += 2;
+            }
+            "--tokens" => {
+                out.tokens = Some(PathBuf::from(value()?));
                 i += 2;
             }
             "--memory" => {
@@ -117,6 +127,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("serve") => {}
         Some("conformance") => return conformance(&args[1..]),
+        Some("token-hash") => return token_hash(),
         Some("--help" | "-h" | "help") | None => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -195,7 +206,18 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("klock serve: listening on http://{local}");
-    let app = api::router(Api { engine });
+    let auth = match &args.tokens {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+            Auth::from_json(&text)?
+        }
+        None => Auth::open(),
+    };
+    let app = api::router(Api {
+        engine,
+        auth: Arc::new(auth),
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -229,4 +251,20 @@ fn conformance(args: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Reads a secret on standard input and prints the SHA-256 a token file lists for it.
+fn token_hash() -> ExitCode {
+    let mut secret = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut secret) {
+        eprintln!("klock token-hash: cannot read the secret: {e}");
+        return ExitCode::FAILURE;
+    }
+    let secret = secret.trim_end_matches(['\n', '\r']);
+    if secret.is_empty() {
+        eprintln!("klock token-hash: give the secret on standard input");
+        return ExitCode::from(2);
+    }
+    println!("{}", auth::hex(&auth::digest(secret)));
+    ExitCode::SUCCESS
 }

@@ -595,3 +595,153 @@ fn metrics_count_requests_outcomes_and_durable_writes() {
     assert_eq!(value("klock_log_entries"), 3.0);
     assert!(value("klock_request_seconds_count") >= 3.0);
 }
+
+fn sha256_of(secret: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
+        .arg("token-hash")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(secret.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn bearer_tokens_grant_a_role_on_namespaces_with_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens.json");
+    let tokens = json!({"tokens": [
+        {"name": "bot", "sha256": sha256_of("bot-secret"), "role": "agent", "namespaces": ["team"], "max_long_polls": 1},
+        {"name": "screen", "sha256": sha256_of("screen-secret"), "role": "observer", "namespaces": ["*"]},
+        {"name": "slow", "sha256": sha256_of("slow-secret"), "role": "agent", "namespaces": ["*"], "rate_per_second": 3},
+    ]});
+    std::fs::write(&file, tokens.to_string()).unwrap();
+    let s = Server::start(&["--memory", "--tokens", file.to_str().unwrap()]);
+    let bot = [("authorization", "Bearer bot-secret")];
+    let open_in = |ns: &str, auth: &[(&str, &str)]| {
+        s.call(
+            "POST",
+            &format!("/v1/ns/{ns}/sessions"),
+            auth,
+            r#"{"agent_id": "a"}"#,
+        )
+    };
+    // Health needs nothing; everything else a known token.
+    assert_eq!(s.call("GET", "/v1/health", &[], "").0, 200);
+    let (status, v) = open_in("team", &[]);
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (401, Some("UNAUTHORIZED")),
+        "{v}"
+    );
+    let (status, _) = open_in("team", &[("authorization", "Bearer guess")]);
+    assert_eq!(status, 401);
+    // The agent token works in its namespace only.
+    let (status, v) = open_in("team", &bot);
+    assert_eq!(status, 200, "{v}");
+    let (sid, token) = (
+        v["session_id"].as_u64().unwrap(),
+        v["session_token"].as_str().unwrap().to_owned(),
+    );
+    let (status, v) = open_in("default", &bot);
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (403, Some("FORBIDDEN")),
+        "{v}"
+    );
+    // The observer reads but does not act.
+    let screen = [("authorization", "Bearer screen-secret")];
+    assert_eq!(s.call("GET", "/v1/ns/team/stats", &screen, "").0, 200);
+    let (status, v) = open_in("team", &screen);
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (403, Some("FORBIDDEN")),
+        "{v}"
+    );
+    assert_eq!(
+        s.call("POST", "/v1/advance", &bot, "").0,
+        403,
+        "only an admin settles time"
+    );
+    // One waiting request at a time for the bot: a second long-poll is refused while one waits.
+    let events = format!("/v1/ns/team/sessions/{sid}/events?wait_ms=1500");
+    let with_token = [bot[0], ("klock-session-token", token.as_str())];
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| s.call("GET", &events, &with_token, ""));
+        std::thread::sleep(Duration::from_millis(300));
+        let (status, v) = s.call("GET", &events, &with_token, "");
+        assert_eq!(
+            (status, v["error"]["name"].as_str()),
+            (429, Some("TOO_MANY_WAITS")),
+            "{v}"
+        );
+        assert_eq!(first.join().unwrap().0, 200);
+    });
+    assert_eq!(
+        s.call("GET", &events.replace("1500", "0"), &with_token, "")
+            .0,
+        200,
+        "the slot is free again"
+    );
+    // Three requests a second for the slow token: a burst of ten is cut.
+    let slow = [("authorization", "Bearer slow-secret")];
+    let statuses: Vec<u16> = (0..10)
+        .map(|_| s.call("GET", "/v1/ns/x/stats", &slow, "").0)
+        .collect();
+    assert!(
+        statuses.contains(&429) && statuses.contains(&200),
+        "{statuses:?}"
+    );
+}
+
+#[test]
+fn a_bad_token_file_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (json!({"tokens": []}), "lists no token"),
+        (
+            json!({"tokens": [{"name": "a", "sha256": "abc", "role": "agent", "namespaces": ["*"]}]}),
+            "64 hex digits",
+        ),
+        (
+            json!({"tokens": [{"name": "a", "sha256": "0".repeat(64), "role": "boss", "namespaces": ["*"]}]}),
+            "unknown variant",
+        ),
+        (
+            json!({"tokens": [{"name": "a", "sha256": "0".repeat(64), "role": "agent", "namespaces": []}]}),
+            "namespaces is empty",
+        ),
+        (
+            json!({"tokens": [{"name": "a", "sha256": "0".repeat(64), "role": "agent", "namespaces": ["*"], "color": 1}]}),
+            "unknown field",
+        ),
+    ];
+    for (i, (file, expected)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("t{i}.json"));
+        std::fs::write(&path, file.to_string()).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_klock"))
+            .args([
+                "serve",
+                "--memory",
+                "--listen",
+                "127.0.0.1:0",
+                "--tokens",
+                path.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(expected),
+            "{file}: {err}"
+        );
+    }
+}
