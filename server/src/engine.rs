@@ -23,6 +23,9 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
+/// A batch takes at most about this many entries (a request of many commands is never split).
+const MAX_BATCH_ENTRIES: usize = 1024;
+
 /// Where `now` comes from.
 #[derive(Clone, Copy, Debug)]
 pub enum Clock {
@@ -305,12 +308,14 @@ impl Engine {
                         }
                     }
                 }
+                // A full batch is committed before taking more: a request taken from the
+                // channel must not be left behind.
+                if batch.len() >= MAX_BATCH_ENTRIES {
+                    break;
+                }
                 match inbox.try_recv() {
                     Ok(r) => next = Some(r),
                     Err(_) => break,
-                }
-                if batch.len() >= 1024 {
-                    break;
                 }
             }
             self.commit(batch).await;

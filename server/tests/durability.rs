@@ -3,7 +3,7 @@
 //! session in its grace, and refuses a damaged or mismatched file with a clear error.
 
 use klock_core::{AcquireOptions, Command, Config, Event, Output, SessionId, Verdict};
-use klock_server::engine::{self, Clock, EngineConfig, EngineError};
+use klock_server::engine::{self, Clock, EngineConfig, EngineError, Submission};
 use klock_server::events::{EventId, Stream};
 use klock_server::machine::{Entry, Machine, MachineSnapshot};
 use klock_server::recovery::recover;
@@ -361,4 +361,42 @@ fn a_repeated_idempotency_key_answers_the_first_answer_and_changes_nothing() {
     // Another key is a new request: the re-acquire renews the same lease.
     let other = restored.apply(5, &keyed(11, acquire(1, "MUTATES FILE:/x", 1000), "k-new"));
     assert_eq!(other.repeat_of, None);
+}
+
+#[test]
+fn requests_beyond_one_full_batch_are_all_answered() {
+    runtime().block_on(async {
+        let machine = Machine::new(Config::default()).unwrap();
+        let config = EngineConfig {
+            clock: Clock::monotonic(0),
+            snapshot_every: 0,
+            log_entries: 0,
+            metrics: Default::default(),
+        };
+        let engine = engine::spawn(machine, None, config, Default::default());
+        // Several requests of many commands each, arriving together: more than one batch.
+        let many = |n: usize| {
+            (0..n)
+                .map(|i| Submission::new(open(&format!("a{i}")), None))
+                .collect()
+        };
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let engine = engine.clone();
+                tokio::spawn(async move { engine.submit_many(many(700)).await })
+            })
+            .collect();
+        for t in tasks {
+            let replies = t.await.unwrap().expect("the engine answers");
+            assert_eq!(replies.len(), 700);
+            assert!(replies
+                .iter()
+                .all(|r| r.as_ref().is_ok_and(|r| r.output.is_ok())));
+        }
+        let opened = engine
+            .read(|m| m.kernel().stats().active_sessions)
+            .await
+            .unwrap();
+        assert_eq!(opened, 2800);
+    });
 }
