@@ -1,0 +1,544 @@
+//! The control plane's benchmark report: `bash server/bench/run.sh` (or this program with the
+//! path of a release `klock` binary) writes `server/bench/REPORT.md`.
+//!
+//! Everything is measured in one run on one machine, as ratios where a peer is involved:
+//! - acquire+release pairs/s over loopback HTTP (one request per operation) with 1 and 64
+//!   client threads, against `klock serve --memory` and a durable server (group commit), with
+//!   p50/p99 request latency;
+//! - the same client against a bare axum JSON echo endpoint in this process: the floor of the
+//!   transport on this machine;
+//! - the batch endpoint (50 acquire + release_all pairs per request);
+//! - Redis (`SET NX PX` + `DEL`) with the same thread counts, when `redis-server` is on PATH;
+//! - restart time of a durable server with a log of 1M entries, and from a snapshot holding
+//!   100k active leases.
+//!
+//! A benchmark, not a test: it asserts nothing and prints what it measured.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const RUN: Duration = Duration::from_secs(3);
+
+/// A keep-alive HTTP/1.1 connection.
+struct Conn {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Conn {
+    fn new(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_nodelay(true).unwrap();
+        Conn {
+            reader: BufReader::new(s.try_clone().unwrap()),
+            writer: s,
+        }
+    }
+
+    fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, Value) {
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: b\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        self.writer.write_all(req.as_bytes()).expect("write");
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("status line");
+        let status = line
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("status");
+        let mut length = 0;
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).expect("header");
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    length = v.trim().parse().expect("length");
+                }
+            }
+        }
+        let mut payload = vec![0; length];
+        self.reader.read_exact(&mut payload).expect("body");
+        (
+            status,
+            serde_json::from_slice(&payload).unwrap_or(Value::Null),
+        )
+    }
+}
+
+/// Request latencies of one run, and how many pairs it completed.
+struct Tally {
+    pairs: u64,
+    requests: u64,
+    latencies_us: Vec<u64>,
+    took: Duration,
+}
+
+impl Tally {
+    fn per_sec(&self, n: u64) -> f64 {
+        n as f64 / self.took.as_secs_f64()
+    }
+
+    fn percentile(&mut self, p: f64) -> f64 {
+        self.latencies_us.sort_unstable();
+        let i = ((self.latencies_us.len() as f64 - 1.0) * p).round() as usize;
+        self.latencies_us.get(i).copied().unwrap_or(0) as f64 / 1000.0
+    }
+}
+
+/// Runs `threads` copies of `work` (which returns pairs done and requests made per call)
+/// for [`RUN`].
+fn drive(
+    threads: usize,
+    work: impl Fn(usize) -> Box<dyn FnMut() -> (u64, u64) + Send> + Sync,
+) -> Tally {
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let results: Vec<(u64, u64, Vec<u64>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let stop = Arc::clone(&stop);
+                let mut step = work(t);
+                scope.spawn(move || {
+                    let (mut pairs, mut requests, mut lat) = (0, 0, Vec::new());
+                    while !stop.load(Ordering::Relaxed) {
+                        let at = Instant::now();
+                        let (p, r) = step();
+                        let each = at.elapsed().as_micros() as u64 / r.max(1);
+                        lat.extend(std::iter::repeat_n(each, r as usize));
+                        pairs += p;
+                        requests += r;
+                    }
+                    (pairs, requests, lat)
+                })
+            })
+            .collect();
+        std::thread::sleep(RUN);
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let took = started.elapsed();
+    let mut t = Tally {
+        pairs: 0,
+        requests: 0,
+        latencies_us: Vec::new(),
+        took,
+    };
+    for (p, r, l) in results {
+        t.pairs += p;
+        t.requests += r;
+        t.latencies_us.extend(l);
+    }
+    t
+}
+
+struct Klock {
+    child: Child,
+    port: u16,
+}
+
+impl Klock {
+    fn start(binary: &str, args: &[&str]) -> (Klock, Duration) {
+        let started = Instant::now();
+        let mut child = Command::new(binary)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start klock serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .expect("port");
+        (Klock { child, port }, started.elapsed())
+    }
+}
+
+impl Drop for Klock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Opens a session: its path prefix and token header value.
+fn session(conn: &mut Conn, name: &str) -> (String, String) {
+    let (status, v) = conn.call(
+        "POST",
+        "/v1/ns/bench/sessions",
+        &[],
+        &json!({"agent_id": name}).to_string(),
+    );
+    let token = v["session_token"].as_str();
+    let token = token.unwrap_or_else(|| panic!("open answered {status}: {v}"));
+    (
+        format!("/v1/ns/bench/sessions/{}", v["session_id"]),
+        token.to_owned(),
+    )
+}
+
+fn pairs(port: u16, threads: usize) -> Tally {
+    drive(threads, |t| {
+        let mut conn = Conn::new(port);
+        let (base, token) = session(&mut conn, &format!("c{t}"));
+        let mut i = 0u64;
+        Box::new(move || {
+            i += 1;
+            let body = json!({"intents": [format!("MUTATES FILE:/b/{t}/{}", i % 16)]}).to_string();
+            let h = [("klock-session-token", token.as_str())];
+            let (_, v) = conn.call("POST", &format!("{base}/acquire"), &h, &body);
+            let lease = &v["leases"][0]["lease_id"];
+            let body = json!({"lease_ids": [lease]}).to_string();
+            conn.call("POST", &format!("{base}/release"), &h, &body);
+            (1, 2)
+        })
+    })
+}
+
+const PER_BATCH: usize = 50;
+
+fn batched(port: u16, threads: usize) -> Tally {
+    drive(threads, |t| {
+        let mut conn = Conn::new(port);
+        let (base, token) = session(&mut conn, &format!("b{t}"));
+        let sid: u64 = base.rsplit('/').next().unwrap().parse().unwrap();
+        let mut ops = Vec::new();
+        for i in 0..PER_BATCH {
+            ops.push(json!({"op": "acquire", "session": sid, "token": token, "intents": [format!("MUTATES FILE:/b/{t}/{i}")]}));
+            ops.push(json!({"op": "release_all", "session": sid, "token": token}));
+        }
+        let body = json!({ "operations": ops }).to_string();
+        Box::new(move || {
+            conn.call("POST", "/v1/ns/bench/batch", &[], &body);
+            (PER_BATCH as u64, 1)
+        })
+    })
+}
+
+fn echo_server() -> u16 {
+    use axum::routing::post;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/echo",
+                post(|axum::Json(v): axum::Json<Value>| async move { axum::Json(v) }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap().port()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn echo(port: u16, threads: usize) -> Tally {
+    drive(threads, |_| {
+        let mut conn = Conn::new(port);
+        let body = json!({"intents": ["MUTATES FILE:/b/x"]}).to_string();
+        Box::new(move || {
+            conn.call("POST", "/echo", &[], &body);
+            (0, 1)
+        })
+    })
+}
+
+/// A RESP client for `SET key v NX PX 60000` + `DEL key`.
+fn redis(port: u16, threads: usize) -> Tally {
+    drive(threads, |t| {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("redis");
+        s.set_nodelay(true).unwrap();
+        let mut reader = BufReader::new(s.try_clone().unwrap());
+        let mut writer = s;
+        let mut i = 0u64;
+        let mut line = String::new();
+        Box::new(move || {
+            i += 1;
+            let key = format!("b:{t}:{}", i % 16);
+            let set = format!("*6\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\n1\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n60000\r\n", key.len());
+            writer.write_all(set.as_bytes()).unwrap();
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            let del = format!("*2\r\n$3\r\nDEL\r\n${}\r\n{key}\r\n", key.len());
+            writer.write_all(del.as_bytes()).unwrap();
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            (1, 2)
+        })
+    })
+}
+
+fn start_redis() -> Option<(Child, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .ok()?;
+    for _ in 0..100 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some((child, port));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Fills a durable server with `entries` log entries (batches of acquire/release_all).
+fn fill_log(port: u16, entries: usize) {
+    let mut conn = Conn::new(port);
+    let (base, token) = session(&mut conn, "filler");
+    let sid: u64 = base.rsplit('/').next().unwrap().parse().unwrap();
+    let per = 1000;
+    let ops: Vec<Value> = (0..per / 2)
+        .flat_map(|i| {
+            [
+                json!({"op": "acquire", "session": sid, "token": token, "intents": [format!("MUTATES FILE:/f/{i}")]}),
+                json!({"op": "release_all", "session": sid, "token": token}),
+            ]
+        })
+        .collect();
+    let body = json!({ "operations": ops }).to_string();
+    for _ in 0..entries / per {
+        conn.call("POST", "/v1/ns/bench/batch", &[], &body);
+    }
+}
+
+/// Holds `leases` active leases (in batches of 1,000 acquires over 100 sessions).
+fn hold_leases(port: u16, leases: usize) {
+    let mut conn = Conn::new(port);
+    let sessions: Vec<(u64, String)> = (0..100)
+        .map(|i| {
+            let (base, token) = session(&mut conn, &format!("holder{i}"));
+            (base.rsplit('/').next().unwrap().parse().unwrap(), token)
+        })
+        .collect();
+    for chunk in 0..leases / 1000 {
+        let ops: Vec<Value> = (0..1000)
+            .map(|i| {
+                let (sid, token) = &sessions[(chunk * 1000 + i) % 100];
+                json!({"op": "acquire", "session": sid, "token": token, "ttl_ms": 300000,
+                       "intents": [format!("MUTATES FILE:/h/{chunk}/{i}")]})
+            })
+            .collect();
+        conn.call(
+            "POST",
+            "/v1/ns/bench/batch",
+            &[],
+            &json!({ "operations": ops }).to_string(),
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(binary), Some(out)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: http_bench KLOCK_BINARY REPORT.md   (see server/bench/run.sh)");
+        std::process::exit(2);
+    };
+    let dir = std::env::temp_dir().join(format!("klock-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("bench.redb");
+    let mut report = String::from("# klock serve benchmark report\n\n");
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    report.push_str(&format!(
+        "Written by `bash server/bench/run.sh`. Loopback HTTP/1.1 keep-alive, one connection per client \
+         thread, {} s per measurement, all in one run on this machine ({} CPUs; load average at start {}). \
+         Ratios compare measurements of this run.\n\n",
+        RUN.as_secs(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    ));
+    let echo_port = echo_server();
+    report.push_str("## One request per operation\n\n| server | clients | pairs/s | requests/s | ÷ echo floor (same clients) | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    // The floor of this transport for each client count: a bare axum JSON echo.
+    let mut floors = std::collections::BTreeMap::new();
+    for threads in [1, 64] {
+        eprintln!("echo floor, {threads} clients");
+        let mut floor = echo(echo_port, threads);
+        let rps = floor.per_sec(floor.requests);
+        report.push_str(&format!(
+            "| bare axum JSON echo (the floor) | {threads} | – | {rps:.0} | 1.00 | {:.2} | {:.2} |\n",
+            floor.percentile(0.5),
+            floor.percentile(0.99)
+        ));
+        floors.insert(threads, rps);
+    }
+    let mut rows = Vec::new();
+    for (label, args) in [
+        ("memory", vec!["--memory"]),
+        (
+            "durable (group commit)",
+            vec!["--data", data.to_str().unwrap()],
+        ),
+    ] {
+        let (server, _) = Klock::start(binary, &args);
+        for threads in [1, 64] {
+            eprintln!("{label}, {threads} clients");
+            let at = Instant::now();
+            let mut t = pairs(server.port, threads);
+            eprintln!(
+                "  took {:.1} s, {} requests",
+                at.elapsed().as_secs_f64(),
+                t.requests
+            );
+            let rps = t.per_sec(t.requests);
+            let floor_rps = floors[&threads];
+            report.push_str(&format!(
+                "| klock serve, {label} | {threads} | {:.0} | {rps:.0} | {:.2} | {:.2} | {:.2} |\n",
+                t.per_sec(t.pairs),
+                rps / floor_rps,
+                t.percentile(0.5),
+                t.percentile(0.99)
+            ));
+            rows.push((label, threads, rps / floor_rps));
+        }
+        let mut b = batched(server.port, 64);
+        report.push_str(&format!(
+            "| klock serve, {label}, batch endpoint ({PER_BATCH} pairs a request) | 64 | {:.0} | {:.0} | – | {:.2} | {:.2} |\n",
+            b.per_sec(b.pairs),
+            b.per_sec(b.requests),
+            b.percentile(0.5),
+            b.percentile(0.99)
+        ));
+        rows.push((
+            if label == "memory" {
+                "memory batch"
+            } else {
+                "durable batch"
+            },
+            64,
+            b.per_sec(b.pairs),
+        ));
+        drop(server);
+        let _ = std::fs::remove_file(&data);
+    }
+    match start_redis() {
+        Some((mut child, port)) => {
+            for threads in [1, 64] {
+                eprintln!("redis, {threads} clients");
+                let mut t = redis(port, threads);
+                let rps = t.per_sec(t.requests);
+                let floor_rps = floors[&threads];
+                report.push_str(&format!(
+                    "| Redis 7, SET NX PX + DEL (no persistence) | {threads} | {:.0} | {rps:.0} | {:.2} | {:.2} | {:.2} |\n",
+                    t.per_sec(t.pairs),
+                    rps / floor_rps,
+                    t.percentile(0.5),
+                    t.percentile(0.99)
+                ));
+                rows.push(("redis", threads, t.per_sec(t.pairs)));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        None => {
+            report.push_str("| Redis | – | not measured: `redis-server` is not on PATH | | | | |\n")
+        }
+    }
+    report.push_str("\n## Restart\n\n| what | restart to listening |\n|---|---:|\n");
+    eprintln!("restart with a log of 1M entries");
+    let (server, _) = Klock::start(
+        binary,
+        &["--data", data.to_str().unwrap(), "--snapshot-every", "0"],
+    );
+    fill_log(server.port, 1_000_000);
+    drop(server);
+    let (server, took) = Klock::start(
+        binary,
+        &["--data", data.to_str().unwrap(), "--snapshot-every", "0"],
+    );
+    report.push_str(&format!(
+        "| a log of 1,000,000 entries, no snapshot | {:.2} s |\n",
+        took.as_secs_f64()
+    ));
+    drop(server);
+    let _ = std::fs::remove_file(&data);
+    eprintln!("restart from a snapshot of 100k leases");
+    let (server, _) = Klock::start(
+        binary,
+        &[
+            "--data",
+            data.to_str().unwrap(),
+            "--snapshot-every",
+            "100000",
+        ],
+    );
+    hold_leases(server.port, 100_000);
+    drop(server);
+    let (server, took) = Klock::start(
+        binary,
+        &[
+            "--data",
+            data.to_str().unwrap(),
+            "--snapshot-every",
+            "100000",
+        ],
+    );
+    report.push_str(&format!(
+        "| a snapshot holding 100,000 active leases | {:.2} s |\n",
+        took.as_secs_f64()
+    ));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    report.push_str("\n## Targets\n\n| target | measured |\n|---|---:|\n");
+    for (label, threads, value) in &rows {
+        let line = match *label {
+            "memory" => format!("| one request per operation, memory, {threads} clients: ≥ 70% of the echo floor | {:.0}% |\n", value * 100.0),
+            "durable (group commit)" => format!("| one request per operation, durable, {threads} clients: ≥ 50% of the echo floor | {:.0}% |\n", value * 100.0),
+            "memory batch" | "durable batch" => format!("| batch endpoint, {label}: ≥ 100,000 pairs/s | {value:.0} pairs/s |\n"),
+            "redis" => format!("| Redis, {threads} clients, pairs/s (target: ours ≥ Redis with the batch endpoint) | {value:.0} |\n"),
+            _ => String::new(),
+        };
+        report.push_str(&line);
+    }
+    std::fs::write(out, &report).expect("write the report");
+    println!("{report}");
+}
