@@ -30,7 +30,7 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use klock_core::{
     AcquireOptions, Command, Error, ErrorCode, Event, LeaseId, Output, SessionId, StateDigest,
@@ -41,6 +41,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -56,34 +57,18 @@ pub struct Api {
 
 /// The router of `/v1`.
 pub fn router(api: Api) -> Router {
-    let session = "/v1/ns/{ns}/sessions/{sid}";
-    Router::new()
-        .route("/v1/health", get(health))
-        .route("/v1/version", get(version))
-        .route("/v1/ns/{ns}/sessions", post(open))
-        .route("/v1/ns/{ns}/sessions/resume", post(resume))
-        .route(session, delete(close))
-        .route(&format!("{session}/suspend"), post(suspend))
-        .route(&format!("{session}/digest"), get(digest))
-        .route(&format!("{session}/acquire"), post(acquire))
+    let (routes, doc) = documented().split_for_parts();
+    let doc = Arc::new(doc);
+    routes
         .route(
-            &format!("{session}/tickets/{{tid}}"),
-            get(ticket).delete(cancel),
+            "/v1/openapi.json",
+            get(move || {
+                let doc = Arc::clone(&doc);
+                async move { Json(doc.as_ref().clone()) }
+            }),
         )
-        .route(&format!("{session}/heartbeat"), post(heartbeat))
-        .route(&format!("{session}/release"), post(release))
-        .route(&format!("{session}/reconcile"), post(reconcile))
-        .route(&format!("{session}/events"), get(events))
-        .route("/v1/ns/{ns}/resources/state", get(resource_state))
-        .route("/v1/ns/{ns}/stats", get(stats))
-        .route("/v1/ns/{ns}/watch", get(watch))
-        .route("/v1/ns/{ns}/batch", post(batch))
-        .route("/v1/deadline", get(deadline))
-        .route("/v1/advance", post(advance))
-        .route("/v1/reset", post(reset))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .route("/metrics", get(metrics))
         .layer(axum::middleware::from_fn_with_state(api.clone(), guard))
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),
@@ -92,7 +77,57 @@ pub fn router(api: Api) -> Router {
         .with_state(api)
 }
 
+/// Every route with its OpenAPI description: the router and the document come from this one
+/// list, so they cannot drift apart (`routes!` takes only handlers that describe themselves).
+pub fn documented() -> OpenApiRouter<Api> {
+    let mut info = utoipa::openapi::Info::new("klock serve", env!("CARGO_PKG_VERSION"));
+    info.description = Some(String::from(
+        "The Klock control plane: sessions, leases and their events over HTTP. See server/README.md.",
+    ));
+    let doc = utoipa::openapi::OpenApiBuilder::new().info(info).build();
+    OpenApiRouter::with_openapi(doc)
+        .routes(routes!(health))
+        .routes(routes!(version))
+        .routes(routes!(open))
+        .routes(routes!(resume))
+        .routes(routes!(close))
+        .routes(routes!(suspend))
+        .routes(routes!(digest))
+        .routes(routes!(acquire))
+        .routes(routes!(ticket, cancel))
+        .routes(routes!(heartbeat))
+        .routes(routes!(release))
+        .routes(routes!(reconcile))
+        .routes(routes!(events))
+        .routes(routes!(resource_state))
+        .routes(routes!(stats))
+        .routes(routes!(watch))
+        .routes(routes!(batch))
+        .routes(routes!(deadline))
+        .routes(routes!(advance))
+        .routes(routes!(reset))
+        .routes(routes!(metrics))
+}
+
 // ---- errors --------------------------------------------------------------------------------
+
+/// The JSON of every error answer (for the OpenAPI document).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ErrorDetail {
+    /// The SPEC's stable numeric code (0 for the server's own conditions).
+    code: u32,
+    /// The stable upper-case name, e.g. `NOT_OWNER`, `BAD_REQUEST`, `UNAUTHORIZED`.
+    name: String,
+    /// What went wrong and what to fix.
+    message: String,
+}
 
 /// An error answer.
 #[derive(Debug)]
@@ -247,7 +282,7 @@ async fn authorize(
 /// The role a route needs (`None`: anyone, even without a token).
 fn role_for(route: &str) -> Option<Role> {
     match route {
-        "/v1/health" => None,
+        "/v1/health" | "/v1/openapi.json" => None,
         "/v1/advance" | "/v1/reset" => Some(Role::Admin),
         r if r.starts_with("/v1/ns/{ns}/sessions") || r == "/v1/ns/{ns}/batch" => Some(Role::Agent),
         _ => Some(Role::Observer),
@@ -483,10 +518,26 @@ fn render(output: &Output) -> Value {
 
 // ---- routes --------------------------------------------------------------------------------
 
+#[utoipa::path(
+    get,
+    path = "/v1/health",
+    tag = "server",
+    summary = "Liveness, without any token",
+    params(),
+    responses((status = 200, description = "Liveness, without any token", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/version",
+    tag = "server",
+    summary = "Server and state versions",
+    params(),
+    responses((status = 200, description = "Server and state versions", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn version() -> Json<Value> {
     Json(json!({
         "server": env!("CARGO_PKG_VERSION"),
@@ -495,12 +546,21 @@ async fn version() -> Json<Value> {
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct OpenBody {
     agent_id: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions",
+    tag = "sessions",
+    summary = "Open a session: its id, priority, token and the server time",
+    params(("ns" = String, Path, description = "the namespace"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = OpenBody,
+    responses((status = 200, description = "Open a session: its id, priority, token and the server time", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn open(
     State(api): State<Api>,
     Path(ns): Path<String>,
@@ -515,12 +575,23 @@ async fn open(
     start_session(&api, &headers, &ns, "open", command, None).await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ResumeBody {
+    /// A StateDigest (version, identity, recovery) as `digest` answered it.
+    #[schema(value_type = Object)]
     digest: StateDigest,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/resume",
+    tag = "sessions",
+    summary = "Resume a session from its StateDigest, with a new token",
+    params(("ns" = String, Path, description = "the namespace"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = ResumeBody,
+    responses((status = 200, description = "Resume a session from its StateDigest, with a new token", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn resume(
     State(api): State<Api>,
     Path(ns): Path<String>,
@@ -601,6 +672,14 @@ fn unexpected(route: &str, output: &Output) -> ApiError {
     }
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/ns/{ns}/sessions/{sid}",
+    tag = "sessions",
+    summary = "Close a session: release every lease, cancel every wait",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    responses((status = 200, description = "Close a session: release every lease, cancel every wait", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn close(State(api): State<Api>, Path(path): SessionPath, headers: HeaderMap) -> Answer {
     let session = session_id(&path.1)?;
     on_session(&api, &headers, &path, "close", |session| Command::Close {
@@ -611,6 +690,14 @@ async fn close(State(api): State<Api>, Path(path): SessionPath, headers: HeaderM
     Ok(Json(json!({"closed": true})))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/suspend",
+    tag = "sessions",
+    summary = "Mark a session as restarting: its leases keep the grace",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    responses((status = 200, description = "Mark a session as restarting: its leases keep the grace", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn suspend(State(api): State<Api>, Path(path): SessionPath, headers: HeaderMap) -> Answer {
     on_session(&api, &headers, &path, "suspend", |session| {
         Command::Suspend { session }
@@ -619,6 +706,14 @@ async fn suspend(State(api): State<Api>, Path(path): SessionPath, headers: Heade
     Ok(Json(json!({"suspended": true})))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/sessions/{sid}/digest",
+    tag = "sessions",
+    summary = "The session's StateDigest",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    responses((status = 200, description = "The session's StateDigest", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn digest(State(api): State<Api>, Path(path): SessionPath, headers: HeaderMap) -> Answer {
     let make = |session| Command::Digest { session };
     match on_session(&api, &headers, &path, "digest", make).await?.1 {
@@ -627,7 +722,7 @@ async fn digest(State(api): State<Api>, Path(path): SessionPath, headers: Header
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AcquireBody {
     intents: Vec<String>,
@@ -637,6 +732,15 @@ struct AcquireBody {
     hold_ms: Option<u64>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/acquire",
+    tag = "leases",
+    summary = "Ask for a manifest: GRANTED, WAIT or DIE; with hold_ms a WAIT is held for its outcome",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = AcquireBody,
+    responses((status = 200, description = "Ask for a manifest: GRANTED, WAIT or DIE; with hold_ms a WAIT is held for its outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn acquire(
     State(api): State<Api>,
     Path(path): SessionPath,
@@ -728,8 +832,9 @@ async fn resolve_ticket(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct WaitQuery {
     wait_ms: Option<u64>,
     after: Option<String>,
@@ -755,6 +860,14 @@ fn ticket_id(tid: &str) -> Result<TicketId, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("ticket must be a number, got {tid:?}")))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/sessions/{sid}/tickets/{tid}",
+    tag = "leases",
+    summary = "Long-poll a ticket's outcome",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("tid" = u64, Path, description = "the ticket"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), WaitQuery),
+    responses((status = 200, description = "Long-poll a ticket's outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn ticket(
     State(api): State<Api>,
     Path((ns, sid, tid)): Path<(String, String, String)>,
@@ -770,6 +883,14 @@ async fn ticket(
     }
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/ns/{ns}/sessions/{sid}/tickets/{tid}",
+    tag = "leases",
+    summary = "Withdraw a waiting ticket",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("tid" = u64, Path, description = "the ticket"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    responses((status = 200, description = "Withdraw a waiting ticket", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn cancel(
     State(api): State<Api>,
     Path((ns, sid, tid)): Path<(String, String, String)>,
@@ -781,7 +902,7 @@ async fn cancel(
     Ok(Json(json!({"cancelled": true})))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LeasesBody {
     lease_ids: Option<Vec<u64>>,
@@ -792,6 +913,15 @@ fn lease_ids(ids: Vec<u64>) -> Vec<LeaseId> {
     ids.into_iter().map(LeaseId).collect()
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/heartbeat",
+    tag = "leases",
+    summary = "Renew the chosen leases, or all of them",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = LeasesBody,
+    responses((status = 200, description = "Renew the chosen leases, or all of them", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn heartbeat(
     State(api): State<Api>,
     Path(path): SessionPath,
@@ -810,6 +940,15 @@ async fn heartbeat(
     Ok(Json(render(&out)))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/release",
+    tag = "leases",
+    summary = "Release one lease, or all of them (idempotent)",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = LeasesBody,
+    responses((status = 200, description = "Release one lease, or all of them (idempotent)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn release(
     State(api): State<Api>,
     Path(path): SessionPath,
@@ -833,6 +972,15 @@ async fn release(
     Ok(Json(render(&out)))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/reconcile",
+    tag = "leases",
+    summary = "The kernel's truth about each lease",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = LeasesBody,
+    responses((status = 200, description = "The kernel's truth about each lease", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn reconcile(
     State(api): State<Api>,
     Path(path): SessionPath,
@@ -853,6 +1001,14 @@ async fn reconcile(
 
 /// A session's events: Server-Sent Events when the request accepts `text/event-stream`
 /// (resumed after `Last-Event-ID`, or `?after=`), otherwise the JSON long-poll.
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/sessions/{sid}/events",
+    tag = "events",
+    summary = "The session's events: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), WaitQuery),
+    responses((status = 200, description = "The session's events: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn events(
     State(api): State<Api>,
     Path((ns, sid)): SessionPath,
@@ -909,12 +1065,21 @@ fn sse(api: Api, stream: Stream, after: EventId) -> impl IntoResponse {
     axum::response::sse::Sse::new(events).keep_alive(KeepAlive::default())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ResourceQuery {
     resource: String,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/resources/state",
+    tag = "observe",
+    summary = "Holders, waiters and covering holders of one resource",
+    params(("ns" = String, Path, description = "the namespace"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only"), ResourceQuery),
+    responses((status = 200, description = "Holders, waiters and covering holders of one resource", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn resource_state(
     State(api): State<Api>,
     Path(ns): Path<String>,
@@ -931,12 +1096,28 @@ async fn resource_state(
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/stats",
+    tag = "observe",
+    summary = "Counters, live totals, top contended resources, ghost agents",
+    params(("ns" = String, Path, description = "the namespace")),
+    responses((status = 200, description = "Counters, live totals, top contended resources, ghost agents", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn stats(State(api): State<Api>, Path(_ns): Path<String>) -> Answer {
     let stats = api.engine.read(|m| m.kernel().stats()).await?;
     Ok(Json(to_json(&stats)))
 }
 
 /// Manual clock only: settles time at `Klock-Now`.
+#[utoipa::path(
+    post,
+    path = "/v1/advance",
+    tag = "server",
+    summary = "Settle time now (admin)",
+    params(("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    responses((status = 200, description = "Settle time now (admin)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {
     let reply = run(&api, &headers, "advance", Command::Advance, None).await?;
     let events = reply.events.clone();
@@ -945,6 +1126,14 @@ async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {
 }
 
 /// A namespace's events (every session's), for dashboards: `?after=&wait_ms=`.
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/watch",
+    tag = "events",
+    summary = "Every session's events in the namespace (JSON long-poll)",
+    params(("ns" = String, Path, description = "the namespace"), WaitQuery),
+    responses((status = 200, description = "Every session's events in the namespace (JSON long-poll)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn watch(
     State(api): State<Api>,
     Path(ns): Path<String>,
@@ -957,12 +1146,29 @@ async fn watch(
 }
 
 /// The kernel's next deadline (a pure read).
+#[utoipa::path(
+    get,
+    path = "/v1/deadline",
+    tag = "observe",
+    summary = "The kernel's next deadline",
+    params(),
+    responses((status = 200, description = "The kernel's next deadline", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn deadline(State(api): State<Api>) -> Answer {
     let next = api.engine.read(|m| m.kernel().next_deadline()).await?;
     Ok(Json(json!({ "deadline": next })))
 }
 
 /// Manual clock without a data file only: starts over with the kernel config in the body.
+#[utoipa::path(
+    post,
+    path = "/v1/reset",
+    tag = "server",
+    summary = "Start over with a kernel config (--memory --clock manual only)",
+    params(),
+    request_body = Object,
+    responses((status = 200, description = "Start over with a kernel config (--memory --clock manual only)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn reset(State(api): State<Api>, raw: Bytes) -> Answer {
     let config: klock_core::Config = body(&raw)?;
     api.engine
@@ -976,7 +1182,7 @@ async fn reset(State(api): State<Api>, raw: Bytes) -> Answer {
 pub const MAX_BATCH: usize = 1000;
 
 /// One operation of a batch: a lease command on a session, with that session's token.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 enum BatchOp {
     Acquire {
@@ -1094,7 +1300,7 @@ impl BatchOp {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BatchBody {
     operations: Vec<BatchOp>,
@@ -1102,6 +1308,15 @@ struct BatchBody {
 
 /// Several lease commands in one request, applied in order in one durable batch; each gets
 /// the answer its own route would give (`{"ok": ...}` or `{"error": ...}`).
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/batch",
+    tag = "leases",
+    summary = "Up to 1,000 lease commands, in order, in one durable batch",
+    params(("ns" = String, Path, description = "the namespace"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = BatchBody,
+    responses((status = 200, description = "Up to 1,000 lease commands, in order, in one durable batch", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn batch(
     State(api): State<Api>,
     Path(ns): Path<String>,
@@ -1148,6 +1363,14 @@ async fn batch(
 }
 
 /// Prometheus text metrics.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "observe",
+    summary = "Prometheus text metrics",
+    params(),
+    responses((status = 200, description = "Prometheus text metrics", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
 async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
     let stats = api.engine.read(|m| m.kernel().stats()).await?;
     let text = api.engine.metrics().render(&stats);

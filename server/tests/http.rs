@@ -745,3 +745,54 @@ fn a_bad_token_file_is_refused_by_name() {
         );
     }
 }
+
+#[test]
+fn the_openapi_document_describes_every_route_the_server_serves() {
+    let s = Server::start(&["--memory"]);
+    let (status, doc) = s.call("GET", "/v1/openapi.json", &[], "");
+    assert_eq!(status, 200);
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3.1"),
+        "{}",
+        doc["openapi"]
+    );
+    let paths = doc["paths"].as_object().unwrap();
+    let mut operations = 0;
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            operations += 1;
+            let concrete = path
+                .replace("{ns}", "default")
+                .replace("{sid}", "1")
+                .replace("{tid}", "1");
+            let raw = s.raw(&method.to_uppercase(), &concrete, &[], b"");
+            let text = String::from_utf8_lossy(&raw);
+            assert!(
+                !text.contains("no such route") && !text.starts_with("HTTP/1.1 405"),
+                "{method} {path} is documented but not served: {text}"
+            );
+        }
+    }
+    // Every route of the API is documented (the router and the document share one list).
+    for route in [
+        "/v1/ns/{ns}/sessions",
+        "/v1/ns/{ns}/sessions/{sid}/acquire",
+        "/v1/ns/{ns}/sessions/{sid}/tickets/{tid}",
+        "/v1/ns/{ns}/sessions/{sid}/events",
+        "/v1/ns/{ns}/batch",
+        "/v1/ns/{ns}/watch",
+        "/metrics",
+    ] {
+        assert!(
+            paths.contains_key(route),
+            "{route} is missing from the document"
+        );
+    }
+    assert_eq!(operations, 22, "one operation per handler");
+    // An undocumented path is not served.
+    let (status, v) = s.call("GET", "/v1/ns/default/undocumented", &[], "");
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (404, Some("NOT_FOUND"))
+    );
+}
