@@ -796,3 +796,31 @@ fn the_openapi_document_describes_every_route_the_server_serves() {
         (404, Some("NOT_FOUND"))
     );
 }
+
+#[test]
+fn a_slow_client_holding_a_connection_does_not_stop_the_server() {
+    let s = Server::start(&["--memory"]);
+    // Half a request, never finished, and a connection that sends nothing at all.
+    let mut slow = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    slow.write_all(
+        b"POST /v1/ns/default/sessions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"agent",
+    )
+    .unwrap();
+    let _idle = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    for i in 0..20 {
+        let a = open(&s, "default", &format!("agent-{i}"));
+        let (_, v) = on(
+            &s,
+            &a,
+            "POST",
+            "acquire",
+            json!({"intents": [format!("MUTATES FILE:/{i}")]}),
+        );
+        assert_eq!(v["verdict"], "GRANTED");
+    }
+    let (_, stats) = s.call("GET", "/v1/ns/default/stats", &[], "");
+    assert_eq!(
+        stats["active_sessions"], 20,
+        "the half request opened nothing"
+    );
+}
