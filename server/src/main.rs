@@ -27,7 +27,10 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
        klock token-hash < secret             (the sha256 a token file lists for a secret)
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
-                       Only loopback addresses for now: TLS is not built yet.
+                       Beyond loopback it needs --tokens, and TLS unless --insecure.
+  --tls-cert FILE, --tls-key FILE
+                       serve HTTPS with this certificate chain and private key (PEM)
+  --insecure           allow a non-loopback listener without TLS
   --tokens FILE        bearer tokens (JSON: name, sha256, role, namespaces, limits); without
                        it the server asks for none
   --data FILE          the redb data file (log + snapshot), created if missing
@@ -40,6 +43,9 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
 struct ServeArgs {
     listen: SocketAddr,
     tokens: Option<PathBuf>,
+    /// Certificate chain and private key (PEM) to serve HTTPS.
+    tls: Option<(PathBuf, PathBuf)>,
+    insecure: bool,
     data: Option<PathBuf>,
     manual_clock: bool,
     snapshot_every: u64,
@@ -49,11 +55,14 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
     let mut out = ServeArgs {
         listen: "127.0.0.1:7300".parse().expect("default address"),
         tokens: None,
+        tls: None,
+        insecure: false,
         data: Some(PathBuf::from("klock.redb")),
         manual_clock: false,
         snapshot_every: 10_000,
     };
     let mut memory = false;
+    let (mut cert, mut key) = (None, None);
     let mut data_given = false;
     let mut i = 0;
     while i < args.len() {
@@ -75,6 +84,18 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                 out.data = Some(PathBuf::from(value()?));
                 data_given = true;
                 i += 2;
+            }
+            "--tls-cert" => {
+                cert = Some(PathBuf::from(value()?));
+                i += 2;
+            }
+            "--tls-key" => {
+                key = Some(PathBuf::from(value()?));
+                i += 2;
+            }
+            "--insecure" => {
+                out.insecure = true;
+                i += 1;
             }
             "--tokens" => {
                 out.tokens = Some(PathBuf::from(value()?));
@@ -113,11 +134,24 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             "--clock manual needs --memory: a log of hand-set times is no history to keep",
         ));
     }
+    out.tls = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => return Err(String::from("--tls-cert and --tls-key go together")),
+    };
     if !out.listen.ip().is_loopback() {
-        return Err(format!(
-            "refusing to listen on {}: only loopback addresses are served until TLS and bearer tokens exist",
-            out.listen
-        ));
+        if out.tokens.is_none() {
+            return Err(format!(
+                "refusing to listen on {} without --tokens: beyond loopback every caller needs a bearer token",
+                out.listen
+            ));
+        }
+        if out.tls.is_none() && !out.insecure {
+            return Err(format!(
+                "refusing to listen on {} without TLS: give --tls-cert and --tls-key (or --insecure to send tokens in the clear)",
+                out.listen
+            ));
+        }
     }
     Ok(out)
 }
@@ -201,11 +235,6 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         },
         hub,
     );
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("klock serve: listening on http://{local}");
     let auth = match &args.tokens {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -218,10 +247,38 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         engine,
         auth: Arc::new(auth),
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+    let Some((cert, key)) = &args.tls else {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        println!("klock serve: listening on http://{local}");
+        return axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .map_err(|e| format!("server error: {e}"));
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+        .await
+        .map_err(|e| format!("cannot load the TLS certificate or key: {e}"))?;
+    let listener = std::net::TcpListener::bind(args.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
+    });
+    println!("klock serve: listening on https://{local}");
+    axum_server::from_tcp_rustls(listener, config)
+        .map_err(|e| e.to_string())?
+        .handle(handle)
+        .serve(app.into_make_service())
         .await
         .map_err(|e| format!("server error: {e}"))
 }

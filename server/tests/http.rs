@@ -824,3 +824,72 @@ fn a_slow_client_holding_a_connection_does_not_stop_the_server() {
         "the half request opened nothing"
     );
 }
+
+#[test]
+fn https_with_a_certificate_and_refusals_beyond_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec![String::from("localhost")]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let s = Server::start(&[
+        "--memory",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    // A TLS client that trusts this certificate gets an answer.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certified.cert.der().clone()).unwrap();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET /v1/health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = tls.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("\"ok\""),
+        "{answer}"
+    );
+    // Plain HTTP to the TLS port gets no HTTP answer.
+    let raw = s.raw("GET", "/v1/health", &[], b"");
+    assert!(!String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200"));
+    // Beyond loopback: tokens are required, and TLS unless --insecure.
+    let refuse = |args: &[&str], expected: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_klock"))
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(expected),
+            "{args:?}: {err}"
+        );
+    };
+    refuse(&["--memory", "--listen", "0.0.0.0:0"], "without --tokens");
+    let tokens = dir.path().join("tokens.json");
+    let file = json!({"tokens": [{"name": "a", "sha256": "0".repeat(64), "role": "admin", "namespaces": ["*"]}]});
+    std::fs::write(&tokens, file.to_string()).unwrap();
+    refuse(
+        &[
+            "--memory",
+            "--listen",
+            "0.0.0.0:0",
+            "--tokens",
+            tokens.to_str().unwrap(),
+        ],
+        "without TLS",
+    );
+    refuse(
+        &["--memory", "--tls-cert", cert.to_str().unwrap()],
+        "go together",
+    );
+}
