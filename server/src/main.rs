@@ -206,6 +206,14 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         Some(path) => {
             let store = Arc::new(Store::open(path).map_err(|e| e.to_string())?);
             let recovered = recover(&store, &config, &hub)?;
+            if let Some(torn) = recovered.torn {
+                eprintln!(
+                    "klock serve: the log ended in a torn record after byte {} ({} bytes cut, never answered); recovered to entry {}",
+                    torn.at,
+                    torn.dropped,
+                    recovered.machine.applied()
+                );
+            }
             if recovered.restarted {
                 eprintln!(
                     "klock serve: recovered {} from {} ({} entries replayed after the snapshot); every session has its grace to reconnect",

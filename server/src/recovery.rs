@@ -7,13 +7,15 @@
 //! its suspension grace so agents can reconnect, reconcile and heartbeat. Fences continue from
 //! the replayed counter: nothing was answered before it was durable, so none repeats. The
 //! replayed entries' events go back into the event streams, so an agent that reconnects with
-//! the id of the last event it saw misses nothing the log still holds. A new
-//! file records the configuration it is created with; an existing file keeps its own, and a
-//! different one asked for is an error rather than a silent choice.
+//! the id of the last event it saw misses nothing the log still holds. A log ending in a torn
+//! record (a write cut short) is cut back to its last whole record, and the recovery says so:
+//! nothing in it was ever answered. A new file records the configuration it is created with;
+//! an existing file keeps its own, and a different one asked for is an error rather than a
+//! silent choice.
 
 use crate::events::EventHub;
 use crate::machine::{Entry, Machine};
-use crate::store::Store;
+use crate::store::{Store, TornTail};
 use klock_core::Config;
 
 /// The machine a data file describes, and what was done to get it.
@@ -23,6 +25,8 @@ pub struct Recovered {
     pub replayed: u64,
     /// Whether the file held any history (then a `Recovered` entry was logged).
     pub restarted: bool,
+    /// The torn tail the log ended in, cut off: the machine is the prefix before it.
+    pub torn: Option<TornTail>,
 }
 
 /// Rebuilds the machine from `store` (see the module contract). `config` is the configuration
@@ -71,5 +75,6 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
         machine,
         replayed,
         restarted,
+        torn: loaded.torn,
     })
 }

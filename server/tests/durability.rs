@@ -400,3 +400,66 @@ fn requests_beyond_one_full_batch_are_all_answered() {
         assert_eq!(opened, 2800);
     });
 }
+
+#[test]
+fn a_torn_tail_is_cut_and_the_server_recovers_to_the_prefix_and_says_so() {
+    let entries = history();
+    // The state after each prefix of the history (prefix k: the first k entries).
+    let mut prefixes = vec![Machine::new(Config::default()).unwrap()];
+    for entry in &entries {
+        let mut m = prefixes.last().unwrap().clone();
+        let index = m.applied() + 1;
+        m.apply(index, entry);
+        prefixes.push(m);
+    }
+    let mut rng: u64 = 0x7013_7a11;
+    for round in 0..12 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("klock.redb");
+        {
+            let store = Store::open(&path).unwrap();
+            write_history(&store, &entries);
+        }
+        let log = klock_server::store::log_path(&path);
+        let full = std::fs::metadata(&log).unwrap().len();
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let cut = if round == 0 {
+            full - 1
+        } else {
+            (rng >> 33) % full
+        };
+        let file = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+        file.set_len(cut).unwrap();
+        drop(file);
+        let store = Store::open(&path).unwrap();
+        let recovered = recover(&store, &Config::default(), &Default::default()).unwrap();
+        let kept = recovered.replayed as usize;
+        // A cut inside a record is a torn tail; one on a record's end leaves whole records.
+        if let Some(torn) = recovered.torn {
+            assert_eq!(torn.at + torn.dropped, cut, "round {round}");
+        }
+        assert!(
+            kept < entries.len(),
+            "round {round}: the cut lost something"
+        );
+        // The state is the prefix's, plus the Recovered entry (when there was history).
+        let mut expected = prefixes[kept].clone();
+        if kept > 0 {
+            let index = expected.applied() + 1;
+            let now = expected.last_now();
+            expected.apply(index, &Entry::Recovered { now });
+        }
+        assert_eq!(
+            recovered.machine.snapshot(),
+            expected.snapshot(),
+            "round {round}"
+        );
+        // The log was cut to whole records: a second start finds no torn tail.
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        let again = recover(&store, &Config::default(), &Default::default()).unwrap();
+        assert_eq!(again.torn, None, "round {round}");
+    }
+}
