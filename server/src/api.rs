@@ -1016,14 +1016,24 @@ async fn events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let session = authorize(&api, &ns, &sid, &headers).await?;
+    follow(api, Stream::Session(session), &q, &headers).await
+}
+
+/// A stream of events: Server-Sent Events when the request accepts `text/event-stream`
+/// (resumed after `Last-Event-ID`, or `?after=`), otherwise the JSON long-poll.
+async fn follow(
+    api: Api,
+    stream: Stream,
+    q: &WaitQuery,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
     let (hold, mut after) = q.parse()?;
-    let stream = Stream::Session(session);
-    let accepts = header(&headers, "accept")?.unwrap_or_default();
+    let accepts = header(headers, "accept")?.unwrap_or_default();
     if !accepts.contains("text/event-stream") {
         let batch = api.engine.events().wait_after(&stream, after, hold).await;
         return Ok(Json(to_json(&batch)).into_response());
     }
-    if let Some(last) = header(&headers, "last-event-id")? {
+    if let Some(last) = header(headers, "last-event-id")? {
         after = EventId::parse(last).ok_or_else(|| {
             ApiError::bad_request(format!(
                 "Last-Event-ID must be an event id like 12.0, got {last:?}"
@@ -1130,19 +1140,17 @@ async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {
     get,
     path = "/v1/ns/{ns}/watch",
     tag = "events",
-    summary = "Every session's events in the namespace (JSON long-poll)",
+    summary = "Every session's events in the namespace: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll",
     params(("ns" = String, Path, description = "the namespace"), WaitQuery),
-    responses((status = 200, description = "Every session's events in the namespace (JSON long-poll)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+    responses((status = 200, description = "Every session's events in the namespace: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 async fn watch(
     State(api): State<Api>,
     Path(ns): Path<String>,
     Query(q): Query<WaitQuery>,
-) -> Answer {
-    let (hold, after) = q.parse()?;
-    let stream = Stream::Namespace(ns);
-    let batch = api.engine.events().wait_after(&stream, after, hold).await;
-    Ok(Json(to_json(&batch)))
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    follow(api, Stream::Namespace(ns), &q, &headers).await
 }
 
 /// The kernel's next deadline (a pure read).

@@ -893,3 +893,46 @@ fn https_with_a_certificate_and_refusals_beyond_loopback() {
         "go together",
     );
 }
+
+#[test]
+fn the_namespace_watch_streams_every_sessions_events_as_sse() {
+    let s = Server::start(&["--memory"]);
+    let a = open(&s, "default", "ann");
+    let b = open(&s, "default", "bob");
+    on(
+        &s,
+        &a,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/w"], "ttl_ms": 100}),
+    );
+    on(
+        &s,
+        &b,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/v"], "ttl_ms": 150}),
+    );
+    let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(
+            b"GET /v1/ns/default/watch HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n",
+        )
+        .unwrap();
+    let mut reader = BufReader::new(stream);
+    let (mut kinds, mut line) = (Vec::new(), String::new());
+    while kinds.len() < 2 && reader.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Some(kind) = line.trim_end().strip_prefix("event: ") {
+            kinds.push(kind.to_owned());
+        }
+        line.clear();
+    }
+    assert_eq!(
+        kinds,
+        ["LEASE_EXPIRED", "LEASE_EXPIRED"],
+        "both sessions' expiries"
+    );
+}
