@@ -28,6 +28,7 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
                        Beyond loopback it needs --tokens, and TLS unless --insecure.
+  --socket PATH        serve on a Unix socket instead (file permissions guard it)
   --tls-cert FILE, --tls-key FILE
                        serve HTTPS with this certificate chain and private key (PEM)
   --insecure           allow a non-loopback listener without TLS
@@ -46,6 +47,8 @@ struct ServeArgs {
     /// Certificate chain and private key (PEM) to serve HTTPS.
     tls: Option<(PathBuf, PathBuf)>,
     insecure: bool,
+    /// A Unix socket to serve on instead of TCP.
+    socket: Option<PathBuf>,
     data: Option<PathBuf>,
     manual_clock: bool,
     snapshot_every: u64,
@@ -57,6 +60,7 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         tokens: None,
         tls: None,
         insecure: false,
+        socket: None,
         data: Some(PathBuf::from("klock.redb")),
         manual_clock: false,
         snapshot_every: 10_000,
@@ -97,6 +101,10 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                 out.insecure = true;
                 i += 1;
             }
+            "--socket" => {
+                out.socket = Some(PathBuf::from(value()?));
+                i += 2;
+            }
             "--tokens" => {
                 out.tokens = Some(PathBuf::from(value()?));
                 i += 2;
@@ -132,6 +140,11 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
     if out.manual_clock && out.data.is_some() {
         return Err(String::from(
             "--clock manual needs --memory: a log of hand-set times is no history to keep",
+        ));
+    }
+    if out.socket.is_some() && (cert.is_some() || key.is_some()) {
+        return Err(String::from(
+            "--socket serves plain HTTP to local users: it does not take --tls-cert",
         ));
     }
     out.tls = match (cert, key) {
@@ -255,6 +268,22 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         engine,
         auth: Arc::new(auth),
     });
+    if let Some(path) = &args.socket {
+        // A stale socket file from an earlier run would make the bind fail.
+        if path.exists() {
+            std::fs::remove_file(path)
+                .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
+        }
+        let listener = tokio::net::UnixListener::bind(path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        println!("klock serve: listening on unix:{}", path.display());
+        return axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .map_err(|e| format!("server error: {e}"));
+    }
     let Some((cert, key)) = &args.tls else {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

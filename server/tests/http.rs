@@ -936,3 +936,34 @@ fn the_namespace_watch_streams_every_sessions_events_as_sse() {
         "both sessions' expiries"
     );
 }
+
+#[test]
+fn a_unix_socket_serves_the_same_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("klock.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
+        .args(["serve", "--memory", "--socket", socket.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("unix:"), "{line}");
+    let mut conn = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let body = r#"{"agent_id": "local"}"#;
+    let req = format!(
+        "POST /v1/ns/default/sessions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("session_token"),
+        "{answer}"
+    );
+}
