@@ -377,6 +377,12 @@ fn hold_leases(port: u16, leases: usize) {
     }
 }
 
+/// Removes a data file and the log beside it.
+fn remove_data(data: &std::path::Path) {
+    let _ = std::fs::remove_file(data);
+    let _ = std::fs::remove_file(klock_server::store::log_path(data));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(binary), Some(out)) = (args.first(), args.get(1)) else {
@@ -458,7 +464,7 @@ fn main() {
             b.per_sec(b.pairs),
         ));
         drop(server);
-        let _ = std::fs::remove_file(&data);
+        remove_data(&data);
     }
     match start_redis() {
         Some((mut child, port)) => {
@@ -500,7 +506,7 @@ fn main() {
         took.as_secs_f64()
     ));
     drop(server);
-    let _ = std::fs::remove_file(&data);
+    remove_data(&data);
     eprintln!("restart from a snapshot of 100k leases");
     let (server, _) = Klock::start(
         binary,
