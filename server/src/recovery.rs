@@ -36,6 +36,7 @@ pub struct Recovered {
 /// A storage failure, a damaged file, or a configuration that differs from the file's.
 pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Recovered, String> {
     let stored = store.config().map_err(|e| e.to_string())?;
+    let loaded = store.load().map_err(|e| e.to_string())?;
     let config = match stored {
         Some(stored) if stored != *config => {
             return Err(format!(
@@ -44,12 +45,20 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
             ))
         }
         Some(stored) => stored,
+        None if loaded.snapshot.is_some() || !loaded.entries.is_empty() => {
+            // A log without the data file it was written with (say the data file was removed
+            // and the log left behind): its history under an unknown configuration.
+            return Err(String::from(
+                "the log beside the data file holds history, but the data file records no \
+                 configuration: they do not belong together; move the log away or restore \
+                 its data file",
+            ));
+        }
         None => {
             store.set_config(config).map_err(|e| e.to_string())?;
             config.clone()
         }
     };
-    let loaded = store.load().map_err(|e| e.to_string())?;
     let mut machine = match &loaded.snapshot {
         Some(snapshot) => Machine::restore(snapshot).map_err(|e| e.to_string())?,
         None => Machine::new(config).map_err(|e| e.message)?,

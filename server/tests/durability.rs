@@ -463,3 +463,19 @@ fn a_torn_tail_is_cut_and_the_server_recovers_to_the_prefix_and_says_so() {
         assert_eq!(again.torn, None, "round {round}");
     }
 }
+
+#[test]
+fn a_log_left_behind_without_its_data_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("klock.redb");
+    {
+        let store = Store::open(&path).unwrap();
+        write_history(&store, &history());
+    }
+    std::fs::remove_file(&path).unwrap();
+    let store = Store::open(&path).unwrap();
+    let err = recover(&store, &Config::default(), &Default::default())
+        .err()
+        .unwrap();
+    assert!(err.contains("do not belong together"), "{err}");
+}
