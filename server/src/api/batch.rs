@@ -1,0 +1,188 @@
+//! The batch endpoint: up to [`MAX_BATCH`] lease commands of several sessions in one
+//! request, applied in order in one durable batch, each answered as its own route would.
+
+use super::*;
+
+/// Most operations one batch request may carry.
+pub const MAX_BATCH: usize = 1000;
+
+/// One operation of a batch: a lease command on a session, with that session's token.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum BatchOp {
+    Acquire {
+        session: u64,
+        token: String,
+        intents: Vec<String>,
+        ttl_ms: Option<u64>,
+        wait: Option<bool>,
+        wait_timeout_ms: Option<u64>,
+    },
+    Heartbeat {
+        session: u64,
+        token: String,
+        lease_ids: Option<Vec<u64>>,
+    },
+    Release {
+        session: u64,
+        token: String,
+        lease_id: u64,
+    },
+    ReleaseAll {
+        session: u64,
+        token: String,
+    },
+    Reconcile {
+        session: u64,
+        token: String,
+        lease_ids: Vec<u64>,
+    },
+    CancelWait {
+        session: u64,
+        token: String,
+        ticket: u64,
+    },
+}
+
+impl BatchOp {
+    /// The command and the session token it carries.
+    fn into_command(self) -> (Command, String) {
+        let s = SessionId;
+        match self {
+            BatchOp::Acquire {
+                session,
+                token,
+                intents,
+                ttl_ms,
+                wait,
+                wait_timeout_ms,
+            } => {
+                let options = AcquireOptions {
+                    ttl_ms,
+                    wait: wait.unwrap_or(true),
+                    wait_timeout_ms,
+                };
+                (
+                    Command::Acquire {
+                        session: s(session),
+                        intents,
+                        options,
+                    },
+                    token,
+                )
+            }
+            BatchOp::Heartbeat {
+                session,
+                token,
+                lease_ids: ids,
+            } => (
+                Command::Heartbeat {
+                    session: s(session),
+                    leases: ids.map(lease_ids),
+                },
+                token,
+            ),
+            BatchOp::Release {
+                session,
+                token,
+                lease_id,
+            } => (
+                Command::Release {
+                    session: s(session),
+                    lease: LeaseId(lease_id),
+                },
+                token,
+            ),
+            BatchOp::ReleaseAll { session, token } => (
+                Command::ReleaseAll {
+                    session: s(session),
+                },
+                token,
+            ),
+            BatchOp::Reconcile {
+                session,
+                token,
+                lease_ids: ids,
+            } => (
+                Command::Reconcile {
+                    session: s(session),
+                    leases: lease_ids(ids),
+                },
+                token,
+            ),
+            BatchOp::CancelWait {
+                session,
+                token,
+                ticket,
+            } => (
+                Command::CancelWait {
+                    session: s(session),
+                    ticket: TicketId(ticket),
+                },
+                token,
+            ),
+        }
+    }
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BatchBody {
+    operations: Vec<BatchOp>,
+}
+
+/// Several lease commands in one request, applied in order in one durable batch; each gets
+/// the answer its own route would give (`{"ok": ...}` or `{"error": ...}`).
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/batch",
+    tag = "leases",
+    summary = "Up to 1,000 lease commands, in order, in one durable batch",
+    params(("ns" = String, Path, description = "the namespace"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = BatchBody,
+    responses((status = 200, description = "Up to 1,000 lease commands, in order, in one durable batch", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn batch(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let b: BatchBody = body(&raw)?;
+    if b.operations.is_empty() || b.operations.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "a batch carries 1 to {MAX_BATCH} operations, got {}",
+            b.operations.len()
+        )));
+    }
+    let now = now_of(&headers)?;
+    let key = header(&headers, "idempotency-key")?;
+    let submissions = b
+        .operations
+        .into_iter()
+        .enumerate()
+        .map(|(i, op)| {
+            let (command, token) = op.into_command();
+            let mut submission = Submission::new(command, now);
+            submission.key = key.map(|k| format!("{ns}/batch/{i}\u{0}{k}"));
+            submission.caller = Some(Caller {
+                namespace: ns.clone(),
+                token: Some(digest_of(&token)),
+            });
+            submission
+        })
+        .collect();
+    let replies = api.engine.submit_many(submissions).await?;
+    let results: Vec<Value> = replies
+        .into_iter()
+        .map(
+            |reply| match reply.map_err(ApiError::from).and_then(output) {
+                Ok(out) => json!({ "ok": render(&out) }),
+                Err(e) => {
+                    json!({ "error": {"code": e.code, "name": e.name, "message": e.message} })
+                }
+            },
+        )
+        .collect();
+    Ok(Json(json!({ "results": results })))
+}

@@ -1,0 +1,245 @@
+//! Lease routes of one session: acquire (with an optional hold), ticket long-poll and
+//! cancel, heartbeat, release, reconcile.
+
+use super::*;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AcquireBody {
+    intents: Vec<String>,
+    ttl_ms: Option<u64>,
+    wait: Option<bool>,
+    wait_timeout_ms: Option<u64>,
+    hold_ms: Option<u64>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/acquire",
+    tag = "leases",
+    summary = "Ask for a manifest: GRANTED, WAIT or DIE; with hold_ms a WAIT is held for its outcome",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = AcquireBody,
+    responses((status = 200, description = "Ask for a manifest: GRANTED, WAIT or DIE; with hold_ms a WAIT is held for its outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn acquire(
+    State(api): State<Api>,
+    Path(path): SessionPath,
+    slots: Option<axum::Extension<PollSlots>>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let b: AcquireBody = body(&raw)?;
+    let hold = hold_of(b.hold_ms, "hold_ms")?;
+    // A held acquire waits: it takes one of the caller's long-poll slots for its whole time.
+    let _slot = match (&hold, slots) {
+        (Some(_), Some(axum::Extension(slots))) => Some(slots.take().ok_or_else(|| ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: 0,
+            name: "TOO_MANY_WAITS",
+            message: format!(
+                "at most {} waiting requests at once for this token; retry without hold_ms",
+                slots.max()
+            ),
+        })?),
+        _ => None,
+    };
+    let options = AcquireOptions {
+        ttl_ms: b.ttl_ms,
+        wait: b.wait.unwrap_or(true),
+        wait_timeout_ms: b.wait_timeout_ms,
+    };
+    let make = |session| Command::Acquire {
+        session,
+        intents: b.intents,
+        options,
+    };
+    let (index, verdict) = match on_session(&api, &headers, &path, "acquire", make).await? {
+        (index, Output::Verdict { verdict }) => (index, verdict),
+        (_, other) => return Err(unexpected("acquire", &other)),
+    };
+    if let (Verdict::Wait { ticket, .. }, Some(hold)) = (&verdict, hold) {
+        let session = session_id(&path.1)?;
+        let after = EventId { index, k: 0 };
+        if let Some(resolution) = resolve_ticket(&api, session, *ticket, after, hold).await {
+            return Ok(Json(resolution));
+        }
+    }
+    Ok(Json(to_json(&verdict)))
+}
+
+/// The event that resolved `ticket` after `after`, waiting up to `hold`, as a final answer.
+async fn resolve_ticket(
+    api: &Api,
+    session: SessionId,
+    ticket: TicketId,
+    mut after: EventId,
+    hold: Duration,
+) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + hold;
+    let stream = Stream::Session(session);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let batch = api.engine.events().wait_after(&stream, after, left).await;
+        for stamped in &batch.events {
+            let resolves = match &stamped.event {
+                Event::Granted { ticket: t, .. }
+                | Event::WaitTimeout { ticket: t, .. }
+                | Event::Died { ticket: t, .. } => *t == ticket,
+                Event::Wounded { lost_tickets, .. } => lost_tickets.contains(&ticket),
+                _ => false,
+            };
+            if resolves {
+                let mut v = to_json(&stamped.event);
+                v["ticket"] = json!(ticket);
+                v["event_id"] = json!(stamped.id);
+                return Some(v);
+            }
+        }
+        after = EventId::parse(&batch.next).unwrap_or(after);
+        if left.is_zero() || batch.events.is_empty() {
+            return None;
+        }
+    }
+}
+
+fn ticket_id(tid: &str) -> Result<TicketId, ApiError> {
+    tid.parse::<u64>()
+        .map(TicketId)
+        .map_err(|_| ApiError::bad_request(format!("ticket must be a number, got {tid:?}")))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/sessions/{sid}/tickets/{tid}",
+    tag = "leases",
+    summary = "Long-poll a ticket's outcome",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("tid" = u64, Path, description = "the ticket"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), WaitQuery),
+    responses((status = 200, description = "Long-poll a ticket's outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn ticket(
+    State(api): State<Api>,
+    Path((ns, sid, tid)): Path<(String, String, String)>,
+    Query(q): Query<WaitQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    let session = authorize(&api, &ns, &sid, &headers).await?;
+    let ticket = ticket_id(&tid)?;
+    let (hold, after) = q.parse()?;
+    match resolve_ticket(&api, session, ticket, after, hold).await {
+        Some(v) => Ok(Json(v)),
+        None => Ok(Json(json!({"verdict": "WAIT", "ticket": ticket}))),
+    }
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/ns/{ns}/sessions/{sid}/tickets/{tid}",
+    tag = "leases",
+    summary = "Withdraw a waiting ticket",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("tid" = u64, Path, description = "the ticket"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    responses((status = 200, description = "Withdraw a waiting ticket", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn cancel(
+    State(api): State<Api>,
+    Path((ns, sid, tid)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let ticket = ticket_id(&tid)?;
+    let make = |session| Command::CancelWait { session, ticket };
+    on_session(&api, &headers, &(ns, sid), &format!("cancel/{tid}"), make).await?;
+    Ok(Json(json!({"cancelled": true})))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LeasesBody {
+    lease_ids: Option<Vec<u64>>,
+    all: Option<bool>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/heartbeat",
+    tag = "leases",
+    summary = "Renew the chosen leases, or all of them",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = LeasesBody,
+    responses((status = 200, description = "Renew the chosen leases, or all of them", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn heartbeat(
+    State(api): State<Api>,
+    Path(path): SessionPath,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let b: LeasesBody = body(&raw)?;
+    if b.all.is_some() {
+        return Err(ApiError::bad_request(
+            "heartbeat takes lease_ids, or nothing for every lease",
+        ));
+    }
+    let leases = b.lease_ids.map(lease_ids);
+    let make = |session| Command::Heartbeat { session, leases };
+    let (_, out) = on_session(&api, &headers, &path, "heartbeat", make).await?;
+    Ok(Json(render(&out)))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/release",
+    tag = "leases",
+    summary = "Release one lease, or all of them (idempotent)",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = LeasesBody,
+    responses((status = 200, description = "Release one lease, or all of them (idempotent)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn release(
+    State(api): State<Api>,
+    Path(path): SessionPath,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let b: LeasesBody = body(&raw)?;
+    let make: Box<dyn FnOnce(SessionId) -> Command + Send> = match (b.lease_ids, b.all) {
+        (None, Some(true)) => Box::new(|session| Command::ReleaseAll { session }),
+        (Some(ids), None) if ids.len() == 1 => Box::new(move |session| Command::Release {
+            session,
+            lease: LeaseId(ids[0]),
+        }),
+        _ => {
+            return Err(ApiError::bad_request(
+                "release takes {\"lease_ids\": [one id]} or {\"all\": true}",
+            ))
+        }
+    };
+    let (_, out) = on_session(&api, &headers, &path, "release", make).await?;
+    Ok(Json(render(&out)))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/ns/{ns}/sessions/{sid}/reconcile",
+    tag = "leases",
+    summary = "The kernel's truth about each lease",
+    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    request_body = LeasesBody,
+    responses((status = 200, description = "The kernel's truth about each lease", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn reconcile(
+    State(api): State<Api>,
+    Path(path): SessionPath,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Answer {
+    let b: LeasesBody = body(&raw)?;
+    let (Some(ids), None) = (b.lease_ids, b.all) else {
+        return Err(ApiError::bad_request(
+            "reconcile takes {\"lease_ids\": [...]}",
+        ));
+    };
+    let leases = lease_ids(ids);
+    let make = |session| Command::Reconcile { session, leases };
+    let (_, out) = on_session(&api, &headers, &path, "reconcile", make).await?;
+    Ok(Json(render(&out)))
+}

@@ -1,0 +1,452 @@
+//! The HTTP API (`/v1`, JSON): translation only. Every route checks its input, names the
+//! namespace and the session (with the session's secret token) before any kernel call, and
+//! turns one request into one engine command; the kernel decides everything.
+//!
+//! Contract:
+//! - Verdicts are 200s. Errors are `{"error": {"code", "name", "message"}}` with the SPEC's
+//!   stable code and name and a 4xx status that fits: 400 bad input, 401 a missing or wrong
+//!   session token, 404 unknown ids, 409 state conflicts, 413 too large, 503 engine stopped.
+//!   Malformed JSON, unknown fields and wrong types are `BAD_REQUEST` (code 0) naming the
+//!   problem; nothing reaches the kernel then.
+//! - A session belongs to the namespace in the path: another namespace's session id is
+//!   `UNKNOWN_SESSION` (it does not exist there), and every call naming a session carries its
+//!   token in `Klock-Session-Token` (handed out by open and resume; a session id alone never
+//!   grants anything). Tokens are compared as SHA-256 digests, in constant time.
+//! - `Idempotency-Key` on a mutating request: a retry with the same key (same namespace,
+//!   session and route) answers the first answer and changes nothing, across restarts too.
+//! - Under `--clock manual` every request carries `Klock-Now` (ms); otherwise it is refused.
+//! - Every answer to a command carries `Klock-Index`, the log index of its entry (its events'
+//!   ids start with it), and `Klock-Now`, the server time of the answer (for a repeated
+//!   idempotency key, the first answer's time); errors included, since a failed call still
+//!   settles time.
+//! - Acquire may hold the request up to `hold_ms` (≤ 30 000) for the final verdict of a WAIT;
+//!   a ticket can be long-polled; a session's events are read with `?after=&wait_ms=`.
+//!
+//! Modules: [`access`] (tokens, roles, limits, index headers), [`sessions`], [`leases`],
+//! [`events`] (SSE and long-polls), [`batch`], [`observe`]; this one holds the router, the
+//! OpenAPI list it is built from, errors and the helpers every route shares.
+
+use crate::auth::{self, Auth, PollSlots, Role};
+use crate::engine::{EngineError, EngineHandle, Reply, Submission};
+use crate::events::{EventId, Stream};
+use crate::machine::{Caller, Refused};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use klock_core::{
+    AcquireOptions, Command, Error, ErrorCode, Event, LeaseId, Output, SessionId, StateDigest,
+    TicketId, Verdict,
+};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+mod access;
+mod batch;
+mod events;
+mod leases;
+mod observe;
+mod sessions;
+
+use access::INDEX;
+
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Longest an acquire may hold the request, or a long-poll wait, in ms.
+pub const MAX_HOLD_MS: u64 = 30_000;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct Api {
+    pub engine: EngineHandle,
+    pub auth: Arc<Auth>,
+}
+
+/// The router of `/v1`.
+pub fn router(api: Api) -> Router {
+    let (routes, doc) = documented().split_for_parts();
+    let doc = Arc::new(doc);
+    routes
+        .route(
+            "/v1/openapi.json",
+            get(move || {
+                let doc = Arc::clone(&doc);
+                async move { Json(doc.as_ref().clone()) }
+            }),
+        )
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            access::guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            access::with_index,
+        ))
+        .with_state(api)
+}
+
+/// Every route with its OpenAPI description: the router and the document come from this one
+/// list, so they cannot drift apart (`routes!` takes only handlers that describe themselves).
+pub fn documented() -> OpenApiRouter<Api> {
+    let mut info = utoipa::openapi::Info::new("klock serve", env!("CARGO_PKG_VERSION"));
+    info.description = Some(String::from(
+        "The Klock control plane: sessions, leases and their events over HTTP. See server/README.md.",
+    ));
+    let doc = utoipa::openapi::OpenApiBuilder::new().info(info).build();
+    OpenApiRouter::with_openapi(doc)
+        .routes(routes!(observe::health))
+        .routes(routes!(observe::version))
+        .routes(routes!(sessions::open))
+        .routes(routes!(sessions::resume))
+        .routes(routes!(sessions::close))
+        .routes(routes!(sessions::suspend))
+        .routes(routes!(sessions::digest))
+        .routes(routes!(leases::acquire))
+        .routes(routes!(leases::ticket, leases::cancel))
+        .routes(routes!(leases::heartbeat))
+        .routes(routes!(leases::release))
+        .routes(routes!(leases::reconcile))
+        .routes(routes!(events::events))
+        .routes(routes!(observe::resource_state))
+        .routes(routes!(observe::stats))
+        .routes(routes!(events::watch))
+        .routes(routes!(batch::batch))
+        .routes(routes!(observe::deadline))
+        .routes(routes!(observe::advance))
+        .routes(routes!(observe::reset))
+        .routes(routes!(observe::metrics))
+}
+
+// ---- errors --------------------------------------------------------------------------------
+
+/// The JSON of every error answer (for the OpenAPI document).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ErrorDetail {
+    /// The SPEC's stable numeric code (0 for the server's own conditions).
+    code: u32,
+    /// The stable upper-case name, e.g. `NOT_OWNER`, `BAD_REQUEST`, `UNAUTHORIZED`.
+    name: String,
+    /// What went wrong and what to fix.
+    message: String,
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: u32,
+    name: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: 0,
+            name: "BAD_REQUEST",
+            message: message.into(),
+        }
+    }
+
+    fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: 0,
+            name: "UNAUTHORIZED",
+            message: message.into(),
+        }
+    }
+
+    fn kernel(e: Error) -> ApiError {
+        use ErrorCode::*;
+        let status = match e.code {
+            UnknownSession | UnknownLease | UnknownTicket => StatusCode::NOT_FOUND,
+            NotOwner | LeaseExpired | LeaseReleased | HoldAndWait | LifetimeExceeded
+            | QuotaExceeded => StatusCode::CONFLICT,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError {
+            status,
+            code: e.code.code(),
+            name: e.code.name(),
+            message: e.message,
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::Stopped => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: 0,
+                name: "UNAVAILABLE",
+                message: String::from("the server is stopping"),
+            },
+            EngineError::Clock(message) => ApiError::bad_request(format!(
+                "{message} (over HTTP: the Klock-Now header, in ms)"
+            )),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body =
+            json!({"error": {"code": self.code, "name": self.name, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type Answer = Result<Json<Value>, ApiError>;
+
+async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: 0,
+        name: "NOT_FOUND",
+        message: String::from("no such route; the API is under /v1"),
+    }
+}
+
+// ---- input ---------------------------------------------------------------------------------
+
+/// Parses a JSON body strictly (unknown fields and wrong types are errors naming them).
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    let text = if bytes.is_empty() { &b"{}"[..] } else { bytes };
+    serde_json::from_slice(text).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, ApiError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::bad_request(format!("header {name} is not ASCII text")))
+        })
+        .transpose()
+}
+
+/// `Klock-Now`, for the manual clock.
+fn now_of(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    header(headers, "klock-now")?
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "header Klock-Now must be a whole number of ms, got {v:?}"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn session_id(sid: &str) -> Result<SessionId, ApiError> {
+    sid.parse::<u64>()
+        .map(SessionId)
+        .map_err(|_| ApiError::bad_request(format!("session id must be a number, got {sid:?}")))
+}
+
+/// The SHA-256 of a secret, in hex.
+fn digest_of(secret: &str) -> String {
+    auth::hex(&auth::digest(secret))
+}
+
+/// A fresh secret session token.
+fn new_token() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        code: 0,
+        name: "UNAVAILABLE",
+        message: format!("no randomness for a session token: {e}"),
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// For reads that make no command (event streams, ticket polls): checks that `sid` is an open
+/// session of `ns` and that the request carries its token.
+async fn authorize(
+    api: &Api,
+    ns: &str,
+    sid: &str,
+    headers: &HeaderMap,
+) -> Result<SessionId, ApiError> {
+    let (session, caller) = named(ns, sid, headers)?;
+    api.engine
+        .read(move |m| m.check_reader(session, &caller))
+        .await?
+        .map_err(refusal)?;
+    Ok(session)
+}
+
+/// The engine command, scoped idempotency key included; `token` is bound to the session an
+/// open or resume creates.
+async fn run(
+    api: &Api,
+    headers: &HeaderMap,
+    scope: &str,
+    command: Command,
+    token: Option<String>,
+) -> Result<Reply, ApiError> {
+    submit(api, headers, scope, command, token, None).await
+}
+
+/// The engine command of a request naming a session, checked against `caller` in the log.
+async fn run_as(
+    api: &Api,
+    headers: &HeaderMap,
+    scope: &str,
+    command: Command,
+    caller: Caller,
+) -> Result<Reply, ApiError> {
+    submit(api, headers, scope, command, None, Some(caller)).await
+}
+
+async fn submit(
+    api: &Api,
+    headers: &HeaderMap,
+    scope: &str,
+    command: Command,
+    token: Option<String>,
+    caller: Option<Caller>,
+) -> Result<Reply, ApiError> {
+    let mut submission = Submission::new(command, now_of(headers)?);
+    submission.key = header(headers, "idempotency-key")?.map(|k| format!("{scope}\u{0}{k}"));
+    submission.token = token;
+    submission.caller = caller;
+    let reply = api.engine.submit(submission).await?;
+    let _ = INDEX.try_with(|cell| cell.set(Some((reply.index, reply.now))));
+    Ok(reply)
+}
+
+/// The session a command's path names, and who is asking (checked by the machine).
+fn named(ns: &str, sid: &str, headers: &HeaderMap) -> Result<(SessionId, Caller), ApiError> {
+    let session = session_id(sid)?;
+    let token = header(headers, "klock-session-token")?.map(digest_of);
+    let caller = Caller {
+        namespace: ns.to_owned(),
+        token,
+    };
+    Ok((session, caller))
+}
+
+fn refusal(refused: Refused) -> ApiError {
+    match refused {
+        Refused::Kernel(e) => ApiError::kernel(e),
+        Refused::Unauthorized(message) => ApiError::unauthorized(message),
+    }
+}
+
+fn output(reply: Reply) -> Result<Output, ApiError> {
+    reply.output.map_err(refusal)
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).expect("API values serialize")
+}
+
+/// The JSON of a lease command's answer, the same on its own route and in a batch.
+fn render(output: &Output) -> Value {
+    match output {
+        Output::Verdict { verdict } => to_json(verdict),
+        Output::Heartbeat { results } => json!({
+            "results": results.iter().map(|(id, r)| match r {
+                Ok(expires_at) => json!({"lease_id": id, "status": "OK", "expires_at": expires_at}),
+                Err(code) => json!({"lease_id": id, "status": code.name()}),
+            }).collect::<Vec<_>>()
+        }),
+        Output::Released { released } => json!({ "released": released }),
+        Output::ReleasedAll { count } => json!({ "released": count }),
+        Output::Reconcile { statuses } => json!({
+            "statuses": statuses.iter().map(|(id, s)| {
+                let mut v = to_json(s);
+                v["lease_id"] = json!(id);
+                v
+            }).collect::<Vec<_>>()
+        }),
+        Output::Done => json!({ "done": true }),
+        other => to_json(other),
+    }
+}
+
+// ---- routes --------------------------------------------------------------------------------
+
+/// The session named by the path.
+type SessionPath = Path<(String, String)>;
+
+/// Runs the command `make` builds for the session in the path, as the request's caller (the
+/// idempotency scope is the session and `what`); its entry's index and output.
+async fn on_session(
+    api: &Api,
+    headers: &HeaderMap,
+    (ns, sid): &(String, String),
+    what: &str,
+    make: impl FnOnce(SessionId) -> Command,
+) -> Result<(u64, Output), ApiError> {
+    let (session, caller) = named(ns, sid, headers)?;
+    let scope = format!("{ns}/{sid}/{what}");
+    let reply = run_as(api, headers, &scope, make(session), caller).await?;
+    Ok((reply.index, output(reply)?))
+}
+
+/// A kernel answer of the wrong kind for the route: a bug, answered as one (500), not a panic.
+fn unexpected(route: &str, output: &Output) -> ApiError {
+    ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        code: 0,
+        name: "INTERNAL",
+        message: format!("{route} got an answer of another kind: {output:?}"),
+    }
+}
+
+fn hold_of(ms: Option<u64>, what: &str) -> Result<Option<Duration>, ApiError> {
+    match ms {
+        None | Some(0) => Ok(None),
+        Some(ms) if ms <= MAX_HOLD_MS => Ok(Some(Duration::from_millis(ms))),
+        Some(ms) => Err(ApiError::bad_request(format!(
+            "{what} must be at most {MAX_HOLD_MS} ms, got {ms}"
+        ))),
+    }
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct WaitQuery {
+    wait_ms: Option<u64>,
+    after: Option<String>,
+}
+
+impl WaitQuery {
+    /// How long to wait, and the event id to read after.
+    fn parse(&self) -> Result<(Duration, EventId), ApiError> {
+        let hold = hold_of(self.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
+        let after = match &self.after {
+            Some(a) => EventId::parse(a).ok_or_else(|| {
+                ApiError::bad_request(format!("after must be an event id like 12.0, got {a:?}"))
+            })?,
+            None => EventId::default(),
+        };
+        Ok((hold, after))
+    }
+}
+
+fn lease_ids(ids: Vec<u64>) -> Vec<LeaseId> {
+    ids.into_iter().map(LeaseId).collect()
+}

@@ -1,0 +1,141 @@
+//! Reads and server routes: health, version, resource state, stats, the next deadline,
+//! metrics; settling time (admin) and resetting a manual-clock server in memory.
+
+use super::*;
+
+#[utoipa::path(
+    get,
+    path = "/v1/health",
+    tag = "server",
+    summary = "Liveness, without any token",
+    params(),
+    responses((status = 200, description = "Liveness, without any token", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/version",
+    tag = "server",
+    summary = "Server and state versions",
+    params(),
+    responses((status = 200, description = "Server and state versions", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn version() -> Json<Value> {
+    Json(json!({
+        "server": env!("CARGO_PKG_VERSION"),
+        "api": "v1",
+        "state_version": klock_core::STATE_VERSION,
+    }))
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct ResourceQuery {
+    resource: String,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/resources/state",
+    tag = "observe",
+    summary = "Holders, waiters and covering holders of one resource",
+    params(("ns" = String, Path, description = "the namespace"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only"), ResourceQuery),
+    responses((status = 200, description = "Holders, waiters and covering holders of one resource", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn resource_state(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    Query(q): Query<ResourceQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    let command = Command::ResourceState {
+        resource: q.resource,
+        namespace: ns,
+    };
+    match output(run(&api, &headers, "resource_state", command, None).await?)? {
+        Output::ResourceState { state } => Ok(Json(to_json(&state))),
+        other => Err(unexpected("resource_state", &other)),
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/stats",
+    tag = "observe",
+    summary = "Counters, live totals, top contended resources, ghost agents",
+    params(("ns" = String, Path, description = "the namespace")),
+    responses((status = 200, description = "Counters, live totals, top contended resources, ghost agents", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn stats(State(api): State<Api>, Path(_ns): Path<String>) -> Answer {
+    let stats = api.engine.read(|m| m.kernel().stats()).await?;
+    Ok(Json(to_json(&stats)))
+}
+
+/// Manual clock only: settles time at `Klock-Now`.
+#[utoipa::path(
+    post,
+    path = "/v1/advance",
+    tag = "server",
+    summary = "Settle time now (admin)",
+    params(("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    responses((status = 200, description = "Settle time now (admin)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {
+    let reply = run(&api, &headers, "advance", Command::Advance, None).await?;
+    let events = reply.events.clone();
+    output(reply)?;
+    Ok(Json(json!({"events": to_json(&events)})))
+}
+
+/// The kernel's next deadline (a pure read).
+#[utoipa::path(
+    get,
+    path = "/v1/deadline",
+    tag = "observe",
+    summary = "The kernel's next deadline",
+    params(),
+    responses((status = 200, description = "The kernel's next deadline", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn deadline(State(api): State<Api>) -> Answer {
+    let next = api.engine.read(|m| m.kernel().next_deadline()).await?;
+    Ok(Json(json!({ "deadline": next })))
+}
+
+/// Manual clock without a data file only: starts over with the kernel config in the body.
+#[utoipa::path(
+    post,
+    path = "/v1/reset",
+    tag = "server",
+    summary = "Start over with a kernel config (--memory --clock manual only)",
+    params(),
+    request_body = Object,
+    responses((status = 200, description = "Start over with a kernel config (--memory --clock manual only)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn reset(State(api): State<Api>, raw: Bytes) -> Answer {
+    let config: klock_core::Config = body(&raw)?;
+    api.engine
+        .reset(config)
+        .await
+        .map_err(ApiError::bad_request)?;
+    Ok(Json(json!({ "reset": true })))
+}
+
+/// Prometheus text metrics.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "observe",
+    summary = "Prometheus text metrics",
+    params(),
+    responses((status = 200, description = "Prometheus text metrics", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
+    let stats = api.engine.read(|m| m.kernel().stats()).await?;
+    let text = api.engine.metrics().render(&stats);
+    let kind = [("content-type", "text/plain; version=0.0.4")];
+    Ok((kind, text).into_response())
+}
