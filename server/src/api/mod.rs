@@ -22,8 +22,8 @@
 //! - Acquire may hold the request up to `hold_ms` (≤ 30 000) for the final verdict of a WAIT;
 //!   a ticket can be long-polled; a session's events are read with `?after=&wait_ms=`.
 //!
-//! Modules: [`access`] (tokens, roles, limits, index headers), [`sessions`], [`leases`],
-//! [`events`] (SSE and long-polls), [`batch`], [`observe`]; this one holds the router, the
+//! Modules: `access` (tokens, roles, limits, index headers), `sessions`, `leases`,
+//! `events` (SSE and long-polls), `batch`, `observe`; this one holds the router, the
 //! OpenAPI list it is built from, errors and the helpers every route shares.
 
 use crate::auth::{self, Auth, PollSlots, Role};
