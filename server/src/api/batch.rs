@@ -138,7 +138,7 @@ pub(super) struct BatchBody {
     path = "/v1/ns/{ns}/batch",
     tag = "leases",
     summary = "Up to 1,000 lease commands, in order, in one durable batch",
-    params(("ns" = String, Path, description = "the namespace"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(NamespacePath, CommandHeaders),
     request_body = BatchBody,
     responses((status = 200, description = "Up to 1,000 lease commands, in order, in one durable batch", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]

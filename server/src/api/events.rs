@@ -10,7 +10,7 @@ use super::*;
     path = "/v1/ns/{ns}/sessions/{sid}/events",
     tag = "events",
     summary = "The session's events: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), WaitQuery),
+    params(SessionParams, SessionHeaders, WaitQuery),
     responses((status = 200, description = "The session's events: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn events(
@@ -85,7 +85,7 @@ fn sse(api: Api, stream: Stream, after: EventId) -> impl IntoResponse {
     path = "/v1/ns/{ns}/watch",
     tag = "events",
     summary = "Every session's events in the namespace: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll",
-    params(("ns" = String, Path, description = "the namespace"), WaitQuery),
+    params(NamespacePath, WaitQuery),
     responses((status = 200, description = "Every session's events in the namespace: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn watch(

@@ -18,7 +18,7 @@ pub(super) struct AcquireBody {
     path = "/v1/ns/{ns}/sessions/{sid}/acquire",
     tag = "leases",
     summary = "Ask for a manifest: GRANTED, WAIT or DIE; with hold_ms a WAIT is held for its outcome",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(SessionParams, SessionHeaders, CommandHeaders),
     request_body = AcquireBody,
     responses((status = 200, description = "Ask for a manifest: GRANTED, WAIT or DIE; with hold_ms a WAIT is held for its outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
@@ -114,7 +114,7 @@ fn ticket_id(tid: &str) -> Result<TicketId, ApiError> {
     path = "/v1/ns/{ns}/sessions/{sid}/tickets/{tid}",
     tag = "leases",
     summary = "Long-poll a ticket's outcome",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("tid" = u64, Path, description = "the ticket"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), WaitQuery),
+    params(SessionParams, TicketPath, SessionHeaders, WaitQuery),
     responses((status = 200, description = "Long-poll a ticket's outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn ticket(
@@ -137,7 +137,7 @@ pub(super) async fn ticket(
     path = "/v1/ns/{ns}/sessions/{sid}/tickets/{tid}",
     tag = "leases",
     summary = "Withdraw a waiting ticket",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("tid" = u64, Path, description = "the ticket"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(SessionParams, TicketPath, SessionHeaders, CommandHeaders),
     responses((status = 200, description = "Withdraw a waiting ticket", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn cancel(
@@ -163,7 +163,7 @@ pub(super) struct LeasesBody {
     path = "/v1/ns/{ns}/sessions/{sid}/heartbeat",
     tag = "leases",
     summary = "Renew the chosen leases, or all of them",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(SessionParams, SessionHeaders, CommandHeaders),
     request_body = LeasesBody,
     responses((status = 200, description = "Renew the chosen leases, or all of them", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
@@ -190,7 +190,7 @@ pub(super) async fn heartbeat(
     path = "/v1/ns/{ns}/sessions/{sid}/release",
     tag = "leases",
     summary = "Release one lease, or all of them (idempotent)",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(SessionParams, SessionHeaders, CommandHeaders),
     request_body = LeasesBody,
     responses((status = 200, description = "Release one lease, or all of them (idempotent)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
@@ -222,7 +222,7 @@ pub(super) async fn release(
     path = "/v1/ns/{ns}/sessions/{sid}/reconcile",
     tag = "leases",
     summary = "The kernel's truth about each lease",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(SessionParams, SessionHeaders, CommandHeaders),
     request_body = LeasesBody,
     responses((status = 200, description = "The kernel's truth about each lease", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]

@@ -390,6 +390,70 @@ fn render(output: &Output) -> Value {
 /// The session named by the path.
 type SessionPath = Path<(String, String)>;
 
+// ---- what the OpenAPI document says about paths and headers (shared by the routes) ----------
+
+/// `{ns}` of a path.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct NamespacePath {
+    /// The namespace.
+    ns: String,
+}
+
+/// `{ns}` and `{sid}` of a session's path.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path, names("ns", "sid"))]
+#[allow(dead_code)]
+struct SessionParams(
+    /// The namespace.
+    String,
+    /// The session id.
+    u64,
+);
+
+/// `{tid}` of a ticket's path.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct TicketPath {
+    /// The ticket.
+    tid: u64,
+}
+
+/// The header every call naming a session carries.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct SessionHeaders {
+    /// The session token from open or resume.
+    #[param(rename = "Klock-Session-Token")]
+    token: String,
+}
+
+/// The headers of a command: its idempotency key, and its time under the manual clock.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct CommandHeaders {
+    /// A retry with the same key answers the first answer.
+    #[param(rename = "Idempotency-Key")]
+    key: Option<String>,
+    /// The time in ms, under `--clock manual` only.
+    #[param(rename = "Klock-Now")]
+    now: Option<u64>,
+}
+
+/// The time of a read under the manual clock.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct ClockHeader {
+    /// The time in ms, under `--clock manual` only.
+    #[param(rename = "Klock-Now")]
+    now: Option<u64>,
+}
+
 /// Runs the command `make` builds for the session in the path, as the request's caller (the
 /// idempotency scope is the session and `what`); its entry's index and output.
 async fn on_session(

@@ -43,7 +43,7 @@ pub(super) struct ResourceQuery {
     path = "/v1/ns/{ns}/resources/state",
     tag = "observe",
     summary = "Holders, waiters and covering holders of one resource",
-    params(("ns" = String, Path, description = "the namespace"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only"), ResourceQuery),
+    params(NamespacePath, ClockHeader, ResourceQuery),
     responses((status = 200, description = "Holders, waiters and covering holders of one resource", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn resource_state(
@@ -67,7 +67,7 @@ pub(super) async fn resource_state(
     path = "/v1/ns/{ns}/stats",
     tag = "observe",
     summary = "Counters, live totals, top contended resources, ghost agents",
-    params(("ns" = String, Path, description = "the namespace")),
+    params(NamespacePath),
     responses((status = 200, description = "Counters, live totals, top contended resources, ghost agents", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn stats(State(api): State<Api>, Path(_ns): Path<String>) -> Answer {
@@ -81,7 +81,7 @@ pub(super) async fn stats(State(api): State<Api>, Path(_ns): Path<String>) -> An
     path = "/v1/advance",
     tag = "server",
     summary = "Settle time now (admin)",
-    params(("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(ClockHeader),
     responses((status = 200, description = "Settle time now (admin)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {

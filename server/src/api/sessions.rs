@@ -14,7 +14,7 @@ pub(super) struct OpenBody {
     path = "/v1/ns/{ns}/sessions",
     tag = "sessions",
     summary = "Open a session: its id, priority, token and the server time",
-    params(("ns" = String, Path, description = "the namespace"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(NamespacePath, CommandHeaders),
     request_body = OpenBody,
     responses((status = 200, description = "Open a session: its id, priority, token and the server time", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
@@ -45,7 +45,7 @@ pub(super) struct ResumeBody {
     path = "/v1/ns/{ns}/sessions/resume",
     tag = "sessions",
     summary = "Resume a session from its StateDigest, with a new token",
-    params(("ns" = String, Path, description = "the namespace"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(NamespacePath, CommandHeaders),
     request_body = ResumeBody,
     responses((status = 200, description = "Resume a session from its StateDigest, with a new token", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
@@ -106,7 +106,7 @@ async fn start_session(
     path = "/v1/ns/{ns}/sessions/{sid}",
     tag = "sessions",
     summary = "Close a session: release every lease, cancel every wait",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(SessionParams, SessionHeaders, CommandHeaders),
     responses((status = 200, description = "Close a session: release every lease, cancel every wait", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn close(
@@ -128,7 +128,7 @@ pub(super) async fn close(
     path = "/v1/ns/{ns}/sessions/{sid}/suspend",
     tag = "sessions",
     summary = "Mark a session as restarting: its leases keep the grace",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(SessionParams, SessionHeaders, CommandHeaders),
     responses((status = 200, description = "Mark a session as restarting: its leases keep the grace", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn suspend(
@@ -148,7 +148,7 @@ pub(super) async fn suspend(
     path = "/v1/ns/{ns}/sessions/{sid}/digest",
     tag = "sessions",
     summary = "The session's StateDigest",
-    params(("ns" = String, Path, description = "the namespace"), ("sid" = u64, Path, description = "the session id"), ("Klock-Session-Token" = String, Header, description = "the session token from open or resume"), ("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key answers the first answer"), ("Klock-Now" = Option<u64>, Header, description = "the time in ms, under --clock manual only")),
+    params(SessionParams, SessionHeaders, CommandHeaders),
     responses((status = 200, description = "The session's StateDigest", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn digest(
