@@ -381,10 +381,6 @@ impl Kernel {
 
     /// Grants every intent of `intents` to `session` now: new leases for the others, renewal
     /// for reused ones. Leases come back in the given order. Resets the DIE count.
-    ///
-    /// An intent queued by a ticket may be held by the session by the time the ticket is
-    /// granted (an earlier ticket of the same session got it): it reuses that lease, so a
-    /// session never holds two leases with one predicate on one resource (SPEC.md §6).
     pub(super) fn grant(
         &mut self,
         session: SessionId,
@@ -393,17 +389,12 @@ impl Kernel {
     ) -> Vec<Lease> {
         let ids: Vec<LeaseId> = intents
             .iter()
-            .map(|i| {
-                match i
-                    .reuse
-                    .or_else(|| self.held_by(session, i.node, i.predicate))
-                {
-                    Some(id) => {
-                        self.extend_reused_lease(id, ttl_ms);
-                        id
-                    }
-                    None => self.create_lease(session, i.node, i.predicate, ttl_ms),
+            .map(|i| match i.reuse {
+                Some(id) => {
+                    self.extend_reused_lease(id, ttl_ms);
+                    id
                 }
+                None => self.create_lease(session, i.node, i.predicate, ttl_ms),
             })
             .collect();
         let s = self.session_mut(session);
@@ -443,7 +434,13 @@ impl Kernel {
     }
 
     fn grant_ticket(&mut self, ticket: TicketId) {
-        let record = self.detach_ticket(ticket);
+        let mut record = self.detach_ticket(ticket);
+        // An intent the ticket queued may be held by its session by now (an earlier ticket
+        // of the session got it): it reuses that lease, so a session never holds two leases
+        // with one predicate on one resource (SPEC.md §6).
+        for i in record.intents.iter_mut().filter(|i| i.reuse.is_none()) {
+            i.reuse = self.held_by(record.session, i.node, i.predicate);
+        }
         let leases = self.grant(record.session, &record.intents, record.ttl_ms);
         self.events.push_back(Event::Granted {
             ticket,

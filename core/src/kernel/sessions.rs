@@ -2,7 +2,8 @@
 //!
 //! Contract: the kernel assigns ids and priorities (clients never choose a priority); a
 //! session's priority belongs to its unit of work and is renewed only by the first acquire
-//! after a release ended one (see [`Kernel::acquire`]); a resume never changes it; closing releases every lease and cancels every wait
+//! after a release ended one (see [`Kernel::acquire`]); a resume never changes it; closing
+//! releases every lease and cancels every wait
 //! and then forgets the session's ended leases and tickets (afterwards their ids are
 //! `UNKNOWN` to everyone); a digest is checked against the kernel's own record on resume.
 
@@ -61,7 +62,8 @@ impl Kernel {
     /// Opens a session for `agent_id` in `namespace`.
     ///
     /// # Errors
-    /// `INVALID_AGENT_ID` / `INVALID_NAMESPACE` unless 1..=256 bytes of printable text (no Cc, Cf, Zl or Zp character).
+    /// `INVALID_AGENT_ID` / `INVALID_NAMESPACE` unless 1..=256 bytes of printable text (no
+    /// Cc, Cf, Zl or Zp character).
     pub fn open_session(
         &mut self,
         agent_id: &str,

@@ -506,9 +506,16 @@ fn check_shape(state: &KernelState) -> Result<(), StateError> {
             .map(|i| sessions[i].1)
             .or_else(|_| invalid(format!("{what} names session {id}, which is not open")))
     };
-    priorities.sort_unstable();
-    if priorities.windows(2).any(|w| w[0] == w[1]) {
+    if duplicated(&mut priorities) {
         return invalid(String::from("two sessions share one priority"));
+    }
+    // Sorted once, so each active id is looked up by binary search (a state may remember
+    // millions of ended ids).
+    if duplicated(&mut ended_lease_ids) {
+        return invalid(String::from("an ended lease is remembered twice"));
+    }
+    if duplicated(&mut ended_ticket_ids) {
+        return invalid(String::from("an ended ticket is remembered twice"));
     }
     let canonical = |resource: &str, what: &str| match ResourceName::parse(resource) {
         Ok(name) if name.as_str() == resource => Ok(()),
@@ -540,7 +547,7 @@ fn check_shape(state: &KernelState) -> Result<(), StateError> {
         if expiry <= now && expiry != NEVER {
             return invalid(format!("{what}: expiry {expiry} is already due at {now}"));
         }
-        if ended_lease_ids.contains(&id) {
+        if ended_lease_ids.binary_search(&id).is_ok() {
             return invalid(format!("{what}: both active and ended"));
         }
     }
@@ -585,7 +592,7 @@ fn check_shape(state: &KernelState) -> Result<(), StateError> {
                 }
             }
         }
-        if ended_ticket_ids.contains(&id) {
+        if ended_ticket_ids.binary_search(&id).is_ok() {
             return invalid(format!("{what}: both waiting and ended"));
         }
     }
@@ -605,34 +612,27 @@ fn check_shape(state: &KernelState) -> Result<(), StateError> {
             ));
         }
     }
-    ended_lease_ids.sort_unstable();
-    if ended_lease_ids.windows(2).any(|w| w[0] == w[1]) {
-        return invalid(String::from("an ended lease is remembered twice"));
-    }
-    ended_ticket_ids.sort_unstable();
-    if ended_ticket_ids.windows(2).any(|w| w[0] == w[1]) {
-        return invalid(String::from("an ended ticket is remembered twice"));
-    }
-    check_table(
-        state.contention.iter().map(|(n, r, _)| (n, r)),
-        "contention",
-    )?;
-    check_table(state.ghosts.iter().map(|(a, _, _)| (a, a)), "ghost")?;
+    let contention = state.contention.iter().map(|(n, r, _)| (n, r)).collect();
+    check_table(contention, "contention")?;
+    let ghosts = state.ghosts.iter().map(|(a, _, _)| a).collect();
+    check_table(ghosts, "ghost")?;
     Ok(())
 }
 
-fn check_table<'a>(
-    keys: impl ExactSizeIterator<Item = (&'a String, &'a String)>,
-    what: &str,
-) -> Result<(), StateError> {
+/// Sorts `items` and tells whether one appears twice.
+fn duplicated<T: Ord>(items: &mut [T]) -> bool {
+    items.sort_unstable();
+    items.windows(2).any(|w| w[0] == w[1])
+}
+
+/// A heavy-hitters table is bounded and names each key once.
+fn check_table<K: Ord>(mut keys: Vec<K>, what: &str) -> Result<(), StateError> {
     if keys.len() > TOP_CAPACITY {
         return invalid(format!(
             "the {what} table has more than {TOP_CAPACITY} entries"
         ));
     }
-    let mut keys: Vec<_> = keys.collect();
-    keys.sort_unstable();
-    if keys.windows(2).any(|w| w[0] == w[1]) {
+    if duplicated(&mut keys) {
         return invalid(format!("the {what} table names one key twice"));
     }
     Ok(())
