@@ -3,9 +3,9 @@
 //! Contract: the kernel assigns ids and priorities (clients never choose a priority); a
 //! session's priority belongs to its unit of work and is renewed only by the first acquire
 //! after a release ended one (see [`Kernel::acquire`]); a resume never changes it; closing
-//! releases every lease and cancels every wait
-//! and then forgets the session's ended leases and tickets (afterwards their ids are
-//! `UNKNOWN` to everyone); a digest is checked against the kernel's own record on resume.
+//! releases every lease and cancels every wait and then forgets the session's ended leases
+//! and tickets (afterwards their ids are `UNKNOWN` to everyone); a digest is checked against
+//! the kernel's own record on resume.
 
 use super::{Kernel, LeaseEnd, Session, Set};
 use crate::deadlines::DeadlineKind;
