@@ -14,6 +14,7 @@
 //!
 //! A benchmark, not a test: it asserts nothing and prints what it measured.
 
+use klock_server::http_client::Spawned;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -153,41 +154,11 @@ fn drive(
     t
 }
 
-struct Klock {
-    child: Child,
-    port: u16,
-}
-
-impl Klock {
-    fn start(binary: &str, args: &[&str]) -> (Klock, Duration) {
-        let started = Instant::now();
-        let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start klock serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .parse()
-            .expect("port");
-        (Klock { child, port }, started.elapsed())
-    }
-}
-
-impl Drop for Klock {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts `klock serve` and says how long it took until it listened.
+fn start(binary: &str, args: &[&str]) -> (Spawned, Duration) {
+    let started = Instant::now();
+    let server = Spawned::start(std::path::Path::new(binary), args).expect("start klock serve");
+    (server, started.elapsed())
 }
 
 /// Opens a session: its path prefix and token header value.
@@ -425,7 +396,7 @@ fn main() {
             vec!["--data", data.to_str().unwrap()],
         ),
     ] {
-        let (server, _) = Klock::start(binary, &args);
+        let (server, _) = start(binary, &args);
         for threads in [1, 64] {
             eprintln!("{label}, {threads} clients");
             let at = Instant::now();
@@ -491,13 +462,13 @@ fn main() {
     }
     report.push_str("\n## Restart\n\n| what | restart to listening |\n|---|---:|\n");
     eprintln!("restart with a log of 1M entries");
-    let (server, _) = Klock::start(
+    let (server, _) = start(
         binary,
         &["--data", data.to_str().unwrap(), "--snapshot-every", "0"],
     );
     fill_log(server.port, 1_000_000);
     drop(server);
-    let (server, took) = Klock::start(
+    let (server, took) = start(
         binary,
         &["--data", data.to_str().unwrap(), "--snapshot-every", "0"],
     );
@@ -508,7 +479,7 @@ fn main() {
     drop(server);
     remove_data(&data);
     eprintln!("restart from a snapshot of 100k leases");
-    let (server, _) = Klock::start(
+    let (server, _) = start(
         binary,
         &[
             "--data",
@@ -519,7 +490,7 @@ fn main() {
     );
     hold_leases(server.port, 100_000);
     drop(server);
-    let (server, took) = Klock::start(
+    let (server, took) = start(
         binary,
         &[
             "--data",

@@ -9,6 +9,7 @@
 //! to the kernel's own run; everything else is compared exactly. The server is stopped at the
 //! end, also on failure.
 
+use crate::http_client::{self, percent_encode as encode, request, Spawned};
 use klock_conformance::run::{Answer, Host};
 use klock_conformance::vector::Vector;
 use klock_core::{
@@ -17,122 +18,17 @@ use klock_core::{
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Stdio};
-use std::time::Duration;
 
-/// A spawned manual-clock server, stopped on drop.
-pub struct Spawned {
-    child: Child,
-    port: u16,
-}
-
-impl Spawned {
-    /// Starts `klock serve --memory --clock manual` from this very executable.
-    ///
-    /// # Errors
-    /// It cannot be started, or does not say where it listens.
-    pub fn start() -> Result<Spawned, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find klock itself: {e}"))?;
-        let mut child = std::process::Command::new(exe)
-            .args([
-                "serve",
-                "--memory",
-                "--clock",
-                "manual",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start klock serve: {e}"))?;
-        let mut line = String::new();
-        let stdout = child.stdout.take().ok_or("no stdout from klock serve")?;
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .map_err(|e| format!("klock serve said nothing: {e}"))?;
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| format!("klock serve did not say where it listens: {line:?}"))?;
-        Ok(Spawned { child, port })
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP answer.
-struct Http {
-    status: u16,
-    index: Option<u64>,
-    body: Value,
-}
-
-/// Percent-encodes everything but unreserved characters.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn request(
+/// Sends a request with owned header values.
+fn send(
     port: u16,
     method: &str,
     path: &str,
     headers: &[(&str, String)],
     body: &str,
-) -> Result<Http, String> {
-    let fail = |e: std::io::Error| format!("{method} {path}: {e}");
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(fail)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(fail)?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: klock\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).map_err(fail)?;
-    s.write_all(body.as_bytes()).map_err(fail)?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).map_err(fail)?;
-    let (head, payload) = raw
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{method} {path}: no HTTP answer"))?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("{method} {path}: no status in {head:?}"))?;
-    let index = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("klock-index")
-            .then(|| v.trim().parse().ok())
-            .flatten()
-    });
-    let body = serde_json::from_str(payload)
-        .map_err(|e| format!("{method} {path}: the answer is not JSON ({e}): {payload:?}"))?;
-    Ok(Http {
-        status,
-        index,
-        body,
-    })
+) -> Result<http_client::Answer, String> {
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    request(port, method, path, &headers, body.as_bytes())
 }
 
 /// The server as a conformance host.
@@ -151,7 +47,7 @@ impl HttpHost {
     /// The server refused or could not be reached.
     pub fn new(port: u16, config: &klock_core::Config) -> Result<HttpHost, String> {
         let body = serde_json::to_string(config).map_err(|e| e.to_string())?;
-        let answer = request(port, "POST", "/v1/reset", &[], &body)?;
+        let answer = send(port, "POST", "/v1/reset", &[], &body)?;
         if answer.status != 200 {
             return Err(format!("reset refused: {}", answer.body));
         }
@@ -176,7 +72,7 @@ impl HttpHost {
         (path, vec![("klock-session-token", token)])
     }
 
-    fn send(&mut self, command: &Command, now: u64) -> Result<Http, String> {
+    fn send(&mut self, command: &Command, now: u64) -> Result<http_client::Answer, String> {
         let mut headers = vec![("klock-now", now.to_string())];
         let (method, path, body) = match command {
             Command::Open {
@@ -265,7 +161,7 @@ impl HttpHost {
         } else {
             body.to_string()
         };
-        request(self.port, method, &path, &headers, &body)
+        send(self.port, method, &path, &headers, &body)
     }
 
     /// The events of log entry `index`, from every watched namespace, in order.
@@ -275,7 +171,7 @@ impl HttpHost {
         for ns in namespaces {
             let after = self.watched[&ns].clone();
             let path = format!("/v1/ns/{}/watch?after={after}", encode(&ns));
-            let answer = request(self.port, "GET", &path, &[], "")?;
+            let answer = send(self.port, "GET", &path, &[], "")?;
             if answer.body["gap"] == json!(true) {
                 return Err(format!("the watch stream of {ns:?} dropped events"));
             }
@@ -403,7 +299,8 @@ impl Host for HttpHost {
             })?;
             Err(Error::new(code, e["message"].as_str().unwrap_or_default()))
         };
-        let events = match (command, answer.index) {
+        let index = answer.header("klock-index").and_then(|i| i.parse().ok());
+        let events = match (command, index) {
             (Command::NextDeadline, _) => Vec::new(),
             (_, Some(index)) => self.events_of(index)?,
             (_, None) => {
@@ -434,7 +331,8 @@ impl Host for HttpHost {
 /// # Errors
 /// The server could not be started.
 pub fn run(paths: &[String]) -> Result<klock_conformance::Summary, String> {
-    let server = Spawned::start()?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find klock itself: {e}"))?;
+    let server = Spawned::start(&exe, &["--memory", "--clock", "manual"])?;
     let port = server.port;
     let mut each = |v: &Vector| -> Result<(), String> {
         let host = HttpHost::new(port, &v.config)?;

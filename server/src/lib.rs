@@ -7,6 +7,7 @@
 //! - [`store`]: the redb file holding the log and the latest snapshot.
 //! - [`engine`]: the task that owns the machine, its timer and the log (group commit).
 //! - [`events`]: per-session streams of the durable events.
+//! - [`http_client`]: a minimal loopback HTTP client and a `klock serve` child process.
 //! - [`metrics`]: the Prometheus text at `/metrics`.
 //! - [`recovery`]: building the machine from the store on start.
 //! - [`api`]: the HTTP routes (`/v1`), translation only.
@@ -18,6 +19,7 @@ pub mod auth;
 pub mod conformance;
 pub mod engine;
 pub mod events;
+pub mod http_client;
 pub mod machine;
 pub mod metrics;
 pub mod recovery;

@@ -9,11 +9,9 @@
 //! Agents retry a request cut by a kill with the same `Idempotency-Key`, which is how they
 //! learn the outcome of a request the server made durable but could not answer.
 
+use klock_server::http_client::{request, Spawned};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,61 +21,10 @@ const RESOURCES: usize = 3;
 const KILLS: usize = 20;
 const SEED: u64 = 0x6b6c_6f63_6b21;
 
-fn start(data: &str) -> (Child, u16) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data",
-            data,
-            "--snapshot-every",
-            "150",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start klock serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line.trim().rsplit(':').next().unwrap().parse().unwrap();
-    (child, port)
-}
-
-/// One request; `None` when the connection failed (the server is down or was killed).
-fn call(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &Value,
-) -> Option<(u16, Option<u64>, Value)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let body = body.to_string();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    s.write_all(body.as_bytes()).ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, payload) = raw.split_once("\r\n\r\n")?;
-    let status = head.split(' ').nth(1)?.parse().ok()?;
-    let now = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("klock-now")
-            .then(|| v.trim().parse().ok())
-            .flatten()
-    });
-    Some((status, now, serde_json::from_str(payload).ok()?))
+fn start(data: &str) -> Spawned {
+    let program = std::path::Path::new(env!("CARGO_BIN_EXE_klock"));
+    let args = ["--data", data, "--snapshot-every", "150"];
+    Spawned::start(program, &args).expect("start klock serve")
 }
 
 /// An acknowledged grant, released: server times from its grant to its release.
@@ -117,10 +64,15 @@ impl World {
         loop {
             let port = self.port.load(Ordering::SeqCst);
             let headers = [("klock-session-token", token), ("idempotency-key", key)];
-            if let Some((status, now, v)) = call(port, method, path, &headers, &body) {
-                if status != 503 {
-                    return (status, now.unwrap_or(0), v);
+            let answer = request(port, method, path, &headers, body.to_string().as_bytes());
+            // No whole answer: the server is down or was killed (mid-answer, the body is cut
+            // and is no JSON); 503: it is stopping. Either way, ask again.
+            match answer {
+                Ok(a) if a.status != 503 && !a.body.is_null() => {
+                    let now = a.header("klock-now").and_then(|n| n.parse().ok());
+                    return (a.status, now.unwrap_or(0), a.body);
                 }
+                _ => {}
             }
             assert!(
                 started.elapsed() < Duration::from_secs(60),
@@ -255,7 +207,8 @@ fn sigkill_under_load_loses_no_acknowledged_grant_and_never_repeats_a_fence() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("klock.redb");
     let data = data.to_str().unwrap().to_owned();
-    let (mut server, port) = start(&data);
+    let mut server = start(&data);
+    let port = server.port;
     let world = Arc::new(World {
         port: AtomicU16::new(port),
         stop: AtomicBool::new(false),
@@ -276,20 +229,17 @@ fn sigkill_under_load_loses_no_acknowledged_grant_and_never_repeats_a_fence() {
         rng ^= rng >> 7;
         rng ^= rng << 17;
         std::thread::sleep(Duration::from_millis(100 + rng % 200));
-        server.kill().unwrap();
-        server.wait().unwrap();
+        server.kill();
         grants_at_kill.push(world.grants.lock().unwrap().len());
-        let (next, port) = start(&data);
-        server = next;
-        world.port.store(port, Ordering::SeqCst);
+        server = start(&data);
+        world.port.store(server.port, Ordering::SeqCst);
     }
     std::thread::sleep(Duration::from_millis(500));
     world.stop.store(true, Ordering::SeqCst);
     for a in agents {
         a.join().expect("an agent failed");
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    server.kill();
 
     let grants = world.grants.lock().unwrap();
     println!(

@@ -2,54 +2,36 @@
 //! holds and long-polls, tokens and namespaces, idempotent retries, every kind of bad input,
 //! and a SIGKILL followed by a restart from the data file.
 
+use klock_server::http_client::{request, Spawned};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// A server process, killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-}
+/// A real `klock serve` on a free loopback port (killed on drop), and requests to it.
+struct Server(Spawned);
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start klock serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in {line:?}"));
-        Server { child, port }
+        let program = std::path::Path::new(env!("CARGO_BIN_EXE_klock"));
+        Server(Spawned::start(program, args).expect("start klock serve"))
+    }
+
+    fn port(&self) -> u16 {
+        self.0.port
     }
 
     /// One request; returns the status and the JSON body.
     fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
-        let raw = self.raw(method, path, headers, body.as_bytes());
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, payload) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-        let value =
-            serde_json::from_str(payload).unwrap_or_else(|e| panic!("not JSON ({e}): {payload:?}"));
-        (status, value)
+        let answer = request(self.port(), method, path, headers, body.as_bytes()).unwrap();
+        assert!(!answer.body.is_null(), "not JSON: {answer:?}");
+        (answer.status, answer.body)
     }
 
+    /// One request; the raw answer (status line, headers and body), for what is not JSON.
     fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", self.port())).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
         let mut req = format!(
             "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
@@ -66,16 +48,8 @@ impl Server {
         out
     }
 
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn kill(self) {
+        self.0.kill();
     }
 }
 
@@ -430,7 +404,7 @@ fn sse_events(
     last_event_id: Option<&str>,
     want: usize,
 ) -> Vec<(String, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut stream = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -801,12 +775,12 @@ fn the_openapi_document_describes_every_route_the_server_serves() {
 fn a_slow_client_holding_a_connection_does_not_stop_the_server() {
     let s = Server::start(&["--memory"]);
     // Half a request, never finished, and a connection that sends nothing at all.
-    let mut slow = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut slow = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     slow.write_all(
         b"POST /v1/ns/default/sessions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"agent",
     )
     .unwrap();
-    let _idle = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let _idle = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     for i in 0..20 {
         let a = open(&s, "default", &format!("agent-{i}"));
         let (_, v) = on(
@@ -848,7 +822,7 @@ fn https_with_a_certificate_and_refusals_beyond_loopback() {
         .with_no_client_auth();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
-    let tcp = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     tls.write_all(b"GET /v1/health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
         .unwrap();
@@ -913,7 +887,7 @@ fn the_namespace_watch_streams_every_sessions_events_as_sse() {
         "acquire",
         json!({"intents": ["MUTATES FILE:/v"], "ttl_ms": 150}),
     );
-    let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut stream = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
