@@ -5,13 +5,17 @@
 //! to another value or kind is a failure (use `same_as` to say "the same lease"). Resolving a
 //! bound alias as another kind fails. Resolving an alias that was never bound yields a literal
 //! id the kernel has never issued and never will: kernel ids count up from 1, unbound aliases
-//! count down from `u64::MAX`, one fixed id per alias for the whole vector — so an unbound
-//! session alias is `UNKNOWN_SESSION`, an unbound lease `UNKNOWN_LEASE` / `UNKNOWN`, and the
+//! count down from 2^53 − 1 (the largest integer every host's language holds exactly, so a
+//! resolved script replays unchanged in JavaScript), one fixed id per alias for the whole
+//! vector — so an unbound session alias is `UNKNOWN_SESSION`, an unbound lease `UNKNOWN_LEASE` / `UNKNOWN`, and the
 //! same unbound name means the same id in a request and in its expectation. A digest alias
 //! must be bound. Ids are labelled back to their aliases for messages.
 
 use klock_core::{LeaseId, SessionId, StateDigest, TicketId};
 use std::collections::BTreeMap;
+
+/// The first literal id for an unbound alias (2^53 − 1); later ones count down from it.
+const LARGEST_PORTABLE_ID: u64 = (1 << 53) - 1;
 
 /// What an alias stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +85,7 @@ impl Aliases {
 
     /// The never-issued id standing for an unbound alias.
     fn literal(&mut self, alias: &str) -> u64 {
-        let next = u64::MAX - self.unbound.len() as u64;
+        let next = LARGEST_PORTABLE_ID - self.unbound.len() as u64;
         *self.unbound.entry(alias.to_owned()).or_insert(next)
     }
 
@@ -185,7 +189,7 @@ mod tests {
         let y = a.lease("Y").unwrap();
         assert_eq!(a.session("X").unwrap(), x);
         assert_ne!(x.0, y.0);
-        assert!(x.0 > u64::MAX / 2 && y.0 > u64::MAX / 2);
+        assert!(x.0 > LARGEST_PORTABLE_ID / 2 && y.0 > LARGEST_PORTABLE_ID / 2);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod aliases;
 pub mod check;
 pub mod json;
 pub mod run;
+pub mod script;
 pub mod vector;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -89,14 +90,15 @@ impl Summary {
 
 /// Runs a vector given as text against the kernel; `file` only labels the result.
 pub fn run_source(file: &str, text: &str) -> VectorResult {
-    run_source_on(file, text, &mut |v| run::run(v))
+    run_source_on(file, text, &mut |_, v| run::run(v))
 }
 
-/// Runs a vector given as text with `run` (which builds its host from the vector's config).
+/// Runs a vector given as text with `run` (which builds its host from the vector's config and
+/// is told the file's label).
 pub fn run_source_on(
     file: &str,
     text: &str,
-    run: &mut dyn FnMut(&vector::Vector) -> Result<(), String>,
+    run: &mut dyn FnMut(&str, &vector::Vector) -> Result<(), String>,
 ) -> VectorResult {
     let mut result = VectorResult {
         file: file.to_owned(),
@@ -112,7 +114,7 @@ pub fn run_source_on(
     };
     result.name = vector::name_of(&value);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        vector::parse(&value).and_then(|v| run(&v))
+        vector::parse(&value).and_then(|v| run(file, &v))
     }));
     result.failure = match outcome {
         Ok(Ok(())) => None,
@@ -133,13 +135,13 @@ pub fn run_source_on(
 
 /// Runs one vector file against the kernel.
 pub fn run_file(path: impl AsRef<Path>) -> VectorResult {
-    run_file_on(path, &mut |v| run::run(v))
+    run_file_on(path, &mut |_, v| run::run(v))
 }
 
 /// Runs one vector file with `run`.
 pub fn run_file_on(
     path: impl AsRef<Path>,
-    run: &mut dyn FnMut(&vector::Vector) -> Result<(), String>,
+    run: &mut dyn FnMut(&str, &vector::Vector) -> Result<(), String>,
 ) -> VectorResult {
     let path = path.as_ref();
     let file = path.display().to_string();
@@ -151,6 +153,30 @@ pub fn run_file_on(
             failure: Some(format!("cannot read the file: {e}")),
         },
     }
+}
+
+/// Checks every vector the paths stand for against the kernel and writes each one's resolved
+/// script ([`script`]) into `out_dir` under the vector's file name; a vector that fails gets
+/// no script. The directory is created if needed.
+pub fn resolve_paths<P: AsRef<Path>>(paths: &[P], out_dir: &Path) -> Summary {
+    if let Err(e) = std::fs::create_dir_all(out_dir) {
+        return Summary {
+            results: vec![VectorResult {
+                file: out_dir.display().to_string(),
+                name: None,
+                failure: Some(format!("cannot create the script directory: {e}")),
+            }],
+        };
+    }
+    run_paths_on(paths, &mut |file, v| {
+        let script = script::resolve(file, v)?;
+        let name = Path::new(file)
+            .file_name()
+            .ok_or_else(|| String::from("the vector path has no file name"))?;
+        let text = serde_json::to_string(&script).map_err(|e| e.to_string())?;
+        std::fs::write(out_dir.join(name), text + "\n")
+            .map_err(|e| format!("cannot write the script: {e}"))
+    })
 }
 
 /// The vector files a path stands for: itself, or the `*.json` files in it sorted by name.
@@ -173,13 +199,13 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, String> {
 
 /// Runs every vector the paths stand for (files, or directories of `*.json`) on the kernel.
 pub fn run_paths<P: AsRef<Path>>(paths: &[P]) -> Summary {
-    run_paths_on(paths, &mut |v| run::run(v))
+    run_paths_on(paths, &mut |_, v| run::run(v))
 }
 
 /// Runs every vector the paths stand for with `run`.
 pub fn run_paths_on<P: AsRef<Path>>(
     paths: &[P],
-    run: &mut dyn FnMut(&vector::Vector) -> Result<(), String>,
+    run: &mut dyn FnMut(&str, &vector::Vector) -> Result<(), String>,
 ) -> Summary {
     let mut summary = Summary::default();
     for path in paths {

@@ -36,6 +36,25 @@ pub trait Host {
     fn priority(&self, session: SessionId, now: u64) -> Option<u64>;
 }
 
+/// A host borrowed for one run (so its owner can inspect it afterwards).
+impl<H: Host> Host for &mut H {
+    fn call(&mut self, command: &Command, now: u64) -> Result<Answer, String> {
+        (**self).call(command, now)
+    }
+
+    fn probe(&self, now: u64) -> Option<(Vec<Event>, Snapshot)> {
+        (**self).probe(now)
+    }
+
+    fn settled_state(&mut self, now: u64) -> Option<Result<Snapshot, String>> {
+        (**self).settled_state(now)
+    }
+
+    fn priority(&self, session: SessionId, now: u64) -> Option<u64> {
+        (**self).priority(session, now)
+    }
+}
+
 /// A call's direct answer and the events it caused.
 pub type Answer = (Result<Output, Error>, Vec<Event>);
 

@@ -93,7 +93,10 @@ pub enum Output {
     Verdict {
         verdict: Verdict,
     },
+    /// Serialized as `[{"lease_id": 1, "status": "OK", "expires_at": n}, {"lease_id": 2,
+    /// "status": "LEASE_RELEASED"}, ...]`.
     Heartbeat {
+        #[cfg_attr(feature = "serde", serde(with = "wire::heartbeat_results"))]
         results: Vec<(LeaseId, HeartbeatOutcome)>,
     },
     /// Release: whether this call released the lease.
@@ -104,7 +107,10 @@ pub enum Output {
     ReleasedAll {
         count: usize,
     },
+    /// Serialized as `[{"lease_id": 1, "status": "ACTIVE", "expires_at": n, "fence": f},
+    /// {"lease_id": 2, "status": "RELEASED"}, ...]`.
     Reconcile {
+        #[cfg_attr(feature = "serde", serde(with = "wire::reconcile_statuses"))]
         statuses: Vec<(LeaseId, LeaseStatus)>,
     },
     ResourceState {
@@ -228,5 +234,104 @@ impl Kernel {
                 deadline: self.next_deadline(),
             },
         })
+    }
+}
+
+/// The JSON shape of per-lease answers: one flat object per lease, named by `lease_id`.
+#[cfg(feature = "serde")]
+mod wire {
+    use crate::error::ErrorCode;
+    use crate::types::{HeartbeatOutcome, LeaseId, LeaseStatus};
+    use alloc::{format, string::String, vec::Vec};
+    use serde::{de::Error as _, Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct HeartbeatItem {
+        lease_id: LeaseId,
+        /// `OK`, or the error name of why the lease was not renewed.
+        status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at: Option<u64>,
+    }
+
+    pub mod heartbeat_results {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(
+            results: &[(LeaseId, HeartbeatOutcome)],
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            let items: Vec<HeartbeatItem> = results
+                .iter()
+                .map(|(lease_id, outcome)| match outcome {
+                    Ok(expires_at) => HeartbeatItem {
+                        lease_id: *lease_id,
+                        status: String::from("OK"),
+                        expires_at: Some(*expires_at),
+                    },
+                    Err(code) => HeartbeatItem {
+                        lease_id: *lease_id,
+                        status: String::from(code.name()),
+                        expires_at: None,
+                    },
+                })
+                .collect();
+            items.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Vec<(LeaseId, HeartbeatOutcome)>, D::Error> {
+            let items = Vec::<HeartbeatItem>::deserialize(deserializer)?;
+            items
+                .into_iter()
+                .map(|item| {
+                    let outcome = match (item.status.as_str(), item.expires_at) {
+                        ("OK", Some(at)) => Ok(at),
+                        ("OK", None) => return Err(D::Error::missing_field("expires_at")),
+                        (name, None) => Err(ErrorCode::from_name(name).ok_or_else(|| {
+                            D::Error::custom(format!("unknown heartbeat status {name:?}"))
+                        })?),
+                        (_, Some(_)) => {
+                            return Err(D::Error::custom("expires_at belongs to status OK only"))
+                        }
+                    };
+                    Ok((item.lease_id, outcome))
+                })
+                .collect()
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct ReconcileItem {
+        lease_id: LeaseId,
+        #[serde(flatten)]
+        status: LeaseStatus,
+    }
+
+    pub mod reconcile_statuses {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(
+            statuses: &[(LeaseId, LeaseStatus)],
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            let items: Vec<ReconcileItem> = statuses
+                .iter()
+                .map(|(lease_id, status)| ReconcileItem {
+                    lease_id: *lease_id,
+                    status: *status,
+                })
+                .collect();
+            items.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Vec<(LeaseId, LeaseStatus)>, D::Error> {
+            let items = Vec::<ReconcileItem>::deserialize(deserializer)?;
+            Ok(items.into_iter().map(|i| (i.lease_id, i.status)).collect())
+        }
     }
 }

@@ -88,7 +88,69 @@ impl Default for Config {
     }
 }
 
+/// Declares the numeric fields once: the list hosts check names against, and the accessors.
+macro_rules! numeric_fields {
+    ($($field:ident),* $(,)?) => {
+        impl Config {
+            /// The name of every numeric field (every field but `policy`), in declaration
+            /// order. Hosts take config names from this list (converted to their language's
+            /// case), never from a copy of it.
+            pub const NUMERIC_FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// The numeric field called `name` (snake_case), if there is one.
+            #[must_use]
+            pub fn number(&self, name: &str) -> Option<u64> {
+                match name {
+                    $(stringify!($field) => Some(self.$field),)*
+                    _ => None,
+                }
+            }
+
+            /// Sets the numeric field called `name` (snake_case).
+            ///
+            /// # Errors
+            /// `INVALID_CONFIG` naming the field when there is no such numeric field; the
+            /// config is then unchanged.
+            pub fn set_number(&mut self, name: &str, value: u64) -> Result<(), Error> {
+                match name {
+                    $(stringify!($field) => self.$field = value,)*
+                    _ => return Err(unknown_field(name)),
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+numeric_fields!(
+    seed,
+    default_ttl_ms,
+    max_ttl_ms,
+    default_wait_timeout_ms,
+    backoff_base_ms,
+    backoff_cap_ms,
+    grace_ms,
+    session_idle_ms,
+    max_leases_per_session,
+    max_lease_lifetime_ms,
+);
+
+fn unknown_field(name: &str) -> Error {
+    Error::new(
+        ErrorCode::InvalidConfig,
+        format!(
+            "unknown config field {name:?}: the fields are policy, {}",
+            Config::NUMERIC_FIELDS.join(", ")
+        ),
+    )
+}
+
 impl Config {
+    /// Every field name: `policy`, then [`Config::NUMERIC_FIELDS`].
+    pub fn field_names() -> impl Iterator<Item = &'static str> {
+        core::iter::once("policy").chain(Config::NUMERIC_FIELDS.iter().copied())
+    }
+
     /// Checks that every field can mean something.
     ///
     /// # Errors

@@ -13,6 +13,7 @@ macro_rules! error_codes {
         /// Stable error codes. The numeric values and names are part of the public contract.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+        #[cfg_attr(feature = "serde", serde(rename_all = "SCREAMING_SNAKE_CASE"))]
         #[repr(u32)]
         pub enum ErrorCode {
             $($variant = $value,)*

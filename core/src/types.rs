@@ -187,6 +187,16 @@ pub enum Event {
 }
 
 impl Event {
+    /// Every event kind's stable name, in declaration order (what [`Event::name`] returns).
+    pub const KINDS: [&'static str; 6] = [
+        "GRANTED",
+        "WAIT_TIMEOUT",
+        "DIED",
+        "LEASE_EXPIRED",
+        "WOUNDED",
+        "SESSION_CLOSED",
+    ];
+
     /// The stable upper-case name of the event kind, e.g. `"GRANTED"`.
     pub const fn name(&self) -> &'static str {
         match self {

@@ -334,7 +334,7 @@ pub fn run(paths: &[String]) -> Result<klock_conformance::Summary, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find klock itself: {e}"))?;
     let server = Spawned::start(&exe, &["--memory", "--clock", "manual"])?;
     let port = server.port;
-    let mut each = |v: &Vector| -> Result<(), String> {
+    let mut each = |_: &str, v: &Vector| -> Result<(), String> {
         let host = HttpHost::new(port, &v.config)?;
         klock_conformance::run::run_on(host, v)
     };
