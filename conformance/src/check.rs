@@ -209,7 +209,9 @@ pub fn output(
             Ok(())
         }
         Output::NextDeadline { deadline: d } => same("deadline", expect.deadline, *d),
-        Output::Done | Output::Digest { .. } | Output::ReleasedAll { .. } => Ok(()),
+        // Done, a digest and a count have no field a vector names; the hosts' replay of the
+        // resolved script checks them in full.
+        _ => Ok(()),
     }
 }
 

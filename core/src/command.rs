@@ -24,6 +24,7 @@ use alloc::{boxed::Box, string::String, vec::Vec};
     feature = "serde",
     serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)
 )]
+#[non_exhaustive]
 pub enum Command {
     Open {
         agent_id: String,
@@ -80,6 +81,7 @@ pub enum Command {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(tag = "output", rename_all = "snake_case"))]
+#[non_exhaustive]
 pub enum Output {
     /// Open and resume.
     Session {

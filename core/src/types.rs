@@ -112,6 +112,7 @@ pub struct Blocker {
     feature = "serde",
     serde(tag = "verdict", rename_all = "SCREAMING_SNAKE_CASE")
 )]
+#[must_use = "a verdict says whether the intents were granted, queued or refused"]
 pub enum Verdict {
     /// Every intent is a lease now, one per distinct intent in order of first appearance.
     Granted { leases: Vec<Lease> },

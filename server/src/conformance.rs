@@ -273,6 +273,7 @@ fn output_of(command: &Command, body: Value) -> Result<Output, String> {
         Command::NextDeadline => Output::NextDeadline {
             deadline: body["deadline"].as_u64(),
         },
+        other => return Err(format!("the HTTP host has no route for {}", other.name())),
     })
 }
 
