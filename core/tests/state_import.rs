@@ -21,8 +21,8 @@ fn busy(policy: Policy) -> Kernel {
     let b = k.open_session("bob", "default", 0).unwrap().session_id;
     let c = k.open_session("carol", "team", 0).unwrap().session_id;
     let opts = AcquireOptions::default();
-    k.acquire(b, &["MUTATES FILE:/src/x", "CONSUMES FILE:/doc"], opts, 10)
-        .unwrap();
+    let verdict = k.acquire(b, &["MUTATES FILE:/src/x", "CONSUMES FILE:/doc"], opts, 10);
+    assert!(matches!(verdict, Ok(Verdict::Granted { .. })));
     let Verdict::Granted { leases } = k
         .acquire(c, &["DELETES FILE:/build", "MUTATES FILE:/tmp"], opts, 10)
         .unwrap()
@@ -31,10 +31,14 @@ fn busy(policy: Policy) -> Kernel {
     };
     k.release(c, leases[1].lease_id, 15).unwrap();
     if policy != Policy::Lanes {
-        k.acquire(a, &["MUTATES FILE:/z"], opts, 20).unwrap();
-        // a is older than b: it waits (wait_die) or wounds (wound_wait).
-        k.acquire(a, &["MUTATES FILE:/z", "MUTATES FILE:/src"], opts, 30)
-            .unwrap();
+        let verdict = k.acquire(a, &["MUTATES FILE:/z"], opts, 20);
+        assert!(matches!(verdict, Ok(Verdict::Granted { .. })));
+        // a is older than b: it waits (wait_die) or wounds b and is granted (wound_wait).
+        let verdict = k.acquire(a, &["MUTATES FILE:/z", "MUTATES FILE:/src"], opts, 30);
+        match policy {
+            Policy::WaitDie => assert!(matches!(verdict, Ok(Verdict::Wait { .. }))),
+            _ => assert!(matches!(verdict, Ok(Verdict::Granted { .. }))),
+        }
     }
     k.suspend_session(c, 40).unwrap();
     while k.poll_event().is_some() {}
