@@ -17,6 +17,7 @@
 pub mod aliases;
 pub mod check;
 pub mod json;
+pub mod mutants;
 pub mod run;
 pub mod script;
 pub mod vector;
@@ -177,6 +178,32 @@ pub fn resolve_paths<P: AsRef<Path>>(paths: &[P], out_dir: &Path) -> Summary {
         std::fs::write(out_dir.join(name), text + "\n")
             .map_err(|e| format!("cannot write the script: {e}"))
     })
+}
+
+/// Writes the [`mutants`] of the resolved scripts in `scripts_dir` (taken in file-name order)
+/// into `out_dir`, as `NNNN.json`; returns how many. The directory is emptied first.
+///
+/// # Errors
+/// A script cannot be read or parsed, or a mutant cannot be written.
+pub fn write_mutants(scripts_dir: &Path, out_dir: &Path) -> Result<usize, String> {
+    let mut scripts = Vec::new();
+    for file in expand(scripts_dir)? {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let script = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not a script: {e}", file.display()))?;
+        scripts.push(script);
+    }
+    let _ = std::fs::remove_dir_all(out_dir);
+    std::fs::create_dir_all(out_dir)
+        .map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+    let all = mutants::mutants(&scripts);
+    for m in &all {
+        let text = serde_json::to_string(&m.script).map_err(|e| e.to_string())?;
+        std::fs::write(out_dir.join(format!("{}.json", m.name)), text + "\n")
+            .map_err(|e| format!("cannot write a mutant: {e}"))?;
+    }
+    Ok(all.len())
 }
 
 /// The vector files a path stands for: itself, or the `*.json` files in it sorted by name.
