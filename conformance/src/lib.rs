@@ -1,6 +1,6 @@
 //! # klock-conformance
 //!
-//! Runs the Klock conformance vectors (`docs/VECTOR-FORMAT.md`) against `klock-core`, or
+//! Runs the Klock conformance vectors (`docs/VECTORS.md`) against `klock-core`, or
 //! against any [`run::Host`] that exposes it (the server over HTTP).
 //!
 //! Contract: [`run_file`] runs one vector file and never panics — an unreadable file, invalid
@@ -11,8 +11,12 @@
 //! `ok <file>: <name>` and `FAIL <file>: <name>: step k: <what differed>` (steps count from 1),
 //! then `N passed, M failed`.
 //!
+//! [`resolve_paths`] does the same and writes each passing vector's resolved script, which
+//! the other hosts replay; [`write_mutants`] then writes the scripts' mutants.
+//!
 //! Modules: [`json`] (strict JSON), [`vector`] (the format as types), [`aliases`] (alias
-//! table), [`run`] (driving the kernel), [`check`] (comparing answers and events).
+//! table), [`run`] (driving the kernel), [`check`] (comparing answers and events),
+//! [`script`] (recording a run as a resolved script), [`mutants`] (one changed value each).
 
 pub mod aliases;
 pub mod check;
@@ -127,7 +131,7 @@ pub fn run_source_on(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| String::from("(no message)"));
             Some(format!(
-                "the kernel panicked (SPEC.md §11: bad input never panics): {msg}"
+                "the kernel panicked (docs/SPEC.md §11: bad input never panics): {msg}"
             ))
         }
     };

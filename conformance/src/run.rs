@@ -126,7 +126,7 @@ impl<H: Host> Runner<H> {
         let none = Expect::default();
         let expect = step.expect.as_ref().unwrap_or(&none);
         let baseline = expect.error.and_then(|_| self.host.probe(now));
-        // A resume never changes the session's priority (SPEC.md §5), which since rev 4 may
+        // A resume never changes the session's priority (docs/SPEC.md §5), which since rev 4 may
         // differ from the one it opened with: compare with the kernel's own view just before.
         let priority_before = match &call {
             Command::Resume { digest } => self.host.priority(digest.identity.session_id, now),

@@ -1,7 +1,7 @@
-//! The vector format of `FORMAT.md` as typed values, and its strict parser.
+//! The vector format of `docs/VECTORS.md` as typed values, and its strict parser.
 //!
 //! Contract: [`parse`] turns a whole vector file into a [`Vector`] before anything runs, or
-//! fails naming the step and key at fault. It accepts exactly the keys FORMAT.md lists at
+//! fails naming the step and key at fault. It accepts exactly the keys docs/VECTORS.md lists at
 //! every level — file, config, step (per `do`), expect (per `do`), lease, event (per event
 //! kind when `event` is given), status, holder/waiting/covering objects — with exactly the
 //! documented value types. Names that have a closed set of values (error names, verdicts,

@@ -11,8 +11,8 @@ use std::path::Path;
 
 /// Replays one script; `Err` names the first step and part that differ.
 fn replay(script: &Value) -> Result<(), String> {
-    let config: Config = serde_json::from_value(script["config"].clone())
-        .map_err(|e| format!("config: {e}"))?;
+    let config: Config =
+        serde_json::from_value(script["config"].clone()).map_err(|e| format!("config: {e}"))?;
     let mut kernel = Kernel::new(config).map_err(|e| e.to_string())?;
     let steps = script["steps"].as_array().ok_or("no steps")?;
     for (i, step) in steps.iter().enumerate() {
@@ -74,7 +74,10 @@ fn every_script_replays_exactly_and_every_mutant_fails() {
         .filter(|m| replay(&m.script).is_ok())
         .map(|m| m.script["name"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert!(survivors.is_empty(), "mutants that replay cleanly: {survivors:#?}");
+    assert!(
+        survivors.is_empty(),
+        "mutants that replay cleanly: {survivors:#?}"
+    );
 }
 
 #[test]

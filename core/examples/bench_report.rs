@@ -534,7 +534,7 @@ fn main() -> ExitCode {
     let _ = writeln!(
         report,
         "\n## Fairness: long-lived agents\n\n\
-         SPEC.md rev 4 gives every unit of work its own priority. {} agents, each keeping one \
+         docs/SPEC.md rev 4 gives every unit of work its own priority. {} agents, each keeping one \
          session for the whole run, edit 1–2 of {} hot files (`MUTATES FILE:/hot/<i>`), hold \
          5–50 virtual ms, think 0–10 ms, {} virtual s, seed {}. A task's wait runs from its \
          first attempt to its grant (DIEs, backoffs and waits included). The same scenario is \

@@ -1,4 +1,4 @@
-//! Deterministic jitter and exponential backoff (SPEC.md §2, §8).
+//! Deterministic jitter and exponential backoff (docs/SPEC.md §2, §8).
 //!
 //! Contract: [`Jitter`] is splitmix64 seeded by the config's `seed`, one draw per DIE verdict
 //! or DIED event; [`retry_after_ms`] is `min(cap, base · 2^attempts) + draw mod base`, with

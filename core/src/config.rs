@@ -1,6 +1,6 @@
-//! Kernel configuration (SPEC.md defaults) and the deadlock-prevention policy.
+//! Kernel configuration (docs/SPEC.md defaults) and the deadlock-prevention policy.
 //!
-//! Contract: [`Config::default`] is exactly the defaults of SPEC.md; [`Config::validate`]
+//! Contract: [`Config::default`] is exactly the defaults of docs/SPEC.md; [`Config::validate`]
 //! rejects values that cannot mean anything (zero TTLs) with `INVALID_CONFIG`. A zero
 //! `session_idle_ms` or `max_lease_lifetime_ms` means "never"; a zero `grace_ms` means a
 //! suspension adds no time; a `default_ttl_ms` above `max_ttl_ms` is clamped like a request.
@@ -8,7 +8,7 @@
 use crate::error::{Error, ErrorCode};
 use alloc::format;
 
-/// How conflicts between sessions are resolved (SPEC.md §6).
+/// How conflicts between sessions are resolved (docs/SPEC.md §6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]

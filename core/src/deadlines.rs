@@ -1,8 +1,8 @@
-//! One ordered index of every pending deadline (SPEC.md §2).
+//! One ordered index of every pending deadline (docs/SPEC.md §2).
 //!
 //! Contract: the index holds exactly the pending deadlines (entries are removed when a lease,
 //! ticket or idle timer changes), so [`Deadlines::next`] is exact and pure. Entries order by
-//! time, then kind (lease expiries, then wait timeouts, then idle closes: the order SPEC.md
+//! time, then kind (lease expiries, then wait timeouts, then idle closes: the order docs/SPEC.md
 //! prescribes within one instant), then id (lease and ticket ids grow with grant and arrival
 //! order, so this is "oldest lease first" and "ticket order").
 
@@ -41,7 +41,7 @@ fn unpack(key: u64) -> (DeadlineKind, u64) {
     (kind, key & ((1 << KIND_SHIFT) - 1))
 }
 
-/// The deadline that means "never" (SPEC.md §2: deadline arithmetic saturates, and a
+/// The deadline that means "never" (docs/SPEC.md §2: deadline arithmetic saturates, and a
 /// saturated deadline is not indexed, not reported and never settled).
 pub(crate) const NEVER: u64 = u64::MAX;
 

@@ -1,7 +1,7 @@
 //! Predicates (what an agent intends to do to a resource) and the 6×6 conflict matrix.
 //!
 //! Contract: [`Predicate::parse`] accepts the six names in any ASCII case and nothing else;
-//! [`Predicate::conflicts_with`] is the symmetric matrix of SPEC.md §4.
+//! [`Predicate::conflicts_with`] is the symmetric matrix of docs/SPEC.md §4.
 
 use crate::error::{Error, ErrorCode};
 use alloc::format;

@@ -1,4 +1,4 @@
-//! Resource names: `TYPE:/path`, validated and normalised (SPEC.md §3).
+//! Resource names: `TYPE:/path`, validated and normalised (docs/SPEC.md §3).
 //!
 //! Contract: [`ResourceName::parse`] either returns the canonical form or `INVALID_RESOURCE`
 //! with the reason; it never guesses. The canonical form has no repeated `/`, no `.` segment

@@ -1,4 +1,4 @@
-//! Counters for observability (SPEC.md §10) in bounded memory.
+//! Counters for observability (docs/SPEC.md §10) in bounded memory.
 //!
 //! Contract: outcome counters are exact. "Top contended resources" and "ghost agents" are kept
 //! by the space-saving heavy-hitters algorithm in at most [`TOP_CAPACITY`] entries each, so a

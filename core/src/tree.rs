@@ -1,5 +1,5 @@
 //! The resource forest: one node per live resource name, per namespace, with its holders and
-//! its FIFO queue, linked to its parent so overlap (SPEC.md §3) is a walk, not a scan.
+//! its FIFO queue, linked to its parent so overlap (docs/SPEC.md §3) is a walk, not a scan.
 //!
 //! Contract:
 //! - A node exists while it, or something below it, has a holder or a queued intent; the

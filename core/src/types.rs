@@ -2,7 +2,7 @@
 //!
 //! Contract: nothing here borrows from the kernel, so every value can cross into C, Python or
 //! JavaScript unchanged. Identifiers are opaque numbers, unique and never reused; clients must
-//! not assume their values (SPEC.md §1).
+//! not assume their values (docs/SPEC.md §1).
 
 use crate::predicate::Predicate;
 use alloc::{string::String, vec::Vec};
@@ -146,7 +146,7 @@ impl CloseReason {
     }
 }
 
-/// Something that happened other than as the direct answer of a call (SPEC.md §9).
+/// Something that happened other than as the direct answer of a call (docs/SPEC.md §9).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -177,7 +177,7 @@ pub enum Event {
         by: SessionId,
         lost_leases: Vec<LeaseId>,
         lost_tickets: Vec<TicketId>,
-        /// How long the wounded session should wait before asking again (SPEC.md §8: a
+        /// How long the wounded session should wait before asking again (docs/SPEC.md §8: a
         /// wound counts as a DIE).
         retry_after_ms: u64,
     },
@@ -291,7 +291,7 @@ pub struct Waiter {
     pub deadline: u64,
 }
 
-/// Who holds and who waits on one resource node (SPEC.md §10).
+/// Who holds and who waits on one resource node (docs/SPEC.md §10).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ResourceState {

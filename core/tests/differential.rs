@@ -1,5 +1,5 @@
 //! Differential property test: the kernel against a deliberately naive model written from
-//! SPEC.md (`tests/naive/`), plus invariants checked directly on the kernel's snapshot, plus a
+//! docs/SPEC.md (`tests/naive/`), plus invariants checked directly on the kernel's snapshot, plus a
 //! garbage-input test (errors, never panics, a failed call changes nothing but settlement).
 //!
 //! Every output is compared after every step: verdicts (held_by, retry_after_ms), leases,

@@ -1,4 +1,4 @@
-//! Starvation freedom with long-lived sessions (SPEC.md §5, rev 4): 32 agents, each keeping
+//! Starvation freedom with long-lived sessions (docs/SPEC.md §5, rev 4): 32 agents, each keeping
 //! one session for the whole run, hammer 4 hot files for 60 virtual seconds under every
 //! policy. Priority belongs to the unit of work, so no agent may starve: the agent with the
 //! fewest commits must reach a quarter of the mean. Virtual time and a fixed seed make the

@@ -1,8 +1,8 @@
-//! Exhaustive small-scope model checking of the kernel (SPEC.md §2, §3, §4, §6, §7, §9).
+//! Exhaustive small-scope model checking of the kernel (docs/SPEC.md §2, §3, §4, §6, §7, §9).
 //!
 //! Three agents each run a small client program against one kernel: open a session, acquire
 //! manifest M1, acquire manifest M2, release everything, close. They follow the client rules
-//! of SPEC.md §6: a WAIT blocks the agent until its ticket is resolved by an event; a DIE (or
+//! of docs/SPEC.md §6: a WAIT blocks the agent until its ticket is resolved by an event; a DIE (or
 //! DIED) while holding something makes the agent release everything and start over, and is
 //! retried at once while holding nothing (backoff base 0); a WAIT_TIMEOUT is retried; a
 //! WOUNDED, or a LEASE_EXPIRED of a lease it still needed, makes it release everything and
@@ -231,7 +231,7 @@ struct TicketV {
 struct View {
     /// session id → priority (smaller = older).
     priorities: BTreeMap<u64, u64>,
-    /// session id → what decides its next unit of work (SPEC.md §5): (granted in this unit,
+    /// session id → what decides its next unit of work (docs/SPEC.md §5): (granted in this unit,
     /// unit ended, had a DIE since its last grant). Part of the state: two states that differ
     /// only here behave differently on the next release or acquire.
     units: BTreeMap<u64, (bool, bool, bool)>,
@@ -402,7 +402,7 @@ impl Backend for KernelBackend {
         if repairs == 0 {
             Ok(())
         } else {
-            Err(format!("the kernel needed {repairs} defensive repair(s) (SPEC.md §6: a waiter must always be older than all it waits for)"))
+            Err(format!("the kernel needed {repairs} defensive repair(s) (docs/SPEC.md §6: a waiter must always be older than all it waits for)"))
         }
     }
 }
@@ -698,7 +698,7 @@ impl Model<'_> {
             if id > w.max_lease {
                 if fence <= w.max_fence {
                     return Err(format!(
-                        "lease {id} granted with fence {fence}, not above the largest fence granted before ({}) (SPEC.md §7)",
+                        "lease {id} granted with fence {fence}, not above the largest fence granted before ({}) (docs/SPEC.md §7)",
                         w.max_fence
                     ));
                 }
@@ -939,7 +939,7 @@ impl Model<'_> {
 // State invariants
 // ---------------------------------------------------------------------------------------------
 
-/// Whether two canonical resources overlap (SPEC.md §3: same node, ancestor or descendant,
+/// Whether two canonical resources overlap (docs/SPEC.md §3: same node, ancestor or descendant,
 /// segment-wise, within one TYPE; one namespace here).
 fn overlaps(a: &str, b: &str) -> bool {
     let (ta, pa) = a.split_once(':').unwrap();
@@ -950,7 +950,7 @@ fn overlaps(a: &str, b: &str) -> bool {
     ta == tb && (pa == pb || ancestor(pa, pb) || ancestor(pb, pa))
 }
 
-/// SPEC.md §6: the sessions blocking ticket `t`: other sessions holding a lease, or owning a
+/// docs/SPEC.md §6: the sessions blocking ticket `t`: other sessions holding a lease, or owning a
 /// ticket ahead of `t`, that overlaps and conflicts with one of its intents.
 fn blockers(view: &View, t: &TicketV) -> Vec<u64> {
     let mut out: Vec<u64> = Vec::new();
@@ -1019,7 +1019,7 @@ fn wait_for_cycle(edges: &BTreeMap<u64, Vec<u64>>) -> Option<Vec<u64>> {
     None
 }
 
-/// No barging (SPEC.md §6): a lease granted by this transition conflicts with no ticket of
+/// No barging (docs/SPEC.md §6): a lease granted by this transition conflicts with no ticket of
 /// another session that was queued ahead of it (every ticket, for an immediate GRANTED).
 fn check_transition<B: Backend>(w: &World<B>, view: &View) -> Result<(), String> {
     for &(lease, granted_through) in &w.fresh {
@@ -1033,7 +1033,7 @@ fn check_transition<B: Backend>(w: &World<B>, view: &View) -> Result<(), String>
                 .any(|(p, r)| overlaps(r, &l.resource) && p.conflicts_with(l.predicate));
             if t.session != l.session && conflicts && granted_through.is_none_or(|g| t.id < g) {
                 return Err(format!(
-                    "barging: lease {} {} {} granted (through {granted_through:?}) past the waiting ticket {} queued ahead (SPEC.md §6: no barging)",
+                    "barging: lease {} {} {} granted (through {granted_through:?}) past the waiting ticket {} queued ahead (docs/SPEC.md §6: no barging)",
                     l.id, l.predicate, l.resource, t.id
                 ));
             }
@@ -1051,7 +1051,7 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
             .map_or("?".into(), |i| format!("agent{i}"))
     };
 
-    // Safety: no two sessions hold conflicting leases on overlapping resources (SPEC.md §3, §4).
+    // Safety: no two sessions hold conflicting leases on overlapping resources (docs/SPEC.md §3, §4).
     for (i, a) in view.leases.iter().enumerate() {
         for b in &view.leases[i + 1..] {
             if a.session != b.session
@@ -1059,7 +1059,7 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
                 && a.predicate.conflicts_with(b.predicate)
             {
                 return Err(format!(
-                    "conflicting holders: {} holds {} {} and {} holds {} {} (SPEC.md §3/§4)",
+                    "conflicting holders: {} holds {} {} and {} holds {} {} (docs/SPEC.md §3/§4)",
                     agent_of(a.session),
                     a.predicate,
                     a.resource,
@@ -1070,20 +1070,20 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
             }
         }
     }
-    // Fences follow grant (lease id) order and are unique (SPEC.md §7).
+    // Fences follow grant (lease id) order and are unique (docs/SPEC.md §7).
     let mut by_id = view.leases.clone();
     by_id.sort_by_key(|l| l.id);
     for pair in by_id.windows(2) {
         if pair[0].fence >= pair[1].fence {
             return Err(format!(
-                "fences not increasing in grant order: {:?} then {:?} (SPEC.md §7)",
+                "fences not increasing in grant order: {:?} then {:?} (docs/SPEC.md §7)",
                 pair[0], pair[1]
             ));
         }
     }
     if let Some(l) = view.leases.iter().find(|l| l.expires_at <= w.now) {
         return Err(format!(
-            "lease {l:?} still active at {} (strict expiry, SPEC.md §2)",
+            "lease {l:?} still active at {} (strict expiry, docs/SPEC.md §2)",
             w.now
         ));
     }
@@ -1094,7 +1094,7 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
         let found = blockers(view, t);
         if found.is_empty() {
             return Err(format!(
-                "ticket {} of {} waits with nothing blocking it (lost wake-up, SPEC.md §6/§9)",
+                "ticket {} of {} waits with nothing blocking it (lost wake-up, docs/SPEC.md §6/§9)",
                 t.id,
                 agent_of(t.session)
             ));
@@ -1104,7 +1104,7 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
             Some(Policy::WaitDie) => {
                 if let Some(b) = found.iter().find(|b| view.priorities[b] < mine) {
                     return Err(format!(
-                        "wait_die: ticket {} of {} waits for the older {} (SPEC.md §6: every waiter is older than all it waits for)",
+                        "wait_die: ticket {} of {} waits for the older {} (docs/SPEC.md §6: every waiter is older than all it waits for)",
                         t.id,
                         agent_of(t.session),
                         agent_of(*b)
@@ -1114,7 +1114,7 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
             Some(Policy::WoundWait) => {
                 if let Some(b) = found.iter().find(|b| view.priorities[b] > mine) {
                     return Err(format!(
-                        "wound_wait: ticket {} of {} waits for the younger {} (SPEC.md §6: a requester waits only for older blockers)",
+                        "wound_wait: ticket {} of {} waits for the younger {} (docs/SPEC.md §6: a requester waits only for older blockers)",
                         t.id,
                         agent_of(t.session),
                         agent_of(*b)
@@ -1124,7 +1124,7 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
             Some(Policy::Lanes) => {
                 if view.leases.iter().any(|l| l.session == t.session) {
                     return Err(format!(
-                        "lanes: {} holds leases and waits (SPEC.md §6)",
+                        "lanes: {} holds leases and waits (docs/SPEC.md §6)",
                         agent_of(t.session)
                     ));
                 }
@@ -1136,7 +1136,7 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
                     > 1
                 {
                     return Err(format!(
-                        "lanes: {} has two outstanding requests (SPEC.md §6)",
+                        "lanes: {} has two outstanding requests (docs/SPEC.md §6)",
                         agent_of(t.session)
                     ));
                 }
@@ -1554,7 +1554,7 @@ fn checker_helpers() {
 }
 
 /// Found by the model checker (lanes, reader_upgrade: M1 ∪ M2 = CONSUMES and MUTATES on one
-/// resource). SPEC.md §6: "two predicates on one resource are two leases" — such a manifest
+/// resource). docs/SPEC.md §6: "two predicates on one resource are two leases" — such a manifest
 /// must be able to wait like any other.
 #[test]
 fn two_predicates_on_one_resource_can_wait() {

@@ -1,4 +1,4 @@
-//! SPEC.md §2 (rev 4): deadline arithmetic saturates at 2^64-1, and that deadline means
+//! docs/SPEC.md §2 (rev 4): deadline arithmetic saturates at 2^64-1, and that deadline means
 //! "never": it is not reported by `next_deadline()` and never settled, even by a call made at
 //! `now = 2^64-1`. The JS hosts cannot express such times (their numbers stop at 2^53), so
 //! these cases live here rather than in the shared vectors.

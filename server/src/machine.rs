@@ -37,7 +37,7 @@ pub enum Entry {
         caller: Option<Caller>,
     },
     /// The server started again from its log. Every open session is put in the suspension
-    /// grace (SPEC.md §5) so its agent can reconnect, reconcile and heartbeat: a lease is never
+    /// grace (docs/SPEC.md §5) so its agent can reconnect, reconcile and heartbeat: a lease is never
     /// shortened because the server was down.
     Recovered { now: u64 },
 }

@@ -1,4 +1,4 @@
-//! The fairness run of SPEC.md rev 4: 32 long-lived agents (one session each, for the whole
+//! The fairness run of docs/SPEC.md rev 4: 32 long-lived agents (one session each, for the whole
 //! run) on a hot spot of 4 files, 60 virtual seconds, seeded, under one policy. Shared by the
 //! bench report (which writes the figures) and `core/tests/fairness.rs` (which holds the
 //! target: the agent with the fewest commits has at least a quarter of the mean).

@@ -4,7 +4,7 @@
 //! Contract: [`check`] reports, for the state the snapshot shows,
 //! - `conflicting_holders`: pairs of leases of different sessions on overlapping resources
 //!   (same namespace and TYPE, one path a segment-prefix of the other) whose predicates
-//!   conflict (SPEC.md §3–4) — must always be empty;
+//!   conflict (docs/SPEC.md §3–4) — must always be empty;
 //! - `waiters_without_blocker`: waiting tickets that nothing blocks (no conflicting lease of
 //!   another session and no conflicting ticket of another session ahead): a lost wake-up, the
 //!   ticket would wait until it times out;

@@ -7,7 +7,7 @@
 //!   drains `poll_event` after every kernel call. Same config + same workload seed = same run.
 //! - Agents start attempts until `horizon_ms` of virtual time (or `attempts` calls).
 //! - Each agent keeps one session for its whole life (the pattern the clients' READMEs show;
-//!   SPEC.md §5 gives every unit of work a fresh priority, so that is fair). An agent repeats:
+//!   docs/SPEC.md §5 gives every unit of work a fresh priority, so that is fair). An agent repeats:
 //!   think, acquire its task's manifest, hold it for the task's time, release everything (a
 //!   *commit*). On DIE, DIED or WOUNDED it sleeps the kernel's `retry_after_ms` and retries the
 //!   same task (Wait-Die progress: the unit keeps its priority); on WAIT it waits for GRANTED /
@@ -355,7 +355,7 @@ impl Sim<'_> {
                     Ok(_) if stalled => {}
                     Ok(_) => {
                         // The release ends the unit of work: the agent's next task starts
-                        // young in the same session (SPEC.md §5).
+                        // young in the same session (docs/SPEC.md §5).
                         self.out.commits += 1;
                         self.out.agent_commits[agent] += 1;
                         self.out.virtual_ms = self.now;

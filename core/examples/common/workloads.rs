@@ -157,7 +157,7 @@ impl Workload for TreeWorkload {
 
 /// A hot spot: every task edits one or two of a handful of files, holds them briefly and
 /// comes back almost at once. Long-lived agents on this workload are where priority per
-/// session starved everyone but the oldest (SPEC.md rev 4): the fairness run uses it.
+/// session starved everyone but the oldest (docs/SPEC.md rev 4): the fairness run uses it.
 pub struct HotSpotWorkload {
     names: Vec<String>,
 }

@@ -273,7 +273,7 @@ fn check(s: &mut State) {
     let snapshot = s.kernel.snapshot(now);
     // snapshot() settles at `now`, which the operation already did: nothing new to report.
     // Except at the end of time: at u64::MAX every deadline a call creates saturates to
-    // u64::MAX, already due, and is settled by the next call (SPEC.md §2 allows a
+    // u64::MAX, already due, and is settled by the next call (docs/SPEC.md §2 allows a
     // `next_deadline` in the past; the host then calls `advance` at once).
     if now == u64::MAX {
         while s.kernel.poll_event().is_some() {}

@@ -1,4 +1,4 @@
-//! Acquire (SPEC.md §6): validation, idempotent re-acquire, and the three policies.
+//! Acquire (docs/SPEC.md §6): validation, idempotent re-acquire, and the three policies.
 //!
 //! Contract: the request is validated completely before any state changes (error precedence
 //! UNKNOWN_SESSION, INVALID_MANIFEST, per intent INVALID_PREDICATE then INVALID_RESOURCE,

@@ -1,4 +1,4 @@
-//! Lease upkeep (SPEC.md §7, §9, §12): heartbeat, release, release_all, reconcile,
+//! Lease upkeep (docs/SPEC.md §7, §9, §12): heartbeat, release, release_all, reconcile,
 //! cancel_wait.
 //!
 //! Contract: ownership is checked before anything else; another namespace's leases and

@@ -45,7 +45,7 @@ pub(crate) type Set<K> = hashbrown::HashSet<K, FixedState>;
 struct Session {
     agent_id: String,
     namespace: NamespaceId,
-    /// The priority of the current unit of work (SPEC.md §5).
+    /// The priority of the current unit of work (docs/SPEC.md §5).
     priority: u64,
     /// The priority the session opened with: every priority it has had lies between this
     /// and `priority`, which is what a resumed digest may carry.
@@ -204,7 +204,7 @@ pub struct Kernel {
     freed: Vec<NodeId>,
     /// Nodes interned by the current operation that may end up empty.
     touched: Vec<NodeId>,
-    /// Tickets whose reused lease ended during the current operation (DIED, SPEC.md §6).
+    /// Tickets whose reused lease ended during the current operation (DIED, docs/SPEC.md §6).
     orphaned: Vec<TicketId>,
     next_session: u64,
     next_priority: u64,
@@ -404,7 +404,7 @@ impl Kernel {
     }
 
     /// Draws the backoff for one more DIE of `session` (a DIE verdict, DIED or WOUNDED
-    /// event: SPEC.md §8) and adds it to the session's DIE count. Callers count the outcome.
+    /// event: docs/SPEC.md §8) and adds it to the session's DIE count. Callers count the outcome.
     fn die_backoff(&mut self, session: SessionId) -> u64 {
         let draw = self.jitter.next_u64();
         let (base, cap) = (self.config.backoff_base_ms, self.config.backoff_cap_ms);

@@ -1,4 +1,4 @@
-//! Observability (SPEC.md §10): resource_state, stats and snapshot.
+//! Observability (docs/SPEC.md §10): resource_state, stats and snapshot.
 //!
 //! Contract: these report the state after settling `now` (stats takes no `now` and reports
 //! the state as of the last call). They never change anything else, and their output order
@@ -29,7 +29,7 @@ pub struct SessionView {
     pub die_count: u32,
     pub last_active: u64,
     /// Something was granted since the priority was assigned: a release that leaves the
-    /// session with nothing ends the unit of work if `die_count` is 0 (SPEC.md §5).
+    /// session with nothing ends the unit of work if `die_count` is 0 (docs/SPEC.md §5).
     pub unit_granted: bool,
     /// The unit of work ended: the next acquire assigns a new (youngest) priority.
     pub unit_ended: bool,

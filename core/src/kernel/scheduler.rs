@@ -2,7 +2,7 @@
 //!
 //! Contract:
 //! - [`Kernel::find_blockers`] returns every other session holding a lease, or owning a
-//!   ticket numbered below `before`, that overlaps (SPEC.md §3) and conflicts (§4) with one of
+//!   ticket numbered below `before`, that overlaps (docs/SPEC.md §3) and conflicts (§4) with one of
 //!   the given intents; a session's own leases and tickets never block it.
 //! - [`Kernel::after_frees`] must run after anything that removed holders or queued intents:
 //!   it withdraws tickets whose reused lease ended (DIED) and then grants, in ticket order,
@@ -207,7 +207,7 @@ impl Kernel {
         id
     }
 
-    /// `wanted` limited by the lease's lifetime cap (SPEC.md §7).
+    /// `wanted` limited by the lease's lifetime cap (docs/SPEC.md §7).
     pub(super) fn capped_expiry(&self, lease: &LeaseRecord, wanted: u64) -> u64 {
         match self.config.max_lease_lifetime_ms {
             0 => wanted,
@@ -419,7 +419,7 @@ impl Kernel {
             .map(|h| h.lease)
     }
 
-    /// Idempotent re-acquire (SPEC.md §6): the reused lease is renewed and never shortened.
+    /// Idempotent re-acquire (docs/SPEC.md §6): the reused lease is renewed and never shortened.
     /// Its TTL becomes the larger of its own and `ttl_ms`; its expiry the later of its current
     /// effective expiry and `now + ttl`, within the lifetime cap (never failing because of
     /// it). A suspension grace is folded into the expiry, so nothing an outer holder relied
@@ -437,7 +437,7 @@ impl Kernel {
         let mut record = self.detach_ticket(ticket);
         // An intent the ticket queued may be held by its session by now (an earlier ticket
         // of the session got it): it reuses that lease, so a session never holds two leases
-        // with one predicate on one resource (SPEC.md §6).
+        // with one predicate on one resource (docs/SPEC.md §6).
         for i in record.intents.iter_mut().filter(|i| i.reuse.is_none()) {
             i.reuse = self.held_by(record.session, i.node, i.predicate);
         }
@@ -529,7 +529,7 @@ impl Kernel {
             }
         }
         self.counters.wounded += 1;
-        // A wound counts as a DIE of the victim (SPEC.md §8): it draws the jitter and sizes
+        // A wound counts as a DIE of the victim (docs/SPEC.md §8): it draws the jitter and sizes
         // the backoff, so the victim keeps its seniority for the retry.
         let retry_after_ms = self.die_backoff(victim);
         self.events.push_back(Event::Wounded {

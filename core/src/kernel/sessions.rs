@@ -1,4 +1,4 @@
-//! Session lifecycle (SPEC.md §5): open, close, suspend, resume, digest, idle close.
+//! Session lifecycle (docs/SPEC.md §5): open, close, suspend, resume, digest, idle close.
 //!
 //! Contract: the kernel assigns ids and priorities (clients never choose a priority); a
 //! session's priority belongs to its unit of work and is renewed only by the first acquire
@@ -18,7 +18,7 @@ use alloc::{collections::VecDeque, format, string::String, vec::Vec};
 /// Longest accepted agent id or namespace, in bytes.
 pub const MAX_NAME_BYTES: usize = 256;
 
-/// Whether `c` is of a Unicode general category an id must not contain (SPEC.md §5): Cc
+/// Whether `c` is of a Unicode general category an id must not contain (docs/SPEC.md §5): Cc
 /// (controls, NUL included), Cf (format: zero-width and bidirectional controls, tags, ...),
 /// Zl or Zp. Such a character makes an id shown in a log or a dashboard differ from the id
 /// the kernel holds.

@@ -1,4 +1,4 @@
-//! Settlement of due deadlines (SPEC.md §2).
+//! Settlement of due deadlines (docs/SPEC.md §2).
 //!
 //! Contract: [`Kernel::settle`] processes every deadline at or before `now` in time order, as
 //! if the kernel had been called at each: at one instant, all lease expiries (oldest lease
@@ -59,7 +59,7 @@ impl Kernel {
         self.deadlines.next()
     }
 
-    /// Settles everything due at or before `now` (SPEC.md §2). Calling early is harmless.
+    /// Settles everything due at or before `now` (docs/SPEC.md §2). Calling early is harmless.
     pub fn advance(&mut self, now: u64) {
         self.operation(now, |_| ());
     }

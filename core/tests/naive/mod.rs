@@ -1,4 +1,4 @@
-//! A deliberately naive reference model of the Klock kernel, written from SPEC.md.
+//! A deliberately naive reference model of the Klock kernel, written from docs/SPEC.md.
 //!
 //! Everything lives in plain `Vec`s and every question is answered by scanning all of them:
 //! overlap is a segment-wise prefix test on canonical resource strings, blockers are found by
@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 pub type R<T> = Result<T, ErrorCode>;
 
 // ---------------------------------------------------------------------------------------------
-// Input parsing (SPEC.md §3, §4, §5)
+// Input parsing (docs/SPEC.md §3, §4, §5)
 // ---------------------------------------------------------------------------------------------
 
 /// SPEC §4: the six names, ASCII case-insensitive.
