@@ -11,7 +11,8 @@ use crate::config::Policy;
 use crate::error::{Error, ErrorCode};
 use crate::predicate::Predicate;
 use crate::resource::ResourceName;
-use crate::types::{AcquireOptions, SessionId, TicketId, Verdict};
+use crate::tree::NamespaceId;
+use crate::types::{AcquireOptions, LeaseId, SessionId, TicketId, Verdict};
 use alloc::{format, string::String, vec::Vec};
 
 /// Most intents one manifest may name (counted before duplicates are removed).
@@ -24,6 +25,44 @@ pub const MAX_MANIFEST_INTENTS: usize = 256;
 pub fn parse_intent(text: &str) -> Result<(Predicate, ResourceName), Error> {
     let (predicate, resource) = text.split_once(' ').unwrap_or((text, ""));
     Ok((Predicate::parse(predicate)?, ResourceName::parse(resource)?))
+}
+
+/// A validated acquire: what it asks for and on what terms.
+struct Request {
+    namespace: NamespaceId,
+    /// The distinct intents, in order of first appearance.
+    wanted: Vec<(Predicate, ResourceName)>,
+    /// Per intent: the lease of the session's it reuses (held with the same predicate).
+    reuse: Vec<Option<LeaseId>>,
+    /// Clamped to `max_ttl_ms`.
+    ttl_ms: u64,
+    /// Whether a conflict may queue (asked to, with a wait timeout above 0).
+    wait: bool,
+    wait_timeout_ms: u64,
+}
+
+/// The distinct intents of a manifest, in order of first appearance.
+///
+/// # Errors
+/// `INVALID_MANIFEST` (0 or more than 256 intents), then the first bad intent's error.
+fn parse_manifest<S: AsRef<str>>(intents: &[S]) -> Result<Vec<(Predicate, ResourceName)>, Error> {
+    if intents.is_empty() || intents.len() > MAX_MANIFEST_INTENTS {
+        return Err(Error::new(
+            ErrorCode::InvalidManifest,
+            format!(
+                "a manifest needs 1 to {MAX_MANIFEST_INTENTS} intents, got {}",
+                intents.len()
+            ),
+        ));
+    }
+    let mut wanted: Vec<(Predicate, ResourceName)> = Vec::with_capacity(intents.len());
+    for text in intents {
+        let intent = parse_intent(text.as_ref())?;
+        if !wanted.contains(&intent) {
+            wanted.push(intent);
+        }
+    }
+    Ok(wanted)
 }
 
 impl Kernel {
@@ -49,23 +88,34 @@ impl Kernel {
         intents: &[S],
         options: AcquireOptions,
     ) -> Result<Verdict, Error> {
+        let request = self.validate(session, intents, options)?;
+        // Valid: from here on the call succeeds.
+        self.touch(session);
+        self.begin_unit_if_needed(session);
+        let ticket_intents = self.intern_intents(&request);
+        let queued = ticket_intents
+            .iter()
+            .filter(|i| i.reuse.is_none())
+            .map(|i| (i.node, i.predicate));
+        let found = self.find_blockers(session, queued, TicketId(u64::MAX));
+        if found.is_empty() {
+            return Ok(Verdict::Granted {
+                leases: self.grant(session, &ticket_intents, request.ttl_ms),
+            });
+        }
+        self.count_contention(request.namespace, &found);
+        Ok(self.decide(session, &request, ticket_intents, &found))
+    }
+
+    /// Checks the whole request in the contract's error order, changing nothing.
+    fn validate<S: AsRef<str>>(
+        &self,
+        session: SessionId,
+        intents: &[S],
+        options: AcquireOptions,
+    ) -> Result<Request, Error> {
         let s = self.session(session)?;
-        if intents.is_empty() || intents.len() > MAX_MANIFEST_INTENTS {
-            return Err(Error::new(
-                ErrorCode::InvalidManifest,
-                format!(
-                    "a manifest needs 1 to {MAX_MANIFEST_INTENTS} intents, got {}",
-                    intents.len()
-                ),
-            ));
-        }
-        let mut wanted: Vec<(Predicate, ResourceName)> = Vec::with_capacity(intents.len());
-        for text in intents {
-            let intent = parse_intent(text.as_ref())?;
-            if !wanted.contains(&intent) {
-                wanted.push(intent);
-            }
-        }
+        let wanted = parse_manifest(intents)?;
         let ttl_ms = match options.ttl_ms.unwrap_or(self.config.default_ttl_ms) {
             0 => {
                 return Err(Error::new(
@@ -78,11 +128,9 @@ impl Kernel {
         let wait_timeout_ms = options
             .wait_timeout_ms
             .unwrap_or(self.config.default_wait_timeout_ms);
-        let wait = options.wait && wait_timeout_ms > 0;
-
         // Which intents the session already holds with the same predicate.
         let namespace = s.namespace;
-        let reuse: Vec<Option<crate::types::LeaseId>> = wanted
+        let reuse: Vec<Option<LeaseId>> = wanted
             .iter()
             .map(|(predicate, name)| {
                 let node = self.tree.find(namespace, name.as_str())?;
@@ -101,17 +149,29 @@ impl Kernel {
                 ),
             ));
         }
-        let in_use: u64 = s.leases.len() as u64
-            + s.tickets
-                .iter()
-                .map(|t| {
-                    self.tickets[t]
-                        .intents
-                        .iter()
-                        .filter(|i| i.reuse.is_none())
-                        .count() as u64
-                })
-                .sum::<u64>();
+        self.check_quota(session, new_count)?;
+        Ok(Request {
+            namespace,
+            wanted,
+            reuse,
+            ttl_ms,
+            wait: options.wait && wait_timeout_ms > 0,
+            wait_timeout_ms,
+        })
+    }
+
+    /// `QUOTA_EXCEEDED` unless the session can hold or wait for `new_count` more intents.
+    fn check_quota(&self, session: SessionId, new_count: u64) -> Result<(), Error> {
+        let s = &self.sessions[&session];
+        let queued: u64 = s
+            .tickets
+            .iter()
+            .map(|t| {
+                let intents = &self.tickets[t].intents;
+                intents.iter().filter(|i| i.reuse.is_none()).count() as u64
+            })
+            .sum();
+        let in_use = s.leases.len() as u64 + queued;
         let limit = self.config.max_leases_per_session;
         if in_use + new_count > limit {
             return Err(Error::new(
@@ -122,18 +182,20 @@ impl Kernel {
                 ),
             ));
         }
+        Ok(())
+    }
 
-        // Valid: from here on the call succeeds.
-        self.touch(session);
-        self.begin_unit_if_needed(session);
-        let ticket_intents: Vec<TicketIntent> = wanted
+    /// The request's intents on tree nodes, creating the nodes of new ones.
+    fn intern_intents(&mut self, request: &Request) -> Vec<TicketIntent> {
+        request
+            .wanted
             .iter()
-            .zip(&reuse)
+            .zip(&request.reuse)
             .map(|((predicate, name), &reuse)| {
                 let node = match reuse {
                     Some(lease) => self.leases[&lease].node,
                     None => {
-                        let node = self.tree.intern(namespace, name.as_str());
+                        let node = self.tree.intern(request.namespace, name.as_str());
                         self.touched.push(node);
                         node
                     }
@@ -144,62 +206,30 @@ impl Kernel {
                     reuse,
                 }
             })
-            .collect();
-        let queued = ticket_intents
-            .iter()
-            .filter(|i| i.reuse.is_none())
-            .map(|i| (i.node, i.predicate));
-        let found = self.find_blockers(session, queued, TicketId(u64::MAX));
-        if found.is_empty() {
-            return Ok(Verdict::Granted {
-                leases: self.grant(session, &ticket_intents, ttl_ms),
-            });
-        }
-        self.count_contention(namespace, &found);
+            .collect()
+    }
+
+    /// The policy's verdict on a valid request that `found` blocks.
+    fn decide(
+        &mut self,
+        session: SessionId,
+        request: &Request,
+        intents: Vec<TicketIntent>,
+        found: &Blockers,
+    ) -> Verdict {
         let priority = self.sessions[&session].priority;
         let all_younger = found.sessions.iter().all(|b| b.priority > priority);
-        let policy = self.config.policy;
-        let verdict = match policy {
+        let (ttl_ms, wait_timeout_ms) = (request.ttl_ms, request.wait_timeout_ms);
+        match self.config.policy {
             // Wait-Die: only a requester older than every blocker waits. Lanes: anyone waits.
-            Policy::WaitDie | Policy::Lanes if wait && (all_younger || policy == Policy::Lanes) => {
-                self.wait(
-                    session,
-                    ticket_intents,
-                    ttl_ms,
-                    wait_timeout_ms,
-                    &found,
-                    |_| true,
-                )
+            Policy::WaitDie if request.wait && all_younger => {
+                self.wait(session, intents, ttl_ms, wait_timeout_ms, found, |_| true)
             }
-            Policy::WoundWait if wait || all_younger => {
-                // Wound every younger blocker, oldest victim first (ids order = priority order
-                // is not guaranteed, so sort by priority).
-                let mut victims: Vec<(u64, SessionId, bool)> = found
-                    .sessions
-                    .iter()
-                    .filter(|b| b.priority > priority)
-                    .map(|b| (b.priority, b.session, b.via_lease))
-                    .collect();
-                victims.sort_unstable();
-                for (_, victim, via_lease) in victims {
-                    self.wound(victim, session, via_lease);
-                }
-                let verdict = if all_younger {
-                    Verdict::Granted {
-                        leases: self.grant(session, &ticket_intents, ttl_ms),
-                    }
-                } else {
-                    self.wait(
-                        session,
-                        ticket_intents,
-                        ttl_ms,
-                        wait_timeout_ms,
-                        &found,
-                        |b| b < priority,
-                    )
-                };
-                self.after_frees();
-                verdict
+            Policy::Lanes if request.wait => {
+                self.wait(session, intents, ttl_ms, wait_timeout_ms, found, |_| true)
+            }
+            Policy::WoundWait if request.wait || all_younger => {
+                self.wound_wait(session, priority, request, intents, found)
             }
             _ => {
                 let held_by = self.describe_blockers(found.sessions.iter());
@@ -209,8 +239,41 @@ impl Kernel {
                     held_by,
                 }
             }
+        }
+    }
+
+    /// Wound-Wait for a requester of `priority`: wounds every younger blocker, oldest victim
+    /// first, then is granted (all were younger) or waits for the older ones left.
+    fn wound_wait(
+        &mut self,
+        session: SessionId,
+        priority: u64,
+        request: &Request,
+        intents: Vec<TicketIntent>,
+        found: &Blockers,
+    ) -> Verdict {
+        // Session ids need not follow priority order, so sort by priority.
+        let mut victims: Vec<(u64, SessionId, bool)> = found
+            .sessions
+            .iter()
+            .filter(|b| b.priority > priority)
+            .map(|b| (b.priority, b.session, b.via_lease))
+            .collect();
+        victims.sort_unstable();
+        let all_younger = victims.len() == found.sessions.len();
+        for (_, victim, via_lease) in victims {
+            self.wound(victim, session, via_lease);
+        }
+        let verdict = if all_younger {
+            Verdict::Granted {
+                leases: self.grant(session, &intents, request.ttl_ms),
+            }
+        } else {
+            let (ttl_ms, timeout) = (request.ttl_ms, request.wait_timeout_ms);
+            self.wait(session, intents, ttl_ms, timeout, found, |b| b < priority)
         };
-        Ok(verdict)
+        self.after_frees();
+        verdict
     }
 
     /// Queues the request; `held_by` lists the blockers whose priority passes `shown`.
@@ -228,7 +291,7 @@ impl Kernel {
         Verdict::Wait { ticket, held_by }
     }
 
-    fn count_contention(&mut self, namespace: crate::tree::NamespaceId, found: &Blockers) {
+    fn count_contention(&mut self, namespace: NamespaceId, found: &Blockers) {
         let ns = String::from(self.namespaces.name(namespace));
         for &node in &found.blocked_nodes {
             let key = (ns.clone(), String::from(&*self.tree.node(node).name));
