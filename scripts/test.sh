@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Every test of the project, from a fresh machine: installs what is missing (idempotently),
-# then runs formatting and lint checks, the Rust tests (unit, conformance vectors, differential
-# property tests, exhaustive model checking), the conformance runner CLI and the no_std build.
+# then runs formatting and lint checks, the declared Rust versions, the no_std build, the Rust
+# tests (unit, conformance vectors, differential property tests, exhaustive model checking,
+# the server), the vectors' resolved scripts replayed on every host, and each host's own
+# tests. It ends by failing if the run changed any file of the source tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+
+tree_before=$(bash scripts/tree-state.sh)
 
 step "toolchain components and targets"
 installed_components=$(rustup component list --installed 2>/dev/null || true)
@@ -14,6 +18,8 @@ for component in rustfmt clippy; do
 done
 installed_targets=$(rustup target list --installed)
 grep -qx thumbv7em-none-eabihf <<<"$installed_targets" || rustup target add thumbv7em-none-eabihf
+# cargo-nextest runs every Rust test in its own process under a time bound (.config/nextest.toml).
+command -v cargo-nextest >/dev/null 2>&1 || cargo install cargo-nextest --locked
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -21,11 +27,18 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "declared rust-version of every crate against its dependencies"
+python3 scripts/check-rust-version.py
+
 step "no_std build of klock-core (thumbv7em-none-eabihf)"
 cargo build -p klock-core --target thumbv7em-none-eabihf
 
-step "cargo test (unit, conformance, differential, model checking)"
-cargo test --workspace
+step "Rust tests: cargo nextest (unit, conformance, differential, model checking, server), doc tests"
+cargo nextest run --workspace --no-tests=fail
+cargo test --workspace --doc
+
+step "resolved scripts of every vector, and their mutants, for the hosts' replayers"
+bash scripts/resolve-vectors.sh
 
 step "Python host (klock._core, the klock package, its runner and stubs)"
 bash scripts/test-python.sh
@@ -39,5 +52,11 @@ bash scripts/test-c.sh
 step "browser host (klock-wasm, its runner, the dashboard in headless Chromium)"
 bash scripts/test-wasm.sh
 
-step "conformance runner CLI over tests/vectors"
-cargo run -q --release -p klock-conformance -- tests/vectors
+step "the run left the source tree as it found it"
+tree_after=$(bash scripts/tree-state.sh)
+if [ "$tree_before" != "$tree_after" ]; then
+  echo "FAIL: the test run changed the source tree (a build or test wrote into it):" >&2
+  diff <(echo "$tree_before") <(echo "$tree_after") >&2 || true
+  exit 1
+fi
+echo "unchanged"
