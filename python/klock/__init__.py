@@ -19,6 +19,7 @@ writes that carry a smaller one.
 
 from . import _core
 from .client import ClientCounters, Klock, Lease, LeaseInfo, OwnSessionLease, Session, current_session
+from .clock import Clock, ManualClock, SystemClock
 from .errors import (
     ERROR_CODES,
     Closed,
@@ -43,6 +44,9 @@ __all__ = [
     "OwnSessionLease",
     "ClientCounters",
     "current_session",
+    "Clock",
+    "SystemClock",
+    "ManualClock",
     "protected",
     "default_klock",
     "KlockError",

@@ -2,12 +2,14 @@
 
 Contract
 --------
-* A :class:`Klock` owns one kernel (``klock._core.Kernel``), a monotonic clock in
-  milliseconds since the Klock was created (``time.monotonic_ns() // 1_000_000``, relative),
-  and one timer thread. Every kernel call is made under one lock together with draining the
-  kernel's events, so an event is always routed to whoever waits for it. The timer thread
-  sleeps on a condition until the earliest of the kernel's ``next_deadline()`` and the next
-  heartbeat that is due; any call that may have moved that earlier wakes it. Nothing polls.
+* A :class:`Klock` owns one kernel (``klock._core.Kernel``) and takes every time it uses
+  from one clock (:mod:`klock.clock`; by default a :class:`~klock.SystemClock` of its own:
+  monotonic milliseconds since the Klock was created, and a timer thread): the ``now`` of
+  every kernel call, its one timer, backoff sleeps and ``timeout`` budgets. Give it a
+  :class:`~klock.ManualClock` and it runs in virtual time, without sleeping. Every kernel call
+  is made under one lock together with draining the kernel's events, so an event is always
+  routed to whoever waits for it; then the one timer is re-armed, on the clock, for the
+  earliest of the kernel's ``next_deadline()`` and the next heartbeat due. Nothing polls.
 * The kernel decides everything (grants, waits, deaths, expiries, timeouts, backoffs); this
   module only carries the decisions out: it blocks a waiter until its
   GRANTED/WAIT_TIMEOUT/DIED/WOUNDED event arrives, sleeps the kernel's ``retry_after_ms``
@@ -23,7 +25,11 @@ Contract
   :class:`Died` is raised so the caller's unit of work releases everything and starts over
   (SPEC.md §6).
 * :meth:`Klock.close` (and :meth:`Session.close` for its own blocks) ends every acquisition
-  in progress, waiting or backing off, with :class:`Closed`, withdrawing its ticket.
+  in progress, waiting or backing off, with :class:`Closed`, withdrawing its ticket, and
+  closes the session(s) in the kernel, which releases what they hold: a block holding one of
+  those leases is lost (``LEASE_RELEASED``) and its exit raises :class:`LeaseLost`. So does
+  a session closed behind the client's back (directly on the kernel): the next heartbeat
+  finds it gone.
 * Threads and asyncio: a :class:`Lease` is a context manager for both ``with`` (the calling
   thread blocks) and ``async with`` (the task awaits a future that the dispatcher resolves
   with ``loop.call_soon_threadsafe``; no thread is blocked per waiter).
@@ -39,13 +45,13 @@ import heapq
 import itertools
 import math
 import threading
-import time
 import weakref
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Callable, Generator, Iterable, Union
 
 from . import _core
+from .clock import Clock, SystemClock, Timer
 from .errors import Closed, Died, KlockError, LeaseLost, Timeout, UnknownId
 
 __all__ = ["Klock", "Session", "Lease", "LeaseInfo", "ClientCounters", "current_session"]
@@ -53,8 +59,8 @@ __all__ = ["Klock", "Session", "Lease", "LeaseInfo", "ClientCounters", "current_
 U64_MAX = 2**64 - 1
 # The largest finite `timeout` (seconds) whose milliseconds fit the kernel's u64.
 _MAX_TIMEOUT_S = U64_MAX / 1000
-# A waiter's stall guard: however long the wait, settle time ourselves at least this often.
-_MAX_FALLBACK_S = 60.0
+# After an unexpected error in the timer callback (a bug), try again this much later.
+_TIMER_RETRY_MS = 50
 
 _current: contextvars.ContextVar[Session | None] = contextvars.ContextVar("klock_current_session", default=None)
 # The tokens to restore `_current` with, per context (thread or task), innermost last.
@@ -74,7 +80,9 @@ class ClientCounters:
 
     grants: int = 0
     waits: int = 0
+    #: DIE verdicts and DIED events (as the kernel's ``counters.died``).
     deaths: int = 0
+    #: WOUNDED events received by this Klock's sessions (as the kernel's ``counters.wounded``).
     wounds: int = 0
     retries: int = 0
     timeouts: int = 0
@@ -92,6 +100,11 @@ class _Closed:
 
 _KLOCK_CLOSED = "this Klock is closed"
 _SESSION_CLOSED = "this session is closed"
+# Why the leases of a closed session are lost (always LEASE_RELEASED: closing a session
+# releases what it holds, SPEC.md §5).
+_LOST_TO_SESSION_CLOSE = "the session was closed while the block held the lease"
+_LOST_TO_KLOCK_CLOSE = "the Klock was closed while the block held the lease"
+_LOST_TO_KERNEL_CLOSE = "the session was closed in the kernel (not through this client) while the block held the lease"
 _Delivered = Union[_core.Event, _Closed]
 
 
@@ -140,11 +153,8 @@ class _ThreadWaiter:
         self.event = event
         self._flag.set()
 
-    def wait(self, fallback_s: float, klock: Klock) -> _Delivered:
-        # The timer thread delivers every resolution; the fallback only guards against a
-        # stalled timer (it settles time itself and keeps waiting).
-        while not self._flag.wait(fallback_s):
-            klock._advance()
+    def wait(self) -> _Delivered:
+        self._flag.wait()
         assert self.event is not None
         return self.event
 
@@ -171,12 +181,8 @@ class _AsyncWaiter:
         if not self._future.done():
             self._future.set_result(event)
 
-    async def wait(self, fallback_s: float, klock: Klock) -> _Delivered:
-        while True:
-            try:
-                return await asyncio.wait_for(asyncio.shield(self._future), fallback_s)
-            except asyncio.TimeoutError:
-                klock._advance()
+    async def wait(self) -> _Delivered:
+        return await self._future
 
 
 _Waiter = Union[_ThreadWaiter, _AsyncWaiter]
@@ -184,9 +190,9 @@ _Waiter = Union[_ThreadWaiter, _AsyncWaiter]
 
 @dataclass
 class _Sleep:
-    """An acquisition step: sleep this long (the backoff after a DIE)."""
+    """An acquisition step: sleep this many milliseconds of the clock (a backoff)."""
 
-    seconds: float
+    ms: int
 
 
 @dataclass
@@ -194,33 +200,45 @@ class _Wait:
     """An acquisition step: wait for the event that resolves the waiter's ticket."""
 
     waiter: _Waiter
-    fallback_s: float
 
 
 _Step = Union[_Sleep, _Wait]
 
 
-def _timer_main(ref: weakref.ref[Klock], wake: threading.Condition) -> None:
-    """The timer thread: sleeps until the kernel's next deadline or the next heartbeat."""
-    with wake:
-        while True:
-            klock = ref()
-            if klock is None or klock._closed:
-                return
-            try:
-                sleep = klock._timer_step_locked()
-            except Exception as e:  # a bug: keep the timer alive, expose what happened
-                klock.timer_error = e
-                klock._armed = None
-                sleep = 0.05
-            del klock
-            if sleep is not True:
-                wake.wait(sleep)
+class _Alarm:
+    """The Klock's one timer on its clock. It holds the Klock weakly, so a Klock dropped
+    without close() is still collected (a finalizer then clears the timer)."""
+
+    __slots__ = ("_ref", "timer", "at")
+
+    def __init__(self, klock: Klock) -> None:
+        self._ref = weakref.ref(klock)
+        self.timer: Timer | None = None
+        self.at: int | None = None
+
+    def fire(self) -> None:
+        klock = self._ref()
+        if klock is not None:
+            klock._on_timer()
 
 
-def _wake(wake: threading.Condition) -> None:
-    with wake:
-        wake.notify_all()
+def _disarm(clock: Clock, alarm: _Alarm) -> None:
+    if alarm.timer is not None:
+        clock.clear_timer(alarm.timer)
+        alarm.timer = alarm.at = None
+
+
+def _as_clock(clock: object) -> tuple[Clock, SystemClock | None]:
+    """The clock to use, and the same again if the Klock made it (then it closes it)."""
+    if clock is None or (callable(clock) and not hasattr(clock, "set_timer")):
+        own = SystemClock(clock)
+        return own, own
+    if all(callable(getattr(clock, name, None)) for name in ("now", "set_timer", "clear_timer")):
+        return clock, None  # type: ignore[return-value]
+    raise TypeError(
+        "clock must be a klock.ManualClock / klock.SystemClock (an object with now(), set_timer(at, callback) "
+        f"and clear_timer(timer)) or a function returning milliseconds; got {type(clock).__name__}"
+    )
 
 
 class Klock:
@@ -228,13 +246,17 @@ class Klock:
     coordination domain) and share it among threads and tasks.
 
     ``policy`` is ``"wait_die"`` (default), ``"wound_wait"`` or ``"lanes"``; the other
-    settings are the kernel's (SPEC.md defaults when ``None``).
+    settings are the kernel's (SPEC.md defaults when ``None``). ``clock`` is where every time
+    comes from (see :mod:`klock.clock`): by default a :class:`~klock.SystemClock` the Klock
+    makes and closes; a :class:`~klock.ManualClock` for tests in virtual time; or a function
+    returning integer milliseconds (a :class:`~klock.SystemClock` with that ``now``).
     """
 
     def __init__(
         self,
         policy: str = "wait_die",
         *,
+        clock: Clock | Callable[[], int] | None = None,
         seed: int | None = None,
         default_ttl_ms: int | None = None,
         max_ttl_ms: int | None = None,
@@ -260,11 +282,11 @@ class Klock:
             max_lease_lifetime_ms=max_lease_lifetime_ms,
         )
         self.counters = ClientCounters()
-        self._t0 = time.monotonic_ns()
-        # Re-entrant so that the finalizer below may wake the timer from any thread, the
-        # timer thread included (see _timer_main).
+        self.clock, self._own_clock = _as_clock(clock)
+        self._last_now = 0
+        # Re-entrant: a clock may run a timer callback inside a call made under this lock
+        # (a ManualClock advanced by a caller holding it).
         self._lock = threading.RLock()
-        self._timer_wake = threading.Condition(self._lock)
         self._waiters: dict[int, _Waiter] = {}
         # Acquisitions backing off after a DIE/DIED/WOUNDED: how to wake each one early.
         self._sleepers: dict[Lease, Callable[[], None]] = {}
@@ -273,30 +295,76 @@ class Klock:
         self._heartbeats: list[tuple[int, int, Lease]] = []
         self._heartbeat_stale = 0
         self._seq = itertools.count(1)
-        self._armed: int | None = None
         self._closed = False
         self.timer_error: BaseException | None = None
-        # The timer thread holds the Klock only weakly between steps, so a Klock that is
-        # dropped without close() is still collected; the finalizer wakes the thread to exit.
-        self._thread = threading.Thread(
-            target=_timer_main, args=(weakref.ref(self), self._timer_wake), name="klock-timer", daemon=True
-        )
-        weakref.finalize(self, _wake, self._timer_wake).atexit = False
-        self._thread.start()
+        self._alarm = _Alarm(self)
+        weakref.finalize(self, _disarm, self.clock, self._alarm).atexit = False
 
     # ---- clock and plumbing -------------------------------------------------------------
 
     def now(self) -> int:
-        """Milliseconds since this Klock was created (monotonic)."""
-        return (time.monotonic_ns() - self._t0) // 1_000_000
+        """The clock's time in integer milliseconds (never going back)."""
+        t = self.clock.now()
+        if type(t) is not int or t < 0:
+            raise TypeError(f"clock.now() must return an int number of milliseconds >= 0, got {t!r}")
+        if t > self._last_now:
+            self._last_now = t
+        return self._last_now
 
     def _settled_locked(self) -> None:
-        """After any kernel call: route its events, and wake the timer if it must fire sooner."""
+        """After any kernel call: route its events, and re-arm the timer if it must fire sooner."""
         for event in self.kernel.drain_events():
             self._dispatch_locked(event)
-        deadline = self.kernel.next_deadline()
-        if deadline is not None and (self._armed is None or deadline < self._armed):
-            self._timer_wake.notify()
+        self._arm_locked()
+
+    def _arm_locked(self) -> None:
+        """Arms the one timer for the earliest kernel deadline or heartbeat, if sooner than armed."""
+        if self._closed:
+            return
+        beats = self._heartbeats
+        while beats and beats[0][2]._heartbeat_seq != beats[0][1]:
+            heapq.heappop(beats)
+            self._heartbeat_stale = max(0, self._heartbeat_stale - 1)
+        wake = self.kernel.next_deadline()
+        if beats and (wake is None or beats[0][0] < wake):
+            wake = beats[0][0]
+        if wake is not None and (self._alarm.at is None or wake < self._alarm.at):
+            self._arm_at_locked(wake)
+
+    def _arm_at_locked(self, at: int) -> None:
+        _disarm(self.clock, self._alarm)
+        self._alarm.at = at
+        self._alarm.timer = self.clock.set_timer(at, self._alarm.fire)
+
+    def _on_timer(self) -> None:
+        """The timer fired: settle what is due, send the heartbeats due, re-arm."""
+        with self._lock:
+            self._alarm.timer = self._alarm.at = None
+            if self._closed:
+                return
+            now = self.now()
+            try:
+                self.kernel.advance(now)
+                self._settled_locked()
+                beats = self._heartbeats
+                while beats and beats[0][0] <= now:
+                    _, seq, block = heapq.heappop(beats)
+                    if block._heartbeat_seq != seq:
+                        self._heartbeat_stale = max(0, self._heartbeat_stale - 1)
+                        continue
+                    block._heartbeat_seq = 0
+                    due = block._heartbeat_due()
+                    if due > now:
+                        # Renewed meanwhile (a nested block's re-acquire, a heartbeat of a
+                        # lease it shares with another block): the next renewal is later.
+                        self._schedule_heartbeat_locked(block, due)
+                    else:
+                        self._heartbeat_locked(block, now)
+            except Exception as e:  # a bug: keep the timer alive, expose what happened
+                self.timer_error = e
+                self._arm_at_locked(now + _TIMER_RETRY_MS)
+                return
+            self._arm_locked()
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One kernel call at the current time, with its events routed."""
@@ -305,11 +373,6 @@ class Klock:
                 return method(*args, self.now(), **kwargs)
             finally:
                 self._settled_locked()
-
-    def _advance(self) -> None:
-        with self._lock:
-            self.kernel.advance(self.now())
-            self._settled_locked()
 
     def _dispatch_locked(self, event: _core.Event) -> None:
         kind = event.event
@@ -350,8 +413,7 @@ class Klock:
         seq = next(self._seq)
         block._heartbeat_seq = seq
         heapq.heappush(self._heartbeats, (due, seq, block))
-        if self._armed is None or due < self._armed:
-            self._timer_wake.notify()
+        self._arm_locked()
 
     def _unschedule_heartbeat_locked(self, block: Lease) -> None:
         if block._heartbeat_seq:
@@ -366,8 +428,12 @@ class Klock:
         ids = [lease.lease_id for lease in block.leases]
         try:
             results = self.kernel.heartbeat(block.session.session_id, ids, now)
-        except KlockError as e:  # the session is gone (closed elsewhere, idle-closed)
-            self._lose_locked(ids, e.name, e.message)
+        except UnknownId:
+            # The session was closed in the kernel behind this client's back (the only error
+            # a heartbeat call raises): that released its leases.
+            self._sessions.pop(block.session.session_id, None)
+            block.session._closed = True
+            self._lose_locked(list(block.session._refs), "LEASE_RELEASED", _LOST_TO_KERNEL_CLOSE)
             return
         finally:
             self._settled_locked()
@@ -391,34 +457,6 @@ class Klock:
         if block._heartbeat_seq:
             self._unschedule_heartbeat_locked(block)
             self._schedule_heartbeat_locked(block, max(self.now(), block._heartbeat_due()))
-
-    def _timer_step_locked(self) -> float | None | bool:
-        """One pass of the timer thread: settle what is due or run one due heartbeat (then
-        ``True``: look again), or arm for the next wake-up and return the seconds to sleep
-        (``None``: until woken)."""
-        self._armed = None
-        now = self.now()
-        deadline = self.kernel.next_deadline()
-        if deadline is not None and deadline <= now:
-            self.kernel.advance(now)
-            self._settled_locked()
-            return True
-        beats = self._heartbeats
-        if beats and beats[0][0] <= now:
-            _, seq, block = heapq.heappop(beats)
-            if block._heartbeat_seq == seq:
-                block._heartbeat_seq = 0
-                self._heartbeat_locked(block, now)
-            else:
-                self._heartbeat_stale = max(0, self._heartbeat_stale - 1)
-            return True
-        wake = deadline
-        if beats and (wake is None or beats[0][0] < wake):
-            wake = beats[0][0]
-        self._armed = wake
-        if wake is None:
-            return None
-        return max(0.0, (self._t0 + wake * 1_000_000 - time.monotonic_ns()) / 1e9 + 0.0005)
 
     # ---- public API ---------------------------------------------------------------------
 
@@ -493,11 +531,13 @@ class Klock:
         return self._call(self.kernel.resource_state, resource, namespace)  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        """Stops the timer thread and ends every acquisition in progress: each block still
-        waiting for a grant or backing off after a DIE raises :class:`Closed` ("this Klock is
-        closed") promptly, its ticket withdrawn from the kernel, and nothing is granted to it
-        afterwards. Blocks already holding leases are not renewed any more: end them first.
-        Idempotent."""
+        """Ends every acquisition in progress: each block still waiting for a grant or backing
+        off raises :class:`Closed` ("this Klock is closed") promptly, its ticket withdrawn
+        from the kernel, and nothing is granted to it afterwards. Then closes every session
+        of this Klock in the kernel, which releases what they hold (a block still holding one
+        of those leases is lost, ``LEASE_RELEASED``, and its exit raises :class:`LeaseLost`),
+        and stops the timer (and the clock's thread, if the Klock made its clock). Later
+        calls raise :class:`Closed`. Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -505,9 +545,11 @@ class Klock:
             self._withdraw_locked(list(self._waiters), _KLOCK_CLOSED)
             for wake in list(self._sleepers.values()):
                 wake()
-            self._timer_wake.notify_all()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
+            for session in list(self._sessions.values()):
+                session._end_locked(_LOST_TO_KLOCK_CLOSE)
+            _disarm(self.clock, self._alarm)
+        if self._own_clock is not None:
+            self._own_clock.close()
 
     def _withdraw_locked(self, tickets: list[int], message: str) -> None:
         """Cancels these tickets in the kernel and fails their waiters with ``Closed``.
@@ -636,29 +678,38 @@ class Session:
         return self.klock._call(self.klock.kernel.reconcile, self.session_id, list(lease_ids))  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        """Releases every lease and cancels every wait of the session; a block of it still
-        acquiring (waiting or backing off) raises :class:`Closed` ("this session is
-        closed"), and so does any later use of the session. Idempotent."""
+        """Closes the session in the kernel, which releases every lease and cancels every
+        wait of it: a block of it still acquiring (waiting or backing off) raises
+        :class:`Closed` ("this session is closed"), and so does any later use of the session;
+        a block still holding a lease is lost (``LEASE_RELEASED``) and its exit raises
+        :class:`LeaseLost`. Idempotent."""
         k = self.klock
         with k._lock:
             if self._closed_by_user:
                 return
             self._closed_by_user = True
-            already = self._closed
-            self._closed = True
-            k._sessions.pop(self.session_id, None)
             mine = [ticket for ticket, waiter in k._waiters.items() if waiter.block.session is self]
             k._withdraw_locked(mine, _SESSION_CLOSED)
-            if not already:
-                try:
-                    k.kernel.close_session(self.session_id, k.now())
-                except UnknownId:
-                    pass  # already closed by the kernel (idle)
-            k._lose_locked(list(self._refs), "UNKNOWN_SESSION", "the session was closed while the block ran")
             for block, wake in list(k._sleepers.items()):
                 if block.session is self:
                     wake()
-            k._settled_locked()
+            self._end_locked(_LOST_TO_SESSION_CLOSE)
+
+    def _end_locked(self, why: str) -> None:
+        """Closes the session in the kernel (unless the kernel closed it already) and marks
+        every block holding one of its leases lost."""
+        k = self.klock
+        self._closed_by_user = True
+        k._sessions.pop(self.session_id, None)
+        if not self._closed:
+            self._closed = True
+            try:
+                k.kernel.close_session(self.session_id, k.now())
+            except UnknownId:
+                pass  # closed in the kernel already (idle, or directly on the kernel)
+            finally:
+                k._settled_locked()
+        k._lose_locked(list(self._refs), "LEASE_RELEASED", why)
 
     def __enter__(self) -> Session:
         _restore.set(_restore.get() + (_current.set(self),))
@@ -684,6 +735,12 @@ class Session:
         return f"Session(session_id={self.session_id}, agent_id={self.agent_id!r}, priority={self.priority}, {state})"
 
 
+def _timeout_ms(timeout: float) -> int:
+    """A checked finite ``timeout`` in whole milliseconds, rounded up (rounded to a nanosecond
+    first, so that 0.3 s is 300 ms however the float is represented)."""
+    return math.ceil(round(timeout * 1000, 6))
+
+
 def _check_timeout(timeout: float | None) -> float | None:
     """``None``, ``math.inf``, or seconds in ``[0, (2**64-1)/1000]`` (the kernel counts in u64
     milliseconds)."""
@@ -693,7 +750,7 @@ def _check_timeout(timeout: float | None) -> float | None:
         raise TypeError(f"timeout must be a number of seconds, math.inf or None, got {type(timeout).__name__}")
     if timeout == math.inf:
         return math.inf
-    if math.isnan(timeout) or timeout < 0 or math.ceil(timeout * 1000) > U64_MAX:
+    if math.isnan(timeout) or timeout < 0 or _timeout_ms(timeout) > U64_MAX:
         raise ValueError(
             f"timeout must be a number of seconds from 0 to {_MAX_TIMEOUT_S:.0f} ((2**64-1) milliseconds), "
             f"or math.inf to wait with no limit; got {timeout!r}"
@@ -775,7 +832,7 @@ class Lease:
             raise LeaseLost(name, message, list(ids))
 
     def heartbeat(self) -> None:
-        """Renews every lease of the block now (the timer thread also does it on its own).
+        """Renews every lease of the block now (the Klock's timer also does it on its own).
 
         Raises :class:`LeaseLost` if one has ended."""
         k = self.session.klock
@@ -795,10 +852,10 @@ class Lease:
         refs = self.session._refs
         for lease in self.leases:
             # A reused lease was renewed by this grant (SPEC.md §6): the outer blocks holding
-            # it follow its new expiry and TTL.
+            # it follow its new expiry and TTL (their next heartbeat, found due later than
+            # scheduled, moves).
             for other in k._holders.get(lease.lease_id, []):
                 other.leases = [lease if mine.lease_id == lease.lease_id else mine for mine in other.leases]
-                k._reschedule_heartbeat_locked(other)
             refs[lease.lease_id] = refs.get(lease.lease_id, 0) + 1
             k._holders.setdefault(lease.lease_id, []).append(self)
         k.counters.grants += 1
@@ -871,23 +928,23 @@ class Lease:
         Every backoff is the kernel's ``retry_after_ms`` (DIE verdict, DIED or WOUNDED event,
         SPEC.md §8); all three follow the same rules: retry in place while the session holds
         nothing else, else raise :class:`Died`. Before every kernel call it checks, under the
-        Klock's lock, that neither the Klock nor the session was closed meanwhile."""
+        Klock's lock, that neither the Klock nor the session was closed meanwhile. The
+        ``timeout`` budget is counted on the Klock's clock, from the first attempt."""
         k = self.session.klock
         forever = self.timeout == math.inf
-        deadline = None if self.timeout is None or forever else time.monotonic() + self.timeout
-        config = k.kernel.config
-        default_wait_s = config["default_wait_timeout_ms"] / 1000
+        deadline = None if self.timeout is None or forever else min(U64_MAX, k.now() + _timeout_ms(self.timeout))
         attempt = 0
         while True:
-            if forever:
-                wait_ms: int | None = U64_MAX  # "never" under saturating deadlines (SPEC.md §2)
-            elif deadline is None:
-                wait_ms = None
-            else:
-                wait_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
             waiter: _Waiter | None = None
             with k._lock:
                 self.session._check_open()
+                now = k.now()
+                if forever:
+                    wait_ms: int | None = U64_MAX  # "never" under saturating deadlines (SPEC.md §2)
+                elif deadline is None:
+                    wait_ms = None  # the kernel's default_wait_timeout_ms; asked again after it
+                else:
+                    wait_ms = max(0, deadline - now)
                 if attempt:
                     k.counters.retries += 1
                 attempt += 1
@@ -895,7 +952,7 @@ class Lease:
                     verdict = k.kernel.acquire(
                         self.session.session_id,
                         self.intents,
-                        k.now(),
+                        now,
                         ttl_ms=self.ttl_ms,
                         wait=wait_ms != 0,
                         wait_timeout_ms=wait_ms,
@@ -917,8 +974,7 @@ class Lease:
                 return
             held_by = [b.session_id for b in verdict.held_by]
             if waiter is not None:
-                budget = min(_MAX_FALLBACK_S, (wait_ms / 1000 if wait_ms is not None else default_wait_s) + 1.0)
-                event = yield _Wait(waiter, budget)
+                event = yield _Wait(waiter)
                 self._ticket = None
                 outcome = event.event
                 if outcome == "GRANTED":
@@ -927,7 +983,7 @@ class Lease:
                     # Whoever closed withdrew the ticket from the kernel.
                     raise Closed(f"{event.message}: the block waiting for {self.intents} was abandoned")
                 if outcome == "WAIT_TIMEOUT":
-                    if deadline is not None and time.monotonic() >= deadline - 0.0005:
+                    if deadline is not None and k.now() >= deadline:
                         k.counters.timeouts += 1
                         raise Timeout(f"waited {self.timeout} s for {self.intents}; still held by sessions {held_by}", held_by)
                     continue
@@ -935,7 +991,12 @@ class Lease:
                 # at once would only get this block wounded again): both count as a DIE.
                 assert event.retry_after_ms is not None, event
                 retry_after_ms = event.retry_after_ms
-                why = f"was wounded by the older session {event.by}" if outcome == "WOUNDED" else "its wait was withdrawn (DIED)"
+                if outcome == "WOUNDED":
+                    assert event.by is not None
+                    held_by = [event.by]  # the session that took precedence
+                    why = f"was wounded by the older session {event.by} while waiting for {self.intents}"
+                else:
+                    why = f"its wait for {self.intents} was withdrawn (DIED)"
             else:
                 assert verdict.retry_after_ms is not None
                 retry_after_ms = verdict.retry_after_ms
@@ -950,31 +1011,34 @@ class Lease:
                     retry_after_ms,
                     held_by,
                 )
-            pause = retry_after_ms / 1000
-            if deadline is not None and time.monotonic() + pause > deadline:
+            if deadline is not None and k.now() + retry_after_ms > deadline:
                 k.counters.timeouts += 1
                 raise Timeout(
-                    f"{self.intents} are held by sessions {held_by}; the next retry ({retry_after_ms} ms) would pass the timeout",
+                    f"session {self.session.session_id} {why}; the next retry ({retry_after_ms} ms) would pass the timeout",
                     held_by,
                 )
-            yield _Sleep(pause)
+            yield _Sleep(retry_after_ms)
 
-    def _sleep_thread(self, seconds: float) -> None:
-        """A backoff in a thread, cut short by Klock.close() or Session.close()."""
+    def _sleep_thread(self, ms: int) -> None:
+        """A backoff in a thread, on the Klock's clock, cut short by Klock.close() or
+        Session.close()."""
         k = self.session.klock
         flag = threading.Event()
         with k._lock:
             if k._closed or self.session._closed_by_user:
                 return
             k._sleepers[self] = flag.set
+            timer = k.clock.set_timer(k.now() + ms, flag.set)
         try:
-            flag.wait(seconds)
+            flag.wait()
         finally:
             with k._lock:
                 k._sleepers.pop(self, None)
+            k.clock.clear_timer(timer)
 
-    async def _sleep_async(self, seconds: float) -> None:
-        """A backoff in a task, cut short by Klock.close() or Session.close() (from any thread)."""
+    async def _sleep_async(self, ms: int) -> None:
+        """A backoff in a task, on the Klock's clock, cut short by Klock.close() or
+        Session.close() (from any thread)."""
         k = self.session.klock
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
@@ -993,11 +1057,13 @@ class Lease:
             if k._closed or self.session._closed_by_user:
                 return
             k._sleepers[self] = wake
+            timer = k.clock.set_timer(k.now() + ms, wake)
         try:
-            await asyncio.wait([woken], timeout=seconds)
+            await woken
         finally:
             with k._lock:
                 k._sleepers.pop(self, None)
+            k.clock.clear_timer(timer)
             woken.cancel()
 
     def _abort(self) -> None:
@@ -1034,16 +1100,15 @@ class Lease:
     def __enter__(self) -> Lease:
         self._begin()
         steps = self._acquire_steps(_ThreadWaiter)
-        k = self.session.klock
         try:
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
-                    self._sleep_thread(step.seconds)
+                    self._sleep_thread(step.ms)
                     step = steps.send(None)
                 else:
                     assert isinstance(step.waiter, _ThreadWaiter)
-                    step = steps.send(step.waiter.wait(step.fallback_s, k))
+                    step = steps.send(step.waiter.wait())
         except StopIteration:
             return self
         except BaseException:
@@ -1057,16 +1122,15 @@ class Lease:
         loop = asyncio.get_running_loop()
         self._begin()
         steps = self._acquire_steps(lambda block: _AsyncWaiter(block, loop))
-        k = self.session.klock
         try:
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
-                    await self._sleep_async(step.seconds)
+                    await self._sleep_async(step.ms)
                     step = steps.send(None)
                 else:
                     assert isinstance(step.waiter, _AsyncWaiter)
-                    step = steps.send(await step.waiter.wait(step.fallback_s, k))
+                    step = steps.send(await step.waiter.wait())
         except StopIteration:
             return self
         except BaseException:

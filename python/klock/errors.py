@@ -15,9 +15,11 @@ class                     codes  names
 
 The friendly client adds four conditions of its own, also :class:`KlockError`\\ s:
 
-* :class:`LeaseLost` (a :class:`StateError`): a held lease expired or was taken away
-  (wounded, session closed) while its block ran; ``.name`` is what the kernel said
-  (``LEASE_EXPIRED``, ``LEASE_RELEASED``, ``UNKNOWN_SESSION``, ...).
+* :class:`LeaseLost` (a :class:`StateError`): a held lease ended while its block ran;
+  ``.name`` says how, as the kernel would: ``LEASE_EXPIRED`` (heartbeats came too late, or a
+  lifetime cap was reached), ``LEASE_RELEASED`` (taken away: wounded by an older session, or
+  released because its session was closed, by ``Session.close()``, ``Klock.close()`` or
+  directly in the kernel; the message says which).
 * :class:`Died`: the kernel answered DIE while the session holds other leases, so retrying
   in place could keep Wait-Die from making progress (SPEC.md §6 rule 3): release everything
   and start the unit of work again, after ``retry_after_ms``. ``.code`` is 0, ``.name`` "DIE".
@@ -53,7 +55,8 @@ __all__ = [
 
 
 class LeaseLost(StateError):
-    """A lease of the block ended before the block did (expired, wounded, session closed)."""
+    """A lease of the block ended before the block did: ``LEASE_EXPIRED`` or
+    ``LEASE_RELEASED`` (wounded, or its session closed)."""
 
     code: int
     name: str

@@ -378,7 +378,9 @@ def test_closing_the_session_inside_a_block(make_klock: MakeKlock) -> None:
     with pytest.raises(klock.LeaseLost) as lost:
         with s.lease("MUTATES FILE:/x"):
             s.close()
-    assert lost.value.name == "UNKNOWN_SESSION"
+    # Closing a session releases what it holds (SPEC.md §5): the same name in both clients.
+    assert lost.value.name == "LEASE_RELEASED" and lost.value.code == klock.ERROR_CODES["LEASE_RELEASED"]
+    assert "session was closed" in lost.value.message
     assert k.stats()["active_leases"] == 0
 
 
@@ -434,13 +436,17 @@ def test_close_klock_fails_waiters_and_is_idempotent(make_klock: MakeKlock) -> N
     k = make_klock()
     old = k.session("old")
     young = k.session("young")
-    with young.lease("MUTATES FILE:/x"):
-        t, errors = in_thread(lambda: old.lease("MUTATES FILE:/x").__enter__())
-        wait_until(lambda: k.counters.waits == 1)
-        k.close()
-        t.join(10)
+    with pytest.raises(klock.LeaseLost) as lost:  # close() closed the session holding it
+        with young.lease("MUTATES FILE:/x") as held:
+            t, errors = in_thread(lambda: old.lease("MUTATES FILE:/x").__enter__())
+            wait_until(lambda: k.counters.waits == 1)
+            k.close()
+            t.join(10)
+            assert held.lost and young.closed and old.closed
+    assert lost.value.name == "LEASE_RELEASED" and "Klock was closed" in lost.value.message
     k.close()
     assert len(errors) == 1 and isinstance(errors[0], klock.Closed) and "this Klock is closed" in str(errors[0])
+    assert k.kernel.stats()["active_sessions"] == 0 and k.kernel.stats()["active_leases"] == 0
     with pytest.raises(klock.Closed, match="this Klock is closed"):
         k.session("late")
 
@@ -477,11 +483,32 @@ def test_a_dropped_klock_is_collected_and_its_timer_ends() -> None:
 
     k = Klock()
     ref = weakref.ref(k)
-    thread = k._thread
+    assert isinstance(k.clock, klock.SystemClock)
+    thread = k.clock._thread
     with k.session("a") as s, s.lease("MUTATES FILE:/x"):
         pass
+    k.session("idle")  # left open: its idle deadline keeps a timer armed
+    assert k.kernel.next_deadline() is not None
     del k, s
     gc.collect()
     assert ref() is None
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_close_stops_the_clock_the_klock_made_but_not_one_it_was_given() -> None:
+    own = Klock()
+    assert isinstance(own.clock, klock.SystemClock)
+    own.session("a")
+    own.close()
+    assert not own.clock._thread.is_alive()
+    shared = klock.SystemClock()
+    k = Klock(clock=shared)
+    k.session("a")
+    k.close()
+    assert shared._thread.is_alive()
+    fired: list[int] = []
+    shared.set_timer(shared.now(), lambda: fired.append(1))
+    wait_until(lambda: fired == [1])
+    shared.close()
+    assert not shared._thread.is_alive()

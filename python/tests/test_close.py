@@ -20,13 +20,14 @@ from test_client import MakeKlock, in_thread, wait_until
 def test_close_ends_an_acquisition_backing_off_after_a_die(make_klock: MakeKlock) -> None:
     k = make_klock(backoff_base_ms=2_000, backoff_cap_ms=2_000)
     old, young = k.session("old"), k.session("young")
-    with old.lease("MUTATES FILE:/x"):
-        t, errors = in_thread(lambda: young.lease("MUTATES FILE:/x").__enter__())
-        wait_until(lambda: k.counters.deaths == 1)  # young sleeps 2-4 s before its retry
-        start = time.monotonic()
-        k.close()
-        t.join(5)
-        assert not t.is_alive() and time.monotonic() - start < 1.0
+    with pytest.raises(klock.LeaseLost, match="Klock was closed"):  # close() released it
+        with old.lease("MUTATES FILE:/x"):
+            t, errors = in_thread(lambda: young.lease("MUTATES FILE:/x").__enter__())
+            wait_until(lambda: k.counters.deaths == 1)  # young sleeps 2-4 s before its retry
+            start = time.monotonic()
+            k.close()
+            t.join(5)
+            assert not t.is_alive() and time.monotonic() - start < 1.0
     assert len(errors) == 1 and isinstance(errors[0], klock.Closed), errors
     assert errors[0].name == "CLOSED" and errors[0].code == 0 and "this Klock is closed" in str(errors[0])
     time.sleep(0.3)
@@ -36,13 +37,14 @@ def test_close_ends_an_acquisition_backing_off_after_a_die(make_klock: MakeKlock
 def test_close_ends_a_waiter_and_withdraws_its_ticket(make_klock: MakeKlock) -> None:
     k = make_klock()
     old, young = k.session("old"), k.session("young")
-    with young.lease("MUTATES FILE:/x"):
-        t, errors = in_thread(lambda: old.lease("MUTATES FILE:/x").__enter__())
-        wait_until(lambda: k.counters.waits == 1)
-        k.close()
-        t.join(5)
-        assert not t.is_alive()
-        assert k.kernel.stats()["waiting_tickets"] == 0  # withdrawn, not left queued
+    with pytest.raises(klock.LeaseLost, match="Klock was closed"):
+        with young.lease("MUTATES FILE:/x"):
+            t, errors = in_thread(lambda: old.lease("MUTATES FILE:/x").__enter__())
+            wait_until(lambda: k.counters.waits == 1)
+            k.close()
+            t.join(5)
+            assert not t.is_alive()
+            assert k.kernel.stats()["waiting_tickets"] == 0  # withdrawn, not left queued
     assert len(errors) == 1 and isinstance(errors[0], klock.Closed) and "this Klock is closed" in str(errors[0])
     assert k.kernel.stats()["active_leases"] == 0
 
@@ -52,15 +54,16 @@ def test_close_does_not_leave_a_ticket_granted_when_an_earlier_one_is_withdrawn(
     # the second a lease that nobody would ever release.
     k = make_klock()
     b, a, holder = k.session("b"), k.session("a"), k.session("holder")  # b oldest: it may queue behind a
-    with holder.lease("MUTATES FILE:/x"):
-        ta, ea = in_thread(lambda: a.lease("MUTATES FILE:/x").__enter__())
-        wait_until(lambda: k.counters.waits == 1)
-        tb, eb = in_thread(lambda: b.lease("MUTATES FILE:/x").__enter__())
-        wait_until(lambda: k.counters.waits == 2)
-        k.close()
-        for t in (ta, tb):
-            t.join(5)
-        assert k.kernel.stats()["waiting_tickets"] == 0
+    with pytest.raises(klock.LeaseLost, match="Klock was closed"):
+        with holder.lease("MUTATES FILE:/x"):
+            ta, ea = in_thread(lambda: a.lease("MUTATES FILE:/x").__enter__())
+            wait_until(lambda: k.counters.waits == 1)
+            tb, eb = in_thread(lambda: b.lease("MUTATES FILE:/x").__enter__())
+            wait_until(lambda: k.counters.waits == 2)
+            k.close()
+            for t in (ta, tb):
+                t.join(5)
+            assert k.kernel.stats()["waiting_tickets"] == 0
     assert isinstance(ea[0], klock.Closed) and isinstance(eb[0], klock.Closed)
     assert k.kernel.stats()["active_leases"] == 0
 
@@ -82,17 +85,18 @@ def test_close_ends_asyncio_acquisitions_waiting_and_backing_off() -> None:
     async def main() -> tuple[list[object], float, klock.Klock]:
         k = klock.Klock(backoff_base_ms=2_000, backoff_cap_ms=2_000)
         oldest, holder, young = k.session("oldest"), k.session("holder"), k.session("young")
-        with holder.lease("MUTATES FILE:/x"):
-            waiting = asyncio.create_task(oldest.lease("MUTATES FILE:/x").__aenter__())
-            backing_off = asyncio.create_task(young.lease("MUTATES FILE:/x").__aenter__())
-            end = time.monotonic() + 10
-            while not (k.counters.waits == 1 and k.counters.deaths == 1):
-                assert time.monotonic() < end
-                await asyncio.sleep(0.005)
-            start = time.monotonic()
-            k.close()
-            results = await asyncio.wait_for(asyncio.gather(waiting, backing_off, return_exceptions=True), 5)
-            elapsed = time.monotonic() - start
+        with pytest.raises(klock.LeaseLost, match="Klock was closed"):
+            with holder.lease("MUTATES FILE:/x"):
+                waiting = asyncio.create_task(oldest.lease("MUTATES FILE:/x").__aenter__())
+                backing_off = asyncio.create_task(young.lease("MUTATES FILE:/x").__aenter__())
+                end = time.monotonic() + 10
+                while not (k.counters.waits == 1 and k.counters.deaths == 1):
+                    assert time.monotonic() < end
+                    await asyncio.sleep(0.005)
+                start = time.monotonic()
+                k.close()
+                results = await asyncio.wait_for(asyncio.gather(waiting, backing_off, return_exceptions=True), 5)
+                elapsed = time.monotonic() - start
         return list(results), elapsed, k
 
     results, elapsed, k = asyncio.run(main())
