@@ -13,8 +13,8 @@ use crate::http_client::{self, percent_encode as encode, request, Spawned};
 use klock_conformance::run::{Answer, Host};
 use klock_conformance::vector::Vector;
 use klock_core::{
-    Command, Error, ErrorCode, Event, LeaseId, LeaseStatus, Output, ResourceState, SessionId,
-    SessionInfo, Snapshot, StateDigest, Verdict,
+    Command, Error, ErrorCode, Event, Output, ResourceState, SessionId, SessionInfo, Snapshot,
+    StateDigest, Verdict,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -233,20 +233,10 @@ fn output_of(command: &Command, body: Value) -> Result<Output, String> {
         Command::Acquire { .. } => Output::Verdict {
             verdict: parse::<Verdict>(body, "a verdict")?,
         },
-        Command::Heartbeat { .. } => {
-            let mut results = Vec::new();
-            for r in body["results"].as_array().cloned().unwrap_or_default() {
-                let id = LeaseId(r["lease_id"].as_u64().ok_or("a result without lease_id")?);
-                let status = r["status"].as_str().ok_or("a result without status")?;
-                let outcome = match status {
-                    "OK" => Ok(r["expires_at"].as_u64().ok_or("OK without expires_at")?),
-                    name => Err(ErrorCode::from_name(name)
-                        .ok_or_else(|| format!("unknown status {name}"))?),
-                };
-                results.push((id, outcome));
-            }
-            Output::Heartbeat { results }
-        }
+        Command::Heartbeat { .. } => parse::<Output>(
+            json!({"output": "heartbeat", "results": body["results"]}),
+            "heartbeat results",
+        )?,
         Command::Release { .. } => Output::Released {
             released: body["released"]
                 .as_bool()
@@ -257,16 +247,10 @@ fn output_of(command: &Command, body: Value) -> Result<Output, String> {
                 .as_u64()
                 .ok_or("release all answered no count")? as usize,
         },
-        Command::Reconcile { .. } => {
-            let mut statuses = Vec::new();
-            for r in body["statuses"].as_array().cloned().unwrap_or_default() {
-                let id = LeaseId(r["lease_id"].as_u64().ok_or("a status without lease_id")?);
-                let mut plain = r.clone();
-                plain.as_object_mut().map(|o| o.remove("lease_id"));
-                statuses.push((id, parse::<LeaseStatus>(plain, "a lease status")?));
-            }
-            Output::Reconcile { statuses }
-        }
+        Command::Reconcile { .. } => parse::<Output>(
+            json!({"output": "reconcile", "statuses": body["statuses"]}),
+            "reconcile statuses",
+        )?,
         Command::ResourceState { .. } => Output::ResourceState {
             state: parse::<ResourceState>(body, "a resource state")?,
         },

@@ -365,23 +365,17 @@ fn to_json<T: serde::Serialize>(value: &T) -> Value {
 fn render(output: &Output) -> Value {
     match output {
         Output::Verdict { verdict } => to_json(verdict),
-        Output::Heartbeat { results } => json!({
-            "results": results.iter().map(|(id, r)| match r {
-                Ok(expires_at) => json!({"lease_id": id, "status": "OK", "expires_at": expires_at}),
-                Err(code) => json!({"lease_id": id, "status": code.name()}),
-            }).collect::<Vec<_>>()
-        }),
         Output::Released { released } => json!({ "released": released }),
         Output::ReleasedAll { count } => json!({ "released": count }),
-        Output::Reconcile { statuses } => json!({
-            "statuses": statuses.iter().map(|(id, s)| {
-                let mut v = to_json(s);
-                v["lease_id"] = json!(id);
-                v
-            }).collect::<Vec<_>>()
-        }),
         Output::Done => json!({ "done": true }),
-        other => to_json(other),
+        // The kernel's own shape (per-lease objects named by `lease_id`), without the tag.
+        other => {
+            let mut value = to_json(other);
+            if let Some(fields) = value.as_object_mut() {
+                fields.remove("output");
+            }
+            value
+        }
     }
 }
 
