@@ -26,54 +26,88 @@ use alloc::{boxed::Box, string::String, vec::Vec};
 )]
 #[non_exhaustive]
 pub enum Command {
+    /// [`Kernel::open_session`]; answered by [`Output::Session`].
     Open {
+        /// 1..=256 bytes of printable UTF-8 (docs/SPEC.md §5).
         agent_id: String,
+        /// 1..=256 bytes of printable UTF-8 (docs/SPEC.md §5).
         namespace: String,
     },
+    /// [`Kernel::close_session`]; answered by [`Output::Done`].
     Close {
+        /// The session to close.
         session: SessionId,
     },
+    /// [`Kernel::suspend_session`]; answered by [`Output::Done`].
     Suspend {
+        /// The session that is restarting.
         session: SessionId,
     },
+    /// [`Kernel::digest`]; answered by [`Output::Digest`].
     Digest {
+        /// The session to describe.
         session: SessionId,
     },
+    /// [`Kernel::resume_session`]; answered by [`Output::Session`].
     Resume {
+        /// The digest the restarted agent saved.
         digest: Box<StateDigest>,
     },
+    /// [`Kernel::acquire`]; answered by [`Output::Verdict`].
     Acquire {
+        /// The requesting session.
         session: SessionId,
+        /// The manifest: 1..=256 intents, each `"PREDICATE TYPE:/path"` (docs/SPEC.md §6).
         intents: Vec<String>,
+        /// TTL, wait and wait timeout.
         options: AcquireOptions,
     },
-    /// `leases: None` renews every lease of the session.
+    /// [`Kernel::heartbeat`]; answered by [`Output::Heartbeat`]. `leases: None` renews every
+    /// lease of the session.
     Heartbeat {
+        /// The session whose leases to renew.
         session: SessionId,
+        /// The leases to renew, each answered separately; `None` = every active lease.
         leases: Option<Vec<LeaseId>>,
     },
+    /// [`Kernel::release`]; answered by [`Output::Released`].
     Release {
+        /// The owning session.
         session: SessionId,
+        /// The lease to release.
         lease: LeaseId,
     },
+    /// [`Kernel::release_all`]; answered by [`Output::ReleasedAll`].
     ReleaseAll {
+        /// The session whose active leases to release (its waits are kept).
         session: SessionId,
     },
+    /// [`Kernel::reconcile`]; answered by [`Output::Reconcile`].
     Reconcile {
+        /// The asking session.
         session: SessionId,
+        /// The leases to report on.
         leases: Vec<LeaseId>,
     },
+    /// [`Kernel::cancel_wait`]; answered by [`Output::Done`].
     CancelWait {
+        /// The owning session.
         session: SessionId,
+        /// The waiting ticket to withdraw.
         ticket: TicketId,
     },
-    /// Settles what is due (the host's timer).
+    /// Settles what is due (the host's timer): [`Kernel::advance`]; answered by
+    /// [`Output::Done`].
     Advance,
+    /// [`Kernel::resource_state`]; answered by [`Output::ResourceState`].
     ResourceState {
+        /// The resource, `TYPE:/path`.
         resource: String,
+        /// The namespace to look in (required here: no default is filled in).
         namespace: String,
     },
-    /// A pure query: its `now` is ignored.
+    /// A pure query: its `now` is ignored. [`Kernel::next_deadline`]; answered by
+    /// [`Output::NextDeadline`].
     NextDeadline,
 }
 
@@ -85,40 +119,55 @@ pub enum Command {
 pub enum Output {
     /// Open and resume.
     Session {
+        /// The session as opened or resumed.
         session: SessionInfo,
     },
     /// Close, suspend, cancel_wait, advance.
     Done,
+    /// Digest.
     Digest {
+        /// The session's recovery digest, to save for a resume.
         digest: StateDigest,
     },
+    /// Acquire.
     Verdict {
+        /// GRANTED, WAIT or DIE.
         verdict: Verdict,
     },
     /// Serialized as `[{"lease_id": 1, "status": "OK", "expires_at": n}, {"lease_id": 2,
     /// "status": "LEASE_RELEASED"}, ...]`.
     Heartbeat {
+        /// One answer per lease, in request order (`leases: None`: every active lease, by
+        /// id): the new effective expiry in milliseconds, or why it was not renewed.
         #[cfg_attr(feature = "serde", serde(with = "wire::heartbeat_results"))]
         results: Vec<(LeaseId, HeartbeatOutcome)>,
     },
     /// Release: whether this call released the lease.
     Released {
+        /// `true` if this call released it; `false` if it had already ended (idempotent).
         released: bool,
     },
     /// Release_all: how many leases it released.
     ReleasedAll {
+        /// The number of leases released.
         count: usize,
     },
     /// Serialized as `[{"lease_id": 1, "status": "ACTIVE", "expires_at": n, "fence": f},
     /// {"lease_id": 2, "status": "RELEASED"}, ...]`.
     Reconcile {
+        /// One status per requested lease, in request order.
         #[cfg_attr(feature = "serde", serde(with = "wire::reconcile_statuses"))]
         statuses: Vec<(LeaseId, LeaseStatus)>,
     },
+    /// Resource_state.
     ResourceState {
+        /// Holders, queue and covering holders of the node.
         state: ResourceState,
     },
+    /// Next_deadline.
     NextDeadline {
+        /// The earliest pending deadline in milliseconds, possibly already past; `None` when
+        /// nothing is pending (docs/SPEC.md §2).
         deadline: Option<u64>,
     },
 }

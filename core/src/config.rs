@@ -54,19 +54,36 @@ impl Policy {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Config {
+    /// How conflicts are resolved (default `wait_die`, docs/SPEC.md §6).
     pub policy: Policy,
-    /// Seed of the jitter generator (splitmix64).
+    /// Seed of the jitter generator (splitmix64, docs/SPEC.md §2; default 0).
     pub seed: u64,
+    /// Lease TTL in milliseconds when a request gives none (default 60 000; 0 is
+    /// `INVALID_CONFIG`; above `max_ttl_ms` it is clamped, docs/SPEC.md §13.3).
     pub default_ttl_ms: u64,
+    /// Largest lease TTL in milliseconds: a longer requested TTL is clamped to it (default
+    /// 300 000; 0 is `INVALID_CONFIG`, docs/SPEC.md §6).
     pub max_ttl_ms: u64,
+    /// How long a WAIT lasts, in milliseconds, when a request gives no `wait_timeout_ms`
+    /// (default 30 000); 0 makes such requests not wait (docs/SPEC.md §6).
     pub default_wait_timeout_ms: u64,
+    /// Backoff base in milliseconds: `retry_after_ms = min(cap, base · 2^attempts) + jitter`,
+    /// jitter in `[0, base)` (default 100, docs/SPEC.md §8).
     pub backoff_base_ms: u64,
+    /// Cap in milliseconds of the exponential part of the backoff; the jitter comes on top
+    /// (default 10 000, docs/SPEC.md §8).
     pub backoff_cap_ms: u64,
+    /// How long a suspended session's leases are kept past a missed heartbeat, in
+    /// milliseconds from the suspension (default 15 000; 0 adds no time, docs/SPEC.md §5).
     pub grace_ms: u64,
-    /// 0 = sessions are never closed for idleness.
+    /// Milliseconds after which a session with no lease and no ticket is closed (default
+    /// 300 000, docs/SPEC.md §5). 0 = sessions are never closed for idleness.
     pub session_idle_ms: u64,
+    /// Most leases held plus intents waiting in tickets per session; beyond it acquire is
+    /// `QUOTA_EXCEEDED` (default 1 024, docs/SPEC.md §7).
     pub max_leases_per_session: u64,
-    /// 0 = unlimited.
+    /// Longest a lease may live, in milliseconds from `acquired_at`, renewals included
+    /// (docs/SPEC.md §7). 0 = unlimited (the default).
     pub max_lease_lifetime_ms: u64,
 }
 

@@ -9,14 +9,14 @@ use alloc::string::String;
 use core::fmt;
 
 macro_rules! error_codes {
-    ($($variant:ident = $value:literal, $name:literal;)*) => {
+    ($($(#[doc = $doc:literal])* $variant:ident = $value:literal, $name:literal;)*) => {
         /// Stable error codes. The numeric values and names are part of the public contract.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
         #[cfg_attr(feature = "serde", serde(rename_all = "SCREAMING_SNAKE_CASE"))]
         #[repr(u32)]
         pub enum ErrorCode {
-            $($variant = $value,)*
+            $($(#[doc = $doc])* $variant = $value,)*
         }
 
         impl ErrorCode {
@@ -42,22 +42,45 @@ macro_rules! error_codes {
 }
 
 error_codes! {
+    /// A resource is not a valid `TYPE:/path` (docs/SPEC.md §3).
     InvalidResource = 100, "INVALID_RESOURCE";
+    /// A predicate is not one of the six names (docs/SPEC.md §4).
     InvalidPredicate = 101, "INVALID_PREDICATE";
+    /// A manifest has no intent or more than 256 (docs/SPEC.md §6).
     InvalidManifest = 102, "INVALID_MANIFEST";
+    /// A requested `ttl_ms` of 0 (docs/SPEC.md §6).
     InvalidTtl = 103, "INVALID_TTL";
+    /// A digest's version, agent, namespace or priority does not match the session's record,
+    /// or its epoch is newer than the kernel's (docs/SPEC.md §5, §13.2).
     InvalidDigest = 104, "INVALID_DIGEST";
+    /// An agent id that is not 1..=256 bytes of printable UTF-8 (docs/SPEC.md §5).
     InvalidAgentId = 105, "INVALID_AGENT_ID";
+    /// A namespace that is not 1..=256 bytes of printable UTF-8 (docs/SPEC.md §5).
     InvalidNamespace = 106, "INVALID_NAMESPACE";
+    /// A configuration that cannot mean anything: a zero `default_ttl_ms` or `max_ttl_ms`, an
+    /// unknown policy or field name (docs/SPEC.md §13.1).
     InvalidConfig = 107, "INVALID_CONFIG";
+    /// No open session has that id (closed, closed for idleness, or never opened).
     UnknownSession = 200, "UNKNOWN_SESSION";
+    /// The lease was never issued, is another namespace's, or is an ended lease no longer
+    /// remembered (docs/SPEC.md §12, §13.2).
     UnknownLease = 201, "UNKNOWN_LEASE";
+    /// The ticket is not waiting (resolved, withdrawn or never issued) or is another
+    /// namespace's (docs/SPEC.md §9, §13.2).
     UnknownTicket = 202, "UNKNOWN_TICKET";
+    /// The lease or ticket belongs to another session of the same namespace (docs/SPEC.md §7).
     NotOwner = 300, "NOT_OWNER";
+    /// Heartbeat: the lease expired and is never resurrected (docs/SPEC.md §7).
     LeaseExpired = 301, "LEASE_EXPIRED";
+    /// Heartbeat: the lease was released (by its session or by a wound).
     LeaseReleased = 302, "LEASE_RELEASED";
+    /// Under `lanes`, a session that holds or waits asked for more (docs/SPEC.md §6).
     HoldAndWait = 303, "HOLD_AND_WAIT";
+    /// Heartbeat: the lease's expiry already equals its lifetime cap, `acquired_at +
+    /// max_lease_lifetime_ms` (docs/SPEC.md §13.3).
     LifetimeExceeded = 304, "LIFETIME_EXCEEDED";
+    /// The session would hold and wait for more than `max_leases_per_session` intents
+    /// (docs/SPEC.md §7).
     QuotaExceeded = 400, "QUOTA_EXCEEDED";
 }
 

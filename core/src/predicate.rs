@@ -6,16 +6,24 @@
 use crate::error::{Error, ErrorCode};
 use alloc::format;
 
-/// What an agent intends to do to a resource.
+/// What an agent intends to do to a resource. The variants say which predicates they share a
+/// resource with; conflicts count only between different sessions on overlapping resources
+/// (docs/SPEC.md §3, §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "SCREAMING_SNAKE_CASE"))]
 pub enum Predicate {
+    /// `PROVIDES`: one provider at a time; shares with CONSUMES and DEPENDS_ON.
     Provides = 0,
+    /// `CONSUMES` (reads): shares with PROVIDES, CONSUMES and DEPENDS_ON.
     Consumes = 1,
+    /// `MUTATES` (writes): conflicts with every predicate.
     Mutates = 2,
+    /// `DELETES`: conflicts with every predicate.
     Deletes = 3,
+    /// `DEPENDS_ON`: shares with PROVIDES, CONSUMES and DEPENDS_ON.
     DependsOn = 4,
+    /// `RENAMES`: conflicts with every predicate.
     Renames = 5,
 }
 

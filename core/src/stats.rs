@@ -15,6 +15,7 @@ pub const TOP_CAPACITY: usize = 64;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Counters {
+    /// Successful `open_session` calls.
     pub sessions_opened: u64,
     /// GRANTED verdicts plus GRANTED events.
     pub granted: u64,
@@ -22,24 +23,34 @@ pub struct Counters {
     pub waited: u64,
     /// DIE verdicts plus DIED events.
     pub died: u64,
+    /// WAIT_TIMEOUT events.
     pub timed_out: u64,
+    /// LEASE_EXPIRED events.
     pub expired: u64,
     /// WOUNDED events (sessions wounded).
     pub wounded: u64,
+    /// Leases that ended released: by `release`, `release_all`, `close_session` or a wound.
     pub released: u64,
+    /// Tickets withdrawn by `cancel_wait` (not those withdrawn by a close).
     pub cancelled: u64,
+    /// Sessions the kernel closed for idleness (SESSION_CLOSED events).
     pub idle_closed: u64,
     /// Waiters withdrawn with DIED because the policy's waiting order was about to break.
     /// The rules make this impossible; the model checker asserts it stays 0.
     pub defensive_repairs: u64,
 }
 
-/// One resource and how often requests for it were blocked (WAIT or DIE).
+/// One resource and how often requests for it were blocked (WAIT or DIE verdicts; under
+/// `wound_wait` also grants made by wounding the blockers).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Contention {
+    /// The namespace the resource was requested in.
     pub namespace: String,
+    /// The requested resource, canonical `TYPE:/path`.
     pub resource: String,
+    /// How many requested intents on it found a blocker, one per blocked intent of each such
+    /// acquire (an upper bound once more than [`TOP_CAPACITY`] resources were seen).
     pub blocked: u64,
 }
 
@@ -47,8 +58,11 @@ pub struct Contention {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GhostAgent {
+    /// The agent id, counted over all its sessions and namespaces.
     pub agent_id: String,
+    /// LEASE_EXPIRED events of its sessions.
     pub expired_leases: u64,
+    /// WAIT_TIMEOUT events of its sessions.
     pub wait_timeouts: u64,
 }
 
@@ -56,13 +70,19 @@ pub struct GhostAgent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Stats {
+    /// Exact outcome counts.
     pub counters: Counters,
+    /// Sessions open as of the last call.
     pub active_sessions: u64,
+    /// Leases active as of the last call (a lease past its expiry counts until a call
+    /// settles it).
     pub active_leases: u64,
+    /// Tickets waiting as of the last call.
     pub waiting_tickets: u64,
-    /// Most blocked first.
+    /// At most [`TOP_CAPACITY`] resources, most blocked first (ties by namespace, then
+    /// resource; docs/SPEC.md §13.5).
     pub top_contended: Vec<Contention>,
-    /// Most expiries + timeouts first.
+    /// At most [`TOP_CAPACITY`] agents, most expiries + timeouts first (ties by agent id).
     pub ghost_agents: Vec<GhostAgent>,
 }
 

@@ -40,10 +40,13 @@ id_type!(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AcquireOptions {
+    /// Lease TTL in milliseconds; `None` = `Config::default_ttl_ms`. 0 is `INVALID_TTL`;
+    /// above `Config::max_ttl_ms` it is clamped to it (docs/SPEC.md §6).
     pub ttl_ms: Option<u64>,
     /// Whether a blocked request may wait (`false` = try-lock).
     pub wait: bool,
-    /// How long a WAIT may last before WAIT_TIMEOUT; 0 means `wait: false`.
+    /// How long a WAIT may last before WAIT_TIMEOUT, in milliseconds; `None` =
+    /// `Config::default_wait_timeout_ms`; 0 means `wait: false` (docs/SPEC.md §6).
     pub wait_timeout_ms: Option<u64>,
 }
 
@@ -61,11 +64,16 @@ impl Default for AcquireOptions {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SessionInfo {
+    /// The kernel-assigned id, to pass to every later call on the session.
     pub session_id: SessionId,
+    /// The agent id given at open.
     pub agent_id: String,
+    /// The namespace (tenant) the session belongs to (docs/SPEC.md §12).
     pub namespace: String,
-    /// Smaller = older = higher priority. Only the order is meaningful.
+    /// The priority of the session's current unit of work (docs/SPEC.md §5). Smaller = older
+    /// = higher priority. Only the order is meaningful.
     pub priority: u64,
+    /// 0 when opened; each resume sets it to the kernel's epoch + 1 (docs/SPEC.md §13.2).
     pub epoch: u64,
 }
 
@@ -73,18 +81,27 @@ pub struct SessionInfo {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Lease {
+    /// Unique, never reused; names the lease in heartbeat, release and reconcile.
     pub lease_id: LeaseId,
+    /// The owning session.
     pub session_id: SessionId,
+    /// The owning session's agent.
     pub agent_id: String,
     /// Canonical `TYPE:/path`.
     pub resource: String,
+    /// What the holder intends to do to the resource (docs/SPEC.md §4).
     pub predicate: Predicate,
     /// Strictly increasing across every grant of the kernel: the protected resource must
     /// reject writes carrying a fence smaller than the largest it has seen.
     pub fence: u64,
+    /// When it was granted, in the host's milliseconds; a grant made while settling an
+    /// overdue instant `t` is dated `t` (docs/SPEC.md §2). A renewal does not change it.
     pub acquired_at: u64,
-    /// Effective expiry (suspension grace included).
+    /// Effective expiry in milliseconds (suspension grace included): the lease is valid while
+    /// `now < expires_at` (docs/SPEC.md §2); `u64::MAX` means never.
     pub expires_at: u64,
+    /// The TTL in milliseconds a heartbeat renews it by (clamped to `max_ttl_ms`; a re-acquire
+    /// may raise it, docs/SPEC.md §6).
     pub ttl_ms: u64,
 }
 
@@ -92,7 +109,9 @@ pub struct Lease {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Intent {
+    /// The conflicting predicate.
     pub predicate: Predicate,
+    /// Canonical `TYPE:/path` of the node it is held or queued on.
     pub resource: String,
 }
 
@@ -100,8 +119,11 @@ pub struct Intent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Blocker {
+    /// The blocking session.
     pub session_id: SessionId,
+    /// The blocking session's agent.
     pub agent_id: String,
+    /// Its intents that conflict with the request, sorted (docs/SPEC.md §13.4).
     pub intents: Vec<Intent>,
 }
 
@@ -115,15 +137,23 @@ pub struct Blocker {
 #[must_use = "a verdict says whether the intents were granted, queued or refused"]
 pub enum Verdict {
     /// Every intent is a lease now, one per distinct intent in order of first appearance.
-    Granted { leases: Vec<Lease> },
+    Granted {
+        /// The leases, new or reused (a reused lease keeps its id, docs/SPEC.md §6).
+        leases: Vec<Lease>,
+    },
     /// Queued; resolved later by a GRANTED, WAIT_TIMEOUT, DIED or WOUNDED event.
     Wait {
+        /// Names the request in the event that resolves it and in `cancel_wait`.
         ticket: TicketId,
+        /// The blockers at the time of the verdict, by ascending session id; under
+        /// `wound_wait`, the older blockers left after the wounds (docs/SPEC.md §13.4).
         held_by: Vec<Blocker>,
     },
     /// Nothing held or queued; retry after `retry_after_ms` (the session keeps its priority).
     Die {
+        /// Milliseconds to wait at least before retrying (docs/SPEC.md §8).
         retry_after_ms: u64,
+        /// The blockers at the time of the verdict, by ascending session id.
         held_by: Vec<Blocker>,
     },
 }
@@ -154,35 +184,60 @@ impl CloseReason {
     serde(tag = "event", rename_all = "SCREAMING_SNAKE_CASE")
 )]
 pub enum Event {
+    /// A waiting ticket was granted, all-or-nothing.
     Granted {
+        /// The ticket of the earlier WAIT verdict.
         ticket: TicketId,
+        /// The session that waited.
         session: SessionId,
+        /// One lease per distinct intent of the request, in order of first appearance; an
+        /// intent the session held by then reuses that lease (docs/SPEC.md §6).
         leases: Vec<Lease>,
     },
+    /// A ticket waited its `wait_timeout_ms` and was withdrawn; nothing of it is held.
     WaitTimeout {
+        /// The withdrawn ticket.
         ticket: TicketId,
+        /// The session that waited.
         session: SessionId,
     },
+    /// A waiting ticket was withdrawn because a lease it reused ended, or by the defensive
+    /// repair; it counts as a DIE (docs/SPEC.md §6, §8).
     Died {
+        /// The withdrawn ticket.
         ticket: TicketId,
+        /// The session that waited.
         session: SessionId,
+        /// Milliseconds to wait at least before asking again (docs/SPEC.md §8).
         retry_after_ms: u64,
     },
+    /// A lease reached its effective expiry; it is never resurrected (docs/SPEC.md §7).
     LeaseExpired {
+        /// The expired lease.
         lease: LeaseId,
+        /// The session that held it.
         session: SessionId,
     },
+    /// Under `wound_wait`, an older requester revoked what this session had (docs/SPEC.md §6).
     Wounded {
+        /// The wounded (younger) session.
         session: SessionId,
+        /// The older requesting session that wounded it.
         by: SessionId,
+        /// Every lease it held, ascending, when it blocked through a lease; empty when it
+        /// blocked only through a queued ticket. They count as released.
         lost_leases: Vec<LeaseId>,
+        /// Every ticket it was waiting with, in arrival order.
         lost_tickets: Vec<TicketId>,
         /// How long the wounded session should wait before asking again (docs/SPEC.md §8: a
         /// wound counts as a DIE).
         retry_after_ms: u64,
     },
+    /// The kernel closed a session on its own; an explicit close emits none (docs/SPEC.md §9).
     SessionClosed {
+        /// The closed session: its leases were released and its waits cancelled.
         session: SessionId,
+        /// Why the kernel closed it.
         reason: CloseReason,
     },
 }
@@ -244,10 +299,21 @@ pub type HeartbeatOutcome = Result<u64, crate::ErrorCode>;
     serde(tag = "status", rename_all = "SCREAMING_SNAKE_CASE")
 )]
 pub enum LeaseStatus {
-    Active { expires_at: u64, fence: u64 },
+    /// Held by the asking session.
+    Active {
+        /// Effective expiry in milliseconds (suspension grace included).
+        expires_at: u64,
+        /// The lease's fencing token (docs/SPEC.md §7).
+        fence: u64,
+    },
+    /// The asking session's lease expired.
     Expired,
+    /// The asking session's lease was released (`release`, `release_all`, or a wound).
     Released,
+    /// A lease of another session in the same namespace.
     NotOwner,
+    /// Never issued, another namespace's, or an ended id no longer remembered
+    /// (docs/SPEC.md §13.2).
     Unknown,
 }
 
@@ -268,12 +334,19 @@ impl LeaseStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Holder {
+    /// The holding session.
     pub session_id: SessionId,
+    /// The holding session's agent.
     pub agent_id: String,
+    /// The lease.
     pub lease_id: LeaseId,
+    /// Canonical `TYPE:/path` the lease is on (for `covering`, an ancestor or descendant).
     pub resource: String,
+    /// The held predicate.
     pub predicate: Predicate,
+    /// The lease's fencing token (docs/SPEC.md §7).
     pub fence: u64,
+    /// Effective expiry in milliseconds (suspension grace included).
     pub expires_at: u64,
 }
 
@@ -281,13 +354,17 @@ pub struct Holder {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Waiter {
+    /// The waiting session.
     pub session_id: SessionId,
+    /// The waiting session's agent.
     pub agent_id: String,
+    /// The ticket the intent belongs to.
     pub ticket: TicketId,
+    /// The queued predicate.
     pub predicate: Predicate,
     /// 0-based position in this node's queue.
     pub position: usize,
-    /// When the wait times out.
+    /// When the wait times out, in milliseconds; `u64::MAX` means never (docs/SPEC.md §2).
     pub deadline: u64,
 }
 
@@ -295,12 +372,16 @@ pub struct Waiter {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ResourceState {
+    /// The queried resource, normalised.
     pub resource: String,
+    /// The queried namespace.
     pub namespace: String,
+    /// Leases on exactly this node, by lease id.
     pub holders: Vec<Holder>,
-    /// In queue order.
+    /// Intents queued on exactly this node, in queue order.
     pub waiting: Vec<Waiter>,
-    /// Holders on ancestors and descendants whose resources overlap this one.
+    /// Leases on ancestors and descendants, which overlap this node (docs/SPEC.md §3), by
+    /// lease id; queued tickets there are not listed.
     pub covering: Vec<Holder>,
 }
 
@@ -308,8 +389,11 @@ pub struct ResourceState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StateDigest {
+    /// The digest format, [`DIGEST_VERSION`]; a resume refuses another with `INVALID_DIGEST`.
     pub version: u32,
+    /// Who the session is.
     pub identity: DigestIdentity,
+    /// What it was doing.
     pub recovery: DigestRecovery,
 }
 
@@ -317,10 +401,17 @@ pub struct StateDigest {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DigestIdentity {
+    /// Must equal the session's agent id on resume.
     pub agent_id: String,
+    /// Must equal the session's namespace on resume.
     pub namespace: String,
+    /// The session to resume; one that is not open is `UNKNOWN_SESSION`.
     pub session_id: SessionId,
+    /// The session's priority when the digest was taken; on resume it must lie between the
+    /// priority the session opened with and its current one (docs/SPEC.md §5).
     pub priority_timestamp: u64,
+    /// The session's epoch when the digest was taken; one newer than the kernel's is
+    /// `INVALID_DIGEST` on resume (docs/SPEC.md §13.2).
     pub epoch: u64,
 }
 
@@ -328,9 +419,11 @@ pub struct DigestIdentity {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DigestRecovery {
-    /// `IDLE`, `WAITING`, `HOLDING` or `SUSPENDED`.
+    /// `SUSPENDED` if suspended, else `WAITING` if it has a ticket, else `HOLDING` if it has a
+    /// lease, else `IDLE`.
     pub last_phase: String,
-    /// The intents of the session's waiting tickets, as `"PREDICATE TYPE:/path"`.
+    /// The intents the session's waiting tickets still wait for (not those it already
+    /// holds), as `"PREDICATE TYPE:/path"`, in ticket order.
     pub pending_intents: Vec<String>,
 }
 

@@ -17,16 +17,26 @@ use alloc::{string::String, vec::Vec};
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SessionView {
+    /// The session.
     pub session_id: SessionId,
+    /// Its agent.
     pub agent_id: String,
+    /// Its namespace.
     pub namespace: String,
+    /// The priority of its current unit of work; smaller = older (docs/SPEC.md §5).
     pub priority: u64,
+    /// 0 when opened, raised by each resume (docs/SPEC.md §13.2).
     pub epoch: u64,
+    /// Suspended and not resumed since (its leases may have a grace, docs/SPEC.md §5).
     pub suspended: bool,
+    /// How many active leases it holds.
     pub leases: usize,
+    /// Its waiting tickets, in arrival order.
     pub tickets: Vec<TicketId>,
     /// DIEs since the last grant (the next backoff exponent).
     pub die_count: u32,
+    /// The later of its last successful call and the last moment it held a lease or a
+    /// ticket, in milliseconds: idle closing counts from here (docs/SPEC.md §5).
     pub last_active: u64,
     /// Something was granted since the priority was assigned: a release that leaves the
     /// session with nothing ends the unit of work if `die_count` is 0 (docs/SPEC.md §5).
@@ -39,11 +49,15 @@ pub struct SessionView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TicketView {
+    /// The ticket.
     pub ticket: TicketId,
+    /// The waiting session.
     pub session_id: SessionId,
+    /// Its agent.
     pub agent_id: String,
     /// The intents still to be granted (already-held ones are not repeated).
     pub intents: Vec<Intent>,
+    /// When the wait times out, in milliseconds; `u64::MAX` means never (docs/SPEC.md §2).
     pub deadline: u64,
 }
 
@@ -51,12 +65,19 @@ pub struct TicketView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Snapshot {
+    /// The kernel's time after settling: the largest `now` it has seen.
     pub now: u64,
+    /// The configured policy.
     pub policy: crate::config::Policy,
+    /// The earliest pending deadline in milliseconds; `None` when nothing is pending.
     pub next_deadline: Option<u64>,
+    /// Every open session, by session id.
     pub sessions: Vec<SessionView>,
+    /// Every active lease, by lease id.
     pub leases: Vec<Lease>,
+    /// Every waiting ticket, by ticket number.
     pub tickets: Vec<TicketView>,
+    /// What [`Kernel::stats`] reports.
     pub stats: Stats,
 }
 

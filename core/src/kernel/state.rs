@@ -40,15 +40,22 @@ pub const STATE_VERSION: u32 = 1;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct KernelState {
+    /// The layout version, [`STATE_VERSION`]; an import refuses any other.
     pub version: u32,
+    /// The kernel's configuration.
     pub config: Config,
     /// The largest `now` the kernel has seen.
     pub clock: u64,
     /// The jitter generator's state (splitmix64).
     pub jitter_state: u64,
+    /// The next session id to issue.
     pub next_session: u64,
+    /// The next priority to assign (at an open, or when a new unit of work begins).
     pub next_priority: u64,
+    /// The next lease id to issue; a lease's fence is derived from its id, so neither this
+    /// state nor [`LeaseState`] records fences separately.
     pub next_lease: u64,
+    /// The next ticket number to issue (the kernel-wide arrival counter).
     pub next_ticket: u64,
     /// By session id.
     pub sessions: Vec<SessionState>,
@@ -56,6 +63,7 @@ pub struct KernelState {
     pub leases: Vec<LeaseState>,
     /// Waiting tickets, by ticket number.
     pub tickets: Vec<TicketState>,
+    /// The outcome counters.
     pub counters: Counters,
     /// Contention table entries `(namespace, resource, blocked)`, in table order.
     pub contention: Vec<(String, String, u64)>,
@@ -70,17 +78,29 @@ pub struct KernelState {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct SessionState {
+    /// The session.
     pub session_id: SessionId,
+    /// Its agent.
     pub agent_id: String,
+    /// Its namespace.
     pub namespace: String,
+    /// The priority of its current unit of work (docs/SPEC.md §5).
     pub priority: u64,
     /// The priority it opened with (digests from earlier units carry one in between).
     pub first_priority: u64,
+    /// Something was granted since `priority` was assigned.
     pub unit_granted: bool,
+    /// A release ended the unit of work: its next valid acquire assigns a new priority.
     pub unit_ended: bool,
+    /// 0 when opened, raised by each resume (docs/SPEC.md §13.2).
     pub epoch: u64,
+    /// DIEs (DIE verdicts, DIED and WOUNDED events) since its last grant (docs/SPEC.md §8).
     pub die_count: u32,
+    /// The later of its last successful call and the last moment it held a lease or a
+    /// ticket, in milliseconds: idle closing counts from here.
     pub last_active: u64,
+    /// When it was last suspended, in milliseconds; `None` unless suspended and not resumed
+    /// since.
     pub suspended_at: Option<u64>,
     /// Its remembered ended leases, oldest first, and whether each was released (or expired).
     pub ended_leases: Vec<(LeaseId, bool)>,
@@ -93,15 +113,22 @@ pub struct SessionState {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct LeaseState {
+    /// The lease.
     pub lease_id: LeaseId,
+    /// The owning session.
     pub session_id: SessionId,
     /// Canonical `TYPE:/path`.
     pub resource: String,
+    /// The held predicate.
     pub predicate: Predicate,
+    /// When it was granted, in milliseconds.
     pub acquired_at: u64,
+    /// Its own expiry in milliseconds, without the suspension grace: the effective expiry is
+    /// the later of this and `grace_until`.
     pub expires_at: u64,
+    /// The TTL in milliseconds a heartbeat renews it by.
     pub ttl_ms: u64,
-    /// The suspension grace, when the lease has one.
+    /// The end of its suspension grace in milliseconds, when the lease has one.
     pub grace_until: Option<u64>,
 }
 
@@ -110,11 +137,15 @@ pub struct LeaseState {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct TicketState {
+    /// The ticket.
     pub ticket: TicketId,
+    /// The waiting session.
     pub session_id: SessionId,
     /// Every intent of the request, in manifest order: queued, or reusing a held lease.
     pub intents: Vec<TicketIntentState>,
+    /// The TTL in milliseconds its leases get when granted (already clamped to `max_ttl_ms`).
     pub ttl_ms: u64,
+    /// When the wait times out, in milliseconds; `u64::MAX` means never.
     pub deadline: u64,
 }
 
@@ -123,7 +154,9 @@ pub struct TicketState {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct TicketIntentState {
+    /// The requested predicate.
     pub predicate: Predicate,
+    /// Canonical `TYPE:/path`.
     pub resource: String,
     /// The session's lease this intent reuses (then it is not queued).
     pub reuse: Option<LeaseId>,
