@@ -1,8 +1,9 @@
 //! Deterministic jitter and exponential backoff (docs/SPEC.md §2, §8).
 //!
-//! Contract: [`Jitter`] is splitmix64 seeded by the config's `seed`, one draw per DIE verdict
-//! or DIED event; [`retry_after_ms`] is `min(cap, base · 2^attempts) + draw mod base`, with
-//! saturating arithmetic so no input can overflow.
+//! Contract: [`Jitter`] is splitmix64 seeded by the config's `seed`, one draw per DIE
+//! verdict, DIED event or WOUNDED event; [`retry_after_ms`] is
+//! `min(cap, base · 2^attempts) + draw mod base`, with saturating arithmetic so no input can
+//! overflow.
 
 /// The kernel's single source of randomness.
 #[derive(Clone, Debug)]

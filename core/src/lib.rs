@@ -32,6 +32,7 @@
 //! carrying a fence smaller than the largest it has seen.
 
 #![no_std]
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 extern crate alloc;

@@ -194,7 +194,7 @@ fn mutate(state: &mut KernelState, kind: u8, pick: usize, value: u64) {
             let i = n(state.sessions.len());
             state.sessions[i]
                 .ended_leases
-                .push((LeaseId(value % 16), value.is_multiple_of(2)));
+                .push((LeaseId(value % 16), value % 2 == 0));
         }
         11 if !state.leases.is_empty() => {
             let i = n(state.leases.len());
@@ -202,11 +202,11 @@ fn mutate(state: &mut KernelState, kind: u8, pick: usize, value: u64) {
         }
         12 if !state.sessions.is_empty() => {
             let i = n(state.sessions.len());
-            state.sessions[i].unit_ended = value.is_multiple_of(2);
+            state.sessions[i].unit_ended = value % 2 == 0;
         }
         13 if !state.sessions.is_empty() => {
             let i = n(state.sessions.len());
-            state.sessions[i].suspended_at = (value.is_multiple_of(2)).then_some(value / 2);
+            state.sessions[i].suspended_at = (value % 2 == 0).then_some(value / 2);
         }
         _ => state.jitter_state = value,
     }
