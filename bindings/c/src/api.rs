@@ -7,12 +7,14 @@
 //! call on that handle answers `KLOCK_PANIC`.
 
 use crate::convert::{array, boxed, clear_out, free_boxed, opt_text, out, slice, string, text};
+use crate::names::{policy_number, POLICIES};
 use crate::status::{ffi, ffi_void, klock_status, Failure, Outcome};
 use crate::types::*;
 use klock_core::{
     AcquireOptions, Config, DigestIdentity, DigestRecovery, Kernel, LeaseId, LeaseSelection,
     Policy, SessionId, StateDigest, TicketId,
 };
+use std::borrow::Cow;
 use std::ffi::c_char;
 use std::sync::{Mutex, MutexGuard};
 
@@ -88,20 +90,10 @@ pub unsafe extern "C" fn klock_acquire_options_default(
     })
 }
 
-fn core_config(c: &klock_config) -> Outcome<Config> {
-    let policy = match c.policy {
-        KLOCK_POLICY_WAIT_DIE => Policy::WaitDie,
-        KLOCK_POLICY_WOUND_WAIT => Policy::WoundWait,
-        KLOCK_POLICY_LANES => Policy::Lanes,
-        other => {
-            return Err(Failure::new(
-                klock_status::KLOCK_INVALID_CONFIG,
-                format!("unknown policy {other}: expected KLOCK_POLICY_WAIT_DIE (0), KLOCK_POLICY_WOUND_WAIT (1) or KLOCK_POLICY_LANES (2)"),
-            ))
-        }
-    };
-    Ok(Config {
-        policy,
+/// The numeric fields of `c` as a core config, with the default policy in place of `c`'s.
+fn numbers(c: &klock_config) -> Config {
+    Config {
+        policy: Policy::default(),
         seed: c.seed,
         default_ttl_ms: c.default_ttl_ms,
         max_ttl_ms: c.max_ttl_ms,
@@ -112,6 +104,70 @@ fn core_config(c: &klock_config) -> Outcome<Config> {
         session_idle_ms: c.session_idle_ms,
         max_leases_per_session: c.max_leases_per_session,
         max_lease_lifetime_ms: c.max_lease_lifetime_ms,
+    }
+}
+
+fn core_config(c: &klock_config) -> Outcome<Config> {
+    let policy = *POLICIES.get(c.policy as usize).ok_or_else(|| {
+        Failure::new(
+            klock_status::KLOCK_INVALID_CONFIG,
+            format!("unknown policy {}: expected KLOCK_POLICY_WAIT_DIE (0), KLOCK_POLICY_WOUND_WAIT (1) or KLOCK_POLICY_LANES (2)", c.policy),
+        )
+    })?;
+    Ok(Config {
+        policy,
+        ..numbers(c)
+    })
+}
+
+/// Sets the numeric field called `name` of `*config` (the snake_case name of a klock_config
+/// field other than `policy`, e.g. "default_ttl_ms") to `value`: for configurations read from
+/// text. The names are the kernel's own list.
+///
+/// Errors: KLOCK_NULL_POINTER, KLOCK_INVALID_UTF8, KLOCK_INVALID_CONFIG (no numeric field is
+/// called `name`; the message lists them). On failure `*config` is unchanged. Thread-safety:
+/// any thread.
+///
+/// # Safety
+/// `config` must be NULL or point to a writable klock_config; `name` NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn klock_config_set_number(
+    config: *mut klock_config,
+    name: *const c_char,
+    value: u64,
+) -> klock_status {
+    ffi(|| {
+        // SAFETY (all blocks): the caller's contract.
+        let slot = unsafe { out(config, "config") }?;
+        let name = unsafe { text(name, "name") }?;
+        let mut core = numbers(slot);
+        core.set_number(&name, value)?;
+        *slot = klock_config {
+            policy: slot.policy,
+            ..klock_config::from(&core)
+        };
+        Ok(())
+    })
+}
+
+/// Sets `config->policy` from its configuration name ("wait_die", "wound_wait" or "lanes").
+///
+/// Errors: KLOCK_NULL_POINTER, KLOCK_INVALID_UTF8, KLOCK_INVALID_CONFIG (another name). On
+/// failure `*config` is unchanged. Thread-safety: any thread.
+///
+/// # Safety
+/// `config` must be NULL or point to a writable klock_config; `name` NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn klock_config_set_policy(
+    config: *mut klock_config,
+    name: *const c_char,
+) -> klock_status {
+    ffi(|| {
+        // SAFETY (all blocks): the caller's contract.
+        let slot = unsafe { out(config, "config") }?;
+        let name = unsafe { text(name, "name") }?;
+        slot.policy = policy_number(Policy::parse(&name)?);
+        Ok(())
     })
 }
 
@@ -353,8 +409,9 @@ pub unsafe extern "C" fn klock_session_open(
         let k = unsafe { handle(kernel) }?;
         let slot = unsafe { out(out_session, "out_session") }?;
         let agent = unsafe { text(agent_id, "agent_id") }?;
-        let namespace = unsafe { opt_text(namespace_name, "namespace_name") }?.unwrap_or("default");
-        let info = k.lock()?.open_session(agent, namespace, now)?;
+        let namespace = unsafe { opt_text(namespace_name, "namespace_name") }?;
+        let namespace = namespace.as_deref().unwrap_or("default");
+        let info = k.lock()?.open_session(&agent, namespace, now)?;
         *slot = klock_session_info::from(&info);
         Ok(())
     })
@@ -444,7 +501,7 @@ unsafe fn read_digest(d: &klock_digest) -> Outcome<StateDigest> {
     // SAFETY (all blocks): the caller's contract.
     let agent_id = unsafe { text(d.agent_id, "digest.agent_id") }?;
     let namespace = unsafe { text(d.namespace_name, "digest.namespace_name") }?;
-    let last_phase = unsafe { opt_text(d.last_phase, "digest.last_phase") }?.unwrap_or("");
+    let last_phase = unsafe { opt_text(d.last_phase, "digest.last_phase") }?.unwrap_or_default();
     let pending = unsafe {
         slice(
             d.pending_intents,
@@ -456,7 +513,7 @@ unsafe fn read_digest(d: &klock_digest) -> Outcome<StateDigest> {
         .iter()
         .enumerate()
         .map(|(i, &p)| {
-            unsafe { text(p, &format!("digest.pending_intents[{i}]")) }.map(String::from)
+            unsafe { text(p, &format!("digest.pending_intents[{i}]")) }.map(Cow::into_owned)
         })
         .collect::<Outcome<Vec<String>>>()?;
     Ok(StateDigest {
@@ -558,7 +615,7 @@ pub unsafe extern "C" fn klock_digest_from_json(
         // SAFETY (all blocks): the caller's contract.
         let slot = unsafe { out(out_digest, "out_digest") }?;
         let json = unsafe { text(json, "json") }?;
-        let digest = crate::digest_json::parse(json)?;
+        let digest = crate::digest_json::parse(&json)?;
         *slot = boxed(klock_digest::from(digest));
         Ok(())
     })
@@ -607,7 +664,7 @@ pub unsafe extern "C" fn klock_session_acquire(
             .iter()
             .enumerate()
             .map(|(i, &p)| unsafe { text(p, &format!("intents[{i}]")) })
-            .collect::<Outcome<Vec<&str>>>()?;
+            .collect::<Outcome<Vec<Cow<str>>>>()?;
         let o = unsafe { options.as_ref() }.copied().unwrap_or_default();
         let options = AcquireOptions {
             ttl_ms: o.has_ttl_ms.then_some(o.ttl_ms),
@@ -870,8 +927,9 @@ pub unsafe extern "C" fn klock_resource_get_state(
         let k = unsafe { handle(kernel) }?;
         let slot = unsafe { out(out_state, "out_state") }?;
         let resource = unsafe { text(resource, "resource") }?;
-        let namespace = unsafe { opt_text(namespace_name, "namespace_name") }?.unwrap_or("default");
-        let state = k.lock()?.resource_state(resource, namespace, now)?;
+        let namespace = unsafe { opt_text(namespace_name, "namespace_name") }?;
+        let namespace = namespace.as_deref().unwrap_or("default");
+        let state = k.lock()?.resource_state(&resource, namespace, now)?;
         *slot = boxed(klock_resource_state::from(state));
         Ok(())
     })
@@ -932,88 +990,64 @@ pub unsafe extern "C" fn klock_kernel_snapshot_json(
     })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Names
-// ---------------------------------------------------------------------------------------------
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use klock_core::Config;
 
-/// The canonical name of a predicate ("PROVIDES", ..., "RENAMES"), or "UNKNOWN" for a number
-/// that is not one. Static: never free it. Thread-safety: any thread.
-#[no_mangle]
-pub extern "C" fn klock_predicate_name(predicate: u32) -> *const c_char {
-    ffi_void(c"UNKNOWN".as_ptr(), || {
-        let name: &'static str = match predicate {
-            0 => "PROVIDES\0",
-            1 => "CONSUMES\0",
-            2 => "MUTATES\0",
-            3 => "DELETES\0",
-            4 => "DEPENDS_ON\0",
-            5 => "RENAMES\0",
-            _ => "UNKNOWN\0",
-        };
-        name.as_ptr().cast()
-    })
-}
+    fn defaults() -> klock_config {
+        klock_config::from(&Config::default())
+    }
 
-/// The name of a verdict kind ("GRANTED", "WAIT", "DIE"), or "UNKNOWN". Static: never free it.
-/// Thread-safety: any thread.
-#[no_mangle]
-pub extern "C" fn klock_verdict_kind_name(kind: u32) -> *const c_char {
-    ffi_void(c"UNKNOWN".as_ptr(), || {
-        let name: &'static str = match kind {
-            1 => "GRANTED\0",
-            2 => "WAIT\0",
-            3 => "DIE\0",
-            _ => "UNKNOWN\0",
-        };
-        name.as_ptr().cast()
-    })
-}
+    #[test]
+    fn every_config_name_of_the_core_sets_its_own_field() {
+        let mut c = defaults();
+        for (value, name) in (1..).zip(Config::NUMERIC_FIELDS) {
+            let name = std::ffi::CString::new(*name).unwrap();
+            // SAFETY: valid pointers to locals.
+            assert_eq!(
+                unsafe { klock_config_set_number(&mut c, name.as_ptr(), value) },
+                klock_status::KLOCK_OK
+            );
+        }
+        let core = core_config(&c).unwrap();
+        for (value, name) in (1..).zip(Config::NUMERIC_FIELDS) {
+            assert_eq!(core.number(name), Some(value), "{name}");
+        }
+        assert_eq!(core.policy, Config::default().policy);
+    }
 
-/// The name of an event kind ("GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED",
-/// "SESSION_CLOSED"), or "UNKNOWN". Static: never free it. Thread-safety: any thread.
-#[no_mangle]
-pub extern "C" fn klock_event_kind_name(kind: u32) -> *const c_char {
-    ffi_void(c"UNKNOWN".as_ptr(), || {
-        let name: &'static str = match kind {
-            1 => "GRANTED\0",
-            2 => "WAIT_TIMEOUT\0",
-            3 => "DIED\0",
-            4 => "LEASE_EXPIRED\0",
-            5 => "WOUNDED\0",
-            6 => "SESSION_CLOSED\0",
-            _ => "UNKNOWN\0",
-        };
-        name.as_ptr().cast()
-    })
-}
+    #[test]
+    fn an_unknown_config_name_is_an_error_and_changes_nothing() {
+        let mut c = defaults();
+        for name in [c"policy", c"max_lease_lifetime", c"DEFAULT_TTL_MS", c""] {
+            // SAFETY: valid pointers to locals.
+            let status = unsafe { klock_config_set_number(&mut c, name.as_ptr(), 7) };
+            assert_eq!(status, klock_status::KLOCK_INVALID_CONFIG, "{name:?}");
+            assert_eq!(core_config(&c).unwrap(), Config::default());
+        }
+        // SAFETY: valid pointers to locals.
+        let status = unsafe { klock_config_set_policy(&mut c, c"wait-die".as_ptr()) };
+        assert_eq!(status, klock_status::KLOCK_INVALID_CONFIG);
+        assert_eq!(core_config(&c).unwrap(), Config::default());
+    }
 
-/// The name of a reconcile status ("ACTIVE", "EXPIRED", "RELEASED", "NOT_OWNER", "UNKNOWN"),
-/// or "UNKNOWN" for a number that is not one. Static: never free it. Thread-safety: any thread.
-#[no_mangle]
-pub extern "C" fn klock_lease_status_name(status: u32) -> *const c_char {
-    ffi_void(c"UNKNOWN".as_ptr(), || {
-        let name: &'static str = match status {
-            1 => "ACTIVE\0",
-            2 => "EXPIRED\0",
-            3 => "RELEASED\0",
-            4 => "NOT_OWNER\0",
-            _ => "UNKNOWN\0",
-        };
-        name.as_ptr().cast()
-    })
-}
-
-/// The configuration name of a policy ("wait_die", "wound_wait", "lanes"), or "unknown".
-/// Static: never free it. Thread-safety: any thread.
-#[no_mangle]
-pub extern "C" fn klock_policy_name(policy: u32) -> *const c_char {
-    ffi_void(c"UNKNOWN".as_ptr(), || {
-        let name: &'static str = match policy {
-            KLOCK_POLICY_WAIT_DIE => "wait_die\0",
-            KLOCK_POLICY_WOUND_WAIT => "wound_wait\0",
-            KLOCK_POLICY_LANES => "lanes\0",
-            _ => "unknown\0",
-        };
-        name.as_ptr().cast()
-    })
+    #[test]
+    fn every_policy_is_set_by_its_name() {
+        let mut c = defaults();
+        for policy in POLICIES {
+            let name = std::ffi::CString::new(policy.name()).unwrap();
+            // SAFETY: valid pointers to locals.
+            assert_eq!(
+                unsafe { klock_config_set_policy(&mut c, name.as_ptr()) },
+                klock_status::KLOCK_OK
+            );
+            assert_eq!(core_config(&c).unwrap().policy, policy);
+        }
+        c.policy = 3;
+        assert_eq!(
+            core_config(&c).unwrap_err().status,
+            klock_status::KLOCK_INVALID_CONFIG
+        );
+    }
 }

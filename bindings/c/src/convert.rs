@@ -4,37 +4,70 @@
 //! not UTF-8 → `KLOCK_INVALID_UTF8`); outputs are allocated here and handed to C as raw
 //! pointers that only the matching `free_*` function below may take back. Empty arrays are
 //! handed out as NULL with length 0.
+//!
+//! U+0000, which no C string can hold, travels as the two bytes 0xC0 0x80 (the "modified
+//! UTF-8" of JNI) in both directions, so a C caller can pass any text the kernel can be given
+//! (and get the kernel's exact answer to an id holding NUL) and nothing is ever cut short. No
+//! other overlong form is accepted.
 
 use crate::status::{klock_status, Failure, Outcome};
+use std::borrow::Cow;
 use std::ffi::{c_char, CStr, CString};
 use std::ptr;
 
-/// Borrows a required NUL-terminated UTF-8 string.
-///
-/// # Safety
-/// `p` must be NULL or point to a NUL-terminated string that outlives the call.
-pub unsafe fn text<'a>(p: *const c_char, what: &str) -> Outcome<&'a str> {
-    if p.is_null() {
-        return Err(Failure::null(what));
+/// How U+0000 is written inside a C string.
+const NUL_IN_C: [u8; 2] = [0xC0, 0x80];
+
+/// Decodes the bytes of a C string: UTF-8, with 0xC0 0x80 standing for U+0000. Borrows
+/// unless there is such a pair to replace.
+fn decode<'a>(bytes: &'a [u8], what: &str) -> Outcome<Cow<'a, str>> {
+    let mut text = String::new();
+    // 0xC0 never starts a valid UTF-8 sequence, so every piece between two pairs must be
+    // UTF-8 on its own; `start` is the offset of `rest` in `bytes`, for the message.
+    let (mut rest, mut start) = (bytes, 0);
+    while let Some(at) = rest.windows(2).position(|w| w == NUL_IN_C) {
+        text.push_str(utf8(&rest[..at], start, what)?);
+        text.push('\0');
+        start += at + NUL_IN_C.len();
+        rest = &rest[at + NUL_IN_C.len()..];
     }
-    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
-    let bytes = unsafe { CStr::from_ptr(p) };
-    bytes.to_str().map_err(|e| {
+    let last = utf8(rest, start, what)?;
+    if start == 0 {
+        return Ok(Cow::Borrowed(last));
+    }
+    text.push_str(last);
+    Ok(Cow::Owned(text))
+}
+
+fn utf8<'a>(bytes: &'a [u8], offset: usize, what: &str) -> Outcome<&'a str> {
+    std::str::from_utf8(bytes).map_err(|e| {
         Failure::new(
             klock_status::KLOCK_INVALID_UTF8,
             format!(
                 "{what} is not valid UTF-8 (invalid byte at offset {})",
-                e.valid_up_to()
+                offset + e.valid_up_to()
             ),
         )
     })
+}
+
+/// Borrows a required NUL-terminated string (UTF-8, 0xC0 0x80 for U+0000).
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string that outlives the call.
+pub unsafe fn text<'a>(p: *const c_char, what: &str) -> Outcome<Cow<'a, str>> {
+    if p.is_null() {
+        return Err(Failure::null(what));
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    decode(unsafe { CStr::from_ptr(p) }.to_bytes(), what)
 }
 
 /// Borrows an optional string: NULL is `None`.
 ///
 /// # Safety
 /// As [`text`].
-pub unsafe fn opt_text<'a>(p: *const c_char, what: &str) -> Outcome<Option<&'a str>> {
+pub unsafe fn opt_text<'a>(p: *const c_char, what: &str) -> Outcome<Option<Cow<'a, str>>> {
     if p.is_null() {
         Ok(None)
     } else {
@@ -79,12 +112,19 @@ pub unsafe fn clear_out<T>(p: *mut *mut T) {
     }
 }
 
-/// Hands a string to C (freed by [`free_string`]). Kernel strings never hold NUL (agent ids,
-/// namespaces and resources reject control characters); should one appear, it is cut there.
+/// Hands a string to C (freed by [`free_string`]), U+0000 written as 0xC0 0x80 (kernel
+/// names never hold it: they reject control characters).
 pub fn string(s: &str) -> *mut c_char {
-    let end = s.find('\0').unwrap_or(s.len());
-    CString::new(&s[..end])
-        .expect("no NUL before `end`")
+    let mut bytes = Vec::with_capacity(s.len() + 1);
+    for &b in s.as_bytes() {
+        if b == 0 {
+            bytes.extend_from_slice(&NUL_IN_C);
+        } else {
+            bytes.push(b);
+        }
+    }
+    CString::new(bytes)
+        .expect("every NUL was rewritten")
         .into_raw()
 }
 
@@ -170,5 +210,50 @@ pub unsafe fn write_text(
         klock_status::KLOCK_OK
     } else {
         klock_status::KLOCK_BUFFER_TOO_SMALL
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoded(bytes: &[u8]) -> Outcome<String> {
+        decode(bytes, "x").map(Cow::into_owned)
+    }
+
+    #[test]
+    fn c0_80_is_nul_and_nothing_else_changes() {
+        assert!(matches!(decode(b"alice", "x"), Ok(Cow::Borrowed("alice"))));
+        assert_eq!(decoded(b"a\xC0\x80b").unwrap(), "a\0b");
+        assert_eq!(decoded(b"\xC0\x80\xC0\x80").unwrap(), "\0\0");
+        assert_eq!(decoded("é\u{1F600}".as_bytes()).unwrap(), "é\u{1F600}");
+    }
+
+    #[test]
+    fn other_overlong_forms_and_bad_bytes_are_invalid_utf8_at_their_offset() {
+        for (bytes, offset) in [
+            (&b"a\xC0\xAFb"[..], 1),  // overlong '/'
+            (b"\xC0", 0),             // a lone 0xC0
+            (b"ab\xC0\x80c\xFF", 5),  // after a NUL pair, offsets still count bytes
+            (b"\xE2\x82\xC0\x80", 0), // a sequence cut short by the pair
+        ] {
+            let failure = decoded(bytes).unwrap_err();
+            assert_eq!(failure.status, klock_status::KLOCK_INVALID_UTF8);
+            assert_eq!(
+                failure.message,
+                format!("x is not valid UTF-8 (invalid byte at offset {offset})")
+            );
+        }
+    }
+
+    #[test]
+    fn strings_handed_out_write_nul_as_c0_80() {
+        for text in ["plain", "a\0b", "\0"] {
+            let p = string(text);
+            // SAFETY: `string` returns a NUL-terminated string, freed right after.
+            let back = decoded(unsafe { CStr::from_ptr(p) }.to_bytes()).unwrap();
+            unsafe { free_string(p) };
+            assert_eq!(back, text);
+        }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! The C API of the Klock kernel (`klock-core`): an `extern "C"` library built as
 //! `libklock.so` and `libklock.a`, whose header `include/klock.h` is generated from these
-//! sources by `build.rs` with a pinned cbindgen. The header's preamble states the conventions
+//! sources with a pinned cbindgen and committed (the test in `header.rs` fails when it is
+//! stale). The header's preamble states the conventions
 //! every function follows (results, messages, strings, ownership, time, threads, panics).
 //!
 //! Contract: translation only. Every rule about leases, queues or time is the kernel's; this
@@ -11,8 +12,9 @@
 //!
 //! Modules: [`status`] (result codes, the per-thread message, the panic boundary),
 //! [`convert`] (C strings and arrays in and out), [`digest_json`] (a digest's JSON text, read
-//! strictly), [`types`] (the C structs and their `_free` functions), [`api`] (the operations
-//! of SPEC.md on a `klock_kernel` handle).
+//! strictly), [`types`] (the C structs and their `_free` functions), [`names`] (the enums'
+//! names and numbering, from the core's lists), [`api`] (the operations of SPEC.md on a
+//! `klock_kernel` handle).
 
 // C names on purpose: what is written here is what C sees.
 #![allow(non_camel_case_types)]
@@ -20,5 +22,8 @@
 pub mod api;
 pub mod convert;
 pub mod digest_json;
+#[cfg(test)]
+mod header;
+pub mod names;
 pub mod status;
 pub mod types;

@@ -9,7 +9,7 @@
 use klock_core::ErrorCode;
 use std::any::Any;
 use std::cell::RefCell;
-use std::ffi::c_char;
+use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The result of every fallible function: 0 on success, otherwise a code grouped in blocks
@@ -69,14 +69,15 @@ pub enum klock_status {
 
 use klock_status::*;
 
-/// Pairs each kernel-mirroring status with the kernel's code; checks numbers and names at
-/// compile time and generates the conversions, so the two enums cannot drift apart.
+/// Pairs each kernel-mirroring status with the kernel's code; checks at compile time that the
+/// number is the code's and the spelling is `KLOCK_` + the code's name, and generates the
+/// conversion, whose match fails to compile when the kernel gains a code.
 macro_rules! mirror_kernel_codes {
-    ($($status:ident = $code:ident, $name:literal;)*) => {
+    ($($status:ident = $code:ident;)*) => {
         const _: () = {
             $(
                 assert!($status as u32 == ErrorCode::$code as u32, concat!(stringify!($status), ": number differs from the kernel"));
-                assert!(same_text(ErrorCode::$code.name(), $name), concat!(stringify!($status), ": name differs from the kernel"));
+                assert!(crate::names::prefixed(stringify!($status), "KLOCK_", ErrorCode::$code.name()), concat!(stringify!($status), ": name differs from the kernel"));
             )*
         };
 
@@ -87,58 +88,45 @@ macro_rules! mirror_kernel_codes {
                 }
             }
         }
-
-        /// The NUL-terminated name of a status.
-        fn status_name(status: u32) -> &'static str {
-            $(if status == $status as u32 {
-                return concat!($name, "\0");
-            })*
-            match status {
-                0 => "OK\0",
-                900 => "NULL_POINTER\0",
-                901 => "INVALID_UTF8\0",
-                902 => "BUFFER_TOO_SMALL\0",
-                903 => "INVALID_ARGUMENT\0",
-                999 => "PANIC\0",
-                _ => "UNKNOWN_STATUS\0",
-            }
-        }
     };
 }
 
-const fn same_text(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
+mirror_kernel_codes! {
+    KLOCK_INVALID_RESOURCE = InvalidResource;
+    KLOCK_INVALID_PREDICATE = InvalidPredicate;
+    KLOCK_INVALID_MANIFEST = InvalidManifest;
+    KLOCK_INVALID_TTL = InvalidTtl;
+    KLOCK_INVALID_DIGEST = InvalidDigest;
+    KLOCK_INVALID_AGENT_ID = InvalidAgentId;
+    KLOCK_INVALID_NAMESPACE = InvalidNamespace;
+    KLOCK_INVALID_CONFIG = InvalidConfig;
+    KLOCK_UNKNOWN_SESSION = UnknownSession;
+    KLOCK_UNKNOWN_LEASE = UnknownLease;
+    KLOCK_UNKNOWN_TICKET = UnknownTicket;
+    KLOCK_NOT_OWNER = NotOwner;
+    KLOCK_LEASE_EXPIRED = LeaseExpired;
+    KLOCK_LEASE_RELEASED = LeaseReleased;
+    KLOCK_HOLD_AND_WAIT = HoldAndWait;
+    KLOCK_LIFETIME_EXCEEDED = LifetimeExceeded;
+    KLOCK_QUOTA_EXCEEDED = QuotaExceeded;
 }
 
-mirror_kernel_codes! {
-    KLOCK_INVALID_RESOURCE = InvalidResource, "INVALID_RESOURCE";
-    KLOCK_INVALID_PREDICATE = InvalidPredicate, "INVALID_PREDICATE";
-    KLOCK_INVALID_MANIFEST = InvalidManifest, "INVALID_MANIFEST";
-    KLOCK_INVALID_TTL = InvalidTtl, "INVALID_TTL";
-    KLOCK_INVALID_DIGEST = InvalidDigest, "INVALID_DIGEST";
-    KLOCK_INVALID_AGENT_ID = InvalidAgentId, "INVALID_AGENT_ID";
-    KLOCK_INVALID_NAMESPACE = InvalidNamespace, "INVALID_NAMESPACE";
-    KLOCK_INVALID_CONFIG = InvalidConfig, "INVALID_CONFIG";
-    KLOCK_UNKNOWN_SESSION = UnknownSession, "UNKNOWN_SESSION";
-    KLOCK_UNKNOWN_LEASE = UnknownLease, "UNKNOWN_LEASE";
-    KLOCK_UNKNOWN_TICKET = UnknownTicket, "UNKNOWN_TICKET";
-    KLOCK_NOT_OWNER = NotOwner, "NOT_OWNER";
-    KLOCK_LEASE_EXPIRED = LeaseExpired, "LEASE_EXPIRED";
-    KLOCK_LEASE_RELEASED = LeaseReleased, "LEASE_RELEASED";
-    KLOCK_HOLD_AND_WAIT = HoldAndWait, "HOLD_AND_WAIT";
-    KLOCK_LIFETIME_EXCEEDED = LifetimeExceeded, "LIFETIME_EXCEEDED";
-    KLOCK_QUOTA_EXCEEDED = QuotaExceeded, "QUOTA_EXCEEDED";
+/// The NUL-terminated name of a status: the kernel's name for its codes, the C boundary's own
+/// for the others.
+fn status_name(status: u32) -> *const c_char {
+    if let Some(name) = crate::names::error_name(status) {
+        return name;
+    }
+    let name: &'static CStr = match status {
+        0 => c"OK",
+        900 => c"NULL_POINTER",
+        901 => c"INVALID_UTF8",
+        902 => c"BUFFER_TOO_SMALL",
+        903 => c"INVALID_ARGUMENT",
+        999 => c"PANIC",
+        _ => c"UNKNOWN_STATUS",
+    };
+    name.as_ptr()
 }
 
 /// A failed call: its status and a message saying what to fix.
@@ -241,9 +229,7 @@ pub fn ffi_void<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 /// Does not touch the per-thread error message.
 #[no_mangle]
 pub extern "C" fn klock_status_name(status: u32) -> *const c_char {
-    ffi_void(c"UNKNOWN_STATUS".as_ptr(), || {
-        status_name(status).as_ptr().cast()
-    })
+    ffi_void(c"UNKNOWN_STATUS".as_ptr(), || status_name(status))
 }
 
 /// The status of the last call on this thread that set one: the failing call's status, or
@@ -299,22 +285,137 @@ pub extern "C" fn klock_version() -> *const c_char {
     })
 }
 
-/// Exists only so the C tests can prove the panic boundary: panics inside the boundary
-/// (with the kernel's lock held when `kernel` is not NULL, which poisons that kernel).
-/// Not declared in klock.h.
-///
-/// # Safety
-/// `kernel` must be NULL or a live handle from klock_kernel_new().
-#[no_mangle]
-pub unsafe extern "C" fn klock_testing_panic(
-    kernel: *mut crate::api::klock_kernel,
-) -> klock_status {
-    ffi(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        if let Some(k) = unsafe { kernel.as_ref() } {
-            let _guard = k.lock()?;
-            panic!("klock_testing_panic called with a kernel");
+#[cfg(test)]
+mod tests {
+    //! The panic boundary, proven from Rust: no exported function is test-only any more.
+    use super::*;
+    use crate::api::{klock_kernel_advance, klock_kernel_free, klock_kernel_new};
+    use crate::api::{klock_kernel_poll_event, klock_session_open};
+    use crate::types::{klock_config, klock_event, klock_session_info};
+    use std::ptr;
+
+    fn last_message() -> String {
+        let mut buffer = [0 as c_char; 512];
+        // SAFETY: a writable buffer of its length; `required` may be NULL.
+        let status =
+            unsafe { klock_last_error_message(buffer.as_mut_ptr(), buffer.len(), ptr::null_mut()) };
+        assert_eq!(status, KLOCK_OK);
+        // SAFETY: klock_last_error_message NUL-terminates what it writes.
+        unsafe { CStr::from_ptr(buffer.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_klock_panic_and_its_message() {
+        assert_eq!(ffi(|| panic!("boom")), KLOCK_PANIC);
+        assert_eq!(klock_last_error_status(), KLOCK_PANIC);
+        let message = last_message();
+        assert!(
+            message.contains("panicked") && message.contains("boom"),
+            "{message}"
+        );
+        assert_eq!(ffi(|| Ok(())), KLOCK_OK);
+        assert_eq!(
+            (klock_last_error_status(), last_message()),
+            (KLOCK_OK, String::new())
+        );
+
+        assert_eq!(ffi_void(7, || panic!("in a _free")), 7);
+        assert_eq!(klock_last_error_status(), KLOCK_PANIC);
+    }
+
+    #[test]
+    fn a_payload_that_panics_when_dropped_is_contained_too() {
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("dropping the payload");
+            }
         }
-        panic!("klock_testing_panic called");
-    })
+        assert_eq!(ffi(|| std::panic::panic_any(Bomb)), KLOCK_PANIC);
+        assert!(last_message().contains("(no message)"));
+        assert_eq!(ffi_void((), || std::panic::panic_any(Bomb)), ());
+    }
+
+    #[test]
+    fn a_panic_inside_a_kernel_poisons_it_and_it_can_still_be_freed() {
+        let mut config: klock_config = klock_config::from(&klock_core::Config::default());
+        config.seed = 1;
+        let mut kernel = ptr::null_mut();
+        // SAFETY (all blocks): valid pointers to locals; `kernel` is live until freed below.
+        assert_eq!(unsafe { klock_kernel_new(&config, &mut kernel) }, KLOCK_OK);
+        let mut info = klock_session_info::from(&klock_core::SessionInfo {
+            session_id: klock_core::SessionId(0),
+            agent_id: String::new(),
+            namespace: String::new(),
+            priority: 0,
+            epoch: 0,
+        });
+        let open = |kernel, agent: &CStr, info: &mut klock_session_info| unsafe {
+            klock_session_open(kernel, agent.as_ptr(), ptr::null(), 1, info)
+        };
+        assert_eq!(open(kernel, c"alice", &mut info), KLOCK_OK);
+
+        // What a bug in the kernel would do: panic while the handle's lock is held.
+        let handle = unsafe { &*kernel };
+        assert_eq!(
+            ffi(|| {
+                let _locked = handle.lock()?;
+                panic!("a bug inside the kernel")
+            }),
+            KLOCK_PANIC
+        );
+        assert_eq!(unsafe { klock_kernel_advance(kernel, 2) }, KLOCK_PANIC);
+        assert!(last_message().contains("poisoned"));
+        assert_eq!(open(kernel, c"bob", &mut info), KLOCK_PANIC);
+        let mut event: *mut klock_event = ptr::NonNull::dangling().as_ptr();
+        assert_eq!(
+            unsafe { klock_kernel_poll_event(kernel, &mut event) },
+            KLOCK_PANIC
+        );
+        assert!(event.is_null(), "a failed poll leaves nothing to free");
+        unsafe { klock_kernel_free(kernel) };
+    }
+
+    #[test]
+    fn every_status_is_named_after_its_variant() {
+        let all = [
+            KLOCK_OK,
+            KLOCK_INVALID_RESOURCE,
+            KLOCK_INVALID_PREDICATE,
+            KLOCK_INVALID_MANIFEST,
+            KLOCK_INVALID_TTL,
+            KLOCK_INVALID_DIGEST,
+            KLOCK_INVALID_AGENT_ID,
+            KLOCK_INVALID_NAMESPACE,
+            KLOCK_INVALID_CONFIG,
+            KLOCK_UNKNOWN_SESSION,
+            KLOCK_UNKNOWN_LEASE,
+            KLOCK_UNKNOWN_TICKET,
+            KLOCK_NOT_OWNER,
+            KLOCK_LEASE_EXPIRED,
+            KLOCK_LEASE_RELEASED,
+            KLOCK_HOLD_AND_WAIT,
+            KLOCK_LIFETIME_EXCEEDED,
+            KLOCK_QUOTA_EXCEEDED,
+            KLOCK_NULL_POINTER,
+            KLOCK_INVALID_UTF8,
+            KLOCK_BUFFER_TOO_SMALL,
+            KLOCK_INVALID_ARGUMENT,
+            KLOCK_PANIC,
+        ];
+        for status in all {
+            // SAFETY: klock_status_name returns a static NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(klock_status_name(status as u32)) };
+            assert_eq!(
+                format!("KLOCK_{}", name.to_str().unwrap()),
+                format!("{status:?}")
+            );
+        }
+        assert_eq!(all.len(), ErrorCode::ALL.len() + 6);
+        // SAFETY: as above.
+        let unknown = unsafe { CStr::from_ptr(klock_status_name(5)) };
+        assert_eq!(unknown, c"UNKNOWN_STATUS");
+    }
 }

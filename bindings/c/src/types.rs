@@ -43,15 +43,8 @@ pub enum klock_predicate {
 
 impl From<Predicate> for klock_predicate {
     fn from(p: Predicate) -> klock_predicate {
-        use klock_predicate::*;
-        match p {
-            Predicate::Provides => KLOCK_PREDICATE_PROVIDES,
-            Predicate::Consumes => KLOCK_PREDICATE_CONSUMES,
-            Predicate::Mutates => KLOCK_PREDICATE_MUTATES,
-            Predicate::Deletes => KLOCK_PREDICATE_DELETES,
-            Predicate::DependsOn => KLOCK_PREDICATE_DEPENDS_ON,
-            Predicate::Renames => KLOCK_PREDICATE_RENAMES,
-        }
+        // In the core's order, checked at compile time (crate::names).
+        crate::names::PREDICATES[p as usize]
     }
 }
 
@@ -152,11 +145,7 @@ impl From<&klock_core::Config> for klock_config {
             max_lease_lifetime_ms,
         } = *c;
         klock_config {
-            policy: match policy {
-                klock_core::Policy::WaitDie => KLOCK_POLICY_WAIT_DIE,
-                klock_core::Policy::WoundWait => KLOCK_POLICY_WOUND_WAIT,
-                klock_core::Policy::Lanes => KLOCK_POLICY_LANES,
-            },
+            policy: crate::names::policy_number(policy),
             seed,
             default_ttl_ms,
             max_ttl_ms,
@@ -204,23 +193,59 @@ impl Default for klock_acquire_options {
 // Results
 // ---------------------------------------------------------------------------------------------
 
+/// Bytes of a name held in a struct the caller owns: the kernel's longest agent id or
+/// namespace (256 bytes) and a NUL.
+pub const KLOCK_NAME_CAPACITY: usize = 257;
+
+const _: () = assert!(KLOCK_NAME_CAPACITY == klock_core::MAX_NAME_BYTES + 1);
+
+/// A kernel name as a NUL-terminated array. The kernel accepts no name longer than
+/// MAX_NAME_BYTES and none holding a control character, so one that does not fit is a bug:
+/// it panics (KLOCK_PANIC), never cut short.
+fn name_array(name: &str) -> [c_char; KLOCK_NAME_CAPACITY] {
+    assert!(
+        name.len() < KLOCK_NAME_CAPACITY && !name.contains('\0'),
+        "a kernel name of {} bytes does not fit a C name array",
+        name.len()
+    );
+    let mut out = [0; KLOCK_NAME_CAPACITY];
+    for (slot, &byte) in out.iter_mut().zip(name.as_bytes()) {
+        *slot = byte as c_char;
+    }
+    out
+}
+
 /// A session as opened or resumed. Written into a struct the caller owns.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct klock_session_info {
     pub session_id: u64,
-    /// Smaller = older = higher priority. Only the order is meaningful.
+    /// The agent id given at open (NUL-terminated).
+    pub agent_id: [c_char; KLOCK_NAME_CAPACITY],
+    /// The session's namespace (NUL-terminated).
+    pub namespace_name: [c_char; KLOCK_NAME_CAPACITY],
+    /// The priority of the session's current unit of work: smaller = older = higher priority.
+    /// Only the order is meaningful.
     pub priority: u64,
-    /// Incremented by every resume.
+    /// 0 when opened; each resume sets it to the kernel's epoch + 1.
     pub epoch: u64,
 }
 
 impl From<&SessionInfo> for klock_session_info {
     fn from(s: &SessionInfo) -> klock_session_info {
+        let SessionInfo {
+            session_id,
+            agent_id,
+            namespace,
+            priority,
+            epoch,
+        } = s;
         klock_session_info {
-            session_id: s.session_id.0,
-            priority: s.priority,
-            epoch: s.epoch,
+            session_id: session_id.0,
+            agent_id: name_array(agent_id),
+            namespace_name: name_array(namespace),
+            priority: *priority,
+            epoch: *epoch,
         }
     }
 }
