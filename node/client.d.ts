@@ -3,8 +3,9 @@
 // Errors, all `instanceof KlockError` (`code`: number, `name`: stable upper-case name), the same
 // names as the Python client's:
 // - kernel errors: `code` and `name` from the core (e.g. 300 / 'NOT_OWNER');
-// - `LeaseLost`: a held lease ended early; `name` is what the kernel said
-//   ('LEASE_EXPIRED', 'LEASE_RELEASED', 'UNKNOWN_SESSION', ...), `code` its code;
+// - `LeaseLost`: a held lease ended early; `name` 'LEASE_EXPIRED' (expired) or
+//   'LEASE_RELEASED' (wounded, or its session closed: `session.close()`, `klock.close()`, or
+//   in the kernel behind the client's back), `code` its code;
 // - `Died` (`code` 0, `name` 'DIE'): DIE (or DIED, or WOUNDED) while the session holds other
 //   leases — release everything, wait `retryAfterMs`, start over with all intents in one
 //   manifest;
@@ -79,17 +80,84 @@ export declare class Closed extends KlockError {
   constructor(message: string)
 }
 
+/**
+ * Where a Klock takes every time it uses: the `now` of every kernel call, its one timer,
+ * backoff sleeps and `timeoutMs` budgets.
+ */
+export interface Clock<Handle = unknown> {
+  /** Integer milliseconds, never going back (any epoch). */
+  now(): number
+  /**
+   * Runs `callback` once, when `now()` has reached `at`. A handle with `ref()` / `unref()`
+   * (as SystemClock's) lets the Klock decide whether its timer keeps the process alive.
+   */
+  setTimer(at: number, callback: () => void): Handle
+  /** Makes sure the timer does not run (harmless if it ran or was cleared). */
+  clearTimer(handle: Handle): void
+}
+
+/** A SystemClock timer handle. */
+export interface SystemTimer {
+  ref(): this
+  unref(): this
+}
+
+/**
+ * Real time: monotonic milliseconds since the clock was made (or what `now` returns), timers
+ * on `setTimeout`. The default clock of a Klock.
+ */
+export declare class SystemClock implements Clock<SystemTimer> {
+  constructor(now?: () => number)
+  now(): number
+  setTimer(at: number, callback: () => void): SystemTimer
+  clearTimer(handle: SystemTimer): void
+}
+
+/** A ManualClock timer handle. */
+export interface ManualTimer {
+  readonly at: number
+}
+
+/** Virtual time for tests: moves only by `advance` and `jump`. */
+export declare class ManualClock implements Clock<ManualTimer> {
+  /** Starts at `start` (default 0). */
+  constructor(start?: number)
+  now(): number
+  setTimer(at: number, callback: () => void): ManualTimer
+  clearTimer(handle: ManualTimer): void
+  /** When the earliest pending timer is due (possibly already), or `null`. */
+  nextTimer(): number | null
+  /**
+   * Moves time forward by `ms`, running every timer due up to the new time in time order,
+   * `now()` standing at each one's `at` while it runs (timers set meanwhile within the range
+   * run too).
+   */
+  advance(ms: number): void
+  /**
+   * Moves time forward by `ms` without running any timer: a paused process. The overdue
+   * timers run at the next `advance` (`advance(0)` runs them at once).
+   */
+  jump(ms: number): void
+}
+
 /** Options of `new Klock()`: the kernel's config plus the clock. */
 export interface KlockOptions extends Config {
-  /** The time in integer milliseconds (default: monotonic, 0 when the Klock is created). */
-  clock?: () => number
+  /**
+   * Where every time comes from: a `ManualClock` (tests in virtual time), a `SystemClock`
+   * (the default), any `Clock`, or a function returning integer milliseconds (a
+   * `SystemClock` with that `now`).
+   */
+  clock?: Clock<any> | (() => number)
 }
 
 /** What the client did on the kernel's answers (the kernel's own counts: `stats()`). */
 export interface ClientCounters {
   grants: number
   waits: number
+  /** DIE verdicts and DIED events (as the kernel's `died`). */
   deaths: number
+  /** WOUNDED events received by this Klock's sessions (as the kernel's `wounded`). */
+  wounds: number
   retries: number
   timeouts: number
   lost: number
@@ -105,6 +173,8 @@ export declare class Klock {
   constructor(options?: KlockOptions)
   /** The kernel this Klock drives (calls made on it directly bypass the event routing). */
   readonly kernel: Kernel
+  /** Where every time of this Klock comes from. */
+  readonly clock: Clock<any>
   readonly counters: ClientCounters
   /** The last unexpected error inside the timer callback (a bug), if any. */
   readonly timerError: unknown
@@ -117,7 +187,8 @@ export declare class Klock {
   snapshot(): Snapshot
   /**
    * Ends every acquisition in progress with `Closed` (tickets withdrawn), closes every
-   * session (releasing what they hold) and stops the timer. Idempotent.
+   * session in the kernel (releasing what they hold: their Leases are lost,
+   * 'LEASE_RELEASED') and stops the timer. Idempotent.
    */
   close(): void
 }
@@ -164,8 +235,9 @@ export declare class Session {
    */
   withLease<T>(intents: string | readonly string[], fn: (lease: Lease) => T | Promise<T>, options?: LeaseOptions): Promise<T>
   /**
-   * Ends the session's acquisitions in progress with `Closed`, releases everything it holds
-   * and withdraws its waits; later calls reject with `Closed`. Idempotent.
+   * Ends the session's acquisitions in progress with `Closed`, closes it in the kernel
+   * (releasing everything it holds: its Leases are lost, 'LEASE_RELEASED') and withdraws its
+   * waits; later calls reject with `Closed`. Idempotent.
    */
   close(): void
   /** `close()`: what `await using session = await klock.session(...)` calls. */

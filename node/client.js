@@ -2,16 +2,23 @@
 // The friendly client: Klock, Session and Lease, on the native kernel (./index.js).
 //
 // Contract
-// - A Klock owns one kernel and one clock (integer milliseconds since the Klock was created,
-//   monotonic, unless `clock` is given). Every kernel call is followed by draining the
-//   kernel's events and routing each to whoever waits for it, then by re-arming one timer
-//   (`setTimeout`) for the earliest of the kernel's `nextDeadline()` and the next heartbeat
-//   due. When it fires the Klock calls `advance(now)` and sends the heartbeats due. Nothing
-//   polls.
-// - The timer is unref'd: held leases, heartbeats and expiries never keep the process
-//   alive. Only while a `lease()` call waits for a kernel event (a WAIT ticket) is it ref'd,
-//   because that event (a timeout, an expiry that frees the resource) may come from the timer
-//   alone, and the caller is awaiting it.
+// - A Klock owns one kernel and takes every time it uses from one clock: the `now` of every
+//   kernel call, its one timer, backoff sleeps and `timeoutMs` budgets. A clock has `now()`
+//   (integer milliseconds, never going back), `setTimer(at, callback)` (runs `callback` once
+//   when `now()` has reached `at`; returns a handle) and `clearTimer(handle)`. The default
+//   `SystemClock` counts monotonic milliseconds since it was made and runs timers with
+//   `setTimeout`; a `ManualClock` moves only when a test says so (`advance(ms)` runs the timers
+//   due on the way, each at its own time; `jump(ms)` runs none, like a paused process), so a
+//   test drives the client through virtual time deterministically, without sleeping.
+// - Every kernel call is followed by draining the kernel's events and routing each to whoever
+//   waits for it, then by re-arming one timer for the earliest of the kernel's
+//   `nextDeadline()` and the next heartbeat due. When it fires the Klock calls `advance(now)`
+//   and sends the heartbeats due. Nothing polls.
+// - The timer is unref'd (when the clock's handles have `unref`, as SystemClock's do): held
+//   leases, heartbeats and expiries never keep the process alive. Only while a `lease()` call
+//   waits for a kernel event (a WAIT ticket) is it ref'd, because that event (a timeout, an
+//   expiry that frees the resource) may come from the timer alone, and the caller is awaiting
+//   it.
 // - The kernel decides everything (grants, waits, deaths, expiries, timeouts, backoffs); this
 //   module only carries the decisions out: `session.lease()` resolves when the kernel grants
 //   (at once, or by the GRANTED event of its ticket), sleeps the kernel's `retryAfterMs` after
@@ -30,11 +37,13 @@
 //   release is heartbeated. A Lease that becomes unreachable without being released is
 //   released when it is garbage-collected (FinalizationRegistry; `counters.collected`), so a
 //   forgotten Lease frees its resource instead of being renewed forever.
-// - A held lease that ends early (expired, wounded, session closed) marks its Lease lost:
-//   `lease.lost` is the `LeaseLost` error, `lease.signal` aborts with it, `lease.check()`
-//   throws it, and `release()` (so `withLease` and `await using`) throws it — also when
-//   that release is the call that settles the expiry (a callback that blocked the event
-//   loop past the TTL, a paused process).
+// - A held lease that ends early marks its Lease lost: `lease.lost` is the `LeaseLost` error,
+//   `lease.signal` aborts with it, `lease.check()` throws it, and the first `release()` (so
+//   `withLease` and `await using`) throws it — also when that release is the call that settles
+//   the expiry (a callback that blocked the event loop past the TTL, a paused process). Its
+//   name is `LEASE_EXPIRED` (expired) or `LEASE_RELEASED` (wounded, or its session closed: by
+//   `session.close()`, `klock.close()`, or in the kernel behind the client's back, found by
+//   the next heartbeat; closing a session releases what it holds, SPEC.md §5).
 // - An AbortSignal cancels a pending `lease()`: a waiting ticket is withdrawn with
 //   `cancelWait`, a backoff sleep is cut short, and the promise rejects with
 //   `signal.reason`. `Klock.close()` (and `Session.close()` for its own acquisitions) does the
@@ -81,16 +90,18 @@ class Closed extends KlockError {
 const KLOCK_CLOSED = 'this Klock is closed';
 const SESSION_CLOSED = 'this session is closed';
 
-/** Longest delay `setTimeout` takes; a later deadline fires early and re-arms. */
+const LOST_TO_SESSION_CLOSE = 'the session was closed while the Lease held it';
+const LOST_TO_KLOCK_CLOSE = 'the Klock was closed while the Lease held it';
+const LOST_TO_KERNEL_CLOSE = 'the session was closed in the kernel (not through this client) while the Lease held it';
+
+/** Longest delay `setTimeout` takes; a later timer fires early and re-arms. */
 const MAX_DELAY = 2 ** 31 - 1;
 
 /** The largest time the addon takes (2^53 - 1): the wait of `timeoutMs: Infinity`. */
 const MAX_MS = Number.MAX_SAFE_INTEGER;
 
-function monotonicClock() {
-  const t0 = process.hrtime.bigint();
-  return () => Number((process.hrtime.bigint() - t0) / 1_000_000n);
-}
+/** After an unexpected error in the timer callback (a bug), try again this much later. */
+const TIMER_RETRY_MS = 50;
 
 function checkInteger(value, what, { min = 0 } = {}) {
   if (value === undefined) return;
@@ -141,6 +152,146 @@ function checkTimeout(value, what) {
   }
 }
 
+/**
+ * Real time: `now()` is monotonic milliseconds since the clock was made (or what the `now`
+ * function given returns), and timers run on `setTimeout` (their handles have `ref()` and
+ * `unref()`).
+ */
+class SystemClock {
+  constructor(now) {
+    if (now !== undefined && typeof now !== 'function') {
+      const error = new TypeError('`now` must be a function returning milliseconds');
+      error.code = 'ERR_INVALID_ARG_TYPE';
+      throw error;
+    }
+    if (now === undefined) {
+      const t0 = process.hrtime.bigint();
+      now = () => Number((process.hrtime.bigint() - t0) / 1_000_000n);
+    }
+    this._now = now;
+  }
+
+  now() {
+    return this._now();
+  }
+
+  setTimer(at, callback) {
+    checkInteger(at, 'at');
+    return new SystemTimer(this, at, callback);
+  }
+
+  clearTimer(timer) {
+    timer._clear();
+  }
+}
+
+/** A SystemClock timer: a `setTimeout`, armed again while it fires before the clock reaches `at`. */
+class SystemTimer {
+  constructor(clock, at, callback) {
+    this._refed = true;
+    const arm = () => {
+      const delay = Math.min(MAX_DELAY, Math.max(0, at - clock.now()));
+      this._timeout = setTimeout(() => (clock.now() < at ? arm() : callback()), delay);
+      if (!this._refed) this._timeout.unref();
+    };
+    arm();
+  }
+
+  ref() {
+    this._refed = true;
+    this._timeout.ref();
+    return this;
+  }
+
+  unref() {
+    this._refed = false;
+    this._timeout.unref();
+    return this;
+  }
+
+  _clear() {
+    clearTimeout(this._timeout);
+  }
+}
+
+/**
+ * Virtual time for tests: starts at `start` and moves only by `advance(ms)` (running every
+ * timer due up to the new time in time order, `now()` standing at each one's `at` while it
+ * runs; timers set by callbacks within the range run too) or `jump(ms)` (running none: a
+ * paused process; the overdue timers run at the next `advance`, `advance(0)` at once).
+ */
+class ManualClock {
+  constructor(start = 0) {
+    checkInteger(start, 'start');
+    this._now = start;
+    this._timers = [];
+    this._seq = 0;
+  }
+
+  now() {
+    return this._now;
+  }
+
+  setTimer(at, callback) {
+    checkInteger(at, 'at');
+    if (typeof callback !== 'function') {
+      const error = new TypeError('`callback` must be a function');
+      error.code = 'ERR_INVALID_ARG_TYPE';
+      throw error;
+    }
+    const timer = { at, seq: ++this._seq, callback };
+    this._timers.push(timer);
+    return timer;
+  }
+
+  clearTimer(timer) {
+    const i = this._timers.indexOf(timer);
+    if (i >= 0) this._timers.splice(i, 1);
+  }
+
+  /** When the earliest pending timer is due (possibly already), or `null`. */
+  nextTimer() {
+    return this._first()?.at ?? null;
+  }
+
+  advance(ms) {
+    checkInteger(ms, 'ms');
+    const target = this._now + ms;
+    for (let first = this._first(); first !== null && first.at <= target; first = this._first()) {
+      this._now = Math.max(this._now, first.at);
+      this.clearTimer(first);
+      first.callback();
+    }
+    this._now = target;
+  }
+
+  jump(ms) {
+    checkInteger(ms, 'ms');
+    this._now += ms;
+  }
+
+  _first() {
+    let first = null;
+    for (const t of this._timers) if (first === null || t.at < first.at || (t.at === first.at && t.seq < first.seq)) first = t;
+    return first;
+  }
+}
+
+/** The `clock` option: a clock object, a function (a SystemClock with that `now`), or the default. */
+function toClock(clock) {
+  if (clock === undefined) return new SystemClock();
+  if (typeof clock === 'function') return new SystemClock(clock);
+  if (clock === null || typeof clock !== 'object' || !['now', 'setTimer', 'clearTimer'].every((m) => typeof clock[m] === 'function')) {
+    const error = new TypeError(
+      '`options.clock` must be a ManualClock / SystemClock (an object with now(), setTimer(at, callback) and ' +
+        'clearTimer(timer)) or a function returning milliseconds',
+    );
+    error.code = 'ERR_INVALID_ARG_TYPE';
+    throw error;
+  }
+  return clock;
+}
+
 /** A min-heap of heartbeat entries `{ due, ref: WeakRef<Lease>, seq }` (stale entries skipped lazily). */
 class Heap {
   constructor() {
@@ -184,16 +335,21 @@ class Heap {
   }
 }
 
-/** What the client did on the kernel's answers (the kernel's own counts: `klock.stats()`). */
+/**
+ * What the client did on the kernel's answers (the kernel's own counts: `klock.stats()`).
+ * `deaths`: DIE verdicts and DIED events; `wounds`: WOUNDED events received by this Klock's
+ * sessions (as the kernel's `died` and `wounded`).
+ */
 function newCounters() {
-  return { grants: 0, waits: 0, deaths: 0, retries: 0, timeouts: 0, lost: 0, collected: 0 };
+  return { grants: 0, waits: 0, deaths: 0, wounds: 0, retries: 0, timeouts: 0, lost: 0, collected: 0 };
 }
 
 class Klock {
   /**
    * @param {object} [options] the kernel config (`policy`, `seed`, `defaultTtlMs`, ...) and
-   *   `clock`: a function returning the time in integer milliseconds (default: monotonic,
-   *   0 when the Klock is created).
+   *   `clock`: a `ManualClock`, a `SystemClock` (the default: monotonic, 0 when made), any
+   *   object with `now()`, `setTimer(at, callback)` and `clearTimer(handle)`, or a function
+   *   returning integer milliseconds (a `SystemClock` with that `now`).
    */
   constructor(options = {}) {
     if (options === null || typeof options !== 'object' || Array.isArray(options)) {
@@ -202,14 +358,10 @@ class Klock {
       throw error;
     }
     const { clock, ...config } = options;
-    if (clock !== undefined && typeof clock !== 'function') {
-      const error = new TypeError('`options.clock` must be a function returning milliseconds');
-      error.code = 'ERR_INVALID_ARG_TYPE';
-      throw error;
-    }
+    /** Where every time of this Klock comes from. */
+    this.clock = toClock(clock);
     /** The kernel this Klock drives. Calls made on it directly bypass the event routing. */
     this.kernel = new Kernel(config);
-    this._clock = clock ?? monotonicClock();
     this._lastNow = 0;
     /** @type {Map<number, Waiter>} ticket -> the acquisition waiting for it */
     this._waiters = new Map();
@@ -231,6 +383,7 @@ class Klock {
     this._timer = null;
     this._timerRefed = false;
     this._armedAt = Infinity;
+    this._firing = false;
     this._closed = false;
     this.counters = newCounters();
     /** The last unexpected error inside the timer callback (a bug), if any. */
@@ -239,8 +392,8 @@ class Klock {
 
   /** The Klock's time in integer milliseconds (never going back). */
   now() {
-    const t = this._clock();
-    checkInteger(t, 'clock()');
+    const t = this.clock.now();
+    checkInteger(t, 'clock.now()');
     if (t > this._lastNow) this._lastNow = t;
     return this._lastNow;
   }
@@ -272,9 +425,9 @@ class Klock {
 
   /**
    * Ends every acquisition in progress (waiting or backing off) with `Closed` ("this Klock is
-   * closed"), its ticket withdrawn; closes every session (what they hold is released and
-   * their Leases are lost) and stops the timer, so nothing of the Klock keeps the process
-   * alive. Idempotent.
+   * closed"), its ticket withdrawn; closes every session in the kernel, which releases what
+   * they hold (their Leases are lost, `LEASE_RELEASED`), and stops the timer, so nothing of
+   * the Klock keeps the process alive. Later calls reject with `Closed`. Idempotent.
    */
   close() {
     if (this._closed) return;
@@ -283,8 +436,8 @@ class Klock {
     // never grants one of the others on the way.
     const pending = [...this._acquisitions].sort((a, b) => (b.lease._ticket ?? -1) - (a.lease._ticket ?? -1));
     for (const acquisition of pending) acquisition.stop(KLOCK_CLOSED);
-    for (const session of [...this._sessions.values()]) session._end('the Klock was closed');
-    if (this._timer !== null) clearTimeout(this._timer);
+    for (const session of [...this._sessions.values()]) session._end(LOST_TO_KLOCK_CLOSE);
+    if (this._timer !== null) this.clock.clearTimer(this._timer);
     this._timer = null;
     this._armedAt = Infinity;
   }
@@ -317,8 +470,8 @@ class Klock {
     const wanted = this._waiters.size > 0;
     if (wanted !== this._timerRefed) {
       this._timerRefed = wanted;
-      if (wanted) this._timer.ref();
-      else this._timer.unref();
+      if (wanted) this._timer.ref?.();
+      else this._timer.unref?.();
     }
   }
 
@@ -339,11 +492,11 @@ class Klock {
         this._lose([event.lease], 'LEASE_EXPIRED', 'the lease expired before it was released (heartbeats came too late)');
         return;
       case 'WOUNDED':
+        if (this._sessions.has(event.session)) this.counters.wounds++;
         for (const ticket of event.lostTickets) {
           const waiter = this._waiters.get(ticket);
           if (waiter !== undefined) {
             this._waiters.delete(ticket);
-            this.counters.deaths++; // a wound counts as a DIE (SPEC.md §8)
             waiter.deliver(event);
           }
         }
@@ -360,6 +513,17 @@ class Klock {
       default:
         return;
     }
+  }
+
+  /**
+   * The kernel answered UNKNOWN_SESSION for a session this client thought open: it was closed
+   * in the kernel behind the client's back (directly on the kernel), which released its
+   * leases, or for idleness, when it held none.
+   */
+  _sessionGone(session) {
+    this._sessions.delete(session.sessionId);
+    session._closed = true;
+    this._lose([...session._refs.keys()], 'LEASE_RELEASED', LOST_TO_KERNEL_CLOSE);
   }
 
   /** These kernel leases ended: every Lease still holding one is lost. */
@@ -421,24 +585,27 @@ class Klock {
 
   /** Arms the one timer for the earliest kernel deadline or heartbeat, if sooner than armed. */
   _arm() {
-    if (this._closed) return;
+    if (this._closed || this._firing) return;
     const heap = this._heartbeats;
     while (heap.size > 0 && !isLiveEntry(heap.peek())) heap.pop();
     const deadline = this.kernel.nextDeadline();
     let next = deadline === null ? Infinity : deadline;
     if (heap.size > 0 && heap.peek().due < next) next = heap.peek().due;
     if (next >= this._armedAt) return;
-    if (this._timer !== null) clearTimeout(this._timer);
-    const delay = Math.min(MAX_DELAY, Math.max(0, next - this.now()));
+    if (this._timer !== null) this.clock.clearTimer(this._timer);
     this._armedAt = next;
-    this._timer = setTimeout(() => this._fire(), delay);
+    this._timer = this.clock.setTimer(next, () => this._fire());
     this._timerRefed = true;
     this._keepAlive();
   }
 
+  /** The timer fired: settle what is due, send the heartbeats due, re-arm (once, at the end). */
   _fire() {
     this._timer = null;
     this._armedAt = Infinity;
+    if (this._closed) return;
+    this._firing = true;
+    let retryAt = null;
     try {
       const now = this.now();
       this.kernel.advance(now);
@@ -455,9 +622,15 @@ class Klock {
         else lease._beat(now);
       }
     } catch (e) {
-      this.timerError = e;
+      this.timerError = e; // a bug: keep the timer alive, expose what happened
+      retryAt = this._lastNow + TIMER_RETRY_MS;
     }
-    this._arm();
+    this._firing = false;
+    if (retryAt === null) this._arm();
+    else {
+      this._armedAt = retryAt;
+      this._timer = this.clock.setTimer(retryAt, () => this._fire());
+    }
     this._keepAlive();
   }
 }
@@ -573,9 +746,10 @@ class Session {
   }
 
   /**
-   * Closes the session: ends its acquisitions in progress with `Closed` ("this session is
-   * closed"), withdrawing their tickets, releases everything it holds (its Leases are lost),
-   * and refuses later calls with `Closed`. Idempotent.
+   * Closes the session in the kernel, which releases everything it holds and withdraws its
+   * waits: its acquisitions in progress reject with `Closed` ("this session is closed"), its
+   * held Leases are lost (`LEASE_RELEASED`: their `release()` throws it), and later calls
+   * reject with `Closed`. Idempotent.
    */
   close() {
     if (this._closedByUser) return;
@@ -583,39 +757,27 @@ class Session {
     for (const acquisition of [...this.klock._acquisitions]) {
       if (acquisition.session === this) acquisition.stop(SESSION_CLOSED);
     }
-    this._end('the session was closed');
+    this._end(LOST_TO_SESSION_CLOSE);
   }
 
-  /** Closes the session in the kernel and marks what it held lost. */
+  /**
+   * Closes the session in the kernel (unless the kernel closed it already) and marks every
+   * Lease holding one of its leases lost.
+   */
   _end(why) {
     this._closedByUser = true;
     const k = this.klock;
-    if (this._closed) {
-      this._refs.clear();
-      return;
-    }
-    this._closed = true;
     k._sessions.delete(this.sessionId);
-    const held = new Set();
-    for (const record of k._held.values()) {
-      if (record.session !== this) continue;
-      for (const ref of record.holders) {
-        const lease = ref.deref();
-        if (lease !== undefined) held.add(lease);
+    if (!this._closed) {
+      this._closed = true;
+      try {
+        k._call((now) => k.kernel.closeSession(this.sessionId, now));
+      } catch (e) {
+        // Closed in the kernel already (idle, or directly on the kernel).
+        if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
       }
     }
-    try {
-      k._call((now) => k.kernel.closeSession(this.sessionId, now));
-    } catch (e) {
-      if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
-    }
-    for (const lease of held) {
-      k._lose(lease.leaseIds, 'LEASE_RELEASED', why);
-      lease._state = 'done';
-      k._finalizer.unregister(lease);
-    }
-    for (const [id, record] of k._held) if (record.session === this) k._held.delete(id);
-    this._refs.clear();
+    k._lose([...this._refs.keys()], 'LEASE_RELEASED', why);
   }
 
   /** Throws `Closed` if this session or its Klock was closed by the user. */
@@ -643,31 +805,23 @@ if (typeof Symbol.asyncDispose === 'symbol') {
   };
 }
 
-/** Resolves after `ms` (any size: setTimeout's limit is worked around); rejects on an abort. */
-function sleep(ms, signals) {
+/** Resolves after `ms` of the Klock's clock; rejects on an abort of one of `signals`. */
+function sleep(klock, ms, signals) {
   return new Promise((resolve, reject) => {
     const aborted = signals.find((s) => s?.aborted);
     if (aborted !== undefined) {
       reject(aborted.reason);
       return;
     }
-    let timer;
     const listeners = [];
     const cleanup = () => {
-      clearTimeout(timer);
+      klock.clock.clearTimer(timer);
       for (const [signal, onAbort] of listeners) signal.removeEventListener('abort', onAbort);
     };
-    const until = Date.now() + ms;
-    const wait = (left) => {
-      timer = setTimeout(() => {
-        const rest = until - Date.now();
-        if (rest > 0 && left > MAX_DELAY) wait(rest);
-        else {
-          cleanup();
-          resolve();
-        }
-      }, Math.min(left, MAX_DELAY));
-    };
+    const timer = klock.clock.setTimer(klock.now() + ms, () => {
+      cleanup();
+      resolve();
+    });
     for (const signal of signals) {
       if (signal === undefined) continue;
       const onAbort = () => {
@@ -677,7 +831,6 @@ function sleep(ms, signals) {
       listeners.push([signal, onAbort]);
       signal.addEventListener('abort', onAbort, { once: true });
     }
-    wait(ms);
   });
 }
 
@@ -773,8 +926,8 @@ class Lease {
         }
         if (calls === 0) k.kernel.advance(now);
       } catch (e) {
-        // The kernel closed the session (idle): nothing is held any more.
         if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
+        k._sessionGone(session);
       } finally {
         k._settled();
       }
@@ -838,8 +991,9 @@ class Lease {
     try {
       results = k.kernel.heartbeat(this.session.sessionId, ids, now);
     } catch (e) {
-      if (!(e instanceof KlockError)) throw e;
-      k._lose(ids, e.name, e.message); // the session is gone (closed, idle-closed)
+      // UNKNOWN_SESSION is the only error a heartbeat call raises.
+      if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
+      k._sessionGone(this.session);
       return;
     } finally {
       k._settled();
@@ -968,7 +1122,7 @@ class Lease {
         k.counters.timeouts++;
         throw new Timeout(`${what}: session ${session.sessionId} ${why}; the next retry (${retryAfterMs} ms) would pass the timeout`, heldBy);
       }
-      await sleep(retryAfterMs, [signal, stoppable().signal]);
+      await sleep(k, retryAfterMs, [signal, stoppable().signal]);
     }
   }
 
@@ -1026,6 +1180,8 @@ module.exports = {
   Klock,
   Session,
   Lease,
+  SystemClock,
+  ManualClock,
   KlockError,
   LeaseLost,
   Died,

@@ -296,6 +296,7 @@ class Klock:
         self._heartbeat_stale = 0
         self._seq = itertools.count(1)
         self._closed = False
+        self._firing = False  # in _on_timer: it arms the timer once, at the end
         self.timer_error: BaseException | None = None
         self._alarm = _Alarm(self)
         weakref.finalize(self, _disarm, self.clock, self._alarm).atexit = False
@@ -319,7 +320,7 @@ class Klock:
 
     def _arm_locked(self) -> None:
         """Arms the one timer for the earliest kernel deadline or heartbeat, if sooner than armed."""
-        if self._closed:
+        if self._closed or self._firing:
             return
         beats = self._heartbeats
         while beats and beats[0][2]._heartbeat_seq != beats[0][1]:
@@ -337,13 +338,15 @@ class Klock:
         self._alarm.timer = self.clock.set_timer(at, self._alarm.fire)
 
     def _on_timer(self) -> None:
-        """The timer fired: settle what is due, send the heartbeats due, re-arm."""
+        """The timer fired: settle what is due, send the heartbeats due, re-arm (once, at the end)."""
         with self._lock:
             self._alarm.timer = self._alarm.at = None
             if self._closed:
                 return
-            now = self.now()
+            self._firing = True
+            now = self._last_now
             try:
+                now = self.now()
                 self.kernel.advance(now)
                 self._settled_locked()
                 beats = self._heartbeats
@@ -362,8 +365,10 @@ class Klock:
                         self._heartbeat_locked(block, now)
             except Exception as e:  # a bug: keep the timer alive, expose what happened
                 self.timer_error = e
+                self._firing = False
                 self._arm_at_locked(now + _TIMER_RETRY_MS)
                 return
+            self._firing = False
             self._arm_locked()
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -403,6 +408,14 @@ class Klock:
             if session is not None:
                 session._closed = True
 
+    def _session_gone_locked(self, session: Session) -> None:
+        """The kernel answered UNKNOWN_SESSION for a session this client thought open: it was
+        closed in the kernel behind the client's back (directly on the kernel), which
+        released its leases, or for idleness, when it held none."""
+        self._sessions.pop(session.session_id, None)
+        session._closed = True
+        self._lose_locked(list(session._refs), "LEASE_RELEASED", _LOST_TO_KERNEL_CLOSE)
+
     def _lose_locked(self, lease_ids: Iterable[int], name: str, message: str) -> None:
         for lease_id in lease_ids:
             for block in self._holders.pop(lease_id, []):
@@ -428,12 +441,8 @@ class Klock:
         ids = [lease.lease_id for lease in block.leases]
         try:
             results = self.kernel.heartbeat(block.session.session_id, ids, now)
-        except UnknownId:
-            # The session was closed in the kernel behind this client's back (the only error
-            # a heartbeat call raises): that released its leases.
-            self._sessions.pop(block.session.session_id, None)
-            block.session._closed = True
-            self._lose_locked(list(block.session._refs), "LEASE_RELEASED", _LOST_TO_KERNEL_CLOSE)
+        except UnknownId:  # UNKNOWN_SESSION: the only error a heartbeat call raises
+            self._session_gone_locked(block.session)
             return
         finally:
             self._settled_locked()
@@ -877,46 +886,43 @@ class Lease:
     def _release(self) -> None:
         """Releases what this block holds (leases shared with an outer block stay held)."""
         k = self.session.klock
+        session = self.session
         with k._lock:
             if self._state != "held":
                 return
-            if not self.session._closed:
-                # Settle time first, while the block is still registered as a holder: if a
-                # lease expired unseen (the timer could not run: a long callback, a paused
-                # process), the LEASE_EXPIRED that this settles reaches this block, and its
-                # exit raises LeaseLost instead of reporting a lost lease as fine.
+            if not session._closed:
+                # Kernel calls made while the block is still registered as a holder: the first
+                # settles time, so if a lease expired unseen (the timer could not run: a long
+                # callback, a paused process), the LEASE_EXPIRED it settles reaches this block,
+                # and its exit raises LeaseLost instead of reporting a lost lease as fine. Only
+                # the kernel leases no other block of the session holds are released.
+                now = k.now()
                 try:
-                    k.kernel.advance(k.now())
+                    ending = [lease.lease_id for lease in self.leases if session._refs.get(lease.lease_id) == 1]
+                    for lease_id in ending:
+                        k.kernel.release(session.session_id, lease_id, now)
+                    if not ending:
+                        k.kernel.advance(now)
+                except UnknownId:
+                    k._session_gone_locked(session)
                 finally:
                     k._settled_locked()
             self._state = "done"
             k._unschedule_heartbeat_locked(self)
-            refs = self.session._refs
-            ending: list[int] = []
+            refs = session._refs
             for lease in self.leases:
-                lid = lease.lease_id
-                holders = k._holders.get(lid)
+                lease_id = lease.lease_id
+                holders = k._holders.get(lease_id)
                 if holders is not None and self in holders:
                     holders.remove(self)
                     if not holders:
-                        del k._holders[lid]
-                count = refs.get(lid)
-                if count is None:
-                    continue  # lost already
-                if count > 1:
-                    refs[lid] = count - 1
-                else:
-                    del refs[lid]
-                    ending.append(lid)
-            if ending and not self.session._closed:
-                now = k.now()
-                try:
-                    for lid in ending:
-                        k.kernel.release(self.session.session_id, lid, now)
-                except UnknownId:
-                    pass  # the kernel closed the session (idle): nothing is held any more
-                finally:
-                    k._settled_locked()
+                        del k._holders[lease_id]
+                count = refs.get(lease_id)
+                if count is not None:  # else lost already
+                    if count > 1:
+                        refs[lease_id] = count - 1
+                    else:
+                        del refs[lease_id]
 
     # ---- acquisition ----------------------------------------------------------------------
 
