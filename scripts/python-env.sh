@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the Python side on a fresh machine, idempotently, and fast when nothing changed:
 # - a virtualenv with pip at .venv/ in the repository root (created only if missing);
-# - maturin, pytest and mypy in it (installed only if missing);
+# - maturin, pytest, pytest-timeout (every test has a time limit) and mypy in it (installed
+#   only if missing);
 # - the klock package in development mode (python/klock, editable) with the extension
 #   klock._core built by `maturin develop --release` from bindings/python (rebuilt only when
 #   a Rust source, a Cargo manifest or the lock file is newer than the built module).
@@ -21,6 +22,7 @@ fi
 missing=()
 [ -x "$venv/bin/maturin" ] || missing+=("maturin>=1.9,<2.0")
 "$py" -c "import pytest" >/dev/null 2>&1 || missing+=("pytest>=8")
+"$py" -c "import pytest_timeout" >/dev/null 2>&1 || missing+=("pytest-timeout>=2.3")
 "$py" -c "import mypy" >/dev/null 2>&1 || missing+=("mypy>=1.10")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "python-env: installing ${missing[*]}" >&2

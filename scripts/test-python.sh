@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Every Python test, from a fresh machine: sets up .venv and builds klock._core
-# (scripts/python-env.sh, idempotent), then runs
-#   - pytest over python/tests with warnings as errors (collecting nothing is a failure),
-#   - the conformance runner `python -m klock.conformance tests/vectors`,
+# (scripts/python-env.sh, idempotent), resolves the conformance vectors into scripts and
+# mutants (scripts/resolve-vectors.sh, the Rust checker; a caller that has just done so
+# passes the scripts' directory as KLOCK_SCRIPTS instead), then runs
+#   - the replayer over every script (each must reproduce exactly) and every mutant (each
+#     must fail: a replayer that passes one ignores a recorded value),
+#   - pytest over python/tests with warnings as errors and a time limit per test (collecting
+#     nothing is a failure); it reuses the scripts made here,
 #   - mypy's stubtest (python/klock/_core.pyi against the built module),
 #   - mypy --strict over the klock package.
 set -euo pipefail
@@ -13,9 +17,34 @@ step() { printf '\n==> %s\n' "$*"; }
 step "python env (.venv, maturin develop --release)"
 py=$(bash scripts/python-env.sh | tail -n1)
 
+if [ -n "${KLOCK_SCRIPTS:-}" ]; then
+  step "resolved scripts made by the caller: $KLOCK_SCRIPTS"
+  scripts=$KLOCK_SCRIPTS
+else
+  step "resolve the vectors (scripts/resolve-vectors.sh)"
+  scripts=$(bash scripts/resolve-vectors.sh | tail -n1)
+fi
+scripts=$(cd "$scripts" && pwd)
+mutants="$(dirname "$scripts")/mutants"
+
+step "replay every script: python python/tests/replay.py $scripts"
+"$py" python/tests/replay.py "$scripts" | grep -v '^ok '
+
+step "replay every mutant (every one must fail): python python/tests/replay.py $mutants"
+set +e
+report=$("$py" python/tests/replay.py "$mutants")
+status=$?
+set -e
+echo "$report" | tail -n1
+if [ "$status" -eq 0 ] || grep -q '^ok ' <<<"$report" || ! grep -q '^0 passed, [1-9][0-9]* failed$' <<<"$report"; then
+  echo "the replayer passed a mutant (or found none): it ignores a recorded value" >&2
+  grep '^ok ' <<<"$report" >&2 || true
+  exit 1
+fi
+
 step "pytest -W error python/tests"
 set +e
-"$py" -m pytest -W error -q python/tests
+KLOCK_SCRIPTS="$scripts" "$py" -m pytest -W error -q python/tests
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
@@ -23,9 +52,6 @@ if [ "$status" -eq 5 ]; then
   exit 1
 fi
 [ "$status" -eq 0 ] || exit "$status"
-
-step "python -m klock.conformance tests/vectors"
-"$py" -m klock.conformance tests/vectors
 
 step "python -m mypy.stubtest klock._core"
 "$py" -m mypy.stubtest klock._core

@@ -1,5 +1,4 @@
-"""``python -m klock demo [options]`` runs the demo; ``python -m klock conformance PATH...``
-runs the conformance vectors (the same as ``python -m klock.conformance``)."""
+"""``python -m klock demo [options]`` runs the demo."""
 
 from __future__ import annotations
 
@@ -11,12 +10,7 @@ def main(argv: list[str]) -> int:
         from .demo import main as demo
 
         return demo(argv[1:])
-    if argv and argv[0] == "conformance":
-        from .conformance import main as conformance
-
-        return conformance(argv[1:])
-    print("usage: python -m klock demo [--agents N] [--edits N] [--files N] [--policy P]\n"
-          "       python -m klock conformance PATH...", file=sys.stderr)
+    print("usage: python -m klock demo [--agents N] [--edits N] [--files N] [--policy P]", file=sys.stderr)
     return 2
 
 

@@ -15,7 +15,9 @@ touched, so they never change state. Kernel errors raise a :class:`KlockError` s
 Thread-safe: a :class:`Kernel` may be shared by any number of threads (calls are serialised).
 """
 
-from typing import Any, Final, Iterable, Literal, Sequence, final
+from typing import Any, Final, Iterable, Literal, Sequence, TypedDict, final
+
+from typing_extensions import Unpack
 
 __all__ = [
     "Kernel",
@@ -31,6 +33,9 @@ __all__ = [
     "QuotaExceeded",
     "parse_intent",
     "ERROR_CODES",
+    "PREDICATES",
+    "EVENT_KINDS",
+    "CONFIG_FIELDS",
     "MAX_MANIFEST_INTENTS",
     "MAX_RESOURCE_BYTES",
     "MAX_NAME_BYTES",
@@ -40,6 +45,12 @@ __all__ = [
 __version__: Final[str]
 ERROR_CODES: Final[dict[str, int]]
 """Every stable error name and its numeric code, e.g. ``{"INVALID_RESOURCE": 100, ...}``."""
+PREDICATES: Final[tuple[str, ...]]
+"""The six predicates in the conflict matrix's order (the kernel's list)."""
+EVENT_KINDS: Final[tuple[str, ...]]
+"""Every event kind's name (the kernel's list)."""
+CONFIG_FIELDS: Final[tuple[str, ...]]
+"""Every configuration field: ``policy``, then the numeric ones (the kernel's list)."""
 MAX_MANIFEST_INTENTS: Final[int]
 MAX_RESOURCE_BYTES: Final[int]
 MAX_NAME_BYTES: Final[int]
@@ -74,6 +85,20 @@ _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON",
 _EventName = Literal["GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"]
 _HeartbeatStatus = Literal["OK", "LEASE_EXPIRED", "LEASE_RELEASED", "NOT_OWNER", "UNKNOWN_LEASE", "LIFETIME_EXCEEDED"]
 _LeaseStatusName = Literal["ACTIVE", "EXPIRED", "RELEASED", "NOT_OWNER", "UNKNOWN"]
+
+class _Config(TypedDict, total=False):
+    """The numeric settings :class:`Kernel` takes by name (``None`` = SPEC.md's default)."""
+
+    seed: int | None
+    default_ttl_ms: int | None
+    max_ttl_ms: int | None
+    default_wait_timeout_ms: int | None
+    backoff_base_ms: int | None
+    backoff_cap_ms: int | None
+    grace_ms: int | None
+    session_idle_ms: int | None
+    max_leases_per_session: int | None
+    max_lease_lifetime_ms: int | None
 
 @final
 class SessionInfo:
@@ -194,29 +219,16 @@ class Event:
 class Kernel:
     """The coordination kernel (SPEC.md). Every state-changing call takes ``now`` last.
 
-    ``policy`` is ``"wait_die"`` (default), ``"wound_wait"`` or ``"lanes"``; every other
-    setting takes SPEC.md's default when ``None``. An unusable configuration raises
+    ``policy`` is ``"wait_die"`` (default), ``"wound_wait"`` or ``"lanes"``; the numeric
+    settings are named as in :data:`CONFIG_FIELDS`, and each takes SPEC.md's default when not
+    given or ``None``. An unknown setting or an unusable configuration raises
     :class:`InvalidInput` (INVALID_CONFIG).
     """
 
-    def __new__(
-        cls,
-        policy: str | None = None,
-        *,
-        seed: int | None = None,
-        default_ttl_ms: int | None = None,
-        max_ttl_ms: int | None = None,
-        default_wait_timeout_ms: int | None = None,
-        backoff_base_ms: int | None = None,
-        backoff_cap_ms: int | None = None,
-        grace_ms: int | None = None,
-        session_idle_ms: int | None = None,
-        max_leases_per_session: int | None = None,
-        max_lease_lifetime_ms: int | None = None,
-    ) -> Kernel: ...
+    def __new__(cls, policy: str | None = None, **config: Unpack[_Config]) -> Kernel: ...
     @property
     def config(self) -> dict[str, Any]:
-        """``policy`` (str) and every numeric setting."""
+        """Every field of :data:`CONFIG_FIELDS`: ``policy`` (str) and the numeric settings."""
     def clone(self) -> Kernel:
         """An independent kernel in the same state."""
     def now(self) -> int:
@@ -276,4 +288,6 @@ class Kernel:
         """``{"counters": {...}, "active_sessions", "active_leases", "waiting_tickets",
         "top_contended": [...], "ghost_agents": [...]}``."""
     def snapshot(self, now: int) -> dict[str, Any]:
-        """``{"now", "policy", "next_deadline", "sessions", "leases", "tickets", "stats"}``."""
+        """``{"now", "policy", "next_deadline", "sessions", "leases", "tickets", "stats"}``, in
+        the kernel's serde shape (the canonical JSON of the conformance scripts and the
+        server), like the other dicts of this class."""

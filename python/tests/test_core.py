@@ -51,7 +51,22 @@ def test_config_defaults_and_overrides() -> None:
     with pytest.raises(_core.InvalidInput) as e:
         Kernel(max_ttl_ms=0)
     assert e.value.name == "INVALID_CONFIG"
+    # Every setting not given, or given as None, is the default.
+    assert Kernel(None, **{name: None for name in _core.CONFIG_FIELDS[1:]}).config == k.config
+    # Every numeric field by its core name, each set to a value of its own.
+    values = {name: 1000 + i for i, name in enumerate(_core.CONFIG_FIELDS[1:])}
+    assert Kernel("wound_wait", **values).config == {"policy": "wound_wait", **values}
     assert repr(k).startswith("Kernel(policy=")
+
+
+@pytest.mark.parametrize("value", [5, None, "five"])
+def test_unknown_config_field_is_invalid_config(value: object) -> None:
+    # The name is checked first, by the core's list: a typo is never ignored or written
+    # into another field, whatever its value.
+    with pytest.raises(_core.InvalidInput) as e:
+        Kernel(max_lease_lifetme_ms=value)  # type: ignore[call-arg]
+    assert e.value.name == "INVALID_CONFIG" and e.value.code == 107
+    assert '"max_lease_lifetme_ms"' in e.value.message and "max_lease_lifetime_ms" in e.value.message
 
 
 def test_sessions_digest_resume_suspend_close() -> None:
@@ -191,7 +206,9 @@ def test_observability_is_json_ready() -> None:
     assert stats["top_contended"][0]["resource"] == "FILE:/src/a.ts"
     snap = k.snapshot(4)
     assert snap["now"] == 4 and snap["policy"] == "wait_die" and len(snap["sessions"]) == 2
-    assert snap["tickets"][0]["intents"] == [("MUTATES", "FILE:/src/a.ts")]
+    # The kernel's serde shape, as in the conformance scripts (python/tests/replay.py).
+    assert snap["tickets"][0]["intents"] == [{"predicate": "MUTATES", "resource": "FILE:/src/a.ts"}]
+    assert snap["sessions"][0]["unit_granted"] is False and snap["sessions"][1]["unit_granted"] is True
     json.dumps([state, stats, snap])
 
 

@@ -10,10 +10,7 @@
 
 use crate::args::{borrow_strs, opt_u64_arg, str_arg, str_list, u64_arg, u64_list, StrictBool};
 use crate::errors::OrRaise;
-use crate::values::{
-    config_dict, digest_dict, resource_state_dict, snapshot_dict, stats_dict, PyEvent,
-    PySessionInfo, PyVerdict,
-};
+use crate::values::{plain, PyEvent, PySessionInfo, PyVerdict};
 use klock_core::{
     AcquireOptions, Config, DigestIdentity, DigestRecovery, Kernel, LeaseId, LeaseSelection,
     LeaseStatus, Policy, SessionId, StateDigest, TicketId,
@@ -51,32 +48,31 @@ impl PyKernel {
     }
 }
 
-const CONFIG_FIELDS: [&str; 10] = [
-    "seed",
-    "default_ttl_ms",
-    "max_ttl_ms",
-    "default_wait_timeout_ms",
-    "backoff_base_ms",
-    "backoff_cap_ms",
-    "grace_ms",
-    "session_idle_ms",
-    "max_leases_per_session",
-    "max_lease_lifetime_ms",
-];
-
-fn config_field<'a>(config: &'a mut Config, name: &str) -> &'a mut u64 {
-    match name {
-        "seed" => &mut config.seed,
-        "default_ttl_ms" => &mut config.default_ttl_ms,
-        "max_ttl_ms" => &mut config.max_ttl_ms,
-        "default_wait_timeout_ms" => &mut config.default_wait_timeout_ms,
-        "backoff_base_ms" => &mut config.backoff_base_ms,
-        "backoff_cap_ms" => &mut config.backoff_cap_ms,
-        "grace_ms" => &mut config.grace_ms,
-        "session_idle_ms" => &mut config.session_idle_ms,
-        "max_leases_per_session" => &mut config.max_leases_per_session,
-        _ => &mut config.max_lease_lifetime_ms,
+/// A configuration from `Kernel(policy, **config)`: SPEC.md's defaults, then the policy, then
+/// each named numeric field. Field names come from the core (`Config::set_number`), so an
+/// unknown one is the core's `INVALID_CONFIG` naming it and listing the known ones, checked
+/// before its value; a `None` value keeps the default.
+fn config_arg(
+    py: Python<'_>,
+    policy: Option<&Bound<'_, PyAny>>,
+    fields: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Config> {
+    let mut config = Config::default();
+    if let Some(policy) = policy.filter(|p| !p.is_none()) {
+        config.policy = Policy::parse(str_arg(policy, "policy")?).or_raise(py)?;
     }
+    for (name, value) in fields.into_iter().flat_map(|d| d.iter()) {
+        let name = str_arg(&name, "a config field name")?;
+        if config.number(name).is_none() {
+            // Not a field: setting it fails with the core's INVALID_CONFIG, which names it and
+            // lists the fields.
+            config.set_number(name, 0).or_raise(py)?;
+        }
+        if let Some(value) = opt_u64_arg(Some(&value), name)? {
+            config.set_number(name, value).or_raise(py)?;
+        }
+    }
+    Ok(config)
 }
 
 fn dict_item<'py>(dict: &Bound<'py, PyDict>, key: &str, path: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -173,52 +169,17 @@ fn digest_arg(obj: &Bound<'_, PyAny>) -> PyResult<StateDigest> {
 
 #[pymethods]
 impl PyKernel {
-    /// A kernel with the given policy (`"wait_die"`, `"wound_wait"` or `"lanes"`); every
-    /// other setting defaults to SPEC.md's value when `None`.
+    /// A kernel with the given policy (`"wait_die"`, `"wound_wait"` or `"lanes"`) and numeric
+    /// settings by name (`Config::NUMERIC_FIELDS`); every setting not given, or given as
+    /// `None`, takes SPEC.md's default.
     #[new]
-    #[pyo3(signature = (
-        policy = None, *, seed = None, default_ttl_ms = None, max_ttl_ms = None,
-        default_wait_timeout_ms = None, backoff_base_ms = None, backoff_cap_ms = None,
-        grace_ms = None, session_idle_ms = None, max_leases_per_session = None,
-        max_lease_lifetime_ms = None
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (policy = None, **config))]
     fn new(
         py: Python<'_>,
         policy: Option<&Bound<'_, PyAny>>,
-        seed: Option<&Bound<'_, PyAny>>,
-        default_ttl_ms: Option<&Bound<'_, PyAny>>,
-        max_ttl_ms: Option<&Bound<'_, PyAny>>,
-        default_wait_timeout_ms: Option<&Bound<'_, PyAny>>,
-        backoff_base_ms: Option<&Bound<'_, PyAny>>,
-        backoff_cap_ms: Option<&Bound<'_, PyAny>>,
-        grace_ms: Option<&Bound<'_, PyAny>>,
-        session_idle_ms: Option<&Bound<'_, PyAny>>,
-        max_leases_per_session: Option<&Bound<'_, PyAny>>,
-        max_lease_lifetime_ms: Option<&Bound<'_, PyAny>>,
+        config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyKernel> {
-        let mut config = Config::default();
-        if let Some(policy) = policy.filter(|p| !p.is_none()) {
-            config.policy = Policy::parse(str_arg(policy, "policy")?).or_raise(py)?;
-        }
-        let values = [
-            seed,
-            default_ttl_ms,
-            max_ttl_ms,
-            default_wait_timeout_ms,
-            backoff_base_ms,
-            backoff_cap_ms,
-            grace_ms,
-            session_idle_ms,
-            max_leases_per_session,
-            max_lease_lifetime_ms,
-        ];
-        for (name, value) in CONFIG_FIELDS.iter().zip(values) {
-            if let Some(v) = opt_u64_arg(value, name)? {
-                *config_field(&mut config, name) = v;
-            }
-        }
-        let kernel = Kernel::new(config).or_raise(py)?;
+        let kernel = Kernel::new(config_arg(py, policy, config)?).or_raise(py)?;
         Ok(PyKernel {
             inner: Mutex::new(kernel),
         })
@@ -226,9 +187,9 @@ impl PyKernel {
 
     /// The configuration the kernel runs with.
     #[getter]
-    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let config = self.lock()?.config().clone();
-        config_dict(py, &config)
+        plain(py, &config)
     }
 
     /// An independent kernel in the same state (for exploring "what if" branches).
@@ -291,11 +252,11 @@ impl PyKernel {
         py: Python<'py>,
         session: &Bound<'_, PyAny>,
         now: &Bound<'_, PyAny>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let session = SessionId(u64_arg(session, "session")?);
         let now = u64_arg(now, "now")?;
         let digest = self.lock()?.digest(session, now).or_raise(py)?;
-        digest_dict(py, &digest)
+        plain(py, &digest)
     }
 
     fn resume_session(
@@ -490,20 +451,20 @@ impl PyKernel {
         resource: &Bound<'_, PyAny>,
         namespace: &Bound<'_, PyAny>,
         now: &Bound<'_, PyAny>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let resource = str_arg(resource, "resource")?;
         let namespace = str_arg(namespace, "namespace")?;
         let now = u64_arg(now, "now")?;
         let state = self
             .detached(py, |k| k.resource_state(resource, namespace, now))?
             .or_raise(py)?;
-        resource_state_dict(py, &state)
+        plain(py, &state)
     }
 
     /// Counters per outcome, top contended resources and ghost agents.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let stats = self.detached(py, |k| k.stats())?;
-        stats_dict(py, &stats)
+        plain(py, &stats)
     }
 
     /// The whole state after settling `now`, as one JSON-ready dict.
@@ -511,10 +472,10 @@ impl PyKernel {
         &self,
         py: Python<'py>,
         now: &Bound<'_, PyAny>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let now = u64_arg(now, "now")?;
         let snapshot = self.detached(py, |k| k.snapshot(now))?;
-        snapshot_dict(py, &snapshot)
+        plain(py, &snapshot)
     }
 
     fn __repr__(&self) -> PyResult<String> {

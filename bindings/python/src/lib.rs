@@ -13,7 +13,7 @@ mod kernel;
 mod values;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 
 /// Splits `"PREDICATE TYPE:/path"` and validates it: `(canonical predicate, canonical resource)`.
 #[pyfunction]
@@ -39,11 +39,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StateError", py.get_type::<errors::StateError>())?;
     m.add("QuotaExceeded", py.get_type::<errors::QuotaExceeded>())?;
     m.add_function(wrap_pyfunction!(parse_intent, m)?)?;
+    // The kernel's catalogs, from its own lists (the stubs' Literal types are tested
+    // against these).
     let codes = PyDict::new(py);
     for code in klock_core::ErrorCode::ALL {
         codes.set_item(code.name(), code.code())?;
     }
     m.add("ERROR_CODES", codes)?;
+    let predicates = klock_core::Predicate::ALL.map(klock_core::Predicate::name);
+    m.add("PREDICATES", PyTuple::new(py, predicates)?)?;
+    m.add("EVENT_KINDS", PyTuple::new(py, klock_core::Event::KINDS)?)?;
+    let fields: Vec<&str> = klock_core::Config::field_names().collect();
+    m.add("CONFIG_FIELDS", PyTuple::new(py, fields)?)?;
     m.add("MAX_MANIFEST_INTENTS", klock_core::MAX_MANIFEST_INTENTS)?;
     m.add("MAX_RESOURCE_BYTES", klock_core::MAX_RESOURCE_BYTES)?;
     m.add("MAX_NAME_BYTES", klock_core::MAX_NAME_BYTES)?;

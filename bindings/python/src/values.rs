@@ -3,15 +3,15 @@
 //! Contract: answers that a host acts on at high rates (sessions, leases, verdicts, events)
 //! are small immutable classes wrapping the kernel's owned value, converted field by field
 //! only when read; observability answers (digest, resource_state, stats, snapshot, config)
-//! are plain `dict`s of `int`, `str`, `bool`, `None` and lists, ready for `json.dumps`.
+//! are plain `dict`s of `int`, `str`, `bool`, `None` and lists, ready for `json.dumps`, made
+//! from the kernel's serde shape ([`plain`]) so that they hold exactly its fields.
 //! Names are the kernel's stable upper-case names (`"GRANTED"`, `"MUTATES"`, ...).
 
-use klock_core::{
-    Blocker, Config, Event, Holder, Lease, ResourceState, SessionInfo, Snapshot, StateDigest,
-    Stats, Verdict, Waiter,
-};
+use klock_core::{Blocker, Event, Lease, SessionInfo, Verdict};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBool, PyDict, PyList, PyString};
+use serde_json::Value;
 
 /// A session as opened or resumed.
 #[pyclass(frozen, eq, module = "klock._core", name = "SessionInfo")]
@@ -346,192 +346,42 @@ impl PyEvent {
     }
 }
 
-// ---- dicts -------------------------------------------------------------------------------
+// ---- plain data ----------------------------------------------------------------------------
 
-pub fn lease_dict<'py>(py: Python<'py>, l: &Lease) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("lease_id", l.lease_id.0)?;
-    d.set_item("session_id", l.session_id.0)?;
-    d.set_item("agent_id", &l.agent_id)?;
-    d.set_item("resource", &l.resource)?;
-    d.set_item("predicate", l.predicate.name())?;
-    d.set_item("fence", l.fence)?;
-    d.set_item("acquired_at", l.acquired_at)?;
-    d.set_item("expires_at", l.expires_at)?;
-    d.set_item("ttl_ms", l.ttl_ms)?;
-    Ok(d)
+/// `value` as plain Python data (`dict`, `list`, `int`, `str`, `bool`, `None`) in the kernel's
+/// own serde shape: the canonical JSON that conformance scripts record and the server speaks.
+/// Every field comes from the core's type, so these answers cannot drift from it.
+pub fn plain<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
+    let json = serde_json::to_value(value)
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot convert the kernel's answer: {e}")))?;
+    json_to_py(py, &json)
 }
 
-pub fn config_dict<'py>(py: Python<'py>, c: &Config) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("policy", c.policy.name())?;
-    d.set_item("seed", c.seed)?;
-    d.set_item("default_ttl_ms", c.default_ttl_ms)?;
-    d.set_item("max_ttl_ms", c.max_ttl_ms)?;
-    d.set_item("default_wait_timeout_ms", c.default_wait_timeout_ms)?;
-    d.set_item("backoff_base_ms", c.backoff_base_ms)?;
-    d.set_item("backoff_cap_ms", c.backoff_cap_ms)?;
-    d.set_item("grace_ms", c.grace_ms)?;
-    d.set_item("session_idle_ms", c.session_idle_ms)?;
-    d.set_item("max_leases_per_session", c.max_leases_per_session)?;
-    d.set_item("max_lease_lifetime_ms", c.max_lease_lifetime_ms)?;
-    Ok(d)
-}
-
-pub fn digest_dict<'py>(py: Python<'py>, digest: &StateDigest) -> PyResult<Bound<'py, PyDict>> {
-    let identity = PyDict::new(py);
-    let i = &digest.identity;
-    identity.set_item("agent_id", &i.agent_id)?;
-    identity.set_item("namespace", &i.namespace)?;
-    identity.set_item("session_id", i.session_id.0)?;
-    identity.set_item("priority_timestamp", i.priority_timestamp)?;
-    identity.set_item("epoch", i.epoch)?;
-    let recovery = PyDict::new(py);
-    recovery.set_item("last_phase", &digest.recovery.last_phase)?;
-    recovery.set_item(
-        "pending_intents",
-        PyList::new(py, &digest.recovery.pending_intents)?,
-    )?;
-    let d = PyDict::new(py);
-    d.set_item("version", digest.version)?;
-    d.set_item("identity", identity)?;
-    d.set_item("recovery", recovery)?;
-    Ok(d)
-}
-
-fn holder_dict<'py>(py: Python<'py>, h: &Holder) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("session_id", h.session_id.0)?;
-    d.set_item("agent_id", &h.agent_id)?;
-    d.set_item("lease_id", h.lease_id.0)?;
-    d.set_item("resource", &h.resource)?;
-    d.set_item("predicate", h.predicate.name())?;
-    d.set_item("fence", h.fence)?;
-    d.set_item("expires_at", h.expires_at)?;
-    Ok(d)
-}
-
-fn waiter_dict<'py>(py: Python<'py>, w: &Waiter) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("session_id", w.session_id.0)?;
-    d.set_item("agent_id", &w.agent_id)?;
-    d.set_item("ticket", w.ticket.0)?;
-    d.set_item("predicate", w.predicate.name())?;
-    d.set_item("position", w.position)?;
-    d.set_item("deadline", w.deadline)?;
-    Ok(d)
-}
-
-pub fn resource_state_dict<'py>(
-    py: Python<'py>,
-    s: &ResourceState,
-) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("resource", &s.resource)?;
-    d.set_item("namespace", &s.namespace)?;
-    d.set_item("holders", collect(py, &s.holders, holder_dict)?)?;
-    d.set_item("waiting", collect(py, &s.waiting, waiter_dict)?)?;
-    d.set_item("covering", collect(py, &s.covering, holder_dict)?)?;
-    Ok(d)
-}
-
-fn collect<'py, T>(
-    py: Python<'py>,
-    items: &[T],
-    f: impl Fn(Python<'py>, &T) -> PyResult<Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyList>> {
-    let list = PyList::empty(py);
-    for item in items {
-        list.append(f(py, item)?)?;
-    }
-    Ok(list)
-}
-
-pub fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
-    let c = &s.counters;
-    let counters = PyDict::new(py);
-    for (name, value) in [
-        ("sessions_opened", c.sessions_opened),
-        ("granted", c.granted),
-        ("waited", c.waited),
-        ("died", c.died),
-        ("timed_out", c.timed_out),
-        ("expired", c.expired),
-        ("wounded", c.wounded),
-        ("released", c.released),
-        ("cancelled", c.cancelled),
-        ("idle_closed", c.idle_closed),
-        ("defensive_repairs", c.defensive_repairs),
-    ] {
-        counters.set_item(name, value)?;
-    }
-    let top = PyList::empty(py);
-    for t in &s.top_contended {
-        let d = PyDict::new(py);
-        d.set_item("namespace", &t.namespace)?;
-        d.set_item("resource", &t.resource)?;
-        d.set_item("blocked", t.blocked)?;
-        top.append(d)?;
-    }
-    let ghosts = PyList::empty(py);
-    for g in &s.ghost_agents {
-        let d = PyDict::new(py);
-        d.set_item("agent_id", &g.agent_id)?;
-        d.set_item("expired_leases", g.expired_leases)?;
-        d.set_item("wait_timeouts", g.wait_timeouts)?;
-        ghosts.append(d)?;
-    }
-    let d = PyDict::new(py);
-    d.set_item("counters", counters)?;
-    d.set_item("active_sessions", s.active_sessions)?;
-    d.set_item("active_leases", s.active_leases)?;
-    d.set_item("waiting_tickets", s.waiting_tickets)?;
-    d.set_item("top_contended", top)?;
-    d.set_item("ghost_agents", ghosts)?;
-    Ok(d)
-}
-
-pub fn snapshot_dict<'py>(py: Python<'py>, s: &Snapshot) -> PyResult<Bound<'py, PyDict>> {
-    let sessions = PyList::empty(py);
-    for v in &s.sessions {
-        let d = PyDict::new(py);
-        d.set_item("session_id", v.session_id.0)?;
-        d.set_item("agent_id", &v.agent_id)?;
-        d.set_item("namespace", &v.namespace)?;
-        d.set_item("priority", v.priority)?;
-        d.set_item("epoch", v.epoch)?;
-        d.set_item("suspended", v.suspended)?;
-        d.set_item("leases", v.leases)?;
-        d.set_item(
-            "tickets",
-            v.tickets.iter().map(|t| t.0).collect::<Vec<u64>>(),
-        )?;
-        d.set_item("die_count", v.die_count)?;
-        d.set_item("last_active", v.last_active)?;
-        sessions.append(d)?;
-    }
-    let tickets = PyList::empty(py);
-    for t in &s.tickets {
-        let d = PyDict::new(py);
-        d.set_item("ticket", t.ticket.0)?;
-        d.set_item("session_id", t.session_id.0)?;
-        d.set_item("agent_id", &t.agent_id)?;
-        let intents: Vec<(&str, &str)> = t
-            .intents
-            .iter()
-            .map(|i| (i.predicate.name(), i.resource.as_str()))
-            .collect();
-        d.set_item("intents", intents)?;
-        d.set_item("deadline", t.deadline)?;
-        tickets.append(d)?;
-    }
-    let d = PyDict::new(py);
-    d.set_item("now", s.now)?;
-    d.set_item("policy", s.policy.name())?;
-    d.set_item("next_deadline", s.next_deadline)?;
-    d.set_item("sessions", sessions)?;
-    d.set_item("leases", collect(py, &s.leases, lease_dict)?)?;
-    d.set_item("tickets", tickets)?;
-    d.set_item("stats", stats_dict(py, &s.stats)?)?;
-    Ok(d)
+fn json_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        // The kernel's numbers are all u64 (ids, times, counts); anything else is shown as
+        // serde_json holds it rather than refused.
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => u.into_pyobject(py)?.into_any(),
+            (None, Some(i)) => i.into_pyobject(py)?.into_any(),
+            (None, None) => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
+        },
+        Value::String(text) => PyString::new(py, text).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(json_to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (key, item) in map {
+                dict.set_item(key, json_to_py(py, item)?)?;
+            }
+            dict.into_any()
+        }
+    })
 }
