@@ -32,7 +32,7 @@ fn a_vector_the_server_does_not_meet_fails() {
     let wrong = dir.path().join("wrong.json");
     std::fs::write(
         &wrong,
-        r#"{"name": "a second writer is not granted", "spec": "SPEC.md §4", "config": {},
+        r#"{"name": "a second writer is not granted", "spec": "docs/SPEC.md §4", "config": {},
             "steps": [
               {"now": 0, "do": "open", "agent": "a", "as": "A"},
               {"now": 0, "do": "open", "agent": "b", "as": "B"},

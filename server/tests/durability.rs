@@ -342,7 +342,7 @@ fn a_repeated_idempotency_key_answers_the_first_answer_and_changes_nothing() {
     };
     machine.apply(1, &keyed(0, open("ann"), "k-open"));
     let first = machine.apply(2, &keyed(5, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));
-    // A repeat changes nothing but the settlement of time (SPEC.md §2), like any call.
+    // A repeat changes nothing but the settlement of time (docs/SPEC.md §2), like any call.
     let mut settled = machine.kernel().clone();
     settled.advance(9);
     let state = settled.export_state();
