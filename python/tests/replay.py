@@ -209,7 +209,7 @@ def replay(script: dict[str, Any]) -> None:
     for index, step in enumerate(script["steps"], 1):
         try:
             keys(step, STEP_KEYS, "step")
-            got = {"result": answer(kernel, step["call"], step["now"])}
+            got: dict[str, Any] = {"result": answer(kernel, step["call"], step["now"])}
             got["events"] = [tagged(e, "event", EVENT) for e in kernel.drain_events()]
             got["snapshot"] = kernel.snapshot(step["snapshot_at"])
             for part in ("result", "events", "snapshot"):

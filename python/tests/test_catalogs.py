@@ -25,7 +25,7 @@ def literal(name: str) -> tuple[str, ...]:
         if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == [name]:
             assert isinstance(node.value, ast.Subscript), ast.dump(node.value)
             items = node.value.slice.elts if isinstance(node.value.slice, ast.Tuple) else [node.value.slice]
-            return tuple(item.value for item in items if isinstance(item, ast.Constant))
+            return tuple(str(item.value) for item in items if isinstance(item, ast.Constant))
     raise AssertionError(f"the stub has no {name}")
 
 
