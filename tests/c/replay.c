@@ -1,0 +1,339 @@
+/*
+ * replay: replays resolved scripts (klock-script/1, docs/VECTORS.md; scripts/resolve-vectors.sh writes them) through
+ * the public C API of include/klock.h. Usage: replay PATH... (script files, or directories of *.json scripts).
+ *
+ * Per script: a kernel from `config` (klock_config_set_policy/_number take the kernel's own names); per step, exactly
+ * the call `call` names, at `now`; its answer (or its error's code, name and message), every event drained, and the
+ * snapshot at `snapshot_at`, as canonical JSON, must each equal the recorded JSON exactly (every value, every key).
+ * Prints `ok <file>: <name>` or `FAIL <file>: <name>: step k: <where>: expected E, got G` per script, then
+ * `N passed, M failed`; exits 1 on any failure or when no script ran. A broken script (not JSON, an unknown format
+ * or op, a missing key) fails. A JSON `\u0000` is read as 0xC0 0x80, the C API's spelling of U+0000.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "klock.h"
+
+typedef cJSON J;
+#define MAX_SAFE 9007199254740991.0 /* 2^53 - 1: every number of a script fits, exactly, in a double */
+static char bad[512], why[2048];     /* what is wrong with the current script; how its step differs */
+
+/* ---- reading a script ---- */
+static void broken(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (!bad[0]) vsnprintf(bad, sizeof bad, fmt, ap);
+    va_end(ap);
+}
+static const J *at(const J *o, const char *key) {
+    const J *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return v ? v : (broken("missing key `%s`", key), NULL);
+}
+static uint64_t number(const J *v, const char *what) {
+    double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    if (d >= 0 && d <= MAX_SAFE && d == (double)(uint64_t)d) return (uint64_t)d;
+    return broken("`%s` is not an integer from 0 to 2^53-1", what), 0;
+}
+static uint64_t U(const J *o, const char *key) { return number(at(o, key), key); }
+static const char *S(const J *o, const char *key) {
+    const J *v = at(o, key);
+    return cJSON_IsString(v) ? v->valuestring : (broken("`%s` is not a string", key), "");
+}
+static const J *list_at(const J *o, const char *key, size_t *n) {
+    const J *list = at(o, key);
+    if (list && !cJSON_IsArray(list)) broken("`%s` is not a list", key);
+    return *n = (size_t)cJSON_GetArraySize(list), list;
+}
+static const char **texts(const J *o, const char *key, size_t *n) {
+    const J *list = list_at(o, key, n), *v;
+    const char **out = calloc(*n + 1, sizeof *out), **p = out;
+    cJSON_ArrayForEach(v, list) *p++ = cJSON_IsString(v) ? v->valuestring : (broken("`%s`: not a string", key), "");
+    return out;
+}
+static uint64_t *ids(const J *o, const char *key, size_t *n) {
+    const J *list = list_at(o, key, n), *v;
+    uint64_t *out = calloc(*n + 1, sizeof *out), *p = out;
+    cJSON_ArrayForEach(v, list) *p++ = number(v, key);
+    return out;
+}
+
+/* ---- C results as canonical JSON (the serde JSON of klock_core's types) ---- */
+static J *num(uint64_t v) { /* a double is exact up to 2^53 - 1 only: beyond it, a string that equals nothing */
+    return v <= (uint64_t)MAX_SAFE ? cJSON_CreateNumber((double)v) : cJSON_CreateString("(beyond 2^53-1)");
+}
+static J *str(const char *s) { return cJSON_CreateString(s); }
+static J *put(J *o, ...) { /* key, value, ..., NULL */
+    va_list ap;
+    va_start(ap, o);
+    for (const char *key; (key = va_arg(ap, const char *));) cJSON_AddItemToObject(o, key, va_arg(ap, J *));
+    return va_end(ap), o;
+}
+#define OBJ(...) put(cJSON_CreateObject(), __VA_ARGS__, NULL)
+#define OUT(name, key, value) OBJ("output", str(name), key, value)
+static J *list(const void *items, size_t n, size_t size, J *(*one)(const void *)) {
+    J *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, one((const char *)items + i * size));
+    return a;
+}
+#define LIST(items, n, one) list((items), (n), sizeof *(items), one)
+static J *id(const void *p) { return num(*(const uint64_t *)p); }
+static J *pred(klock_predicate p) { return str(klock_predicate_name(p)); }
+static J *lease(const void *p) {
+    const klock_lease *l = p;
+    return OBJ("lease_id", num(l->lease_id), "session_id", num(l->session_id), "agent_id", str(l->agent_id), "resource",
+               str(l->resource), "predicate", pred(l->predicate), "fence", num(l->fence), "acquired_at",
+               num(l->acquired_at), "expires_at", num(l->expires_at), "ttl_ms", num(l->ttl_ms));
+}
+static J *intent(const void *p) {
+    const klock_intent *i = p;
+    return OBJ("predicate", pred(i->predicate), "resource", str(i->resource));
+}
+static J *blocker(const void *p) {
+    const klock_blocker *b = p;
+    return OBJ("session_id", num(b->session_id), "agent_id", str(b->agent_id), "intents",
+               LIST(b->intents, b->intents_len, intent));
+}
+static J *verdict(const klock_verdict *v) {
+    J *o = OBJ("verdict", str(klock_verdict_kind_name(v->kind)));
+    if (v->kind == KLOCK_VERDICT_GRANTED) return put(o, "leases", LIST(v->leases, v->leases_len, lease), NULL);
+    int wait = v->kind == KLOCK_VERDICT_WAIT;
+    return put(o, wait ? "ticket" : "retry_after_ms", num(wait ? v->ticket : v->retry_after_ms), "held_by",
+               LIST(v->held_by, v->held_by_len, blocker), NULL);
+}
+static J *event(const klock_event *e) {
+    J *o = OBJ("event", str(klock_event_kind_name(e->kind)), "session", num(e->session));
+    switch (e->kind) {
+    case KLOCK_EVENT_GRANTED:
+        return put(o, "ticket", num(e->ticket), "leases", LIST(e->leases, e->leases_len, lease), NULL);
+    case KLOCK_EVENT_WAIT_TIMEOUT: return put(o, "ticket", num(e->ticket), NULL);
+    case KLOCK_EVENT_DIED: return put(o, "ticket", num(e->ticket), "retry_after_ms", num(e->retry_after_ms), NULL);
+    case KLOCK_EVENT_LEASE_EXPIRED: return put(o, "lease", num(e->lease), NULL);
+    case KLOCK_EVENT_WOUNDED:
+        return put(o, "by", num(e->by), "lost_leases", LIST(e->lost_leases, e->lost_leases_len, id), "lost_tickets",
+                   LIST(e->lost_tickets, e->lost_tickets_len, id), "retry_after_ms", num(e->retry_after_ms), NULL);
+    case KLOCK_EVENT_SESSION_CLOSED: return put(o, "reason", str(klock_close_reason_name(e->close_reason)), NULL);
+    }
+    return o;
+}
+static J *session(const klock_session_info *s) {
+    return OBJ("session_id", num(s->session_id), "agent_id", str(s->agent_id), "namespace", str(s->namespace_name),
+               "priority", num(s->priority), "epoch", num(s->epoch));
+}
+static J *json(char *text); /* parses text the library wrote, and frees it */
+static J *beat(const void *p) {
+    const klock_heartbeat_result *r = p;
+    J *o = OBJ("lease_id", num(r->lease_id), "status", str(klock_status_name(r->status)));
+    return r->status == KLOCK_OK ? put(o, "expires_at", num(r->expires_at), NULL) : o;
+}
+static J *check(const void *p) {
+    const klock_lease_check *c = p;
+    J *o = OBJ("lease_id", num(c->lease_id), "status", str(klock_lease_status_name(c->status)));
+    if (c->status != KLOCK_LEASE_STATUS_ACTIVE) return o;
+    return put(o, "expires_at", num(c->expires_at), "fence", num(c->fence), NULL);
+}
+static J *holder(const void *p) {
+    const klock_holder *h = p;
+    return OBJ("session_id", num(h->session_id), "agent_id", str(h->agent_id), "lease_id", num(h->lease_id), "resource",
+               str(h->resource), "predicate", pred(h->predicate), "fence", num(h->fence), "expires_at",
+               num(h->expires_at));
+}
+static J *waiter(const void *p) {
+    const klock_waiter *w = p;
+    return OBJ("session_id", num(w->session_id), "agent_id", str(w->agent_id), "ticket", num(w->ticket), "predicate",
+               pred(w->predicate), "position", num(w->position), "deadline", num(w->deadline));
+}
+static J *state(const klock_resource_state *s) {
+    return OBJ("resource", str(s->resource), "namespace", str(s->namespace_name), "holders",
+               LIST(s->holders, s->holders_len, holder), "waiting", LIST(s->waiting, s->waiting_len, waiter),
+               "covering", LIST(s->covering, s->covering_len, holder));
+}
+
+/* ---- one call, exactly as `c` names it: its output, or NULL with *st its error ---- */
+static const char *const OUTPUTS[][3] = { /* op, then its output's name and key (klock_core::Output's serde) */
+    {"open", "session", "session"},          {"resume", "session", "session"},
+    {"digest", "digest", "digest"},          {"acquire", "verdict", "verdict"},
+    {"heartbeat", "heartbeat", "results"},   {"reconcile", "reconcile", "statuses"},
+    {"release", "released", "released"},     {"release_all", "released_all", "count"},
+    {"resource_state", "resource_state", "state"}, {"next_deadline", "next_deadline", "deadline"}};
+#define ANSWER(call, ...) ((*st = (call)) != KLOCK_OK ? NULL : (__VA_ARGS__))
+#define IS(name) !strcmp(op, name)
+static J *apply(klock_kernel *k, const J *c, uint64_t now, klock_status *st) {
+    const char *op = S(c, "op"), **strs = NULL;
+    uint64_t s = cJSON_HasObjectItem(c, "session") ? U(c, "session") : 0, *leases = NULL, when = 0;
+    size_t n = 0;
+    bool flag = false, every = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c, "leases"));
+    char *text = NULL;
+    klock_session_info info;
+    klock_verdict *v = NULL;
+    klock_digest *d = NULL;
+    klock_heartbeat_results *h = NULL;
+    klock_reconcile_results *r = NULL;
+    klock_resource_state *rs = NULL;
+    J *out = NULL;
+    if (IS("open"))
+        out = ANSWER(klock_session_open(k, S(c, "agent_id"), S(c, "namespace"), now, &info), session(&info));
+    else if (IS("resume")) { /* a digest the caller built, e.g. from its own storage */
+        const J *dj = at(c, "digest"), *who = at(dj, "identity"), *rec = at(dj, "recovery");
+        klock_digest mine = {(uint32_t)U(dj, "version"), S(who, "agent_id"), S(who, "namespace"), U(who, "session_id"),
+                             U(who, "priority_timestamp"), U(who, "epoch"), S(rec, "last_phase"), NULL, 0};
+        mine.pending_intents = strs = texts(rec, "pending_intents", &mine.pending_intents_len);
+        out = ANSWER(klock_session_resume(k, &mine, now, &info), session(&info));
+    } else if (IS("close")) *st = klock_session_close(k, s, now);
+    else if (IS("suspend")) *st = klock_session_suspend(k, s, now);
+    else if (IS("cancel_wait")) *st = klock_ticket_cancel(k, s, U(c, "ticket"), now);
+    else if (IS("advance")) *st = klock_kernel_advance(k, now);
+    else if (IS("digest")) { /* klock_digest_to_json reads every field of the struct */
+        if ((*st = klock_session_digest(k, s, now, &d)) == KLOCK_OK)
+            out = ANSWER(klock_digest_to_json(d, &text), json(text));
+    } else if (IS("acquire")) {
+        const J *o = at(c, "options"), *ttl = at(o, "ttl_ms"), *wait = at(o, "wait"), *limit = at(o, "wait_timeout_ms");
+        klock_acquire_options opt = {!cJSON_IsNull(ttl), cJSON_IsNull(ttl) ? 0 : U(o, "ttl_ms"), cJSON_IsTrue(wait),
+                                     !cJSON_IsNull(limit), cJSON_IsNull(limit) ? 0 : U(o, "wait_timeout_ms")};
+        if (!cJSON_IsBool(wait)) broken("`wait` is not a boolean");
+        strs = texts(c, "intents", &n);
+        out = ANSWER(klock_session_acquire(k, s, strs, n, &opt, now, &v), verdict(v));
+    } else if (IS("heartbeat")) {
+        if (!every) leases = ids(c, "leases", &n);
+        *st = every ? klock_lease_heartbeat_all(k, s, now, &h) : klock_lease_heartbeat(k, s, leases, n, now, &h);
+        out = ANSWER(*st, LIST(h->items, h->len, beat));
+    } else if (IS("reconcile")) {
+        leases = ids(c, "leases", &n);
+        out = ANSWER(klock_lease_reconcile(k, s, leases, n, now, &r), LIST(r->items, r->len, check));
+    } else if (IS("release"))
+        out = ANSWER(klock_lease_release(k, s, U(c, "lease"), now, &flag), cJSON_CreateBool(flag));
+    else if (IS("release_all")) out = ANSWER(klock_session_release_all(k, s, now, &n), num(n));
+    else if (IS("resource_state"))
+        out = ANSWER(klock_resource_get_state(k, S(c, "resource"), S(c, "namespace"), now, &rs), state(rs));
+    else if (IS("next_deadline"))
+        out = ANSWER(klock_kernel_next_deadline(k, &flag, &when), flag ? num(when) : cJSON_CreateNull());
+    else broken("unknown op `%s`", op);
+    klock_verdict_free(v), klock_digest_free(d), klock_heartbeat_results_free(h), klock_reconcile_results_free(r);
+    klock_resource_state_free(rs), free(leases), free(strs);
+    if (*st != KLOCK_OK || bad[0]) return cJSON_Delete(out), NULL;
+    for (size_t i = 0; i < sizeof OUTPUTS / sizeof *OUTPUTS; i++)
+        if (IS(OUTPUTS[i][0])) return OBJ("output", str(OUTPUTS[i][1]), OUTPUTS[i][2], out);
+    return OBJ("output", str("done"));
+}
+
+/* ---- comparison: whether `got` equals `want` exactly; else `why` says where and how ---- */
+static bool differ(const char *path, const J *want, const J *got) {
+    char *w = want ? cJSON_PrintUnformatted(want) : NULL, *g = got ? cJSON_PrintUnformatted(got) : NULL;
+    snprintf(why, sizeof why, "%s: expected %.400s, got %.400s", path, w ? w : "nothing", g ? g : "nothing");
+    return free(w), free(g), false;
+}
+static bool same(const J *want, const J *got, char *path, size_t len) {
+    size_t end = strlen(path);
+    bool array = cJSON_IsArray(want), ok = (want->type & 0xFF) == (got->type & 0xFF);
+    ok = ok && (!cJSON_IsNumber(want) || want->valuedouble == got->valuedouble);
+    ok = ok && (!cJSON_IsString(want) || !strcmp(want->valuestring, got->valuestring));
+    if (!ok || (array && cJSON_GetArraySize(want) != cJSON_GetArraySize(got))) return differ(path, want, got);
+    int i = 0;
+    for (const J *w = want->child, *g = got->child; w; w = w->next, g = g ? g->next : NULL, i++) { /* lists: in order */
+        const J *mine = array ? g : cJSON_GetObjectItemCaseSensitive(got, w->string);
+        array ? snprintf(path + end, len - end, "[%d]", i) : snprintf(path + end, len - end, ".%s", w->string);
+        if (!mine) return differ(path, w, NULL);
+        if (!same(w, mine, path, len)) return false;
+    }
+    for (const J *g = array ? NULL : got->child; g; g = g->next) /* objects: no key beyond the wanted ones */
+        if (!cJSON_GetObjectItemCaseSensitive(want, g->string))
+            return snprintf(path + end, len - end, ".%s", g->string), differ(path, NULL, g);
+    return path[end] = 0, true;
+}
+
+/* ---- scripts ---- */
+static J *parse(char *json) { /* reads `\u0000` as 0xC0 0x80, in place; every other escape is kept whole */
+    char *w = json;
+    for (const char *r = json; *r;) {
+        if (r[0] == '\\' && !strncmp(r + 1, "u0000", 5)) *w++ = (char)0xC0, *w++ = (char)0x80, r += 6;
+        else if (r[0] == '\\' && r[1]) *w++ = *r++, *w++ = *r++;
+        else *w++ = *r++;
+    }
+    return *w = 0, cJSON_Parse(json);
+}
+static J *json(char *text) {
+    J *value = text ? parse(text) : NULL;
+    return klock_string_free(text), value ? value : cJSON_CreateString("(no JSON from the library)");
+}
+static J *result(J *out, klock_status st) { /* {"ok": output} or {"error": {code, name, message}} */
+    char message[8192] = ""; /* kernel messages are far shorter; a longer one would fail the step, never pass */
+    if (out) return OBJ("ok", out);
+    klock_last_error_message(message, sizeof message, NULL);
+    return OBJ("error", OBJ("code", num(st), "name", str(klock_status_name(st)), "message", str(message)));
+}
+static bool replay(const J *script, int *step) {
+    const J *c, *s, *config = at(script, "config");
+    const char *parts[] = {"result", "events", "snapshot"};
+    klock_config cfg;
+    klock_kernel *k = NULL;
+    klock_config_default(&cfg);
+    if (strcmp(S(script, "format"), "klock-script/1")) broken("unknown format `%s`", S(script, "format"));
+    cJSON_ArrayForEach(c, config) {
+        klock_status st = strcmp(c->string, "policy") ? klock_config_set_number(&cfg, c->string, U(config, c->string))
+                                                      : klock_config_set_policy(&cfg, S(config, "policy"));
+        if (st) broken("config `%s`: %s", c->string, klock_status_name(st));
+    }
+    if (!bad[0] && klock_kernel_new(&cfg, &k)) broken("klock_kernel_new refuses the config");
+    bool ok = !bad[0];
+    cJSON_ArrayForEach(s, (ok ? at(script, "steps") : NULL)) {
+        klock_status st = KLOCK_OK;
+        char *snapshot = NULL, path[512];
+        J *out = apply(k, at(s, "call"), U(s, "now"), &st), *got[3] = {result(out, st), cJSON_CreateArray()};
+        for (klock_event *e = NULL; klock_kernel_poll_event(k, &e) == KLOCK_OK && e; klock_event_free(e))
+            cJSON_AddItemToArray(got[1], event(e));
+        klock_kernel_snapshot_json(k, U(s, "snapshot_at"), &snapshot);
+        got[2] = json(snapshot);
+        for (int i = 0; i < 3; cJSON_Delete(got[i++]))
+            ok = ok && !bad[0] && same(at(s, parts[i]), got[i], strcpy(path, parts[i]), sizeof path);
+        if (++*step, !ok) break;
+    }
+    klock_kernel_free(k);
+    if (ok && *step == 0) broken("no step");
+    return ok && !bad[0];
+}
+
+/* ---- files ---- */
+static int passed, failed;
+static void run(const char *file) {
+    FILE *f = fopen(file, "rb");
+    long size = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+    char *json = size >= 0 ? calloc((size_t)size + 1, 1) : NULL;
+    bool read = json && !fseek(f, 0, SEEK_SET) && fread(json, 1, (size_t)size, f) == (size_t)size;
+    J *script = read ? parse(json) : NULL;
+    const J *name = cJSON_GetObjectItemCaseSensitive(script, "name");
+    int step = 0;
+    bad[0] = why[0] = 0;
+    if (!script) broken(read ? "not JSON" : "cannot read the file");
+    bool ok = script && replay(script, &step);
+    printf("%s %s: %s", ok ? "ok" : "FAIL", file, cJSON_IsString(name) ? name->valuestring : "(no name)");
+    if (ok) passed++, printf("\n");
+    else failed++, printf(": step %d: %s%s\n", step, bad[0] ? "bad script: " : "", bad[0] ? bad : why);
+    if (f) fclose(f);
+    free(json), cJSON_Delete(script);
+}
+static int is_json(const struct dirent *e) {
+    size_t n = strlen(e->d_name);
+    return n > 5 && !strcmp(e->d_name + n - 5, ".json");
+}
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        struct stat st;
+        struct dirent **names = NULL;
+        int n = stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode) ? scandir(argv[i], &names, is_json, alphasort) : -1;
+        if (n < 0) run(argv[i]); /* a file, or a directory that cannot be listed (which then fails) */
+        for (int j = 0; j < n; free(names[j++])) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", argv[i], names[j]->d_name);
+            run(path);
+        }
+        free(names);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 && passed > 0 ? 0 : 1;
+}
