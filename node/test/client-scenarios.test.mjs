@@ -35,7 +35,8 @@ class Run {
 
   error(e) {
     assert.ok(e instanceof KlockError, String(e));
-    const view = { class: CLIENT_ERRORS.has(e.constructor.name) ? e.constructor.name : 'KlockError', name: e.name, code: e.code, message: e.message };
+    const cls = CLIENT_ERRORS.has(e.constructor.name) ? e.constructor.name : 'KlockError';
+    const view = { class: cls, name: e.name, code: e.code, message: e.message };
     if (e.retryAfterMs !== undefined) view.retry_after_ms = e.retryAfterMs;
     if (e.heldBy !== undefined) view.held_by = e.heldBy.map((s) => this.names.get(s));
     return view;
@@ -88,7 +89,8 @@ class Run {
     const out = { now: this.clock.now(), counters: this.klock.counters, blocks: {}, resources: {}, sessions: {} };
     for (const [name, block] of this.blocks) {
       const lease = block.lease;
-      const view = { state: block.state, at: block.at, error: block.error, lost: lease?.lost ? this.error(lease.lost) : null, lease_ids: lease?.leaseIds ?? [] };
+      const lost = lease?.lost ? this.error(lease.lost) : null;
+      const view = { state: block.state, at: block.at, error: block.error, lost, lease_ids: lease?.leaseIds ?? [] };
       if (lease?.leases.length) Object.assign(view, { expires_at: lease.expiresAt, ttl_ms: lease.leases[0].ttlMs });
       out.blocks[name] = view;
     }
@@ -119,7 +121,8 @@ function matches(expected, actual, where) {
   if (expected !== null && typeof expected === 'object' && !Array.isArray(expected) && actual !== null && typeof actual === 'object') {
     for (const [key, value] of Object.entries(expected)) {
       if (key === 'message_starts') {
-        assert.ok(String(actual.message).startsWith(value), `${where}.message: expected ${JSON.stringify(value)}..., got ${JSON.stringify(actual.message)}`);
+        const message = String(actual.message);
+        assert.ok(message.startsWith(value), `${where}.message: expected ${JSON.stringify(value)}..., got ${JSON.stringify(message)}`);
         continue;
       }
       assert.ok(key in actual, `${where}.${key}: not observed (got ${Object.keys(actual).sort()})`);
@@ -138,7 +141,8 @@ for (const file of files) {
     try {
       for (const [i, step] of scenario.steps.entries()) {
         const keys = Object.keys(step);
-        assert.ok(keys.filter((k) => ACTIONS.has(k)).length === 1 && keys.every((k) => STEP_KEYS.has(k)), `step ${i}: malformed ${JSON.stringify(step)}`);
+        const wellFormed = keys.filter((k) => ACTIONS.has(k)).length === 1 && keys.every((k) => STEP_KEYS.has(k));
+        assert.ok(wellFormed, `step ${i}: malformed ${JSON.stringify(step)}`);
         try {
           await run.step(step);
         } catch (e) {

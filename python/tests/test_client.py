@@ -512,3 +512,91 @@ def test_close_stops_the_clock_the_klock_made_but_not_one_it_was_given() -> None
     wait_until(lambda: fired == [1])
     shared.close()
     assert not shared._thread.is_alive()
+
+
+# ---- clocks: every time the client uses comes from its clock ----------------------------------
+
+
+def test_manual_clock_runs_timers_in_time_order_each_at_its_own_time() -> None:
+    clock = klock.ManualClock(start=5)
+    seen: list[tuple[str, int]] = []
+    clock.set_timer(30, lambda: seen.append(("b", clock.now())))
+    clock.set_timer(10, lambda: seen.append(("a", clock.now())))
+    dropped = clock.set_timer(20, lambda: seen.append(("dropped", clock.now())))
+    clock.clear_timer(dropped)
+    clock.clear_timer(dropped)  # harmless
+    clock.set_timer(30, lambda: clock.set_timer(35, lambda: seen.append(("set by a callback", clock.now()))))
+    assert clock.next_timer() == 10
+    clock.jump(10)  # a paused process: time passes, nothing runs
+    assert seen == [] and clock.now() == 15
+    clock.advance(0)  # the overdue timer runs now, late
+    assert seen == [("a", 15)]
+    clock.advance(25)
+    assert seen == [("a", 15), ("b", 30), ("set by a callback", 35)]
+    assert clock.now() == 40 and clock.next_timer() is None
+    for bad, error in ((-1, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="ms"):
+            clock.advance(bad)  # type: ignore[arg-type]
+        with pytest.raises(error, match="at"):
+            clock.set_timer(bad, lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="callable"):
+        clock.set_timer(1, "later")  # type: ignore[arg-type]
+    assert clock.now() == 40
+
+
+def test_a_klock_takes_a_clock_object_or_a_function_and_names_a_bad_one() -> None:
+    with pytest.raises(TypeError, match="clock must be"):
+        Klock(clock=5)  # type: ignore[arg-type]
+    reading: list[object] = [1.5]
+    k = Klock(clock=lambda: reading[0])  # type: ignore[arg-type,return-value]
+    try:
+        for bad in (1.5, -1, "5", None):
+            reading[0] = bad
+            with pytest.raises(TypeError, match=r"clock\.now\(\)"):
+                k.session("a")
+    finally:
+        reading[0] = 0
+        k.close()
+    ticks = iter(range(100, 10_000, 100))
+    k = Klock(clock=lambda: next(ticks))
+    try:
+        assert isinstance(k.clock, klock.SystemClock)
+        assert k.now() == 100 and k.now() == 200  # that function is the Klock's time
+    finally:
+        k.close()
+
+
+def test_a_manual_clock_drives_blocking_threads_through_backoffs_and_timeouts(make_klock: MakeKlock) -> None:
+    # The thread API in virtual time: a DIE backoff (seed 4, base 100: 178 ms, then 204 ms)
+    # and a timeout end when the test advances the clock, never by real time passing.
+    clock = klock.ManualClock()
+    k = make_klock(clock=clock, seed=4, backoff_base_ms=100)
+    old, young, waiter = k.session("old"), k.session("young"), k.session("waiter")
+    started = time.monotonic()
+    granted_at: list[int] = []
+
+    def young_block() -> None:
+        with young.lease("MUTATES FILE:/x", timeout=10):
+            granted_at.append(clock.now())
+
+    with old.lease("MUTATES FILE:/x"):
+        t, errors = in_thread(young_block)
+        wait_until(lambda: clock.next_timer() == 178)
+        time.sleep(0.05)
+        assert k.counters.retries == 0  # real time passing changes nothing
+        clock.advance(178)
+        wait_until(lambda: clock.next_timer() == 178 + 204)  # retried at 178, died again
+        assert k.counters.deaths == 2 and k.counters.retries == 1
+    clock.advance(204)
+    t.join(10)
+    assert not errors and granted_at == [382] and k.counters.grants == 2
+    with young.lease("MUTATES FILE:/x"):  # young's new unit of work: younger than waiter
+        t, errors = in_thread(lambda: waiter.lease("MUTATES FILE:/x", timeout=0.3).__enter__())
+        wait_until(lambda: k.counters.waits == 1)
+        clock.advance(299)
+        time.sleep(0.05)
+        assert t.is_alive()
+        clock.advance(1)
+        t.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], klock.Timeout) and clock.now() == 682
+    assert time.monotonic() - started < 5

@@ -139,7 +139,8 @@ def matches(expected: Any, actual: Any, where: str) -> None:
     if isinstance(expected, dict) and isinstance(actual, dict):
         for key, value in expected.items():
             if key == "message_starts":
-                assert str(actual.get("message")).startswith(value), f"{where}.message: expected {value!r}..., got {actual.get('message')!r}"
+                message = str(actual.get("message"))
+                assert message.startswith(value), f"{where}.message: expected {value!r}..., got {message!r}"
                 continue
             assert key in actual, f"{where}.{key}: not observed (got {sorted(actual)})"
             matches(value, actual[key], f"{where}.{key}")
