@@ -152,13 +152,13 @@ first="$scripts_dir/01-readers-writers-upgrade.json"
 printf '{"format": "klock-script/1", "name": "cut short"' >"$scratch/broken/1-not-json.json"
 sed 's|"format": *"klock-script/1"|"format":"klock-script/9"|' "$first" >"$scratch/broken/2-format.json"
 sed '0,/"op": *"open"/s//"op":"opne"/' "$first" >"$scratch/broken/3-op.json"
-sed '0,/"snapshot_at":/s//"snapshot_when":/' "$first" >"$scratch/broken/4-key.json"
+sed '0,/"snapshot":/s//"snapshots":/' "$first" >"$scratch/broken/4-key.json"
 for edited in "$scratch"/broken/[234]-*.json; do cmp -s "$first" "$edited" && fail "could not break $edited"; done
 if timeout 60 "$out/replay" "$scratch/broken" "$scratch/absent.json" >"$scratch/broken.out" 2>&1; then
   fail "broken scripts passed"
 fi
 for reason in ": step 0: bad script: not JSON" ": step 0: bad script: unknown format \`klock-script/9\`" \
-  ": step 1: bad script: unknown op \`opne\`" ": step 1: bad script: missing key \`snapshot_at\`" \
+  ": step 1: bad script: unknown op \`opne\`" ": step 1: bad script: missing key \`snapshot\`" \
   ": step 0: bad script: cannot read the file"; do
   grep -qF "$reason" "$scratch/broken.out" || { cat "$scratch/broken.out" >&2; fail "no FAIL line says '$reason'"; }
 done
