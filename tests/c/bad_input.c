@@ -356,6 +356,8 @@ static void messages_and_buffers(void) {
     CHECK(strcmp(klock_verdict_kind_name(KLOCK_VERDICT_DIE), "DIE") == 0);
     CHECK(strcmp(klock_lease_status_name(KLOCK_LEASE_STATUS_NOT_OWNER), "NOT_OWNER") == 0);
     CHECK(strcmp(klock_policy_name(KLOCK_POLICY_LANES), "lanes") == 0);
+    CHECK(strcmp(klock_close_reason_name(KLOCK_CLOSE_REASON_IDLE), "IDLE") == 0);
+    CHECK(strcmp(klock_close_reason_name(KLOCK_CLOSE_REASON_NONE), "UNKNOWN") == 0);
     CHECK(strlen(klock_version()) > 0);
     klock_kernel_free(k);
 }
@@ -444,6 +446,23 @@ static void bad_config(void) {
     EXPECT(KLOCK_OK, klock_kernel_config(k, &back));
     CHECK(back.policy == KLOCK_POLICY_WOUND_WAIT && back.seed == 42 && back.max_ttl_ms == 300000);
     klock_kernel_free(k);
+
+    /* Configuration by name: the kernel's names; anything else is an error that changes nothing. */
+    klock_config_default(&config);
+    EXPECT(KLOCK_OK, klock_config_set_number(&config, "grace_ms", 7));
+    EXPECT(KLOCK_OK, klock_config_set_policy(&config, "lanes"));
+    CHECK(config.grace_ms == 7 && config.policy == KLOCK_POLICY_LANES);
+    EXPECT(KLOCK_INVALID_CONFIG, klock_config_set_number(&config, "grace", 8));
+    char msg[512];
+    klock_last_error_message(msg, sizeof msg, NULL);
+    CHECK(strstr(msg, "unknown config field \"grace\"") != NULL && strstr(msg, "grace_ms") != NULL);
+    EXPECT(KLOCK_INVALID_CONFIG, klock_config_set_number(&config, "policy", 1));
+    EXPECT(KLOCK_INVALID_CONFIG, klock_config_set_policy(&config, "LANES"));
+    CHECK(config.grace_ms == 7 && config.policy == KLOCK_POLICY_LANES);
+    EXPECT(KLOCK_NULL_POINTER, klock_config_set_number(NULL, "grace_ms", 1));
+    EXPECT(KLOCK_NULL_POINTER, klock_config_set_number(&config, NULL, 1));
+    EXPECT(KLOCK_NULL_POINTER, klock_config_set_policy(&config, NULL));
+    EXPECT(KLOCK_INVALID_UTF8, klock_config_set_policy(&config, "lan\xff" "es"));
 }
 
 /* Several threads on one kernel: the handle is internally locked; messages are per thread. */
