@@ -938,3 +938,26 @@ test('a Klock takes a clock object or a function, and names a bad one', { timeou
   await sleep(60);
   assert.equal(late, 1);
 });
+
+test('a failing timer is exposed in timerError and tries again later, not in a busy loop', { timeout: 20_000 }, async () => {
+  const { ManualClock } = require('../client.js');
+  const clock = new ManualClock();
+  const klock = new Klock({ clock });
+  const s = await klock.session('a');
+  const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 300 });
+  const advance = klock.kernel.advance.bind(klock.kernel);
+  let failures = 1;
+  klock.kernel.advance = (now) => {
+    if (failures-- > 0) throw new Error('boom');
+    advance(now);
+  };
+  clock.advance(100); // the heartbeat's timer fires; settling time throws (a bug)
+  assert.equal(klock.timerError?.message, 'boom');
+  assert.equal(lease.expiresAt, 300);
+  assert.equal(clock.nextTimer(), 150);
+  clock.advance(50);
+  assert.equal(lease.expiresAt, 450);
+  assert.equal(lease.lost, null);
+  lease.release();
+  klock.close();
+});

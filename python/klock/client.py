@@ -345,6 +345,7 @@ class Klock:
                 return
             self._firing = True
             now = self._last_now
+            retry_at: int | None = None
             try:
                 now = self.now()
                 self.kernel.advance(now)
@@ -365,11 +366,13 @@ class Klock:
                         self._heartbeat_locked(block, now)
             except Exception as e:  # a bug: keep the timer alive, expose what happened
                 self.timer_error = e
+                retry_at = now + _TIMER_RETRY_MS
+            finally:
                 self._firing = False
-                self._arm_at_locked(now + _TIMER_RETRY_MS)
-                return
-            self._firing = False
-            self._arm_locked()
+            if retry_at is None:
+                self._arm_locked()
+            else:
+                self._arm_at_locked(retry_at)
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One kernel call at the current time, with its events routed."""

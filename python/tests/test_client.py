@@ -600,3 +600,31 @@ def test_a_manual_clock_drives_blocking_threads_through_backoffs_and_timeouts(ma
         t.join(10)
     assert len(errors) == 1 and isinstance(errors[0], klock.Timeout) and clock.now() == 682
     assert time.monotonic() - started < 5
+
+
+def test_a_failing_timer_is_exposed_and_tries_again_later() -> None:
+    clock = klock.ManualClock()
+    k = Klock(clock=clock)
+    real = k.kernel
+    failures = [RuntimeError("boom")]
+
+    class FailingOnce:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def advance(self, now: int) -> None:
+            if failures:
+                raise failures.pop()
+            real.advance(now)
+
+    try:
+        s = k.session("a")
+        k.kernel = FailingOnce()  # type: ignore[assignment]
+        with s.lease("MUTATES FILE:/x", ttl_ms=300) as lease:
+            clock.advance(100)  # the heartbeat's timer fires; settling time raises (a bug)
+            assert isinstance(k.timer_error, RuntimeError) and lease.expires_at == 300
+            assert clock.next_timer() == 150  # tried again 50 ms later, not in a busy loop
+            clock.advance(50)
+            assert lease.expires_at == 450 and not lease.lost
+    finally:
+        k.close()
