@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds klock-wasm for wasm32-unknown-unknown and runs the wasm-bindgen CLI twice:
 #   bindings/wasm/pkg-web     (--target web: an ES module for browsers; the dashboard loads it)
-#   bindings/wasm/pkg-nodejs  (--target nodejs: CommonJS for Node; conformance.mjs loads it)
-# and appends bindings/wasm/freed-guard.js to both glue files (a clear error for a freed kernel).
+#   bindings/wasm/pkg-nodejs  (--target nodejs: CommonJS for Node; the tests load it)
+# and completes both glue files into the one JavaScript API (bindings/js-api/kernel.d.ts):
+# at the top, the KlockError class (bindings/js-api/klock-error.js, shared with the Node addon)
+# and the module-level lists the start function fills (glue-prelude.js); at the end, the
+# freed-kernel guard (freed-guard.js) and the export of those values, in the target's syntax.
 # Installs what is missing, idempotently: the rustup target, and the wasm-bindgen CLI at exactly
 # the version the crate pins (no wasm-pack: it downloads from the internet; no wasm-opt:
 # Debian's binaryen produces broken modules for current wasm-bindgen).
@@ -39,13 +42,30 @@ for target in web nodejs; do
   # keeping the freed pointer in `__wbg_ptr` (zeroed by free) and defining `class Kernel`:
   # checked here, so a wasm-bindgen that changes them fails the build instead of the guard.
   glue="$out.tmp/klock_wasm.js"
-  for anchor in 'class Kernel {' 'this.__wbg_ptr = 0;' 'const ptr = this.__destroy_into_raw();' 'wasm.kernel_now(this.__wbg_ptr)'; do
+  # The guard relies on the glue keeping the freed pointer in `__wbg_ptr` (zeroed by free) and
+  # defining `class Kernel`; the Rust side's imports of KlockError and __klock_define must be
+  # bare names that the prelude's module-scope declarations answer. Checked here, so a
+  # wasm-bindgen that changes them fails the build instead of the API.
+  for anchor in 'class Kernel {' 'this.__wbg_ptr = 0;' 'const ptr = this.__destroy_into_raw();' 'wasm.kernel_now(this.__wbg_ptr)' 'new KlockError(' '__klock_define('; do
     if ! grep -qF "$anchor" "$glue"; then
-      echo "wasm-bindgen's glue ($glue) no longer contains '$anchor': update bindings/wasm/freed-guard.js" >&2
+      echo "wasm-bindgen's glue ($glue) no longer contains '$anchor': update bindings/wasm/build.sh and its JS files" >&2
       exit 1
     fi
   done
-  cat "$WASM_DIR/freed-guard.js" >>"$glue"
+  exported=KlockError,ERROR_CODES,PREDICATES,EVENT_KINDS,MAX_MANIFEST_INTENTS,MAX_NAME_BYTES,MAX_RESOURCE_BYTES
+  {
+    # wasm-bindgen's `@ts-self-types` comment stays the first line.
+    head -n 1 "$glue"
+    cat bindings/js-api/klock-error.js "$WASM_DIR/glue-prelude.js"
+    tail -n +2 "$glue"
+    cat "$WASM_DIR/freed-guard.js"
+    if [ "$target" = web ]; then
+      echo "export { ${exported//,/, } };"
+    else
+      echo "Object.assign(exports, { ${exported//,/, } });"
+    fi
+  } >"$glue.new"
+  mv "$glue.new" "$glue"
   rm -rf "$out"
   mv "$out.tmp" "$out"
 done

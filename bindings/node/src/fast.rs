@@ -67,7 +67,7 @@ unsafe fn receiver<const N: usize>(
     unsafe { cb.unwrap_raw::<Kernel>() }.map_err(|_| {
         throw::type_error(
             env,
-            throw::INVALID_ARG_TYPE,
+            crate::shared::INVALID_ARG_TYPE,
             format!("Kernel.prototype.{method} was called on an object that is not a Kernel"),
         )
     })

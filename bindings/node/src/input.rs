@@ -10,34 +10,33 @@
 //! | string | a string that is valid Unicode | `TypeError` `ERR_INVALID_ARG_TYPE`, `ERR_INVALID_ARG_VALUE` (lone surrogate) |
 //! | boolean | `true`/`false` | `TypeError` `ERR_INVALID_ARG_TYPE` |
 //! | list | an `Array` of the above | `TypeError` `ERR_INVALID_ARG_TYPE` (naming the bad index) |
-//! | options object | a plain object with only the documented keys; `undefined`/`null` = all defaults; a key set to `undefined` = absent | `TypeError` `ERR_INVALID_ARG_TYPE`, `ERR_INVALID_ARG_VALUE` (unknown key) |
+//! | options object | a plain object with only the documented keys; `undefined`/`null` = all defaults; a key set to `undefined` = absent | `TypeError` `ERR_INVALID_ARG_TYPE`, `ERR_INVALID_ARG_VALUE` (unknown key; an unknown config key is the kernel's `INVALID_CONFIG`) |
 //!
 //! Nothing here knows what the values mean: the kernel validates them (empty manifest,
-//! unknown ids, bad resources...) and answers with its own errors.
+//! unknown ids, bad resources...) and answers with its own errors. Key names and messages
+//! are those of the shared module (`bindings/js-api/shared.rs`), the same in the wasm package.
 
-use crate::throw::{self, INVALID_ARG_TYPE, INVALID_ARG_VALUE, MISSING_ARGS};
+use crate::shared::{self, INVALID_ARG_TYPE, INVALID_ARG_VALUE, MISSING_ARGS};
+use crate::throw;
 use klock_core::{AcquireOptions, Config, DigestIdentity, DigestRecovery, SessionId, StateDigest};
 use napi::bindgen_prelude::*;
 use napi::{sys, JsValue, ValueType};
 use std::ptr;
 
-/// The largest integer a JS number holds exactly: 2^53 − 1.
-pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
-
+/// How messages name a value's type (the JS `typeof`, through [`shared::describe`]).
 fn type_name(t: ValueType) -> &'static str {
-    match t {
+    shared::describe(match t {
         ValueType::Undefined => "undefined",
         ValueType::Null => "null",
-        ValueType::Boolean => "a boolean",
-        ValueType::Number => "a number",
-        ValueType::String => "a string",
-        ValueType::Symbol => "a symbol",
-        ValueType::Object => "an object",
-        ValueType::Function => "a function",
-        ValueType::External => "an external",
-        ValueType::BigInt => "a bigint",
-        _ => "an unknown value",
-    }
+        ValueType::Boolean => "boolean",
+        ValueType::Number => "number",
+        ValueType::String => "string",
+        ValueType::Symbol => "symbol",
+        ValueType::Object | ValueType::External => "object",
+        ValueType::Function => "function",
+        ValueType::BigInt => "bigint",
+        _ => "unknown",
+    })
 }
 
 /// The name of a value in messages, formatted only when a message is written.
@@ -71,21 +70,12 @@ pub enum Place {
 
 fn wrong_type(env: &Env, place: Place, what: Label<'_>, wanted: &str, got: ValueType) -> Error {
     if got == ValueType::Undefined && place == Place::Argument {
-        return throw::type_error(
-            env,
-            MISSING_ARGS,
-            format!("the argument `{what}` is missing: pass {wanted}"),
-        );
+        return throw::type_error(env, MISSING_ARGS, shared::missing(what, wanted));
     }
-    let hint = if got == ValueType::BigInt {
-        " (pass a Number: values up to 2^53 - 1 are exact)"
-    } else {
-        ""
-    };
     throw::type_error(
         env,
         INVALID_ARG_TYPE,
-        format!("`{what}` must be {wanted}, got {}{hint}", type_name(got)),
+        shared::wrong_type(what, wanted, type_name(got)),
     )
 }
 
@@ -99,27 +89,10 @@ pub fn number(env: &Env, value: Unknown<'_>, what: Label<'_>, place: Place) -> R
         let t = value.get_type()?;
         return Err(wrong_type(env, place, what, "an integer number", t));
     }
-    // In range (NaN fails both comparisons), then integral: the cast truncates.
-    if !(x >= 0.0 && x <= MAX_SAFE_INTEGER as f64 && (x as u64) as f64 == x) {
-        return Err(throw::range_error(
-            env,
-            format!(
-                "`{what}` must be an integer from 0 to 2^53 - 1 ({MAX_SAFE_INTEGER}), got {}",
-                show_number(x)
-            ),
-        ));
+    if !shared::is_safe_integer(x) {
+        return Err(throw::range_error(env, shared::out_of_range(what, x)));
     }
     Ok(x as u64)
-}
-
-fn show_number(x: f64) -> String {
-    if x.is_nan() {
-        String::from("NaN")
-    } else if x.is_infinite() {
-        String::from(if x > 0.0 { "Infinity" } else { "-Infinity" })
-    } else {
-        format!("{x}")
-    }
 }
 
 /// A top-level numeric argument.
@@ -181,7 +154,7 @@ pub fn string_into(
             return Err(throw::type_error(
                 env,
                 INVALID_ARG_VALUE,
-                format!("`{what}` is not valid Unicode (it contains a lone UTF-16 surrogate)"),
+                shared::lone_surrogate(what),
             ));
         }
     }
@@ -222,18 +195,13 @@ pub fn list<'env, T>(
 ) -> Result<Vec<T>> {
     if !is_array(&value)? {
         let t = value.get_type()?;
-        let got = if t == ValueType::Object {
-            "an object that is not an Array"
-        } else {
-            type_name(t)
-        };
         if t == ValueType::Undefined && place == Place::Argument {
             return Err(wrong_type(env, place, what, "an Array", t));
         }
         return Err(throw::type_error(
             env,
             INVALID_ARG_TYPE,
-            format!("`{what}` must be an Array, got {got}"),
+            shared::not_array(what, type_name(t)),
         ));
     }
     let array: Array<'env> = unsafe { value.cast()? };
@@ -290,14 +258,34 @@ pub struct Fields<'env> {
 
 impl<'env> Fields<'env> {
     /// `None` for `undefined`/`null` when `optional`; otherwise the value must be an object
-    /// holding only keys of `allowed` (a key whose value is `undefined` counts as absent).
-    pub fn new(
+    /// holding only keys of `allowed` (a key whose value is `undefined` counts as absent); an
+    /// unknown key is a `TypeError` `ERR_INVALID_ARG_VALUE`.
+    pub fn new<S: AsRef<str>>(
         env: &Env,
         value: Unknown<'env>,
         what: &str,
-        allowed: &[&str],
+        allowed: &[S],
         optional: bool,
         place: Place,
+    ) -> Result<Option<Fields<'env>>> {
+        Fields::refusing(env, value, what, allowed, optional, place, |key| {
+            throw::type_error(
+                env,
+                INVALID_ARG_VALUE,
+                shared::unknown_key(what, key, allowed),
+            )
+        })
+    }
+
+    /// Like [`Fields::new`], with `unknown` making the error for an unknown key.
+    pub fn refusing<S: AsRef<str>>(
+        env: &Env,
+        value: Unknown<'env>,
+        what: &str,
+        allowed: &[S],
+        optional: bool,
+        place: Place,
+        unknown: impl Fn(&str) -> Error,
     ) -> Result<Option<Fields<'env>>> {
         let t = value.get_type()?;
         if optional && matches!(t, ValueType::Undefined | ValueType::Null) {
@@ -315,33 +303,19 @@ impl<'env> Fields<'env> {
             return Err(throw::type_error(
                 env,
                 INVALID_ARG_TYPE,
-                format!("`{what}` must be a plain object, got {got}"),
+                shared::not_object(what, got),
             ));
         }
         let object: Object<'env> = unsafe { value.cast()? };
-        let fields = Fields {
-            object,
-            what: what.to_owned(),
-        };
-        fields.refuse_unknown(env, allowed)?;
-        Ok(Some(fields))
-    }
-
-    fn refuse_unknown(&self, env: &Env, allowed: &[&str]) -> Result<()> {
-        for key in Object::keys(&self.object)? {
-            if !allowed.contains(&key.as_str()) {
-                return Err(throw::type_error(
-                    env,
-                    INVALID_ARG_VALUE,
-                    format!(
-                        "`{}` has an unknown key `{key}` (allowed: {})",
-                        self.what,
-                        allowed.join(", ")
-                    ),
-                ));
+        for key in Object::keys(&object)? {
+            if !allowed.iter().any(|a| a.as_ref() == key) {
+                return Err(unknown(&key));
             }
         }
-        Ok(())
+        Ok(Some(Fields {
+            object,
+            what: what.to_owned(),
+        }))
     }
 
     /// The value of `key`, `None` when absent or `undefined`.
@@ -414,47 +388,21 @@ impl<'env> Fields<'env> {
     }
 }
 
-/// The config keys, as JS names.
-pub const CONFIG_KEYS: &[&str] = &[
-    "policy",
-    "seed",
-    "defaultTtlMs",
-    "maxTtlMs",
-    "defaultWaitTimeoutMs",
-    "backoffBaseMs",
-    "backoffCapMs",
-    "graceMs",
-    "sessionIdleMs",
-    "maxLeasesPerSession",
-    "maxLeaseLifetimeMs",
-];
-
-/// A kernel configuration: missing keys take SPEC.md's defaults. The policy name is checked
-/// by the kernel (`INVALID_CONFIG`), after the types here.
-pub fn config(env: &Env, value: Unknown<'_>) -> Result<(Config, Option<String>)> {
-    let mut c = Config::default();
-    let Some(f) = Fields::new(env, value, "config", CONFIG_KEYS, true, Place::Argument)? else {
-        return Ok((c, None));
+/// A kernel configuration: missing keys take SPEC.md's defaults. The keys are the core's
+/// field names in camelCase; an unknown key and an unknown policy are the kernel's
+/// `INVALID_CONFIG`, checked after the values' types.
+pub fn config(env: &Env, value: Unknown<'_>) -> Result<Config> {
+    let keys = shared::config_keys();
+    let unknown = |key: &str| throw::kernel_error(env, &shared::unknown_config_key(key));
+    let fields = Fields::refusing(env, value, "config", &keys, true, Place::Argument, unknown)?;
+    let Some(f) = fields else {
+        return Ok(Config::default());
     };
-    let policy = f.string(env, "policy")?;
-    let slots: [(&str, &mut u64); 10] = [
-        ("seed", &mut c.seed),
-        ("defaultTtlMs", &mut c.default_ttl_ms),
-        ("maxTtlMs", &mut c.max_ttl_ms),
-        ("defaultWaitTimeoutMs", &mut c.default_wait_timeout_ms),
-        ("backoffBaseMs", &mut c.backoff_base_ms),
-        ("backoffCapMs", &mut c.backoff_cap_ms),
-        ("graceMs", &mut c.grace_ms),
-        ("sessionIdleMs", &mut c.session_idle_ms),
-        ("maxLeasesPerSession", &mut c.max_leases_per_session),
-        ("maxLeaseLifetimeMs", &mut c.max_lease_lifetime_ms),
-    ];
-    for (key, slot) in slots {
-        if let Some(v) = f.number(env, key)? {
-            *slot = v;
-        }
-    }
-    Ok((c, policy))
+    shared::config(
+        || f.string(env, "policy"),
+        |key| f.number(env, key),
+        |e| throw::kernel_error(env, &e),
+    )
 }
 
 /// Acquire options: `{ ttlMs?, wait?, waitTimeoutMs? }`.
@@ -464,7 +412,7 @@ pub fn acquire_options(env: &Env, value: Unknown<'_>) -> Result<AcquireOptions> 
         env,
         value,
         "options",
-        &["ttlMs", "wait", "waitTimeoutMs"],
+        &shared::OPTION_KEYS,
         true,
         Place::Argument,
     )?
@@ -485,32 +433,16 @@ pub fn digest(env: &Env, value: Unknown<'_>) -> Result<StateDigest> {
         env,
         value,
         "digest",
-        &["version", "identity", "recovery"],
+        &shared::DIGEST_KEYS,
         false,
         Place::Argument,
     )?
     .expect("required");
     let version = f.req_number(env, "version")?;
     let Ok(version) = u32::try_from(version) else {
-        return Err(throw::range_error(
-            env,
-            format!(
-                "`digest.version` must be at most {}, got {version}",
-                u32::MAX
-            ),
-        ));
+        return Err(throw::range_error(env, shared::version_too_large(version)));
     };
-    let id = f.req_object(
-        env,
-        "identity",
-        &[
-            "agentId",
-            "namespace",
-            "sessionId",
-            "priorityTimestamp",
-            "epoch",
-        ],
-    )?;
+    let id = f.req_object(env, "identity", &shared::IDENTITY_KEYS)?;
     let identity = DigestIdentity {
         agent_id: id.req_string(env, "agentId")?,
         namespace: id.req_string(env, "namespace")?,
@@ -518,7 +450,7 @@ pub fn digest(env: &Env, value: Unknown<'_>) -> Result<StateDigest> {
         priority_timestamp: id.req_number(env, "priorityTimestamp")?,
         epoch: id.req_number(env, "epoch")?,
     };
-    let rec = f.req_object(env, "recovery", &["lastPhase", "pendingIntents"])?;
+    let rec = f.req_object(env, "recovery", &shared::RECOVERY_KEYS)?;
     let recovery = DigestRecovery {
         last_phase: rec.req_string(env, "lastPhase")?,
         pending_intents: rec.req_strings(env, "pendingIntents")?,

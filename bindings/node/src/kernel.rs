@@ -9,10 +9,10 @@
 
 use crate::input::{self, number_arg};
 use crate::output::{
-    self, ConfigView, EventJs, HeartbeatResult, ReconcileResult, ResourceState, SessionInfo,
-    Snapshot, StateDigest, Stats, VerdictJs,
+    self, EventJs, HeartbeatResult, ReconcileResult, ResourceState, SessionInfo, Snapshot,
+    StateDigest, Stats, VerdictJs,
 };
-use crate::{fast, throw};
+use crate::{fast, shared, throw};
 use klock_core::{AcquireOptions, LeaseId, LeaseSelection, SessionId, TicketId};
 use napi::bindgen_prelude::*;
 use napi::ValueType;
@@ -147,13 +147,10 @@ impl Kernel {
     /// seed 0, TTL 60 000 ms capped at 300 000, wait timeout 30 000, backoff 100..10 000,
     /// grace 15 000, idle close 300 000, 1 024 leases per session, no lifetime cap).
     ///
-    /// Throws `KlockError` `INVALID_CONFIG` (unknown policy, zero TTLs).
+    /// Throws `KlockError` `INVALID_CONFIG` (unknown key or policy, zero TTLs).
     #[napi(constructor, ts_args_type = "config?: Config | undefined | null")]
     pub fn new(env: Env, config: Unknown<'_>) -> Result<Kernel> {
-        let (mut c, policy) = input::config(&env, config)?;
-        if let Some(p) = policy {
-            c.policy = klock_core::Policy::parse(&p).map_err(|e| Kernel::fail(&env, e))?;
-        }
+        let c = input::config(&env, config)?;
         let inner = klock_core::Kernel::new(c).map_err(|e| Kernel::fail(&env, e))?;
         Ok(Kernel {
             inner,
@@ -172,9 +169,10 @@ impl Kernel {
     }
 
     /// The configuration the kernel runs with.
-    #[napi(getter)]
-    pub fn config(&self, env: Env) -> Result<ConfigView> {
-        self.read(&env, |k| ConfigView::from(k.config()))
+    #[napi(getter, ts_return_type = "ConfigView")]
+    pub fn config<'env>(&self, env: &'env Env) -> Result<Object<'env>> {
+        let config = self.read(env, |k| k.config().clone())?;
+        output::config_view(env, &config)
     }
 
     /// The largest `now` the kernel has seen.
@@ -298,10 +296,8 @@ impl Kernel {
             if text != "all" {
                 return Err(throw::type_error(
                     &env,
-                    throw::INVALID_ARG_VALUE,
-                    format!(
-                        "`leases` must be an Array of lease ids or the string 'all', got {text:?}"
-                    ),
+                    shared::INVALID_ARG_VALUE,
+                    shared::not_all(&text),
                 ));
             }
             None

@@ -23,7 +23,13 @@
 //!   `TypeError` (`ERR_INVALID_ARG_VALUE`): a typo never turns into a default.
 //! - Kernel errors are thrown as `KlockError` (exported by this module, `extends Error`):
 //!   `code` is the core's stable number (e.g. 300), `name` its stable upper-case name
-//!   (`"NOT_OWNER"`), `message` what to fix.
+//!   (`"NOT_OWNER"`), `message` what to fix. An unknown config key is `INVALID_CONFIG`.
+//! - The API is the one JavaScript API of bindings/js-api/kernel.d.ts, shared with the wasm
+//!   package: the same names, argument order, shapes and errors. node/index.d.ts is
+//!   generated from the `#[napi]` declarations here and node/index.header.d.ts, and a tsc
+//!   check holds it to kernel.d.ts both ways; the names and argument errors come from the
+//!   shared module ([`shared`], bindings/js-api/shared.rs). `ERROR_CODES`, `PREDICATES`,
+//!   `EVENT_KINDS` and the config keys are the core's lists.
 //! - A failed call changes nothing but the settlement of time (SPEC.md §2), exactly as in the
 //!   core: argument errors are raised before the kernel is called at all.
 //! - A panic in the kernel (a bug) never unwinds into Node: it is thrown as an `Error`, and
@@ -36,6 +42,8 @@ pub mod input;
 pub mod kernel;
 pub mod output;
 pub mod shapes;
+#[path = "../../js-api/shared.rs"]
+pub mod shared;
 pub mod throw;
 
 use napi::bindgen_prelude::*;
@@ -53,7 +61,8 @@ pub const MAX_NAME_BYTES: u32 = klock_core::MAX_NAME_BYTES as u32;
 #[napi]
 pub const MAX_RESOURCE_BYTES: u32 = klock_core::MAX_RESOURCE_BYTES as u32;
 
-/// Registers `KlockError` and `ERROR_CODES` on the module's exports.
+/// Registers `KlockError` and the core's lists (`ERROR_CODES`, `PREDICATES`,
+/// `EVENT_KINDS`, frozen) on the module's exports, and the fast `acquire`/`release`.
 #[napi(module_exports)]
 pub fn init(mut exports: Object, env: Env) -> Result<()> {
     let class = shapes::define(&env)?;
@@ -68,7 +77,16 @@ pub fn init(mut exports: Object, env: Env) -> Result<()> {
     }
     codes.freeze()?;
     exports.set("ERROR_CODES", codes)?;
+    exports.set("PREDICATES", frozen_list(&env, &shapes::predicate_names())?)?;
+    exports.set("EVENT_KINDS", frozen_list(&env, &klock_core::Event::KINDS)?)?;
     Ok(())
+}
+
+/// A frozen Array of `names`.
+fn frozen_list<'env>(env: &'env Env, names: &[&str]) -> Result<Object<'env>> {
+    let mut list = Array::from_ref_vec(env, names)?.coerce_to_object()?;
+    list.freeze()?;
+    Ok(list)
 }
 
 /// Validates `"PREDICATE TYPE:/path"` (split at the first space) without a kernel.

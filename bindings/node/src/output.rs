@@ -3,9 +3,12 @@
 //! Contract: one JS shape per core type, field for field, names in camelCase; ids, times,
 //! fences and counts as numbers; predicates, statuses, event kinds and verdicts as the core's
 //! upper-case names. Tagged unions carry their tag in `verdict` (acquire) or `event`
-//! (events). Optional values are `null` in snapshots and configs and absent elsewhere.
+//! (events). Optional values are `null` in snapshots and absent elsewhere. These are the
+//! shapes of the one JS API (bindings/js-api/kernel.d.ts), replayed against the core's own
+//! answers by the resolved scripts; the generated declarations are checked against it.
 
 use crate::shapes::{self, Shape};
+use crate::shared::camel;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
@@ -239,7 +242,7 @@ impl ToNapiValue for VerdictJs {
     }
 }
 
-/// An event on its way to JS (an [`Event`] object).
+/// An event on its way to JS (an [`Event`] object; its kind is the core's name for it).
 pub struct EventJs(pub klock_core::Event);
 
 impl ToNapiValue for EventJs {
@@ -249,6 +252,7 @@ impl ToNapiValue for EventJs {
             unsafe { Vec::to_napi_value(env, list.into_iter().map(num).collect::<Vec<f64>>()) }
         };
         unsafe {
+            let kind = <&str>::to_napi_value(env, val.0.name())?;
             match val.0 {
                 E::Granted {
                     ticket,
@@ -258,6 +262,7 @@ impl ToNapiValue for EventJs {
                     env,
                     Shape::EventGranted,
                     &[
+                        kind,
                         number(env, ticket.0)?,
                         number(env, session.0)?,
                         Vec::to_napi_value(env, lease_list(leases))?,
@@ -266,7 +271,7 @@ impl ToNapiValue for EventJs {
                 E::WaitTimeout { ticket, session } => shapes::call(
                     env,
                     Shape::EventWaitTimeout,
-                    &[number(env, ticket.0)?, number(env, session.0)?],
+                    &[kind, number(env, ticket.0)?, number(env, session.0)?],
                 ),
                 E::Died {
                     ticket,
@@ -276,6 +281,7 @@ impl ToNapiValue for EventJs {
                     env,
                     Shape::EventDied,
                     &[
+                        kind,
                         number(env, ticket.0)?,
                         number(env, session.0)?,
                         number(env, retry_after_ms)?,
@@ -284,7 +290,7 @@ impl ToNapiValue for EventJs {
                 E::LeaseExpired { lease, session } => shapes::call(
                     env,
                     Shape::EventLeaseExpired,
-                    &[number(env, lease.0)?, number(env, session.0)?],
+                    &[kind, number(env, lease.0)?, number(env, session.0)?],
                 ),
                 E::Wounded {
                     session,
@@ -296,6 +302,7 @@ impl ToNapiValue for EventJs {
                     env,
                     Shape::EventWounded,
                     &[
+                        kind,
                         number(env, session.0)?,
                         number(env, by.0)?,
                         ids(lost_leases.iter().map(|l| l.0).collect())?,
@@ -307,6 +314,7 @@ impl ToNapiValue for EventJs {
                     env,
                     Shape::EventSessionClosed,
                     &[
+                        kind,
                         number(env, session.0)?,
                         <&str>::to_napi_value(env, reason.name())?,
                     ],
@@ -603,7 +611,12 @@ pub struct SessionView {
     pub tickets: Vec<f64>,
     /// DIEs since the last grant (the next backoff exponent).
     pub die_count: f64,
+    /// Idle closing counts from here.
     pub last_active: f64,
+    /// Something was granted since the priority was assigned (SPEC.md §5).
+    pub unit_granted: bool,
+    /// The unit of work ended: the next acquire assigns a new (youngest) priority.
+    pub unit_ended: bool,
 }
 
 /// One waiting ticket.
@@ -651,6 +664,8 @@ impl From<klock_core::Snapshot> for Snapshot {
                     tickets: v.tickets.iter().map(|t| num(t.0)).collect(),
                     die_count: f64::from(v.die_count),
                     last_active: num(v.last_active),
+                    unit_granted: v.unit_granted,
+                    unit_ended: v.unit_ended,
                 })
                 .collect(),
             leases: lease_list(s.leases),
@@ -670,37 +685,15 @@ impl From<klock_core::Snapshot> for Snapshot {
     }
 }
 
-/// The configuration a kernel runs with (every field, defaults filled in).
-#[napi(object, object_from_js = false)]
-pub struct ConfigView {
-    #[napi(ts_type = "Policy")]
-    pub policy: String,
-    pub seed: f64,
-    pub default_ttl_ms: f64,
-    pub max_ttl_ms: f64,
-    pub default_wait_timeout_ms: f64,
-    pub backoff_base_ms: f64,
-    pub backoff_cap_ms: f64,
-    pub grace_ms: f64,
-    pub session_idle_ms: f64,
-    pub max_leases_per_session: f64,
-    pub max_lease_lifetime_ms: f64,
-}
-
-impl From<&klock_core::Config> for ConfigView {
-    fn from(c: &klock_core::Config) -> ConfigView {
-        ConfigView {
-            policy: c.policy.name().to_owned(),
-            seed: num(c.seed),
-            default_ttl_ms: num(c.default_ttl_ms),
-            max_ttl_ms: num(c.max_ttl_ms),
-            default_wait_timeout_ms: num(c.default_wait_timeout_ms),
-            backoff_base_ms: num(c.backoff_base_ms),
-            backoff_cap_ms: num(c.backoff_cap_ms),
-            grace_ms: num(c.grace_ms),
-            session_idle_ms: num(c.session_idle_ms),
-            max_leases_per_session: num(c.max_leases_per_session),
-            max_lease_lifetime_ms: num(c.max_lease_lifetime_ms),
+/// The configuration a kernel runs with, every field: `policy` and the core's numeric
+/// fields, named by [`camel`] (the core's list, never a copy of it).
+pub fn config_view<'env>(env: &'env Env, c: &klock_core::Config) -> Result<Object<'env>> {
+    let mut view = Object::new(env)?;
+    view.set("policy", c.policy.name())?;
+    for field in klock_core::Config::NUMERIC_FIELDS {
+        if let Some(value) = c.number(field) {
+            view.set(camel(field), num(value))?;
         }
     }
+    Ok(view)
 }

@@ -14,18 +14,14 @@ use napi::{sys, UnknownRef};
 use std::cell::Cell;
 use std::ptr;
 
-/// Evaluated once per environment; returns the values indexed by [`Shape`].
-const SOURCE: &str = r#"(function () {
-  'use strict';
-  class KlockError extends Error {
-    constructor(message, code, name, options) {
-      super(message, options);
-      Object.defineProperty(this, 'name', { value: name, writable: true, configurable: true, enumerable: false });
-      this.code = code;
-    }
-  }
-  Object.defineProperty(KlockError.prototype, 'name', { value: 'KlockError', writable: true, configurable: true, enumerable: false });
-  const PREDICATES = ['PROVIDES', 'CONSUMES', 'MUTATES', 'DELETES', 'DEPENDS_ON', 'RENAMES'];
+/// Evaluated once per environment: a function of the predicate names (in the core's order,
+/// [`define`] passes them) returning the values indexed by [`Shape`]. `KlockError` is the
+/// shared class source of both JS packages (bindings/js-api/klock-error.js). Event objects
+/// get their kind from the core (`Event::name`) as their first argument.
+const SOURCE: &str = concat!(
+    "(function (PREDICATES) {\n'use strict';\n",
+    include_str!("../../js-api/klock-error.js"),
+    r#"
   const lease = (leaseId, sessionId, agentId, resource, p, fence, acquiredAt, expiresAt, ttlMs) =>
     ({ leaseId, sessionId, agentId, resource, predicate: PREDICATES[p], fence, acquiredAt, expiresAt, ttlMs });
   return [
@@ -35,14 +31,15 @@ const SOURCE: &str = r#"(function () {
     (a, b, c, d, e, f, g, h, i) => ({ verdict: 'GRANTED', leases: [lease(a, b, c, d, e, f, g, h, i)] }),
     (ticket, heldBy) => ({ verdict: 'WAIT', ticket, heldBy }),
     (retryAfterMs, heldBy) => ({ verdict: 'DIE', retryAfterMs, heldBy }),
-    (ticket, session, leases) => ({ event: 'GRANTED', ticket, session, leases }),
-    (ticket, session) => ({ event: 'WAIT_TIMEOUT', ticket, session }),
-    (ticket, session, retryAfterMs) => ({ event: 'DIED', ticket, session, retryAfterMs }),
-    (lease, session) => ({ event: 'LEASE_EXPIRED', lease, session }),
-    (session, by, lostLeases, lostTickets, retryAfterMs) => ({ event: 'WOUNDED', session, by, lostLeases, lostTickets, retryAfterMs }),
-    (session, reason) => ({ event: 'SESSION_CLOSED', session, reason }),
+    (event, ticket, session, leases) => ({ event, ticket, session, leases }),
+    (event, ticket, session) => ({ event, ticket, session }),
+    (event, ticket, session, retryAfterMs) => ({ event, ticket, session, retryAfterMs }),
+    (event, lease, session) => ({ event, lease, session }),
+    (event, session, by, lostLeases, lostTickets, retryAfterMs) => ({ event, session, by, lostLeases, lostTickets, retryAfterMs }),
+    (event, session, reason) => ({ event, session, reason }),
   ];
-})()"#;
+})"#
+);
 
 /// The values [`SOURCE`] returns, in order.
 #[derive(Clone, Copy)]
@@ -68,9 +65,11 @@ pub struct Shapes {
     values: Vec<UnknownRef<false>>,
 }
 
-/// Evaluates [`SOURCE`] in this environment and keeps its values; returns `KlockError`.
+/// Evaluates [`SOURCE`] in this environment with the core's predicate names and keeps its
+/// values; returns `KlockError`.
 pub(crate) fn define<'env>(env: &'env Env) -> Result<Unknown<'env>> {
-    let list: Array<'env> = env.run_script(SOURCE)?;
+    let make: Function<'env, Vec<&str>, Array<'env>> = env.run_script(SOURCE)?;
+    let list = make.call(predicate_names())?;
     let mut values = Vec::with_capacity(COUNT);
     for i in 0..list.len() {
         let value: Unknown<'env> = list
@@ -157,7 +156,25 @@ pub(crate) unsafe fn call(
     Ok(result)
 }
 
-/// A predicate as the lease constructor takes it: its index in matrix order.
+/// The predicates' names in the core's order ([`klock_core::Predicate::ALL`]).
+pub(crate) fn predicate_names() -> Vec<&'static str> {
+    klock_core::Predicate::ALL
+        .iter()
+        .map(|p| p.name())
+        .collect()
+}
+
+// The lease constructor indexes the names by the predicate's discriminant: proven here to be
+// its position in `Predicate::ALL`, at compile time.
+const _: () = {
+    let mut i = 0;
+    while i < klock_core::Predicate::ALL.len() {
+        assert!(klock_core::Predicate::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
+/// A predicate as the lease constructor takes it: its index in [`predicate_names`].
 pub(crate) unsafe fn predicate(
     env: sys::napi_env,
     p: klock_core::Predicate,

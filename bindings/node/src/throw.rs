@@ -8,6 +8,7 @@
 //! kernel error of that environment.
 
 use crate::shapes;
+use crate::shared::OUT_OF_RANGE;
 use napi::bindgen_prelude::*;
 use napi::sys;
 
@@ -31,15 +32,6 @@ pub fn kernel_error(env: &Env, e: &klock_core::Error) -> Error {
         Err(_) => Error::new(Status::GenericFailure, e.to_string()),
     }
 }
-
-/// Node's code for a value of the wrong type.
-pub const INVALID_ARG_TYPE: &str = "ERR_INVALID_ARG_TYPE";
-/// Node's code for a required argument that is `undefined`.
-pub const MISSING_ARGS: &str = "ERR_MISSING_ARGS";
-/// Node's code for a value of the right type that cannot be accepted.
-pub const INVALID_ARG_VALUE: &str = "ERR_INVALID_ARG_VALUE";
-/// Node's code for a number outside the accepted range.
-pub const OUT_OF_RANGE: &str = "ERR_OUT_OF_RANGE";
 
 /// Throws a `TypeError` with `code`.
 pub fn type_error(env: &Env, code: &str, message: String) -> Error {

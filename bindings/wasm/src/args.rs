@@ -1,197 +1,246 @@
-//! Argument conversion: JavaScript values to the kernel's Rust types.
+//! Argument conversion: JavaScript values to the kernel's Rust types, by the same rules and
+//! with the same messages as the Node addon (bindings/node/src/input.rs; the messages and key
+//! names are the shared module's, bindings/js-api/shared.rs).
 //!
 //! Contract: a conversion either yields exactly the value the caller meant or throws, before
 //! the kernel is touched, so bad input never changes state:
 //! - numbers (times, ids, TTLs) must be of type `number` (never BigInt, string, boolean or
-//!   `null`): `TypeError`; they must be integers in `0 ..= 2^53 − 1` (`NaN`, `Infinity`,
-//!   fractions, negatives and larger values are a `RangeError`), so every value is exact;
-//! - strings must be of type `string` and valid UTF-16 (a lone surrogate is a `TypeError`,
-//!   it has no UTF-8 form);
+//!   `null`): `TypeError` `ERR_INVALID_ARG_TYPE` (`ERR_MISSING_ARGS` for an `undefined`
+//!   argument); integers in `0 ..= 2^53 − 1` only, anything else is a `RangeError`
+//!   `ERR_OUT_OF_RANGE`, so every value is exact;
+//! - strings must be of type `string` and valid UTF-16 (a lone surrogate is a `TypeError`
+//!   `ERR_INVALID_ARG_VALUE`: it has no UTF-8 form);
 //! - lists must be real arrays (`Array.isArray`), never a bare string;
 //! - option objects must be plain objects holding only the documented keys (a typo is a
-//!   `TypeError`, never a silently ignored setting); `undefined` or `null` for an optional
-//!   value means "the default".
-//!
-//! Messages name the argument and say what was expected.
+//!   `TypeError` `ERR_INVALID_ARG_VALUE`, never a silently ignored setting); `undefined` or
+//!   `null` for an optional object, and `undefined` for one of its keys, mean "the default".
 
 use crate::errors::{range_error, type_error};
+use crate::shared::{self, INVALID_ARG_TYPE, INVALID_ARG_VALUE, MISSING_ARGS};
 use js_sys::{Array, JsString, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
-/// The largest integer a JS number holds exactly: 2^53 − 1 (`Number.MAX_SAFE_INTEGER`).
-pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+/// Where a value came from: a top-level argument (`undefined` means it was not passed) or a
+/// field or element of one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Argument,
+    Field,
+}
 
-/// A short description of a value's type for messages: `string`, `bigint`, `null`, `array`...
-fn kind(value: &JsValue) -> String {
+/// How messages name a value's type ([`shared::describe`] of its `typeof`).
+fn kind(value: &JsValue) -> &'static str {
     if value.is_null() {
-        String::from("null")
-    } else if Array::is_array(value) {
-        String::from("an array")
+        return "null";
+    }
+    shared::describe(&value.js_typeof().as_string().unwrap_or_default())
+}
+
+/// The error for a value of the wrong type.
+fn wrong_type(value: &JsValue, what: &str, wanted: &str, place: Place) -> JsValue {
+    if value.is_undefined() && place == Place::Argument {
+        type_error(MISSING_ARGS, &shared::missing(what, wanted))
     } else {
-        value
-            .js_typeof()
-            .as_string()
-            .unwrap_or_else(|| String::from("?"))
+        type_error(
+            INVALID_ARG_TYPE,
+            &shared::wrong_type(what, wanted, kind(value)),
+        )
     }
 }
 
-/// Checks that a JS number is an integer in `0 ..= 2^53 − 1` and converts it.
-pub fn number_to_u64(number: f64, what: &str) -> Result<u64, JsValue> {
-    if number.is_finite() && number.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&number) {
-        // Exact: an integer-valued f64 in this range converts without loss.
-        Ok(number as u64)
-    } else {
-        Err(range_error(&format!(
-            "{what} must be an integer from 0 to 2^53 - 1 (Number.MAX_SAFE_INTEGER), got {number}"
-        )))
+/// A time, id or count: an integer from 0 to 2^53 − 1.
+pub fn number(value: &JsValue, what: &str, place: Place) -> Result<u64, JsValue> {
+    let Some(x) = value.as_f64() else {
+        return Err(wrong_type(value, what, "an integer number", place));
+    };
+    if !shared::is_safe_integer(x) {
+        return Err(range_error(&shared::out_of_range(what, x)));
     }
+    Ok(x as u64)
 }
 
-/// A required non-negative integer.
-pub fn u64_arg(value: &JsValue, what: &str) -> Result<u64, JsValue> {
-    match value.as_f64() {
-        Some(n) => number_to_u64(n, what),
-        None => Err(type_error(&format!(
-            "{what} must be a number, got {}",
-            kind(value)
-        ))),
-    }
+/// A top-level numeric argument.
+pub fn number_arg(value: &JsValue, what: &str) -> Result<u64, JsValue> {
+    number(value, what, Place::Argument)
 }
 
-/// An optional non-negative integer (`undefined` / `null` = not given).
-pub fn opt_u64_arg(value: &JsValue, what: &str) -> Result<Option<u64>, JsValue> {
-    if value.is_undefined() || value.is_null() {
-        Ok(None)
-    } else {
-        u64_arg(value, what).map(Some)
-    }
-}
-
-/// A string argument.
-pub fn str_arg(value: &JsValue, what: &str) -> Result<String, JsValue> {
+/// A string that is valid Unicode (no lone surrogate).
+pub fn string(value: &JsValue, what: &str, place: Place) -> Result<String, JsValue> {
     let Some(text) = value.as_string() else {
-        return Err(type_error(&format!(
-            "{what} must be a string, got {}",
-            kind(value)
-        )));
+        return Err(wrong_type(value, what, "a string", place));
     };
     // The copy into wasm memory turns a lone surrogate into U+FFFD. Only then is the slow
     // exact check (one call per UTF-16 unit) needed, to tell it from a real U+FFFD.
     if text.contains('\u{FFFD}') && !value.unchecked_ref::<JsString>().is_valid_utf16() {
-        return Err(type_error(&format!(
-            "{what} must be valid Unicode text (it contains a lone surrogate)"
-        )));
+        return Err(type_error(INVALID_ARG_VALUE, &shared::lone_surrogate(what)));
     }
     Ok(text)
 }
 
-/// A boolean argument.
-pub fn bool_arg(value: &JsValue, what: &str) -> Result<bool, JsValue> {
-    value.as_bool().ok_or_else(|| {
-        type_error(&format!(
-            "{what} must be true or false, got {}",
-            kind(value)
-        ))
+/// A top-level string argument.
+pub fn string_arg(value: &JsValue, what: &str) -> Result<String, JsValue> {
+    string(value, what, Place::Argument)
+}
+
+/// `true` or `false`.
+pub fn boolean(value: &JsValue, what: &str, place: Place) -> Result<bool, JsValue> {
+    value
+        .as_bool()
+        .ok_or_else(|| wrong_type(value, what, "true or false", place))
+}
+
+/// An `Array`, element by element (`what[i]` names an element).
+pub fn list<T>(
+    value: &JsValue,
+    what: &str,
+    place: Place,
+    item: impl Fn(&JsValue, &str) -> Result<T, JsValue>,
+) -> Result<Vec<T>, JsValue> {
+    if !Array::is_array(value) {
+        if value.is_undefined() && place == Place::Argument {
+            return Err(wrong_type(value, what, "an Array", place));
+        }
+        return Err(type_error(
+            INVALID_ARG_TYPE,
+            &shared::not_array(what, kind(value)),
+        ));
+    }
+    let array: &Array = value.unchecked_ref();
+    (0..array.length())
+        .map(|i| item(&array.get(i), &format!("{what}[{i}]")))
+        .collect()
+}
+
+/// A list of strings (a manifest).
+pub fn strings(value: &JsValue, what: &str, place: Place) -> Result<Vec<String>, JsValue> {
+    list(value, what, place, |v, at| string(v, at, Place::Field))
+}
+
+/// A list of ids.
+pub fn numbers(value: &JsValue, what: &str) -> Result<Vec<u64>, JsValue> {
+    list(value, what, Place::Argument, |v, at| {
+        number(v, at, Place::Field)
     })
 }
 
-/// A real array argument.
-fn array_arg(value: &JsValue, what: &str, of: &str) -> Result<Array, JsValue> {
-    if Array::is_array(value) {
-        Ok(value.clone().unchecked_into())
-    } else {
-        Err(type_error(&format!(
-            "{what} must be an array of {of}, got {}",
-            kind(value)
-        )))
-    }
-}
-
-/// An array of strings.
-pub fn str_list(value: &JsValue, what: &str) -> Result<Vec<String>, JsValue> {
-    let array = array_arg(value, what, "strings")?;
-    (0..array.length())
-        .map(|i| str_arg(&array.get(i), &format!("{what}[{i}]")))
-        .collect()
-}
-
-/// An array of non-negative integers.
-pub fn u64_list(value: &JsValue, what: &str) -> Result<Vec<u64>, JsValue> {
-    let array = array_arg(value, what, "numbers")?;
-    (0..array.length())
-        .map(|i| u64_arg(&array.get(i), &format!("{what}[{i}]")))
-        .collect()
-}
-
-/// A plain object holding only `allowed` keys (`undefined` / `null` = an empty one).
+/// A plain object read key by key, refusing keys it does not know.
 pub struct Fields {
-    object: Option<Object>,
+    object: Object,
     what: String,
 }
 
 impl Fields {
-    /// Checks the shape: an object (not an array, not a function) with only `allowed` keys.
-    ///
-    /// `unknown` builds the error for a key that is not allowed (callers choose the class).
-    pub fn new(
+    /// `None` for `undefined`/`null` when `optional`; otherwise the value must be a plain
+    /// object holding only keys of `allowed`; an unknown key is a `TypeError`
+    /// `ERR_INVALID_ARG_VALUE`.
+    pub fn new<S: AsRef<str>>(
         value: &JsValue,
         what: &str,
-        allowed: &[&str],
+        allowed: &[S],
+        optional: bool,
+        place: Place,
+    ) -> Result<Option<Fields>, JsValue> {
+        Fields::refusing(value, what, allowed, optional, place, |key| {
+            type_error(INVALID_ARG_VALUE, &shared::unknown_key(what, key, allowed))
+        })
+    }
+
+    /// Like [`Fields::new`], with `unknown` making the error for an unknown key.
+    pub fn refusing<S: AsRef<str>>(
+        value: &JsValue,
+        what: &str,
+        allowed: &[S],
+        optional: bool,
+        place: Place,
         unknown: impl Fn(&str) -> JsValue,
-    ) -> Result<Fields, JsValue> {
-        let what = what.to_owned();
-        if value.is_undefined() || value.is_null() {
-            return Ok(Fields { object: None, what });
+    ) -> Result<Option<Fields>, JsValue> {
+        if optional && (value.is_undefined() || value.is_null()) {
+            return Ok(None);
         }
         if !value.is_object() || Array::is_array(value) {
-            return Err(type_error(&format!(
-                "{what} must be an object, got {}",
+            if value.is_undefined() && place == Place::Argument {
+                return Err(wrong_type(value, what, "an object", place));
+            }
+            let got = if Array::is_array(value) {
+                "an Array"
+            } else {
                 kind(value)
-            )));
+            };
+            return Err(type_error(INVALID_ARG_TYPE, &shared::not_object(what, got)));
         }
         let object: Object = value.clone().unchecked_into();
         for key in Object::keys(&object).iter() {
             let key = key.as_string().unwrap_or_default();
-            if !allowed.contains(&key.as_str()) {
+            if !allowed.iter().any(|a| a.as_ref() == key) {
                 return Err(unknown(&key));
             }
         }
-        Ok(Fields {
-            object: Some(object),
-            what,
-        })
+        Ok(Some(Fields {
+            object,
+            what: what.to_owned(),
+        }))
     }
 
     /// The value of `key` (`undefined` when absent).
-    pub fn get(&self, key: &str) -> JsValue {
-        match &self.object {
-            None => JsValue::UNDEFINED,
-            Some(o) => Reflect::get(o, &JsString::from(key)).unwrap_or(JsValue::UNDEFINED),
-        }
+    fn value(&self, key: &str) -> JsValue {
+        Reflect::get(&self.object, &JsString::from(key)).unwrap_or(JsValue::UNDEFINED)
     }
 
-    /// Where a key sits, for messages: `options.ttl_ms`.
-    pub fn path(&self, key: &str) -> String {
+    /// `what.key`, for messages.
+    fn label(&self, key: &str) -> String {
         format!("{}.{key}", self.what)
     }
 
-    /// A required key's value.
-    pub fn required(&self, key: &str) -> Result<JsValue, JsValue> {
-        let value = self.get(key);
-        if value.is_undefined() {
-            return Err(type_error(&format!(
-                "{} is missing the key {key:?}",
-                self.what
-            )));
-        }
-        Ok(value)
+    /// The value of `key`, `None` when absent or `undefined`.
+    fn get(&self, key: &str) -> Option<JsValue> {
+        Some(self.value(key)).filter(|v| !v.is_undefined())
     }
-}
 
-/// The standard message for an unknown key.
-pub fn unknown_key(what: &str, key: &str, allowed: &[&str]) -> String {
-    format!(
-        "{what} has an unknown key {key:?} (allowed: {})",
-        allowed.join(", ")
-    )
+    /// An optional number field.
+    pub fn number(&self, key: &str) -> Result<Option<u64>, JsValue> {
+        self.get(key)
+            .map(|v| number(&v, &self.label(key), Place::Field))
+            .transpose()
+    }
+
+    /// A required number field.
+    pub fn req_number(&self, key: &str) -> Result<u64, JsValue> {
+        number(&self.value(key), &self.label(key), Place::Field)
+    }
+
+    /// An optional boolean field.
+    pub fn boolean(&self, key: &str) -> Result<Option<bool>, JsValue> {
+        self.get(key)
+            .map(|v| boolean(&v, &self.label(key), Place::Field))
+            .transpose()
+    }
+
+    /// An optional string field.
+    pub fn string(&self, key: &str) -> Result<Option<String>, JsValue> {
+        self.get(key)
+            .map(|v| string(&v, &self.label(key), Place::Field))
+            .transpose()
+    }
+
+    /// A required string field.
+    pub fn req_string(&self, key: &str) -> Result<String, JsValue> {
+        string(&self.value(key), &self.label(key), Place::Field)
+    }
+
+    /// A required object field.
+    pub fn req_object(&self, key: &str, allowed: &[&str]) -> Result<Fields, JsValue> {
+        let fields = Fields::new(
+            &self.value(key),
+            &self.label(key),
+            allowed,
+            false,
+            Place::Field,
+        )?;
+        Ok(fields.expect("required"))
+    }
+
+    /// A required list-of-strings field.
+    pub fn req_strings(&self, key: &str) -> Result<Vec<String>, JsValue> {
+        strings(&self.value(key), &self.label(key), Place::Field)
+    }
 }

@@ -1,30 +1,30 @@
-//! Errors thrown into JavaScript.
+//! Errors thrown into JavaScript: the same as the Node addon's (bindings/js-api/kernel.d.ts).
 //!
-//! Contract: a kernel error becomes a real `Error` whose `name` is the core's stable name
-//! (`"INVALID_RESOURCE"`, ...), whose `code` is the stable number (100, ...) and whose `message`
-//! is the kernel's text saying what to fix; `String(err)` reads `NAME: message`. A wrong
-//! argument (wrong type, a number that is not a non-negative integer ≤ 2^53 − 1, a lone
-//! surrogate) is a `TypeError` (`code` `ERR_INVALID_ARG_TYPE`) or `RangeError` (`code`
-//! `ERR_OUT_OF_RANGE`) thrown before the kernel is touched. A call on a freed kernel is an
-//! `Error` with `code` `ERR_INVALID_STATE`, thrown by `freed-guard.js` in the JS glue (the
-//! generated glue would reach Rust only to fail with "null pointer passed to rust"). Nothing
-//! here ever throws a bare string.
+//! Contract: a kernel error becomes a `KlockError` (the one class of the JS API, its source
+//! shared with the Node addon: bindings/js-api/klock-error.js, which build.sh puts at the top
+//! of the generated glue, where this module's import finds it) with the core's stable `code`
+//! (a number), `name` (`"UNKNOWN_SESSION"`) and `message`. A wrong argument is a `TypeError`
+//! or `RangeError` with Node's `code` (`ERR_INVALID_ARG_TYPE`, `ERR_MISSING_ARGS`,
+//! `ERR_INVALID_ARG_VALUE`, `ERR_OUT_OF_RANGE`), thrown before the kernel is touched. A call
+//! on a freed kernel is an `Error` with `code` `ERR_INVALID_STATE`, thrown by freed-guard.js
+//! in the glue. Nothing here ever throws a bare string.
 
 use js_sys::{JsString, Reflect};
 use klock_core::Error;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::prelude::*;
 
-/// The JS `Error` for a kernel error: `name` = the code's name, `code` = its number.
+#[wasm_bindgen]
+extern "C" {
+    /// The JS API's error class, defined in the glue's module scope by build.sh.
+    type KlockError;
+
+    #[wasm_bindgen(constructor)]
+    fn new(message: &str, code: u32, name: &str) -> KlockError;
+}
+
+/// The `KlockError` for a kernel error.
 pub fn kernel_error(error: Error) -> JsValue {
-    let err = js_sys::Error::new(&error.message);
-    err.set_name(error.code.name());
-    // Setting a property on a fresh Error object cannot fail.
-    let _ = Reflect::set(
-        &err,
-        &JsString::from("code"),
-        &JsValue::from(error.code.code()),
-    );
-    err.into()
+    KlockError::new(&error.message, error.code.code(), error.code.name()).into()
 }
 
 /// Sets `code` on a fresh error object (cannot fail on a fresh, extensible object).
@@ -33,18 +33,17 @@ fn with_code(err: JsValue, code: &str) -> JsValue {
     err
 }
 
-/// A `TypeError` with `code` `ERR_INVALID_ARG_TYPE` (an argument of the wrong type or shape),
-/// the code Node itself uses, so callers can branch on `code` for every error.
-pub fn type_error(message: &str) -> JsValue {
-    with_code(
-        js_sys::TypeError::new(message).into(),
-        "ERR_INVALID_ARG_TYPE",
-    )
+/// A `TypeError` with `code` (one of the shared module's `ERR_*` codes).
+pub fn type_error(code: &str, message: &str) -> JsValue {
+    with_code(js_sys::TypeError::new(message).into(), code)
 }
 
-/// A `RangeError` with `code` `ERR_OUT_OF_RANGE` (a number out of the accepted range).
+/// A `RangeError` with `code` `ERR_OUT_OF_RANGE`.
 pub fn range_error(message: &str) -> JsValue {
-    with_code(js_sys::RangeError::new(message).into(), "ERR_OUT_OF_RANGE")
+    with_code(
+        js_sys::RangeError::new(message).into(),
+        crate::shared::OUT_OF_RANGE,
+    )
 }
 
 /// `Result<T, klock_core::Error>` → `Result<T, JsValue>` with [`kernel_error`].

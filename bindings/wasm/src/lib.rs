@@ -1,167 +1,146 @@
 //! # klock-wasm
 //!
-//! The kernel of `klock-core` for browsers and Node, through wasm-bindgen: one class,
-//! `Kernel`, whose methods are the SPEC.md operations 1:1 (camelCase names, the same
-//! arguments, `now` always last).
+//! The kernel of `klock-core` for browsers and Node, through wasm-bindgen, with the one
+//! JavaScript API of the Node addon (bindings/js-api/kernel.d.ts): the class `Kernel`, whose
+//! methods are the SPEC.md operations 1:1 (camelCase names, `now` always last), `KlockError`,
+//! `parseIntent`, and the core's lists and limits (`ERROR_CODES`, `PREDICATES`, `EVENT_KINDS`,
+//! `MAX_*`).
 //!
 //! Contract: translation only — argument conversion ([`args`]), answer conversion
-//! ([`output`]) and error mapping ([`errors`]); every rule about leases, queues and time is in
-//! the core. Each method converts and checks every argument first (throwing `TypeError` or
-//! `RangeError` before the kernel is touched), then makes exactly one kernel call (or, for
-//! `drainEvents`, polls until empty), then converts the answer. Numbers are JS numbers, never
-//! BigInt, validated as integers in `0 ..= 2^53 − 1`. Kernel errors are thrown as `Error`
-//! objects with `name` (`"UNKNOWN_SESSION"`, ...) and a numeric `code`; a call on a freed
+//! ([`output`]: the core's serde shapes with camelCase keys) and error mapping ([`errors`]);
+//! every rule about leases, queues and time is in the core. Each method converts and checks
+//! every argument first (throwing `TypeError` or `RangeError` before the kernel is touched),
+//! then makes exactly one kernel call (or, for `drainEvents`, polls until empty), then
+//! converts the answer. Numbers are JS numbers, never BigInt, validated as integers in
+//! `0 ..= 2^53 − 1`. Kernel errors are `KlockError`s (code, name, message). A call on a freed
 //! kernel throws an `Error` with `code` `"ERR_INVALID_STATE"` (`freed-guard.js`, appended to
-//! the generated glue by `build.sh`, checks before anything reaches Rust). Nothing here reads a
-//! clock or draws randomness: the host passes `now` (milliseconds, any epoch) on every call.
+//! the generated glue by `build.sh`, checks before anything reaches Rust). The module-level
+//! values live in the glue (`glue-prelude.js`): the start function below fills them from the
+//! core when the module is instantiated. Nothing here reads a clock or draws randomness: the
+//! host passes `now` (milliseconds, any epoch) on every call.
 //!
 //! ```js
 //! const k = new Kernel({ policy: "wait_die", seed: 1 });
-//! const a = k.openSession("alice", "default", 0).session_id;
-//! const v = k.acquire(a, ["MUTATES FILE:/src/a.ts"], 10);          // { verdict: "GRANTED", leases: [...] }
+//! const a = k.openSession("alice", "default", 0).sessionId;
+//! const v = k.acquire(a, ["MUTATES FILE:/src/a.ts"], { ttlMs: 500 }, 10); // { verdict: "GRANTED", leases: [...] }
 //! for (const e of k.drainEvents()) { /* e.event === "GRANTED" | "LEASE_EXPIRED" | ... */ }
-//! const at = k.nextDeadline();                                      // number | null: call advance(at) then
+//! const at = k.nextDeadline();                                             // number | null: call advance(at) then
 //! ```
 
 mod args;
 mod errors;
 mod output;
+#[path = "../../js-api/shared.rs"]
+mod shared;
 mod types;
 
-use args::{bool_arg, opt_u64_arg, str_arg, str_list, u64_arg, u64_list, unknown_key, Fields};
+use args::{number_arg, string_arg, Fields, Place};
 use errors::{kernel_error, type_error, OrThrow};
 use klock_core::{
-    AcquireOptions, Config, DigestIdentity, DigestRecovery, ErrorCode, LeaseId, LeaseSelection,
-    LeaseStatus, Policy, SessionId, StateDigest, TicketId,
+    AcquireOptions, Config, DigestIdentity, DigestRecovery, ErrorCode, Event, LeaseId,
+    LeaseSelection, Output, Predicate, SessionId, StateDigest, TicketId,
 };
 use output::to_js;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-const CONFIG_KEYS: [&str; 11] = [
-    "policy",
-    "seed",
-    "default_ttl_ms",
-    "max_ttl_ms",
-    "default_wait_timeout_ms",
-    "backoff_base_ms",
-    "backoff_cap_ms",
-    "grace_ms",
-    "session_idle_ms",
-    "max_leases_per_session",
-    "max_lease_lifetime_ms",
-];
-
-const OPTION_KEYS: [&str; 3] = ["ttl_ms", "wait", "wait_timeout_ms"];
-
-fn config_slot<'a>(config: &'a mut Config, key: &str) -> &'a mut u64 {
-    match key {
-        "seed" => &mut config.seed,
-        "default_ttl_ms" => &mut config.default_ttl_ms,
-        "max_ttl_ms" => &mut config.max_ttl_ms,
-        "default_wait_timeout_ms" => &mut config.default_wait_timeout_ms,
-        "backoff_base_ms" => &mut config.backoff_base_ms,
-        "backoff_cap_ms" => &mut config.backoff_cap_ms,
-        "grace_ms" => &mut config.grace_ms,
-        "session_idle_ms" => &mut config.session_idle_ms,
-        "max_leases_per_session" => &mut config.max_leases_per_session,
-        _ => &mut config.max_lease_lifetime_ms,
-    }
+#[wasm_bindgen]
+extern "C" {
+    /// Fills the glue's module-level values (glue-prelude.js) with the core's lists.
+    #[wasm_bindgen(js_name = __klock_define)]
+    fn define(lists: JsValue);
 }
 
-/// `{policy?, seed?, ...}` → a [`Config`]; an unknown key is `INVALID_CONFIG`.
+/// The core's lists and limits, as the glue's module-level values take them.
+#[derive(Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+struct Lists {
+    /// `[name, code]` pairs in the core's (numeric) order.
+    error_codes: Vec<(&'static str, u32)>,
+    predicates: Vec<&'static str>,
+    event_kinds: [&'static str; 6],
+    max_manifest_intents: usize,
+    max_name_bytes: usize,
+    max_resource_bytes: usize,
+}
+
+/// Runs when the module is instantiated (not exported): hands the core's lists to the glue.
+#[wasm_bindgen(start, private)]
+fn start() {
+    let lists = Lists {
+        error_codes: ErrorCode::ALL
+            .iter()
+            .map(|c| (c.name(), c.code()))
+            .collect(),
+        predicates: Predicate::ALL.iter().map(|p| p.name()).collect(),
+        event_kinds: Event::KINDS,
+        max_manifest_intents: klock_core::MAX_MANIFEST_INTENTS,
+        max_name_bytes: klock_core::MAX_NAME_BYTES,
+        max_resource_bytes: klock_core::MAX_RESOURCE_BYTES,
+    };
+    // Plain serde_json: these keys are names, not fields to camelCase.
+    let text = serde_json::to_string(&lists).expect("the lists serialise");
+    define(js_sys::JSON::parse(&text).expect("serde_json writes valid JSON"));
+}
+
+/// A config object: the core's field names in camelCase; an unknown key is `INVALID_CONFIG`.
 fn config_arg(value: &JsValue) -> Result<Config, JsValue> {
-    let fields = Fields::new(value, "config", &CONFIG_KEYS, |key| {
-        kernel_error(klock_core::Error::new(
-            ErrorCode::InvalidConfig,
-            unknown_key("config", key, &CONFIG_KEYS),
-        ))
-    })?;
-    let mut config = Config::default();
-    let policy = fields.get("policy");
-    if !policy.is_undefined() && !policy.is_null() {
-        config.policy = Policy::parse(&str_arg(&policy, "config.policy")?).or_throw()?;
-    }
-    for key in &CONFIG_KEYS[1..] {
-        if let Some(v) = opt_u64_arg(&fields.get(key), &fields.path(key))? {
-            *config_slot(&mut config, key) = v;
-        }
-    }
-    Ok(config)
+    let keys = shared::config_keys();
+    let unknown = |key: &str| kernel_error(shared::unknown_config_key(key));
+    let fields = Fields::refusing(value, "config", &keys, true, Place::Argument, unknown)?;
+    let Some(f) = fields else {
+        return Ok(Config::default());
+    };
+    shared::config(|| f.string("policy"), |key| f.number(key), kernel_error)
 }
 
-/// `{ttl_ms?, wait?, wait_timeout_ms?}` → [`AcquireOptions`].
+/// Acquire options: `{ ttlMs?, wait?, waitTimeoutMs? }`.
 fn options_arg(value: &JsValue) -> Result<AcquireOptions, JsValue> {
-    let fields = Fields::new(value, "options", &OPTION_KEYS, |key| {
-        type_error(&unknown_key("options", key, &OPTION_KEYS))
-    })?;
-    let wait = fields.get("wait");
-    Ok(AcquireOptions {
-        ttl_ms: opt_u64_arg(&fields.get("ttl_ms"), "options.ttl_ms")?,
-        wait: if wait.is_undefined() || wait.is_null() {
-            true
-        } else {
-            bool_arg(&wait, "options.wait")?
-        },
-        wait_timeout_ms: opt_u64_arg(&fields.get("wait_timeout_ms"), "options.wait_timeout_ms")?,
-    })
+    let mut options = AcquireOptions::default();
+    let Some(f) = Fields::new(
+        value,
+        "options",
+        &shared::OPTION_KEYS,
+        true,
+        Place::Argument,
+    )?
+    else {
+        return Ok(options);
+    };
+    options.ttl_ms = f.number("ttlMs")?;
+    if let Some(wait) = f.boolean("wait")? {
+        options.wait = wait;
+    }
+    options.wait_timeout_ms = f.number("waitTimeoutMs")?;
+    Ok(options)
 }
 
-/// A digest object as `digest()` returns it, checked for shape and types (its content is the
-/// kernel's to judge: `INVALID_DIGEST`).
+/// A digest as `digest()` returns it, every key required (its content is the kernel's to
+/// judge: `INVALID_DIGEST`).
 fn digest_arg(value: &JsValue) -> Result<StateDigest, JsValue> {
-    let strict = |value: &JsValue, what: &str, keys: &[&str]| -> Result<Fields, JsValue> {
-        if value.is_undefined() || value.is_null() {
-            return Err(type_error(&format!(
-                "{what} must be an object as returned by digest()"
-            )));
-        }
-        Fields::new(value, what, keys, |key| {
-            type_error(&unknown_key(what, key, keys))
-        })
-    };
-    let d = strict(value, "digest", &["version", "identity", "recovery"])?;
-    let version = u64_arg(&d.required("version")?, "digest.version")?;
-    let version = u32::try_from(version).map_err(|_| {
-        errors::range_error(&format!(
-            "digest.version must be at most 2^32 - 1, got {version}"
-        ))
-    })?;
-    let i = strict(
-        &d.required("identity")?,
-        "digest.identity",
-        &[
-            "agent_id",
-            "namespace",
-            "session_id",
-            "priority_timestamp",
-            "epoch",
-        ],
-    )?;
+    let f = Fields::new(
+        value,
+        "digest",
+        &shared::DIGEST_KEYS,
+        false,
+        Place::Argument,
+    )?
+    .expect("required");
+    let version = f.req_number("version")?;
+    let version = u32::try_from(version)
+        .map_err(|_| errors::range_error(&shared::version_too_large(version)))?;
+    let id = f.req_object("identity", &shared::IDENTITY_KEYS)?;
     let identity = DigestIdentity {
-        agent_id: str_arg(&i.required("agent_id")?, "digest.identity.agent_id")?,
-        namespace: str_arg(&i.required("namespace")?, "digest.identity.namespace")?,
-        session_id: SessionId(u64_arg(
-            &i.required("session_id")?,
-            "digest.identity.session_id",
-        )?),
-        priority_timestamp: u64_arg(
-            &i.required("priority_timestamp")?,
-            "digest.identity.priority_timestamp",
-        )?,
-        epoch: u64_arg(&i.required("epoch")?, "digest.identity.epoch")?,
+        agent_id: id.req_string("agentId")?,
+        namespace: id.req_string("namespace")?,
+        session_id: SessionId(id.req_number("sessionId")?),
+        priority_timestamp: id.req_number("priorityTimestamp")?,
+        epoch: id.req_number("epoch")?,
     };
-    let r = strict(
-        &d.required("recovery")?,
-        "digest.recovery",
-        &["last_phase", "pending_intents"],
-    )?;
+    let rec = f.req_object("recovery", &shared::RECOVERY_KEYS)?;
     let recovery = DigestRecovery {
-        last_phase: str_arg(&r.required("last_phase")?, "digest.recovery.last_phase")?,
-        pending_intents: str_list(
-            &r.required("pending_intents")?,
-            "digest.recovery.pending_intents",
-        )?,
+        last_phase: rec.req_string("lastPhase")?,
+        pending_intents: rec.req_strings("pendingIntents")?,
     };
     Ok(StateDigest {
         version,
@@ -170,53 +149,48 @@ fn digest_arg(value: &JsValue) -> Result<StateDigest, JsValue> {
     })
 }
 
-/// One heartbeat outcome: `status` is `"OK"` (with the new `expires_at`) or an error name.
-#[derive(Serialize)]
-struct HeartbeatResult {
-    lease_id: LeaseId,
-    status: &'static str,
-    expires_at: Option<u64>,
+fn session_arg(value: &JsValue) -> Result<SessionId, JsValue> {
+    number_arg(value, "session").map(SessionId)
 }
 
-/// One reconcile answer: `status` with `expires_at` and `fence` when `ACTIVE` (else `null`).
-#[derive(Serialize)]
-struct ReconcileResult {
-    lease_id: LeaseId,
-    status: &'static str,
-    expires_at: Option<u64>,
-    fence: Option<u64>,
+/// The per-lease answers in the core's own shape: `Output`'s list, camelCased.
+fn answers(output: &Output, list: &str) -> JsValue {
+    js_sys::Reflect::get(&to_js(output), &JsValue::from_str(list)).expect("an Output object")
 }
 
-/// The coordination kernel (SPEC.md), driven by the host's clock.
-///
-/// After `free()` every method and getter throws an `Error` with `code` `'ERR_INVALID_STATE'`
-/// ("this Kernel was freed"); `free()` again is a no-op (bindings/wasm/freed-guard.js).
-#[wasm_bindgen(js_name = Kernel)]
+/// Validates `"PREDICATE TYPE:/path"` without a kernel: `{predicate, resource}`.
+#[wasm_bindgen(js_name = parseIntent, skip_typescript)]
+pub fn parse_intent(intent: JsValue) -> Result<JsValue, JsValue> {
+    let text = string_arg(&intent, "intent")?;
+    let (predicate, resource) = klock_core::parse_intent(&text).or_throw()?;
+    Ok(to_js(&klock_core::Intent {
+        predicate,
+        resource: resource.into_string(),
+    }))
+}
+
+/// The coordination kernel (SPEC.md), driven by the host's clock (kernel.d.ts documents
+/// every method).
+#[wasm_bindgen(js_name = Kernel, skip_typescript)]
 pub struct WasmKernel {
     inner: klock_core::Kernel,
 }
 
 #[wasm_bindgen(js_class = Kernel)]
 impl WasmKernel {
-    /// A kernel with `config` (`{policy, seed, default_ttl_ms, ...}`, every key optional,
-    /// defaults from SPEC.md); `undefined` for all defaults.
     #[wasm_bindgen(constructor)]
-    pub fn new(
-        #[wasm_bindgen(unchecked_optional_param_type = "Partial<Config> | null")] config: JsValue,
-    ) -> Result<WasmKernel, JsValue> {
+    pub fn new(config: JsValue) -> Result<WasmKernel, JsValue> {
         let config = config_arg(&config)?;
         Ok(WasmKernel {
             inner: klock_core::Kernel::new(config).or_throw()?,
         })
     }
 
-    /// The configuration the kernel runs with.
-    #[wasm_bindgen(getter, unchecked_return_type = "Config")]
+    #[wasm_bindgen(getter)]
     pub fn config(&self) -> JsValue {
         to_js(self.inner.config())
     }
 
-    /// An independent kernel in the same state (for "what if" branches).
     #[wasm_bindgen(js_name = clone)]
     pub fn fork(&self) -> WasmKernel {
         WasmKernel {
@@ -224,240 +198,157 @@ impl WasmKernel {
         }
     }
 
-    /// The largest `now` the kernel has seen.
     pub fn now(&self) -> f64 {
         self.inner.now() as f64
     }
 
-    /// Opens a session: `{session_id, agent_id, namespace, priority, epoch}`.
-    #[wasm_bindgen(js_name = openSession, unchecked_return_type = "SessionInfo")]
+    #[wasm_bindgen(js_name = openSession)]
     pub fn open_session(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "string")] agent_id: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "string")] namespace: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
+        agent_id: JsValue,
+        namespace: JsValue,
+        now: JsValue,
     ) -> Result<JsValue, JsValue> {
-        let agent_id = str_arg(&agent_id, "agent_id")?;
-        let namespace = str_arg(&namespace, "namespace")?;
-        let now = u64_arg(&now, "now")?;
-        self.inner
-            .open_session(&agent_id, &namespace, now)
-            .map(|i| to_js(&i))
-            .or_throw()
+        let agent_id = string_arg(&agent_id, "agentId")?;
+        let namespace = string_arg(&namespace, "namespace")?;
+        let now = number_arg(&now, "now")?;
+        let info = self.inner.open_session(&agent_id, &namespace, now);
+        info.map(|i| to_js(&i)).or_throw()
     }
 
-    /// Releases every lease and cancels every wait of the session.
     #[wasm_bindgen(js_name = closeSession)]
-    pub fn close_session(
-        &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-    ) -> Result<(), JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let now = u64_arg(&now, "now")?;
+    pub fn close_session(&mut self, session: JsValue, now: JsValue) -> Result<(), JsValue> {
+        let session = session_arg(&session)?;
+        let now = number_arg(&now, "now")?;
         self.inner.close_session(session, now).or_throw()
     }
 
-    /// Marks the session as restarting: its leases get the grace period.
     #[wasm_bindgen(js_name = suspendSession)]
-    pub fn suspend_session(
-        &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-    ) -> Result<(), JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let now = u64_arg(&now, "now")?;
+    pub fn suspend_session(&mut self, session: JsValue, now: JsValue) -> Result<(), JsValue> {
+        let session = session_arg(&session)?;
+        let now = number_arg(&now, "now")?;
         self.inner.suspend_session(session, now).or_throw()
     }
 
-    /// The session's recovery digest (KLIS-8 shape): `{version, identity, recovery}`.
-    #[wasm_bindgen(unchecked_return_type = "StateDigest")]
-    pub fn digest(
-        &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-    ) -> Result<JsValue, JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let now = u64_arg(&now, "now")?;
+    pub fn digest(&mut self, session: JsValue, now: JsValue) -> Result<JsValue, JsValue> {
+        let session = session_arg(&session)?;
+        let now = number_arg(&now, "now")?;
         self.inner
             .digest(session, now)
             .map(|d| to_js(&d))
             .or_throw()
     }
 
-    /// Re-attaches a restarted agent to its session (same priority, epoch + 1).
-    #[wasm_bindgen(js_name = resumeSession, unchecked_return_type = "SessionInfo")]
-    pub fn resume_session(
-        &mut self,
-        #[wasm_bindgen(unchecked_param_type = "StateDigest")] digest: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-    ) -> Result<JsValue, JsValue> {
+    #[wasm_bindgen(js_name = resumeSession)]
+    pub fn resume_session(&mut self, digest: JsValue, now: JsValue) -> Result<JsValue, JsValue> {
         let digest = digest_arg(&digest)?;
-        let now = u64_arg(&now, "now")?;
-        self.inner
-            .resume_session(&digest, now)
-            .map(|i| to_js(&i))
-            .or_throw()
+        let now = number_arg(&now, "now")?;
+        let info = self.inner.resume_session(&digest, now);
+        info.map(|i| to_js(&i)).or_throw()
     }
 
-    /// Asks for every intent (`"PREDICATE TYPE:/path"`) at once, all-or-nothing. `options`:
-    /// `{ttl_ms?, wait? = true, wait_timeout_ms?}`. Answers `{verdict: "GRANTED", leases}`,
-    /// `{verdict: "WAIT", ticket, held_by}` or `{verdict: "DIE", retry_after_ms, held_by}`.
-    #[wasm_bindgen(unchecked_return_type = "Verdict")]
     pub fn acquire(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "string[]")] intents: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-        #[wasm_bindgen(unchecked_optional_param_type = "AcquireOptions | null")] options: JsValue,
+        session: JsValue,
+        intents: JsValue,
+        options: JsValue,
+        now: JsValue,
     ) -> Result<JsValue, JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let intents = str_list(&intents, "intents")?;
-        let now = u64_arg(&now, "now")?;
+        let session = session_arg(&session)?;
+        let intents = args::strings(&intents, "intents", Place::Argument)?;
         let options = options_arg(&options)?;
-        self.inner
-            .acquire(session, &intents, options, now)
-            .map(|v| to_js(&v))
-            .or_throw()
+        let now = number_arg(&now, "now")?;
+        let verdict = self.inner.acquire(session, &intents, options, now);
+        verdict.map(|v| to_js(&v)).or_throw()
     }
 
-    /// Renews leases (`"all"` or `null`: every active lease of the session). One
-    /// `{lease_id, status, expires_at}` per lease: `status` `"OK"` with the new expiry, or
-    /// `LEASE_EXPIRED` / `LEASE_RELEASED` / `NOT_OWNER` / `UNKNOWN_LEASE` / `LIFETIME_EXCEEDED`
-    /// with `expires_at: null`.
-    #[wasm_bindgen(unchecked_return_type = "HeartbeatResult[]")]
     pub fn heartbeat(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number[] | \"all\" | null")] leases: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
+        session: JsValue,
+        leases: JsValue,
+        now: JsValue,
     ) -> Result<JsValue, JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let ids: Option<Vec<LeaseId>> =
-            if leases.is_null() || leases.as_string().is_some_and(|s| s == "all") {
-                None
-            } else {
-                Some(
-                    u64_list(&leases, "leases")?
-                        .into_iter()
-                        .map(LeaseId)
-                        .collect(),
-                )
-            };
-        let now = u64_arg(&now, "now")?;
+        let session = session_arg(&session)?;
+        let ids: Option<Vec<LeaseId>> = match leases.as_string() {
+            Some(text) if text == "all" => None,
+            Some(text) => {
+                return Err(type_error(
+                    shared::INVALID_ARG_VALUE,
+                    &shared::not_all(&text),
+                ))
+            }
+            None => Some(
+                args::numbers(&leases, "leases")?
+                    .into_iter()
+                    .map(LeaseId)
+                    .collect(),
+            ),
+        };
+        let now = number_arg(&now, "now")?;
         let which = match &ids {
             None => LeaseSelection::All,
             Some(ids) => LeaseSelection::Ids(ids),
         };
         let results = self.inner.heartbeat(session, which, now).or_throw()?;
-        let results: Vec<HeartbeatResult> = results
-            .into_iter()
-            .map(|(lease_id, outcome)| match outcome {
-                Ok(at) => HeartbeatResult {
-                    lease_id,
-                    status: "OK",
-                    expires_at: Some(at),
-                },
-                Err(code) => HeartbeatResult {
-                    lease_id,
-                    status: code.name(),
-                    expires_at: None,
-                },
-            })
-            .collect();
-        Ok(to_js(&results))
+        Ok(answers(&Output::Heartbeat { results }, "results"))
     }
 
-    /// Releases one lease: `true` if this call released it, `false` if it had already ended.
     pub fn release(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] lease: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
+        session: JsValue,
+        lease: JsValue,
+        now: JsValue,
     ) -> Result<bool, JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let lease = LeaseId(u64_arg(&lease, "lease")?);
-        let now = u64_arg(&now, "now")?;
+        let session = session_arg(&session)?;
+        let lease = LeaseId(number_arg(&lease, "lease")?);
+        let now = number_arg(&now, "now")?;
         self.inner.release(session, lease, now).or_throw()
     }
 
-    /// Releases every active lease of the session; answers how many.
     #[wasm_bindgen(js_name = releaseAll)]
-    pub fn release_all(
-        &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-    ) -> Result<f64, JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let now = u64_arg(&now, "now")?;
-        self.inner
-            .release_all(session, now)
-            .map(|n| n as f64)
-            .or_throw()
+    pub fn release_all(&mut self, session: JsValue, now: JsValue) -> Result<f64, JsValue> {
+        let session = session_arg(&session)?;
+        let now = number_arg(&now, "now")?;
+        let count = self.inner.release_all(session, now);
+        count.map(|n| n as f64).or_throw()
     }
 
-    /// The kernel's truth about each lease: `{lease_id, status, expires_at, fence}` with
-    /// `status` `ACTIVE` (expiry and fence set), `EXPIRED`, `RELEASED`, `NOT_OWNER` or `UNKNOWN`.
-    #[wasm_bindgen(unchecked_return_type = "ReconcileResult[]")]
     pub fn reconcile(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number[]")] leases: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
+        session: JsValue,
+        leases: JsValue,
+        now: JsValue,
     ) -> Result<JsValue, JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let ids: Vec<LeaseId> = u64_list(&leases, "leases")?
+        let session = session_arg(&session)?;
+        let ids: Vec<LeaseId> = args::numbers(&leases, "leases")?
             .into_iter()
             .map(LeaseId)
             .collect();
-        let now = u64_arg(&now, "now")?;
-        let results = self.inner.reconcile(session, &ids, now).or_throw()?;
-        let results: Vec<ReconcileResult> = results
-            .into_iter()
-            .map(|(lease_id, status)| match status {
-                LeaseStatus::Active { expires_at, fence } => ReconcileResult {
-                    lease_id,
-                    status: status.name(),
-                    expires_at: Some(expires_at),
-                    fence: Some(fence),
-                },
-                other => ReconcileResult {
-                    lease_id,
-                    status: other.name(),
-                    expires_at: None,
-                    fence: None,
-                },
-            })
-            .collect();
-        Ok(to_js(&results))
+        let now = number_arg(&now, "now")?;
+        let statuses = self.inner.reconcile(session, &ids, now).or_throw()?;
+        Ok(answers(&Output::Reconcile { statuses }, "statuses"))
     }
 
-    /// Withdraws a waiting ticket of the session.
     #[wasm_bindgen(js_name = cancelWait)]
     pub fn cancel_wait(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] session: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] ticket: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
+        session: JsValue,
+        ticket: JsValue,
+        now: JsValue,
     ) -> Result<(), JsValue> {
-        let session = SessionId(u64_arg(&session, "session")?);
-        let ticket = TicketId(u64_arg(&ticket, "ticket")?);
-        let now = u64_arg(&now, "now")?;
+        let session = session_arg(&session)?;
+        let ticket = TicketId(number_arg(&ticket, "ticket")?);
+        let now = number_arg(&now, "now")?;
         self.inner.cancel_wait(session, ticket, now).or_throw()
     }
 
-    /// Settles everything due at or before `now`; the events go to the queue.
-    pub fn advance(
-        &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-    ) -> Result<(), JsValue> {
-        let now = u64_arg(&now, "now")?;
+    pub fn advance(&mut self, now: JsValue) -> Result<(), JsValue> {
+        let now = number_arg(&now, "now")?;
         self.inner.advance(now);
         Ok(())
     }
 
-    /// The earliest pending deadline (possibly already past), or `null`.
-    #[wasm_bindgen(js_name = nextDeadline, unchecked_return_type = "number | null")]
+    #[wasm_bindgen(js_name = nextDeadline)]
     pub fn next_deadline(&self) -> JsValue {
         match self.inner.next_deadline() {
             Some(at) => JsValue::from_f64(at as f64),
@@ -465,8 +356,7 @@ impl WasmKernel {
         }
     }
 
-    /// The next queued event (`{event: "GRANTED", ...}`), oldest first; `null` when drained.
-    #[wasm_bindgen(js_name = pollEvent, unchecked_return_type = "KlockEvent | null")]
+    #[wasm_bindgen(js_name = pollEvent)]
     pub fn poll_event(&mut self) -> JsValue {
         match self.inner.poll_event() {
             Some(event) => to_js(&event),
@@ -474,67 +364,38 @@ impl WasmKernel {
         }
     }
 
-    /// Every queued event, oldest first (`pollEvent` until `null`, in one crossing).
-    #[wasm_bindgen(js_name = drainEvents, unchecked_return_type = "KlockEvent[]")]
+    /// Every queued event in one crossing.
+    #[wasm_bindgen(js_name = drainEvents)]
     pub fn drain_events(&mut self) -> JsValue {
-        let events: Vec<klock_core::Event> =
-            std::iter::from_fn(|| self.inner.poll_event()).collect();
+        let events: Vec<Event> = std::iter::from_fn(|| self.inner.poll_event()).collect();
         to_js(&events)
     }
 
-    /// How many events wait to be polled.
     #[wasm_bindgen(js_name = pendingEvents)]
     pub fn pending_events(&self) -> f64 {
         self.inner.pending_events() as f64
     }
 
-    /// Holders and queue of one resource node, and the holders covering it:
-    /// `{resource, namespace, holders, waiting, covering}`. `namespace` `undefined` / `null`
-    /// means `"default"`.
-    #[wasm_bindgen(js_name = resourceState, unchecked_return_type = "ResourceState")]
+    #[wasm_bindgen(js_name = resourceState)]
     pub fn resource_state(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "string")] resource: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "string | null | undefined")] namespace: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
+        resource: JsValue,
+        namespace: JsValue,
+        now: JsValue,
     ) -> Result<JsValue, JsValue> {
-        let resource = str_arg(&resource, "resource")?;
-        let namespace = if namespace.is_undefined() || namespace.is_null() {
-            String::from("default")
-        } else {
-            str_arg(&namespace, "namespace")?
-        };
-        let now = u64_arg(&now, "now")?;
-        self.inner
-            .resource_state(&resource, &namespace, now)
-            .map(|s| to_js(&s))
-            .or_throw()
+        let resource = string_arg(&resource, "resource")?;
+        let namespace = string_arg(&namespace, "namespace")?;
+        let now = number_arg(&now, "now")?;
+        let state = self.inner.resource_state(&resource, &namespace, now);
+        state.map(|s| to_js(&s)).or_throw()
     }
 
-    /// Counters per outcome, live totals, top contended resources and ghost agents.
-    #[wasm_bindgen(unchecked_return_type = "Stats")]
     pub fn stats(&self) -> JsValue {
         to_js(&self.inner.stats())
     }
 
-    /// The whole state after settling `now`: `{now, policy, next_deadline, sessions, leases,
-    /// tickets, stats}`.
-    #[wasm_bindgen(unchecked_return_type = "Snapshot")]
-    pub fn snapshot(
-        &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-    ) -> Result<JsValue, JsValue> {
-        let now = u64_arg(&now, "now")?;
+    pub fn snapshot(&mut self, now: JsValue) -> Result<JsValue, JsValue> {
+        let now = number_arg(&now, "now")?;
         Ok(to_js(&self.inner.snapshot(now)))
     }
-}
-
-/// Every error name and its stable code: `{INVALID_RESOURCE: 100, ...}`.
-#[wasm_bindgen(js_name = errorCodes, unchecked_return_type = "Record<ErrorName, number>")]
-pub fn error_codes() -> JsValue {
-    let codes: std::collections::BTreeMap<&str, u32> = ErrorCode::ALL
-        .iter()
-        .map(|c| (c.name(), c.code()))
-        .collect();
-    to_js(&codes)
 }
