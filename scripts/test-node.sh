@@ -6,8 +6,11 @@
 #   3. builds the addon with the napi CLI into a temporary directory, fails if the committed
 #      node/index.js or node/index.d.ts differ from what it generated (stale), and copies the
 #      built .node file next to them;
-#   4. `node --test` (vectors, native API, friendly client, stress, types), the conformance
-#      runner CLI over tests/vectors, and `tsc --noEmit` of the usage file.
+#   4. the resolved scripts (scripts/resolve-vectors.sh: tests/vectors checked by the Rust
+#      kernel) replayed through the addon by the JS replayer's CLI (bindings/js-replay);
+#   5. `node --test` with a bound per test (the replay and its mutants, the one JS API's
+#      contract, friendly client, stress, types: the usage file and node/index.d.ts held to
+#      bindings/js-api/kernel.d.ts by tsc).
 # Nothing is downloaded at run time beyond the npm install of step 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,14 +50,12 @@ done
 [ "$stale" -eq 0 ] || exit 1
 cp "$out"/*.node node/
 
-step "node --test"
-node --test node/test/*.test.mjs
+step "resolved scripts replayed through the addon"
+scripts=$(bash scripts/resolve-vectors.sh)
+node bindings/js-replay/replay.mjs node/index.js "$scripts" | grep -v '^ok '
 
-step "conformance runner CLI over tests/vectors"
-node node/conformance.mjs tests/vectors
-
-step "tsc --noEmit (usage file against the declarations)"
-(cd node && npx tsc --noEmit -p tsconfig.json)
+step "node --test (60 s per test at most)"
+node --test --test-timeout=60000 node/test/*.test.mjs
 
 echo
 echo "test-node.sh: all Node checks passed ($root)"

@@ -2,18 +2,21 @@
 # Every test of the browser host, from a fresh machine (installs what is missing, idempotently):
 #   1. builds klock-wasm for --target web and --target nodejs (bindings/wasm/build.sh installs
 #      the wasm32 target and the wasm-bindgen CLI at the crate's pinned version when missing);
-#   2. runs every conformance vector through the nodejs build;
+#   2. replays the resolved scripts (scripts/resolve-vectors.sh: tests/vectors checked by the
+#      Rust kernel) through the nodejs build with the JS replayer's CLI (bindings/js-replay);
 #   3. proves the wasm imports nothing but wasm-bindgen's glue (no clock, no randomness);
-#   4. type-checks the generated TypeScript declarations, runs the binding's own tests (use
-#      after free included), the shared bad-digest cases (tests/bad-digests.json) and the
-#      runner-strictness parity test against the Rust runner (Node);
-#   5. runs the dashboard's tests: the swarm backs off by the kernel's retry_after_ms, the
-#      server refuses unknown arguments (Node); then in headless Chromium (Debian chromium,
-#      installed with apt when missing, driven by playwright-core, installed with npm when
-#      missing): every vector against the web build in the browser, page load without console
-#      errors, N steps change the counters, lanes gives zero deaths, clicking a resource shows
-#      its holders, the header stays on one line with 1,000 agents, screenshots and fps /
-#      ops-per-second numbers under target/dashboard/.
+#   4. type-checks the generated TypeScript declarations (bindings/js-api/kernel.d.ts), runs
+#      the binding's own tests (the one JS API's contract shared with the Node addon, use after
+#      free, the replay and every mutant failing) and the shared bad-digest cases
+#      (tests/bad-digests.json) in Node;
+#   5. runs the dashboard's tests: the swarm backs off by the kernel's retryAfterMs, the
+#      server refuses unknown arguments and serves no test code (Node); then in headless
+#      Chromium (Debian chromium, installed with apt when missing, driven by playwright-core,
+#      installed with npm when missing): every resolved script replayed against the web build
+#      in the browser, page load without console errors, N steps change the counters, lanes
+#      gives zero deaths, clicking a resource shows its holders, the header stays on one line
+#      with 1,000 agents, screenshots and fps / ops-per-second numbers under target/dashboard/.
+# Every `node --test` run has a bound per test, and every wait in Chromium is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,8 +35,9 @@ fi
 step "build the wasm packages (web, nodejs)"
 bash bindings/wasm/build.sh
 
-step "conformance vectors through the nodejs build"
-node bindings/wasm/conformance.mjs tests/vectors
+step "resolved scripts replayed through the nodejs build"
+scripts=$(bash scripts/resolve-vectors.sh)
+node bindings/js-replay/replay.mjs bindings/wasm/pkg-nodejs/klock_wasm.js "$scripts" | grep -v '^ok '
 
 step "wasm imports: nothing but wasm-bindgen's glue"
 node bindings/wasm/check-imports.mjs bindings/wasm/pkg-web bindings/wasm/pkg-nodejs
@@ -43,8 +47,8 @@ dashboard/node_modules/.bin/tsc --noEmit --strict --target es2022 --lib esnext,d
   --moduleResolution bundler bindings/wasm/test/types-check.ts
 echo "declarations check passed"
 
-step "binding tests and runner parity (Node)"
-node --test bindings/wasm/test/
+step "binding tests (Node, 60 s per test at most)"
+node --test --test-timeout=60000 bindings/wasm/test/
 
-step "dashboard: swarm and server (Node), then headless Chromium"
-node --test dashboard/test/
+step "dashboard: swarm and server (Node), then headless Chromium (120 s per test at most)"
+node --test --test-timeout=120000 dashboard/test/
