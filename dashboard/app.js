@@ -101,11 +101,11 @@ const CARDS = [
   ['granted', 'granted', 'granted'],
   ['waited', 'waited', 'waited'],
   ['died', 'died', 'died'],
-  ['timed_out', 'timed out', 'timeout', 'timedOut'],
+  ['timedOut', 'timed out', 'timeout', 'timedOut'],
   ['expired', 'expired', 'expired'],
   ['wounded', 'wounded', 'wounded'],
-  ['active_leases', 'active leases', 'executing'],
-  ['waiting_tickets', 'waiting tickets', 'waiting'],
+  ['activeLeases', 'active leases', 'executing'],
+  ['waitingTickets', 'waiting tickets', 'waiting'],
 ];
 
 $('cards').innerHTML = CARDS.map(([key, label, accent]) =>
@@ -211,13 +211,13 @@ function renderChart() {
 }
 
 function renderTopLists(stats) {
-  const top = stats.top_contended.slice(0, 7);
+  const top = stats.topContended.slice(0, 7);
   $('contended').innerHTML = top.length
     ? top.map((c) => `<li><span>${escapeHtml(c.resource)}</span><span>${c.blocked.toLocaleString('en-US')}</span></li>`).join('')
     : '<li><span class="hint">nothing blocked yet</span><span></span></li>';
-  const ghosts = stats.ghost_agents.slice(0, 5);
+  const ghosts = stats.ghostAgents.slice(0, 5);
   $('ghosts').innerHTML = ghosts.length
-    ? ghosts.map((g) => `<li><span>${escapeHtml(g.agent_id)}</span><span>${g.expired_leases} · ${g.wait_timeouts}</span></li>`).join('')
+    ? ghosts.map((g) => `<li><span>${escapeHtml(g.agentId)}</span><span>${g.expiredLeases} · ${g.waitTimeouts}</span></li>`).join('')
     : '<li><span class="hint">none</span><span></span></li>';
 }
 
@@ -378,15 +378,15 @@ function renderTree(snapshot) {
   for (const t of snapshot.tickets) {
     for (const i of t.intents) {
       if (!queues.has(i.resource)) queues.set(i.resource, []);
-      queues.get(i.resource).push({ agent_id: t.agent_id, predicate: i.predicate, ticket: t.ticket });
+      queues.get(i.resource).push({ agentId: t.agentId, predicate: i.predicate, ticket: t.ticket });
     }
   }
   TREE_ROWS.forEach((row, i) => {
     const held = holders.get(row.resource) ?? [];
     const queued = queues.get(row.resource) ?? [];
-    const chips = held.slice(0, 4).map((l) => `<span class="chip p-${l.predicate}" title="${l.agent_id} holds ${l.predicate} (fence ${l.fence})">${shortName(l.agent_id)}</span>`);
+    const chips = held.slice(0, 4).map((l) => `<span class="chip p-${l.predicate}" title="${l.agentId} holds ${l.predicate} (fence ${l.fence})">${shortName(l.agentId)}</span>`);
     if (held.length > 4) chips.push(`<span class="chip more">+${held.length - 4}</span>`);
-    const qchips = queued.slice(0, 3).map((q) => `<span class="chip q p-${q.predicate}" title="${q.agent_id} waits for ${q.predicate} (ticket ${q.ticket})">${shortName(q.agent_id)}</span>`);
+    const qchips = queued.slice(0, 3).map((q) => `<span class="chip q p-${q.predicate}" title="${q.agentId} waits for ${q.predicate} (ticket ${q.ticket})">${shortName(q.agentId)}</span>`);
     const html = chips.join('') + qchips.join('');
     const t = treeEls[i];
     if (t.html !== html) {
@@ -418,7 +418,7 @@ function renderDetail() {
     return;
   }
   const state = swarm.resourceState(ui.selected);
-  highlighted = new Set([...state.holders, ...state.waiting].map((x) => x.session_id));
+  highlighted = new Set([...state.holders, ...state.waiting].map((x) => x.sessionId));
   $('detail-name').textContent = state.resource;
   const now = swarm.now;
   const inMs = (t) => `${Math.max(0, t - now)} ms`;
@@ -429,11 +429,11 @@ function renderDetail() {
       : '<div class="none">none</div>');
   el.innerHTML =
     table('holders', ['agent', 'predicate', 'lease', 'fence', 'expires in'],
-      state.holders.map((x) => [escapeHtml(x.agent_id), `<span class="chip p-${x.predicate}">${x.predicate}</span>`, x.lease_id, x.fence, inMs(x.expires_at)])) +
+      state.holders.map((x) => [escapeHtml(x.agentId), `<span class="chip p-${x.predicate}">${x.predicate}</span>`, x.leaseId, x.fence, inMs(x.expiresAt)])) +
     table('waiting', ['#', 'agent', 'predicate', 'ticket', 'times out in'],
-      state.waiting.map((x) => [x.position, escapeHtml(x.agent_id), `<span class="chip q p-${x.predicate}">${x.predicate}</span>`, x.ticket, inMs(x.deadline)])) +
+      state.waiting.map((x) => [x.position, escapeHtml(x.agentId), `<span class="chip q p-${x.predicate}">${x.predicate}</span>`, x.ticket, inMs(x.deadline)])) +
     table('covering', ['agent', 'predicate', 'on'],
-      state.covering.map((x) => [escapeHtml(x.agent_id), `<span class="chip p-${x.predicate}">${x.predicate}</span>`, escapeHtml(x.resource)]));
+      state.covering.map((x) => [escapeHtml(x.agentId), `<span class="chip p-${x.predicate}">${x.predicate}</span>`, escapeHtml(x.resource)]));
   el.dataset.holders = String(state.holders.length);
 }
 

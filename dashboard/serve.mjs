@@ -7,9 +7,9 @@
 //
 // Serves dashboard/ at `/` and the `--target web` wasm build (bindings/wasm/pkg-web, made by
 // bindings/wasm/build.sh) at `/pkg/`, with `application/wasm` for `.wasm` so browsers can
-// stream-compile it, and bindings/js-conformance at `/js-conformance/` (the conformance runner's
-// shared module). Only files inside those folders are served (no directory listings,
-// no `..`). Binds 127.0.0.1 by default; `--port 0` picks a free port. Prints the URL.
+// stream-compile it. Only files inside those two folders are served (no directory listings,
+// no `..`, nothing under a `test/` folder: the tests serve their own code to the browser).
+// Binds 127.0.0.1 by default; `--port 0` picks a free port. Prints the URL.
 // Also importable: `startServer({port, host})` resolves to `{server, url}` (used by the tests).
 
 import { createServer } from 'node:http';
@@ -21,9 +21,6 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 const here = dirname(fileURLToPath(import.meta.url));
 const ROOTS = [
   ['/pkg/', join(here, '..', 'bindings', 'wasm', 'pkg-web')],
-  // The conformance runners' shared vector-format module: bindings/wasm/conformance-core.mjs
-  // imports it as ../js-conformance/vector-format.mjs, which a page resolves to this prefix.
-  ['/js-conformance/', join(here, '..', 'bindings', 'js-conformance')],
   ['/', here],
 ];
 const TYPES = {

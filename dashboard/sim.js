@@ -114,7 +114,7 @@ export class Swarm {
     this.policy = policy;
     this.seed = seed;
     this.random = generator(seed);
-    this.kernel = new Kernel({ policy, seed, backoff_base_ms: 100, backoff_cap_ms: 4000 });
+    this.kernel = new Kernel({ policy, seed, backoffBaseMs: 100, backoffCapMs: 4000 });
     this.now = 0;
     this.timers = new TimerHeap();
     this.agents = [];
@@ -215,9 +215,9 @@ export class Swarm {
   openSession(agent) {
     const info = this.kernel.openSession(agent.name, 'default', this.now);
     this.ops++;
-    agent.session = info.session_id;
+    agent.session = info.sessionId;
     agent.priority = info.priority;
-    this.bySession.set(info.session_id, agent);
+    this.bySession.set(info.sessionId, agent);
   }
 
   setState(agent, state) {
@@ -240,7 +240,7 @@ export class Swarm {
   }
 
   acquire(agent) {
-    const v = this.kernel.acquire(agent.session, agent.manifest, this.now, { ttl_ms: TTL_MS, wait_timeout_ms: WAIT_TIMEOUT_MS });
+    const v = this.kernel.acquire(agent.session, agent.manifest, { ttlMs: TTL_MS, waitTimeoutMs: WAIT_TIMEOUT_MS }, this.now);
     this.ops++;
     this.count(v.verdict === 'GRANTED' ? 'granted' : v.verdict === 'WAIT' ? 'waited' : 'died');
     const what = agent.manifest.join(', ');
@@ -248,18 +248,18 @@ export class Swarm {
       this.log('GRANTED', agent, `acquire ${what} → GRANTED (fence ${v.leases.map((l) => l.fence).join(', ')})`);
       this.execute(agent, v.leases);
     } else if (v.verdict === 'WAIT') {
-      this.log('WAIT', agent, `acquire ${what} → WAIT ticket ${v.ticket}, held by ${this.blockers(v.held_by)}`);
+      this.log('WAIT', agent, `acquire ${what} → WAIT ticket ${v.ticket}, held by ${this.blockers(v.heldBy)}`);
       this.setState(agent, 'waiting');
       agent.ticket = v.ticket;
       agent.gen++; // nothing to do until the kernel answers with an event
     } else {
-      this.log('DIE', agent, `acquire ${what} → DIE, retry in ${v.retry_after_ms} ms (held by ${this.blockers(v.held_by)})`);
-      this.backoff(agent, v.retry_after_ms);
+      this.log('DIE', agent, `acquire ${what} → DIE, retry in ${v.retryAfterMs} ms (held by ${this.blockers(v.heldBy)})`);
+      this.backoff(agent, v.retryAfterMs);
     }
   }
 
   blockers(heldBy) {
-    const names = heldBy.map((b) => b.agent_id);
+    const names = heldBy.map((b) => b.agentId);
     return names.length > 3 ? `${names.slice(0, 3).join(', ')} +${names.length - 3}` : names.join(', ');
   }
 
@@ -273,7 +273,7 @@ export class Swarm {
   execute(agent, leases) {
     this.setState(agent, 'executing');
     agent.ticket = 0;
-    agent.leases = leases.map((l) => l.lease_id);
+    agent.leases = leases.map((l) => l.leaseId);
     agent.workEnd = this.now + this.between(400, 2500);
     if (this.random() < STALL_PROBABILITY) {
       // The agent hangs: no heartbeat, no release; its leases will expire.
@@ -306,7 +306,7 @@ export class Swarm {
           this.ops++;
           const lost = results.filter((r) => r.status !== 'OK');
           if (lost.length > 0) {
-            this.log('HEARTBEAT', agent, `heartbeat: ${lost.map((r) => `lease ${r.lease_id} ${r.status}`).join(', ')}`);
+            this.log('HEARTBEAT', agent, `heartbeat: ${lost.map((r) => `lease ${r.leaseId} ${r.status}`).join(', ')}`);
           }
           this.schedule(agent, Math.min(HEARTBEAT_MS, agent.workEnd - this.now), 'work');
         }
@@ -342,17 +342,17 @@ export class Swarm {
       case 'DIED':
         this.count('died');
         if (!agent) return;
-        this.log('DIED', agent, `ticket ${e.ticket} DIED, retry in ${e.retry_after_ms} ms`);
-        this.backoff(agent, e.retry_after_ms);
+        this.log('DIED', agent, `ticket ${e.ticket} DIED, retry in ${e.retryAfterMs} ms`);
+        this.backoff(agent, e.retryAfterMs);
         break;
       case 'WOUNDED': {
         this.count('wounded');
         if (!agent) return;
         const by = this.bySession.get(e.by)?.name ?? `session ${e.by}`;
-        this.log('WOUNDED', agent, `WOUNDED by ${by}: lost ${e.lost_leases.length} lease(s), ${e.lost_tickets.length} ticket(s); rolls back, retry in ${e.retry_after_ms} ms`);
+        this.log('WOUNDED', agent, `WOUNDED by ${by}: lost ${e.lostLeases.length} lease(s), ${e.lostTickets.length} ticket(s); rolls back, retry in ${e.retryAfterMs} ms`);
         // The older agent took what it needed: roll back and retry the same work after the
         // kernel's backoff (a wound counts as a DIE, SPEC.md §8).
-        this.backoff(agent, e.retry_after_ms);
+        this.backoff(agent, e.retryAfterMs);
         break;
       }
       case 'LEASE_EXPIRED':

@@ -1,8 +1,9 @@
 // The dashboard in headless Chromium (Debian `chromium` driven by playwright-core):
 // `node --test dashboard/test/` after bindings/wasm/build.sh (scripts/test-wasm.sh does both).
 //
-// First, every conformance vector runs in the browser against the --target web build (the
-// runner's engine, bindings/wasm/conformance-core.mjs, is served to a blank page). Then it
+// First, every resolved script (scripts/resolve-vectors.sh) replays in the browser against the
+// --target web build (the replayer, bindings/js-replay/replay.mjs, is handed to a blank page
+// by this test, never by the dashboard's server). Then it
 // checks what a person would: the page loads with no console error, warning or failed
 // request; the simulation runs N steps and the counters change; the `lanes` policy gives zero
 // deaths (and wait_die, on the same swarm, does not — so the check can fail); clicking a
@@ -14,11 +15,12 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { startServer } from '../serve.mjs';
 import { RESOURCE_TREE } from '../sim.js';
+import { readScripts, SCRIPTS } from '../../bindings/js-replay/replay-tests.mjs';
 
 // ---- the server and the browser ----------------------------------------------------------
 
@@ -38,12 +40,22 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
 ];
 
+/** `promise`, or a failure naming `what` after `ms` (page.evaluate has no timeout of its own). */
+function bounded(promise, ms, what) {
+  let timer;
+  const limit = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, limit]).finally(() => clearTimeout(timer));
+}
+
 async function launch() {
   mkdirSync(OUT_DIR, { recursive: true });
   const { server, url } = await startServer({ port: 0 });
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
     args: CHROMIUM_ARGS,
+    timeout: 30_000,
   });
   return {
     url,
@@ -58,6 +70,7 @@ async function launch() {
 /** Opens the dashboard; `errors` collects console errors, page errors and failed requests. */
 async function openDashboard(env, { width = 1440, height = 900, query = '' } = {}) {
   const page = await env.browser.newPage({ viewport: { width, height } });
+  page.setDefaultTimeout(30_000); // every wait of the page (goto, click, waitFor...) is bounded
   const errors = [];
   page.on('console', (msg) => {
     if (msg.type() === 'error' || msg.type() === 'warning') errors.push(`console.${msg.type()}: ${msg.text()}`);
@@ -98,22 +111,23 @@ async function cards(page) {
   );
 }
 
-test('every conformance vector passes in Chromium against the web build', async () => {
+test('every resolved script replays exactly in Chromium against the web build', { timeout: 120_000 }, async () => {
   const page = await env.browser.newPage();
+  page.setDefaultTimeout(60_000);
   const errors = [];
   page.on('pageerror', (err) => errors.push(err.message));
-  const core = readFileSync(join(ROOT, 'bindings', 'wasm', 'conformance-core.mjs'), 'utf8');
-  await page.route(`${env.url}conformance.html`, (route) => route.fulfill({ contentType: 'text/html', body: '<!doctype html><title>conformance</title>' }));
-  await page.route(`${env.url}conformance-core.mjs`, (route) => route.fulfill({ contentType: 'text/javascript', body: core }));
-  await page.goto(`${env.url}conformance.html`);
-  const dir = join(ROOT, 'tests', 'vectors');
-  const vectors = readdirSync(dir).filter((n) => n.endsWith('.json')).sort().map((n) => [`tests/vectors/${n}`, readFileSync(join(dir, n), 'utf8')]);
-  const [lines, freed] = await page.evaluate(async (vectors) => {
+  // The replayer and the scripts are test code: this test hands them to the page itself, under
+  // a path the dashboard's server does not have.
+  const replayer = readFileSync(join(ROOT, 'bindings', 'js-replay', 'replay.mjs'), 'utf8');
+  await page.route(`${env.url}__test__/replay.html`, (route) => route.fulfill({ contentType: 'text/html', body: '<!doctype html><title>replay</title>' }));
+  await page.route(`${env.url}__test__/replay.mjs`, (route) => route.fulfill({ contentType: 'text/javascript', body: replayer }));
+  await page.goto(`${env.url}__test__/replay.html`);
+  const scripts = readScripts(SCRIPTS).map(([file, text]) => [relative(ROOT, file), text]);
+  const run = page.evaluate(async (scripts) => {
     const klock = await import('/pkg/klock_wasm.js');
     await klock.default();
-    const runner = await import('/conformance-core.mjs');
-    runner.setKernelModule(klock);
-    const lines = vectors.map(([file, text]) => runner.line(runner.runSource(file, text)));
+    const { replayAll } = await import('/__test__/replay.mjs');
+    const { lines, passed } = replayAll(klock, scripts);
     // The web build's glue has the freed-kernel guard too (bindings/wasm/freed-guard.js).
     const k = new klock.Kernel();
     k.free();
@@ -123,13 +137,16 @@ test('every conformance vector passes in Chromium against the web build', async 
     } catch (e) {
       freed = `${e.name} ${e.code}: ${e.message}`;
     }
-    return [lines, freed];
-  }, vectors);
+    return { lines, passed, freed };
+  }, scripts);
+  const { lines, passed, freed } = await bounded(run, 60_000, 'the replay in Chromium');
   assert.match(freed ?? 'nothing thrown', /^Error ERR_INVALID_STATE: this Kernel was freed/);
   const failed = lines.filter((l) => !l.startsWith('ok '));
-  console.log(`conformance in Chromium: ${lines.length - failed.length} passed, ${failed.length} failed`);
-  assert.ok(lines.length > 0, 'a run with zero vectors is a failure');
+  console.log(`resolved scripts in Chromium: ${passed} passed, ${failed.length} failed`);
+  const vectors = readdirSync(join(ROOT, 'tests', 'vectors')).filter((n) => n.endsWith('.json'));
+  assert.ok(vectors.length > 0, 'a run with zero vectors is a failure');
   assert.deepEqual(failed, []);
+  assert.equal(passed, vectors.length, 'one script per vector');
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -213,7 +230,7 @@ test('clicking a resource shows its holders (the kernel\'s resource_state)', asy
   const state = await page.evaluate((r) => window.klock.swarm.kernel.resourceState(r, 'default', window.klock.swarm.now), resource);
   assert.ok(state.holders.length > 0);
   const shown = await page.$$eval('#detail table:first-of-type tr td:first-child', (tds) => tds.map((td) => td.textContent));
-  assert.deepEqual(shown, state.holders.map((h) => h.agent_id), 'the holders table lists the holders');
+  assert.deepEqual(shown, state.holders.map((h) => h.agentId), 'the holders table lists the holders');
   assert.equal(await page.getAttribute('#detail', 'data-holders'), String(state.holders.length));
   const text = await page.textContent('#detail');
   for (const h of state.holders) assert.ok(text.includes(String(h.fence)), `fence ${h.fence} is shown`);
@@ -320,7 +337,7 @@ test('screenshot, and frames and kernel operations per second for 500 agents', a
   await setRange(page, 'agents', 144);
   await page.waitForTimeout(5000);
   await page.click('#pause');
-  const hot = await page.evaluate(() => window.klock.swarm.stats().top_contended[0]?.resource ?? 'FILE:/repo/src/auth/login.ts');
+  const hot = await page.evaluate(() => window.klock.swarm.stats().topContended[0]?.resource ?? 'FILE:/repo/src/auth/login.ts');
   await page.click(`.row[data-r="${hot}"]`);
   await page.waitForTimeout(200);
   const path = join(OUT_DIR, 'screenshot.png');

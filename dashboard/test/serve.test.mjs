@@ -66,6 +66,11 @@ test('--port 0 --host 127.0.0.1 serves the dashboard and prints its URL', async 
     const res = await fetch(url);
     assert.equal(res.status, 200);
     assert.match(await res.text(), /<title>Klock · swarm dashboard<\/title>/);
+    assert.equal((await fetch(`${url}pkg/klock_wasm.js`)).status, 200);
+    // Test code never reaches users: the tests serve their own to the browser.
+    for (const path of ['test/dashboard.test.mjs', 'js-conformance/vector-format.mjs', 'js-replay/replay.mjs', '..%2Fbindings%2Fjs-replay%2Freplay.mjs']) {
+      assert.equal((await fetch(`${url}${path}`)).status, 404, path);
+    }
   } finally {
     child.kill();
   }

@@ -10,7 +10,7 @@ const require = createRequire(import.meta.url);
 const { Kernel } = require('../../bindings/wasm/pkg-nodejs/klock_wasm.js');
 
 /**
- * Runs a swarm for `ms` virtual ms and records, in order, every retry_after_ms the kernel
+ * Runs a swarm for `ms` virtual ms and records, in order, every retryAfterMs the kernel
  * answered (DIE verdicts, DIED and WOUNDED events) and every backoff the swarm slept.
  */
 function run(policy, ms) {
@@ -24,7 +24,7 @@ function run(policy, ms) {
     const v = acquire(...args);
     if (v.verdict === 'DIE') {
       kinds.DIE++;
-      fromKernel.push(v.retry_after_ms);
+      fromKernel.push(v.retryAfterMs);
     }
     return v;
   };
@@ -34,7 +34,7 @@ function run(policy, ms) {
     for (const e of events) {
       if ((e.event === 'DIED' || e.event === 'WOUNDED') && swarm.bySession.has(e.session)) {
         kinds[e.event]++;
-        fromKernel.push(e.retry_after_ms);
+        fromKernel.push(e.retryAfterMs);
       }
     }
     return events;
@@ -50,10 +50,10 @@ function run(policy, ms) {
   return { fromKernel, slept, kinds };
 }
 
-test('the swarm backs off exactly the kernel\'s retry_after_ms: DIE verdicts, DIED and WOUNDED events', () => {
+test('the swarm backs off exactly the kernel\'s retryAfterMs: DIE verdicts, DIED and WOUNDED events', () => {
   const wound = run('wound_wait', 20000);
   assert.ok(wound.kinds.WOUNDED > 20, `wound_wait was contended: ${JSON.stringify(wound.kinds)}`);
-  assert.ok(wound.fromKernel.every((ms) => Number.isInteger(ms)), 'every WOUNDED event carries retry_after_ms');
+  assert.ok(wound.fromKernel.every((ms) => Number.isInteger(ms)), 'every WOUNDED event carries retryAfterMs');
   assert.deepEqual(wound.slept, wound.fromKernel);
   const die = run('wait_die', 20000);
   assert.ok(die.kinds.DIE > 20, `wait_die was contended: ${JSON.stringify(die.kinds)}`);
