@@ -138,7 +138,9 @@ function checkKeys(object, what, allowed) {
 function checkTimeout(value, what) {
   if (value === undefined || value === Infinity) return;
   if (typeof value !== 'number') {
-    const error = new TypeError(`\`${what}\` must be a number of milliseconds or Infinity, got ${value === null ? 'null' : typeof value}`);
+    const error = new TypeError(
+      `\`${what}\` must be a number of milliseconds or Infinity, got ${value === null ? 'null' : typeof value}`,
+    );
     error.code = 'ERR_INVALID_ARG_TYPE';
     throw error;
   }
@@ -272,7 +274,8 @@ class ManualClock {
 
   _first() {
     let first = null;
-    for (const t of this._timers) if (first === null || t.at < first.at || (t.at === first.at && t.seq < first.seq)) first = t;
+    for (const t of this._timers)
+      if (first === null || t.at < first.at || (t.at === first.at && t.seq < first.seq)) first = t;
     return first;
   }
 }
@@ -281,7 +284,11 @@ class ManualClock {
 function toClock(clock) {
   if (clock === undefined) return new SystemClock();
   if (typeof clock === 'function') return new SystemClock(clock);
-  if (clock === null || typeof clock !== 'object' || !['now', 'setTimer', 'clearTimer'].every((m) => typeof clock[m] === 'function')) {
+  if (
+    clock === null ||
+    typeof clock !== 'object' ||
+    !['now', 'setTimer', 'clearTimer'].every((m) => typeof clock[m] === 'function')
+  ) {
     const error = new TypeError(
       '`options.clock` must be a ManualClock / SystemClock (an object with now(), setTimer(at, callback) and ' +
         'clearTimer(timer)) or a function returning milliseconds',
@@ -489,7 +496,11 @@ class Klock {
         return;
       }
       case 'LEASE_EXPIRED':
-        this._lose([event.lease], 'LEASE_EXPIRED', 'the lease expired before it was released (heartbeats came too late)');
+        this._lose(
+          [event.lease],
+          'LEASE_EXPIRED',
+          'the lease expired before it was released (heartbeats came too late)',
+        );
         return;
       case 'WOUNDED':
         if (this._sessions.has(event.session)) this.counters.wounds++;
@@ -500,7 +511,11 @@ class Klock {
             waiter.deliver(event);
           }
         }
-        this._lose(event.lostLeases, 'LEASE_RELEASED', `the lease was revoked (wounded) by the older session ${event.by}`);
+        this._lose(
+          event.lostLeases,
+          'LEASE_RELEASED',
+          `the lease was revoked (wounded) by the older session ${event.by}`,
+        );
         return;
       case 'SESSION_CLOSED': {
         const session = this._sessions.get(event.session);
@@ -1089,7 +1104,10 @@ class Lease {
         if (event.event === 'WAIT_TIMEOUT') {
           if (deadline !== undefined && k.now() >= deadline) {
             k.counters.timeouts++;
-            throw new Timeout(`waited ${timeoutMs} ms for ${what}; still held by sessions ${heldBy.join(', ')}`, heldBy);
+            throw new Timeout(
+              `waited ${timeoutMs} ms for ${what}; still held by sessions ${heldBy.join(', ')}`,
+              heldBy,
+            );
           }
           continue; // the kernel's default wait timeout: ask again
         }
@@ -1120,7 +1138,10 @@ class Lease {
       }
       if (deadline !== undefined && k.now() + retryAfterMs > deadline) {
         k.counters.timeouts++;
-        throw new Timeout(`${what}: session ${session.sessionId} ${why}; the next retry (${retryAfterMs} ms) would pass the timeout`, heldBy);
+        throw new Timeout(
+          `${what}: session ${session.sessionId} ${why}; the next retry (${retryAfterMs} ms) would pass the timeout`,
+          heldBy,
+        );
       }
       await sleep(k, retryAfterMs, [signal, stoppable().signal]);
     }

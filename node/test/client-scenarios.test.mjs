@@ -11,9 +11,22 @@ const require = createRequire(import.meta.url);
 const { Klock, ManualClock, KlockError } = require('../client.js');
 
 const dir = new URL('../../tests/client-scenarios/', import.meta.url);
-const files = readdirSync(dir).filter((f) => f.endsWith('.json')).sort();
+const files = readdirSync(dir)
+  .filter((f) => f.endsWith('.json'))
+  .sort();
 const CLIENT_ERRORS = new Set(['LeaseLost', 'Died', 'Timeout', 'Closed']);
-const ACTIONS = new Set(['open', 'enter', 'exit', 'heartbeat', 'advance', 'jump', 'close', 'close_klock', 'kernel_close', 'expect']);
+const ACTIONS = new Set([
+  'open',
+  'enter',
+  'exit',
+  'heartbeat',
+  'advance',
+  'jump',
+  'close',
+  'close_klock',
+  'kernel_close',
+  'expect',
+]);
 const STEP_KEYS = new Set([...ACTIONS, 'session', 'intents', 'ttl_ms', 'timeout_ms']);
 
 const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
@@ -27,7 +40,10 @@ test('there are scenarios', () => assert.ok(files.length >= 10));
 class Run {
   constructor(config) {
     this.clock = new ManualClock();
-    this.klock = new Klock({ ...Object.fromEntries(Object.entries(config).map(([k, v]) => [camel(k), v])), clock: this.clock });
+    this.klock = new Klock({
+      ...Object.fromEntries(Object.entries(config).map(([k, v]) => [camel(k), v])),
+      clock: this.clock,
+    });
     this.sessions = new Map();
     this.names = new Map();
     this.blocks = new Map();
@@ -55,7 +71,10 @@ class Run {
       this.blocks.set(step.enter, block);
       this.sessions
         .get(step.session)
-        .lease(step.intents, { ...(step.ttl_ms !== undefined && { ttlMs: step.ttl_ms }), ...(timeoutMs !== undefined && { timeoutMs }) })
+        .lease(step.intents, {
+          ...(step.ttl_ms !== undefined && { ttlMs: step.ttl_ms }),
+          ...(timeoutMs !== undefined && { timeoutMs }),
+        })
         .then(
           (lease) => Object.assign(block, { lease, state: 'held', at: clock.now() }),
           (e) => Object.assign(block, { state: 'failed', at: clock.now(), error: this.error(e) }),
@@ -71,14 +90,19 @@ class Run {
       if (action === 'exit') Object.assign(block, { state: 'exited', at: clock.now() });
     } else if (action === 'advance' || action === 'jump') {
       const target = clock.now() + step[action];
-      for (let due = clock.nextTimer(); action === 'advance' && due !== null && due <= target; due = clock.nextTimer()) {
+      for (
+        let due = clock.nextTimer();
+        action === 'advance' && due !== null && due <= target;
+        due = clock.nextTimer()
+      ) {
         clock.advance(Math.max(0, due - clock.now()));
         await settle();
       }
       clock.jump(target - clock.now());
     } else if (action === 'close') this.sessions.get(step.close).close();
     else if (action === 'close_klock') klock.close();
-    else if (action === 'kernel_close') klock.kernel.closeSession(this.sessions.get(step.kernel_close).sessionId, klock.now());
+    else if (action === 'kernel_close')
+      klock.kernel.closeSession(this.sessions.get(step.kernel_close).sessionId, klock.now());
     else this.check(step.expect);
     await settle();
   }
@@ -103,14 +127,21 @@ class Run {
       };
     }
     const priorities = new Map(kernel.snapshot(kernel.now()).sessions.map((s) => [s.sessionId, s.priority]));
-    for (const [name, s] of this.sessions) out.sessions[name] = { closed: s.closed, priority: priorities.get(s.sessionId) ?? null };
+    for (const [name, s] of this.sessions)
+      out.sessions[name] = { closed: s.closed, priority: priorities.get(s.sessionId) ?? null };
     const stats = kernel.stats();
-    out.kernel = { active_sessions: stats.activeSessions, active_leases: stats.activeLeases, waiting_tickets: stats.waitingTickets };
+    out.kernel = {
+      active_sessions: stats.activeSessions,
+      active_leases: stats.activeLeases,
+      waiting_tickets: stats.waitingTickets,
+    };
     return out;
   }
 
   check(expected) {
-    const unknown = Object.keys(expected).filter((k) => !['now', 'blocks', 'counters', 'resources', 'sessions', 'kernel'].includes(k));
+    const unknown = Object.keys(expected).filter(
+      (k) => !['now', 'blocks', 'counters', 'resources', 'sessions', 'kernel'].includes(k),
+    );
     assert.deepEqual(unknown, [], 'unknown expectation');
     matches(expected, this.observed(expected), '');
   }
@@ -118,11 +149,20 @@ class Run {
 
 /** Every key the expectation names matches exactly; `message_starts` is a prefix. */
 function matches(expected, actual, where) {
-  if (expected !== null && typeof expected === 'object' && !Array.isArray(expected) && actual !== null && typeof actual === 'object') {
+  if (
+    expected !== null &&
+    typeof expected === 'object' &&
+    !Array.isArray(expected) &&
+    actual !== null &&
+    typeof actual === 'object'
+  ) {
     for (const [key, value] of Object.entries(expected)) {
       if (key === 'message_starts') {
         const message = String(actual.message);
-        assert.ok(message.startsWith(value), `${where}.message: expected ${JSON.stringify(value)}..., got ${JSON.stringify(message)}`);
+        assert.ok(
+          message.startsWith(value),
+          `${where}.message: expected ${JSON.stringify(value)}..., got ${JSON.stringify(message)}`,
+        );
         continue;
       }
       assert.ok(key in actual, `${where}.${key}: not observed (got ${Object.keys(actual).sort()})`);
@@ -136,7 +176,11 @@ function matches(expected, actual, where) {
 for (const file of files) {
   test(file.replace(/\.json$/, ''), { timeout: 20_000 }, async () => {
     const scenario = JSON.parse(readFileSync(new URL(file, dir), 'utf8'));
-    assert.deepEqual(Object.keys(scenario).filter((k) => !['name', 'about', 'config', 'steps'].includes(k)), [], 'unknown keys');
+    assert.deepEqual(
+      Object.keys(scenario).filter((k) => !['name', 'about', 'config', 'steps'].includes(k)),
+      [],
+      'unknown keys',
+    );
     const run = new Run(scenario.config ?? {});
     try {
       for (const [i, step] of scenario.steps.entries()) {

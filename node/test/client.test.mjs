@@ -22,7 +22,13 @@ function fakeKlock(config = {}) {
 /** Resolves to 'pending' if `promise` has not settled after the queued microtasks ran. */
 async function state(promise) {
   const marker = {};
-  const result = await Promise.race([promise.then(() => 'fulfilled', () => 'rejected'), new Promise((r) => setImmediate(() => r(marker)))]);
+  const result = await Promise.race([
+    promise.then(
+      () => 'fulfilled',
+      () => 'rejected',
+    ),
+    new Promise((r) => setImmediate(() => r(marker))),
+  ]);
   return result === marker ? 'pending' : result;
 }
 
@@ -141,7 +147,11 @@ test('LeaseLost when a lease expires (settled by any call; signal aborted; withL
   assert.equal(lease.held, false);
   assert.throws(() => lease.check(), LeaseLost);
   assert.equal(klock.counters.lost, 1);
-  assert.throws(() => lease.release(), (e) => e === lease.lost, 'the first release reports the loss');
+  assert.throws(
+    () => lease.release(),
+    (e) => e === lease.lost,
+    'the first release reports the loss',
+  );
   lease.release(); // idempotent
 
   let ran = false;
@@ -214,7 +224,10 @@ test('timeoutMs: Timeout after waiting (the ticket is withdrawn); 0 is a try-loc
   const younger = await klock.session('younger');
   const held = await younger.lease('MUTATES FILE:/x');
   const t0 = klock.now();
-  await assert.rejects(older.lease('MUTATES FILE:/x', { timeoutMs: 60 }), (e) => e instanceof Timeout && e.name === 'TIMEOUT' && e.code === 0);
+  await assert.rejects(
+    older.lease('MUTATES FILE:/x', { timeoutMs: 60 }),
+    (e) => e instanceof Timeout && e.name === 'TIMEOUT' && e.code === 0,
+  );
   assert.ok(klock.now() - t0 >= 60);
   assert.equal(klock.snapshot().tickets.length, 0);
   await assert.rejects(older.lease('MUTATES FILE:/x', { timeoutMs: 0 }), Timeout);
@@ -331,7 +344,7 @@ test('session.close and klock.close: pending leases reject with CLOSED, held one
   klock.close(); // idempotent
 });
 
-test('the drive timer is unref\'d: a process holding a lease exits by itself', () => {
+test("the drive timer is unref'd: a process holding a lease exits by itself", () => {
   const script = `
     const { Klock } = require(${JSON.stringify(clientPath)});
     (async () => {
@@ -387,7 +400,10 @@ test('bad input to the client: named errors, no state change', async () => {
     await assert.rejects(call, (e) => e.name === name && e.code === code, String(call));
   }
   assert.deepEqual(klock.kernel.snapshot(0), before);
-  await assert.rejects(s.lease('WRITES FILE:/x'), (e) => e instanceof KlockError && e.name === 'INVALID_PREDICATE' && e.code === 101);
+  await assert.rejects(
+    s.lease('WRITES FILE:/x'),
+    (e) => e instanceof KlockError && e.name === 'INVALID_PREDICATE' && e.code === 101,
+  );
   await assert.rejects(s.lease('MUTATES FILE:/x', { ttlMs: 0 }), { name: 'INVALID_TTL' });
   await assert.rejects(s.lease([]), { name: 'INVALID_MANIFEST' });
   assert.deepEqual(klock.kernel.snapshot(0), before);
@@ -422,142 +438,162 @@ function runChild(script, { args = [], timeout = 20_000 } = {}) {
   return { ...child, ms: Date.now() - t0 };
 }
 
-test('nested block with a shorter TTL: the outer lease outlives the inner TTL; nobody else gets in (real clock)', { timeout: 20_000 }, async () => {
-  const klock = new Klock({ seed: 3 });
-  const owner = await klock.session('owner');
-  const other = await klock.session('other');
-  let grantedToOther = 0;
-  let tries = 0;
-  await owner.withLease(
-    'MUTATES FILE:/x',
-    async (outer) => {
-      await owner.withLease('MUTATES FILE:/x', async () => {}, { ttlMs: 40 });
-      // The inner block is gone; the outer body runs for many inner TTLs.
-      const until = Date.now() + 300;
-      while (Date.now() < until) {
-        await other.lease('MUTATES FILE:/x', { timeoutMs: 0 }).then(
-          (l) => {
-            grantedToOther++;
-            l.release();
-          },
-          (e) => assert.ok(e instanceof Timeout, String(e)),
-        );
-        tries++;
-        await sleep(10);
-      }
-      outer.check();
-      assert.ok(outer.held);
-    },
-    { ttlMs: 5_000 },
-  );
-  assert.ok(tries > 5);
-  assert.equal(grantedToOther, 0, 'another session was granted while the outer block ran');
-  assert.equal(klock.timerError, null);
-  klock.close();
-});
+test(
+  'nested block with a shorter TTL: the outer lease outlives the inner TTL; nobody else gets in (real clock)',
+  { timeout: 20_000 },
+  async () => {
+    const klock = new Klock({ seed: 3 });
+    const owner = await klock.session('owner');
+    const other = await klock.session('other');
+    let grantedToOther = 0;
+    let tries = 0;
+    await owner.withLease(
+      'MUTATES FILE:/x',
+      async (outer) => {
+        await owner.withLease('MUTATES FILE:/x', async () => {}, { ttlMs: 40 });
+        // The inner block is gone; the outer body runs for many inner TTLs.
+        const until = Date.now() + 300;
+        while (Date.now() < until) {
+          await other.lease('MUTATES FILE:/x', { timeoutMs: 0 }).then(
+            (l) => {
+              grantedToOther++;
+              l.release();
+            },
+            (e) => assert.ok(e instanceof Timeout, String(e)),
+          );
+          tries++;
+          await sleep(10);
+        }
+        outer.check();
+        assert.ok(outer.held);
+      },
+      { ttlMs: 5_000 },
+    );
+    assert.ok(tries > 5);
+    assert.equal(grantedToOther, 0, 'another session was granted while the outer block ran');
+    assert.equal(klock.timerError, null);
+    klock.close();
+  },
+);
 
-test('a re-acquire renews the shared lease: every Lease shows the kernel\'s current expiresAt and ttlMs', { timeout: 20_000 }, async () => {
-  const { klock, clock } = fakeKlock();
-  const s = await klock.session('alice');
-  const outer = await s.lease('MUTATES FILE:/x', { ttlMs: 1000 });
-  assert.equal(outer.expiresAt, 1000);
-  clock.t = 500;
-  const shorter = await s.lease('MUTATES FILE:/x', { ttlMs: 100 });
-  // Never shortened (SPEC.md §6): ttl max(1000, 100), expiry now + 1000.
-  assert.equal(shorter.leases[0].ttlMs, 1000);
-  assert.equal(shorter.expiresAt, 1500);
-  assert.equal(outer.expiresAt, 1500, 'the outer Lease still shows the expiry it was granted with');
-  assert.equal(outer.leases[0].ttlMs, 1000);
-  clock.t = 600;
-  const longer = await s.lease('MUTATES FILE:/x', { ttlMs: 5000 });
-  assert.equal(longer.expiresAt, 5600);
-  assert.equal(outer.leases[0].ttlMs, 5000);
-  assert.equal(outer.expiresAt, 5600);
-  assert.equal(shorter.expiresAt, 5600);
-  // A heartbeat of one Lease moves the expiry every Lease of that kernel lease shows.
-  clock.t = 700;
-  shorter.heartbeat();
-  assert.equal(outer.expiresAt, 5700);
-  longer.release();
-  shorter.release();
-  outer.release();
-  klock.close();
-});
+test(
+  "a re-acquire renews the shared lease: every Lease shows the kernel's current expiresAt and ttlMs",
+  { timeout: 20_000 },
+  async () => {
+    const { klock, clock } = fakeKlock();
+    const s = await klock.session('alice');
+    const outer = await s.lease('MUTATES FILE:/x', { ttlMs: 1000 });
+    assert.equal(outer.expiresAt, 1000);
+    clock.t = 500;
+    const shorter = await s.lease('MUTATES FILE:/x', { ttlMs: 100 });
+    // Never shortened (SPEC.md §6): ttl max(1000, 100), expiry now + 1000.
+    assert.equal(shorter.leases[0].ttlMs, 1000);
+    assert.equal(shorter.expiresAt, 1500);
+    assert.equal(outer.expiresAt, 1500, 'the outer Lease still shows the expiry it was granted with');
+    assert.equal(outer.leases[0].ttlMs, 1000);
+    clock.t = 600;
+    const longer = await s.lease('MUTATES FILE:/x', { ttlMs: 5000 });
+    assert.equal(longer.expiresAt, 5600);
+    assert.equal(outer.leases[0].ttlMs, 5000);
+    assert.equal(outer.expiresAt, 5600);
+    assert.equal(shorter.expiresAt, 5600);
+    // A heartbeat of one Lease moves the expiry every Lease of that kernel lease shows.
+    clock.t = 700;
+    shorter.heartbeat();
+    assert.equal(outer.expiresAt, 5700);
+    longer.release();
+    shorter.release();
+    outer.release();
+    klock.close();
+  },
+);
 
-test('heartbeat cadence follows the lease\'s current TTL, not the one it was granted with', { timeout: 20_000 }, async () => {
-  const klock = new Klock({ seed: 3 });
-  const s = await klock.session('alice');
-  let beats = 0;
-  const heartbeat = klock.kernel.heartbeat.bind(klock.kernel);
-  klock.kernel.heartbeat = (...args) => {
-    beats++;
-    return heartbeat(...args);
-  };
-  const outer = await s.lease('MUTATES FILE:/x', { ttlMs: 150 }); // would beat every 50 ms
-  const inner = await s.lease('MUTATES FILE:/x', { ttlMs: 30_000 }); // now ttl 30 s for both
-  inner.release();
-  await sleep(300);
-  assert.equal(beats, 0, 'renewed every 50 ms a lease whose TTL is 30 s');
-  assert.ok(outer.held);
-  assert.equal(outer.leases[0].ttlMs, 30_000);
-  outer.release();
-  klock.close();
-});
+test(
+  "heartbeat cadence follows the lease's current TTL, not the one it was granted with",
+  { timeout: 20_000 },
+  async () => {
+    const klock = new Klock({ seed: 3 });
+    const s = await klock.session('alice');
+    let beats = 0;
+    const heartbeat = klock.kernel.heartbeat.bind(klock.kernel);
+    klock.kernel.heartbeat = (...args) => {
+      beats++;
+      return heartbeat(...args);
+    };
+    const outer = await s.lease('MUTATES FILE:/x', { ttlMs: 150 }); // would beat every 50 ms
+    const inner = await s.lease('MUTATES FILE:/x', { ttlMs: 30_000 }); // now ttl 30 s for both
+    inner.release();
+    await sleep(300);
+    assert.equal(beats, 0, 'renewed every 50 ms a lease whose TTL is 30 s');
+    assert.ok(outer.held);
+    assert.equal(outer.leases[0].ttlMs, 30_000);
+    outer.release();
+    klock.close();
+  },
+);
 
-test('WOUNDED while holding other leases is a DIE: Died carrying the event\'s retryAfterMs', { timeout: 20_000 }, async () => {
-  const { klock } = fakeKlock({ policy: 'wound_wait', backoffBaseMs: 1000, backoffCapMs: 10_000 });
-  const events = recordEvents(klock);
-  const oldest = await klock.session('oldest');
-  const middle = await klock.session('middle');
-  const young = await klock.session('young');
-  const blocker = await middle.lease('MUTATES FILE:/x');
-  const mine = await young.lease('MUTATES FILE:/y');
-  const pending = young.lease('MUTATES FILE:/x'); // waits for the older middle
-  assert.equal(await state(pending), 'pending');
-  const winner = await oldest.lease('MUTATES FILE:/x'); // wounds middle (lease) and young (ticket)
-  const wounded = events.find((e) => e.event === 'WOUNDED' && e.session === young.sessionId);
-  assert.ok(wounded, 'young was wounded');
-  assert.ok(wounded.retryAfterMs >= 1000);
-  const error = await pending.then(
-    () => assert.fail('granted'),
-    (e) => e,
-  );
-  assert.ok(error instanceof Died, String(error));
-  assert.equal(error.name, 'DIE');
-  assert.equal(error.retryAfterMs, wounded.retryAfterMs, 'the backoff is the kernel\'s answer');
-  assert.ok(mine.held, 'a ticket-only wound keeps the leases');
-  assert.ok(blocker.lost instanceof LeaseLost);
-  winner.release();
-  mine.release();
-  klock.close();
-});
+test(
+  "WOUNDED while holding other leases is a DIE: Died carrying the event's retryAfterMs",
+  { timeout: 20_000 },
+  async () => {
+    const { klock } = fakeKlock({ policy: 'wound_wait', backoffBaseMs: 1000, backoffCapMs: 10_000 });
+    const events = recordEvents(klock);
+    const oldest = await klock.session('oldest');
+    const middle = await klock.session('middle');
+    const young = await klock.session('young');
+    const blocker = await middle.lease('MUTATES FILE:/x');
+    const mine = await young.lease('MUTATES FILE:/y');
+    const pending = young.lease('MUTATES FILE:/x'); // waits for the older middle
+    assert.equal(await state(pending), 'pending');
+    const winner = await oldest.lease('MUTATES FILE:/x'); // wounds middle (lease) and young (ticket)
+    const wounded = events.find((e) => e.event === 'WOUNDED' && e.session === young.sessionId);
+    assert.ok(wounded, 'young was wounded');
+    assert.ok(wounded.retryAfterMs >= 1000);
+    const error = await pending.then(
+      () => assert.fail('granted'),
+      (e) => e,
+    );
+    assert.ok(error instanceof Died, String(error));
+    assert.equal(error.name, 'DIE');
+    assert.equal(error.retryAfterMs, wounded.retryAfterMs, "the backoff is the kernel's answer");
+    assert.ok(mine.held, 'a ticket-only wound keeps the leases');
+    assert.ok(blocker.lost instanceof LeaseLost);
+    winner.release();
+    mine.release();
+    klock.close();
+  },
+);
 
-test('WOUNDED backoff is the event\'s retryAfterMs (a retry that would pass timeoutMs is a Timeout naming it)', { timeout: 20_000 }, async () => {
-  const { klock } = fakeKlock({ policy: 'wound_wait', backoffBaseMs: 5000, backoffCapMs: 10_000 });
-  const events = recordEvents(klock);
-  const oldest = await klock.session('oldest');
-  const middle = await klock.session('middle');
-  const young = await klock.session('young');
-  await middle.lease('MUTATES FILE:/x');
-  const pending = young.lease('MUTATES FILE:/x', { timeoutMs: 4000 });
-  assert.equal(await state(pending), 'pending');
-  await oldest.lease('MUTATES FILE:/x');
-  const wounded = events.find((e) => e.event === 'WOUNDED' && e.session === young.sessionId);
-  assert.ok(wounded && wounded.retryAfterMs >= 5000);
-  const error = await pending.then(
-    () => assert.fail('granted'),
-    (e) => e,
-  );
-  assert.ok(error instanceof Timeout, String(error));
-  assert.ok(error.message.includes(`(${wounded.retryAfterMs} ms)`), error.message);
-  // Counted as the kernel counts them: a wound is not a death (DIE verdicts and DIED events
-  // are), though it is backed off as one. middle (its lease) and young (its ticket) were wounded.
-  assert.equal(klock.counters.wounds, 2);
-  assert.equal(klock.counters.deaths, 0);
-  assert.equal(klock.stats().counters.wounded, 2);
-  assert.equal(klock.stats().counters.died, 0);
-  klock.close();
-});
+test(
+  "WOUNDED backoff is the event's retryAfterMs (a retry that would pass timeoutMs is a Timeout naming it)",
+  { timeout: 20_000 },
+  async () => {
+    const { klock } = fakeKlock({ policy: 'wound_wait', backoffBaseMs: 5000, backoffCapMs: 10_000 });
+    const events = recordEvents(klock);
+    const oldest = await klock.session('oldest');
+    const middle = await klock.session('middle');
+    const young = await klock.session('young');
+    await middle.lease('MUTATES FILE:/x');
+    const pending = young.lease('MUTATES FILE:/x', { timeoutMs: 4000 });
+    assert.equal(await state(pending), 'pending');
+    await oldest.lease('MUTATES FILE:/x');
+    const wounded = events.find((e) => e.event === 'WOUNDED' && e.session === young.sessionId);
+    assert.ok(wounded && wounded.retryAfterMs >= 5000);
+    const error = await pending.then(
+      () => assert.fail('granted'),
+      (e) => e,
+    );
+    assert.ok(error instanceof Timeout, String(error));
+    assert.ok(error.message.includes(`(${wounded.retryAfterMs} ms)`), error.message);
+    // Counted as the kernel counts them: a wound is not a death (DIE verdicts and DIED events
+    // are), though it is backed off as one. middle (its lease) and young (its ticket) were wounded.
+    assert.equal(klock.counters.wounds, 2);
+    assert.equal(klock.counters.deaths, 0);
+    assert.equal(klock.stats().counters.wounded, 2);
+    assert.equal(klock.stats().counters.died, 0);
+    klock.close();
+  },
+);
 
 test('the client never sizes a backoff itself (no copy of the formula)', { timeout: 20_000 }, async () => {
   const { readFileSync } = await import('node:fs');
@@ -566,30 +602,34 @@ test('the client never sizes a backoff itself (no copy of the formula)', { timeo
   assert.doesNotMatch(source, /Math\.random/);
 });
 
-test('Lease[Symbol.asyncDispose] and [Symbol.dispose] release it (what `await using` calls)', { timeout: 20_000 }, async () => {
-  const { klock } = fakeKlock();
-  const s = await klock.session('alice');
-  assert.equal(typeof Lease.prototype[Symbol.asyncDispose], 'function');
-  assert.equal(typeof Lease.prototype[Symbol.dispose], 'function');
-  const a = await s.lease('MUTATES FILE:/x');
-  const disposed = a[Symbol.asyncDispose]();
-  assert.ok(disposed instanceof Promise);
-  await disposed;
-  assert.equal(a.held, false);
-  assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
-  await a[Symbol.asyncDispose](); // idempotent
-  const b = await s.lease('MUTATES FILE:/x');
-  b[Symbol.dispose]();
-  assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
-  // A lost lease: disposing reports it, as leaving a block does.
-  const { klock: k2, clock } = fakeKlock();
-  const s2 = await k2.session('bob');
-  const c = await s2.lease('MUTATES FILE:/x', { ttlMs: 100 });
-  clock.t = 1000;
-  await assert.rejects(c[Symbol.asyncDispose](), (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED');
-  k2.close();
-  klock.close();
-});
+test(
+  'Lease[Symbol.asyncDispose] and [Symbol.dispose] release it (what `await using` calls)',
+  { timeout: 20_000 },
+  async () => {
+    const { klock } = fakeKlock();
+    const s = await klock.session('alice');
+    assert.equal(typeof Lease.prototype[Symbol.asyncDispose], 'function');
+    assert.equal(typeof Lease.prototype[Symbol.dispose], 'function');
+    const a = await s.lease('MUTATES FILE:/x');
+    const disposed = a[Symbol.asyncDispose]();
+    assert.ok(disposed instanceof Promise);
+    await disposed;
+    assert.equal(a.held, false);
+    assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
+    await a[Symbol.asyncDispose](); // idempotent
+    const b = await s.lease('MUTATES FILE:/x');
+    b[Symbol.dispose]();
+    assert.equal(klock.resourceState('FILE:/x').holders.length, 0);
+    // A lost lease: disposing reports it, as leaving a block does.
+    const { klock: k2, clock } = fakeKlock();
+    const s2 = await k2.session('bob');
+    const c = await s2.lease('MUTATES FILE:/x', { ttlMs: 100 });
+    clock.t = 1000;
+    await assert.rejects(c[Symbol.asyncDispose](), (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED');
+    k2.close();
+    klock.close();
+  },
+);
 
 test('an unreachable Lease is released when collected, and its resource granted to another session (--expose-gc)', () => {
   const child = runChild(
@@ -640,14 +680,20 @@ test('a collected Lease frees its resource; a reachable one is still heartbeated
   assert.deepEqual(JSON.parse(child.stdout), { kept: 1, dropped: 0 });
 });
 
-test('a release that settles the lease\'s expiry raises LeaseLost (test clock)', { timeout: 20_000 }, async () => {
+test("a release that settles the lease's expiry raises LeaseLost (test clock)", { timeout: 20_000 }, async () => {
   const { klock, clock } = fakeKlock();
   const events = recordEvents(klock);
   const s = await klock.session('alice');
   const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 100 });
   clock.t = 250; // paused past the TTL: no call, no timer ran
-  assert.throws(() => lease.release(), (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED' && e.code === ERROR_CODES.LEASE_EXPIRED);
-  assert.ok(events.some((e) => e.event === 'LEASE_EXPIRED'), 'the kernel recorded the expiry');
+  assert.throws(
+    () => lease.release(),
+    (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED' && e.code === ERROR_CODES.LEASE_EXPIRED,
+  );
+  assert.ok(
+    events.some((e) => e.event === 'LEASE_EXPIRED'),
+    'the kernel recorded the expiry',
+  );
   assert.equal(lease.lost.name, 'LEASE_EXPIRED');
   lease.release(); // idempotent: reported once
 
@@ -691,24 +737,28 @@ test('a release that settles the lease\'s expiry raises LeaseLost (test clock)',
   klock.close();
 });
 
-test('a long synchronous callback blocks the event loop past the TTL: withLease raises LeaseLost (real clock)', { timeout: 20_000 }, async () => {
-  const klock = new Klock({ seed: 1 });
-  const s = await klock.session('alice');
-  await assert.rejects(
-    s.withLease(
-      'MUTATES FILE:/x',
-      () => {
-        const until = Date.now() + 200;
-        while (Date.now() < until); // no timer, no heartbeat can run
-        return 'done';
-      },
-      { ttlMs: 50 },
-    ),
-    (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED',
-  );
-  assert.equal(klock.stats().counters.expired, 1);
-  klock.close();
-});
+test(
+  'a long synchronous callback blocks the event loop past the TTL: withLease raises LeaseLost (real clock)',
+  { timeout: 20_000 },
+  async () => {
+    const klock = new Klock({ seed: 1 });
+    const s = await klock.session('alice');
+    await assert.rejects(
+      s.withLease(
+        'MUTATES FILE:/x',
+        () => {
+          const until = Date.now() + 200;
+          while (Date.now() < until); // no timer, no heartbeat can run
+          return 'done';
+        },
+        { ttlMs: 50 },
+      ),
+      (e) => e instanceof LeaseLost && e.name === 'LEASE_EXPIRED',
+    );
+    assert.equal(klock.stats().counters.expired, 1);
+    klock.close();
+  },
+);
 
 test('error classes: the same names as the Python client; Closed is exported', { timeout: 20_000 }, async () => {
   const { Closed } = require('../client.js');
@@ -725,29 +775,42 @@ test('error classes: the same names as the Python client; Closed is exported', {
   for (const cls of [LeaseLost, Died, Timeout, Closed]) assert.ok(cls.prototype instanceof KlockError, cls.name);
 });
 
-test('Klock.close(): a pending acquisition says "this Klock is closed", session.close() "this session is closed"', { timeout: 20_000 }, async () => {
-  const { Closed } = require('../client.js');
-  const { klock } = fakeKlock();
-  const older = await klock.session('older');
-  const younger = await klock.session('younger');
-  await younger.lease('MUTATES FILE:/x');
-  const pending = older.lease('MUTATES FILE:/x');
-  assert.equal(await state(pending), 'pending');
-  klock.close();
-  await assert.rejects(pending, (e) => e instanceof Closed && /this Klock is closed/.test(e.message) && !/session/.test(e.message));
-  await assert.rejects(klock.session('late'), (e) => e instanceof Closed && e.message === 'this Klock is closed');
-  await assert.rejects(older.lease('MUTATES FILE:/y'), (e) => e instanceof Closed && /this Klock is closed/.test(e.message));
+test(
+  'Klock.close(): a pending acquisition says "this Klock is closed", session.close() "this session is closed"',
+  { timeout: 20_000 },
+  async () => {
+    const { Closed } = require('../client.js');
+    const { klock } = fakeKlock();
+    const older = await klock.session('older');
+    const younger = await klock.session('younger');
+    await younger.lease('MUTATES FILE:/x');
+    const pending = older.lease('MUTATES FILE:/x');
+    assert.equal(await state(pending), 'pending');
+    klock.close();
+    await assert.rejects(
+      pending,
+      (e) => e instanceof Closed && /this Klock is closed/.test(e.message) && !/session/.test(e.message),
+    );
+    await assert.rejects(klock.session('late'), (e) => e instanceof Closed && e.message === 'this Klock is closed');
+    await assert.rejects(
+      older.lease('MUTATES FILE:/y'),
+      (e) => e instanceof Closed && /this Klock is closed/.test(e.message),
+    );
 
-  const { klock: k2 } = fakeKlock();
-  const a = await k2.session('a');
-  const b = await k2.session('b');
-  await b.lease('MUTATES FILE:/x');
-  const waiting = a.lease('MUTATES FILE:/x');
-  a.close();
-  await assert.rejects(waiting, (e) => e instanceof Closed && /this session is closed/.test(e.message));
-  await assert.rejects(a.lease('MUTATES FILE:/y'), (e) => e instanceof Closed && /this session is closed/.test(e.message));
-  k2.close();
-});
+    const { klock: k2 } = fakeKlock();
+    const a = await k2.session('a');
+    const b = await k2.session('b');
+    await b.lease('MUTATES FILE:/x');
+    const waiting = a.lease('MUTATES FILE:/x');
+    a.close();
+    await assert.rejects(waiting, (e) => e instanceof Closed && /this session is closed/.test(e.message));
+    await assert.rejects(
+      a.lease('MUTATES FILE:/y'),
+      (e) => e instanceof Closed && /this session is closed/.test(e.message),
+    );
+    k2.close();
+  },
+);
 
 test('Klock.close() ends waiting and backing-off acquisitions promptly, withdraws their tickets, and the process exits', () => {
   const child = runChild(`
@@ -778,73 +841,88 @@ test('Klock.close() ends waiting and backing-off acquisitions promptly, withdraw
   assert.ok(child.ms < 5000, `the process took ${child.ms} ms to exit`);
 });
 
-test('timeoutMs: Infinity waits with no client-side limit; bad values are RangeErrors naming timeoutMs', { timeout: 20_000 }, async () => {
-  const { klock, clock } = fakeKlock({ defaultWaitTimeoutMs: 1000 });
-  const older = await klock.session('older');
-  const younger = await klock.session('younger');
-  const held = await younger.lease('MUTATES FILE:/x', { ttlMs: 300_000 });
-  const pending = older.lease('MUTATES FILE:/x', { timeoutMs: Infinity });
-  assert.equal(await state(pending), 'pending');
-  const [ticket] = klock.snapshot().tickets;
-  assert.equal(ticket.deadline, Number.MAX_SAFE_INTEGER, 'the largest wait the addon takes');
-  clock.t = 250_000; // far past the kernel's default wait (1 s here)
-  klock.snapshot();
-  assert.equal(await state(pending), 'pending');
-  assert.equal(klock.counters.timeouts, 0);
-  assert.equal(klock.counters.waits, 1, 'one wait, never timed out and asked again');
-  held.release();
-  assert.ok((await pending).held);
-  for (const bad of [NaN, -1, 1.5, 2 ** 53, -Infinity]) {
-    await assert.rejects(older.lease('MUTATES FILE:/y', { timeoutMs: bad }), (e) => {
-      assert.ok(e instanceof RangeError, String(e));
-      assert.equal(e.code, 'ERR_OUT_OF_RANGE');
-      assert.match(e.message, /timeoutMs/);
-      assert.match(e.message, /9007199254740991/);
-      assert.match(e.message, /Infinity/);
-      return true;
+test(
+  'timeoutMs: Infinity waits with no client-side limit; bad values are RangeErrors naming timeoutMs',
+  { timeout: 20_000 },
+  async () => {
+    const { klock, clock } = fakeKlock({ defaultWaitTimeoutMs: 1000 });
+    const older = await klock.session('older');
+    const younger = await klock.session('younger');
+    const held = await younger.lease('MUTATES FILE:/x', { ttlMs: 300_000 });
+    const pending = older.lease('MUTATES FILE:/x', { timeoutMs: Infinity });
+    assert.equal(await state(pending), 'pending');
+    const [ticket] = klock.snapshot().tickets;
+    assert.equal(ticket.deadline, Number.MAX_SAFE_INTEGER, 'the largest wait the addon takes');
+    clock.t = 250_000; // far past the kernel's default wait (1 s here)
+    klock.snapshot();
+    assert.equal(await state(pending), 'pending');
+    assert.equal(klock.counters.timeouts, 0);
+    assert.equal(klock.counters.waits, 1, 'one wait, never timed out and asked again');
+    held.release();
+    assert.ok((await pending).held);
+    for (const bad of [NaN, -1, 1.5, 2 ** 53, -Infinity]) {
+      await assert.rejects(older.lease('MUTATES FILE:/y', { timeoutMs: bad }), (e) => {
+        assert.ok(e instanceof RangeError, String(e));
+        assert.equal(e.code, 'ERR_OUT_OF_RANGE');
+        assert.match(e.message, /timeoutMs/);
+        assert.match(e.message, /9007199254740991/);
+        assert.match(e.message, /Infinity/);
+        return true;
+      });
+    }
+    await assert.rejects(older.lease('MUTATES FILE:/y', { timeoutMs: '5' }), {
+      name: 'TypeError',
+      code: 'ERR_INVALID_ARG_TYPE',
     });
-  }
-  await assert.rejects(older.lease('MUTATES FILE:/y', { timeoutMs: '5' }), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
-  klock.close();
-});
+    klock.close();
+  },
+);
 
-test('a lease at its lifetime cap: heartbeats stop (no busy loop) and it is lost at the cap (real clock)', { timeout: 20_000 }, async () => {
-  const klock = new Klock({ seed: 1, maxLeaseLifetimeMs: 300 });
-  const s = await klock.session('alice');
-  let beats = 0;
-  const heartbeat = klock.kernel.heartbeat.bind(klock.kernel);
-  klock.kernel.heartbeat = (...args) => {
-    beats++;
-    return heartbeat(...args);
-  };
-  const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 90 });
-  const grantedAt = klock.now();
-  const keepAlive = setInterval(() => {}, 1000); // the Klock's timer is unref'd
-  await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
-  clearInterval(keepAlive);
-  assert.equal(lease.lost.name, 'LEASE_EXPIRED');
-  assert.ok(klock.now() - grantedAt >= 290, 'renewed up to the cap');
-  assert.ok(beats >= 3 && beats <= 20, `${beats} heartbeats`);
-  assert.throws(() => lease.release(), LeaseLost);
-  assert.equal(klock.timerError, null);
-  klock.close();
-});
+test(
+  'a lease at its lifetime cap: heartbeats stop (no busy loop) and it is lost at the cap (real clock)',
+  { timeout: 20_000 },
+  async () => {
+    const klock = new Klock({ seed: 1, maxLeaseLifetimeMs: 300 });
+    const s = await klock.session('alice');
+    let beats = 0;
+    const heartbeat = klock.kernel.heartbeat.bind(klock.kernel);
+    klock.kernel.heartbeat = (...args) => {
+      beats++;
+      return heartbeat(...args);
+    };
+    const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 90 });
+    const grantedAt = klock.now();
+    const keepAlive = setInterval(() => {}, 1000); // the Klock's timer is unref'd
+    await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
+    clearInterval(keepAlive);
+    assert.equal(lease.lost.name, 'LEASE_EXPIRED');
+    assert.ok(klock.now() - grantedAt >= 290, 'renewed up to the cap');
+    assert.ok(beats >= 3 && beats <= 20, `${beats} heartbeats`);
+    assert.throws(() => lease.release(), LeaseLost);
+    assert.equal(klock.timerError, null);
+    klock.close();
+  },
+);
 
-test('session.close() ends a backing-off acquisition of that session at once with Closed', { timeout: 20_000 }, async () => {
-  const { Closed } = require('../client.js');
-  const klock = new Klock({ seed: 1, backoffBaseMs: 10_000, backoffCapMs: 10_000 });
-  const older = await klock.session('older');
-  const younger = await klock.session('younger');
-  const held = await older.lease('MUTATES FILE:/x');
-  const backingOff = younger.lease('MUTATES FILE:/x'); // DIE: sleeps 10 s
-  assert.equal(await state(backingOff), 'pending');
-  const t0 = Date.now();
-  younger.close();
-  await assert.rejects(backingOff, (e) => e instanceof Closed && e.message.startsWith('this session is closed'));
-  assert.ok(Date.now() - t0 < 1000);
-  assert.ok(held.held, 'the other session is untouched');
-  klock.close();
-});
+test(
+  'session.close() ends a backing-off acquisition of that session at once with Closed',
+  { timeout: 20_000 },
+  async () => {
+    const { Closed } = require('../client.js');
+    const klock = new Klock({ seed: 1, backoffBaseMs: 10_000, backoffCapMs: 10_000 });
+    const older = await klock.session('older');
+    const younger = await klock.session('younger');
+    const held = await older.lease('MUTATES FILE:/x');
+    const backingOff = younger.lease('MUTATES FILE:/x'); // DIE: sleeps 10 s
+    assert.equal(await state(backingOff), 'pending');
+    const t0 = Date.now();
+    younger.close();
+    await assert.rejects(backingOff, (e) => e instanceof Closed && e.message.startsWith('this session is closed'));
+    assert.ok(Date.now() - t0 < 1000);
+    assert.ok(held.held, 'the other session is untouched');
+    klock.close();
+  },
+);
 
 // ---- clocks: every time the client uses comes from its clock ----------------------------------
 
@@ -865,7 +943,11 @@ test('ManualClock runs timers in time order, each at its own time; jump runs non
   clock.advance(0); // the overdue timer runs now, late
   assert.deepEqual(seen, [['a', 15]]);
   clock.advance(25);
-  assert.deepEqual(seen, [['a', 15], ['b', 30], ['set by a callback', 35]]);
+  assert.deepEqual(seen, [
+    ['a', 15],
+    ['b', 30],
+    ['set by a callback', 35],
+  ]);
   assert.equal(clock.now(), 40);
   assert.equal(clock.nextTimer(), null);
   for (const bad of [-1, 1.5, '5']) {
@@ -876,44 +958,52 @@ test('ManualClock runs timers in time order, each at its own time; jump runs non
   assert.equal(clock.now(), 40);
 });
 
-test('a Klock on a ManualClock: backoffs, waits and timeouts end when the test advances the clock, never by real time', { timeout: 20_000 }, async () => {
-  const { ManualClock } = require('../client.js');
-  const clock = new ManualClock();
-  const klock = new Klock({ seed: 4, backoffBaseMs: 100, clock }); // DIE backoffs 178, then 204 ms
-  assert.equal(klock.clock, clock);
-  const older = await klock.session('older');
-  const young = await klock.session('young');
-  const waiter = await klock.session('waiter');
-  const held = await older.lease('MUTATES FILE:/x');
-  const pending = young.lease('MUTATES FILE:/x', { timeoutMs: 10_000 });
-  await sleep(30);
-  assert.equal(await state(pending), 'pending');
-  assert.equal(clock.nextTimer(), 178);
-  clock.advance(178); // retried at 178, and died again
-  await sleep(0);
-  assert.equal(klock.counters.deaths, 2);
-  assert.equal(clock.nextTimer(), 382);
-  held.release();
-  clock.advance(204);
-  const lease = await pending;
-  assert.equal(lease.leases[0].acquiredAt, 382);
-  lease.release();
-  const again = await young.lease('MUTATES FILE:/x'); // a new unit of work: young is now the youngest
-  const timingOut = waiter.lease('MUTATES FILE:/x', { timeoutMs: 300 });
-  assert.equal(klock.counters.waits, 1);
-  clock.advance(299);
-  assert.equal(await state(timingOut), 'pending');
-  clock.advance(1);
-  await assert.rejects(timingOut, Timeout);
-  assert.equal(clock.now(), 682);
-  again.release();
-  klock.close();
-});
+test(
+  'a Klock on a ManualClock: backoffs, waits and timeouts end when the test advances the clock, never by real time',
+  { timeout: 20_000 },
+  async () => {
+    const { ManualClock } = require('../client.js');
+    const clock = new ManualClock();
+    const klock = new Klock({ seed: 4, backoffBaseMs: 100, clock }); // DIE backoffs 178, then 204 ms
+    assert.equal(klock.clock, clock);
+    const older = await klock.session('older');
+    const young = await klock.session('young');
+    const waiter = await klock.session('waiter');
+    const held = await older.lease('MUTATES FILE:/x');
+    const pending = young.lease('MUTATES FILE:/x', { timeoutMs: 10_000 });
+    await sleep(30);
+    assert.equal(await state(pending), 'pending');
+    assert.equal(clock.nextTimer(), 178);
+    clock.advance(178); // retried at 178, and died again
+    await sleep(0);
+    assert.equal(klock.counters.deaths, 2);
+    assert.equal(clock.nextTimer(), 382);
+    held.release();
+    clock.advance(204);
+    const lease = await pending;
+    assert.equal(lease.leases[0].acquiredAt, 382);
+    lease.release();
+    const again = await young.lease('MUTATES FILE:/x'); // a new unit of work: young is now the youngest
+    const timingOut = waiter.lease('MUTATES FILE:/x', { timeoutMs: 300 });
+    assert.equal(klock.counters.waits, 1);
+    clock.advance(299);
+    assert.equal(await state(timingOut), 'pending');
+    clock.advance(1);
+    await assert.rejects(timingOut, Timeout);
+    assert.equal(clock.now(), 682);
+    again.release();
+    klock.close();
+  },
+);
 
 test('a Klock takes a clock object or a function, and names a bad one', { timeout: 20_000 }, async () => {
   const { SystemClock } = require('../client.js');
   for (const bad of [5, null, {}, { now() {}, setTimer() {} }]) {
-    assert.throws(() => new Klock({ clock: bad }), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: /options\.clock/ });
+    assert.throws(() => new Klock({ clock: bad }), {
+      name: 'TypeError',
+      code: 'ERR_INVALID_ARG_TYPE',
+      message: /options\.clock/,
+    });
   }
   let reading = 1.5;
   const klock = new Klock({ clock: () => reading });
@@ -939,25 +1029,29 @@ test('a Klock takes a clock object or a function, and names a bad one', { timeou
   assert.equal(late, 1);
 });
 
-test('a failing timer is exposed in timerError and tries again later, not in a busy loop', { timeout: 20_000 }, async () => {
-  const { ManualClock } = require('../client.js');
-  const clock = new ManualClock();
-  const klock = new Klock({ clock });
-  const s = await klock.session('a');
-  const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 300 });
-  const advance = klock.kernel.advance.bind(klock.kernel);
-  let failures = 1;
-  klock.kernel.advance = (now) => {
-    if (failures-- > 0) throw new Error('boom');
-    advance(now);
-  };
-  clock.advance(100); // the heartbeat's timer fires; settling time throws (a bug)
-  assert.equal(klock.timerError?.message, 'boom');
-  assert.equal(lease.expiresAt, 300);
-  assert.equal(clock.nextTimer(), 150);
-  clock.advance(50);
-  assert.equal(lease.expiresAt, 450);
-  assert.equal(lease.lost, null);
-  lease.release();
-  klock.close();
-});
+test(
+  'a failing timer is exposed in timerError and tries again later, not in a busy loop',
+  { timeout: 20_000 },
+  async () => {
+    const { ManualClock } = require('../client.js');
+    const clock = new ManualClock();
+    const klock = new Klock({ clock });
+    const s = await klock.session('a');
+    const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 300 });
+    const advance = klock.kernel.advance.bind(klock.kernel);
+    let failures = 1;
+    klock.kernel.advance = (now) => {
+      if (failures-- > 0) throw new Error('boom');
+      advance(now);
+    };
+    clock.advance(100); // the heartbeat's timer fires; settling time throws (a bug)
+    assert.equal(klock.timerError?.message, 'boom');
+    assert.equal(lease.expiresAt, 300);
+    assert.equal(clock.nextTimer(), 150);
+    clock.advance(50);
+    assert.equal(lease.expiresAt, 450);
+    assert.equal(lease.lost, null);
+    lease.release();
+    klock.close();
+  },
+);

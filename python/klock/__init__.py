@@ -18,7 +18,15 @@ writes that carry a smaller one.
 """
 
 from . import _core
-from .client import ClientCounters, Klock, Lease, LeaseInfo, OwnSessionLease, Session, current_session
+from .client import (
+    ClientCounters,
+    Klock,
+    Lease,
+    LeaseInfo,
+    OwnSessionLease,
+    Session,
+    current_session,
+)
 from .clock import Clock, ManualClock, SystemClock
 from .errors import (
     ERROR_CODES,

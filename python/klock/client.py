@@ -46,9 +46,10 @@ import itertools
 import math
 import threading
 import weakref
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, Callable, Generator, Iterable, Union
+from typing import Any
 
 from . import _core
 from .clock import Clock, SystemClock, Timer
@@ -62,10 +63,12 @@ _MAX_TIMEOUT_S = U64_MAX / 1000
 # After an unexpected error in the timer callback (a bug), try again this much later.
 _TIMER_RETRY_MS = 50
 
-_current: contextvars.ContextVar[Session | None] = contextvars.ContextVar("klock_current_session", default=None)
+_current: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "klock_current_session", default=None
+)
 # The tokens to restore `_current` with, per context (thread or task), innermost last.
-_restore: contextvars.ContextVar[tuple[contextvars.Token[Session | None], ...]] = contextvars.ContextVar(
-    "klock_current_session_tokens", default=()
+_restore: contextvars.ContextVar[tuple[contextvars.Token[Session | None], ...]] = (
+    contextvars.ContextVar("klock_current_session_tokens", default=())
 )
 
 
@@ -104,8 +107,10 @@ _SESSION_CLOSED = "this session is closed"
 # releases what it holds, SPEC.md §5).
 _LOST_TO_SESSION_CLOSE = "the session was closed while the block held the lease"
 _LOST_TO_KLOCK_CLOSE = "the Klock was closed while the block held the lease"
-_LOST_TO_KERNEL_CLOSE = "the session was closed in the kernel (not through this client) while the block held the lease"
-_Delivered = Union[_core.Event, _Closed]
+_LOST_TO_KERNEL_CLOSE = (
+    "the session was closed in the kernel (not through this client) while the block held the lease"
+)
+_Delivered = _core.Event | _Closed
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,7 @@ class _AsyncWaiter:
         return await self._future
 
 
-_Waiter = Union[_ThreadWaiter, _AsyncWaiter]
+_Waiter = _ThreadWaiter | _AsyncWaiter
 
 
 @dataclass
@@ -202,7 +207,7 @@ class _Wait:
     waiter: _Waiter
 
 
-_Step = Union[_Sleep, _Wait]
+_Step = _Sleep | _Wait
 
 
 class _Alarm:
@@ -307,7 +312,9 @@ class Klock:
         """The clock's time in integer milliseconds (never going back)."""
         t = self.clock.now()
         if type(t) is not int or t < 0:
-            raise TypeError(f"clock.now() must return an int number of milliseconds >= 0, got {t!r}")
+            raise TypeError(
+                f"clock.now() must return an int number of milliseconds >= 0, got {t!r}"
+            )
         if t > self._last_now:
             self._last_now = t
         return self._last_now
@@ -397,7 +404,11 @@ class Klock:
             waiter.resolve(event)
         elif kind == "LEASE_EXPIRED":
             assert event.lease is not None
-            self._lose_locked([event.lease], "LEASE_EXPIRED", "the lease expired before the block ended (heartbeats came too late)")
+            self._lose_locked(
+                [event.lease],
+                "LEASE_EXPIRED",
+                "the lease expired before the block ended (heartbeats came too late)",
+            )
         elif kind == "WOUNDED":
             if event.session in self._sessions:
                 self.counters.wounds += 1
@@ -405,7 +416,11 @@ class Klock:
                 waiter = self._waiters.pop(ticket, None)
                 if waiter is not None:
                     waiter.resolve(event)
-            self._lose_locked(event.lost_leases or [], "LEASE_RELEASED", f"the lease was revoked (wounded) by the older session {event.by}")
+            self._lose_locked(
+                event.lost_leases or [],
+                "LEASE_RELEASED",
+                f"the lease was revoked (wounded) by the older session {event.by}",
+            )
         elif kind == "SESSION_CLOSED":
             session = self._sessions.pop(event.session, None)
             if session is not None:
@@ -456,14 +471,21 @@ class Klock:
             elif status == "LIFETIME_EXCEEDED":
                 renewable = False  # it stays valid until its capped expiry, then LEASE_EXPIRED
             elif status != "OK":
-                self._lose_locked([lease_id], status, f"a heartbeat found the lease {status.lower().replace('_', ' ')}")
+                self._lose_locked(
+                    [lease_id],
+                    status,
+                    f"a heartbeat found the lease {status.lower().replace('_', ' ')}",
+                )
         if block._state == "held" and block._lost is None and renewable:
             self._schedule_heartbeat_locked(block, max(now + 1, block._heartbeat_due()))
 
     def _refresh_locked(self, lease_id: int, expires_at: int) -> None:
         """The kernel renewed a lease (heartbeat, resume): every block holding it sees it."""
         for block in self._holders.get(lease_id, []):
-            block.leases = [replace(lease, expires_at=expires_at) if lease.lease_id == lease_id else lease for lease in block.leases]
+            block.leases = [
+                replace(lease, expires_at=expires_at) if lease.lease_id == lease_id else lease
+                for lease in block.leases
+            ]
 
     def _reschedule_heartbeat_locked(self, block: Lease) -> None:
         if block._heartbeat_seq:
@@ -581,7 +603,11 @@ class Klock:
             except KlockError:
                 pass  # already resolved or gone with its session; its event follows
         for event in self.kernel.drain_events():
-            if event.event == "GRANTED" and event.ticket in withdrawn and event.ticket in self._waiters:
+            if (
+                event.event == "GRANTED"
+                and event.ticket in withdrawn
+                and event.ticket in self._waiters
+            ):
                 for lease in event.leases or []:
                     try:
                         self.kernel.release(event.session, lease.lease_id, now)
@@ -628,7 +654,9 @@ class Session:
         self.info = info
         self._refs: dict[int, int] = {}  # lease id -> blocks of this session holding it
         self._closed = False
-        self._closed_by_user = False  # close() (Closed) rather than the kernel (idle: UNKNOWN_SESSION)
+        self._closed_by_user = (
+            False  # close() (Closed) rather than the kernel (idle: UNKNOWN_SESSION)
+        )
 
     @property
     def session_id(self) -> int:
@@ -657,7 +685,9 @@ class Session:
         """Whether a lease block of this session is holding leases now."""
         return bool(self._refs)
 
-    def lease(self, *intents: str, ttl_ms: int | None = None, timeout: float | None = None) -> Lease:
+    def lease(
+        self, *intents: str, ttl_ms: int | None = None, timeout: float | None = None
+    ) -> Lease:
         """A block holding every intent (``"PREDICATE TYPE:/path"``) at once; use it with
         ``with`` or ``async with``. ``ttl_ms`` is each lease's TTL.
 
@@ -759,7 +789,9 @@ def _check_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds, math.inf or None, got {type(timeout).__name__}")
+        raise TypeError(
+            f"timeout must be a number of seconds, math.inf or None, got {type(timeout).__name__}"
+        )
     if timeout == math.inf:
         return math.inf
     if math.isnan(timeout) or timeout < 0 or _timeout_ms(timeout) > U64_MAX:
@@ -786,12 +818,18 @@ class Lease:
     holding it ends.
     """
 
-    def __init__(self, session: Session, intents: tuple[str, ...], ttl_ms: int | None, timeout: float | None) -> None:
+    def __init__(
+        self, session: Session, intents: tuple[str, ...], ttl_ms: int | None, timeout: float | None
+    ) -> None:
         for i, intent in enumerate(intents):
             if not isinstance(intent, str):
                 raise TypeError(
                     f"intent {i} must be a str like 'MUTATES FILE:/src/a.ts', got {type(intent).__name__}"
-                    + (" (pass intents as separate arguments: lease(*intents))" if isinstance(intent, (list, tuple)) else "")
+                    + (
+                        " (pass intents as separate arguments: lease(*intents))"
+                        if isinstance(intent, (list, tuple))
+                        else ""
+                    )
                 )
         self.session = session
         self.intents = list(intents)
@@ -867,7 +905,9 @@ class Lease:
             # it follow its new expiry and TTL (their next heartbeat, found due later than
             # scheduled, moves).
             for other in k._holders.get(lease.lease_id, []):
-                other.leases = [lease if mine.lease_id == lease.lease_id else mine for mine in other.leases]
+                other.leases = [
+                    lease if mine.lease_id == lease.lease_id else mine for mine in other.leases
+                ]
             refs[lease.lease_id] = refs.get(lease.lease_id, 0) + 1
             k._holders.setdefault(lease.lease_id, []).append(self)
         k.counters.grants += 1
@@ -901,7 +941,11 @@ class Lease:
                 # the kernel leases no other block of the session holds are released.
                 now = k.now()
                 try:
-                    ending = [lease.lease_id for lease in self.leases if session._refs.get(lease.lease_id) == 1]
+                    ending = [
+                        lease.lease_id
+                        for lease in self.leases
+                        if session._refs.get(lease.lease_id) == 1
+                    ]
                     for lease_id in ending:
                         k.kernel.release(session.session_id, lease_id, now)
                     if not ending:
@@ -929,7 +973,9 @@ class Lease:
 
     # ---- acquisition ----------------------------------------------------------------------
 
-    def _acquire_steps(self, make_waiter: Callable[[Lease], _Waiter]) -> Generator[_Step, Any, None]:
+    def _acquire_steps(
+        self, make_waiter: Callable[[Lease], _Waiter]
+    ) -> Generator[_Step, Any, None]:
         """The acquisition as a generator shared by the thread and asyncio drivers: it yields
         :class:`_Sleep` or :class:`_Wait` steps and receives the delivered event after a wait.
         Returns once the block holds its leases.
@@ -941,7 +987,11 @@ class Lease:
         ``timeout`` budget is counted on the Klock's clock, from the first attempt."""
         k = self.session.klock
         forever = self.timeout == math.inf
-        deadline = None if self.timeout is None or forever else min(U64_MAX, k.now() + _timeout_ms(self.timeout))
+        deadline = (
+            None
+            if self.timeout is None or forever
+            else min(U64_MAX, k.now() + _timeout_ms(self.timeout))
+        )
         attempt = 0
         while True:
             waiter: _Waiter | None = None
@@ -990,11 +1040,16 @@ class Lease:
                     return
                 if isinstance(event, _Closed):
                     # Whoever closed withdrew the ticket from the kernel.
-                    raise Closed(f"{event.message}: the block waiting for {self.intents} was abandoned")
+                    raise Closed(
+                        f"{event.message}: the block waiting for {self.intents} was abandoned"
+                    )
                 if outcome == "WAIT_TIMEOUT":
                     if deadline is not None and k.now() >= deadline:
                         k.counters.timeouts += 1
-                        raise Timeout(f"waited {self.timeout} s for {self.intents}; still held by sessions {held_by}", held_by)
+                        raise Timeout(
+                            f"waited {self.timeout} s for {self.intents}; still held by sessions {held_by}",
+                            held_by,
+                        )
                     continue
                 # DIED, or WOUNDED (wound_wait: an older session took precedence; asking again
                 # at once would only get this block wounded again): both count as a DIE.
@@ -1012,7 +1067,10 @@ class Lease:
                 why = f"is younger than sessions {held_by} blocking {self.intents}"
                 if wait_ms == 0:
                     k.counters.timeouts += 1
-                    raise Timeout(f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)", held_by)
+                    raise Timeout(
+                        f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)",
+                        held_by,
+                    )
             if self.session._refs:
                 raise Died(
                     f"session {self.session.session_id} must roll back: it holds other leases and {why}; "
@@ -1124,7 +1182,12 @@ class Lease:
             self._abort()
             raise
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self._exit(exc)
 
     async def __aenter__(self) -> Lease:
@@ -1146,7 +1209,12 @@ class Lease:
             self._abort()
             raise
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self._exit(exc)
 
     def __repr__(self) -> str:
@@ -1187,7 +1255,12 @@ class OwnSessionLease:
             self.session.close()
             raise
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         assert self.lease is not None and self.session is not None
         try:
             self.lease.__exit__(exc_type, exc, tb)
@@ -1203,7 +1276,12 @@ class OwnSessionLease:
             self.session.close()
             raise
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         assert self.lease is not None and self.session is not None
         try:
             await self.lease.__aexit__(exc_type, exc, tb)

@@ -28,7 +28,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 __all__ = ["Clock", "SystemClock", "ManualClock", "Timer"]
 
@@ -118,14 +119,19 @@ class SystemClock:
 
     def __init__(self, now: Callable[[], int] | None = None) -> None:
         if now is not None and not callable(now):
-            raise TypeError(f"now must be a function returning milliseconds, got {type(now).__name__}")
+            raise TypeError(
+                f"now must be a function returning milliseconds, got {type(now).__name__}"
+            )
         self._t0 = time.monotonic_ns()
         self._now = now
         self._timers = _Timers()
         self._wake = threading.Condition(threading.Lock())
         self._closed = False
         self._thread = threading.Thread(
-            target=_system_clock_main, args=(weakref.ref(self), self._wake), name="klock-timer", daemon=True
+            target=_system_clock_main,
+            args=(weakref.ref(self), self._wake),
+            name="klock-timer",
+            daemon=True,
         )
         weakref.finalize(self, _notify, self._wake).atexit = False
         self._thread.start()

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from typing import Any, Awaitable, Callable, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 from .client import Klock, Session, current_session
 
@@ -46,7 +47,9 @@ def protected(
 ) -> Callable[[F], F]:
     """Decorates a function so each call holds ``templates`` (e.g. ``"MUTATES FILE:{path}"``)."""
     if not templates:
-        raise TypeError("protected() needs at least one intent template, e.g. 'MUTATES FILE:{path}'")
+        raise TypeError(
+            "protected() needs at least one intent template, e.g. 'MUTATES FILE:{path}'"
+        )
     for template in templates:
         if not isinstance(template, str):
             raise TypeError(f"intent templates must be str, got {type(template).__name__}")
@@ -64,7 +67,11 @@ def protected(
             if session is not None:
                 return session
             current = current_session()
-            if current is not None and not current.closed and (klock is None or current.klock is klock):
+            if (
+                current is not None
+                and not current.closed
+                and (klock is None or current.klock is klock)
+            ):
                 return current
             return None
 
@@ -79,7 +86,9 @@ def protected(
                     async with s.lease(*intents, ttl_ms=ttl_ms, timeout=timeout):
                         return await async_fn(*args, **kwargs)
                 k = klock or default_klock()
-                async with k.lease(*intents, agent_id=name, namespace=namespace, ttl_ms=ttl_ms, timeout=timeout):
+                async with k.lease(
+                    *intents, agent_id=name, namespace=namespace, ttl_ms=ttl_ms, timeout=timeout
+                ):
                     return await async_fn(*args, **kwargs)
 
             return cast(F, async_wrapper)
@@ -92,7 +101,9 @@ def protected(
                 with s.lease(*intents, ttl_ms=ttl_ms, timeout=timeout):
                     return fn(*args, **kwargs)
             k = klock or default_klock()
-            with k.lease(*intents, agent_id=name, namespace=namespace, ttl_ms=ttl_ms, timeout=timeout):
+            with k.lease(
+                *intents, agent_id=name, namespace=namespace, ttl_ms=ttl_ms, timeout=timeout
+            ):
                 return fn(*args, **kwargs)
 
         return cast(F, wrapper)

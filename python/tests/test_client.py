@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -69,7 +69,11 @@ def test_lease_grants_exposes_fences_and_releases(make_klock: MakeKlock) -> None
         with s.lease("MUTATES FILE:/src/a.ts", "CONSUMES FILE://README.md", ttl_ms=30_000) as lease:
             assert lease.held and not lease.lost and s.holds_leases()
             first, second = lease.leases
-            assert (first.resource, first.predicate, second.resource) == ("FILE:/src/a.ts", "MUTATES", "FILE:/README.md")
+            assert (first.resource, first.predicate, second.resource) == (
+                "FILE:/src/a.ts",
+                "MUTATES",
+                "FILE:/README.md",
+            )
             assert lease.fences == {"FILE:/src/a.ts": first.fence, "FILE:/README.md": second.fence}
             assert lease.fence == max(first.fence, second.fence)
             assert lease.lease_ids == [first.lease_id, second.lease_id]
@@ -160,7 +164,9 @@ def test_older_session_waits_and_is_woken_by_the_grant(make_klock: MakeKlock) ->
     assert k.counters.deaths == 0 and k.counters.grants == 2
 
 
-def test_younger_session_dies_sleeps_and_retries_with_the_same_priority(make_klock: MakeKlock) -> None:
+def test_younger_session_dies_sleeps_and_retries_with_the_same_priority(
+    make_klock: MakeKlock,
+) -> None:
     k = make_klock(backoff_base_ms=20, seed=4)
     old = k.session("old")
     young = k.session("young")
@@ -321,13 +327,22 @@ def test_a_wounded_waiter_backs_off_before_asking_again(make_klock: MakeKlock) -
     k = make_klock("wound_wait", backoff_base_ms=300, backoff_cap_ms=300)
     oldest, middle, young = k.session("oldest"), k.session("middle"), k.session("young")
     queued = lambda: len(k.resource_state("FILE:/x")["waiting"])  # noqa: E731
-    release_middle, release_oldest, release_young = threading.Event(), threading.Event(), threading.Event()
+    release_middle, release_oldest, release_young = (
+        threading.Event(),
+        threading.Event(),
+        threading.Event(),
+    )
     t1, e1 = in_thread(lambda: _hold(middle, release_middle))
     wait_until(lambda: len(k.resource_state("FILE:/x")["holders"]) == 1)
     t2, e2 = in_thread(lambda: _hold(young, release_young, timeout=10))
     wait_until(lambda: queued() == 1)
     t3, e3 = in_thread(lambda: _hold(oldest, release_oldest))
-    wait_until(lambda: k.resource_state("FILE:/x")["holders"][:1] and k.resource_state("FILE:/x")["holders"][0]["agent_id"] == "oldest")
+    wait_until(
+        lambda: (
+            k.resource_state("FILE:/x")["holders"][:1]
+            and k.resource_state("FILE:/x")["holders"][0]["agent_id"] == "oldest"
+        )
+    )
     wounded_at = time.monotonic()
     time.sleep(0.15)
     assert queued() == 0, "the wounded block asked again before its backoff"
@@ -353,7 +368,11 @@ def test_lanes_policy_blocks(make_klock: MakeKlock) -> None:
                 with a.lease("MUTATES FILE:/z"):
                     pass
             assert e.value.name == "HOLD_AND_WAIT"
-            t, errors = in_thread(lambda: b.lease("MUTATES FILE:/y", timeout=10).__enter__().__exit__(None, None, None))
+            t, errors = in_thread(
+                lambda: (
+                    b.lease("MUTATES FILE:/y", timeout=10).__enter__().__exit__(None, None, None)
+                )
+            )
             wait_until(lambda: k.counters.waits == 1)
         t.join(10)
         assert not errors
@@ -368,7 +387,11 @@ def test_closing_the_session_under_a_waiter(make_klock: MakeKlock) -> None:
         wait_until(lambda: k.counters.waits == 1)
         old.close()
         t.join(10)
-    assert len(errors) == 1 and isinstance(errors[0], klock.Closed) and "this session is closed" in str(errors[0])
+    assert (
+        len(errors) == 1
+        and isinstance(errors[0], klock.Closed)
+        and "this session is closed" in str(errors[0])
+    )
     assert k.stats()["waiting_tickets"] == 0
 
 
@@ -379,7 +402,10 @@ def test_closing_the_session_inside_a_block(make_klock: MakeKlock) -> None:
         with s.lease("MUTATES FILE:/x"):
             s.close()
     # Closing a session releases what it holds (SPEC.md §5): the same name in both clients.
-    assert lost.value.name == "LEASE_RELEASED" and lost.value.code == klock.ERROR_CODES["LEASE_RELEASED"]
+    assert (
+        lost.value.name == "LEASE_RELEASED"
+        and lost.value.code == klock.ERROR_CODES["LEASE_RELEASED"]
+    )
     assert "session was closed" in lost.value.message
     assert k.stats()["active_leases"] == 0
 
@@ -445,7 +471,11 @@ def test_close_klock_fails_waiters_and_is_idempotent(make_klock: MakeKlock) -> N
             assert held.lost and young.closed and old.closed
     assert lost.value.name == "LEASE_RELEASED" and "Klock was closed" in lost.value.message
     k.close()
-    assert len(errors) == 1 and isinstance(errors[0], klock.Closed) and "this Klock is closed" in str(errors[0])
+    assert (
+        len(errors) == 1
+        and isinstance(errors[0], klock.Closed)
+        and "this Klock is closed" in str(errors[0])
+    )
     assert k.kernel.stats()["active_sessions"] == 0 and k.kernel.stats()["active_leases"] == 0
     with pytest.raises(klock.Closed, match="this Klock is closed"):
         k.session("late")
@@ -525,7 +555,9 @@ def test_manual_clock_runs_timers_in_time_order_each_at_its_own_time() -> None:
     dropped = clock.set_timer(20, lambda: seen.append(("dropped", clock.now())))
     clock.clear_timer(dropped)
     clock.clear_timer(dropped)  # harmless
-    clock.set_timer(30, lambda: clock.set_timer(35, lambda: seen.append(("set by a callback", clock.now()))))
+    clock.set_timer(
+        30, lambda: clock.set_timer(35, lambda: seen.append(("set by a callback", clock.now())))
+    )
     assert clock.next_timer() == 10
     clock.jump(10)  # a paused process: time passes, nothing runs
     assert seen == [] and clock.now() == 15
@@ -566,7 +598,9 @@ def test_a_klock_takes_a_clock_object_or_a_function_and_names_a_bad_one() -> Non
         k.close()
 
 
-def test_a_manual_clock_drives_blocking_threads_through_backoffs_and_timeouts(make_klock: MakeKlock) -> None:
+def test_a_manual_clock_drives_blocking_threads_through_backoffs_and_timeouts(
+    make_klock: MakeKlock,
+) -> None:
     # The thread API in virtual time: a DIE backoff (seed 4, base 100: 178 ms, then 204 ms)
     # and a timeout end when the test advances the clock, never by real time passing.
     clock = klock.ManualClock()

@@ -11,9 +11,9 @@ import pathlib
 from typing import Any
 
 import pytest
+from support import REPO
 
 import klock
-from support import REPO
 
 SCENARIOS = sorted((REPO / "tests" / "client-scenarios").glob("*.json"))
 CLIENT_ERRORS = {"LeaseLost", "Died", "Timeout", "Closed"}
@@ -72,14 +72,20 @@ class Run:
             self.sessions[step["open"]], self.names[session.session_id] = session, step["open"]
         elif action == "enter":
             timeout = step.get("timeout_ms")
-            timeout_s = float("inf") if timeout == "inf" else None if timeout is None else timeout / 1000
-            lease = self.sessions[step["session"]].lease(*step["intents"], ttl_ms=step.get("ttl_ms"), timeout=timeout_s)
+            timeout_s = (
+                float("inf") if timeout == "inf" else None if timeout is None else timeout / 1000
+            )
+            lease = self.sessions[step["session"]].lease(
+                *step["intents"], ttl_ms=step.get("ttl_ms"), timeout=timeout_s
+            )
             block = self.blocks[step["enter"]] = Block(lease)
             self.tasks.append(asyncio.ensure_future(self.enter(block)))
         elif action in ("exit", "heartbeat"):
             block = self.blocks[step[action]]
             try:
-                await block.lease.__aexit__(None, None, None) if action == "exit" else block.lease.heartbeat()
+                await block.lease.__aexit__(
+                    None, None, None
+                ) if action == "exit" else block.lease.heartbeat()
             except klock.KlockError as e:
                 block.error = self.error(e)
             if action == "exit":
@@ -110,7 +116,13 @@ class Run:
                 lease.check()
             except klock.LeaseLost as e:
                 lost = self.error(e)
-            view = {"state": block.state, "at": block.at, "error": block.error, "lost": lost, "lease_ids": lease.lease_ids}
+            view = {
+                "state": block.state,
+                "at": block.at,
+                "error": block.error,
+                "lost": lost,
+                "lease_ids": lease.lease_ids,
+            }
             if lease.leases:
                 view.update(expires_at=lease.expires_at, ttl_ms=lease.leases[0].ttl_ms)
             out["blocks"][name] = view
@@ -122,10 +134,17 @@ class Run:
                 "expires_at": [h["expires_at"] for h in state["holders"]],
                 "waiting": [self.names[w["session_id"]] for w in state["waiting"]],
             }
-        priorities = {s["session_id"]: s["priority"] for s in kernel.snapshot(kernel.now())["sessions"]}
-        out["sessions"] = {n: {"closed": s.closed, "priority": priorities.get(s.session_id)} for n, s in self.sessions.items()}
+        priorities = {
+            s["session_id"]: s["priority"] for s in kernel.snapshot(kernel.now())["sessions"]
+        }
+        out["sessions"] = {
+            n: {"closed": s.closed, "priority": priorities.get(s.session_id)}
+            for n, s in self.sessions.items()
+        }
         stats = kernel.stats()
-        out["kernel"] = {key: stats[key] for key in ("active_sessions", "active_leases", "waiting_tickets")}
+        out["kernel"] = {
+            key: stats[key] for key in ("active_sessions", "active_leases", "waiting_tickets")
+        }
         return out
 
     def check(self, expected: dict[str, Any]) -> None:
@@ -140,7 +159,9 @@ def matches(expected: Any, actual: Any, where: str) -> None:
         for key, value in expected.items():
             if key == "message_starts":
                 message = str(actual.get("message"))
-                assert message.startswith(value), f"{where}.message: expected {value!r}..., got {message!r}"
+                assert message.startswith(value), (
+                    f"{where}.message: expected {value!r}..., got {message!r}"
+                )
                 continue
             assert key in actual, f"{where}.{key}: not observed (got {sorted(actual)})"
             matches(value, actual[key], f"{where}.{key}")
@@ -148,7 +169,18 @@ def matches(expected: Any, actual: Any, where: str) -> None:
         assert expected == actual, f"{where}: expected {expected!r}, got {actual!r}"
 
 
-ACTIONS = {"open", "enter", "exit", "heartbeat", "advance", "jump", "close", "close_klock", "kernel_close", "expect"}
+ACTIONS = {
+    "open",
+    "enter",
+    "exit",
+    "heartbeat",
+    "advance",
+    "jump",
+    "close",
+    "close_klock",
+    "kernel_close",
+    "expect",
+}
 STEP_KEYS = ACTIONS | {"session", "intents", "ttl_ms", "timeout_ms"}
 
 
@@ -156,7 +188,9 @@ async def play(scenario: dict[str, Any]) -> None:
     run = Run(scenario.get("config", {}))
     try:
         for i, step in enumerate(scenario["steps"]):
-            assert len([key for key in step if key in ACTIONS]) == 1 and set(step) <= STEP_KEYS, f"step {i}: malformed {step}"
+            assert len([key for key in step if key in ACTIONS]) == 1 and set(step) <= STEP_KEYS, (
+                f"step {i}: malformed {step}"
+            )
             try:
                 await run.step(step)
             except AssertionError as e:

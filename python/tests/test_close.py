@@ -11,10 +11,10 @@ import textwrap
 import time
 
 import pytest
-
-import klock
 from support import REPO
 from test_client import MakeKlock, in_thread, wait_until
+
+import klock
 
 
 def test_close_ends_an_acquisition_backing_off_after_a_die(make_klock: MakeKlock) -> None:
@@ -29,9 +29,15 @@ def test_close_ends_an_acquisition_backing_off_after_a_die(make_klock: MakeKlock
             t.join(5)
             assert not t.is_alive() and time.monotonic() - start < 1.0
     assert len(errors) == 1 and isinstance(errors[0], klock.Closed), errors
-    assert errors[0].name == "CLOSED" and errors[0].code == 0 and "this Klock is closed" in str(errors[0])
+    assert (
+        errors[0].name == "CLOSED"
+        and errors[0].code == 0
+        and "this Klock is closed" in str(errors[0])
+    )
     time.sleep(0.3)
-    assert k.counters.grants == 1 and k.kernel.stats()["active_leases"] == 0  # nothing granted after close
+    assert (
+        k.counters.grants == 1 and k.kernel.stats()["active_leases"] == 0
+    )  # nothing granted after close
 
 
 def test_close_ends_a_waiter_and_withdraws_its_ticket(make_klock: MakeKlock) -> None:
@@ -45,15 +51,25 @@ def test_close_ends_a_waiter_and_withdraws_its_ticket(make_klock: MakeKlock) -> 
             t.join(5)
             assert not t.is_alive()
             assert k.kernel.stats()["waiting_tickets"] == 0  # withdrawn, not left queued
-    assert len(errors) == 1 and isinstance(errors[0], klock.Closed) and "this Klock is closed" in str(errors[0])
+    assert (
+        len(errors) == 1
+        and isinstance(errors[0], klock.Closed)
+        and "this Klock is closed" in str(errors[0])
+    )
     assert k.kernel.stats()["active_leases"] == 0
 
 
-def test_close_does_not_leave_a_ticket_granted_when_an_earlier_one_is_withdrawn(make_klock: MakeKlock) -> None:
+def test_close_does_not_leave_a_ticket_granted_when_an_earlier_one_is_withdrawn(
+    make_klock: MakeKlock,
+) -> None:
     # Two waiters of this Klock queued on one resource: withdrawing the first must not grant
     # the second a lease that nobody would ever release.
     k = make_klock()
-    b, a, holder = k.session("b"), k.session("a"), k.session("holder")  # b oldest: it may queue behind a
+    b, a, holder = (
+        k.session("b"),
+        k.session("a"),
+        k.session("holder"),
+    )  # b oldest: it may queue behind a
     with pytest.raises(klock.LeaseLost, match="Klock was closed"):
         with holder.lease("MUTATES FILE:/x"):
             ta, ea = in_thread(lambda: a.lease("MUTATES FILE:/x").__enter__())
@@ -78,7 +94,11 @@ def test_closing_a_session_ends_its_acquisition_backing_off(make_klock: MakeKloc
         young.close()
         t.join(5)
         assert not t.is_alive() and time.monotonic() - start < 1.0
-    assert len(errors) == 1 and isinstance(errors[0], klock.Closed) and "this session is closed" in str(errors[0])
+    assert (
+        len(errors) == 1
+        and isinstance(errors[0], klock.Closed)
+        and "this session is closed" in str(errors[0])
+    )
 
 
 def test_close_ends_asyncio_acquisitions_waiting_and_backing_off() -> None:
@@ -95,13 +115,17 @@ def test_close_ends_asyncio_acquisitions_waiting_and_backing_off() -> None:
                     await asyncio.sleep(0.005)
                 start = time.monotonic()
                 k.close()
-                results = await asyncio.wait_for(asyncio.gather(waiting, backing_off, return_exceptions=True), 5)
+                results = await asyncio.wait_for(
+                    asyncio.gather(waiting, backing_off, return_exceptions=True), 5
+                )
                 elapsed = time.monotonic() - start
         return list(results), elapsed, k
 
     results, elapsed, k = asyncio.run(main())
     assert elapsed < 1.0
-    assert all(isinstance(r, klock.Closed) and "this Klock is closed" in str(r) for r in results), results
+    assert all(isinstance(r, klock.Closed) and "this Klock is closed" in str(r) for r in results), (
+        results
+    )
     assert k.kernel.stats()["waiting_tickets"] == 0 and k.kernel.stats()["active_leases"] == 0
 
 
@@ -109,10 +133,17 @@ def test_closed_klock_and_session_raise_closed() -> None:
     k = klock.Klock()
     s = k.session("a")
     s.close()
-    for call in (lambda: s.lease("MUTATES FILE:/x").__enter__(), s.digest, s.suspend, lambda: s.reconcile([])):
+    for call in (
+        lambda: s.lease("MUTATES FILE:/x").__enter__(),
+        s.digest,
+        s.suspend,
+        lambda: s.reconcile([]),
+    ):
         with pytest.raises(klock.Closed, match="this session is closed") as e:
             call()
-        assert isinstance(e.value, klock.KlockError) and e.value.name == "CLOSED" and e.value.code == 0
+        assert (
+            isinstance(e.value, klock.KlockError) and e.value.name == "CLOSED" and e.value.code == 0
+        )
     k.close()
     for call in (lambda: k.session("b"), lambda: k.lease("MUTATES FILE:/x").__enter__()):
         with pytest.raises(klock.Closed, match="this Klock is closed") as e:
@@ -143,7 +174,9 @@ CHILD = textwrap.dedent(
 
 
 def test_a_process_whose_klock_is_closed_exits_while_an_acquisition_backs_off() -> None:
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, cwd=REPO, timeout=20)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, cwd=REPO, timeout=20
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "closed: this Klock is closed", done.stdout + done.stderr
 
@@ -157,7 +190,13 @@ def test_timeout_inf_waits_in_one_ticket_with_no_limit(make_klock: MakeKlock) ->
     k = make_klock()
     old, young = k.session("old"), k.session("young")
     with young.lease("MUTATES FILE:/x"):
-        t, errors = in_thread(lambda: old.lease("MUTATES FILE:/x", timeout=math.inf).__enter__().__exit__(None, None, None))
+        t, errors = in_thread(
+            lambda: (
+                old.lease("MUTATES FILE:/x", timeout=math.inf)
+                .__enter__()
+                .__exit__(None, None, None)
+            )
+        )
         wait_until(lambda: k.counters.waits == 1)
         (w,) = k.resource_state("FILE:/x")["waiting"]
         assert w["deadline"] == 2**64 - 1  # "never" (SPEC §2, saturating deadlines)
@@ -167,15 +206,27 @@ def test_timeout_inf_waits_in_one_ticket_with_no_limit(make_klock: MakeKlock) ->
         assert lease.held
 
 
-@pytest.mark.parametrize("bad", [float("nan"), -1, -0.5, float("-inf"), 1e30, 2**64, 18446744073709552.0])
-def test_timeout_out_of_range_is_a_value_error_naming_timeout(make_klock: MakeKlock, bad: float) -> None:
+@pytest.mark.parametrize(
+    "bad", [float("nan"), -1, -0.5, float("-inf"), 1e30, 2**64, 18446744073709552.0]
+)
+def test_timeout_out_of_range_is_a_value_error_naming_timeout(
+    make_klock: MakeKlock, bad: float
+) -> None:
     k = make_klock()
     s = k.session("a")
-    for make in (lambda: s.lease("MUTATES FILE:/x", timeout=bad), lambda: k.lease("MUTATES FILE:/x", timeout=bad)):
+    for make in (
+        lambda: s.lease("MUTATES FILE:/x", timeout=bad),
+        lambda: k.lease("MUTATES FILE:/x", timeout=bad),
+    ):
         with pytest.raises(ValueError) as e:
             make()
         text = str(e.value)
-        assert "timeout" in text and "wait_timeout_ms" not in text and "math.inf" in text and "seconds" in text, text
+        assert (
+            "timeout" in text
+            and "wait_timeout_ms" not in text
+            and "math.inf" in text
+            and "seconds" in text
+        ), text
     assert k.kernel.stats()["active_leases"] == 0
 
 

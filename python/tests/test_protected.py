@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -18,7 +18,9 @@ def test_formats_intents_from_arguments_and_defaults(make_klock: MakeKlock) -> N
     k = make_klock()
     seen: list[dict[str, int]] = []
 
-    @klock.protected("MUTATES FILE:{path}", "CONSUMES FILE:/docs/{doc}.md", klock=k, agent_id="editor")
+    @klock.protected(
+        "MUTATES FILE:{path}", "CONSUMES FILE:/docs/{doc}.md", klock=k, agent_id="editor"
+    )
     def edit(path: str, text: str, doc: str = "README") -> str:
         """Edits a file."""
         session = klock.current_session()

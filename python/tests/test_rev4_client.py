@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 import pytest
-
-import klock
 from support import REPO
 from test_client import MakeKlock, in_thread, wait_until
+
+import klock
 
 
 class RecordingKernel:
@@ -48,11 +48,19 @@ class RecordingKernel:
 
     def events(self, kind: str, session: int) -> list[tuple[float, Any]]:
         with self._lock:
-            return [(t, e) for t, what, e in self.log if what == "event" and e.event == kind and e.session == session]
+            return [
+                (t, e)
+                for t, what, e in self.log
+                if what == "event" and e.event == kind and e.session == session
+            ]
 
     def acquires(self, session: int) -> list[tuple[float, Any]]:
         with self._lock:
-            return [(t, v) for t, what, (s, v) in ((t, w, x) for t, w, x in self.log if w == "acquire") if s == session]
+            return [
+                (t, v)
+                for t, what, (s, v) in ((t, w, x) for t, w, x in self.log if w == "acquire")
+                if s == session
+            ]
 
 
 def recording(k: klock.Klock) -> RecordingKernel:
@@ -64,7 +72,9 @@ def recording(k: klock.Klock) -> RecordingKernel:
 # ---- a nested block with a shorter TTL (defect 3) ---------------------------------------------
 
 
-def test_a_nested_block_with_a_shorter_ttl_never_shortens_the_outer_lease(make_klock: MakeKlock) -> None:
+def test_a_nested_block_with_a_shorter_ttl_never_shortens_the_outer_lease(
+    make_klock: MakeKlock,
+) -> None:
     k = make_klock()
     s = k.session("outer-agent")
     other = k.session("other-agent")
@@ -89,7 +99,9 @@ def test_a_nested_block_with_a_shorter_ttl_never_shortens_the_outer_lease(make_k
     assert k.stats()["counters"]["expired"] == 0
 
 
-def test_expires_at_and_ttl_follow_the_kernel_after_heartbeat_reacquire_and_resume(make_klock: MakeKlock) -> None:
+def test_expires_at_and_ttl_follow_the_kernel_after_heartbeat_reacquire_and_resume(
+    make_klock: MakeKlock,
+) -> None:
     k = make_klock()
     s = k.session("a")
     with s.lease("MUTATES FILE:/x", ttl_ms=10_000) as lease:
@@ -116,7 +128,9 @@ def test_expires_at_and_ttl_follow_the_kernel_after_heartbeat_reacquire_and_resu
         assert lease.expires_at == status[2] and lease.expires_at > before
 
 
-def test_a_grant_settled_late_is_heartbeaten_by_its_expiry_not_by_the_time_it_was_seen(make_klock: MakeKlock) -> None:
+def test_a_grant_settled_late_is_heartbeaten_by_its_expiry_not_by_the_time_it_was_seen(
+    make_klock: MakeKlock,
+) -> None:
     # A ticket granted while settling an overdue instant T gets acquired_at = T and
     # expires_at = T + ttl (SPEC §2), even when the client hears of it much later (here the
     # timer is stalled for 800 ms of a 1000 ms TTL). The first heartbeat must be due by the
@@ -242,7 +256,9 @@ def test_a_release_that_settles_the_expiry_raises_lease_lost(make_klock: MakeKlo
     assert k.stats()["counters"]["expired"] == 1
 
 
-def test_a_release_that_settles_the_expiry_of_a_shared_lease_raises_lease_lost(make_klock: MakeKlock) -> None:
+def test_a_release_that_settles_the_expiry_of_a_shared_lease_raises_lease_lost(
+    make_klock: MakeKlock,
+) -> None:
     k = make_klock()
     s = k.session("a")
     with pytest.raises(klock.LeaseLost) as outer_lost:
@@ -276,7 +292,11 @@ STOPPED_CHILD = textwrap.dedent(
 def test_a_process_stopped_past_its_ttl_learns_that_it_lost_the_lease() -> None:
     for _ in range(3):  # which of the timer and the release settles the expiry is a race
         child = subprocess.Popen(
-            [sys.executable, "-c", STOPPED_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+            [sys.executable, "-c", STOPPED_CHILD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO / "python")},
         )
         try:
