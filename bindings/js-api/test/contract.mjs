@@ -462,4 +462,32 @@ export function contractTests(label, api) {
     assert.deepEqual(k.drainEvents(), settled);
     assert.deepEqual(k.snapshot(500), twin.snapshot(500));
   });
+
+  test(`${label}: user code run while arguments are read may throw or call the kernel again`, () => {
+    const k = new Kernel();
+    const s = k.openSession('alice', 'default', 0).sessionId;
+    // A throwing getter: its exception comes out as it is, and the kernel works on.
+    const throwing = ['placeholder'];
+    Object.defineProperty(throwing, 0, {
+      get() {
+        throw new Error('boom');
+      },
+    });
+    assert.throws(() => k.acquire(s, throwing, null, 1), { message: 'boom' });
+    const options = {};
+    Object.defineProperty(options, 'ttlMs', { enumerable: true, get: () => assert.fail('read once, here') });
+    assert.throws(() => k.acquire(s, ['MUTATES FILE:/x'], options, 1), { name: 'AssertionError' });
+    assert.deepEqual(k.snapshot(1).leases, []);
+    // A getter calling the same kernel before the outer call reaches it.
+    const manifest = ['placeholder'];
+    Object.defineProperty(manifest, 0, {
+      get() {
+        assert.equal(k.acquire(s, ['MUTATES FILE:/inner'], null, 1).verdict, 'GRANTED');
+        return 'MUTATES FILE:/outer';
+      },
+    });
+    const v = k.acquire(s, manifest, null, 2);
+    assert.deepEqual(v.leases.map((l) => l.resource), ['FILE:/outer']);
+    assert.deepEqual(k.snapshot(2).leases.map((l) => l.resource), ['FILE:/inner', 'FILE:/outer']);
+  });
 }

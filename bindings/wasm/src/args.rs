@@ -14,11 +14,26 @@
 //! - option objects must be plain objects holding only the documented keys (a typo is a
 //!   `TypeError` `ERR_INVALID_ARG_VALUE`, never a silently ignored setting); `undefined` or
 //!   `null` for an optional object, and `undefined` for one of its keys, mean "the default".
+//!
+//! Reading a list or an object can run the caller's code (a getter, a Proxy). Every such read
+//! goes through an import that catches (`Reflect.get`, `Object.keys`, `Array.isArray`), so a
+//! throw comes back as an `Err` and is rethrown as it is: an exception never unwinds through
+//! Rust frames, which would leave the kernel's borrow taken forever.
 
 use crate::errors::{range_error, type_error};
 use crate::shared::{self, INVALID_ARG_TYPE, INVALID_ARG_VALUE, MISSING_ARGS};
-use js_sys::{Array, JsString, Object, Reflect};
-use wasm_bindgen::{JsCast, JsValue};
+use js_sys::{Array, JsString, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(catch, js_namespace = Array, js_name = isArray)]
+    fn is_array(value: &JsValue) -> Result<bool, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = Object, js_name = keys)]
+    fn object_keys(value: &JsValue) -> Result<Array, JsValue>;
+}
 
 /// Where a value came from: a top-level argument (`undefined` means it was not passed) or a
 /// field or element of one.
@@ -96,7 +111,7 @@ pub fn list<T>(
     place: Place,
     item: impl Fn(&JsValue, &str) -> Result<T, JsValue>,
 ) -> Result<Vec<T>, JsValue> {
-    if !Array::is_array(value) {
+    if !is_array(value)? {
         if value.is_undefined() && place == Place::Argument {
             return Err(wrong_type(value, what, "an Array", place));
         }
@@ -105,9 +120,12 @@ pub fn list<T>(
             &shared::not_array(what, kind(value)),
         ));
     }
-    let array: &Array = value.unchecked_ref();
-    (0..array.length())
-        .map(|i| item(&array.get(i), &format!("{what}[{i}]")))
+    // A length an Array (or a Proxy of one) reports; anything else reads as empty.
+    let length = Reflect::get(value, &JsValue::from_str("length"))?
+        .as_f64()
+        .unwrap_or(0.0) as u32;
+    (0..length)
+        .map(|i| item(&Reflect::get_u32(value, i)?, &format!("{what}[{i}]")))
         .collect()
 }
 
@@ -125,7 +143,7 @@ pub fn numbers(value: &JsValue, what: &str) -> Result<Vec<u64>, JsValue> {
 
 /// A plain object read key by key, refusing keys it does not know.
 pub struct Fields {
-    object: Object,
+    object: JsValue,
     what: String,
 }
 
@@ -157,33 +175,29 @@ impl Fields {
         if optional && (value.is_undefined() || value.is_null()) {
             return Ok(None);
         }
-        if !value.is_object() || Array::is_array(value) {
+        let array = value.is_object() && is_array(value)?;
+        if !value.is_object() || array {
             if value.is_undefined() && place == Place::Argument {
                 return Err(wrong_type(value, what, "an object", place));
             }
-            let got = if Array::is_array(value) {
-                "an Array"
-            } else {
-                kind(value)
-            };
+            let got = if array { "an Array" } else { kind(value) };
             return Err(type_error(INVALID_ARG_TYPE, &shared::not_object(what, got)));
         }
-        let object: Object = value.clone().unchecked_into();
-        for key in Object::keys(&object).iter() {
+        for key in object_keys(value)?.iter() {
             let key = key.as_string().unwrap_or_default();
             if !allowed.iter().any(|a| a.as_ref() == key) {
                 return Err(unknown(&key));
             }
         }
         Ok(Some(Fields {
-            object,
+            object: value.clone(),
             what: what.to_owned(),
         }))
     }
 
-    /// The value of `key` (`undefined` when absent).
-    fn value(&self, key: &str) -> JsValue {
-        Reflect::get(&self.object, &JsString::from(key)).unwrap_or(JsValue::UNDEFINED)
+    /// The value of `key` (`undefined` when absent); a throwing getter's exception.
+    fn value(&self, key: &str) -> Result<JsValue, JsValue> {
+        Reflect::get(&self.object, &JsString::from(key))
     }
 
     /// `what.key`, for messages.
@@ -192,45 +206,45 @@ impl Fields {
     }
 
     /// The value of `key`, `None` when absent or `undefined`.
-    fn get(&self, key: &str) -> Option<JsValue> {
-        Some(self.value(key)).filter(|v| !v.is_undefined())
+    fn get(&self, key: &str) -> Result<Option<JsValue>, JsValue> {
+        Ok(Some(self.value(key)?).filter(|v| !v.is_undefined()))
     }
 
     /// An optional number field.
     pub fn number(&self, key: &str) -> Result<Option<u64>, JsValue> {
-        self.get(key)
+        self.get(key)?
             .map(|v| number(&v, &self.label(key), Place::Field))
             .transpose()
     }
 
     /// A required number field.
     pub fn req_number(&self, key: &str) -> Result<u64, JsValue> {
-        number(&self.value(key), &self.label(key), Place::Field)
+        number(&self.value(key)?, &self.label(key), Place::Field)
     }
 
     /// An optional boolean field.
     pub fn boolean(&self, key: &str) -> Result<Option<bool>, JsValue> {
-        self.get(key)
+        self.get(key)?
             .map(|v| boolean(&v, &self.label(key), Place::Field))
             .transpose()
     }
 
     /// An optional string field.
     pub fn string(&self, key: &str) -> Result<Option<String>, JsValue> {
-        self.get(key)
+        self.get(key)?
             .map(|v| string(&v, &self.label(key), Place::Field))
             .transpose()
     }
 
     /// A required string field.
     pub fn req_string(&self, key: &str) -> Result<String, JsValue> {
-        string(&self.value(key), &self.label(key), Place::Field)
+        string(&self.value(key)?, &self.label(key), Place::Field)
     }
 
     /// A required object field.
     pub fn req_object(&self, key: &str, allowed: &[&str]) -> Result<Fields, JsValue> {
         let fields = Fields::new(
-            &self.value(key),
+            &self.value(key)?,
             &self.label(key),
             allowed,
             false,
@@ -241,6 +255,6 @@ impl Fields {
 
     /// A required list-of-strings field.
     pub fn req_strings(&self, key: &str) -> Result<Vec<String>, JsValue> {
-        strings(&self.value(key), &self.label(key), Place::Field)
+        strings(&self.value(key)?, &self.label(key), Place::Field)
     }
 }

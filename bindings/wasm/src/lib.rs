@@ -11,7 +11,10 @@
 //! every rule about leases, queues and time is in the core. Each method converts and checks
 //! every argument first (throwing `TypeError` or `RangeError` before the kernel is touched),
 //! then makes exactly one kernel call (or, for `drainEvents`, polls until empty), then
-//! converts the answer. Numbers are JS numbers, never BigInt, validated as integers in
+//! converts the answer. Converting may run the caller's code (an array getter), which may
+//! call the same kernel: so methods borrow the object shared (`&self`) and the kernel
+//! (`RefCell`) only for the kernel call itself, during which no JS runs, as the Node addon
+//! does. Numbers are JS numbers, never BigInt, validated as integers in
 //! `0 ..= 2^53 − 1`. Kernel errors are `KlockError`s (code, name, message). A call on a freed
 //! kernel throws an `Error` with `code` `"ERR_INVALID_STATE"` (`freed-guard.js`, appended to
 //! the generated glue by `build.sh`, checks before anything reaches Rust). The module-level
@@ -42,6 +45,7 @@ use klock_core::{
 };
 use output::to_js;
 use serde::Serialize;
+use std::cell::{RefCell, RefMut};
 use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen]
@@ -173,7 +177,15 @@ pub fn parse_intent(intent: JsValue) -> Result<JsValue, JsValue> {
 /// every method).
 #[wasm_bindgen(js_name = Kernel, skip_typescript)]
 pub struct WasmKernel {
-    inner: klock_core::Kernel,
+    inner: RefCell<klock_core::Kernel>,
+}
+
+impl WasmKernel {
+    /// The kernel, for one call: taken after the arguments are converted and released before
+    /// the answer is, so no JS code runs while it is borrowed.
+    fn kernel(&self) -> RefMut<'_, klock_core::Kernel> {
+        self.inner.borrow_mut()
+    }
 }
 
 #[wasm_bindgen(js_class = Kernel)]
@@ -181,30 +193,33 @@ impl WasmKernel {
     #[wasm_bindgen(constructor)]
     pub fn new(config: JsValue) -> Result<WasmKernel, JsValue> {
         let config = config_arg(&config)?;
+        let inner = klock_core::Kernel::new(config).or_throw()?;
         Ok(WasmKernel {
-            inner: klock_core::Kernel::new(config).or_throw()?,
+            inner: RefCell::new(inner),
         })
     }
 
     #[wasm_bindgen(getter)]
     pub fn config(&self) -> JsValue {
-        to_js(self.inner.config())
+        let config = self.kernel().config().clone();
+        to_js(&config)
     }
 
     #[wasm_bindgen(js_name = clone)]
     pub fn fork(&self) -> WasmKernel {
+        let inner = self.kernel().clone();
         WasmKernel {
-            inner: self.inner.clone(),
+            inner: RefCell::new(inner),
         }
     }
 
     pub fn now(&self) -> f64 {
-        self.inner.now() as f64
+        self.kernel().now() as f64
     }
 
     #[wasm_bindgen(js_name = openSession)]
     pub fn open_session(
-        &mut self,
+        &self,
         agent_id: JsValue,
         namespace: JsValue,
         now: JsValue,
@@ -212,43 +227,43 @@ impl WasmKernel {
         let agent_id = string_arg(&agent_id, "agentId")?;
         let namespace = string_arg(&namespace, "namespace")?;
         let now = number_arg(&now, "now")?;
-        let info = self.inner.open_session(&agent_id, &namespace, now);
+        let info = self.kernel().open_session(&agent_id, &namespace, now);
         info.map(|i| to_js(&i)).or_throw()
     }
 
     #[wasm_bindgen(js_name = closeSession)]
-    pub fn close_session(&mut self, session: JsValue, now: JsValue) -> Result<(), JsValue> {
+    pub fn close_session(&self, session: JsValue, now: JsValue) -> Result<(), JsValue> {
         let session = session_arg(&session)?;
         let now = number_arg(&now, "now")?;
-        self.inner.close_session(session, now).or_throw()
+        let done = self.kernel().close_session(session, now);
+        done.or_throw()
     }
 
     #[wasm_bindgen(js_name = suspendSession)]
-    pub fn suspend_session(&mut self, session: JsValue, now: JsValue) -> Result<(), JsValue> {
+    pub fn suspend_session(&self, session: JsValue, now: JsValue) -> Result<(), JsValue> {
         let session = session_arg(&session)?;
         let now = number_arg(&now, "now")?;
-        self.inner.suspend_session(session, now).or_throw()
+        let done = self.kernel().suspend_session(session, now);
+        done.or_throw()
     }
 
-    pub fn digest(&mut self, session: JsValue, now: JsValue) -> Result<JsValue, JsValue> {
+    pub fn digest(&self, session: JsValue, now: JsValue) -> Result<JsValue, JsValue> {
         let session = session_arg(&session)?;
         let now = number_arg(&now, "now")?;
-        self.inner
-            .digest(session, now)
-            .map(|d| to_js(&d))
-            .or_throw()
+        let digest = self.kernel().digest(session, now);
+        digest.map(|d| to_js(&d)).or_throw()
     }
 
     #[wasm_bindgen(js_name = resumeSession)]
-    pub fn resume_session(&mut self, digest: JsValue, now: JsValue) -> Result<JsValue, JsValue> {
+    pub fn resume_session(&self, digest: JsValue, now: JsValue) -> Result<JsValue, JsValue> {
         let digest = digest_arg(&digest)?;
         let now = number_arg(&now, "now")?;
-        let info = self.inner.resume_session(&digest, now);
+        let info = self.kernel().resume_session(&digest, now);
         info.map(|i| to_js(&i)).or_throw()
     }
 
     pub fn acquire(
-        &mut self,
+        &self,
         session: JsValue,
         intents: JsValue,
         options: JsValue,
@@ -258,12 +273,12 @@ impl WasmKernel {
         let intents = args::strings(&intents, "intents", Place::Argument)?;
         let options = options_arg(&options)?;
         let now = number_arg(&now, "now")?;
-        let verdict = self.inner.acquire(session, &intents, options, now);
+        let verdict = self.kernel().acquire(session, &intents, options, now);
         verdict.map(|v| to_js(&v)).or_throw()
     }
 
     pub fn heartbeat(
-        &mut self,
+        &self,
         session: JsValue,
         leases: JsValue,
         now: JsValue,
@@ -289,32 +304,29 @@ impl WasmKernel {
             None => LeaseSelection::All,
             Some(ids) => LeaseSelection::Ids(ids),
         };
-        let results = self.inner.heartbeat(session, which, now).or_throw()?;
+        let results = self.kernel().heartbeat(session, which, now);
+        let results = results.or_throw()?;
         Ok(answers(&Output::Heartbeat { results }, "results"))
     }
 
-    pub fn release(
-        &mut self,
-        session: JsValue,
-        lease: JsValue,
-        now: JsValue,
-    ) -> Result<bool, JsValue> {
+    pub fn release(&self, session: JsValue, lease: JsValue, now: JsValue) -> Result<bool, JsValue> {
         let session = session_arg(&session)?;
         let lease = LeaseId(number_arg(&lease, "lease")?);
         let now = number_arg(&now, "now")?;
-        self.inner.release(session, lease, now).or_throw()
+        let released = self.kernel().release(session, lease, now);
+        released.or_throw()
     }
 
     #[wasm_bindgen(js_name = releaseAll)]
-    pub fn release_all(&mut self, session: JsValue, now: JsValue) -> Result<f64, JsValue> {
+    pub fn release_all(&self, session: JsValue, now: JsValue) -> Result<f64, JsValue> {
         let session = session_arg(&session)?;
         let now = number_arg(&now, "now")?;
-        let count = self.inner.release_all(session, now);
+        let count = self.kernel().release_all(session, now);
         count.map(|n| n as f64).or_throw()
     }
 
     pub fn reconcile(
-        &mut self,
+        &self,
         session: JsValue,
         leases: JsValue,
         now: JsValue,
@@ -325,13 +337,14 @@ impl WasmKernel {
             .map(LeaseId)
             .collect();
         let now = number_arg(&now, "now")?;
-        let statuses = self.inner.reconcile(session, &ids, now).or_throw()?;
+        let statuses = self.kernel().reconcile(session, &ids, now);
+        let statuses = statuses.or_throw()?;
         Ok(answers(&Output::Reconcile { statuses }, "statuses"))
     }
 
     #[wasm_bindgen(js_name = cancelWait)]
     pub fn cancel_wait(
-        &mut self,
+        &self,
         session: JsValue,
         ticket: JsValue,
         now: JsValue,
@@ -339,26 +352,29 @@ impl WasmKernel {
         let session = session_arg(&session)?;
         let ticket = TicketId(number_arg(&ticket, "ticket")?);
         let now = number_arg(&now, "now")?;
-        self.inner.cancel_wait(session, ticket, now).or_throw()
+        let done = self.kernel().cancel_wait(session, ticket, now);
+        done.or_throw()
     }
 
-    pub fn advance(&mut self, now: JsValue) -> Result<(), JsValue> {
+    pub fn advance(&self, now: JsValue) -> Result<(), JsValue> {
         let now = number_arg(&now, "now")?;
-        self.inner.advance(now);
+        self.kernel().advance(now);
         Ok(())
     }
 
     #[wasm_bindgen(js_name = nextDeadline)]
     pub fn next_deadline(&self) -> JsValue {
-        match self.inner.next_deadline() {
+        let deadline = self.kernel().next_deadline();
+        match deadline {
             Some(at) => JsValue::from_f64(at as f64),
             None => JsValue::NULL,
         }
     }
 
     #[wasm_bindgen(js_name = pollEvent)]
-    pub fn poll_event(&mut self) -> JsValue {
-        match self.inner.poll_event() {
+    pub fn poll_event(&self) -> JsValue {
+        let event = self.kernel().poll_event();
+        match event {
             Some(event) => to_js(&event),
             None => JsValue::NULL,
         }
@@ -366,19 +382,19 @@ impl WasmKernel {
 
     /// Every queued event in one crossing.
     #[wasm_bindgen(js_name = drainEvents)]
-    pub fn drain_events(&mut self) -> JsValue {
-        let events: Vec<Event> = std::iter::from_fn(|| self.inner.poll_event()).collect();
+    pub fn drain_events(&self) -> JsValue {
+        let events: Vec<Event> = std::iter::from_fn(|| self.kernel().poll_event()).collect();
         to_js(&events)
     }
 
     #[wasm_bindgen(js_name = pendingEvents)]
     pub fn pending_events(&self) -> f64 {
-        self.inner.pending_events() as f64
+        self.kernel().pending_events() as f64
     }
 
     #[wasm_bindgen(js_name = resourceState)]
     pub fn resource_state(
-        &mut self,
+        &self,
         resource: JsValue,
         namespace: JsValue,
         now: JsValue,
@@ -386,16 +402,18 @@ impl WasmKernel {
         let resource = string_arg(&resource, "resource")?;
         let namespace = string_arg(&namespace, "namespace")?;
         let now = number_arg(&now, "now")?;
-        let state = self.inner.resource_state(&resource, &namespace, now);
+        let state = self.kernel().resource_state(&resource, &namespace, now);
         state.map(|s| to_js(&s)).or_throw()
     }
 
     pub fn stats(&self) -> JsValue {
-        to_js(&self.inner.stats())
+        let stats = self.kernel().stats();
+        to_js(&stats)
     }
 
-    pub fn snapshot(&mut self, now: JsValue) -> Result<JsValue, JsValue> {
+    pub fn snapshot(&self, now: JsValue) -> Result<JsValue, JsValue> {
         let now = number_arg(&now, "now")?;
-        Ok(to_js(&self.inner.snapshot(now)))
+        let snapshot = self.kernel().snapshot(now);
+        Ok(to_js(&snapshot))
     }
 }
