@@ -65,13 +65,14 @@ static uint64_t *ids(const J *o, const char *key, size_t *n) {
 }
 
 static J *parse(char *json) { /* reads `\u0000` as 0xC0 0x80, in place; every other escape is kept whole */
-    char *w = json;
-    for (const char *r = json; *r;) {
+    char *w = strstr(json, "\\u0000") ? json : NULL; /* almost never: skip the copy */
+    for (const char *r = json; w && *r;) {
         if (r[0] == '\\' && !strncmp(r + 1, "u0000", 5)) *w++ = (char)0xC0, *w++ = (char)0x80, r += 6;
         else if (r[0] == '\\' && r[1]) *w++ = *r++, *w++ = *r++;
         else *w++ = *r++;
     }
-    return *w = 0, cJSON_Parse(json);
+    if (w) *w = 0;
+    return cJSON_Parse(json);
 }
 static J *json(char *text) { /* JSON text the library wrote (then freed); not JSON equals nothing */
     J *value = text ? parse(text) : NULL;
