@@ -5,7 +5,7 @@
 #     checked against the core's, and include/klock.h against what the pinned cbindgen makes
 #     of the sources), and proves that a stale header fails that check;
 #  3. builds libklock (cargo build --release -p klock-c; the build writes nothing outside
-#     target/) and compiles, all at once, the replayer (tests/c/replay.c), the bad-input tests,
+#     target/), checks it exports exactly the functions klock.h declares, and compiles, all at once, the replayer (tests/c/replay.c), the bad-input tests,
 #     the shared bad-digest cases' runner and the quickstart example with gcc -std=c11 -Wall
 #     -Wextra -Werror, each linked statically (libklock.a) and dynamically (libklock.so, rpath);
 #  4. runs every program at once under valgrind (errors and definite/indirect leaks fail): the
@@ -94,6 +94,11 @@ build bad_digests tests/c/bad_digests.c -lcjson
 build quickstart examples/c/quickstart.c
 for pid in "${compiles[@]}"; do wait "$pid" || fail "a compile failed (see above)"; done
 echo "built replay, bad_input, bad_digests and quickstart, each static and -dynamic, in $out"
+# The library exports exactly the functions klock.h declares: nothing test-only, nothing hidden.
+nm -D --defined-only "$lib_dir/libklock.so" | awk '$2 == "T" && $3 ~ /^klock_/ {print $3}' | sort >"$scratch/exported"
+grep -E '^[a-z].*klock_[a-z_]+\(' include/klock.h | grep -oE 'klock_[a-z_]+\(' | tr -d '(' | sort >"$scratch/declared"
+diff "$scratch/declared" "$scratch/exported" >&2 || fail "libklock.so exports other functions than include/klock.h declares (< declared, > exported)"
+echo "libklock.so exports the $(wc -l <"$scratch/exported") functions klock.h declares, and no other"
 # The dynamic builds really load libklock.so.
 # (Captured first: under pipefail, `ldd | grep -q` fails when grep stops reading early.)
 dependencies=$(ldd "$out/replay-dynamic")
