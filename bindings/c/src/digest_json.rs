@@ -13,9 +13,9 @@
 //! A C string cannot hold NUL (U+0000): an `agent_id` or `namespace` holding one can never be a
 //! kernel id (ids are printable, SPEC.md §5), so it is `KLOCK_INVALID_DIGEST`, the error every
 //! other host gives when such a digest is resumed; a NUL in `last_phase` or a pending intent
-//! (free text the kernel does not check) is `KLOCK_INVALID_ARGUMENT`, because the C digest
-//! cannot represent it. Nothing is ever cut short silently. The shared cases are in
-//! tests/bad-digests.json.
+//! (free text the kernel does not check) is `KLOCK_INVALID_ARGUMENT`: no digest the kernel
+//! writes holds one, so the text is not a stored digest. Nothing is ever cut short silently.
+//! The shared cases are in tests/bad-digests.json.
 
 use crate::status::{klock_status, Failure, Outcome};
 use klock_core::{DigestIdentity, DigestRecovery, SessionId, StateDigest};
