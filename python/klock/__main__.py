@@ -10,7 +10,10 @@ def main(argv: list[str]) -> int:
         from .demo import main as demo
 
         return demo(argv[1:])
-    print("usage: python -m klock demo [--agents N] [--edits N] [--files N] [--policy P]", file=sys.stderr)
+    print(
+        "usage: python -m klock demo [--agents N] [--edits N] [--files N] [--policy P]",
+        file=sys.stderr,
+    )
     return 2
 
 

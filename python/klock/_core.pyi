@@ -15,7 +15,8 @@ touched, so they never change state. Kernel errors raise a :class:`KlockError` s
 Thread-safe: a :class:`Kernel` may be shared by any number of threads (calls are serialised).
 """
 
-from typing import Any, Final, Iterable, Literal, Sequence, TypedDict, final
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Literal, TypedDict, final
 
 from typing_extensions import Unpack
 
@@ -82,8 +83,12 @@ def parse_intent(intent: str) -> tuple[str, str]:
     """Validates ``"PREDICATE TYPE:/path"``: ``(canonical predicate, canonical resource)``."""
 
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
-_EventName = Literal["GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"]
-_HeartbeatStatus = Literal["OK", "LEASE_EXPIRED", "LEASE_RELEASED", "NOT_OWNER", "UNKNOWN_LEASE", "LIFETIME_EXCEEDED"]
+_EventName = Literal[
+    "GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"
+]
+_HeartbeatStatus = Literal[
+    "OK", "LEASE_EXPIRED", "LEASE_RELEASED", "NOT_OWNER", "UNKNOWN_LEASE", "LIFETIME_EXCEEDED"
+]
 _LeaseStatusName = Literal["ACTIVE", "EXPIRED", "RELEASED", "NOT_OWNER", "UNKNOWN"]
 
 class _Config(TypedDict, total=False):

@@ -31,8 +31,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import TextIO
 
 from .client import Klock, Session
 from .errors import Closed, Died, KlockError, LeaseLost
@@ -200,7 +201,9 @@ def _run_phase(
     rollbacks = [0]
     errors: list[str] = []
     lock = threading.Lock()
-    sessions: list[Session] = [klock.session(f"agent-{i}") for i in range(len(plans))] if klock else []
+    sessions: list[Session] = (
+        [klock.session(f"agent-{i}") for i in range(len(plans))] if klock else []
+    )
 
     def agent(index: int) -> None:
         rng = random.Random(seed + 7919 * index)
@@ -222,7 +225,9 @@ def _run_phase(
                 while pending and not stop.is_set():  # a Died or a lost lease rolls the unit back
                     try:
                         if len(pending) == 1:
-                            with session.lease(f"MUTATES FILE:/file{pending[0]}.json", timeout=60) as held:
+                            with session.lease(
+                                f"MUTATES FILE:/file{pending[0]}.json", timeout=60
+                            ) as held:
                                 if _edit(files[pending[0]], index, serial, think(), held.fence):
                                     pending.clear()
                                 else:
@@ -230,10 +235,14 @@ def _run_phase(
                                         fenced_out[0] += 1
                         else:
                             first, second = pending
-                            with session.lease(f"MUTATES FILE:/file{first}.json", timeout=60) as outer:
+                            with session.lease(
+                                f"MUTATES FILE:/file{first}.json", timeout=60
+                            ) as outer:
                                 data_first = files[first].read(outer.fence)
                                 time.sleep(think())
-                                with session.lease(f"MUTATES FILE:/file{second}.json", timeout=60) as inner:
+                                with session.lease(
+                                    f"MUTATES FILE:/file{second}.json", timeout=60
+                                ) as inner:
                                     if data_first is not None:
                                         data_first["edits"].append(f"agent{index}-{serial}a")
                                         if files[first].write(data_first, outer.fence):
@@ -260,7 +269,10 @@ def _run_phase(
             with lock:
                 errors.append(f"agent {index}: {type(e).__name__}: {e}")
 
-    threads = [threading.Thread(target=agent, args=(i,), name=f"agent-{i}", daemon=True) for i in range(len(plans))]
+    threads = [
+        threading.Thread(target=agent, args=(i,), name=f"agent-{i}", daemon=True)
+        for i in range(len(plans))
+    ]
     start = time.monotonic()
     try:
         for t in threads:
@@ -308,12 +320,18 @@ def run_demo(
     plans = _plan(agents, edits, files, seed)
     root = tempfile.mkdtemp(prefix="klock-demo-")
     try:
-        stream.write(f"klock demo: {agents} agents x {edits} read-modify-write edits on {files} files in {root}\n")
+        stream.write(
+            f"klock demo: {agents} agents x {edits} read-modify-write edits on {files} files in {root}\n"
+        )
         plain_files = [FencedFile(os.path.join(root, f"plain{i}.json")) for i in range(files)]
-        without = _run_phase("without Klock", plans, plain_files, think_ms, seed, None, deadline_s, stream)
+        without = _run_phase(
+            "without Klock", plans, plain_files, think_ms, seed, None, deadline_s, stream
+        )
         guarded_files = [FencedFile(os.path.join(root, f"file{i}.json")) for i in range(files)]
         with Klock(policy, seed=seed) as klock:
-            with_klock = _run_phase("with Klock", plans, guarded_files, think_ms, seed, klock, deadline_s, stream)
+            with_klock = _run_phase(
+                "with Klock", plans, guarded_files, think_ms, seed, klock, deadline_s, stream
+            )
     except KeyboardInterrupt:
         _ignore_ctrl_c()  # a second Ctrl-C must not interrupt the cleanup
         _remove(root)
@@ -343,9 +361,18 @@ def format_table(results: tuple[PhaseResult, ...]) -> str:
         ("edits lost", lambda r: str(r.lost)),
         ("waits", lambda r: str(r.waits) if r.name != "without Klock" else "-"),
         ("deaths (DIE)", lambda r: str(r.deaths) if r.name != "without Klock" else "-"),
-        ("retries (incl. rollbacks)", lambda r: str(r.retries) if r.name != "without Klock" else "-"),
-        ("leases revoked (wounded)", lambda r: str(r.lost_leases) if r.name != "without Klock" else "-"),
-        ("stale accesses refused (fence)", lambda r: str(r.fenced_out) if r.name != "without Klock" else "-"),
+        (
+            "retries (incl. rollbacks)",
+            lambda r: str(r.retries) if r.name != "without Klock" else "-",
+        ),
+        (
+            "leases revoked (wounded)",
+            lambda r: str(r.lost_leases) if r.name != "without Klock" else "-",
+        ),
+        (
+            "stale accesses refused (fence)",
+            lambda r: str(r.fenced_out) if r.name != "without Klock" else "-",
+        ),
         ("deadlocked", lambda r: "no" if r.finished else "YES"),
         ("elapsed", lambda r: f"{r.elapsed_s:.2f} s"),
         ("throughput (kept edits)", lambda r: f"{r.throughput:,.0f} edits/s"),
@@ -359,23 +386,38 @@ def format_table(results: tuple[PhaseResult, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m klock demo", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m klock demo", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
     parser.add_argument("--agents", type=int, default=16, help="agent threads (default 16)")
     parser.add_argument("--edits", type=int, default=40, help="edits per agent (default 40)")
     parser.add_argument("--files", type=int, default=6, help="shared files (default 6)")
-    parser.add_argument("--think-ms", type=float, default=2.0, help="think time between read and write (default 2 ms)")
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=2.0,
+        help="think time between read and write (default 2 ms)",
+    )
     parser.add_argument("--policy", default="wait_die", choices=["wait_die", "wound_wait", "lanes"])
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     if args.agents < 1 or args.edits < 1 or args.files < 2 or args.think_ms < 0:
         parser.error("need --agents >= 1, --edits >= 1, --files >= 2, --think-ms >= 0")
     if args.policy == "lanes":
-        parser.error("the demo nests leases (hold one file, then ask for another), which the lanes policy forbids (HOLD_AND_WAIT)")
+        parser.error(
+            "the demo nests leases (hold one file, then ask for another), which the lanes policy forbids (HOLD_AND_WAIT)"
+        )
     try:
-        without, with_klock = run_demo(args.agents, args.edits, args.files, args.think_ms, args.policy, args.seed)
+        without, with_klock = run_demo(
+            args.agents, args.edits, args.files, args.think_ms, args.policy, args.seed
+        )
     except (Interrupted, KeyboardInterrupt) as stopped:
         _ignore_ctrl_c()
-        where = f"; removed {stopped.root}" if isinstance(stopped, Interrupted) and not os.path.exists(stopped.root) else ""
+        where = (
+            f"; removed {stopped.root}"
+            if isinstance(stopped, Interrupted) and not os.path.exists(stopped.root)
+            else ""
+        )
         sys.stderr.write(f"\nklock demo: interrupted{where}\n")
         sys.stderr.flush()
         return 130

@@ -1,14 +1,11 @@
 from __future__ import annotations
 
-
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 import klock
-
-
-
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from klock import _core
 
@@ -30,12 +31,25 @@ SCRIPT_KEYS = {"format", "vector", "name", "config", "steps"}
 STEP_KEYS = {"now", "call", "result", "events", "snapshot_at", "snapshot"}
 
 SESSION = ("session_id", "agent_id", "namespace", "priority", "epoch")
-LEASE = ("lease_id", "session_id", "agent_id", "resource", "predicate", "fence", "acquired_at",
-         "expires_at", "ttl_ms")
+LEASE = (
+    "lease_id",
+    "session_id",
+    "agent_id",
+    "resource",
+    "predicate",
+    "fence",
+    "acquired_at",
+    "expires_at",
+    "ttl_ms",
+)
 # The fields of each kind of tagged answer. The binding's Verdict and Event flatten every kind
 # into one class whose fields of other kinds are None or empty; such a field that is set
 # anyway is shown too, so that it fails the comparison.
-VERDICT = {"GRANTED": ("leases",), "WAIT": ("ticket", "held_by"), "DIE": ("retry_after_ms", "held_by")}
+VERDICT = {
+    "GRANTED": ("leases",),
+    "WAIT": ("ticket", "held_by"),
+    "DIE": ("retry_after_ms", "held_by"),
+}
 EVENT = {
     "GRANTED": ("ticket", "session", "leases"),
     "WAIT_TIMEOUT": ("ticket", "session"),
@@ -114,23 +128,54 @@ def acquire(k: _core.Kernel, c: dict[str, Any], now: int) -> dict[str, Any]:
 # Every op: its argument keys, and the call it makes through the binding.
 Call = Callable[[_core.Kernel, dict[str, Any], int], dict[str, Any]]
 OPS: dict[str, tuple[set[str], Call]] = {
-    "open": ({"agent_id", "namespace"}, lambda k, c, now: session(k.open_session(c["agent_id"], c["namespace"], now))),
+    "open": (
+        {"agent_id", "namespace"},
+        lambda k, c, now: session(k.open_session(c["agent_id"], c["namespace"], now)),
+    ),
     "close": ({"session"}, lambda k, c, now: done(k.close_session(c["session"], now))),
     "suspend": ({"session"}, lambda k, c, now: done(k.suspend_session(c["session"], now))),
     "digest": ({"session"}, lambda k, c, now: out("digest", digest=k.digest(c["session"], now))),
     "resume": ({"digest"}, lambda k, c, now: session(k.resume_session(c["digest"], now))),
     "acquire": ({"session", "intents", "options"}, acquire),
-    "heartbeat": ({"session", "leases"}, lambda k, c, now: out("heartbeat", results=[
-        per_lease(i, s, expires_at=e) for i, s, e in k.heartbeat(c["session"], c["leases"], now)])),
-    "release": ({"session", "lease"},
-                lambda k, c, now: out("released", released=k.release(c["session"], c["lease"], now))),
-    "release_all": ({"session"}, lambda k, c, now: out("released_all", count=k.release_all(c["session"], now))),
-    "reconcile": ({"session", "leases"}, lambda k, c, now: out("reconcile", statuses=[
-        per_lease(i, s, expires_at=e, fence=f) for i, s, e, f in k.reconcile(c["session"], c["leases"], now)])),
-    "cancel_wait": ({"session", "ticket"}, lambda k, c, now: done(k.cancel_wait(c["session"], c["ticket"], now))),
+    "heartbeat": (
+        {"session", "leases"},
+        lambda k, c, now: out(
+            "heartbeat",
+            results=[
+                per_lease(i, s, expires_at=e)
+                for i, s, e in k.heartbeat(c["session"], c["leases"], now)
+            ],
+        ),
+    ),
+    "release": (
+        {"session", "lease"},
+        lambda k, c, now: out("released", released=k.release(c["session"], c["lease"], now)),
+    ),
+    "release_all": (
+        {"session"},
+        lambda k, c, now: out("released_all", count=k.release_all(c["session"], now)),
+    ),
+    "reconcile": (
+        {"session", "leases"},
+        lambda k, c, now: out(
+            "reconcile",
+            statuses=[
+                per_lease(i, s, expires_at=e, fence=f)
+                for i, s, e, f in k.reconcile(c["session"], c["leases"], now)
+            ],
+        ),
+    ),
+    "cancel_wait": (
+        {"session", "ticket"},
+        lambda k, c, now: done(k.cancel_wait(c["session"], c["ticket"], now)),
+    ),
     "advance": (set(), lambda k, c, now: done(k.advance(now))),
-    "resource_state": ({"resource", "namespace"}, lambda k, c, now: out(
-        "resource_state", state=k.resource_state(c["resource"], c["namespace"], now))),
+    "resource_state": (
+        {"resource", "namespace"},
+        lambda k, c, now: out(
+            "resource_state", state=k.resource_state(c["resource"], c["namespace"], now)
+        ),
+    ),
     # A pure query: the binding's next_deadline takes no `now`.
     "next_deadline": (set(), lambda k, c, now: out("next_deadline", deadline=k.next_deadline())),
 }
@@ -169,7 +214,7 @@ def diff(want: Any, got: Any, path: str) -> str | None:
                 return found
         return None
     if isinstance(want, list):
-        for index, (w, g) in enumerate(zip(want, got)):
+        for index, (w, g) in enumerate(zip(want, got, strict=False)):
             found = diff(w, g, f"{path}[{index}]")
             if found:
                 return found
@@ -181,6 +226,7 @@ def diff(want: Any, got: Any, path: str) -> str | None:
 
 def load(path: pathlib.Path) -> dict[str, Any]:
     """A script file, strictly: no duplicate keys (the last would win unseen), a known format."""
+
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         if len({k for k, _ in pairs}) != len(pairs):
             raise Failure(f"invalid JSON: duplicate key among {[k for k, _ in pairs]}")

@@ -7,10 +7,9 @@ import json
 from typing import Any
 
 import pytest
+from support import REPO
 
 from klock._core import Kernel, KlockError
-
-from support import REPO
 
 FIXTURE = json.loads((REPO / "tests" / "bad-digests.json").read_text(encoding="utf-8"))
 CASES: list[dict[str, Any]] = FIXTURE["cases"]

@@ -9,7 +9,8 @@ same clock, same snapshot, no event.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -70,7 +71,13 @@ BAD_ID_LISTS: list[tuple[Any, type[BaseException]]] = [
     ([-1], ValueError),
     ([2**64], OverflowError),
 ]
-BAD_BOOLS: list[tuple[Any, type[BaseException]]] = [(None, TypeError), (1, TypeError), (0, TypeError), ("yes", TypeError), (NAN, TypeError)]
+BAD_BOOLS: list[tuple[Any, type[BaseException]]] = [
+    (None, TypeError),
+    (1, TypeError),
+    (0, TypeError),
+    ("yes", TypeError),
+    (NAN, TypeError),
+]
 
 NOW = 100
 
@@ -102,30 +109,71 @@ def entry_points(w: World) -> dict[str, tuple[Callable[..., Any], dict[str, str]
     later = NOW + 100
     return {
         "open_session": (
-            lambda agent_id="carol", namespace="default", now=later: k.open_session(agent_id, namespace, now),
+            lambda agent_id="carol", namespace="default", now=later: k.open_session(
+                agent_id, namespace, now
+            ),
             {"agent_id": "str", "namespace": "str", "now": "int"},
         ),
-        "close_session": (lambda session=w.a, now=later: k.close_session(session, now), {"session": "int", "now": "int"}),
-        "suspend_session": (lambda session=w.a, now=later: k.suspend_session(session, now), {"session": "int", "now": "int"}),
-        "digest": (lambda session=w.a, now=later: k.digest(session, now), {"session": "int", "now": "int"}),
+        "close_session": (
+            lambda session=w.a, now=later: k.close_session(session, now),
+            {"session": "int", "now": "int"},
+        ),
+        "suspend_session": (
+            lambda session=w.a, now=later: k.suspend_session(session, now),
+            {"session": "int", "now": "int"},
+        ),
+        "digest": (
+            lambda session=w.a, now=later: k.digest(session, now),
+            {"session": "int", "now": "int"},
+        ),
         "resume_session": (lambda now=later: k.resume_session(w.digest, now), {"now": "int"}),
         "acquire": (
-            lambda session=w.b, intents=("MUTATES FILE:/z",), now=later, ttl_ms=10, wait=True, wait_timeout_ms=10: k.acquire(
-                session, list(intents) if isinstance(intents, tuple) else intents, now, ttl_ms=ttl_ms, wait=wait, wait_timeout_ms=wait_timeout_ms
+            lambda session=w.b, intents=("MUTATES FILE:/z",), now=later, ttl_ms=10, wait=True, wait_timeout_ms=10: (
+                k.acquire(
+                    session,
+                    list(intents) if isinstance(intents, tuple) else intents,
+                    now,
+                    ttl_ms=ttl_ms,
+                    wait=wait,
+                    wait_timeout_ms=wait_timeout_ms,
+                )
             ),
-            {"session": "int", "intents": "intents", "now": "int", "ttl_ms": "opt_int", "wait": "bool", "wait_timeout_ms": "opt_int"},
+            {
+                "session": "int",
+                "intents": "intents",
+                "now": "int",
+                "ttl_ms": "opt_int",
+                "wait": "bool",
+                "wait_timeout_ms": "opt_int",
+            },
         ),
         "heartbeat": (
             lambda session=w.b, leases=None, now=later: k.heartbeat(session, leases, now),
             {"session": "int", "leases": "ids_or_none", "now": "int"},
         ),
-        "release": (lambda session=w.b, lease=w.lease, now=later: k.release(session, lease, now), {"session": "int", "lease": "int", "now": "int"}),
-        "release_all": (lambda session=w.b, now=later: k.release_all(session, now), {"session": "int", "now": "int"}),
-        "reconcile": (lambda session=w.b, leases=(w.lease,), now=later: k.reconcile(session, list(leases) if isinstance(leases, tuple) else leases, now), {"session": "int", "leases": "ids", "now": "int"}),
-        "cancel_wait": (lambda session=w.a, ticket=w.ticket, now=later: k.cancel_wait(session, ticket, now), {"session": "int", "ticket": "int", "now": "int"}),
+        "release": (
+            lambda session=w.b, lease=w.lease, now=later: k.release(session, lease, now),
+            {"session": "int", "lease": "int", "now": "int"},
+        ),
+        "release_all": (
+            lambda session=w.b, now=later: k.release_all(session, now),
+            {"session": "int", "now": "int"},
+        ),
+        "reconcile": (
+            lambda session=w.b, leases=(w.lease,), now=later: k.reconcile(
+                session, list(leases) if isinstance(leases, tuple) else leases, now
+            ),
+            {"session": "int", "leases": "ids", "now": "int"},
+        ),
+        "cancel_wait": (
+            lambda session=w.a, ticket=w.ticket, now=later: k.cancel_wait(session, ticket, now),
+            {"session": "int", "ticket": "int", "now": "int"},
+        ),
         "advance": (lambda now=later: k.advance(now), {"now": "int"}),
         "resource_state": (
-            lambda resource="FILE:/x", namespace="default", now=later: k.resource_state(resource, namespace, now),
+            lambda resource="FILE:/x", namespace="default", now=later: k.resource_state(
+                resource, namespace, now
+            ),
             {"resource": "str", "namespace": "str", "now": "int"},
         ),
         "snapshot": (lambda now=later: k.snapshot(now), {"now": "int"}),
@@ -224,7 +272,11 @@ def test_bad_digest_shape(digest: Any, error: type[BaseException]) -> None:
 )
 def test_bad_digest_field(path: tuple[str, ...], value: Any, error: type[BaseException]) -> None:
     w = World()
-    digest = {"version": w.digest["version"], "identity": dict(w.digest["identity"]), "recovery": dict(w.digest["recovery"])}
+    digest = {
+        "version": w.digest["version"],
+        "identity": dict(w.digest["identity"]),
+        "recovery": dict(w.digest["recovery"]),
+    }
     target: dict[str, Any] = digest
     for key in path[:-1]:
         target = target[key]
@@ -236,7 +288,11 @@ def test_bad_digest_field(path: tuple[str, ...], value: Any, error: type[BaseExc
 
 def test_missing_digest_field() -> None:
     w = World()
-    digest = {"version": 1, "identity": dict(w.digest["identity"]), "recovery": dict(w.digest["recovery"])}
+    digest = {
+        "version": 1,
+        "identity": dict(w.digest["identity"]),
+        "recovery": dict(w.digest["recovery"]),
+    }
     del digest["identity"]["epoch"]
     with pytest.raises(ValueError, match="epoch"):
         w.k.resume_session(digest, NOW + 1)
@@ -268,7 +324,9 @@ def test_bad_kernel_config(kwargs: dict[str, Any], error: type[BaseException]) -
         Kernel(**kwargs)
 
 
-@pytest.mark.parametrize("value, error", [(None, TypeError), (5, TypeError), ("\udc80", ValueError)])
+@pytest.mark.parametrize(
+    "value, error", [(None, TypeError), (5, TypeError), ("\udc80", ValueError)]
+)
 def test_bad_parse_intent(value: Any, error: type[BaseException]) -> None:
     with pytest.raises(error):
         _core.parse_intent(value)
@@ -284,7 +342,10 @@ def test_bad_parse_intent(value: Any, error: type[BaseException]) -> None:
         (lambda w: w.k.acquire(w.b, [], NOW + 1), "INVALID_MANIFEST"),
         (lambda w: w.k.acquire(w.b, ["MUTATES FILE:/x"] * 257, NOW + 1), "INVALID_MANIFEST"),
         (lambda w: w.k.acquire(w.b, ["WRITES FILE:/x"], NOW + 1), "INVALID_PREDICATE"),
-        (lambda w: w.k.acquire(w.b, ["MUTATES FILE:/" + "x" * 10_000_000], NOW + 1), "INVALID_RESOURCE"),
+        (
+            lambda w: w.k.acquire(w.b, ["MUTATES FILE:/" + "x" * 10_000_000], NOW + 1),
+            "INVALID_RESOURCE",
+        ),
         (lambda w: w.k.acquire(w.b, ["MUTATES FILE:/a/../b"], NOW + 1), "INVALID_RESOURCE"),
         (lambda w: w.k.acquire(w.b, ["MUTATES FILE:/x"], NOW + 1, ttl_ms=0), "INVALID_TTL"),
         (lambda w: w.k.acquire(2**64 - 1, ["MUTATES FILE:/x"], NOW + 1), "UNKNOWN_SESSION"),

@@ -44,10 +44,16 @@ def test_config_defaults_and_overrides() -> None:
         "max_lease_lifetime_ms": 0,
     }
     k2 = Kernel("lanes", seed=7, default_ttl_ms=5, max_lease_lifetime_ms=2**64 - 1)
-    assert k2.config["policy"] == "lanes" and k2.config["seed"] == 7 and k2.config["max_lease_lifetime_ms"] == 2**64 - 1
+    assert (
+        k2.config["policy"] == "lanes"
+        and k2.config["seed"] == 7
+        and k2.config["max_lease_lifetime_ms"] == 2**64 - 1
+    )
     with pytest.raises(_core.InvalidInput) as e:
         Kernel("fifo")
-    assert e.value.name == "INVALID_CONFIG" and e.value.code == 107 and "wait_die" in e.value.message
+    assert (
+        e.value.name == "INVALID_CONFIG" and e.value.code == 107 and "wait_die" in e.value.message
+    )
     with pytest.raises(_core.InvalidInput) as e:
         Kernel(max_ttl_ms=0)
     assert e.value.name == "INVALID_CONFIG"
@@ -66,7 +72,9 @@ def test_unknown_config_field_is_invalid_config(value: object) -> None:
     with pytest.raises(_core.InvalidInput) as e:
         Kernel(max_lease_lifetme_ms=value)  # type: ignore[call-arg]
     assert e.value.name == "INVALID_CONFIG" and e.value.code == 107
-    assert '"max_lease_lifetme_ms"' in e.value.message and "max_lease_lifetime_ms" in e.value.message
+    assert (
+        '"max_lease_lifetme_ms"' in e.value.message and "max_lease_lifetime_ms" in e.value.message
+    )
 
 
 def test_sessions_digest_resume_suspend_close() -> None:
@@ -91,7 +99,9 @@ def test_sessions_digest_resume_suspend_close() -> None:
     k.suspend_session(a.session_id, 4)
     assert k.digest(a.session_id, 5)["recovery"]["last_phase"] == "SUSPENDED"
     resumed = k.resume_session(json.loads(json.dumps(d)), 500)
-    assert resumed.session_id == a.session_id and resumed.priority == a.priority and resumed.epoch == 1
+    assert (
+        resumed.session_id == a.session_id and resumed.priority == a.priority and resumed.epoch == 1
+    )
     tampered = json.loads(json.dumps(d))
     tampered["identity"]["priority_timestamp"] = 0
     with pytest.raises(_core.InvalidInput) as e:
@@ -108,15 +118,32 @@ def test_acquire_verdicts_events_and_drive_loop() -> None:
     old = k.open_session("old", "default", 0).session_id
     young = k.open_session("young", "default", 0).session_id
     g = k.acquire(young, ["MUTATES FILE:/a", "CONSUMES FILE:/readme"], 10, ttl_ms=1000)
-    assert g.verdict == "GRANTED" and g.ticket is None and g.retry_after_ms is None and g.held_by == []
+    assert (
+        g.verdict == "GRANTED" and g.ticket is None and g.retry_after_ms is None and g.held_by == []
+    )
     la, lr = g.leases
-    assert (la.resource, la.predicate, la.ttl_ms, la.expires_at, la.acquired_at) == ("FILE:/a", "MUTATES", 1000, 1010, 10)
-    assert lr.predicate == "CONSUMES" and lr.fence > la.fence and la.session_id == young and la.agent_id == "young"
+    assert (la.resource, la.predicate, la.ttl_ms, la.expires_at, la.acquired_at) == (
+        "FILE:/a",
+        "MUTATES",
+        1000,
+        1010,
+        10,
+    )
+    assert (
+        lr.predicate == "CONSUMES"
+        and lr.fence > la.fence
+        and la.session_id == young
+        and la.agent_id == "young"
+    )
     assert "GRANTED" in repr(g) and "FILE:/a" in repr(la)
     w = k.acquire(old, ["MUTATES FILE:/a"], 20, wait_timeout_ms=5000)
     assert w.verdict == "WAIT" and w.leases == [] and w.ticket is not None
     (blocker,) = w.held_by
-    assert blocker.session_id == young and blocker.agent_id == "young" and blocker.intents == [("MUTATES", "FILE:/a")]
+    assert (
+        blocker.session_id == young
+        and blocker.agent_id == "young"
+        and blocker.intents == [("MUTATES", "FILE:/a")]
+    )
     assert "Blocker" in repr(blocker)
     d = k.acquire(young, ["MUTATES FILE:/b"], 21)
     assert d.verdict == "GRANTED"
@@ -144,7 +171,9 @@ def test_die_wait_timeout_cancel_and_heartbeat_reconcile() -> None:
     b = k.open_session("b", "default", 0).session_id
     la = k.acquire(a, ["MUTATES FILE:/x"], 1, ttl_ms=100).leases[0].lease_id
     die = k.acquire(b, ["MUTATES FILE:/x"], 2)
-    assert die.verdict == "DIE" and die.retry_after_ms is not None and 100 <= die.retry_after_ms < 200
+    assert (
+        die.verdict == "DIE" and die.retry_after_ms is not None and 100 <= die.retry_after_ms < 200
+    )
     assert [x.session_id for x in die.held_by] == [a]
     assert k.heartbeat(a, [la], 50) == [(la, "OK", 150)]
     assert k.heartbeat(a, None, 60) == [(la, "OK", 160)]
@@ -208,7 +237,9 @@ def test_observability_is_json_ready() -> None:
     assert snap["now"] == 4 and snap["policy"] == "wait_die" and len(snap["sessions"]) == 2
     # The kernel's serde shape, as in the conformance scripts (python/tests/replay.py).
     assert snap["tickets"][0]["intents"] == [{"predicate": "MUTATES", "resource": "FILE:/src/a.ts"}]
-    assert snap["sessions"][0]["unit_granted"] is False and snap["sessions"][1]["unit_granted"] is True
+    assert (
+        snap["sessions"][0]["unit_granted"] is False and snap["sessions"][1]["unit_granted"] is True
+    )
     json.dumps([state, stats, snap])
 
 

@@ -13,9 +13,9 @@ import threading
 import time
 
 import pytest
+from support import REPO
 
 from klock import demo
-from support import REPO
 
 
 def test_demo_loses_edits_without_klock_and_none_with_it() -> None:
@@ -34,7 +34,10 @@ def test_demo_loses_edits_without_klock_and_none_with_it() -> None:
 def test_demo_cli() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "klock", "demo", "--agents", "6", "--edits", "8", "--files", "3"],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "edits lost" in done.stdout and "none lost, no deadlock" in done.stdout
@@ -42,13 +45,17 @@ def test_demo_cli() -> None:
 
 
 def test_module_usage() -> None:
-    done = subprocess.run([sys.executable, "-m", "klock"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "klock"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "usage" in done.stderr
 
 
 def test_demo_under_wound_wait_relies_on_fences() -> None:
     stream = io.StringIO()
-    _, with_klock = demo.run_demo(agents=8, edits=12, files=3, think_ms=2.0, policy="wound_wait", stream=stream)
+    _, with_klock = demo.run_demo(
+        agents=8, edits=12, files=3, think_ms=2.0, policy="wound_wait", stream=stream
+    )
     assert with_klock.lost == 0 and with_klock.finished and not with_klock.errors
     assert with_klock.deaths == 0  # wound_wait: younger sessions wait, older ones revoke
 
@@ -62,7 +69,9 @@ LONG = ["--agents", "8", "--edits", "60", "--files", "2", "--think-ms", "20", "-
 def _interrupt(cmd: list[str], marker: str, delay: float) -> tuple[int, str, str, str]:
     """Starts the demo, waits for ``marker`` on stderr, sends SIGINT ``delay`` s later; returns
     (exit status, stdout, stderr, the temporary folder the demo announced)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:

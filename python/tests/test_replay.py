@@ -15,10 +15,10 @@ import pathlib
 import re
 import subprocess
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
 import replay
 from support import REPO, VECTORS
 
@@ -31,7 +31,9 @@ def scripts() -> pathlib.Path:
     given = os.environ.get("KLOCK_SCRIPTS")
     if given:
         return pathlib.Path(given).resolve()
-    done = subprocess.run(["bash", "scripts/resolve-vectors.sh"], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", "scripts/resolve-vectors.sh"], cwd=REPO, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     return REPO / done.stdout.splitlines()[-1]
 
@@ -42,8 +44,13 @@ def mutants(scripts: pathlib.Path) -> list[pathlib.Path]:
 
 
 def run_cli(*paths: object) -> tuple[int, list[str]]:
-    done = subprocess.run([sys.executable, str(REPO / "python/tests/replay.py"), *map(str, paths)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "python/tests/replay.py"), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert done.stderr == "", done.stderr
     return done.returncode, done.stdout.splitlines()
 
@@ -69,7 +76,9 @@ def test_the_cli_passes_every_script(scripts: pathlib.Path) -> None:
 def mutated_at(mutant: pathlib.Path) -> tuple[int, str]:
     """The step and field path a mutant's name says was changed, list positions as `[]`."""
     name = json.loads(mutant.read_text())["name"]
-    found = re.match(r"MUTANT step (\d+): (\S+) (changed|one item fewer|one key more|one key fewer) \(of: ", name)
+    found = re.match(
+        r"MUTANT step (\d+): (\S+) (changed|one item fewer|one key more|one key fewer) \(of: ", name
+    )
     assert found, name
     return int(found.group(1)), re.sub(r"\[[^\]]*\]", "[]", found.group(2)).removesuffix("[]")
 
@@ -113,32 +122,55 @@ def replayed(tmp_path: pathlib.Path, script: object) -> str | None:
 
 def set_in(keys: str, value: object) -> Callable[[dict[str, Any]], None]:
     """Sets `value` at a path of keys like `steps.0.call.op`."""
+
     def change(script: dict[str, Any]) -> None:
         *parents, last = [int(k) if k.isdigit() else k for k in keys.split(".")]
         target: Any = script
         for key in parents:
             target = target[key]
         target[last] = value
+
     return change
 
 
-@pytest.mark.parametrize("change, message", [
-    (set_in("format", "klock-script/2"), "unknown format 'klock-script/2': expected 'klock-script/1'"),
-    (lambda s: s.pop("format"), "unknown format None"),
-    (set_in("steps.0.call.op", "open_all"), "step 1: unknown op 'open_all'"),
-    (lambda s: s["steps"][0]["call"].pop("op"), "step 1: unknown op None"),
-    (set_in("steps.0.call.priority", 1), "step 1: call open: missing keys [], unknown keys ['priority']"),
-    (lambda s: s["steps"][0]["call"].pop("namespace"), "step 1: call open: missing keys ['namespace']"),
-    (set_in("steps.0.extra", 1), "step 1: step: missing keys [], unknown keys ['extra']"),
-    (set_in("extra", 1), "script: missing keys [], unknown keys ['extra']"),
-    (set_in("config.max_lease_lifetme_ms", 1), 'INVALID_CONFIG: unknown config field "max_lease_lifetme_ms"'),
-    (set_in("steps", []), "`steps` must be a non-empty list"),
-    (set_in("steps.0.now", -1), "step 1: ValueError: now must be >= 0, got -1"),
-    (set_in("steps.0.snapshot_at", 1.0), "step 1: TypeError: now must be an int, got float"),
-    (set_in("steps.0.result.ok.session.priority", True), "step 1: result.ok.session.priority: expected true, got 1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            set_in("format", "klock-script/2"),
+            "unknown format 'klock-script/2': expected 'klock-script/1'",
+        ),
+        (lambda s: s.pop("format"), "unknown format None"),
+        (set_in("steps.0.call.op", "open_all"), "step 1: unknown op 'open_all'"),
+        (lambda s: s["steps"][0]["call"].pop("op"), "step 1: unknown op None"),
+        (
+            set_in("steps.0.call.priority", 1),
+            "step 1: call open: missing keys [], unknown keys ['priority']",
+        ),
+        (
+            lambda s: s["steps"][0]["call"].pop("namespace"),
+            "step 1: call open: missing keys ['namespace']",
+        ),
+        (set_in("steps.0.extra", 1), "step 1: step: missing keys [], unknown keys ['extra']"),
+        (set_in("extra", 1), "script: missing keys [], unknown keys ['extra']"),
+        (
+            set_in("config.max_lease_lifetme_ms", 1),
+            'INVALID_CONFIG: unknown config field "max_lease_lifetme_ms"',
+        ),
+        (set_in("steps", []), "`steps` must be a non-empty list"),
+        (set_in("steps.0.now", -1), "step 1: ValueError: now must be >= 0, got -1"),
+        (set_in("steps.0.snapshot_at", 1.0), "step 1: TypeError: now must be an int, got float"),
+        (
+            set_in("steps.0.result.ok.session.priority", True),
+            "step 1: result.ok.session.priority: expected true, got 1",
+        ),
+    ],
+)
 def test_a_script_that_cannot_replay_fails_loudly(
-    tmp_path: pathlib.Path, one_step: dict[str, Any], change: Callable[[dict[str, Any]], object], message: str
+    tmp_path: pathlib.Path,
+    one_step: dict[str, Any],
+    change: Callable[[dict[str, Any]], object],
+    message: str,
 ) -> None:
     assert replayed(tmp_path, one_step) is None
     broken = copy.deepcopy(one_step)
@@ -147,7 +179,9 @@ def test_a_script_that_cannot_replay_fails_loudly(
     assert why is not None and message in why, why
 
 
-def test_an_acquire_with_unknown_options_fails_loudly(tmp_path: pathlib.Path, scripts: pathlib.Path) -> None:
+def test_an_acquire_with_unknown_options_fails_loudly(
+    tmp_path: pathlib.Path, scripts: pathlib.Path
+) -> None:
     script = json.loads((scripts / "01-readers-writers-upgrade.json").read_text())
     step = next(i for i, s in enumerate(script["steps"]) if s["call"]["op"] == "acquire")
     script["steps"][step]["call"]["options"]["wiat"] = True

@@ -10,7 +10,7 @@ import asyncio
 import random
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -70,7 +70,9 @@ def test_threads_no_lost_update_no_deadlock(make_klock: MakeKlock, policy: str) 
                 for _ in range(CYCLES):
                     r = rng.randrange(RESOURCES)
                     extra = rng.randrange(RESOURCES)  # some manifests name two counters
-                    intents = [f"MUTATES COUNTER:/r{r}"] + ([f"CONSUMES COUNTER:/r{extra}"] if extra != r and extra % 3 == 0 else [])
+                    intents = [f"MUTATES COUNTER:/r{r}"] + (
+                        [f"CONSUMES COUNTER:/r{extra}"] if extra != r and extra % 3 == 0 else []
+                    )
                     while True:
                         written = False
                         try:
@@ -102,7 +104,9 @@ def test_threads_no_lost_update_no_deadlock(make_klock: MakeKlock, policy: str) 
     for t in threads:
         t.join(max(1.0, start + 240 - time.monotonic()))
     alive = [t.name for t in threads if t.is_alive()]
-    assert not alive, f"deadlock or starvation: {len(alive)} workers still running, {sum(done)} cycles done"
+    assert not alive, (
+        f"deadlock or starvation: {len(alive)} workers still running, {sum(done)} cycles done"
+    )
     assert not errors, errors[:3]
     assert done == [CYCLES] * THREADS
     assert [c.value for c in counters] == increments, "lost update"
