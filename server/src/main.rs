@@ -5,6 +5,8 @@
 //!             [--snapshot-every N]
 //! klock conformance --spawn PATH...
 //! klock exec [flags] --intent I... -- COMMAND...
+//! klock status [flags]
+//! klock reconcile --digest FILE [flags]
 //! ```
 
 use klock_core::Config;
@@ -27,6 +29,8 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
                                              manual-clock server it starts and stops)
        klock token-hash < secret             (the sha256 a token file lists for a secret)
        klock exec --intent I... -- COMMAND   (run COMMAND holding leases; klock exec --help)
+       klock status                          (who holds what, queues, contention, ghosts)
+       klock reconcile --digest FILE         (the server's truth about a saved session)
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
                        Beyond loopback it needs --tokens, and TLS unless --insecure.
@@ -178,6 +182,8 @@ fn main() -> ExitCode {
         Some("conformance") => return conformance(&args[1..]),
         Some("token-hash") => return token_hash(),
         Some("exec") => return exec(&args[1..]),
+        Some("status") => return overview("status", &args[1..]),
+        Some("reconcile") => return overview("reconcile", &args[1..]),
         Some("--help" | "-h" | "help") | None => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -399,5 +405,39 @@ fn exec(args: &[String]) -> ExitCode {
     match tool_runtime("exec") {
         Ok(runtime) => ExitCode::from(runtime.block_on(exec::run(parsed))),
         Err(code) => code,
+    }
+}
+
+fn overview(tool: &str, args: &[String]) -> ExitCode {
+    use klock_server::agent::overview;
+    if wants_help(args) {
+        let text = if tool == "status" {
+            overview::STATUS_HELP
+        } else {
+            overview::RECONCILE_HELP
+        };
+        println!("{}", overview::help(text));
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tool_runtime(tool) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let done = runtime.block_on(async {
+        if tool == "status" {
+            overview::status(args).await
+        } else {
+            overview::reconcile(args).await
+        }
+    });
+    match done {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err((code, message)) => {
+            eprintln!("klock {tool}: {message}\n(klock {tool} --help shows every flag)");
+            ExitCode::from(code)
+        }
     }
 }

@@ -133,6 +133,25 @@ impl Client {
         body: Option<&Value>,
         waits: Duration,
     ) -> Result<Value, Failure> {
+        let (body, _) = self
+            .call_at(method, path, session_token, body, waits)
+            .await?;
+        Ok(body)
+    }
+
+    /// [`Client::call`], and the server's time of the command it made (`Klock-Now`), to
+    /// tell how far away an `expires_at` is.
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub async fn call_at(
+        &self,
+        method: &str,
+        path: &str,
+        session_token: Option<&str>,
+        body: Option<&Value>,
+        waits: Duration,
+    ) -> Result<(Value, Option<u64>), Failure> {
         let body = body.map(Value::to_string).unwrap_or_default();
         let mut head = format!(
             "{method} {path} HTTP/1.1\r\nhost: klock\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
@@ -170,7 +189,8 @@ impl Client {
         let answer = parse(&bytes)
             .ok_or_else(|| unreachable(format!("{method} {path}: the answer is not HTTP")))?;
         if (200..300).contains(&answer.status) {
-            return Ok(answer.body);
+            let now = answer.header("klock-now").and_then(|v| v.parse().ok());
+            return Ok((answer.body, now));
         }
         let error = &answer.body["error"];
         let text = |v: &Value| v.as_str().map(str::to_owned);

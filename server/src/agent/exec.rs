@@ -522,7 +522,11 @@ async fn keep_or_close(args: &ExecArgs, session: &Session) -> String {
     }
 }
 
-fn write_digest(path: &Path, digest: &StateDigest) -> Result<(), String> {
+/// Writes a StateDigest to `path`, whole or not at all.
+///
+/// # Errors
+/// The file cannot be written; the message names it.
+pub fn write_digest(path: &Path, digest: &StateDigest) -> Result<(), String> {
     let text = serde_json::to_string_pretty(digest).expect("digests serialize");
     // Write beside it, then rename: a crash never leaves half a digest.
     let partial = path.with_extension("partial");

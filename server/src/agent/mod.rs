@@ -12,4 +12,5 @@ pub mod args;
 pub mod client;
 pub mod exec;
 pub mod keeper;
+pub mod overview;
 pub mod session;

@@ -302,7 +302,7 @@ fn outcome(event: Event) -> Outcome {
     }
 }
 
-/// Who holds and waits on one resource in a namespace.
+/// Who holds and waits on one resource in a namespace, and the server's time then.
 ///
 /// # Errors
 /// A malformed resource, or unreachable.
@@ -310,18 +310,16 @@ pub async fn resource_state(
     client: &Client,
     ns: &str,
     resource: &str,
-) -> Result<ResourceState, Failure> {
+) -> Result<(ResourceState, Option<u64>), Failure> {
     let path = format!(
         "{}/resources/state?resource={}",
         ns_path(ns),
         percent_encode(resource)
     );
-    decode(
-        "resource_state",
-        client
-            .call("GET", &path, None, None, Duration::ZERO)
-            .await?,
-    )
+    let (v, now) = client
+        .call_at("GET", &path, None, None, Duration::ZERO)
+        .await?;
+    Ok((decode("resource_state", v)?, now))
 }
 
 /// The server's counters, top contended resources and ghost agents.
