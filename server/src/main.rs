@@ -5,6 +5,7 @@
 //!             [--snapshot-every N]
 //! klock conformance --spawn PATH...
 //! klock exec [flags] --intent I... -- COMMAND...
+//! klock mcp [flags]
 //! klock status [flags]
 //! klock reconcile --digest FILE [flags]
 //! ```
@@ -29,6 +30,7 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
                                              manual-clock server it starts and stops)
        klock token-hash < secret             (the sha256 a token file lists for a secret)
        klock exec --intent I... -- COMMAND   (run COMMAND holding leases; klock exec --help)
+       klock mcp                             (an MCP server on stdio for one LLM agent)
        klock status                          (who holds what, queues, contention, ghosts)
        klock reconcile --digest FILE         (the server's truth about a saved session)
 
@@ -182,6 +184,7 @@ fn main() -> ExitCode {
         Some("conformance") => return conformance(&args[1..]),
         Some("token-hash") => return token_hash(),
         Some("exec") => return exec(&args[1..]),
+        Some("mcp") => return mcp(&args[1..]),
         Some("status") => return overview("status", &args[1..]),
         Some("reconcile") => return overview("reconcile", &args[1..]),
         Some("--help" | "-h" | "help") | None => {
@@ -438,6 +441,32 @@ fn overview(tool: &str, args: &[String]) -> ExitCode {
         Err((code, message)) => {
             eprintln!("klock {tool}: {message}\n(klock {tool} --help shows every flag)");
             ExitCode::from(code)
+        }
+    }
+}
+
+fn mcp(args: &[String]) -> ExitCode {
+    use klock_server::agent::sidecar;
+    if wants_help(args) {
+        println!("{}", sidecar::help());
+        return ExitCode::SUCCESS;
+    }
+    let (parsed, notices) = match sidecar::parse(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("klock mcp: {e}\n(klock mcp --help shows every flag)");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tool_runtime("mcp") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(sidecar::run(parsed, notices)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("klock mcp: {e}");
+            ExitCode::FAILURE
         }
     }
 }

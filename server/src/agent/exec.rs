@@ -168,9 +168,11 @@ fn refused(failure: Failure) -> Stop {
 async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
     let client = args.connection.client().map_err(|e| (EXIT_USAGE, e))?;
     let (session, resumed) = start(args, client).await?;
-    let (leases, sent) = match acquire(args, &session).await {
-        Ok(granted) => granted,
+    let (keeper, mut losses) = Keeper::start(session.clone());
+    let leases = match acquire(args, &session, &keeper).await {
+        Ok(leases) => leases,
         Err(stop) => {
+            drop(keeper);
             keep_or_close(args, &session).await;
             return Err(stop);
         }
@@ -186,8 +188,6 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
             describe(&leases)
         );
     }
-    let (keeper, mut losses) = Keeper::start(session.clone());
-    keeper.hold(&leases, sent);
     let mut child = match spawn(args, &session, &leases) {
         Ok(child) => child,
         Err(stop) => {
@@ -272,8 +272,8 @@ fn read_digest(path: Option<&Path>) -> Result<Option<StateDigest>, Stop> {
     })
 }
 
-/// Asks until granted; the leases and the send time of the request their expiry counts from.
-async fn acquire(args: &ExecArgs, session: &Session) -> Result<(Vec<Lease>, Instant), Stop> {
+/// Asks until granted; the keeper holds the leases from then on.
+async fn acquire(args: &ExecArgs, session: &Session, keeper: &Keeper) -> Result<Vec<Lease>, Stop> {
     let give_up = Instant::now() + args.wait;
     let ttl_ms = args.ttl.as_millis() as u64;
     let mut blockers: Vec<Blocker> = Vec::new();
@@ -286,7 +286,10 @@ async fn acquire(args: &ExecArgs, session: &Session) -> Result<(Vec<Lease>, Inst
             .await
             .map_err(refused)?;
         let (ticket, outcome) = match answer {
-            Acquired::Verdict(Verdict::Granted { leases }) => return Ok((leases, sent)),
+            Acquired::Verdict(Verdict::Granted { leases }) => {
+                keeper.hold(&leases, sent);
+                return Ok(leases);
+            }
             Acquired::Verdict(Verdict::Die {
                 retry_after_ms,
                 held_by,
@@ -308,9 +311,14 @@ async fn acquire(args: &ExecArgs, session: &Session) -> Result<(Vec<Lease>, Inst
             Outcome::Granted(leases) => {
                 // The grant came at some moment during the wait: renew now to know from when
                 // its TTL counts. A lease lost in between sends us round again.
-                if let Some(sent) = renew_now(session, &leases).await? {
-                    return Ok((leases, sent));
+                if keeper
+                    .hold_renewed(session, &leases)
+                    .await
+                    .map_err(refused)?
+                {
+                    return Ok(leases);
                 }
+                let _ = session.release(None).await;
             }
             Outcome::Died(retry_after_ms) => {
                 // Never retry sooner than the kernel said; if that is past --wait, wait out
@@ -340,17 +348,6 @@ async fn follow(session: &Session, ticket: u64, give_up: Instant) -> Result<Outc
             return Ok(outcome);
         }
     }
-}
-
-async fn renew_now(session: &Session, leases: &[Lease]) -> Result<Option<Instant>, Stop> {
-    let ids: Vec<u64> = leases.iter().map(|l| l.lease_id.0).collect();
-    let sent = Instant::now();
-    let results = session.heartbeat(&ids).await.map_err(refused)?;
-    let all_ok = results.iter().all(|(_, r)| r.is_ok()) && results.len() == ids.len();
-    if !all_ok {
-        let _ = session.release(None).await;
-    }
-    Ok(all_ok.then_some(sent))
 }
 
 fn gave_up(args: &ExecArgs, blockers: &[Blocker]) -> Stop {

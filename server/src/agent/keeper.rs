@@ -81,6 +81,22 @@ impl Keeper {
         self.shared.changed.notify_one();
     }
 
+    /// Renews leases granted at some unknown moment of a wait and keeps them, their TTL
+    /// counting from this renewal; `false` (and nothing kept) if one was already gone.
+    ///
+    /// # Errors
+    /// The renewal did not reach the server.
+    pub async fn hold_renewed(&self, session: &Session, leases: &[Lease]) -> Result<bool, Failure> {
+        let ids: Vec<u64> = leases.iter().map(|l| l.lease_id.0).collect();
+        let sent = Instant::now();
+        let results = session.heartbeat(&ids).await?;
+        let all_ok = results.len() == ids.len() && results.iter().all(|(_, r)| r.is_ok());
+        if all_ok {
+            self.hold(leases, sent);
+        }
+        Ok(all_ok)
+    }
+
     /// Stops keeping these leases (`None`: all), before releasing them.
     pub fn forget(&self, ids: Option<&[u64]>) -> Vec<Lease> {
         let mut held = self.shared.held.lock().expect("keeper lock");

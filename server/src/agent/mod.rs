@@ -14,3 +14,4 @@ pub mod exec;
 pub mod keeper;
 pub mod overview;
 pub mod session;
+pub mod sidecar;
