@@ -60,6 +60,12 @@ enum End {
     Failed(String),
 }
 
+/// A ticket being followed: how it ended (once it has) and who blocked it.
+struct Followed {
+    end: watch::Receiver<Option<End>>,
+    blockers: Vec<Blocker>,
+}
+
 struct Live {
     session: Session,
     keeper: Arc<Keeper>,
@@ -73,8 +79,8 @@ pub struct Sidecar {
     live: OnceCell<Live>,
     /// Resource types to list in klock_who.
     types: Mutex<BTreeSet<String>>,
-    /// Tickets being followed: the latest word on each and who blocked it.
-    tickets: Arc<Mutex<BTreeMap<u64, (watch::Receiver<Option<End>>, Vec<Blocker>)>>>,
+    /// Tickets being followed, by ticket.
+    tickets: Mutex<BTreeMap<u64, Followed>>,
     /// What happened between calls, for the head of the next tool result.
     unreported: Arc<Mutex<Vec<String>>>,
     notices: mpsc::UnboundedSender<String>,
@@ -109,7 +115,7 @@ pub fn parse(args: &[String]) -> Result<(Sidecar, mpsc::UnboundedReceiver<String
         agent: connection.agent(),
         live: OnceCell::new(),
         types: Mutex::new(types),
-        tickets: Arc::default(),
+        tickets: Mutex::default(),
         unreported: Arc::default(),
         notices,
     };
@@ -207,14 +213,13 @@ impl Sidecar {
             let mut tickets = self.tickets.lock().expect("sidecar lock");
             let done: Vec<u64> = tickets
                 .iter()
-                .filter(|(_, (rx, _))| rx.borrow().is_some())
+                .filter(|(_, f)| f.end.borrow().is_some())
                 .map(|(t, _)| *t)
                 .collect();
             done.into_iter()
                 .filter_map(|t| {
-                    tickets
-                        .remove(&t)
-                        .and_then(|(rx, _)| rx.borrow().clone().map(|e| (t, e)))
+                    let end = tickets.remove(&t)?.end.borrow().clone();
+                    end.map(|e| (t, e))
                 })
                 .collect()
         };
@@ -242,10 +247,13 @@ impl Sidecar {
         blockers: Vec<Blocker>,
     ) -> watch::Receiver<Option<End>> {
         let (tx, rx) = watch::channel(None);
-        self.tickets
-            .lock()
-            .expect("sidecar lock")
-            .insert(ticket, (rx.clone(), blockers));
+        self.tickets.lock().expect("sidecar lock").insert(
+            ticket,
+            Followed {
+                end: rx.clone(),
+                blockers,
+            },
+        );
         let (session, keeper) = (live.session.clone(), live.keeper.clone());
         let notices = self.notices.clone();
         tokio::spawn(async move {
@@ -277,7 +285,7 @@ impl Sidecar {
     async fn wait_ticket(&self, ticket: u64, wait: Duration) -> Option<End> {
         let mut rx = {
             let tickets = self.tickets.lock().expect("sidecar lock");
-            tickets.get(&ticket)?.0.clone()
+            tickets.get(&ticket)?.end.clone()
         };
         let end = tokio::time::timeout(wait, rx.wait_for(Option::is_some)).await;
         let end = end.ok()?.ok()?.clone();
@@ -363,7 +371,7 @@ impl Sidecar {
         let blockers = {
             let tickets = self.tickets.lock().expect("sidecar lock");
             match tickets.get(&args.ticket) {
-                Some((_, blockers)) => blockers_text(blockers),
+                Some(followed) => blockers_text(&followed.blockers),
                 None => {
                     let known: Vec<String> = tickets.keys().map(u64::to_string).collect();
                     return failed(format!(
