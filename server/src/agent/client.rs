@@ -38,11 +38,18 @@ impl Endpoint {
     /// # Errors
     /// Both flags given, or a URL that is not `http://HOST:PORT`.
     pub fn choose(server: Option<String>, socket: Option<PathBuf>) -> Result<Endpoint, String> {
-        let server = server.or_else(|| std::env::var("KLOCK_SERVER").ok());
-        let socket = socket.or_else(|| std::env::var_os("KLOCK_SOCKET").map(PathBuf::from));
+        // Flags win over the environment as a pair, so `--socket` overrides $KLOCK_SERVER.
+        let (server, socket) = if server.is_some() || socket.is_some() {
+            (server, socket)
+        } else {
+            (
+                std::env::var("KLOCK_SERVER").ok(),
+                std::env::var_os("KLOCK_SOCKET").map(PathBuf::from),
+            )
+        };
         match (server, socket) {
             (Some(_), Some(_)) => Err(String::from(
-                "give --server URL or --socket PATH, not both (check KLOCK_SERVER and KLOCK_SOCKET too)",
+                "give --server URL or --socket PATH, not both (or only one of $KLOCK_SERVER and $KLOCK_SOCKET)",
             )),
             (None, Some(path)) => Ok(Endpoint::Unix(path)),
             (Some(url), None) => Endpoint::from_url(&url),

@@ -17,6 +17,7 @@
 use super::args::{duration, Connection, Flags, CONNECTION_HELP};
 use super::client::Failure;
 use super::keeper::{Keeper, Loss};
+use super::overview::{describe_blockers, describe_leases};
 use super::session::{Acquired, Outcome, Session};
 use klock_core::{Blocker, Lease, StateDigest, Verdict};
 use std::path::{Path, PathBuf};
@@ -185,7 +186,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
             info.session_id,
             info.agent_id,
             info.priority,
-            describe(&leases)
+            describe_leases(&leases)
         );
     }
     let mut child = match spawn(args, &session, &leases) {
@@ -210,7 +211,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
                 EXIT_LOST,
                 format!(
                     "lost {} ({}); stopped the command{kept}",
-                    describe(&loss.leases),
+                    describe_leases(&loss.leases),
                     why(&loss.reason)
                 ),
             ))
@@ -351,26 +352,10 @@ async fn follow(session: &Session, ticket: u64, give_up: Instant) -> Result<Outc
 }
 
 fn gave_up(args: &ExecArgs, blockers: &[Blocker]) -> Stop {
-    let held: Vec<String> = blockers
-        .iter()
-        .map(|b| {
-            let intents: Vec<String> = b
-                .intents
-                .iter()
-                .map(|i| format!("{} {}", i.predicate, i.resource))
-                .collect();
-            format!(
-                "agent {:?} (session {}) holds or waits for {}",
-                b.agent_id,
-                b.session_id,
-                intents.join(", ")
-            )
-        })
-        .collect();
-    let who = if held.is_empty() {
+    let who = if blockers.is_empty() {
         String::from("other sessions held them")
     } else {
-        held.join("; ")
+        format!("held by {}", describe_blockers(blockers))
     };
     (
         EXIT_CONFLICT,
@@ -379,19 +364,6 @@ fn gave_up(args: &ExecArgs, blockers: &[Blocker]) -> Stop {
             args.wait
         ),
     )
-}
-
-fn describe(leases: &[Lease]) -> String {
-    let parts: Vec<String> = leases
-        .iter()
-        .map(|l| {
-            format!(
-                "{} {} (lease {}, fence {})",
-                l.predicate, l.resource, l.lease_id, l.fence
-            )
-        })
-        .collect();
-    parts.join(", ")
 }
 
 fn spawn(args: &ExecArgs, session: &Session, leases: &[Lease]) -> Result<Child, Stop> {

@@ -14,7 +14,7 @@
 use super::args::{Connection, Flags, CONNECTION_HELP};
 use super::client::{Client, Failure};
 use super::keeper::{Keeper, Loss};
-use super::overview::{gather, render, render_resource};
+use super::overview::{describe_blockers, describe_leases, gather, render, render_resource};
 use super::session::{resource_state, Acquired, Outcome, Session};
 use klock_core::{Blocker, Lease, Verdict};
 use klock_mcp::{AcquireArgs, AwaitArgs, Coordinator, ReleaseArgs, Reply, StatusArgs};
@@ -64,6 +64,14 @@ enum End {
 struct Followed {
     end: watch::Receiver<Option<End>>,
     blockers: Vec<Blocker>,
+    /// The follower; forgetting the ticket stops it.
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Followed {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 struct Live {
@@ -143,47 +151,12 @@ pub async fn run(sidecar: Sidecar, notices: mpsc::UnboundedReceiver<String>) -> 
     served
 }
 
-/// The sidecar as the tools see it (the tools hold it while `run` closes the session).
+/// The sidecar behind the MCP tools, shared so that `run` still has it to close the session
+/// once the tools are done.
 struct Shared(Arc<Sidecar>);
 
 fn failed(text: String) -> Reply {
     Reply { text, failed: true }
-}
-
-fn describe(leases: &[Lease]) -> String {
-    let parts: Vec<String> = leases
-        .iter()
-        .map(|l| {
-            format!(
-                "{} {} (lease {}, fence {})",
-                l.predicate, l.resource, l.lease_id, l.fence
-            )
-        })
-        .collect();
-    parts.join(", ")
-}
-
-fn blockers_text(blockers: &[Blocker]) -> String {
-    if blockers.is_empty() {
-        return String::from("other agents");
-    }
-    let parts: Vec<String> = blockers
-        .iter()
-        .map(|b| {
-            let intents: Vec<String> = b
-                .intents
-                .iter()
-                .map(|i| format!("{} {}", i.predicate, i.resource))
-                .collect();
-            format!(
-                "agent {:?} (session {}: {})",
-                b.agent_id,
-                b.session_id,
-                intents.join(", ")
-            )
-        })
-        .collect();
-    parts.join("; ")
 }
 
 impl Sidecar {
@@ -240,36 +213,25 @@ impl Sidecar {
     }
 
     /// Follows a ticket in the background until it ends; a grant is kept renewed at once.
-    fn follow(
-        &self,
-        live: &Live,
-        ticket: u64,
-        blockers: Vec<Blocker>,
-    ) -> watch::Receiver<Option<End>> {
-        let (tx, rx) = watch::channel(None);
-        self.tickets.lock().expect("sidecar lock").insert(
-            ticket,
-            Followed {
-                end: rx.clone(),
-                blockers,
-            },
-        );
+    fn follow(&self, live: &Live, ticket: u64, blockers: Vec<Blocker>) {
+        let (tx, end) = watch::channel(None);
         let (session, keeper) = (live.session.clone(), live.keeper.clone());
         let notices = self.notices.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let end = loop {
                 match session.ticket(ticket, Duration::from_secs(30)).await {
                     Ok(Outcome::Waiting) => continue,
-                    Ok(Outcome::Granted(leases)) => match keeper
-                        .hold_renewed(&session, &leases)
-                        .await
-                    {
-                        Ok(true) => break End::Granted(leases),
-                        Ok(false) => {
-                            break End::Failed(String::from("granted, but a lease ended at once"))
+                    Ok(Outcome::Granted(leases)) => {
+                        match keeper.hold_renewed(&session, &leases).await {
+                            Ok(true) => break End::Granted(leases),
+                            Ok(false) => {
+                                break End::Failed(String::from(
+                                    "granted, but a lease ended at once",
+                                ))
+                            }
+                            Err(e) => break End::Failed(e.to_string()),
                         }
-                        Err(e) => break End::Failed(e.to_string()),
-                    },
+                    }
                     Ok(Outcome::TimedOut) => break End::TimedOut,
                     Ok(Outcome::Died(ms)) => break End::Died(ms),
                     Err(e) => break End::Failed(e.to_string()),
@@ -278,7 +240,15 @@ impl Sidecar {
             let _ = notices.send(format!("Ticket {ticket}: {}", end_text(&end)));
             let _ = tx.send(Some(end));
         });
-        rx
+        let followed = Followed {
+            end,
+            blockers,
+            task,
+        };
+        self.tickets
+            .lock()
+            .expect("sidecar lock")
+            .insert(ticket, followed);
     }
 
     /// Waits up to `wait` for a followed ticket; `None` if it still waits.
@@ -341,7 +311,7 @@ impl Sidecar {
                 }
                 Verdict::Wait { ticket, held_by } => {
                     let ticket = ticket.0;
-                    let blockers = blockers_text(&held_by);
+                    let blockers = describe_blockers(&held_by);
                     self.follow(live, ticket, held_by);
                     let left = give_up.saturating_duration_since(Instant::now());
                     return match self.wait_ticket(ticket, left).await {
@@ -360,7 +330,7 @@ impl Sidecar {
                         tokio::time::sleep_until(retry).await;
                         continue;
                     }
-                    return died(retry_after_ms, &blockers_text(&held_by), &held);
+                    return died(retry_after_ms, &describe_blockers(&held_by), &held);
                 }
             }
         }
@@ -371,7 +341,7 @@ impl Sidecar {
         let blockers = {
             let tickets = self.tickets.lock().expect("sidecar lock");
             match tickets.get(&args.ticket) {
-                Some(followed) => blockers_text(&followed.blockers),
+                Some(followed) => describe_blockers(&followed.blockers),
                 None => {
                     let known: Vec<String> = tickets.keys().map(u64::to_string).collect();
                     return failed(format!(
@@ -403,6 +373,14 @@ impl Sidecar {
                 ))
             }
         };
+        if all {
+            // Waits first (their followers stopped), so a grant that comes meanwhile is
+            // released by the release below rather than kept.
+            let tickets = std::mem::take(&mut *self.tickets.lock().expect("sidecar lock"));
+            for ticket in tickets.into_keys() {
+                let _ = live.session.cancel(ticket).await;
+            }
+        }
         live.keeper.forget(ids);
         let released = match live.session.release(ids).await {
             Ok(n) => n,
@@ -412,24 +390,11 @@ impl Sidecar {
                 ))
             }
         };
-        if all {
-            let tickets: Vec<u64> = self
-                .tickets
-                .lock()
-                .expect("sidecar lock")
-                .keys()
-                .copied()
-                .collect();
-            for ticket in tickets {
-                let _ = live.session.cancel(ticket).await;
-                self.tickets.lock().expect("sidecar lock").remove(&ticket);
-            }
-        }
         let held = live.keeper.held();
         let rest = if held.is_empty() {
             String::from("You hold nothing now.")
         } else {
-            format!("You still hold {}.", describe(&held))
+            format!("You still hold {}.", describe_leases(&held))
         };
         Reply {
             text: format!("RELEASED {released} lease(s). {rest}"),
@@ -530,7 +495,7 @@ fn granted(leases: &[Lease]) -> Reply {
     Reply {
         text: format!(
             "GRANTED: you hold {}. Edit now; the leases are renewed for you until you call klock_release (do so when done). If you write to a store that checks fences, pass the fence.",
-            describe(leases)
+            describe_leases(leases)
         ),
         failed: false,
     }
@@ -556,7 +521,7 @@ fn died(retry_after_ms: u64, blockers: &str, held: &[Lease]) -> Reply {
         let _ = write!(
             text,
             "You still hold {}: to avoid a deadlock, release everything (klock_release with all: true), then after {retry_after_ms} ms ask again for everything you need in one klock_acquire.",
-            describe(held)
+            describe_leases(held)
         );
     }
     Reply {
@@ -569,7 +534,7 @@ fn end_text(end: &End) -> String {
     match end {
         End::Granted(leases) => format!(
             "GRANTED: you hold {}; renewed for you until klock_release.",
-            describe(leases)
+            describe_leases(leases)
         ),
         End::TimedOut => {
             String::from("TIMED_OUT: the wait ran out; nothing held. Call klock_acquire again.")
@@ -599,7 +564,7 @@ async fn report_losses(
     while let Some(loss) = losses.recv().await {
         let text = format!(
             "LOST {} ({}): stop editing it; klock_acquire it again before continuing.",
-            describe(&loss.leases),
+            describe_leases(&loss.leases),
             loss.reason
         );
         let _ = notices.send(text.clone());
