@@ -15,11 +15,18 @@ import time
 from contextlib import AsyncExitStack, contextmanager
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 KLOCK = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "klock"
-TOOLS = {"klock_acquire", "klock_await", "klock_release", "klock_status", "klock_reconcile", "klock_who"}
+TOOLS = {
+    "klock_acquire",
+    "klock_await",
+    "klock_release",
+    "klock_status",
+    "klock_reconcile",
+    "klock_who",
+}
 
 
 @contextmanager
@@ -57,7 +64,9 @@ class Sidecar:
         async def on_log(params):
             self.logs.append(params.data)
 
-        self.session = await stack.enter_async_context(ClientSession(read, write, logging_callback=on_log))
+        self.session = await stack.enter_async_context(
+            ClientSession(read, write, logging_callback=on_log)
+        )
         await self.session.initialize()
         return self
 
@@ -137,14 +146,18 @@ async def contention(url, tmp):
         lease = text.split("(lease ")[1].split(",")[0]
 
         started = time.monotonic()
-        error, text = await old.call("klock_acquire", intents=["MUTATES FILE:/src/app.py"], wait_s=1)
+        error, text = await old.call(
+            "klock_acquire", intents=["MUTATES FILE:/src/app.py"], wait_s=1
+        )
         assert not error and text.startswith("WAIT"), text
         assert '"agent-young"' in text and "MUTATES FILE:/src/app.py" in text, text
         assert 1 <= time.monotonic() - started < 10
         ticket = int(text.split("ticket ")[1].split(")")[0])
 
         error, text = await young.call("klock_who")
-        assert '"agent-young"' in text and '"agent-old"' in text and "waits to MUTATES" in text, text
+        assert '"agent-young"' in text and '"agent-old"' in text and "waits to MUTATES" in text, (
+            text
+        )
         error, text = await young.call("klock_status", resource="FILE:/src")
         assert "covering" in text and '"agent-young"' in text, text
 
@@ -205,12 +218,19 @@ async def killed_and_closed_sidecars_free_their_leases(url, tmp):
             error, text = await clean.call("klock_acquire", intents=["MUTATES FILE:/c"], ttl_s=60)
             assert text.startswith("GRANTED"), text
         # stdin closed: the session closes at once, not after its 60 s TTL.
-        await eventually(lambda: not held("FILE:/c"), 5, "the closed sidecar's lease to be released")
+        await eventually(
+            lambda: not held("FILE:/c"), 5, "the closed sidecar's lease to be released"
+        )
         error, text = await watcher.call("klock_acquire", intents=["MUTATES FILE:/c"], wait_s=0)
         assert text.startswith("GRANTED"), text
 
 
-SCENARIOS = [tools_and_schemas, contention, lost_lease_is_reported, killed_and_closed_sidecars_free_their_leases]
+SCENARIOS = [
+    tools_and_schemas,
+    contention,
+    lost_lease_is_reported,
+    killed_and_closed_sidecars_free_their_leases,
+]
 
 
 async def main():
