@@ -436,3 +436,35 @@ fn a_unix_socket_works_too() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
 }
+
+#[test]
+fn an_interrupted_wait_exits_130() {
+    let server = server();
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let mut holder = exec(
+        &server,
+        &["--agent", "holder", "--intent", "MUTATES FILE:/x"],
+    );
+    holder.args([
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 5", ready.display()),
+    ]);
+    let holder = Running::spawn(holder);
+    wait_for(&ready);
+    let c = exec(
+        &server,
+        &["--wait", "20s", "--intent", "MUTATES FILE:/x", "--", "true"],
+    );
+    let waiter = Running::spawn(c);
+    std::thread::sleep(Duration::from_millis(300));
+    let interrupted = Instant::now();
+    signal(waiter.pid(), libc::SIGINT);
+    let (code, _, err) = waiter.finish(Duration::from_secs(10));
+    assert_eq!(code, 130, "{err}");
+    assert!(err.contains("interrupted by signal 2"), "{err}");
+    assert!(interrupted.elapsed() < Duration::from_secs(2));
+    drop(holder);
+}

@@ -12,7 +12,8 @@
 //! `--kill-after`, the StateDigest is written to `--digest FILE` (the session is suspended
 //! rather than closed, so a rerun keeps its priority) and the exit status is 107. Otherwise
 //! the leases are released, the session closed, the digest file removed (the unit of work is
-//! done) and the exit status is the command's own (128 + N for a signal N).
+//! done) and the exit status is the command's own (128 + N for a signal N). SIGINT, SIGTERM
+//! or SIGHUP while waiting withdraws the request and exits 128 + N.
 
 use super::args::{duration, Connection, Flags, CONNECTION_HELP};
 use super::client::Failure;
@@ -64,8 +65,8 @@ resource, predicate, fence, expires_at, ttl_ms) and KLOCK_FENCE (the largest fen
 grant: a store that remembers the largest fence it saw can refuse a stale writer).
 
 Exit status: COMMAND's own (128+N if killed by signal N); 75 --wait ran out; 107 a lease was
-lost while COMMAND ran (it was stopped); 69 the server is unreachable or refused; 2 bad usage;
-126/127 COMMAND could not be run.
+lost while COMMAND ran (it was stopped); 128+N interrupted by signal N (INT, TERM, HUP) while
+waiting; 69 the server is unreachable or refused; 2 bad usage; 126/127 COMMAND could not be run.
 
 Examples:
   klock exec --intent \"MUTATES FILE:/repo/Cargo.lock\" -- cargo update
@@ -170,7 +171,14 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
     let client = args.connection.client().map_err(|e| (EXIT_USAGE, e))?;
     let (session, resumed) = start(args, client).await?;
     let (keeper, mut losses) = Keeper::start(session.clone());
-    let leases = match acquire(args, &session, &keeper).await {
+    let acquired = tokio::select! {
+        acquired = acquire(args, &session, &keeper) => acquired,
+        sig = interrupted() => Err((
+            128u8.saturating_add(sig as u8),
+            format!("interrupted by signal {sig} while waiting; the request was withdrawn"),
+        )),
+    };
+    let leases = match acquired {
         Ok(leases) => leases,
         Err(stop) => {
             drop(keeper);
@@ -399,28 +407,15 @@ async fn supervise(
     child: &mut Child,
     losses: &mut tokio::sync::mpsc::UnboundedReceiver<Loss>,
 ) -> Ended {
-    let kinds = [
+    let mut caught = Caught::new(&[
         SignalKind::terminate(),
         SignalKind::interrupt(),
         SignalKind::hangup(),
         SignalKind::quit(),
         SignalKind::user_defined1(),
         SignalKind::user_defined2(),
-    ];
-    let (tx, mut forwarded) = tokio::sync::mpsc::unbounded_channel();
-    let mut listeners = Vec::new();
-    for kind in kinds {
-        // A signal we cannot listen for keeps its default action: fewer forwarded, no failure.
-        if let Ok(mut stream) = signal(kind) {
-            let tx = tx.clone();
-            listeners.push(tokio::spawn(async move {
-                while stream.recv().await.is_some() {
-                    let _ = tx.send(kind.as_raw_value());
-                }
-            }));
-        }
-    }
-    let ended = loop {
+    ]);
+    loop {
         tokio::select! {
             status = child.wait() => match status {
                 Ok(status) => break Ended::Exited(status),
@@ -428,13 +423,61 @@ async fn supervise(
                 Err(_) => break Ended::Exited(ExitStatus::default()),
             },
             Some(loss) = losses.recv() => break Ended::Lost(loss),
-            Some(sig) = forwarded.recv() => send(child, sig),
+            sig = caught.next() => send(child, sig),
         }
-    };
-    for listener in listeners {
-        listener.abort();
     }
-    ended
+}
+
+/// Signals caught while it lives, by number. Dropping it stops the listening; tokio keeps its
+/// handlers installed, so a signal that comes later is ignored rather than fatal.
+struct Caught {
+    rx: tokio::sync::mpsc::UnboundedReceiver<i32>,
+    listeners: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Caught {
+    fn new(kinds: &[SignalKind]) -> Caught {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut listeners = Vec::new();
+        for &kind in kinds {
+            // A signal we cannot listen for keeps its default action: no failure.
+            if let Ok(mut stream) = signal(kind) {
+                let tx = tx.clone();
+                listeners.push(tokio::spawn(async move {
+                    while stream.recv().await.is_some() {
+                        let _ = tx.send(kind.as_raw_value());
+                    }
+                }));
+            }
+        }
+        Caught { rx, listeners }
+    }
+
+    /// The next signal (never, if none could be listened for).
+    async fn next(&mut self) -> i32 {
+        match self.rx.recv().await {
+            Some(sig) => sig,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for Caught {
+    fn drop(&mut self) {
+        for listener in &self.listeners {
+            listener.abort();
+        }
+    }
+}
+
+/// The first SIGINT, SIGTERM or SIGHUP.
+async fn interrupted() -> i32 {
+    let kinds = [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ];
+    Caught::new(&kinds).next().await
 }
 
 /// Sends `sig` to the command's process group (its pid: it leads the group).
