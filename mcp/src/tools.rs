@@ -161,3 +161,66 @@ impl<C: Coordinator> ServerHandler for Tools<C> {
             )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A coordinator that is never called: the tests read the tool list only.
+    struct Idle;
+
+    impl Coordinator for Idle {
+        async fn acquire(&self, _: AcquireArgs) -> Reply {
+            unimplemented!()
+        }
+        async fn await_ticket(&self, _: AwaitArgs) -> Reply {
+            unimplemented!()
+        }
+        async fn release(&self, _: ReleaseArgs) -> Reply {
+            unimplemented!()
+        }
+        async fn status(&self, _: StatusArgs) -> Reply {
+            unimplemented!()
+        }
+        async fn reconcile(&self) -> Reply {
+            unimplemented!()
+        }
+        async fn who(&self) -> Reply {
+            unimplemented!()
+        }
+    }
+
+    #[test]
+    fn six_tools_with_strict_schemas() {
+        let tools = Tools::new(Idle).tool_router.list_all();
+        let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        names.sort_unstable();
+        let expected = [
+            "klock_acquire",
+            "klock_await",
+            "klock_reconcile",
+            "klock_release",
+            "klock_status",
+            "klock_who",
+        ];
+        assert_eq!(names, expected);
+        for tool in &tools {
+            let schema = &tool.input_schema;
+            let with_params = schema.get("properties").and_then(|p| p.as_object());
+            if with_params.is_some_and(|p| !p.is_empty()) {
+                assert_eq!(schema["additionalProperties"], false, "{}", tool.name);
+            }
+            let description = tool.description.as_deref().unwrap_or_default();
+            assert!(
+                description.len() > 80,
+                "{} needs a description for a model",
+                tool.name
+            );
+        }
+        let acquire = tools.iter().find(|t| t.name == "klock_acquire").unwrap();
+        assert_eq!(
+            acquire.input_schema["required"],
+            serde_json::json!(["intents"])
+        );
+    }
+}

@@ -98,16 +98,12 @@ impl Keeper {
     }
 
     /// Stops keeping these leases (`None`: all), before releasing them.
-    pub fn forget(&self, ids: Option<&[u64]>) -> Vec<Lease> {
+    pub fn forget(&self, ids: Option<&[u64]>) {
         let mut held = self.shared.held.lock().expect("keeper lock");
-        let gone: Vec<u64> = match ids {
-            Some(ids) => ids.to_vec(),
-            None => held.keys().copied().collect(),
-        };
-        gone.iter()
-            .filter_map(|id| held.remove(id))
-            .map(|h| h.lease)
-            .collect()
+        match ids {
+            Some(ids) => ids.iter().for_each(|id| drop(held.remove(id))),
+            None => held.clear(),
+        }
     }
 
     /// The leases held now, by id.
