@@ -12,6 +12,19 @@ fn klock() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_klock"))
 }
 
+/// Without the caller's KLOCK_* settings, which would change what the tools do.
+fn hermetic(command: &mut Command) {
+    for name in [
+        "KLOCK_SERVER",
+        "KLOCK_SOCKET",
+        "KLOCK_TOKEN",
+        "KLOCK_NS",
+        "KLOCK_AGENT",
+    ] {
+        command.env_remove(name);
+    }
+}
+
 fn server() -> Spawned {
     Spawned::start(klock(), &["--memory"]).expect("start klock serve")
 }
@@ -19,12 +32,11 @@ fn server() -> Spawned {
 /// `klock exec --server URL ARGS...`, output captured.
 fn exec(server: &Spawned, args: &[&str]) -> Command {
     let mut command = Command::new(klock());
+    hermetic(&mut command);
     command
         .arg("exec")
         .args(["--server", &format!("http://127.0.0.1:{}", server.port)])
         .args(args)
-        .env_remove("KLOCK_SERVER")
-        .env_remove("KLOCK_SOCKET")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command
@@ -342,6 +354,7 @@ fn the_server_down_at_start_says_so() {
         server.port
     };
     let c = Command::new(klock())
+        .env_remove("KLOCK_TOKEN")
         .args(["exec", "--server", &format!("http://127.0.0.1:{port}")])
         .args(["--intent", "MUTATES FILE:/x", "--", "true"])
         .output()
@@ -423,7 +436,7 @@ fn a_unix_socket_works_too() {
             "MUTATES FILE:/x",
         ])
         .args(["--", "sh", "-c", "echo $KLOCK_FENCE"])
-        .env_remove("KLOCK_SERVER")
+        .env_remove("KLOCK_TOKEN")
         .output()
         .unwrap();
     let _ = serve.kill();
@@ -467,4 +480,42 @@ fn an_interrupted_wait_exits_130() {
     assert!(err.contains("interrupted by signal 2"), "{err}");
     assert!(interrupted.elapsed() < Duration::from_secs(2));
     drop(holder);
+}
+
+#[test]
+fn a_bearer_token_comes_from_the_flag_or_the_environment() {
+    let dir = temp();
+    let tokens = dir.path().join("tokens.json");
+    let hash = Command::new(klock())
+        .arg("token-hash")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"s3cret")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let hash = String::from_utf8(hash.stdout).unwrap();
+    let file = format!(
+        r#"{{"tokens": [{{"name": "ci", "sha256": "{}", "role": "agent", "namespaces": ["ci"]}}]}}"#,
+        hash.trim()
+    );
+    std::fs::write(&tokens, file).unwrap();
+    let server =
+        Spawned::start(klock(), &["--memory", "--tokens", tokens.to_str().unwrap()]).unwrap();
+    let args = ["--ns", "ci", "--intent", "MUTATES FILE:/x", "--", "true"];
+    let (code, _, err) = Running::spawn(exec(&server, &args)).finish(Duration::from_secs(10));
+    assert_eq!(code, 69);
+    assert!(
+        err.contains("401") && err.contains("--token T or $KLOCK_TOKEN"),
+        "{err}"
+    );
+    let mut c = exec(&server, &["--token", "s3cret"]);
+    c.args(args);
+    assert_eq!(Running::spawn(c).finish(Duration::from_secs(10)).0, 0);
+    let mut c = exec(&server, &args);
+    c.env("KLOCK_TOKEN", "s3cret");
+    assert_eq!(Running::spawn(c).finish(Duration::from_secs(10)).0, 0);
 }

@@ -14,13 +14,27 @@ fn url(server: &Spawned) -> String {
     format!("http://127.0.0.1:{}", server.port)
 }
 
+/// `klock`, without the caller's KLOCK_* settings, which would change what the tools do.
+fn klock_command() -> Command {
+    let mut command = Command::new(klock());
+    for name in [
+        "KLOCK_SERVER",
+        "KLOCK_SOCKET",
+        "KLOCK_TOKEN",
+        "KLOCK_NS",
+        "KLOCK_AGENT",
+    ] {
+        command.env_remove(name);
+    }
+    command
+}
+
 /// `klock TOOL --server URL ARGS...`.
 fn run(server: &Spawned, args: &[&str]) -> Output {
-    Command::new(klock())
+    klock_command()
         .arg(args[0])
         .args(["--server", &url(server)])
         .args(&args[1..])
-        .env_remove("KLOCK_SOCKET")
         .output()
         .expect("run klock")
 }
@@ -36,7 +50,7 @@ struct Holder(Child);
 impl Holder {
     fn start(server: &Spawned, agent: &str, intent: &str, dir: &Path) -> Holder {
         let ready = dir.join(agent);
-        let child = Command::new(klock())
+        let child = klock_command()
             .args([
                 "exec",
                 "--server",

@@ -105,7 +105,13 @@ impl fmt::Display for Failure {
                 status,
                 name,
                 message,
-            } => write!(f, "the server refused ({status} {name}): {message}"),
+            } => {
+                write!(f, "the server refused ({status} {name}): {message}")?;
+                if *status == 401 {
+                    f.write_str(" (give the token with --token T or $KLOCK_TOKEN)")?;
+                }
+                Ok(())
+            }
         }
     }
 }
