@@ -16,16 +16,15 @@
 //! or SIGHUP while waiting withdraws the request and exits 128 + N.
 
 use super::args::{duration, Connection, Flags, CONNECTION_HELP};
+use super::child;
 use super::client::Failure;
-use super::keeper::{Keeper, Loss};
+use super::keeper::Keeper;
 use super::overview::{describe_blockers, describe_leases};
 use super::session::{Acquired, Outcome, Session};
 use klock_core::{Blocker, Lease, StateDigest, Verdict};
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
 use std::time::Duration;
-use tokio::process::{Child, Command};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::process::Child;
 use tokio::time::Instant;
 
 /// The server could not be reached, or refused the session.
@@ -173,7 +172,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
     let (keeper, mut losses) = Keeper::start(session.clone());
     let acquired = tokio::select! {
         acquired = acquire(args, &session, &keeper) => acquired,
-        sig = interrupted() => Err((
+        sig = child::interrupted() => Err((
             128u8.saturating_add(sig as u8),
             format!("interrupted by signal {sig} while waiting; the request was withdrawn"),
         )),
@@ -205,15 +204,15 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
             return Err(stop);
         }
     };
-    let ended = supervise(&mut child, &mut losses).await;
+    let ended = child::supervise(&mut child, &mut losses).await;
     drop(keeper);
     match ended {
-        Ended::Exited(status) => {
+        child::Ended::Exited(status) => {
             finish(args, &session).await;
-            Ok(exit_code(status))
+            Ok(child::exit_code(status))
         }
-        Ended::Lost(loss) => {
-            stop_child(&mut child, args.kill_after).await;
+        child::Ended::Lost(loss) => {
+            child::stop(&mut child, args.kill_after).await;
             let kept = keep_or_close(args, &session).await;
             Err((
                 EXIT_LOST,
@@ -376,138 +375,22 @@ fn gave_up(args: &ExecArgs, blockers: &[Blocker]) -> Stop {
 
 fn spawn(args: &ExecArgs, session: &Session, leases: &[Lease]) -> Result<Child, Stop> {
     let fence = leases.iter().map(|l| l.fence).max().unwrap_or_default();
-    let json = serde_json::to_string(leases).expect("leases serialize");
-    Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .env("KLOCK_SESSION", session.info.session_id.to_string())
-        .env("KLOCK_LEASES", json)
-        .env("KLOCK_FENCE", fence.to_string())
-        // Its own process group, as timeout(1) does: a signal or a stop then reaches
-        // everything the command started, and a terminal's Ctrl-C reaches it once (through
-        // us), not twice.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            (code, format!("cannot run {:?}: {e}", args.command[0]))
-        })
-}
-
-enum Ended {
-    Exited(ExitStatus),
-    Lost(Loss),
-}
-
-/// Waits for the command to end or a lease to be lost, passing signals on meanwhile.
-async fn supervise(
-    child: &mut Child,
-    losses: &mut tokio::sync::mpsc::UnboundedReceiver<Loss>,
-) -> Ended {
-    let mut caught = Caught::new(&[
-        SignalKind::terminate(),
-        SignalKind::interrupt(),
-        SignalKind::hangup(),
-        SignalKind::quit(),
-        SignalKind::user_defined1(),
-        SignalKind::user_defined2(),
-    ]);
-    loop {
-        tokio::select! {
-            status = child.wait() => match status {
-                Ok(status) => break Ended::Exited(status),
-                // wait(2) failing means the child is not ours to wait for; treat it as gone.
-                Err(_) => break Ended::Exited(ExitStatus::default()),
-            },
-            Some(loss) = losses.recv() => break Ended::Lost(loss),
-            sig = caught.next() => send(child, sig),
-        }
-    }
-}
-
-/// Signals caught while it lives, by number. Dropping it stops the listening; tokio keeps its
-/// handlers installed, so a signal that comes later is ignored rather than fatal.
-struct Caught {
-    rx: tokio::sync::mpsc::UnboundedReceiver<i32>,
-    listeners: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Caught {
-    fn new(kinds: &[SignalKind]) -> Caught {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut listeners = Vec::new();
-        for &kind in kinds {
-            // A signal we cannot listen for keeps its default action: no failure.
-            if let Ok(mut stream) = signal(kind) {
-                let tx = tx.clone();
-                listeners.push(tokio::spawn(async move {
-                    while stream.recv().await.is_some() {
-                        let _ = tx.send(kind.as_raw_value());
-                    }
-                }));
-            }
-        }
-        Caught { rx, listeners }
-    }
-
-    /// The next signal (never, if none could be listened for).
-    async fn next(&mut self) -> i32 {
-        match self.rx.recv().await {
-            Some(sig) => sig,
-            None => std::future::pending().await,
-        }
-    }
-}
-
-impl Drop for Caught {
-    fn drop(&mut self) {
-        for listener in &self.listeners {
-            listener.abort();
-        }
-    }
-}
-
-/// The first SIGINT, SIGTERM or SIGHUP.
-async fn interrupted() -> i32 {
-    let kinds = [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
+    let env = [
+        ("KLOCK_SESSION", session.info.session_id.to_string()),
+        (
+            "KLOCK_LEASES",
+            serde_json::to_string(leases).expect("leases serialize"),
+        ),
+        ("KLOCK_FENCE", fence.to_string()),
     ];
-    Caught::new(&kinds).next().await
-}
-
-/// Sends `sig` to the command's process group (its pid: it leads the group).
-fn send(child: &Child, sig: i32) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on the group of a child we spawned and have not reaped yet.
-        unsafe {
-            libc::kill(-(pid as libc::pid_t), sig);
-        }
-    }
-}
-
-async fn stop_child(child: &mut Child, kill_after: Duration) {
-    send(child, libc::SIGTERM);
-    if tokio::time::timeout(kill_after, child.wait())
-        .await
-        .is_err()
-    {
-        send(child, libc::SIGKILL);
-        let _ = child.wait().await;
-    }
-}
-
-fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.saturating_add(sig as u8),
-        (None, None) => 1,
-    }
+    child::spawn(&args.command, &env).map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        (code, format!("cannot run {:?}: {e}", args.command[0]))
+    })
 }
 
 /// After a run that did not finish its work: with `--digest`, save the digest and suspend the

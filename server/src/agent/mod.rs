@@ -5,13 +5,17 @@
 //! - [`keeper`]: background renewals, and the report of a lost lease.
 //! - [`args`]: the flags the tools share.
 //! - [`exec`]: `klock exec`, a command run under leases.
+//! - [`child`]: that command's process group, its signals, and stopping it.
 //! - [`sidecar`]: `klock mcp`, one session per agent behind the MCP tools of `klock-mcp`.
+//! - [`replies`]: what it tells the model about its requests.
 //! - [`overview`]: `klock status` and `klock reconcile`.
 
 pub mod args;
+pub mod child;
 pub mod client;
 pub mod exec;
 pub mod keeper;
 pub mod overview;
+pub mod replies;
 pub mod session;
 pub mod sidecar;

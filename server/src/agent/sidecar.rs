@@ -15,8 +15,9 @@ use super::args::{Connection, Flags, CONNECTION_HELP};
 use super::client::{Client, Failure};
 use super::keeper::{Keeper, Loss};
 use super::overview::{describe_blockers, describe_leases, gather, render, render_resource};
+use super::replies::{died, end_text, ended, failed, granted, lost, waiting, End};
 use super::session::{resource_state, Acquired, Outcome, Session};
-use klock_core::{Blocker, Lease, Verdict};
+use klock_core::{Blocker, Verdict};
 use klock_mcp::{AcquireArgs, AwaitArgs, Coordinator, ReleaseArgs, Reply, StatusArgs};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -48,16 +49,6 @@ Example (an MCP host's configuration):
 /// The help with the connection flags filled in.
 pub fn help() -> String {
     HELP.replace("CONNECTION_FLAGS", CONNECTION_HELP)
-}
-
-/// How a followed ticket ended.
-#[derive(Clone, Debug)]
-enum End {
-    Granted(Vec<Lease>),
-    TimedOut,
-    Died(u64),
-    /// The follower could not reach the server, or a granted lease was gone at once.
-    Failed(String),
 }
 
 /// A ticket being followed: how it ended (once it has) and who blocked it.
@@ -154,10 +145,6 @@ pub async fn run(sidecar: Sidecar, notices: mpsc::UnboundedReceiver<String>) -> 
 /// The sidecar behind the MCP tools, shared so that `run` still has it to close the session
 /// once the tools are done.
 struct Shared(Arc<Sidecar>);
-
-fn failed(text: String) -> Reply {
-    Reply { text, failed: true }
-}
 
 impl Sidecar {
     /// The session, opened at the first call.
@@ -491,82 +478,13 @@ impl Sidecar {
     }
 }
 
-fn granted(leases: &[Lease]) -> Reply {
-    Reply {
-        text: format!(
-            "GRANTED: you hold {}. Edit now; the leases are renewed for you until you call klock_release (do so when done). If you write to a store that checks fences, pass the fence.",
-            describe_leases(leases)
-        ),
-        failed: false,
-    }
-}
-
-fn waiting(ticket: u64, blockers: &str) -> Reply {
-    Reply {
-        text: format!(
-            "WAIT: held by {blockers}. You are queued (ticket {ticket}) but hold nothing new: do not edit it yet. Call klock_await with ticket {ticket} to keep waiting (your place is kept for {} minutes), do other work meanwhile, or klock_release with all: true to give up.",
-            QUEUE_MS / 60_000
-        ),
-        failed: false,
-    }
-}
-
-fn died(retry_after_ms: u64, blockers: &str, held: &[Lease]) -> Reply {
-    let mut text = format!(
-        "DIE: not granted, nothing of this request is held: {blockers} has priority over you. "
-    );
-    if held.is_empty() {
-        let _ = write!(text, "Call klock_acquire again after {retry_after_ms} ms.");
-    } else {
-        let _ = write!(
-            text,
-            "You still hold {}: to avoid a deadlock, release everything (klock_release with all: true), then after {retry_after_ms} ms ask again for everything you need in one klock_acquire.",
-            describe_leases(held)
-        );
-    }
-    Reply {
-        text,
-        failed: false,
-    }
-}
-
-fn end_text(end: &End) -> String {
-    match end {
-        End::Granted(leases) => format!(
-            "GRANTED: you hold {}; renewed for you until klock_release.",
-            describe_leases(leases)
-        ),
-        End::TimedOut => {
-            String::from("TIMED_OUT: the wait ran out; nothing held. Call klock_acquire again.")
-        }
-        End::Died(ms) => {
-            format!("DIED: withdrawn, nothing held. Call klock_acquire again after {ms} ms.")
-        }
-        End::Failed(why) => format!("FAILED: {why}. Call klock_acquire again."),
-    }
-}
-
-fn ended(ticket: u64, end: &End) -> Reply {
-    match end {
-        End::Granted(leases) => granted(leases),
-        other => Reply {
-            text: format!("Ticket {ticket}: {}", end_text(other)),
-            failed: false,
-        },
-    }
-}
-
 async fn report_losses(
     mut losses: mpsc::UnboundedReceiver<Loss>,
     unreported: Arc<Mutex<Vec<String>>>,
     notices: mpsc::UnboundedSender<String>,
 ) {
     while let Some(loss) = losses.recv().await {
-        let text = format!(
-            "LOST {} ({}): stop editing it; klock_acquire it again before continuing.",
-            describe_leases(&loss.leases),
-            loss.reason
-        );
+        let text = lost(&loss);
         let _ = notices.send(text.clone());
         unreported.lock().expect("sidecar lock").push(text);
     }
