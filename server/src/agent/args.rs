@@ -82,8 +82,7 @@ pub struct Connection {
 }
 
 /// The connection flags, as shown in every tool's help.
-pub const CONNECTION_HELP: &str = "\
-  --server URL     the server, http://HOST:PORT (default $KLOCK_SERVER, else http://127.0.0.1:7300)
+pub const CONNECTION_HELP: &str = "  --server URL     the server, http://HOST:PORT (default $KLOCK_SERVER, else http://127.0.0.1:7300)
   --socket PATH    the server's Unix socket instead (default $KLOCK_SOCKET)
   --token T        bearer token, if the server asks for one (default $KLOCK_TOKEN)
   --ns NS          namespace (default $KLOCK_NS, else \"default\")

@@ -235,8 +235,8 @@ usage: klock status [connection flags] [--type TYPE]... [--resource TYPE:/path]
 Shows a namespace: who holds what and until when, who waits, the most contended resources
 and ghost agents (crashed or stuck: their leases expired or waits timed out).
 
-  --type TYPE        resource types to list (default FILE); repeat for more
-  --resource R       show one resource instead: holders, queue, and covering holders
+  --type TYPE      resource types to list (default FILE); repeat for more
+  --resource R     show one resource instead: holders, queue, and covering holders
 CONNECTION_FLAGS
 
 Examples:
@@ -254,9 +254,9 @@ new digest to FILE and suspends the session again, as it was, for the rerun; wit
 --release it gives the work up instead: every lease released, the session closed, FILE
 removed.
 
-  --digest FILE      the saved StateDigest
-  --type TYPE        resource types to look for its leases under (default FILE)
-  --release          release everything, close the session, remove FILE
+  --digest FILE    the saved StateDigest
+  --type TYPE      resource types to look for its leases under (default FILE)
+  --release        release everything, close the session, remove FILE
 CONNECTION_FLAGS
 
 Examples:

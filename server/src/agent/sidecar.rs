@@ -35,8 +35,9 @@ pub const HELP: &str = "\
 usage: klock mcp [connection flags] [--type TYPE]...
 
 A Model Context Protocol server on stdin/stdout for one LLM agent: the agent host launches
-it once per agent. It opens one Klock session (at the first tool call), renews its leases in
-the background, and closes it (releasing everything) when stdin ends.
+it once per agent. It opens one Klock session when it starts (or at the first tool call, if
+the server is not up yet), renews its leases in the background, and closes the session
+(releasing everything) when stdin ends.
 Tools: klock_acquire, klock_await, klock_release, klock_status, klock_reconcile, klock_who.
 
   --type TYPE      resource types klock_who lists besides those the agent used (default FILE)
