@@ -219,19 +219,10 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
                 format!(
                     "lost {} ({}); stopped the command{kept}",
                     describe_leases(&loss.leases),
-                    why(&loss.reason)
+                    loss.why()
                 ),
             ))
         }
-    }
-}
-
-fn why(reason: &str) -> String {
-    match reason {
-        "NOT_RENEWED" => String::from(
-            "no renewal reached the server before the lease's TTL ran out; the server may have let it expire",
-        ),
-        other => format!("the server says {other}"),
     }
 }
 

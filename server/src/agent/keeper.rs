@@ -29,6 +29,18 @@ pub struct Loss {
     pub reason: String,
 }
 
+impl Loss {
+    /// Why, in words.
+    pub fn why(&self) -> String {
+        match self.reason.as_str() {
+            "NOT_RENEWED" => String::from(
+                "no renewal reached the server before the lease's TTL ran out; the server may have let it expire",
+            ),
+            other => format!("the server says {other}"),
+        }
+    }
+}
+
 struct Held {
     lease: Lease,
     deadline: Instant,

@@ -101,6 +101,6 @@ pub fn lost(loss: &Loss) -> String {
     format!(
         "LOST {} ({}): stop editing it; klock_acquire it again before continuing.",
         describe_leases(&loss.leases),
-        loss.reason
+        loss.why()
     )
 }
