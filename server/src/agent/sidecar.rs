@@ -148,7 +148,7 @@ pub async fn run(sidecar: Sidecar, notices: mpsc::UnboundedReceiver<String>) -> 
 struct Shared(Arc<Sidecar>);
 
 impl Sidecar {
-    /// The session, opened at the first call.
+    /// The session: opened once, at start or else by the first call that finds the server up.
     async fn live(&self) -> Result<&Live, Reply> {
         self.live
             .get_or_try_init(|| async {
