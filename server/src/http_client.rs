@@ -66,7 +66,8 @@ pub fn request(
     parse(&bytes).ok_or_else(|| format!("{method} {path}: not an HTTP answer: {bytes:?}"))
 }
 
-fn parse(bytes: &[u8]) -> Option<Answer> {
+/// Parses a whole `connection: close` answer: status line, headers, body.
+pub(crate) fn parse(bytes: &[u8]) -> Option<Answer> {
     let split = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&bytes[..split]).ok()?;
     let raw = bytes[split + 4..].to_vec();

@@ -13,7 +13,10 @@
 //! - [`api`]: the HTTP routes (`/v1`), translation only.
 //! - [`auth`]: bearer tokens, roles, namespaces and per-token limits.
 //! - [`conformance`]: every vector through the HTTP API of a spawned manual-clock server.
+//! - [`agent`]: the tools agents run against a server: `klock exec`, `klock mcp`,
+//!   `klock status`, `klock reconcile`.
 
+pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod conformance;

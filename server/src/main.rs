@@ -4,6 +4,10 @@
 //! klock serve [--listen 127.0.0.1:7300] [--data FILE | --memory] [--clock manual]
 //!             [--snapshot-every N]
 //! klock conformance --spawn PATH...
+//! klock exec [flags] --intent I... -- COMMAND...
+//! klock mcp [flags]
+//! klock status [flags]
+//! klock reconcile --digest FILE [flags]
 //! ```
 
 use klock_core::Config;
@@ -25,6 +29,10 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
        klock conformance --spawn PATH...   (every vector through the HTTP API of a
                                              manual-clock server it starts and stops)
        klock token-hash < secret             (the sha256 a token file lists for a secret)
+       klock exec --intent I... -- COMMAND   (run COMMAND holding leases; klock exec --help)
+       klock mcp                             (an MCP server on stdio for one LLM agent)
+       klock status                          (who holds what, queues, contention, ghosts)
+       klock reconcile --digest FILE         (the server's truth about a saved session)
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
                        Beyond loopback it needs --tokens, and TLS unless --insecure.
@@ -175,6 +183,10 @@ fn main() -> ExitCode {
         Some("serve") => {}
         Some("conformance") => return conformance(&args[1..]),
         Some("token-hash") => return token_hash(),
+        Some("exec") => return exec(&args[1..]),
+        Some("mcp") => return mcp(&args[1..]),
+        Some("status") => return overview("status", &args[1..]),
+        Some("reconcile") => return overview("reconcile", &args[1..]),
         Some("--help" | "-h" | "help") | None => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -361,4 +373,100 @@ fn token_hash() -> ExitCode {
     }
     println!("{}", auth::hex(&auth::digest(secret)));
     ExitCode::SUCCESS
+}
+
+/// A runtime for one agent tool.
+fn tool_runtime(tool: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("klock {tool}: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn wants_help(args: &[String]) -> bool {
+    let flags = args.split(|a| a == "--").next().unwrap_or_default();
+    flags.iter().any(|a| a == "--help" || a == "-h")
+}
+
+fn exec(args: &[String]) -> ExitCode {
+    use klock_server::agent::exec;
+    if wants_help(args) {
+        println!("{}", exec::help());
+        return ExitCode::SUCCESS;
+    }
+    let parsed = match exec::parse(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("klock exec: {e}\n(klock exec --help shows every flag)");
+            return ExitCode::from(exec::EXIT_USAGE);
+        }
+    };
+    match tool_runtime("exec") {
+        Ok(runtime) => ExitCode::from(runtime.block_on(exec::run(parsed))),
+        Err(code) => code,
+    }
+}
+
+fn overview(tool: &str, args: &[String]) -> ExitCode {
+    use klock_server::agent::overview;
+    if wants_help(args) {
+        let text = if tool == "status" {
+            overview::STATUS_HELP
+        } else {
+            overview::RECONCILE_HELP
+        };
+        println!("{}", overview::help(text));
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tool_runtime(tool) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let done = runtime.block_on(async {
+        if tool == "status" {
+            overview::status(args).await
+        } else {
+            overview::reconcile(args).await
+        }
+    });
+    match done {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err((code, message)) => {
+            eprintln!("klock {tool}: {message}\n(klock {tool} --help shows every flag)");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn mcp(args: &[String]) -> ExitCode {
+    use klock_server::agent::sidecar;
+    if wants_help(args) {
+        println!("{}", sidecar::help());
+        return ExitCode::SUCCESS;
+    }
+    let (parsed, notices) = match sidecar::parse(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("klock mcp: {e}\n(klock mcp --help shows every flag)");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tool_runtime("mcp") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(sidecar::run(parsed, notices)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("klock mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

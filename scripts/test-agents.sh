@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The MCP sidecar (`klock mcp`) driven by the official Python MCP client against a real
+# `klock serve`: server/tests/mcp_client.py. Installs the pinned client in target/agents-venv
+# when it is missing (idempotent). `klock exec`, `klock status` and `klock reconcile` are
+# tested by cargo nextest (server/tests/exec.rs, server/tests/overview.rs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mcp_version=2.3.0
+venv=target/agents-venv
+installed=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
+if [ "$installed" != "$mcp_version" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$mcp_version"
+fi
+
+cargo build --quiet -p klock-server --bin klock
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+"$venv/bin/python" server/tests/mcp_client.py "$target_dir/debug/klock"

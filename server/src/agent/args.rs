@@ -1,0 +1,177 @@
+//! The command-line pieces the agent tools share: `--flag VALUE` / `--flag=VALUE` reading,
+//! durations like `60s`, and the connection flags every tool takes.
+//!
+//! Contract: parsing never panics; every error names the flag and what it accepts.
+
+use super::client::{Client, Endpoint};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Reads `args` as flags: `--name VALUE`, `--name=VALUE` or a bare `--switch`.
+pub struct Flags<'a> {
+    args: &'a [String],
+    at: usize,
+}
+
+impl<'a> Flags<'a> {
+    pub fn new(args: &'a [String]) -> Flags<'a> {
+        Flags { args, at: 0 }
+    }
+
+    /// The next flag and, when written `--name=VALUE`, its value; `None` at the end.
+    pub fn next_flag(&mut self) -> Option<(&'a str, Option<&'a str>)> {
+        let arg = self.args.get(self.at)?.as_str();
+        self.at += 1;
+        Some(match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value)),
+            _ => (arg, None),
+        })
+    }
+
+    /// The flag's value: the inline one, else the next argument.
+    ///
+    /// # Errors
+    /// No value follows.
+    pub fn value(&mut self, flag: &str, inline: Option<&'a str>) -> Result<&'a str, String> {
+        if let Some(v) = inline {
+            return Ok(v);
+        }
+        let v = self
+            .args
+            .get(self.at)
+            .ok_or_else(|| format!("{flag} needs a value"))?;
+        self.at += 1;
+        Ok(v)
+    }
+
+    /// Everything after the flags read so far.
+    pub fn rest(&self) -> &'a [String] {
+        &self.args[self.at.min(self.args.len())..]
+    }
+}
+
+/// `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds.
+///
+/// # Errors
+/// Anything else, named with the flag.
+pub fn duration(flag: &str, text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let bad = || format!("{flag} takes a duration like 500ms, 30s, 2m or 1h, got {text:?}");
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "" | "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    };
+    ms.map(Duration::from_millis).ok_or_else(bad)
+}
+
+/// Where the server is, who we are, and in which namespace.
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    server: Option<String>,
+    socket: Option<PathBuf>,
+    token: Option<String>,
+    ns: Option<String>,
+    agent: Option<String>,
+}
+
+/// The connection flags, as shown in every tool's help.
+pub const CONNECTION_HELP: &str = "  --server URL     the server, http://HOST:PORT (default $KLOCK_SERVER, else http://127.0.0.1:7300)
+  --socket PATH    the server's Unix socket instead (default $KLOCK_SOCKET)
+  --token T        bearer token, if the server asks for one (default $KLOCK_TOKEN)
+  --ns NS          namespace (default $KLOCK_NS, else \"default\")
+  --agent ID       agent id shown to the others (default $KLOCK_AGENT, else USER@HOST)";
+
+impl Connection {
+    /// Takes `flag` if it is a connection flag; `Ok(false)` leaves it to the caller.
+    ///
+    /// # Errors
+    /// The flag's value is missing.
+    pub fn take<'a>(
+        &mut self,
+        flags: &mut Flags<'a>,
+        flag: &str,
+        inline: Option<&'a str>,
+    ) -> Result<bool, String> {
+        let slot = match flag {
+            "--server" => &mut self.server,
+            "--token" => &mut self.token,
+            "--ns" => &mut self.ns,
+            "--agent" => &mut self.agent,
+            "--socket" => {
+                self.socket = Some(PathBuf::from(flags.value(flag, inline)?));
+                return Ok(true);
+            }
+            _ => return Ok(false),
+        };
+        *slot = Some(flags.value(flag, inline)?.to_owned());
+        Ok(true)
+    }
+
+    /// The client for the chosen server.
+    ///
+    /// # Errors
+    /// Both a URL and a socket, or a URL this client cannot use.
+    pub fn client(&self) -> Result<Client, String> {
+        let endpoint = Endpoint::choose(self.server.clone(), self.socket.clone())?;
+        Ok(Client::new(endpoint, self.token.clone()))
+    }
+
+    /// The namespace.
+    pub fn ns(&self) -> String {
+        self.ns
+            .clone()
+            .or_else(|| std::env::var("KLOCK_NS").ok())
+            .unwrap_or_else(|| String::from("default"))
+    }
+
+    /// The agent id.
+    pub fn agent(&self) -> String {
+        self.agent
+            .clone()
+            .or_else(|| std::env::var("KLOCK_AGENT").ok())
+            .unwrap_or_else(|| {
+                let user = std::env::var("USER").unwrap_or_else(|_| String::from("agent"));
+                let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+                match host.trim() {
+                    "" => user,
+                    host => format!("{user}@{host}"),
+                }
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("--ttl", "500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("--ttl", "30"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration("--ttl", "2m"), Ok(Duration::from_secs(120)));
+        assert!(duration("--ttl", "").unwrap_err().contains("--ttl"));
+        assert!(duration("--ttl", "5d").is_err());
+        assert!(duration("--ttl", "-1s").is_err());
+        assert!(duration("--ttl", "99999999999999999999h").is_err());
+    }
+
+    #[test]
+    fn flags_take_inline_and_separate_values() {
+        let args: Vec<String> = ["--ns=a", "--ttl", "5s", "--", "x"]
+            .map(String::from)
+            .into();
+        let mut flags = Flags::new(&args);
+        assert_eq!(flags.next_flag(), Some(("--ns", Some("a"))));
+        let (flag, inline) = flags.next_flag().unwrap();
+        assert_eq!(flags.value(flag, inline), Ok("5s"));
+        assert_eq!(flags.next_flag(), Some(("--", None)));
+        assert_eq!(flags.rest(), ["x"]);
+    }
+}

@@ -1,0 +1,247 @@
+//! Where the server is, and one request to it: the transport of `klock exec`, `klock mcp`,
+//! `klock status` and `klock reconcile`.
+//!
+//! Contract: [`Endpoint::choose`] turns `--server URL` / `--socket PATH` (or `KLOCK_SERVER` /
+//! `KLOCK_SOCKET`, or the default `http://127.0.0.1:7300`) into an endpoint, refusing what
+//! this client cannot speak (HTTPS) with a message naming the fix. [`Client::call`] sends one
+//! HTTP/1.1 request on a new connection, bounded in time, and returns the JSON body of a 2xx
+//! answer, or a [`Failure`] that tells an unreachable server from one that said no.
+
+use crate::http_client::parse;
+use serde_json::Value;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Where `klock serve` listens.
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    /// `host:port` over TCP.
+    Tcp(String),
+    /// A Unix socket (`klock serve --socket PATH`).
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Tcp(addr) => write!(f, "http://{addr}"),
+            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl Endpoint {
+    /// The endpoint from the flags, else the environment, else the default.
+    ///
+    /// # Errors
+    /// Both flags given, or a URL that is not `http://HOST:PORT`.
+    pub fn choose(server: Option<String>, socket: Option<PathBuf>) -> Result<Endpoint, String> {
+        // Flags win over the environment as a pair, so `--socket` overrides $KLOCK_SERVER.
+        let (server, socket) = if server.is_some() || socket.is_some() {
+            (server, socket)
+        } else {
+            (
+                std::env::var("KLOCK_SERVER").ok(),
+                std::env::var_os("KLOCK_SOCKET").map(PathBuf::from),
+            )
+        };
+        match (server, socket) {
+            (Some(_), Some(_)) => Err(String::from(
+                "give --server URL or --socket PATH, not both (or only one of $KLOCK_SERVER and $KLOCK_SOCKET)",
+            )),
+            (None, Some(path)) => Ok(Endpoint::Unix(path)),
+            (Some(url), None) => Endpoint::from_url(&url),
+            (None, None) => Ok(Endpoint::Tcp(String::from("127.0.0.1:7300"))),
+        }
+    }
+
+    fn from_url(url: &str) -> Result<Endpoint, String> {
+        if url.starts_with("https://") {
+            return Err(format!(
+                "{url}: this client speaks plain HTTP only; reach a TLS server through a local proxy, or run the tools on the server's machine with --socket PATH"
+            ));
+        }
+        let rest = url.strip_prefix("http://").unwrap_or(url);
+        let addr = rest.trim_end_matches('/');
+        if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
+            return Err(format!(
+                "--server needs http://HOST:PORT (like http://127.0.0.1:7300), got {url:?}"
+            ));
+        }
+        Ok(Endpoint::Tcp(addr.to_owned()))
+    }
+}
+
+/// Why a call did not answer with a 2xx.
+#[derive(Clone, Debug)]
+pub enum Failure {
+    /// No answer: nothing listens, the connection broke, or the time ran out.
+    Unreachable(String),
+    /// The server answered with an error (`{"error": {code, name, message}}`).
+    Refused {
+        status: u16,
+        name: String,
+        message: String,
+    },
+}
+
+impl Failure {
+    /// The error's stable name (`UNKNOWN_SESSION`, ...), or `UNREACHABLE`.
+    pub fn name(&self) -> &str {
+        match self {
+            Failure::Unreachable(_) => "UNREACHABLE",
+            Failure::Refused { name, .. } => name,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Unreachable(why) => f.write_str(why),
+            Failure::Refused {
+                status,
+                name,
+                message,
+            } => {
+                write!(f, "the server refused ({status} {name}): {message}")?;
+                if *status == 401 {
+                    f.write_str(" (give the token with --token T or $KLOCK_TOKEN)")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A server and the bearer token to show it.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub endpoint: Endpoint,
+    token: Option<String>,
+}
+
+/// What every request may take beyond what it asks the server to wait.
+const SLACK: Duration = Duration::from_secs(10);
+
+impl Client {
+    /// A client; `token` (else `KLOCK_TOKEN`) goes out as `Authorization: Bearer`.
+    pub fn new(endpoint: Endpoint, token: Option<String>) -> Client {
+        let token = token.or_else(|| std::env::var("KLOCK_TOKEN").ok());
+        Client { endpoint, token }
+    }
+
+    /// Sends one request and returns the JSON of a 2xx answer. `waits` is how long the
+    /// server may hold it (a long poll); the whole exchange is bounded by that plus a slack.
+    ///
+    /// # Errors
+    /// [`Failure::Unreachable`] without an answer, [`Failure::Refused`] for a 4xx or 5xx.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        session_token: Option<&str>,
+        body: Option<&Value>,
+        waits: Duration,
+    ) -> Result<Value, Failure> {
+        let (body, _) = self
+            .call_at(method, path, session_token, body, waits)
+            .await?;
+        Ok(body)
+    }
+
+    /// [`Client::call`], and the server's time of the command it made (`Klock-Now`), to
+    /// tell how far away an `expires_at` is.
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub async fn call_at(
+        &self,
+        method: &str,
+        path: &str,
+        session_token: Option<&str>,
+        body: Option<&Value>,
+        waits: Duration,
+    ) -> Result<(Value, Option<u64>), Failure> {
+        let body = body.map(Value::to_string).unwrap_or_default();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: klock\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        if let Some(token) = &self.token {
+            head.push_str(&format!("authorization: Bearer {token}\r\n"));
+        }
+        if let Some(token) = session_token {
+            head.push_str(&format!("klock-session-token: {token}\r\n"));
+        }
+        head.push_str("\r\n");
+        head.push_str(&body);
+        let exchange = async {
+            match &self.endpoint {
+                Endpoint::Tcp(addr) => {
+                    exchange(tokio::net::TcpStream::connect(addr).await?, &head).await
+                }
+                Endpoint::Unix(path) => {
+                    exchange(tokio::net::UnixStream::connect(path).await?, &head).await
+                }
+            }
+        };
+        let unreachable = |why: String| {
+            Failure::Unreachable(format!(
+                "cannot reach the Klock server at {}: {why} (is `klock serve` running there? point to it with --server URL or --socket PATH)",
+                self.endpoint
+            ))
+        };
+        let bytes = match tokio::time::timeout(waits + SLACK, exchange).await {
+            Err(_) => return Err(unreachable(format!("no answer to {method} {path} in time"))),
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Ok(bytes)) => bytes,
+        };
+        let answer = parse(&bytes)
+            .ok_or_else(|| unreachable(format!("{method} {path}: the answer is not HTTP")))?;
+        if (200..300).contains(&answer.status) {
+            let now = answer.header("klock-now").and_then(|v| v.parse().ok());
+            return Ok((answer.body, now));
+        }
+        let error = &answer.body["error"];
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        Err(Failure::Refused {
+            status: answer.status,
+            name: text(&error["name"]).unwrap_or_else(|| String::from("HTTP_ERROR")),
+            message: text(&error["message"])
+                .unwrap_or_else(|| String::from_utf8_lossy(&answer.raw).into_owned()),
+        })
+    }
+}
+
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    request: &str,
+) -> std::io::Result<Vec<u8>> {
+    stream.write_all(request.as_bytes()).await?;
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).await?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked() {
+        let tcp = Endpoint::from_url("http://127.0.0.1:9/").unwrap();
+        assert_eq!(tcp.to_string(), "http://127.0.0.1:9");
+        assert!(Endpoint::from_url("https://x:1")
+            .unwrap_err()
+            .contains("plain HTTP"));
+        assert!(Endpoint::from_url("http://x/v1")
+            .unwrap_err()
+            .contains("HOST:PORT"));
+        assert!(Endpoint::from_url("localhost")
+            .unwrap_err()
+            .contains("HOST:PORT"));
+    }
+}

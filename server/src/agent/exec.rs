@@ -1,0 +1,464 @@
+//! `klock exec`: run a command while holding leases, the way `flock(1)` runs one while
+//! holding a file lock, but across machines, with deadlock freedom and fencing.
+//!
+//! Contract: one session (opened, or resumed from `--digest FILE`), the whole manifest asked
+//! for in one request; a DIE is slept off (`retry_after_ms`) and retried, since nothing is held
+//! meanwhile; after `--wait` the run gives up with exit 75 naming the holders. The command runs
+//! with `KLOCK_SESSION`, `KLOCK_LEASES` (the leases as JSON) and `KLOCK_FENCE` (the largest
+//! fence of the grant) in its environment, in its own process group; SIGTERM, SIGINT, SIGHUP,
+//! SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to that group; the [`Keeper`] renews the leases. When a lease is lost (the
+//! server says so, or no renewal arrived before the local deadline, measured from the send time
+//! of the request that granted or renewed it), the command gets SIGTERM, SIGKILL after
+//! `--kill-after`, the StateDigest is written to `--digest FILE` (the session is suspended
+//! rather than closed, so a rerun keeps its priority) and the exit status is 107. Otherwise
+//! the leases are released, the session closed, the digest file removed (the unit of work is
+//! done) and the exit status is the command's own (128 + N for a signal N). SIGINT, SIGTERM
+//! or SIGHUP while waiting withdraws the request and exits 128 + N.
+
+use super::args::{duration, Connection, Flags, CONNECTION_HELP};
+use super::child;
+use super::client::Failure;
+use super::keeper::Keeper;
+use super::overview::{describe_blockers, describe_leases};
+use super::session::{Acquired, Outcome, Session};
+use klock_core::{Blocker, Lease, StateDigest, Verdict};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::process::Child;
+use tokio::time::Instant;
+
+/// The server could not be reached, or refused the session.
+pub const EXIT_UNAVAILABLE: u8 = 69;
+/// `--wait` ran out before the leases were granted (`flock -E`'s EX_TEMPFAIL).
+pub const EXIT_CONFLICT: u8 = 75;
+/// A lease was lost while the command ran; the command was stopped (KLIS-8).
+pub const EXIT_LOST: u8 = 107;
+/// Bad flags or intents.
+pub const EXIT_USAGE: u8 = 2;
+
+pub const HELP: &str = "\
+usage: klock exec [connection flags] --intent \"PREDICATE TYPE:/path\"... [--ttl 60s]
+                  [--wait 30s] [--kill-after 10s] [--digest FILE] [-v] -- COMMAND [ARGS...]
+
+Runs COMMAND while holding every intent as a lease, renewed in the background. Like
+flock(1), but shared through a Klock server, deadlock-free, with a fencing token.
+
+  --intent I       what the command will do, e.g. \"MUTATES FILE:/src/app.py\"; repeat it.
+                   Predicates: PROVIDES CONSUMES MUTATES DELETES DEPENDS_ON RENAMES.
+                   All intents are granted together or not at all.
+  --ttl D          lease TTL (default 60s); renewed every TTL/3 while COMMAND runs
+  --wait D         give up after waiting this long for other holders (default 30s; 0: don't
+                   wait): exit 75, naming who holds what
+  --kill-after D   after a lost lease, SIGTERM COMMAND, then SIGKILL this much later
+                   (default 10s)
+  --digest FILE    keep the session's StateDigest here when a run gives up or loses its
+                   lease, and resume from it on the next run: a retried job keeps its age, so
+                   it is not starved by younger ones. Removed after a successful run.
+  -v, --verbose    say on stderr which session holds which leases
+CONNECTION_FLAGS
+
+COMMAND runs in its own process group (as with timeout(1)): forwarded signals and the stop
+after a lost lease reach every process it started; it cannot read from the terminal.
+COMMAND sees KLOCK_SESSION (the session id), KLOCK_LEASES (the leases as JSON: lease_id,
+resource, predicate, fence, expires_at, ttl_ms) and KLOCK_FENCE (the largest fence of the
+grant: a store that remembers the largest fence it saw can refuse a stale writer).
+
+Exit status: COMMAND's own (128+N if killed by signal N); 75 --wait ran out; 107 a lease was
+lost while COMMAND ran (it was stopped); 128+N interrupted by signal N (INT, TERM, HUP) while
+waiting; 69 the server is unreachable or refused; 2 bad usage; 126/127 COMMAND could not be run.
+
+Examples:
+  klock exec --intent \"MUTATES FILE:/repo/Cargo.lock\" -- cargo update
+  klock exec --ns ci --wait 5m --intent \"MUTATES DB:/staging\" -- ./migrate.sh
+  klock exec --digest .klock/deploy.json --intent \"MUTATES SERVICE:/api\" -- ./deploy.sh";
+
+/// The help with the connection flags filled in.
+pub fn help() -> String {
+    HELP.replace("CONNECTION_FLAGS", CONNECTION_HELP)
+}
+
+/// What `klock exec` was asked to do.
+#[derive(Debug)]
+pub struct ExecArgs {
+    connection: Connection,
+    intents: Vec<String>,
+    ttl: Duration,
+    wait: Duration,
+    kill_after: Duration,
+    digest: Option<PathBuf>,
+    verbose: bool,
+    command: Vec<String>,
+}
+
+/// Reads the flags up to `--` and the command after it.
+///
+/// # Errors
+/// A flag this tool does not know, a missing value, no intent or no command.
+pub fn parse(args: &[String]) -> Result<ExecArgs, String> {
+    let mut out = ExecArgs {
+        connection: Connection::default(),
+        intents: Vec::new(),
+        ttl: Duration::from_secs(60),
+        wait: Duration::from_secs(30),
+        kill_after: Duration::from_secs(10),
+        digest: None,
+        verbose: false,
+        command: Vec::new(),
+    };
+    let mut flags = Flags::new(args);
+    while let Some((flag, inline)) = flags.next_flag() {
+        if out.connection.take(&mut flags, flag, inline)? {
+            continue;
+        }
+        match flag {
+            "--" => {
+                out.command = flags.rest().to_vec();
+                break;
+            }
+            "--intent" => out.intents.push(flags.value(flag, inline)?.to_owned()),
+            "--ttl" => out.ttl = duration(flag, flags.value(flag, inline)?)?,
+            "--wait" => out.wait = duration(flag, flags.value(flag, inline)?)?,
+            "--kill-after" => out.kill_after = duration(flag, flags.value(flag, inline)?)?,
+            "--digest" => out.digest = Some(PathBuf::from(flags.value(flag, inline)?)),
+            "-v" | "--verbose" => out.verbose = true,
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?} (the command goes after --: klock exec --intent ... -- COMMAND)"
+                ))
+            }
+        }
+    }
+    if out.intents.is_empty() {
+        return Err(String::from(
+            "name at least one --intent, like --intent \"MUTATES FILE:/path\"",
+        ));
+    }
+    if out.command.is_empty() {
+        return Err(String::from(
+            "name the command after --, like: klock exec --intent ... -- make deploy",
+        ));
+    }
+    if out.ttl < Duration::from_millis(3) {
+        return Err(String::from(
+            "--ttl must be at least 3ms (it is renewed every third)",
+        ));
+    }
+    Ok(out)
+}
+
+/// Runs `klock exec` and returns its exit status.
+pub async fn run(args: ExecArgs) -> u8 {
+    match run_inner(&args).await {
+        Ok(code) => code,
+        Err((code, message)) => {
+            eprintln!("klock exec: {message}");
+            code
+        }
+    }
+}
+
+type Stop = (u8, String);
+
+fn refused(failure: Failure) -> Stop {
+    match &failure {
+        Failure::Refused { status: 400, .. } => (EXIT_USAGE, failure.to_string()),
+        _ => (EXIT_UNAVAILABLE, failure.to_string()),
+    }
+}
+
+async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
+    let client = args.connection.client().map_err(|e| (EXIT_USAGE, e))?;
+    let (session, resumed) = start(args, client).await?;
+    let (keeper, mut losses) = Keeper::start(session.clone());
+    let acquired = tokio::select! {
+        acquired = acquire(args, &session, &keeper) => acquired,
+        sig = child::interrupted() => Err((
+            128u8.saturating_add(sig as u8),
+            format!("interrupted by signal {sig} while waiting; the request was withdrawn"),
+        )),
+    };
+    let leases = match acquired {
+        Ok(leases) => leases,
+        Err(stop) => {
+            drop(keeper);
+            keep_or_close(args, &session).await;
+            return Err(stop);
+        }
+    };
+    if args.verbose {
+        let how = if resumed { "resumed" } else { "opened" };
+        let info = &session.info;
+        eprintln!(
+            "klock exec: session {} (agent {:?}, priority {}, {how}) holds {}",
+            info.session_id,
+            info.agent_id,
+            info.priority,
+            describe_leases(&leases)
+        );
+    }
+    let mut child = match spawn(args, &session, &leases) {
+        Ok(child) => child,
+        Err(stop) => {
+            drop(keeper);
+            finish(args, &session).await;
+            return Err(stop);
+        }
+    };
+    let ended = child::supervise(&mut child, &mut losses).await;
+    drop(keeper);
+    match ended {
+        child::Ended::Exited(status) => {
+            finish(args, &session).await;
+            Ok(child::exit_code(status))
+        }
+        child::Ended::Lost(loss) => {
+            child::stop(&mut child, args.kill_after).await;
+            let kept = keep_or_close(args, &session).await;
+            Err((
+                EXIT_LOST,
+                format!(
+                    "lost {} ({}); stopped the command{kept}",
+                    describe_leases(&loss.leases),
+                    loss.why()
+                ),
+            ))
+        }
+    }
+}
+
+/// Opens a session, or resumes the one `--digest FILE` names; `true` when resumed.
+async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Session, bool), Stop> {
+    let ns = args.connection.ns();
+    let agent = args.connection.agent();
+    if let Some(digest) = read_digest(args.digest.as_deref())? {
+        match Session::resume(client.clone(), &digest).await {
+            Ok(session) => return Ok((session, true)),
+            Err(Failure::Refused { name, .. })
+                if name == "UNKNOWN_SESSION" || name == "INVALID_DIGEST" =>
+            {
+                eprintln!(
+                    "klock exec: the session saved in {} is gone ({name}); opening a new one, whose priority starts over",
+                    args.digest.as_deref().unwrap_or(Path::new("")).display()
+                );
+            }
+            Err(failure) => return Err(refused(failure)),
+        }
+    }
+    let session = Session::open(client, &ns, &agent).await.map_err(refused)?;
+    Ok((session, false))
+}
+
+fn read_digest(path: Option<&Path>) -> Result<Option<StateDigest>, Stop> {
+    let Some(path) = path else { return Ok(None) };
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err((
+                EXIT_USAGE,
+                format!("cannot read --digest {}: {e}", path.display()),
+            ))
+        }
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        (
+            EXIT_USAGE,
+            format!(
+                "{} is not a StateDigest ({e}); delete it to start with a new session",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// Asks until granted; the keeper holds the leases from then on.
+async fn acquire(args: &ExecArgs, session: &Session, keeper: &Keeper) -> Result<Vec<Lease>, Stop> {
+    let give_up = Instant::now() + args.wait;
+    let ttl_ms = args.ttl.as_millis() as u64;
+    let mut blockers: Vec<Blocker> = Vec::new();
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        let sent = Instant::now();
+        let left_ms = left.as_millis() as u64;
+        let answer = session
+            .acquire(&args.intents, ttl_ms, left_ms, left)
+            .await
+            .map_err(refused)?;
+        let (ticket, outcome) = match answer {
+            Acquired::Verdict(Verdict::Granted { leases }) => {
+                keeper.hold(&leases, sent);
+                return Ok(leases);
+            }
+            Acquired::Verdict(Verdict::Die {
+                retry_after_ms,
+                held_by,
+            }) => {
+                blockers = held_by;
+                (None, Outcome::Died(retry_after_ms))
+            }
+            Acquired::Verdict(Verdict::Wait { ticket, held_by }) => {
+                blockers = held_by;
+                (Some(ticket.0), Outcome::Waiting)
+            }
+            Acquired::Resolved(ticket, outcome) => (Some(ticket), outcome),
+        };
+        let outcome = match (ticket, outcome) {
+            (Some(ticket), Outcome::Waiting) => follow(session, ticket, give_up).await?,
+            (_, outcome) => outcome,
+        };
+        match outcome {
+            Outcome::Granted(leases) => {
+                // The grant came at some moment during the wait: renew now to know from when
+                // its TTL counts. A lease lost in between sends us round again.
+                if keeper
+                    .hold_renewed(session, &leases)
+                    .await
+                    .map_err(refused)?
+                {
+                    return Ok(leases);
+                }
+                let _ = session.release(None).await;
+            }
+            Outcome::Died(retry_after_ms) => {
+                // Never retry sooner than the kernel said; if that is past --wait, wait out
+                // --wait and give up.
+                let retry = Instant::now() + Duration::from_millis(retry_after_ms);
+                if retry >= give_up {
+                    tokio::time::sleep_until(give_up).await;
+                    return Err(gave_up(args, &blockers));
+                }
+                tokio::time::sleep_until(retry).await;
+            }
+            Outcome::TimedOut | Outcome::Waiting => return Err(gave_up(args, &blockers)),
+        }
+    }
+}
+
+/// Long-polls a ticket until it resolves; the kernel times it out at `give_up`.
+async fn follow(session: &Session, ticket: u64, give_up: Instant) -> Result<Outcome, Stop> {
+    loop {
+        // A second past `give_up` lets the kernel's WAIT_TIMEOUT arrive rather than race it.
+        let left = (give_up + Duration::from_secs(1)).saturating_duration_since(Instant::now());
+        let outcome = session.ticket(ticket, left).await.map_err(refused)?;
+        if outcome != Outcome::Waiting || left.is_zero() {
+            if outcome == Outcome::Waiting {
+                let _ = session.cancel(ticket).await;
+            }
+            return Ok(outcome);
+        }
+    }
+}
+
+fn gave_up(args: &ExecArgs, blockers: &[Blocker]) -> Stop {
+    let who = if blockers.is_empty() {
+        String::from("other sessions held them")
+    } else {
+        format!("held by {}", describe_blockers(blockers))
+    };
+    (
+        EXIT_CONFLICT,
+        format!(
+            "gave up after --wait {:?}: {who}. Try again later, or wait longer with --wait",
+            args.wait
+        ),
+    )
+}
+
+fn spawn(args: &ExecArgs, session: &Session, leases: &[Lease]) -> Result<Child, Stop> {
+    let fence = leases.iter().map(|l| l.fence).max().unwrap_or_default();
+    let env = [
+        ("KLOCK_SESSION", session.info.session_id.to_string()),
+        (
+            "KLOCK_LEASES",
+            serde_json::to_string(leases).expect("leases serialize"),
+        ),
+        ("KLOCK_FENCE", fence.to_string()),
+    ];
+    child::spawn(&args.command, &env).map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        (code, format!("cannot run {:?}: {e}", args.command[0]))
+    })
+}
+
+/// After a run that did not finish its work: with `--digest`, save the digest and suspend the
+/// session so a rerun resumes it with its priority; without, close it. Says what it did.
+async fn keep_or_close(args: &ExecArgs, session: &Session) -> String {
+    let Some(path) = &args.digest else {
+        let _ = session.close().await;
+        return String::new();
+    };
+    let saved = async {
+        let digest = session.digest().await.map_err(|e| e.to_string())?;
+        write_digest(path, &digest)?;
+        session.suspend().await.map_err(|e| e.to_string())
+    };
+    match saved.await {
+        Ok(()) => format!(
+            "; saved the session to {}: rerun with --digest {0} to keep its priority",
+            path.display()
+        ),
+        Err(e) => {
+            let _ = session.close().await;
+            format!("; could not save the session to {} ({e})", path.display())
+        }
+    }
+}
+
+/// Writes a StateDigest to `path`, whole or not at all.
+///
+/// # Errors
+/// The file cannot be written; the message names it.
+pub fn write_digest(path: &Path, digest: &StateDigest) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(digest).expect("digests serialize");
+    // Write beside it, then rename: a crash never leaves half a digest.
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, text + "\n")
+        .and_then(|()| std::fs::rename(&partial, path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// After the command ended on its own: release everything, close, forget the digest.
+async fn finish(args: &ExecArgs, session: &Session) {
+    if let Err(e) = session.close().await {
+        eprintln!("klock exec: could not close the session ({e}); its leases end at their TTL");
+    }
+    if let Some(path) = &args.digest {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parse_needs_intents_and_a_command() {
+        assert!(parse(&args(&["--", "true"]))
+            .unwrap_err()
+            .contains("--intent"));
+        assert!(parse(&args(&["--intent", "MUTATES FILE:/x"]))
+            .unwrap_err()
+            .contains("--"));
+        assert!(parse(&args(&["--bogus"])).unwrap_err().contains("--bogus"));
+        assert!(parse(&args(&["--ttl", "1ms", "--intent", "x", "--", "true"])).is_err());
+        let ok = parse(&args(&[
+            "--intent=MUTATES FILE:/x",
+            "--wait",
+            "0",
+            "--",
+            "echo",
+            "--intent",
+        ]))
+        .unwrap();
+        assert_eq!(ok.command, ["echo", "--intent"]);
+        assert_eq!(ok.wait, Duration::ZERO);
+    }
+}

@@ -1,0 +1,279 @@
+//! Keeps a session's leases alive in the background and says when one is lost.
+//!
+//! Contract: [`Keeper::start`] runs two tasks for a session. The heartbeat task renews every
+//! lease handed to [`Keeper::hold`] every third of the shortest TTL held. Each lease has a
+//! local deadline: the send time of the last request that granted or renewed it, plus its
+//! TTL, on the monotonic clock; the server cannot have let it expire earlier. The events task
+//! long-polls the session's events. A lease is reported lost once, on the returned channel,
+//! when a heartbeat answers anything but OK for it, an event says it expired, was wounded or
+//! its session closed, or its local deadline passes without a renewal (a server that does
+//! not answer cannot keep a lease alive). A lost lease is no longer held. Dropping the keeper
+//! stops both tasks.
+
+use super::client::Failure;
+use super::session::Session;
+use klock_core::{Event, Lease};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Leases that ended without their holder releasing them.
+#[derive(Clone, Debug)]
+pub struct Loss {
+    pub leases: Vec<Lease>,
+    /// The kernel's name for why (`LEASE_EXPIRED`, `WOUNDED`, `SESSION_CLOSED`, ...) or
+    /// `NOT_RENEWED` when the local deadline passed.
+    pub reason: String,
+}
+
+impl Loss {
+    /// Why, in words.
+    pub fn why(&self) -> String {
+        match self.reason.as_str() {
+            "NOT_RENEWED" => String::from(
+                "no renewal reached the server before the lease's TTL ran out; the server may have let it expire",
+            ),
+            other => format!("the server says {other}"),
+        }
+    }
+}
+
+struct Held {
+    lease: Lease,
+    deadline: Instant,
+}
+
+#[derive(Default)]
+struct Shared {
+    held: Mutex<BTreeMap<u64, Held>>,
+    /// Wakes the heartbeat task when the set of leases changes.
+    changed: Notify,
+}
+
+/// The background keeper of one session's leases.
+pub struct Keeper {
+    shared: Arc<Shared>,
+    tasks: [JoinHandle<()>; 2],
+}
+
+/// How soon to retry a heartbeat the server did not answer.
+const RETRY: Duration = Duration::from_millis(200);
+
+impl Keeper {
+    /// Starts keeping `session`'s leases; losses arrive on the receiver.
+    pub fn start(session: Session) -> (Keeper, mpsc::UnboundedReceiver<Loss>) {
+        let shared = Arc::new(Shared::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let beats = tokio::spawn(heartbeats(session.clone(), shared.clone(), tx.clone()));
+        let events = tokio::spawn(events(session, shared.clone(), tx));
+        let keeper = Keeper {
+            shared,
+            tasks: [beats, events],
+        };
+        (keeper, rx)
+    }
+
+    /// Keeps these leases, granted or renewed by a request sent at `sent`.
+    pub fn hold(&self, leases: &[Lease], sent: Instant) {
+        let mut held = self.shared.held.lock().expect("keeper lock");
+        for lease in leases {
+            let deadline = sent + Duration::from_millis(lease.ttl_ms);
+            held.insert(
+                lease.lease_id.0,
+                Held {
+                    lease: lease.clone(),
+                    deadline,
+                },
+            );
+        }
+        drop(held);
+        self.shared.changed.notify_one();
+    }
+
+    /// Renews leases granted at some unknown moment of a wait and keeps them, their TTL
+    /// counting from this renewal; `false` (and nothing kept) if one was already gone.
+    ///
+    /// # Errors
+    /// The renewal did not reach the server.
+    pub async fn hold_renewed(&self, session: &Session, leases: &[Lease]) -> Result<bool, Failure> {
+        let ids: Vec<u64> = leases.iter().map(|l| l.lease_id.0).collect();
+        let sent = Instant::now();
+        let results = session.heartbeat(&ids).await?;
+        let all_ok = results.len() == ids.len() && results.iter().all(|(_, r)| r.is_ok());
+        if all_ok {
+            self.hold(leases, sent);
+        }
+        Ok(all_ok)
+    }
+
+    /// Stops keeping these leases (`None`: all), before releasing them.
+    pub fn forget(&self, ids: Option<&[u64]>) {
+        let mut held = self.shared.held.lock().expect("keeper lock");
+        match ids {
+            Some(ids) => ids.iter().for_each(|id| drop(held.remove(id))),
+            None => held.clear(),
+        }
+    }
+
+    /// The leases held now, by id.
+    pub fn held(&self) -> Vec<Lease> {
+        let held = self.shared.held.lock().expect("keeper lock");
+        held.values().map(|h| h.lease.clone()).collect()
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Shared {
+    /// Removes the leases among `ids` still held and reports them lost.
+    fn lose(&self, ids: &[u64], reason: &str, tx: &mpsc::UnboundedSender<Loss>) {
+        let mut held = self.held.lock().expect("keeper lock");
+        let leases: Vec<Lease> = ids
+            .iter()
+            .filter_map(|id| held.remove(id))
+            .map(|h| h.lease)
+            .collect();
+        if !leases.is_empty() {
+            let _ = tx.send(Loss {
+                leases,
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    /// The held ids, when the next heartbeat is due, and the earliest local deadline.
+    fn plan(&self, last_beat: Instant) -> (Vec<u64>, Option<Instant>, Option<Instant>) {
+        let held = self.held.lock().expect("keeper lock");
+        let ids = held.keys().copied().collect();
+        let shortest = held.values().map(|h| h.lease.ttl_ms).min();
+        let due = shortest.map(|ttl| last_beat + Duration::from_millis(ttl / 3));
+        let deadline = held.values().map(|h| h.deadline).min();
+        (ids, due, deadline)
+    }
+}
+
+async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Loss>) {
+    let mut last_beat = Instant::now();
+    // Set after a heartbeat failed: try again at this time rather than a third TTL later.
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let (ids, due, deadline) = shared.plan(last_beat);
+        let due = due.map(|due| retry_at.unwrap_or(due));
+        let (Some(due), Some(deadline)) = (due, deadline) else {
+            shared.changed.notified().await;
+            last_beat = Instant::now();
+            continue;
+        };
+        tokio::select! {
+            () = shared.changed.notified() => continue,
+            () = tokio::time::sleep_until(deadline) => {
+                expire_overdue(&shared, &tx);
+                continue;
+            }
+            () = tokio::time::sleep_until(due) => {}
+        }
+        let sent = Instant::now();
+        let answer = tokio::select! {
+            answer = session.heartbeat(&ids) => answer,
+            // A server that does not answer must not hold the deadline back.
+            () = tokio::time::sleep_until(deadline) => {
+                expire_overdue(&shared, &tx);
+                continue;
+            }
+        };
+        match answer {
+            Ok(results) => {
+                last_beat = sent;
+                retry_at = None;
+                renew(&shared, &results, sent, &tx);
+            }
+            Err(Failure::Refused { name, .. }) if name == "UNKNOWN_SESSION" => {
+                shared.lose(&ids, "SESSION_CLOSED", &tx);
+            }
+            // Unreachable, or refused for a reason that may pass (a rate limit): try again
+            // soon; the local deadline decides when it is too late.
+            Err(_) => retry_at = Some(Instant::now() + RETRY),
+        }
+    }
+}
+
+fn renew(
+    shared: &Shared,
+    results: &[(u64, Result<u64, String>)],
+    sent: Instant,
+    tx: &mpsc::UnboundedSender<Loss>,
+) {
+    let mut lost: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    {
+        let mut held = shared.held.lock().expect("keeper lock");
+        for (id, result) in results {
+            match (result, held.get_mut(id)) {
+                (Ok(_), Some(h)) => h.deadline = sent + Duration::from_millis(h.lease.ttl_ms),
+                (Err(reason), Some(_)) => lost.entry(reason).or_default().push(*id),
+                (_, None) => {}
+            }
+        }
+    }
+    for (reason, ids) in lost {
+        shared.lose(&ids, reason, tx);
+    }
+}
+
+fn expire_overdue(shared: &Shared, tx: &mpsc::UnboundedSender<Loss>) {
+    let now = Instant::now();
+    let overdue: Vec<u64> = {
+        let held = shared.held.lock().expect("keeper lock");
+        held.iter()
+            .filter(|(_, h)| h.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    shared.lose(&overdue, "NOT_RENEWED", tx);
+}
+
+async fn events(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Loss>) {
+    let mut after: Option<String> = None;
+    loop {
+        let batch = match session
+            .events(after.as_deref(), Duration::from_secs(25))
+            .await
+        {
+            Ok(batch) => batch,
+            Err(_) => {
+                // The heartbeat task judges an unreachable server; just try again later.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        for stamped in &batch.events {
+            match &stamped.event {
+                Event::LeaseExpired { lease, .. } => shared.lose(&[lease.0], "LEASE_EXPIRED", &tx),
+                Event::Wounded { lost_leases, .. } => {
+                    let ids: Vec<u64> = lost_leases.iter().map(|l| l.0).collect();
+                    shared.lose(&ids, "WOUNDED", &tx);
+                }
+                Event::SessionClosed { .. } => {
+                    let ids: Vec<u64> = shared
+                        .held
+                        .lock()
+                        .expect("keeper lock")
+                        .keys()
+                        .copied()
+                        .collect();
+                    shared.lose(&ids, "SESSION_CLOSED", &tx);
+                }
+                _ => {}
+            }
+        }
+        after = Some(batch.next);
+    }
+}

@@ -1,0 +1,21 @@
+//! The agent side of the control plane: the tools an agent runs against `klock serve`.
+//!
+//! - [`client`]: where the server is, and one bounded request to it (TCP or Unix socket).
+//! - [`session`]: one session's routes as typed calls.
+//! - [`keeper`]: background renewals, and the report of a lost lease.
+//! - [`args`]: the flags the tools share.
+//! - [`exec`]: `klock exec`, a command run under leases.
+//! - [`child`]: that command's process group, its signals, and stopping it.
+//! - [`sidecar`]: `klock mcp`, one session per agent behind the MCP tools of `klock-mcp`.
+//! - [`replies`]: what it tells the model about its requests.
+//! - [`overview`]: `klock status` and `klock reconcile`.
+
+pub mod args;
+pub mod child;
+pub mod client;
+pub mod exec;
+pub mod keeper;
+pub mod overview;
+pub mod replies;
+pub mod session;
+pub mod sidecar;

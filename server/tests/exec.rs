@@ -1,0 +1,521 @@
+//! `klock exec` as a user runs it: real `klock exec` processes around real commands, against
+//! a real `klock serve --memory` on a free loopback port. Each test bounds every wait and
+//! kills what it started.
+
+use klock_server::http_client::Spawned;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn klock() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_klock"))
+}
+
+/// Without the caller's KLOCK_* settings, which would change what the tools do.
+fn hermetic(command: &mut Command) {
+    for name in [
+        "KLOCK_SERVER",
+        "KLOCK_SOCKET",
+        "KLOCK_TOKEN",
+        "KLOCK_NS",
+        "KLOCK_AGENT",
+    ] {
+        command.env_remove(name);
+    }
+}
+
+fn server() -> Spawned {
+    Spawned::start(klock(), &["--memory"]).expect("start klock serve")
+}
+
+/// `klock exec --server URL ARGS...`, output captured.
+fn exec(server: &Spawned, args: &[&str]) -> Command {
+    let mut command = Command::new(klock());
+    hermetic(&mut command);
+    command
+        .arg("exec")
+        .args(["--server", &format!("http://127.0.0.1:{}", server.port)])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Kills the process if the test ends (or panics) before it exits.
+struct Running(Option<Child>);
+
+impl Running {
+    fn spawn(mut command: Command) -> Running {
+        Running(Some(command.spawn().expect("spawn klock exec")))
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.as_ref().expect("running").id() as i32
+    }
+
+    /// Waits at most `limit` for the exit; the status code and the output.
+    fn finish(mut self, limit: Duration) -> (i32, String, String) {
+        let mut child = self.0.take().expect("running");
+        let until = Instant::now() + limit;
+        while child.try_wait().expect("try_wait").is_none() {
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("klock exec did not end within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out: Output = child.wait_with_output().expect("output");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a child this test spawned and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+fn wait_for(path: &Path) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < until, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn two_runs_on_one_file_serialize() {
+    let server = server();
+    let dir = temp();
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo start $0 >> {0}; sleep 0.3; echo end $0 >> {0}",
+        log.display()
+    );
+    let run = |agent: &str| {
+        let mut c = exec(
+            &server,
+            &["--agent", agent, "--intent", "MUTATES FILE:/repo/a.rs"],
+        );
+        c.args(["--", "sh", "-c", &script, agent]);
+        Running::spawn(c)
+    };
+    let (a, b) = (run("a"), run("b"));
+    let (ca, _, ea) = a.finish(Duration::from_secs(20));
+    let (cb, _, eb) = b.finish(Duration::from_secs(20));
+    assert_eq!((ca, cb), (0, 0), "{ea}{eb}");
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        lines,
+        ["start", "end", "start", "end"],
+        "the runs overlapped"
+    );
+}
+
+#[test]
+fn the_command_sees_its_leases_and_its_status_comes_back() {
+    let server = server();
+    let mut c = exec(
+        &server,
+        &[
+            "--intent",
+            "MUTATES FILE:/x",
+            "--intent",
+            "CONSUMES FILE:/y",
+        ],
+    );
+    c.args([
+        "--",
+        "sh",
+        "-c",
+        "echo $KLOCK_SESSION; echo $KLOCK_FENCE; echo $KLOCK_LEASES; exit 3",
+    ]);
+    let (code, out, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 3, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let leases: Value = serde_json::from_str(lines[2]).unwrap();
+    let leases = leases.as_array().unwrap();
+    assert_eq!(leases.len(), 2);
+    assert_eq!(leases[0]["resource"], "FILE:/x");
+    assert_eq!(leases[1]["predicate"], "CONSUMES");
+    assert_eq!(lines[0], leases[0]["session_id"].to_string());
+    let max_fence = leases
+        .iter()
+        .map(|l| l["fence"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(lines[1], max_fence.to_string());
+    // Released on the way out: another run gets the file at once.
+    let c = exec(
+        &server,
+        &["--wait", "0", "--intent", "MUTATES FILE:/x", "--", "true"],
+    );
+    assert_eq!(Running::spawn(c).finish(Duration::from_secs(10)).0, 0);
+}
+
+#[test]
+fn wait_expiry_exits_75_naming_the_holder() {
+    let server = server();
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let mut holder = exec(
+        &server,
+        &["--agent", "holder-bot", "--intent", "MUTATES FILE:/x"],
+    );
+    holder.args([
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 5", ready.display()),
+    ]);
+    let holder = Running::spawn(holder);
+    wait_for(&ready);
+    let started = Instant::now();
+    let c = exec(
+        &server,
+        &[
+            "--agent",
+            "late",
+            "--wait",
+            "400ms",
+            "--intent",
+            "MUTATES FILE:/x",
+            "--",
+            "true",
+        ],
+    );
+    let (code, _, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    let took = started.elapsed();
+    assert_eq!(code, 75, "{err}");
+    assert!(
+        err.contains("\"holder-bot\"") && err.contains("MUTATES FILE:/x"),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    drop(holder);
+}
+
+#[test]
+fn a_lost_lease_stops_the_command_and_a_rerun_keeps_the_priority() {
+    let server = server();
+    let dir = temp();
+    let digest = dir.path().join("digest.json");
+    let (started, stopped) = (dir.path().join("started"), dir.path().join("stopped"));
+    let script = format!(
+        "trap 'touch {}; exit 9' TERM; touch {}; sleep 20 & wait",
+        stopped.display(),
+        started.display()
+    );
+    let mut c = exec(
+        &server,
+        &[
+            "-v",
+            "--agent",
+            "job",
+            "--ttl",
+            "600ms",
+            "--kill-after",
+            "2s",
+        ],
+    );
+    c.args([
+        "--digest",
+        digest.to_str().unwrap(),
+        "--intent",
+        "MUTATES FILE:/x",
+    ]);
+    c.args(["--", "sh", "-c", &script]);
+    let run = Running::spawn(c);
+    wait_for(&started);
+    // Freeze the wrapper past its TTL: no renewal reaches the server, so the lease is lost
+    // however the wrapper learns it on waking (its local deadline, or the server's answer).
+    signal(run.pid(), libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(900));
+    signal(run.pid(), libc::SIGCONT);
+    let (code, _, err) = run.finish(Duration::from_secs(10));
+    assert_eq!(code, 107, "{err}");
+    assert!(stopped.exists(), "the command was not sent SIGTERM: {err}");
+    assert!(err.contains("lost MUTATES FILE:/x"), "{err}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&digest).unwrap()).unwrap();
+    let priority = saved["identity"]["priority_timestamp"].as_u64().unwrap();
+    let session = saved["identity"]["session_id"].as_u64().unwrap();
+
+    // A younger session opens meanwhile; the rerun still comes back with the older priority.
+    let c = exec(&server, &["--intent", "MUTATES FILE:/other", "--", "true"]);
+    assert_eq!(Running::spawn(c).finish(Duration::from_secs(10)).0, 0);
+    let mut c = exec(
+        &server,
+        &["-v", "--agent", "job", "--digest", digest.to_str().unwrap()],
+    );
+    c.args([
+        "--intent",
+        "MUTATES FILE:/x",
+        "--",
+        "sh",
+        "-c",
+        "echo $KLOCK_SESSION",
+    ]);
+    let (code, out, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), session.to_string());
+    assert!(
+        err.contains(&format!("priority {priority}, resumed")),
+        "{err}"
+    );
+    assert!(!digest.exists(), "a finished run leaves no digest behind");
+}
+
+#[test]
+fn a_server_that_dies_mid_command_stops_it() {
+    let server = server();
+    let dir = temp();
+    let started = dir.path().join("started");
+    let mut c = exec(
+        &server,
+        &[
+            "--ttl",
+            "600ms",
+            "--kill-after",
+            "1s",
+            "--intent",
+            "MUTATES FILE:/x",
+        ],
+    );
+    c.args([
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 20", started.display()),
+    ]);
+    let run = Running::spawn(c);
+    wait_for(&started);
+    let killed = Instant::now();
+    server.kill();
+    let (code, _, err) = run.finish(Duration::from_secs(10));
+    assert_eq!(code, 107, "{err}");
+    assert!(err.contains("no renewal reached the server"), "{err}");
+    // Stopped within the TTL plus the SIGTERM (sh dies of it at once), not the 20 s sleep.
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn signals_reach_the_command() {
+    let server = server();
+    let dir = temp();
+    let started = dir.path().join("started");
+    let script = format!(
+        "trap 'exit 42' TERM; touch {}; sleep 20 & wait",
+        started.display()
+    );
+    let c = exec(
+        &server,
+        &["--intent", "MUTATES FILE:/x", "--", "sh", "-c", &script],
+    );
+    let run = Running::spawn(c);
+    wait_for(&started);
+    signal(run.pid(), libc::SIGTERM);
+    let (code, _, err) = run.finish(Duration::from_secs(10));
+    assert_eq!(code, 42, "{err}");
+}
+
+#[test]
+fn the_server_down_at_start_says_so() {
+    let port = {
+        let server = server();
+        server.port
+    };
+    let c = Command::new(klock())
+        .env_remove("KLOCK_TOKEN")
+        .args(["exec", "--server", &format!("http://127.0.0.1:{port}")])
+        .args(["--intent", "MUTATES FILE:/x", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert_eq!(c.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("cannot reach the Klock server at http://127.0.0.1:"),
+        "{err}"
+    );
+    assert!(err.contains("--server URL or --socket PATH"), "{err}");
+}
+
+#[test]
+fn bad_input_is_named_never_a_panic() {
+    let server = server();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--intent", "MUTATE FILE:/x", "--", "true"],
+            "INVALID_PREDICATE",
+        ),
+        (&["--intent", "MUTATES x", "--", "true"], "INVALID_RESOURCE"),
+        (
+            &["--ttl", "soon", "--intent", "MUTATES FILE:/x", "--", "true"],
+            "--ttl takes a duration",
+        ),
+        (&["--", "true"], "--intent"),
+        (
+            &["--intent", "MUTATES FILE:/x", "--", "/no/such/program"],
+            "cannot run",
+        ),
+    ];
+    for (args, says) in cases {
+        let (code, _, err) = Running::spawn(exec(&server, args)).finish(Duration::from_secs(10));
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!([2, 127].contains(&code), "{args:?}: {code} {err}");
+    }
+    let dir = temp();
+    let digest = dir.path().join("d.json");
+    std::fs::write(&digest, "not json").unwrap();
+    let args = [
+        "--digest",
+        digest.to_str().unwrap(),
+        "--intent",
+        "MUTATES FILE:/x",
+        "--",
+        "true",
+    ];
+    let (code, _, err) = Running::spawn(exec(&server, &args)).finish(Duration::from_secs(10));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("is not a StateDigest") && err.contains("delete it"),
+        "{err}"
+    );
+    let help = Command::new(klock())
+        .args(["exec", "--help"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Examples:"));
+}
+
+#[test]
+fn a_unix_socket_works_too() {
+    let dir = temp();
+    let socket: PathBuf = dir.path().join("klock.sock");
+    let mut serve = Command::new(klock())
+        .args(["serve", "--memory", "--socket", socket.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&socket);
+    let out = Command::new(klock())
+        .args([
+            "exec",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--intent",
+            "MUTATES FILE:/x",
+        ])
+        .args(["--", "sh", "-c", "echo $KLOCK_FENCE"])
+        .env_remove("KLOCK_TOKEN")
+        .output()
+        .unwrap();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+}
+
+#[test]
+fn an_interrupted_wait_exits_130() {
+    let server = server();
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let mut holder = exec(
+        &server,
+        &["--agent", "holder", "--intent", "MUTATES FILE:/x"],
+    );
+    holder.args([
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 5", ready.display()),
+    ]);
+    let holder = Running::spawn(holder);
+    wait_for(&ready);
+    let c = exec(
+        &server,
+        &["--wait", "20s", "--intent", "MUTATES FILE:/x", "--", "true"],
+    );
+    let waiter = Running::spawn(c);
+    std::thread::sleep(Duration::from_millis(300));
+    let interrupted = Instant::now();
+    signal(waiter.pid(), libc::SIGINT);
+    let (code, _, err) = waiter.finish(Duration::from_secs(10));
+    assert_eq!(code, 130, "{err}");
+    assert!(err.contains("interrupted by signal 2"), "{err}");
+    assert!(interrupted.elapsed() < Duration::from_secs(2));
+    drop(holder);
+}
+
+#[test]
+fn a_bearer_token_comes_from_the_flag_or_the_environment() {
+    let dir = temp();
+    let tokens = dir.path().join("tokens.json");
+    let hash = Command::new(klock())
+        .arg("token-hash")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"s3cret")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let hash = String::from_utf8(hash.stdout).unwrap();
+    let file = format!(
+        r#"{{"tokens": [{{"name": "ci", "sha256": "{}", "role": "agent", "namespaces": ["ci"]}}]}}"#,
+        hash.trim()
+    );
+    std::fs::write(&tokens, file).unwrap();
+    let server =
+        Spawned::start(klock(), &["--memory", "--tokens", tokens.to_str().unwrap()]).unwrap();
+    let args = ["--ns", "ci", "--intent", "MUTATES FILE:/x", "--", "true"];
+    let (code, _, err) = Running::spawn(exec(&server, &args)).finish(Duration::from_secs(10));
+    assert_eq!(code, 69);
+    assert!(
+        err.contains("401") && err.contains("--token T or $KLOCK_TOKEN"),
+        "{err}"
+    );
+    let mut c = exec(&server, &["--token", "s3cret"]);
+    c.args(args);
+    assert_eq!(Running::spawn(c).finish(Duration::from_secs(10)).0, 0);
+    let mut c = exec(&server, &args);
+    c.env("KLOCK_TOKEN", "s3cret");
+    assert_eq!(Running::spawn(c).finish(Duration::from_secs(10)).0, 0);
+}

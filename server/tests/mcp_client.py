@@ -1,0 +1,253 @@
+"""`klock mcp` driven by the official Python MCP client, against a real `klock serve`.
+
+Usage: python server/tests/mcp_client.py PATH/TO/klock (scripts/test-agents.sh runs it with the
+pinned `mcp` package). Each scenario starts its own `klock serve --memory` on a free loopback
+port and real `klock mcp` sidecars, bounds every wait with a timeout, and stops every process
+it started. Exit status 0 when every scenario passed.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import AsyncExitStack, contextmanager
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+KLOCK = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "klock"
+TOOLS = {
+    "klock_acquire",
+    "klock_await",
+    "klock_release",
+    "klock_status",
+    "klock_reconcile",
+    "klock_who",
+}
+
+
+@contextmanager
+def server():
+    """A `klock serve --memory` on a free loopback port; yields its URL."""
+    proc = subprocess.Popen(
+        [KLOCK, "serve", "--memory", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "listening on http://" in line, line
+        yield line.strip().rsplit(" ", 1)[-1]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+class Sidecar:
+    """One `klock mcp` process and an MCP client session to it; `pid` is the sidecar's."""
+
+    def __init__(self, url, agent, pid_dir):
+        self.agent = agent
+        self.pid_file = os.path.join(pid_dir, f"{agent}.pid")
+        self.logs = []
+        # Through sh, to learn the pid for the kill scenario; exec keeps the pipes direct.
+        script = f'echo $$ > "{self.pid_file}"; exec "$0" "$@"'
+        args = ["-c", script, KLOCK, "mcp", "--server", url, "--ns", "repo", "--agent", agent]
+        self.params = StdioServerParameters(command="/bin/sh", args=args)
+
+    async def start(self, stack):
+        read, write = await stack.enter_async_context(stdio_client(self.params))
+
+        async def on_log(params):
+            self.logs.append(params.data)
+
+        self.session = await stack.enter_async_context(
+            ClientSession(read, write, logging_callback=on_log)
+        )
+        await self.session.initialize()
+        return self
+
+    @property
+    def pid(self):
+        with open(self.pid_file) as f:
+            return int(f.read())
+
+    async def call(self, tool, **arguments):
+        with anyio.fail_after(60):
+            result = await self.session.call_tool(tool, arguments)
+        text = "".join(block.text for block in result.content)
+        return result.is_error, text
+
+
+async def sidecar(stack, url, agent, pid_dir):
+    return await Sidecar(url, agent, pid_dir).start(stack)
+
+
+def status(url, resource):
+    """`klock status --resource` through the CLI."""
+    out = subprocess.run(
+        [KLOCK, "status", "--server", url, "--ns", "repo", "--resource", resource],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+async def eventually(check, limit, what):
+    """Polls `check()` every 50 ms until true, failing after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < deadline, f"{what} not within {limit}s"
+        await anyio.sleep(0.05)
+
+
+async def tools_and_schemas(url, tmp):
+    async with AsyncExitStack() as stack:
+        a = await sidecar(stack, url, "schema-agent", tmp)
+        listed = {t.name: t for t in (await a.session.list_tools()).tools}
+        assert set(listed) == TOOLS, listed.keys()
+        for tool in listed.values():
+            assert len(tool.description) > 80, tool.name
+        acquire = listed["klock_acquire"].input_schema
+        assert acquire["required"] == ["intents"], acquire
+        assert acquire["properties"]["intents"]["type"] == "array"
+        assert acquire["properties"]["intents"]["items"] == {"type": "string"}
+        assert set(acquire["properties"]) == {"intents", "ttl_s", "wait_s"}
+        assert acquire["additionalProperties"] is False
+        assert "45" in acquire["properties"]["wait_s"]["description"]
+        assert listed["klock_await"].input_schema["required"] == ["ticket"]
+        assert listed["klock_status"].input_schema["required"] == ["resource"]
+        assert set(listed["klock_release"].input_schema["properties"]) == {"lease_ids", "all"}
+        # Bad input is a tool error naming the fix, never a crash.
+        error, text = await a.call("klock_acquire", intent="x")
+        assert error and "unknown field `intent`" in text, text
+        error, text = await a.call("klock_acquire", intents=["MUTATE FILE:/x"])
+        assert error and "INVALID_PREDICATE" in text, text
+        error, text = await a.call("klock_release")
+        assert error and "lease_ids" in text, text
+        error, text = await a.call("klock_await", ticket=999)
+        assert error and "not waiting" in text, text
+
+
+async def contention(url, tmp):
+    async with AsyncExitStack() as stack:
+        # The first sidecar to start is the older: under wait-die it may wait for the younger.
+        old = await sidecar(stack, url, "agent-old", tmp)
+        error, text = await old.call("klock_reconcile")
+        assert not error and "no lease" in text, text
+        young = await sidecar(stack, url, "agent-young", tmp)
+        error, text = await young.call("klock_acquire", intents=["MUTATES FILE:/src/app.py"])
+        assert not error and text.startswith("GRANTED"), text
+        lease = text.split("(lease ")[1].split(",")[0]
+
+        started = time.monotonic()
+        error, text = await old.call(
+            "klock_acquire", intents=["MUTATES FILE:/src/app.py"], wait_s=1
+        )
+        assert not error and text.startswith("WAIT"), text
+        assert '"agent-young"' in text and "MUTATES FILE:/src/app.py" in text, text
+        assert 1 <= time.monotonic() - started < 10
+        ticket = int(text.split("ticket ")[1].split(")")[0])
+
+        error, text = await young.call("klock_who")
+        assert '"agent-young"' in text and '"agent-old"' in text and "waits to MUTATES" in text, (
+            text
+        )
+        error, text = await young.call("klock_status", resource="FILE:/src")
+        assert "covering" in text and '"agent-young"' in text, text
+
+        # The younger one asking for more behind the older one's queued ticket (the directory
+        # covers the file) gets DIE, told to release what it holds.
+        error, text = await young.call("klock_acquire", intents=["MUTATES FILE:/src"], wait_s=0)
+        assert text.startswith("DIE") and '"agent-old"' in text and "all: true" in text, text
+
+        error, text = await young.call("klock_release", lease_ids=[int(lease)])
+        assert not error and "RELEASED 1" in text, text
+        error, text = await old.call("klock_await", ticket=ticket, wait_s=10)
+        assert not error and text.startswith("GRANTED"), text
+        assert 'held by agent "agent-old"' in status(url, "FILE:/src/app.py")
+        error, text = await old.call("klock_release", all=True)
+        assert not error and "hold nothing" in text, text
+
+
+async def lost_lease_is_reported(url, tmp):
+    async with AsyncExitStack() as stack:
+        a = await sidecar(stack, url, "agent-paused", tmp)
+        error, text = await a.call("klock_acquire", intents=["MUTATES FILE:/x"], ttl_s=1)
+        assert text.startswith("GRANTED"), text
+        # Frozen past its TTL, the sidecar cannot renew: the lease is lost, and it says so.
+        os.kill(a.pid, signal.SIGSTOP)
+        await anyio.sleep(1.5)
+        os.kill(a.pid, signal.SIGCONT)
+        await eventually(lambda: any("LOST" in str(m) for m in a.logs), 10, "a log notification")
+        error, text = await a.call("klock_reconcile")
+        assert text.startswith("NOTICE") and "LOST MUTATES FILE:/x" in text, text
+        error, text = await a.call("klock_reconcile")
+        assert not text.startswith("NOTICE"), "told once"
+
+
+async def killed_and_closed_sidecars_free_their_leases(url, tmp):
+    async with AsyncExitStack() as outer:
+        watcher = await sidecar(outer, url, "watcher", tmp)
+
+        def held(resource):
+            return "held by" in status(url, resource)
+
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        doomed = await sidecar(stack, url, "agent-killed", tmp)
+        error, text = await doomed.call("klock_acquire", intents=["MUTATES FILE:/k"], ttl_s=1)
+        assert text.startswith("GRANTED"), text
+        os.kill(doomed.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        assert held("FILE:/k")
+        await eventually(lambda: not held("FILE:/k"), 5, "the killed sidecar's lease to expire")
+        assert time.monotonic() - killed >= 0.5, "freed before its TTL"
+        try:
+            await stack.aclose()
+        except Exception:  # the client of a killed server may report the broken pipe
+            pass
+
+        async with AsyncExitStack() as stack:
+            clean = await sidecar(stack, url, "agent-clean", tmp)
+            error, text = await clean.call("klock_acquire", intents=["MUTATES FILE:/c"], ttl_s=60)
+            assert text.startswith("GRANTED"), text
+        # stdin closed: the session closes at once, not after its 60 s TTL.
+        await eventually(
+            lambda: not held("FILE:/c"), 5, "the closed sidecar's lease to be released"
+        )
+        error, text = await watcher.call("klock_acquire", intents=["MUTATES FILE:/c"], wait_s=0)
+        assert text.startswith("GRANTED"), text
+
+
+SCENARIOS = [
+    tools_and_schemas,
+    contention,
+    lost_lease_is_reported,
+    killed_and_closed_sidecars_free_their_leases,
+]
+
+
+async def main():
+    failed = 0
+    for scenario in SCENARIOS:
+        started = time.monotonic()
+        with server() as url, tempfile.TemporaryDirectory() as tmp:
+            try:
+                with anyio.fail_after(90):
+                    await scenario(url, tmp)
+                print(f"PASS {scenario.__name__} ({time.monotonic() - started:.2f}s)")
+            except Exception as e:  # report every scenario, then fail
+                failed += 1
+                print(f"FAIL {scenario.__name__}: {e!r}")
+    print(f"{len(SCENARIOS) - failed} passed, {failed} failed")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(1 if anyio.run(main) else 0)
