@@ -17,9 +17,10 @@ if [ ! -x scripts/lint/node_modules/.bin/eslint ] || [ ! -x scripts/lint/node_mo
   (cd scripts/lint && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-echo "ruff check, ruff format --check (python/)"
-"$venv/bin/ruff" check python
-"$venv/bin/ruff" format --check python
+py_paths=(python server/tests)
+echo "ruff check, ruff format --check (${py_paths[*]})"
+"$venv/bin/ruff" check --config python/ruff.toml "${py_paths[@]}"
+"$venv/bin/ruff" format --check --config python/ruff.toml "${py_paths[@]}"
 
 js_dirs=(node dashboard bindings/wasm scripts/lint)
 echo "eslint (${js_dirs[*]})"

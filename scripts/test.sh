@@ -38,7 +38,8 @@ cargo nextest run --workspace --no-tests=fail
 cargo test --workspace --doc
 
 step "resolved scripts of every vector, and their mutants, for the hosts' replayers"
-bash scripts/resolve-vectors.sh
+KLOCK_SCRIPTS=$(bash scripts/resolve-vectors.sh | tail -n1)
+export KLOCK_SCRIPTS
 
 step "Python host (klock._core, the klock package, its runner and stubs)"
 bash scripts/test-python.sh
@@ -51,6 +52,9 @@ bash scripts/test-c.sh
 
 step "browser host (klock-wasm, its runner, the dashboard in headless Chromium)"
 bash scripts/test-wasm.sh
+
+step "agent tools: klock exec and klock mcp with the official Python MCP client"
+bash scripts/test-agents.sh
 
 step "the run left the source tree as it found it"
 tree_after=$(bash scripts/tree-state.sh)
