@@ -19,7 +19,13 @@ const $ = (id) => document.getElementById(id);
 const css = getComputedStyle(document.documentElement);
 const color = (name) => css.getPropertyValue(`--${name}`).trim();
 const STATE_COLORS = Object.fromEntries(STATES.map((s) => [s, color(s)]));
-const STATE_LABELS = { planning: 'planning', waiting: 'waiting', executing: 'executing', backoff: 'died · backing off', stalled: 'stalled' };
+const STATE_LABELS = {
+  planning: 'planning',
+  waiting: 'waiting',
+  executing: 'executing',
+  backoff: 'died · backing off',
+  stalled: 'stalled',
+};
 const escapeHtml = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
 await init();
@@ -85,7 +91,8 @@ function renderPerf() {
   el.dataset.fps = perf.fps.toFixed(1);
   el.dataset.ops = Math.round(perf.opsPerSec);
   el.dataset.queries = Math.round(perf.queriesPerSec);
-  const k = (n) => (n >= 999950 ? `${(n / 1e6).toFixed(1)}M` : n >= 10000 ? `${(n / 1000).toFixed(1)}k` : String(Math.round(n)));
+  const k = (n) =>
+    n >= 999950 ? `${(n / 1e6).toFixed(1)}M` : n >= 10000 ? `${(n / 1000).toFixed(1)}k` : String(Math.round(n));
   const text = `${perf.fps.toFixed(0)} fps · ${k(perf.opsPerSec)} ops/s${perf.lagging ? ' · lagging' : ''}`;
   setText(el, text);
   el.classList.toggle('lag', perf.lagging);
@@ -108,9 +115,11 @@ const CARDS = [
   ['waitingTickets', 'waiting tickets', 'waiting'],
 ];
 
-$('cards').innerHTML = CARDS.map(([key, label, accent]) =>
-  `<div class="card" data-key="${key}" style="--accent: var(--${accent})"><div class="k">${label}</div>` +
-  '<div class="v">0</div><div class="d"></div></div>').join('');
+$('cards').innerHTML = CARDS.map(
+  ([key, label, accent]) =>
+    `<div class="card" data-key="${key}" style="--accent: var(--${accent})"><div class="k">${label}</div>` +
+    '<div class="v">0</div><div class="d"></div></div>',
+).join('');
 const cardEls = CARDS.map(([key]) => {
   const card = document.querySelector(`.card[data-key="${key}"]`);
   return { v: card.querySelector('.v'), d: card.querySelector('.d') };
@@ -137,7 +146,9 @@ const SERIES = [
   ['timedOut', 'timeouts', 'timeout'],
 ];
 
-$('chart-legend').innerHTML = SERIES.map(([, label, c]) => `<span><i style="background: var(--${c})"></i>${label}</span>`).join('');
+$('chart-legend').innerHTML = SERIES.map(
+  ([, label, c]) => `<span><i style="background: var(--${c})"></i>${label}</span>`,
+).join('');
 
 // Canvas sizes come from a ResizeObserver: reading clientWidth while drawing would force a
 // synchronous layout after every DOM update.
@@ -213,11 +224,15 @@ function renderChart() {
 function renderTopLists(stats) {
   const top = stats.topContended.slice(0, 7);
   $('contended').innerHTML = top.length
-    ? top.map((c) => `<li><span>${escapeHtml(c.resource)}</span><span>${c.blocked.toLocaleString('en-US')}</span></li>`).join('')
+    ? top
+        .map((c) => `<li><span>${escapeHtml(c.resource)}</span><span>${c.blocked.toLocaleString('en-US')}</span></li>`)
+        .join('')
     : '<li><span class="hint">nothing blocked yet</span><span></span></li>';
   const ghosts = stats.ghostAgents.slice(0, 5);
   $('ghosts').innerHTML = ghosts.length
-    ? ghosts.map((g) => `<li><span>${escapeHtml(g.agentId)}</span><span>${g.expiredLeases} · ${g.waitTimeouts}</span></li>`).join('')
+    ? ghosts
+        .map((g) => `<li><span>${escapeHtml(g.agentId)}</span><span>${g.expiredLeases} · ${g.waitTimeouts}</span></li>`)
+        .join('')
     : '<li><span class="hint">none</span><span></span></li>';
 }
 
@@ -312,8 +327,14 @@ function renderAgentInfo() {
   }
   const age = ((swarm.now - a.since) / 1000).toFixed(1);
   const what = a.manifest.length ? a.manifest.join(', ') : '—';
-  const extra = a.state === 'waiting' ? ` ticket ${a.ticket}` : a.state === 'backoff' ? ` retry in ${Math.max(0, a.wake - swarm.now)} ms` : '';
-  $('agent-info').innerHTML = `<b>${a.name}</b> · session ${a.session} · priority ${a.priority} · ` +
+  const extra =
+    a.state === 'waiting'
+      ? ` ticket ${a.ticket}`
+      : a.state === 'backoff'
+        ? ` retry in ${Math.max(0, a.wake - swarm.now)} ms`
+        : '';
+  $('agent-info').innerHTML =
+    `<b>${a.name}</b> · session ${a.session} · priority ${a.priority} · ` +
     `<b style="color:${STATE_COLORS[a.state]}">${STATE_LABELS[a.state]}</b> ${age}s${extra} · ${a.done} done · ${escapeHtml(what)}`;
 }
 
@@ -349,7 +370,12 @@ const TREE_ROWS = (() => {
   });
   const rows = all.map((r) => {
     const parts = r.slice('FILE:'.length).split('/').filter(Boolean);
-    return { resource: r, depth: parts.length - 1, label: parts[parts.length - 1] + (RESOURCE_TREE.directories.includes(r) ? '/' : ''), kind: RESOURCE_TREE.directories.includes(r) ? 'dir' : 'file' };
+    return {
+      resource: r,
+      depth: parts.length - 1,
+      label: parts[parts.length - 1] + (RESOURCE_TREE.directories.includes(r) ? '/' : ''),
+      kind: RESOURCE_TREE.directories.includes(r) ? 'dir' : 'file',
+    };
   });
   for (const l of RESOURCE_TREE.leaders) rows.push({ resource: l, depth: 0, label: l, kind: 'leader' });
   return rows;
@@ -360,9 +386,11 @@ function shortName(agentId) {
 }
 
 // Rows are built once; each redraw only rewrites the chips of rows whose holders or queue changed.
-$('tree').innerHTML = TREE_ROWS.map((row) =>
-  `<div class="row ${row.kind}" data-r="${escapeHtml(row.resource)}" style="padding-left: ${6 + row.depth * 14}px">` +
-  `<span class="name">${escapeHtml(row.label)}</span><span class="chips"></span><span class="qn zero">·</span></div>`).join('');
+$('tree').innerHTML = TREE_ROWS.map(
+  (row) =>
+    `<div class="row ${row.kind}" data-r="${escapeHtml(row.resource)}" style="padding-left: ${6 + row.depth * 14}px">` +
+    `<span class="name">${escapeHtml(row.label)}</span><span class="chips"></span><span class="qn zero">·</span></div>`,
+).join('');
 const treeEls = TREE_ROWS.map((row) => {
   const el = document.querySelector(`.row[data-r="${CSS.escape(row.resource)}"]`);
   return { el, chips: el.querySelector('.chips'), qn: el.querySelector('.qn'), html: '', q: -1 };
@@ -384,9 +412,19 @@ function renderTree(snapshot) {
   TREE_ROWS.forEach((row, i) => {
     const held = holders.get(row.resource) ?? [];
     const queued = queues.get(row.resource) ?? [];
-    const chips = held.slice(0, 4).map((l) => `<span class="chip p-${l.predicate}" title="${l.agentId} holds ${l.predicate} (fence ${l.fence})">${shortName(l.agentId)}</span>`);
+    const chips = held
+      .slice(0, 4)
+      .map(
+        (l) =>
+          `<span class="chip p-${l.predicate}" title="${l.agentId} holds ${l.predicate} (fence ${l.fence})">${shortName(l.agentId)}</span>`,
+      );
     if (held.length > 4) chips.push(`<span class="chip more">+${held.length - 4}</span>`);
-    const qchips = queued.slice(0, 3).map((q) => `<span class="chip q p-${q.predicate}" title="${q.agentId} waits for ${q.predicate} (ticket ${q.ticket})">${shortName(q.agentId)}</span>`);
+    const qchips = queued
+      .slice(0, 3)
+      .map(
+        (q) =>
+          `<span class="chip q p-${q.predicate}" title="${q.agentId} waits for ${q.predicate} (ticket ${q.ticket})">${shortName(q.agentId)}</span>`,
+      );
     const html = chips.join('') + qchips.join('');
     const t = treeEls[i];
     if (t.html !== html) {
@@ -428,12 +466,37 @@ function renderDetail() {
       ? `<table><tr>${head.map((x) => `<th>${x}</th>`).join('')}</tr>${rows.map((r) => `<tr>${r.map((c) => `<td>${c}</td>`).join('')}</tr>`).join('')}</table>`
       : '<div class="none">none</div>');
   el.innerHTML =
-    table('holders', ['agent', 'predicate', 'lease', 'fence', 'expires in'],
-      state.holders.map((x) => [escapeHtml(x.agentId), `<span class="chip p-${x.predicate}">${x.predicate}</span>`, x.leaseId, x.fence, inMs(x.expiresAt)])) +
-    table('waiting', ['#', 'agent', 'predicate', 'ticket', 'times out in'],
-      state.waiting.map((x) => [x.position, escapeHtml(x.agentId), `<span class="chip q p-${x.predicate}">${x.predicate}</span>`, x.ticket, inMs(x.deadline)])) +
-    table('covering', ['agent', 'predicate', 'on'],
-      state.covering.map((x) => [escapeHtml(x.agentId), `<span class="chip p-${x.predicate}">${x.predicate}</span>`, escapeHtml(x.resource)]));
+    table(
+      'holders',
+      ['agent', 'predicate', 'lease', 'fence', 'expires in'],
+      state.holders.map((x) => [
+        escapeHtml(x.agentId),
+        `<span class="chip p-${x.predicate}">${x.predicate}</span>`,
+        x.leaseId,
+        x.fence,
+        inMs(x.expiresAt),
+      ]),
+    ) +
+    table(
+      'waiting',
+      ['#', 'agent', 'predicate', 'ticket', 'times out in'],
+      state.waiting.map((x) => [
+        x.position,
+        escapeHtml(x.agentId),
+        `<span class="chip q p-${x.predicate}">${x.predicate}</span>`,
+        x.ticket,
+        inMs(x.deadline),
+      ]),
+    ) +
+    table(
+      'covering',
+      ['agent', 'predicate', 'on'],
+      state.covering.map((x) => [
+        escapeHtml(x.agentId),
+        `<span class="chip p-${x.predicate}">${x.predicate}</span>`,
+        escapeHtml(x.resource),
+      ]),
+    );
   el.dataset.holders = String(state.holders.length);
 }
 
@@ -447,7 +510,8 @@ const LOG_LIVE_LINES = 80;
 function logLine(e) {
   const div = document.createElement('div');
   div.className = 'ln';
-  div.innerHTML = `<span class="t">${(e.t / 1000).toFixed(3)}s</span><span class="a">${e.agent}</span>` +
+  div.innerHTML =
+    `<span class="t">${(e.t / 1000).toFixed(3)}s</span><span class="a">${e.agent}</span>` +
     `<span class="k k-${e.kind}">${e.kind}</span><span class="x">${escapeHtml(e.text)}</span>`;
   return div;
 }
@@ -604,7 +668,9 @@ renderSlow();
 requestAnimationFrame(frame);
 
 window.klock = {
-  get swarm() { return swarm; },
+  get swarm() {
+    return swarm;
+  },
   perf,
   step,
   setRunning,

@@ -136,7 +136,8 @@ export function parseArgs(argv, env = process.env) {
     if (arg === '--port') out.port = portNumber(value, '--port');
     else out.host = value;
   }
-  if (out.port === undefined) out.port = env.PORT === undefined ? 8080 : portNumber(env.PORT, 'the PORT environment variable');
+  if (out.port === undefined)
+    out.port = env.PORT === undefined ? 8080 : portNumber(env.PORT, 'the PORT environment variable');
   return out;
 }
 

@@ -55,9 +55,16 @@ function generator(seed) {
 
 /** A binary min-heap of timers ordered by (time, seq). */
 class TimerHeap {
-  constructor() { this.items = []; this.seq = 0; }
-  get size() { return this.items.length; }
-  peek() { return this.items[0]; }
+  constructor() {
+    this.items = [];
+    this.seq = 0;
+  }
+  get size() {
+    return this.items.length;
+  }
+  peek() {
+    return this.items[0];
+  }
   push(time, agent, gen) {
     const item = { time, seq: this.seq++, agent, gen };
     const h = this.items;
@@ -131,7 +138,9 @@ export class Swarm {
   }
 
   /** Registers `fn(entry)` for every verdict and event (the log). */
-  onLog(fn) { this.listeners.push(fn); }
+  onLog(fn) {
+    this.listeners.push(fn);
+  }
 
   log(kind, agent, text) {
     const entry = { t: this.now, kind, agent: agent?.name ?? '', text };
@@ -145,7 +154,10 @@ export class Swarm {
   setSkew(skew) {
     this.skew = skew;
     // Zipf weights over a fixed shuffle of the files, so hot files are spread over the tree.
-    const order = RESOURCE_TREE.files.map((f, i) => [f, ((i * 7919) % 101) / 101]).sort((a, b) => a[1] - b[1]).map(([f]) => f);
+    const order = RESOURCE_TREE.files
+      .map((f, i) => [f, ((i * 7919) % 101) / 101])
+      .sort((a, b) => a[1] - b[1])
+      .map(([f]) => f);
     let total = 0;
     this.cdf = order.map((file, rank) => {
       total += 1 / (rank + 1) ** skew;
@@ -197,7 +209,21 @@ export class Swarm {
   addAgent() {
     const index = this.agents.length;
     const name = `agent-${String(index + 1).padStart(3, '0')}`;
-    const agent = { index, name, session: 0, priority: 0, state: 'planning', manifest: [], ticket: 0, leases: [], gen: 0, since: this.now, wake: 0, working: false, done: 0 };
+    const agent = {
+      index,
+      name,
+      session: 0,
+      priority: 0,
+      state: 'planning',
+      manifest: [],
+      ticket: 0,
+      leases: [],
+      gen: 0,
+      since: this.now,
+      wake: 0,
+      working: false,
+      done: 0,
+    };
     this.agents.push(agent);
     this.openSession(agent);
     this.plan(agent);
@@ -240,7 +266,12 @@ export class Swarm {
   }
 
   acquire(agent) {
-    const v = this.kernel.acquire(agent.session, agent.manifest, { ttlMs: TTL_MS, waitTimeoutMs: WAIT_TIMEOUT_MS }, this.now);
+    const v = this.kernel.acquire(
+      agent.session,
+      agent.manifest,
+      { ttlMs: TTL_MS, waitTimeoutMs: WAIT_TIMEOUT_MS },
+      this.now,
+    );
     this.ops++;
     this.count(v.verdict === 'GRANTED' ? 'granted' : v.verdict === 'WAIT' ? 'waited' : 'died');
     const what = agent.manifest.join(', ');
@@ -253,7 +284,11 @@ export class Swarm {
       agent.ticket = v.ticket;
       agent.gen++; // nothing to do until the kernel answers with an event
     } else {
-      this.log('DIE', agent, `acquire ${what} → DIE, retry in ${v.retryAfterMs} ms (held by ${this.blockers(v.heldBy)})`);
+      this.log(
+        'DIE',
+        agent,
+        `acquire ${what} → DIE, retry in ${v.retryAfterMs} ms (held by ${this.blockers(v.heldBy)})`,
+      );
       this.backoff(agent, v.retryAfterMs);
     }
   }
@@ -330,7 +365,11 @@ export class Swarm {
       case 'GRANTED':
         this.count('granted');
         if (!agent) return;
-        this.log('GRANTED', agent, `ticket ${e.ticket} GRANTED after ${this.now - agent.since} ms (fence ${e.leases.map((l) => l.fence).join(', ')})`);
+        this.log(
+          'GRANTED',
+          agent,
+          `ticket ${e.ticket} GRANTED after ${this.now - agent.since} ms (fence ${e.leases.map((l) => l.fence).join(', ')})`,
+        );
         this.execute(agent, e.leases);
         break;
       case 'WAIT_TIMEOUT':
@@ -349,7 +388,11 @@ export class Swarm {
         this.count('wounded');
         if (!agent) return;
         const by = this.bySession.get(e.by)?.name ?? `session ${e.by}`;
-        this.log('WOUNDED', agent, `WOUNDED by ${by}: lost ${e.lostLeases.length} lease(s), ${e.lostTickets.length} ticket(s); rolls back, retry in ${e.retryAfterMs} ms`);
+        this.log(
+          'WOUNDED',
+          agent,
+          `WOUNDED by ${by}: lost ${e.lostLeases.length} lease(s), ${e.lostTickets.length} ticket(s); rolls back, retry in ${e.retryAfterMs} ms`,
+        );
         // The older agent took what it needed: roll back and retry the same work after the
         // kernel's backoff (a wound counts as a DIE, SPEC.md §8).
         this.backoff(agent, e.retryAfterMs);

@@ -103,7 +103,10 @@ const lines = [
   '# Klock Node host throughput',
   '',
   `- machine: ${cpus[0]?.model ?? 'unknown CPU'} × ${cpus.length}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.type()} ${os.release()}`,
-  `- node ${process.version}, load average at start ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`,
+  `- node ${process.version}, load average at start ${os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ')}`,
   `- best of ${ROUNDS} rounds; ${fmt(LOW_N)} pairs and ${fmt(FRIENDLY_N)} friendly cycles per round`,
   '',
   '| other active leases | low-level acquire+release pairs/s | friendly lease cycles/s |',

@@ -22,7 +22,7 @@ echo "ruff check, ruff format --check (${py_paths[*]})"
 "$venv/bin/ruff" check --config python/ruff.toml "${py_paths[@]}"
 "$venv/bin/ruff" format --check --config python/ruff.toml "${py_paths[@]}"
 
-js_dirs=(node dashboard bindings/wasm scripts/lint)
+js_dirs=(node dashboard bindings/wasm bindings/js-api bindings/js-replay scripts/lint)
 echo "eslint (${js_dirs[*]})"
 scripts/lint/node_modules/.bin/eslint --config scripts/lint/eslint.config.mjs --max-warnings 0 "${js_dirs[@]}"
 echo "prettier --check (${js_dirs[*]})"

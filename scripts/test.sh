@@ -27,6 +27,9 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "Python and JavaScript lint and formatting (ruff, ESLint, Prettier)"
+bash scripts/lint.sh
+
 step "declared rust-version of every crate against its dependencies"
 python3 scripts/check-rust-version.py
 

@@ -11,4 +11,9 @@ class KlockError extends Error {
     this.code = code;
   }
 }
-Object.defineProperty(KlockError.prototype, 'name', { value: 'KlockError', writable: true, configurable: true, enumerable: false });
+Object.defineProperty(KlockError.prototype, 'name', {
+  value: 'KlockError',
+  writable: true,
+  configurable: true,
+  enumerable: false,
+});

@@ -41,7 +41,10 @@ export function replayTests(label, modulePath) {
   test(`${label}: every resolved script replays exactly, one per vector`, () => {
     const scripts = readScripts(SCRIPTS);
     const { lines, passed, failed } = replayAll(api, scripts);
-    assert.deepEqual(lines.filter((l) => !l.startsWith('ok ')), []);
+    assert.deepEqual(
+      lines.filter((l) => !l.startsWith('ok ')),
+      [],
+    );
     const vectors = readdirSync(join(ROOT, 'tests', 'vectors')).filter((n) => n.endsWith('.json'));
     assert.ok(vectors.length > 0, 'zero vectors is a failure');
     assert.equal(passed, vectors.length);
@@ -54,7 +57,11 @@ export function replayTests(label, modulePath) {
     const mutants = readScripts(MUTANTS);
     assert.ok(mutants.length > 0, 'zero mutants is a failure');
     const { lines, passed } = replayAll(api, mutants);
-    assert.deepEqual(lines.filter((l) => l.startsWith('ok ')), [], 'a mutant passed: the replayer ignores that value');
+    assert.deepEqual(
+      lines.filter((l) => l.startsWith('ok ')),
+      [],
+      'a mutant passed: the replayer ignores that value',
+    );
     assert.equal(passed, 0);
     const misplaced = lines.filter((l) => {
       const [, step, part] = l.match(/: MUTANT step (\d+): (result|events|snapshot)\b/) ?? [];

@@ -39,7 +39,11 @@ export function canonical(value) {
 function input(value) {
   if (Array.isArray(value)) return value.map(input);
   if (!isObject(value)) return value;
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== null).map(([k, v]) => [camel(k), input(v)]));
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([, v]) => v !== null)
+      .map(([k, v]) => [camel(k), input(v)]),
+  );
 }
 
 const done = (returned) => (returned === undefined ? { output: 'done' } : { output: 'done', returned });
@@ -47,7 +51,10 @@ const done = (returned) => (returned === undefined ? { output: 'done' } : { outp
 /** Every op: the call's fields besides `op`, and the one API call it names (its answer as the
  * recorded `Output`). */
 const OPS = {
-  open: [['agent_id', 'namespace'], (k, c, now) => ({ output: 'session', session: k.openSession(c.agent_id, c.namespace, now) })],
+  open: [
+    ['agent_id', 'namespace'],
+    (k, c, now) => ({ output: 'session', session: k.openSession(c.agent_id, c.namespace, now) }),
+  ],
   close: [['session'], (k, c, now) => done(k.closeSession(c.session, now))],
   suspend: [['session'], (k, c, now) => done(k.suspendSession(c.session, now))],
   digest: [['session'], (k, c, now) => ({ output: 'digest', digest: k.digest(c.session, now) })],
@@ -56,10 +63,19 @@ const OPS = {
     ['intents', 'options', 'session'],
     (k, c, now) => ({ output: 'verdict', verdict: k.acquire(c.session, c.intents, input(c.options), now) }),
   ],
-  heartbeat: [['leases', 'session'], (k, c, now) => ({ output: 'heartbeat', results: k.heartbeat(c.session, c.leases ?? 'all', now) })],
-  release: [['lease', 'session'], (k, c, now) => ({ output: 'released', released: k.release(c.session, c.lease, now) })],
+  heartbeat: [
+    ['leases', 'session'],
+    (k, c, now) => ({ output: 'heartbeat', results: k.heartbeat(c.session, c.leases ?? 'all', now) }),
+  ],
+  release: [
+    ['lease', 'session'],
+    (k, c, now) => ({ output: 'released', released: k.release(c.session, c.lease, now) }),
+  ],
   release_all: [['session'], (k, c, now) => ({ output: 'released_all', count: k.releaseAll(c.session, now) })],
-  reconcile: [['leases', 'session'], (k, c, now) => ({ output: 'reconcile', statuses: k.reconcile(c.session, c.leases, now) })],
+  reconcile: [
+    ['leases', 'session'],
+    (k, c, now) => ({ output: 'reconcile', statuses: k.reconcile(c.session, c.leases, now) }),
+  ],
   cancel_wait: [['session', 'ticket'], (k, c, now) => done(k.cancelWait(c.session, c.ticket, now))],
   advance: [[], (k, c, now) => done(k.advance(now))],
   resource_state: [
@@ -77,7 +93,8 @@ const show = (v) => {
 /** The first difference between a recorded value and a replayed one, or null. */
 export function diff(want, got, path) {
   if (Array.isArray(want) && Array.isArray(got)) {
-    if (want.length !== got.length) return `${path}: expected ${want.length} items, got ${got.length}: expected ${show(want)}, got ${show(got)}`;
+    if (want.length !== got.length)
+      return `${path}: expected ${want.length} items, got ${got.length}: expected ${show(want)}, got ${show(got)}`;
     for (let i = 0; i < want.length; i++) {
       const d = diff(want[i], got[i], `${path}[${i}]`);
       if (d) return d;
@@ -85,8 +102,10 @@ export function diff(want, got, path) {
     return null;
   }
   if (isObject(want) && isObject(got)) {
-    for (const key of Object.keys(want)) if (!Object.hasOwn(got, key)) return `${path}.${key}: missing (expected ${show(want[key])})`;
-    for (const key of Object.keys(got)) if (!Object.hasOwn(want, key)) return `${path}.${key}: not expected (got ${show(got[key])})`;
+    for (const key of Object.keys(want))
+      if (!Object.hasOwn(got, key)) return `${path}.${key}: missing (expected ${show(want[key])})`;
+    for (const key of Object.keys(got))
+      if (!Object.hasOwn(want, key)) return `${path}.${key}: not expected (got ${show(got[key])})`;
     for (const key of Object.keys(want)) {
       const d = diff(want[key], got[key], `${path}.${key}`);
       if (d) return d;
@@ -100,7 +119,8 @@ export function diff(want, got, path) {
 /** Throws when `object` has other keys than `keys` (sorted). */
 function exactKeys(object, keys, what) {
   const have = isObject(object) ? Object.keys(object).sort() : [];
-  if (have.join() !== keys.join()) throw new Error(`${what} must have exactly the keys ${keys.join(', ')}; it has ${have.join(', ') || 'none'}`);
+  if (have.join() !== keys.join())
+    throw new Error(`${what} must have exactly the keys ${keys.join(', ')}; it has ${have.join(', ') || 'none'}`);
 }
 
 /** The step's call through the API: `{ok}` with the answer, or `{error}` for a KlockError. */
@@ -120,7 +140,8 @@ function call(api, kernel, step) {
 /** Replays one parsed script; returns null when it reproduces exactly, or what differed. */
 export function replay(api, script) {
   exactKeys(script, SCRIPT_KEYS, 'a script');
-  if (script.format !== FORMAT) throw new Error(`unknown format ${show(script.format)} (this replayer reads ${FORMAT})`);
+  if (script.format !== FORMAT)
+    throw new Error(`unknown format ${show(script.format)} (this replayer reads ${FORMAT})`);
   if (!Array.isArray(script.steps) || script.steps.length === 0) throw new Error('a script needs at least one step');
   const kernel = new api.Kernel(input(script.config));
   try {
@@ -168,7 +189,9 @@ async function main(argv) {
   const { join, resolve } = await import('node:path');
   const { createRequire } = await import('node:module');
   if (argv.length < 2) {
-    console.error('usage: node bindings/js-replay/replay.mjs MODULE PATH...  (MODULE: node/index.js or a wasm build\'s klock_wasm.js)');
+    console.error(
+      "usage: node bindings/js-replay/replay.mjs MODULE PATH...  (MODULE: node/index.js or a wasm build's klock_wasm.js)",
+    );
     return 2;
   }
   const api = createRequire(import.meta.url)(resolve(argv[0]));
@@ -180,7 +203,12 @@ async function main(argv) {
         return false;
       }
     })();
-    return isDir ? readdirSync(p).filter((n) => n.endsWith('.json')).sort().map((n) => join(p, n)) : [p];
+    return isDir
+      ? readdirSync(p)
+          .filter((n) => n.endsWith('.json'))
+          .sort()
+          .map((n) => join(p, n))
+      : [p];
   });
   const entries = files.map((f) => {
     try {
@@ -195,6 +223,10 @@ async function main(argv) {
   return failed > 0 || passed === 0 ? 1 : 0;
 }
 
-if (typeof process !== 'undefined' && process.argv?.[1] && import.meta.url === (await import('node:url')).pathToFileURL(process.argv[1]).href) {
+if (
+  typeof process !== 'undefined' &&
+  process.argv?.[1] &&
+  import.meta.url === (await import('node:url')).pathToFileURL(process.argv[1]).href
+) {
   process.exitCode = await main(process.argv.slice(2));
 }

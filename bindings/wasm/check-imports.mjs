@@ -19,10 +19,26 @@ import { pathToFileURL } from 'node:url';
 const GLUE_MODULES = ['./klock_wasm_bg.js', 'wbg', '__wbindgen_placeholder__'];
 const FORBIDDEN_NAME = /date|now|time|clock|random|crypto|perf|hrtime|rand|entropy|sleep|fetch|fs_|env/i;
 const FORBIDDEN_BODY = [
-  /\bDate\b/, /\bperformance\b/, /\bcrypto\b/, /Math\.random/, /\bprocess\b/, /\bhrtime\b/,
-  /\bsetTimeout\b/, /\bsetInterval\b/, /\bsetImmediate\b/, /\bqueueMicrotask\b/, /\brequestAnimationFrame\b/,
-  /\bfetch\b/, /\bXMLHttpRequest\b/, /\bWebSocket\b/, /\brequire\b/, /\bimport\s*\(/, /\beval\b/, /\bFunction\s*\(/,
-  /getRandomValues/, /randomUUID/,
+  /\bDate\b/,
+  /\bperformance\b/,
+  /\bcrypto\b/,
+  /Math\.random/,
+  /\bprocess\b/,
+  /\bhrtime\b/,
+  /\bsetTimeout\b/,
+  /\bsetInterval\b/,
+  /\bsetImmediate\b/,
+  /\bqueueMicrotask\b/,
+  /\brequestAnimationFrame\b/,
+  /\bfetch\b/,
+  /\bXMLHttpRequest\b/,
+  /\bWebSocket\b/,
+  /\brequire\b/,
+  /\bimport\s*\(/,
+  /\beval\b/,
+  /\bFunction\s*\(/,
+  /getRandomValues/,
+  /randomUUID/,
 ];
 
 /**
@@ -47,11 +63,14 @@ export function checkImports(imports, glue) {
   };
   for (const imp of imports) {
     const where = `${imp.module} ${imp.name}`;
-    if (!GLUE_MODULES.includes(imp.module)) problems.push(`${where}: imported from a module wasm-bindgen does not generate`);
-    if (imp.kind !== 'function') problems.push(`${where}: a ${imp.kind} import (wasm-bindgen glue imports functions only)`);
+    if (!GLUE_MODULES.includes(imp.module))
+      problems.push(`${where}: imported from a module wasm-bindgen does not generate`);
+    if (imp.kind !== 'function')
+      problems.push(`${where}: a ${imp.kind} import (wasm-bindgen glue imports functions only)`);
     if (!/^__wbg_|^__wbindgen_/.test(imp.name)) problems.push(`${where}: not a wasm-bindgen glue function`);
     const stem = imp.name.replace(/^__wbg_+/, '').replace(/_[0-9a-f]{16}$/, '');
-    if (FORBIDDEN_NAME.test(stem.replace(/^wbindgen_/, ''))) problems.push(`${where}: its name suggests a clock or a random source`);
+    if (FORBIDDEN_NAME.test(stem.replace(/^wbindgen_/, '')))
+      problems.push(`${where}: its name suggests a clock or a random source`);
     const code = body(imp.name);
     if (code === undefined) {
       problems.push(`${where}: no implementation in the generated glue`);
@@ -59,13 +78,19 @@ export function checkImports(imports, glue) {
       continue;
     }
     for (const pattern of FORBIDDEN_BODY) {
-      if (pattern.test(code)) problems.push(`${where}: its glue uses ${pattern} (a clock, timer, random source or I/O)`);
+      if (pattern.test(code))
+        problems.push(`${where}: its glue uses ${pattern} (a clock, timer, random source or I/O)`);
     }
     const summary = code
       .split('\n')
       .slice(1)
       .map((l) => l.trim())
-      .filter((l) => l && !l.startsWith('}') && !/^(const|let|var) ptr|^(const|let|var) len|getDataViewMemory|^return ret;$/.test(l))
+      .filter(
+        (l) =>
+          l &&
+          !l.startsWith('}') &&
+          !/^(const|let|var) ptr|^(const|let|var) len|getDataViewMemory|^return ret;$/.test(l),
+      )
       .join(' ')
       .slice(0, 90);
     lines.push(`  ${imp.name.padEnd(52)} ${summary}`);
@@ -89,7 +114,9 @@ function main(dirs) {
     for (const p of problems) console.log(`PROBLEM ${p}`);
     if (problems.length) failed++;
   }
-  console.log(failed ? `imports check failed for ${failed} package(s)` : 'imports check passed: no clock, no randomness, no I/O');
+  console.log(
+    failed ? `imports check failed for ${failed} package(s)` : 'imports check passed: no clock, no randomness, no I/O',
+  );
   return failed ? 1 : 0;
 }
 

@@ -1,4 +1,3 @@
-
 // ---- appended by bindings/wasm/build.sh (source: bindings/wasm/freed-guard.js) --------------
 // A call on a freed Kernel: wasm-bindgen's glue hands the freed (zeroed) pointer to Rust, whose
 // only answer is "null pointer passed to rust". Every method and getter of the class checks
@@ -6,9 +5,12 @@
 // for an object in the wrong state), before anything reaches the wasm module. `free()` on a
 // freed kernel is a no-op, like closing something already closed. The glue's own code is left
 // as wasm-bindgen wrote it; this only wraps `Kernel.prototype` once, when the module loads.
+/* global Kernel -- the class of the wasm-bindgen glue this file is appended to */
 {
   const freedError = () => {
-    const error = new Error('this Kernel was freed (free() was called): create a new one, or call clone() before free()');
+    const error = new Error(
+      'this Kernel was freed (free() was called): create a new one, or call clone() before free()',
+    );
     error.code = 'ERR_INVALID_STATE';
     return error;
   };

@@ -5,6 +5,8 @@
 // src/lib.rs calls __klock_define) when the module is instantiated: while the glue loads with
 // --target nodejs, in init() / initSync() with --target web (like every export, use them after
 // init). The export lines are build.sh's, one per target.
+/* exported ERROR_CODES, PREDICATES, EVENT_KINDS, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES, __klock_define
+   -- used by build.sh's export lines and the wasm module's start function */
 const ERROR_CODES = {};
 const PREDICATES = [];
 const EVENT_KINDS = [];

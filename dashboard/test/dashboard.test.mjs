@@ -97,17 +97,25 @@ after(async () => {
 
 /** Sets a range input the way a user does (value + input event). */
 async function setRange(page, id, value) {
-  await page.evaluate(([id, value]) => {
-    const el = document.getElementById(id);
-    el.value = String(value);
-    el.dispatchEvent(new Event('input', { bubbles: true }));
-  }, [id, value]);
+  await page.evaluate(
+    ([id, value]) => {
+      const el = document.getElementById(id);
+      el.value = String(value);
+      el.dispatchEvent(new Event('input', { bubbles: true }));
+    },
+    [id, value],
+  );
 }
 
 /** The counters as the cards show them: {granted: 12, died: 3, ...}. */
 async function cards(page) {
   return page.evaluate(() =>
-    Object.fromEntries([...document.querySelectorAll('.card')].map((c) => [c.dataset.key, Number(c.querySelector('.v').textContent.replace(/,/g, ''))])),
+    Object.fromEntries(
+      [...document.querySelectorAll('.card')].map((c) => [
+        c.dataset.key,
+        Number(c.querySelector('.v').textContent.replace(/,/g, '')),
+      ]),
+    ),
   );
 }
 
@@ -119,8 +127,12 @@ test('every resolved script replays exactly in Chromium against the web build', 
   // The replayer and the scripts are test code: this test hands them to the page itself, under
   // a path the dashboard's server does not have.
   const replayer = readFileSync(join(ROOT, 'bindings', 'js-replay', 'replay.mjs'), 'utf8');
-  await page.route(`${env.url}__test__/replay.html`, (route) => route.fulfill({ contentType: 'text/html', body: '<!doctype html><title>replay</title>' }));
-  await page.route(`${env.url}__test__/replay.mjs`, (route) => route.fulfill({ contentType: 'text/javascript', body: replayer }));
+  await page.route(`${env.url}__test__/replay.html`, (route) =>
+    route.fulfill({ contentType: 'text/html', body: '<!doctype html><title>replay</title>' }),
+  );
+  await page.route(`${env.url}__test__/replay.mjs`, (route) =>
+    route.fulfill({ contentType: 'text/javascript', body: replayer }),
+  );
   await page.goto(`${env.url}__test__/replay.html`);
   const scripts = readScripts(SCRIPTS).map(([file, text]) => [relative(ROOT, file), text]);
   const run = page.evaluate(async (scripts) => {
@@ -211,7 +223,7 @@ test('switching the policy to lanes gives zero deaths (wait_die on the same swar
   await page.close();
 });
 
-test('clicking a resource shows its holders (the kernel\'s resource_state)', async () => {
+test("clicking a resource shows its holders (the kernel's resource_state)", async () => {
   const { page, errors } = await openDashboard(env);
   await page.evaluate(() => window.klock.setRunning(false));
   // Step until some file is held, then click its row.
@@ -227,10 +239,19 @@ test('clicking a resource shows its holders (the kernel\'s resource_state)', asy
   await page.click(`.row[data-r="${resource}"]`);
   assert.equal(await page.getAttribute(`.row[data-r="${resource}"]`, 'class'), 'row file selected');
   assert.equal(await page.textContent('#detail-name'), resource);
-  const state = await page.evaluate((r) => window.klock.swarm.kernel.resourceState(r, 'default', window.klock.swarm.now), resource);
+  const state = await page.evaluate(
+    (r) => window.klock.swarm.kernel.resourceState(r, 'default', window.klock.swarm.now),
+    resource,
+  );
   assert.ok(state.holders.length > 0);
-  const shown = await page.$$eval('#detail table:first-of-type tr td:first-child', (tds) => tds.map((td) => td.textContent));
-  assert.deepEqual(shown, state.holders.map((h) => h.agentId), 'the holders table lists the holders');
+  const shown = await page.$$eval('#detail table:first-of-type tr td:first-child', (tds) =>
+    tds.map((td) => td.textContent),
+  );
+  assert.deepEqual(
+    shown,
+    state.holders.map((h) => h.agentId),
+    'the holders table lists the holders',
+  );
   assert.equal(await page.getAttribute('#detail', 'data-holders'), String(state.holders.length));
   const text = await page.textContent('#detail');
   for (const h of state.holders) assert.ok(text.includes(String(h.fence)), `fence ${h.fence} is shown`);
@@ -280,7 +301,10 @@ test('the header stays on one line with 1,000 agents (and a screenshot of it)', 
       document.getElementById('vclock').textContent = 't = 99999.9 s';
     });
     const worst = await headerLayout(page);
-    for (const [what, l] of [['live', live], ['widest texts', worst]]) {
+    for (const [what, l] of [
+      ['live', live],
+      ['widest texts', worst],
+    ]) {
       const shown = `${width}px, 1,000 agents, ${what}: ${JSON.stringify(l)}`;
       assert.equal(l.rows, 1, `${shown}: one row`);
       assert.ok(l.height < 2 * l.tallest, `${shown}: the header is one line high`);
@@ -321,7 +345,13 @@ test('screenshot, and frames and kernel operations per second for 500 agents', a
   await page.selectOption('#speed', 'max');
   await page.waitForTimeout(1000);
   const max = await sample(3000);
-  const perf = { agents: 500, viewport: '1440x900', chromium: env.browser.version(), realtime_1x: realtime, max_speed: max };
+  const perf = {
+    agents: 500,
+    viewport: '1440x900',
+    chromium: env.browser.version(),
+    realtime_1x: realtime,
+    max_speed: max,
+  };
   writeFileSync(join(OUT_DIR, 'perf.json'), `${JSON.stringify(perf, null, 2)}\n`);
   console.log(
     `dashboard, 500 agents, headless Chromium ${perf.chromium}: ` +
@@ -337,7 +367,9 @@ test('screenshot, and frames and kernel operations per second for 500 agents', a
   await setRange(page, 'agents', 144);
   await page.waitForTimeout(5000);
   await page.click('#pause');
-  const hot = await page.evaluate(() => window.klock.swarm.stats().topContended[0]?.resource ?? 'FILE:/repo/src/auth/login.ts');
+  const hot = await page.evaluate(
+    () => window.klock.swarm.stats().topContended[0]?.resource ?? 'FILE:/repo/src/auth/login.ts',
+  );
   await page.click(`.row[data-r="${hot}"]`);
   await page.waitForTimeout(200);
   const path = join(OUT_DIR, 'screenshot.png');

@@ -34,7 +34,11 @@ test('unknown or malformed arguments are refused with a message and exit status 
     const r = run(args);
     assert.equal(r.status, 2, `${args.join(' ')}: exit status (stderr: ${r.stderr})`);
     assert.match(r.stderr, message, args.join(' '));
-    assert.match(r.stderr, /usage: node dashboard\/serve\.mjs \[--port N\] \[--host H\]/, `${args.join(' ')}: the usage follows`);
+    assert.match(
+      r.stderr,
+      /usage: node dashboard\/serve\.mjs \[--port N\] \[--host H\]/,
+      `${args.join(' ')}: the usage follows`,
+    );
     assert.equal(r.stdout, '', `${args.join(' ')}: nothing is served`);
   }
 });
@@ -48,7 +52,9 @@ test('--help prints the usage and exits 0', () => {
 });
 
 test('--port 0 --host 127.0.0.1 serves the dashboard and prints its URL', async () => {
-  const child = spawn(process.execPath, [serve, '--port', '0', '--host', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [serve, '--port', '0', '--host', '127.0.0.1'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   try {
     const url = await new Promise((resolve, reject) => {
       let out = '';
@@ -68,7 +74,12 @@ test('--port 0 --host 127.0.0.1 serves the dashboard and prints its URL', async 
     assert.match(await res.text(), /<title>Klock · swarm dashboard<\/title>/);
     assert.equal((await fetch(`${url}pkg/klock_wasm.js`)).status, 200);
     // Test code never reaches users: the tests serve their own to the browser.
-    for (const path of ['test/dashboard.test.mjs', 'js-conformance/vector-format.mjs', 'js-replay/replay.mjs', '..%2Fbindings%2Fjs-replay%2Freplay.mjs']) {
+    for (const path of [
+      'test/dashboard.test.mjs',
+      'js-conformance/vector-format.mjs',
+      'js-replay/replay.mjs',
+      '..%2Fbindings%2Fjs-replay%2Freplay.mjs',
+    ]) {
       assert.equal((await fetch(`${url}${path}`)).status, 404, path);
     }
   } finally {

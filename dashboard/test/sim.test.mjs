@@ -50,10 +50,13 @@ function run(policy, ms) {
   return { fromKernel, slept, kinds };
 }
 
-test('the swarm backs off exactly the kernel\'s retryAfterMs: DIE verdicts, DIED and WOUNDED events', () => {
+test("the swarm backs off exactly the kernel's retryAfterMs: DIE verdicts, DIED and WOUNDED events", () => {
   const wound = run('wound_wait', 20000);
   assert.ok(wound.kinds.WOUNDED > 20, `wound_wait was contended: ${JSON.stringify(wound.kinds)}`);
-  assert.ok(wound.fromKernel.every((ms) => Number.isInteger(ms)), 'every WOUNDED event carries retryAfterMs');
+  assert.ok(
+    wound.fromKernel.every((ms) => Number.isInteger(ms)),
+    'every WOUNDED event carries retryAfterMs',
+  );
   assert.deepEqual(wound.slept, wound.fromKernel);
   const die = run('wait_die', 20000);
   assert.ok(die.kinds.DIE > 20, `wait_die was contended: ${JSON.stringify(die.kinds)}`);

@@ -16,7 +16,11 @@ test('acquire and release refuse a foreign receiver (the fast path checks its re
   const k = new Kernel();
   const s = k.openSession('alice', 'default', 0).sessionId;
   for (const method of ['acquire', 'release', 'heartbeat', 'advance']) {
-    assert.throws(() => Kernel.prototype[method].call({}, s, ['MUTATES FILE:/x'], null, 1), { name: 'TypeError' }, method);
+    assert.throws(
+      () => Kernel.prototype[method].call({}, s, ['MUTATES FILE:/x'], null, 1),
+      { name: 'TypeError' },
+      method,
+    );
   }
   assert.equal(Kernel.prototype.acquire.name, 'acquire');
 });

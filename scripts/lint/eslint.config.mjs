@@ -27,6 +27,11 @@ const configs = [
     languageOptions: { sourceType: 'commonjs' },
   },
   {
+    // Fragments build.sh concatenates into wasm-bindgen's glue: plain scripts in its scope.
+    files: ['**/bindings/wasm/freed-guard.js', '**/bindings/wasm/glue-prelude.js'],
+    languageOptions: { sourceType: 'script' },
+  },
+  {
     files: ['**/dashboard/app.js', '**/dashboard/sim.js', '**/dashboard/test/dashboard.test.mjs'],
     languageOptions: { globals: { ...globals.browser } },
   },

@@ -24,18 +24,40 @@ function union(name) {
 function keys(name) {
   const m = DTS.match(new RegExp(`^export interface ${name} \\{([^]*?)^\\}`, 'm'));
   assert.ok(m, `kernel.d.ts declares ${name}`);
-  return [...m[1].matchAll(/^  (\w+)\??:/gm)].map((x) => x[1]);
+  return [...m[1].matchAll(/^ {2}(\w+)\??:/gm)].map((x) => x[1]);
 }
 
 export function contractTests(label, api) {
-  const { Kernel, KlockError, ERROR_CODES, PREDICATES, EVENT_KINDS, parseIntent, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = api;
+  const {
+    Kernel,
+    KlockError,
+    ERROR_CODES,
+    PREDICATES,
+    EVENT_KINDS,
+    parseIntent,
+    MAX_MANIFEST_INTENTS,
+    MAX_NAME_BYTES,
+    MAX_RESOURCE_BYTES,
+  } = api;
 
   test(`${label}: exports`, () => {
     assert.deepEqual(
-      Object.keys(api).filter((n) => !['free', 'default', 'initSync'].includes(n)).sort(),
-      ['ERROR_CODES', 'EVENT_KINDS', 'Kernel', 'KlockError', 'MAX_MANIFEST_INTENTS', 'MAX_NAME_BYTES', 'MAX_RESOURCE_BYTES', 'PREDICATES', 'parseIntent'].concat(
-        '__napiBindingTarget' in api ? ['__napiBindingTarget'] : [],
-      ).sort(),
+      Object.keys(api)
+        .filter((n) => !['free', 'default', 'initSync'].includes(n))
+        .sort(),
+      [
+        'ERROR_CODES',
+        'EVENT_KINDS',
+        'Kernel',
+        'KlockError',
+        'MAX_MANIFEST_INTENTS',
+        'MAX_NAME_BYTES',
+        'MAX_RESOURCE_BYTES',
+        'PREDICATES',
+        'parseIntent',
+      ]
+        .concat('__napiBindingTarget' in api ? ['__napiBindingTarget'] : [])
+        .sort(),
     );
     assert.equal(typeof Kernel, 'function');
     assert.equal(MAX_MANIFEST_INTENTS, 256);
@@ -46,41 +68,121 @@ export function contractTests(label, api) {
     assert.equal(ERROR_CODES.QUOTA_EXCEEDED, 400);
     for (const list of [ERROR_CODES, PREDICATES, EVENT_KINDS]) assert.ok(Object.isFrozen(list));
     assert.deepEqual(parseIntent('mutates FILE://a/./b/'), { predicate: 'MUTATES', resource: 'FILE:/a/b' });
-    assert.throws(() => parseIntent('WRITES FILE:/x'), (e) => e instanceof KlockError && e.name === 'INVALID_PREDICATE');
+    assert.throws(
+      () => parseIntent('WRITES FILE:/x'),
+      (e) => e instanceof KlockError && e.name === 'INVALID_PREDICATE',
+    );
     // Every backoff is sized by the kernel's answer (SPEC.md §8: DIE, DIED and WOUNDED carry
     // retryAfterMs): no package exports a backoff formula for a client to compute one itself.
-    assert.deepEqual(Object.keys(api).filter((name) => /retry|backoff/i.test(name)), []);
+    assert.deepEqual(
+      Object.keys(api).filter((name) => /retry|backoff/i.test(name)),
+      [],
+    );
   });
 
   test(`${label}: the core's lists are what kernel.d.ts declares`, () => {
     assert.deepEqual(union('KlockErrorName'), Object.keys(ERROR_CODES));
-    assert.deepEqual(Object.values(ERROR_CODES), [...Object.values(ERROR_CODES)].sort((a, b) => a - b), 'in numeric order');
+    assert.deepEqual(
+      Object.values(ERROR_CODES),
+      [...Object.values(ERROR_CODES)].sort((a, b) => a - b),
+      'in numeric order',
+    );
     assert.deepEqual(union('Predicate'), [...PREDICATES]);
-    assert.deepEqual([...DTS.matchAll(/\{ event: '(\w+)'/g)].map((x) => x[1]), [...EVENT_KINDS]);
+    assert.deepEqual(
+      [...DTS.matchAll(/\{ event: '(\w+)'/g)].map((x) => x[1]),
+      [...EVENT_KINDS],
+    );
     assert.deepEqual(keys('Config'), Object.keys(new Kernel().config));
-    assert.deepEqual(union('Policy').map((policy) => new Kernel({ policy }).config.policy), union('Policy'));
+    assert.deepEqual(
+      union('Policy').map((policy) => new Kernel({ policy }).config.policy),
+      union('Policy'),
+    );
   });
 
   test(`${label}: argument errors are worded the same in both packages`, () => {
     const k = new Kernel();
     const a = k.openSession('alice', 'default', 0).sessionId;
     const cases = [
-      [() => k.advance(-1), RangeError, 'ERR_OUT_OF_RANGE', '`now` must be an integer from 0 to 2^53 - 1 (9007199254740991), got -1'],
-      [() => k.advance(NaN), RangeError, 'ERR_OUT_OF_RANGE', '`now` must be an integer from 0 to 2^53 - 1 (9007199254740991), got NaN'],
+      [
+        () => k.advance(-1),
+        RangeError,
+        'ERR_OUT_OF_RANGE',
+        '`now` must be an integer from 0 to 2^53 - 1 (9007199254740991), got -1',
+      ],
+      [
+        () => k.advance(NaN),
+        RangeError,
+        'ERR_OUT_OF_RANGE',
+        '`now` must be an integer from 0 to 2^53 - 1 (9007199254740991), got NaN',
+      ],
       [() => k.advance(), TypeError, 'ERR_MISSING_ARGS', 'the argument `now` is missing: pass an integer number'],
-      [() => k.advance(5n), TypeError, 'ERR_INVALID_ARG_TYPE', '`now` must be an integer number, got a bigint (pass a Number: values up to 2^53 - 1 are exact)'],
-      [() => k.acquire(a, 'MUTATES FILE:/x', null, 1), TypeError, 'ERR_INVALID_ARG_TYPE', '`intents` must be an Array, got a string'],
-      [() => k.acquire(a, ['MUTATES FILE:/x', 7], null, 1), TypeError, 'ERR_INVALID_ARG_TYPE', '`intents[1]` must be a string, got a number'],
-      [() => k.acquire(a, ['MUTATES FILE:/x'], { ttl: 5 }, 1), TypeError, 'ERR_INVALID_ARG_VALUE', '`options` has an unknown key `ttl` (allowed: ttlMs, wait, waitTimeoutMs)'],
-      [() => k.acquire(a, ['MUTATES FILE:/x'], { ttlMs: 1.5 }, 1), RangeError, 'ERR_OUT_OF_RANGE', '`options.ttlMs` must be an integer from 0 to 2^53 - 1 (9007199254740991), got 1.5'],
-      [() => k.acquire(a, ['MUTATES FILE:/x'], [], 1), TypeError, 'ERR_INVALID_ARG_TYPE', '`options` must be a plain object, got an Array'],
-      [() => k.openSession('a\ud800', 'default', 1), TypeError, 'ERR_INVALID_ARG_VALUE', '`agentId` is not valid Unicode (it contains a lone UTF-16 surrogate)'],
-      [() => k.heartbeat(a, 'some', 1), TypeError, 'ERR_INVALID_ARG_VALUE', "`leases` must be an Array of lease ids or the string 'all', got \"some\""],
-      [() => k.resumeSession({ version: 1, identity: {} }, 1), TypeError, 'ERR_INVALID_ARG_TYPE', '`digest.identity.agentId` must be a string, got undefined'],
-      [() => k.resumeSession({ version: 2 ** 32, identity: {}, recovery: {} }, 1), RangeError, 'ERR_OUT_OF_RANGE', '`digest.version` must be at most 4294967295, got 4294967296'],
+      [
+        () => k.advance(5n),
+        TypeError,
+        'ERR_INVALID_ARG_TYPE',
+        '`now` must be an integer number, got a bigint (pass a Number: values up to 2^53 - 1 are exact)',
+      ],
+      [
+        () => k.acquire(a, 'MUTATES FILE:/x', null, 1),
+        TypeError,
+        'ERR_INVALID_ARG_TYPE',
+        '`intents` must be an Array, got a string',
+      ],
+      [
+        () => k.acquire(a, ['MUTATES FILE:/x', 7], null, 1),
+        TypeError,
+        'ERR_INVALID_ARG_TYPE',
+        '`intents[1]` must be a string, got a number',
+      ],
+      [
+        () => k.acquire(a, ['MUTATES FILE:/x'], { ttl: 5 }, 1),
+        TypeError,
+        'ERR_INVALID_ARG_VALUE',
+        '`options` has an unknown key `ttl` (allowed: ttlMs, wait, waitTimeoutMs)',
+      ],
+      [
+        () => k.acquire(a, ['MUTATES FILE:/x'], { ttlMs: 1.5 }, 1),
+        RangeError,
+        'ERR_OUT_OF_RANGE',
+        '`options.ttlMs` must be an integer from 0 to 2^53 - 1 (9007199254740991), got 1.5',
+      ],
+      [
+        () => k.acquire(a, ['MUTATES FILE:/x'], [], 1),
+        TypeError,
+        'ERR_INVALID_ARG_TYPE',
+        '`options` must be a plain object, got an Array',
+      ],
+      [
+        () => k.openSession('a\ud800', 'default', 1),
+        TypeError,
+        'ERR_INVALID_ARG_VALUE',
+        '`agentId` is not valid Unicode (it contains a lone UTF-16 surrogate)',
+      ],
+      [
+        () => k.heartbeat(a, 'some', 1),
+        TypeError,
+        'ERR_INVALID_ARG_VALUE',
+        '`leases` must be an Array of lease ids or the string \'all\', got "some"',
+      ],
+      [
+        () => k.resumeSession({ version: 1, identity: {} }, 1),
+        TypeError,
+        'ERR_INVALID_ARG_TYPE',
+        '`digest.identity.agentId` must be a string, got undefined',
+      ],
+      [
+        () => k.resumeSession({ version: 2 ** 32, identity: {}, recovery: {} }, 1),
+        RangeError,
+        'ERR_OUT_OF_RANGE',
+        '`digest.version` must be at most 4294967295, got 4294967296',
+      ],
     ];
     for (const [call, kind, code, message] of cases) {
-      assert.throws(call, (e) => e instanceof kind && !(e instanceof KlockError) && e.code === code && e.message === message, message);
+      assert.throws(
+        call,
+        (e) => e instanceof kind && !(e instanceof KlockError) && e.code === code && e.message === message,
+        message,
+      );
     }
   });
 
@@ -111,11 +213,26 @@ export function contractTests(label, api) {
     assert.throws(() => new Kernel({ policy: 'fifo' }), { name: 'INVALID_CONFIG', code: 107 });
     assert.throws(() => new Kernel({ defaultTtlMs: 0 }), { name: 'INVALID_CONFIG' });
     // An unknown key is the kernel's INVALID_CONFIG (never a default), named in camelCase.
-    assert.throws(() => new Kernel({ polcy: 'lanes' }), (e) => e instanceof KlockError && e.name === 'INVALID_CONFIG' && e.code === 107 &&
-      e.message === `unknown config field "polcy": the fields are ${Object.keys(new Kernel().config).join(', ')}`);
-    assert.throws(() => new Kernel({ default_ttl_ms: 5 }), { name: 'INVALID_CONFIG', message: /unknown config field "default_ttl_ms"/ });
-    assert.throws(() => new Kernel({ defaultTtlMs: 5, maxTtlMs: undefined, typo: undefined }), { name: 'INVALID_CONFIG' });
-    assert.equal(new Kernel({ defaultTtlMs: 5, maxTtlMs: undefined }).config.maxTtlMs, 300000, 'a key holding undefined is absent');
+    assert.throws(
+      () => new Kernel({ polcy: 'lanes' }),
+      (e) =>
+        e instanceof KlockError &&
+        e.name === 'INVALID_CONFIG' &&
+        e.code === 107 &&
+        e.message === `unknown config field "polcy": the fields are ${Object.keys(new Kernel().config).join(', ')}`,
+    );
+    assert.throws(() => new Kernel({ default_ttl_ms: 5 }), {
+      name: 'INVALID_CONFIG',
+      message: /unknown config field "default_ttl_ms"/,
+    });
+    assert.throws(() => new Kernel({ defaultTtlMs: 5, maxTtlMs: undefined, typo: undefined }), {
+      name: 'INVALID_CONFIG',
+    });
+    assert.equal(
+      new Kernel({ defaultTtlMs: 5, maxTtlMs: undefined }).config.maxTtlMs,
+      300000,
+      'a key holding undefined is absent',
+    );
     assert.throws(() => new Kernel({ seed: null }), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
     assert.throws(() => new Kernel({ seed: -1 }), { name: 'RangeError', code: 'ERR_OUT_OF_RANGE' });
     assert.throws(() => new Kernel('wait_die'), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
@@ -281,9 +398,16 @@ export function contractTests(label, api) {
     assert.equal(r.epoch, 1);
     assert.equal(r.priority, s.priority);
     assert.equal(k.reconcile(s.sessionId, [l.leaseId], 51)[0].expiresAt, 150);
-    assert.throws(() => k.resumeSession({ ...d, identity: { ...d.identity, agentId: 'mallory' } }, 52), { name: 'INVALID_DIGEST' });
-    assert.throws(() => k.resumeSession({ ...d, identity: { ...d.identity } , extra: 1 }, 52), { code: 'ERR_INVALID_ARG_VALUE' });
-    assert.throws(() => k.resumeSession({ version: 1, identity: d.identity }, 52), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
+    assert.throws(() => k.resumeSession({ ...d, identity: { ...d.identity, agentId: 'mallory' } }, 52), {
+      name: 'INVALID_DIGEST',
+    });
+    assert.throws(() => k.resumeSession({ ...d, identity: { ...d.identity }, extra: 1 }, 52), {
+      code: 'ERR_INVALID_ARG_VALUE',
+    });
+    assert.throws(() => k.resumeSession({ version: 1, identity: d.identity }, 52), {
+      name: 'TypeError',
+      code: 'ERR_INVALID_ARG_TYPE',
+    });
     k.closeSession(s.sessionId, 60);
     assert.throws(() => k.closeSession(s.sessionId, 61), { name: 'UNKNOWN_SESSION', code: 200 });
     assert.deepEqual(k.drainEvents(), []);
@@ -306,7 +430,14 @@ export function contractTests(label, api) {
     assert.equal(typeof wounded.retryAfterMs, 'number');
     assert.ok(wounded.retryAfterMs >= 100 && wounded.retryAfterMs < 200, `retryAfterMs ${wounded.retryAfterMs}`);
     assert.deepEqual(events, [
-      { event: 'WOUNDED', session: young, by: old, lostLeases: [l.leaseId], lostTickets: [], retryAfterMs: wounded.retryAfterMs },
+      {
+        event: 'WOUNDED',
+        session: young,
+        by: old,
+        lostLeases: [l.leaseId],
+        lostTickets: [],
+        retryAfterMs: wounded.retryAfterMs,
+      },
     ]);
     // The same seed and calls give the same backoff (the kernel's seeded generator).
     const again = new Kernel({ policy: 'wound_wait', seed: 2, backoffBaseMs: 100, backoffCapMs: 10_000 });
@@ -329,7 +460,8 @@ export function contractTests(label, api) {
       [() => k.openSession('x', 'a\u0007b', 5), 'INVALID_NAMESPACE'],
       [() => k.acquire(424242, ['MUTATES FILE:/x'], null, 5), 'UNKNOWN_SESSION'],
     ];
-    for (const [call, name] of cases) assert.throws(call, (e) => e instanceof KlockError && e.name === name && e.code === ERROR_CODES[name], name);
+    for (const [call, name] of cases)
+      assert.throws(call, (e) => e instanceof KlockError && e.name === name && e.code === ERROR_CODES[name], name);
     const [l] = k.acquire(a, ['MUTATES FILE:/x'], null, 6).leases;
     assert.throws(() => k.acquire(a, ['MUTATES FILE:/y'], null, 7), { name: 'HOLD_AND_WAIT' });
     assert.throws(() => k.release(b, l.leaseId, 8), { name: 'NOT_OWNER', code: 300 });
@@ -397,7 +529,11 @@ export function contractTests(label, api) {
           if (bad === undefined) continue;
         }
         const expectedCode = code === 'ERR_MISSING_ARGS' && /Ms|id$/.test(label) ? 'ERR_INVALID_ARG_TYPE' : code;
-        assert.throws(call, (e) => e.name === errorName && e.code === expectedCode && !(e instanceof KlockError), `${label} with ${String(bad)}`);
+        assert.throws(
+          call,
+          (e) => e.name === errorName && e.code === expectedCode && !(e instanceof KlockError),
+          `${label} with ${String(bad)}`,
+        );
       }
       // Nothing changed: not even time (the argument errors happen before the kernel runs).
       assert.equal(k.now(), 11);
@@ -443,7 +579,11 @@ export function contractTests(label, api) {
       [() => k.acquire(a, ['MUTATES FILE:/x'], { ttlMs: -5 }, 12), 'RangeError', 'ERR_OUT_OF_RANGE'],
     ];
     for (const [call, errorName, code] of cases) {
-      assert.throws(call, (e) => e.name === errorName && e.code === code && typeof e.message === 'string' && e.message.length > 10, String(call));
+      assert.throws(
+        call,
+        (e) => e.name === errorName && e.code === code && typeof e.message === 'string' && e.message.length > 10,
+        String(call),
+      );
     }
     assert.equal(k.now(), 11);
     assert.deepEqual(k.snapshot(11), before);
@@ -487,7 +627,13 @@ export function contractTests(label, api) {
       },
     });
     const v = k.acquire(s, manifest, null, 2);
-    assert.deepEqual(v.leases.map((l) => l.resource), ['FILE:/outer']);
-    assert.deepEqual(k.snapshot(2).leases.map((l) => l.resource), ['FILE:/inner', 'FILE:/outer']);
+    assert.deepEqual(
+      v.leases.map((l) => l.resource),
+      ['FILE:/outer'],
+    );
+    assert.deepEqual(
+      k.snapshot(2).leases.map((l) => l.resource),
+      ['FILE:/inner', 'FILE:/outer'],
+    );
   });
 }

@@ -75,7 +75,17 @@ test('outputs are plain data with JS numbers only (no BigInt), camelCase keys', 
   outputs.forEach((o, i) => walk(o, `output${i}`));
   const snap = k.snapshot(60);
   assert.equal(snap.policy, 'wait_die');
-  assert.deepEqual(Object.keys(snap.leases[0]), ['leaseId', 'sessionId', 'agentId', 'resource', 'predicate', 'fence', 'acquiredAt', 'expiresAt', 'ttlMs']);
+  assert.deepEqual(Object.keys(snap.leases[0]), [
+    'leaseId',
+    'sessionId',
+    'agentId',
+    'resource',
+    'predicate',
+    'fence',
+    'acquiredAt',
+    'expiresAt',
+    'ttlMs',
+  ]);
   assert.deepEqual(k.reconcile(b, [1, 99], 61), [
     { leaseId: 1, status: 'ACTIVE', expiresAt: 60053, fence: 1 },
     { leaseId: 99, status: 'UNKNOWN' },
@@ -133,7 +143,9 @@ test('every call on a freed kernel throws a clear Error (code ERR_INVALID_STATE)
     snapshot: () => k.snapshot(40),
   };
   // Every method and getter of the class is listed above (a new one must be added here).
-  const proto = Object.getOwnPropertyNames(Kernel.prototype).filter((n) => !['constructor', 'free', '__destroy_into_raw'].includes(n));
+  const proto = Object.getOwnPropertyNames(Kernel.prototype).filter(
+    (n) => !['constructor', 'free', '__destroy_into_raw'].includes(n),
+  );
   assert.deepEqual(proto.sort(), Object.keys(calls).sort());
   for (const [name, fn] of Object.entries(calls)) assert.throws(fn, freed, name);
   // Bad arguments on a freed kernel: the freed state is what is reported.
@@ -188,7 +200,13 @@ test('the import checker flags a clock, randomness and foreign modules', () => {
   const clean = checkImports([imp('__wbg_parse_0123456789abcdef')], glue);
   assert.deepEqual(clean.problems, []);
   const dirty = checkImports(
-    [imp('__wbg_now_0123456789abcdef'), imp('__wbg_getRandomValues_0123456789abcdef'), imp('__wbg_sneaky_0123456789abcdef'), imp('fd_write', 'wasi_snapshot_preview1'), imp('__wbg_missing_0123456789abcdef')],
+    [
+      imp('__wbg_now_0123456789abcdef'),
+      imp('__wbg_getRandomValues_0123456789abcdef'),
+      imp('__wbg_sneaky_0123456789abcdef'),
+      imp('fd_write', 'wasi_snapshot_preview1'),
+      imp('__wbg_missing_0123456789abcdef'),
+    ],
     glue,
   );
   const text = dirty.problems.join('\n');

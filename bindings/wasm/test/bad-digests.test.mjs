@@ -55,7 +55,10 @@ function outcome(text) {
         return { error: e.name, message: e.message };
       }
       assert.ok(e instanceof TypeError || e instanceof RangeError, `unexpected ${e}`);
-      assert.ok(['ERR_INVALID_ARG_TYPE', 'ERR_INVALID_ARG_VALUE', 'ERR_OUT_OF_RANGE'].includes(e.code), `${e.name} with code ${e.code}`);
+      assert.ok(
+        ['ERR_INVALID_ARG_TYPE', 'ERR_INVALID_ARG_VALUE', 'ERR_OUT_OF_RANGE'].includes(e.code),
+        `${e.name} with code ${e.code}`,
+      );
       return { error: 'INVALID_ARGUMENT', message: e.message };
     }
     assert.deepEqual([resumed.sessionId, resumed.epoch, resumed.priority], [1, 1, 1], 'resumed session 1, epoch 1');
@@ -70,7 +73,8 @@ test('tests/bad-digests.json is well-formed', () => {
   assert.ok(fixture.cases.length > 0, 'zero cases is a failure');
   const names = new Set();
   for (const c of fixture.cases) {
-    for (const key of Object.keys(c)) assert.ok(['name', 'json', 'error', 'js_error'].includes(key), `unknown key ${key} in ${c.name}`);
+    for (const key of Object.keys(c))
+      assert.ok(['name', 'json', 'error', 'js_error'].includes(key), `unknown key ${key} in ${c.name}`);
     assert.equal(typeof c.name, 'string');
     assert.ok(!names.has(c.name), `duplicate case name ${c.name}`);
     names.add(c.name);
