@@ -44,16 +44,16 @@ step "resolved scripts of every vector, and their mutants, for the hosts' replay
 KLOCK_SCRIPTS=$(bash scripts/resolve-vectors.sh | tail -n1)
 export KLOCK_SCRIPTS
 
-step "Python host (klock._core, the klock package, its runner and stubs)"
+step "Python host (klock._core, the klock package, its replayer, client scenarios and stubs)"
 bash scripts/test-python.sh
 
-step "Node host (klock-node addon, the klock npm package, its runner and types)"
+step "Node host (klock-node addon, the klock npm package, the JS replayer, client scenarios, types)"
 bash scripts/test-node.sh
 
-step "C host (libklock, include/klock.h, the C runner under valgrind)"
+step "C host (libklock, include/klock.h, the C replayer under valgrind)"
 bash scripts/test-c.sh
 
-step "browser host (klock-wasm, its runner, the dashboard in headless Chromium)"
+step "browser host (klock-wasm, the JS replayer in Node and Chromium, the dashboard)"
 bash scripts/test-wasm.sh
 
 step "agent tools: klock exec and klock mcp with the official Python MCP client"
