@@ -11,6 +11,16 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The section number at the start of `text` (`6`, `13.2`), if any.
+fn section_number(text: &str) -> Option<String> {
+    let number: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let number = number.trim_end_matches('.');
+    (!number.is_empty()).then(|| number.to_owned())
+}
+
 /// The section numbers of docs/SPEC.md: `## N.` and `### N.M` headings.
 fn sections() -> BTreeSet<String> {
     let text = std::fs::read_to_string(root().join("docs/SPEC.md")).unwrap();
@@ -19,15 +29,8 @@ fn sections() -> BTreeSet<String> {
         let heading = line
             .strip_prefix("### ")
             .or_else(|| line.strip_prefix("## "));
-        if let Some(rest) = heading {
-            let number: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '.')
-                .collect();
-            let number = number.trim_end_matches('.');
-            if !number.is_empty() {
-                out.insert(number.to_owned());
-            }
+        if let Some(number) = heading.and_then(section_number) {
+            out.insert(number);
         }
     }
     out
@@ -46,14 +49,7 @@ fn citations(line: &str) -> Vec<String> {
         {
             continue;
         }
-        let number: String = line[i + '§'.len_utf8()..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == '.')
-            .collect();
-        let number = number.trim_end_matches('.');
-        if !number.is_empty() {
-            out.push(number.to_owned());
-        }
+        out.extend(section_number(&line[i + '§'.len_utf8()..]));
     }
     out
 }
