@@ -24,15 +24,23 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 const USAGE: &str = "\
-usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual]
-                   [--snapshot-every N]
-       klock conformance --spawn PATH...   (every vector through the HTTP API of a
-                                             manual-clock server it starts and stops)
-       klock token-hash < secret             (the sha256 a token file lists for a secret)
-       klock exec --intent I... -- COMMAND   (run COMMAND holding leases; klock exec --help)
-       klock mcp                             (an MCP server on stdio for one LLM agent)
-       klock status                          (who holds what, queues, contention, ghosts)
-       klock reconcile --digest FILE         (the server's truth about a saved session)
+usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and examples)
+
+  serve         the control plane: the kernel behind an HTTP API, durable in a redb file
+  exec          run a command holding leases, like flock(1) but shared and deadlock-free
+  mcp           an MCP server on stdio for one LLM agent
+  status        who holds what, queues, most contended resources, ghost agents
+  reconcile     the server's truth about a session saved with --digest
+  conformance   every conformance vector through the HTTP API of a server it starts
+  token-hash    the sha256 a token file lists for a secret";
+
+const SERVE_HELP: &str = "\
+usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
+                   [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--insecure]
+                   [--clock manual] [--snapshot-every N]
+
+Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
+before it is in the log on disk; a restarted server resumes where its log ends.
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
                        Beyond loopback it needs --tokens, and TLS unless --insecure.
@@ -47,7 +55,31 @@ usage: klock serve [--listen ADDR:PORT] [--data FILE | --memory] [--clock manual
   --memory             keep everything in memory: nothing survives a restart
   --clock manual       every request carries Klock-Now (conformance runs; needs --memory)
   --snapshot-every N   store a snapshot and drop the log behind it every N entries
-                       (default 10000; 0 never)";
+                       (default 10000; 0 never)
+
+Examples:
+  klock serve                                   # loopback, ./klock.redb
+  klock serve --data /var/lib/klock/klock.redb --socket /run/klock.sock
+  klock serve --listen 0.0.0.0:7300 --tokens tokens.json --tls-cert c.pem --tls-key k.pem";
+
+const CONFORMANCE_HELP: &str = "\
+usage: klock conformance --spawn PATH...
+
+Starts a manual-clock, in-memory `klock serve` on a free loopback port, runs every vector
+named (files, or directories of *.json) through its HTTP API, stops it, and prints one line
+per vector and `N passed, M failed`; exits 1 on any failure.
+
+Example:
+  klock conformance --spawn tests/vectors";
+
+const TOKEN_HASH_HELP: &str = "\
+usage: klock token-hash < SECRET
+
+Reads a secret on standard input and prints the hex SHA-256 to put in a token file's
+`sha256` field (the server never stores the secret itself).
+
+Example:
+  printf %s \"$AGENT_TOKEN\" | klock token-hash";
 
 struct ServeArgs {
     listen: SocketAddr,
@@ -179,7 +211,14 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let help = |text: &str| {
+        println!("{text}");
+        ExitCode::SUCCESS
+    };
     match args.first().map(String::as_str) {
+        Some("serve") if wants_help(&args[1..]) => return help(SERVE_HELP),
+        Some("conformance") if wants_help(&args[1..]) => return help(CONFORMANCE_HELP),
+        Some("token-hash") if wants_help(&args[1..]) => return help(TOKEN_HASH_HELP),
         Some("serve") => {}
         Some("conformance") => return conformance(&args[1..]),
         Some("token-hash") => return token_hash(),
@@ -187,10 +226,7 @@ fn main() -> ExitCode {
         Some("mcp") => return mcp(&args[1..]),
         Some("status") => return overview("status", &args[1..]),
         Some("reconcile") => return overview("reconcile", &args[1..]),
-        Some("--help" | "-h" | "help") | None => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
+        Some("--help" | "-h" | "help") | None => return help(USAGE),
         Some(other) => {
             eprintln!("klock: unknown command {other:?}\n{USAGE}");
             return ExitCode::from(2);
@@ -199,7 +235,7 @@ fn main() -> ExitCode {
     let serve = match parse_serve(&args[1..]) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("klock serve: {e}\n{USAGE}");
+            eprintln!("klock serve: {e}\n(klock serve --help shows every flag)");
             return ExitCode::from(2);
         }
     };
@@ -334,11 +370,11 @@ async fn run(args: ServeArgs) -> Result<(), String> {
 
 fn conformance(args: &[String]) -> ExitCode {
     let Some(("--spawn", paths)) = args.split_first().map(|(f, rest)| (f.as_str(), rest)) else {
-        eprintln!("klock conformance: the only mode is --spawn PATH...\n{USAGE}");
+        eprintln!("klock conformance: the only mode is --spawn PATH...\n{CONFORMANCE_HELP}");
         return ExitCode::from(2);
     };
     if paths.is_empty() {
-        eprintln!("klock conformance: name vector files or directories\n{USAGE}");
+        eprintln!("klock conformance: name vector files or directories\n{CONFORMANCE_HELP}");
         return ExitCode::from(2);
     }
     match klock_server::conformance::run(paths) {
@@ -368,7 +404,7 @@ fn token_hash() -> ExitCode {
     }
     let secret = secret.trim_end_matches(['\n', '\r']);
     if secret.is_empty() {
-        eprintln!("klock token-hash: give the secret on standard input");
+        eprintln!("klock token-hash: give the secret on standard input\n{TOKEN_HASH_HELP}");
         return ExitCode::from(2);
     }
     println!("{}", auth::hex(&auth::digest(secret)));

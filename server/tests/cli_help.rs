@@ -1,0 +1,58 @@
+//! Every `klock` subcommand answers `--help` with its usage and at least one example, and an
+//! unknown flag is refused (exit 2) with a pointer to that help.
+
+use std::process::Command;
+
+fn klock(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_klock"))
+        .args(args)
+        .output()
+        .expect("klock runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const SUBCOMMANDS: [&str; 7] = [
+    "serve",
+    "exec",
+    "mcp",
+    "status",
+    "reconcile",
+    "conformance",
+    "token-hash",
+];
+
+#[test]
+fn every_subcommand_has_help_with_an_example() {
+    let (code, top, _) = klock(&["--help"]);
+    assert_eq!(code, 0);
+    for sub in SUBCOMMANDS {
+        assert!(
+            top.contains(&format!("\n  {sub} ")),
+            "klock --help lists {sub}:\n{top}"
+        );
+        let (code, text, err) = klock(&[sub, "--help"]);
+        assert_eq!(code, 0, "klock {sub} --help: {err}");
+        assert!(
+            text.starts_with(&format!("usage: klock {sub}")),
+            "klock {sub} --help:\n{text}"
+        );
+        assert!(
+            text.contains("example"),
+            "klock {sub} --help has no example:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_flag_is_refused_and_names_the_help() {
+    for sub in ["serve", "exec", "status"] {
+        let (code, _, err) = klock(&[sub, "--no-such-flag"]);
+        assert_eq!(code, 2, "klock {sub} --no-such-flag: {err}");
+        assert!(err.contains("--no-such-flag"), "klock {sub}: {err}");
+        assert!(err.contains("--help"), "klock {sub}: {err}");
+    }
+}
