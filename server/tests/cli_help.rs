@@ -41,7 +41,7 @@ fn every_subcommand_has_help_with_an_example() {
             "klock {sub} --help:\n{text}"
         );
         assert!(
-            text.contains("example"),
+            text.to_lowercase().contains("example"),
             "klock {sub} --help has no example:\n{text}"
         );
     }
