@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's title carries the seconds since the run began, to show where the time goes.
+step() { printf '\n==> [%4d s] %s\n' "$SECONDS" "$*"; }
 
 tree_before=$(bash scripts/tree-state.sh)
 
@@ -67,3 +68,4 @@ if [ "$tree_before" != "$tree_after" ]; then
   exit 1
 fi
 echo "unchanged"
+step "all tests passed"
