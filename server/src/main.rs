@@ -10,7 +10,7 @@
 //! klock reconcile --digest FILE [flags]
 //! ```
 
-use klock_core::Config;
+use klock_core::{Config, Policy};
 use klock_server::api::{self, Api};
 use klock_server::auth::{self, Auth};
 use klock_server::engine::{self, Clock, EngineConfig};
@@ -36,8 +36,8 @@ usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and
 
 const SERVE_HELP: &str = "\
 usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
-                   [--tokens FILE] [--tls-cert FILE --tls-key FILE] [--insecure]
-                   [--clock manual] [--snapshot-every N]
+                   [--config NAME=VALUE]... [--tokens FILE] [--tls-cert FILE --tls-key FILE]
+                   [--insecure] [--clock manual] [--snapshot-every N]
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
@@ -53,6 +53,10 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --data FILE          the redb data file (log + snapshot), created if missing
                        (default ./klock.redb)
   --memory             keep everything in memory: nothing survives a restart
+  --config NAME=VALUE  a kernel setting instead of its default (docs/SPEC.md); repeat it.
+                       A data file keeps the settings it was created with and refuses
+                       others. NAME is policy (wait_die, wound_wait or lanes) or a number:
+{numeric_fields}
   --clock manual       every request carries Klock-Now (conformance runs; needs --memory)
   --snapshot-every N   store a snapshot and drop the log behind it every N entries
                        (default 10000; 0 never)
@@ -60,6 +64,7 @@ before it is in the log on disk; a restarted server resumes where its log ends.
 Examples:
   klock serve                                   # loopback, ./klock.redb
   klock serve --data /var/lib/klock/klock.redb --socket /run/klock.sock
+  klock serve --config policy=wound_wait --config default_ttl_ms=30000
   klock serve --listen 0.0.0.0:7300 --tokens tokens.json --tls-cert c.pem --tls-key k.pem";
 
 const CONFORMANCE_HELP: &str = "\
@@ -81,6 +86,24 @@ Reads a secret on standard input and prints the hex SHA-256 to put in a token fi
 Example:
   printf %s \"$AGENT_TOKEN\" | klock token-hash";
 
+/// `klock serve --help`, with the kernel's own list of numeric settings.
+fn serve_help() -> String {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for name in Config::NUMERIC_FIELDS {
+        if !line.is_empty() && line.len() + 1 + name.len() > 66 {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(name);
+    }
+    lines.push(line);
+    let indented: Vec<String> = lines.iter().map(|l| format!("{:23}{l}", "")).collect();
+    SERVE_HELP.replace("{numeric_fields}", &indented.join("\n"))
+}
+
 struct ServeArgs {
     listen: SocketAddr,
     tokens: Option<PathBuf>,
@@ -92,6 +115,26 @@ struct ServeArgs {
     data: Option<PathBuf>,
     manual_clock: bool,
     snapshot_every: u64,
+    /// The kernel's configuration: the SPEC's defaults, changed by `--config`.
+    config: Config,
+}
+
+/// Applies one `--config NAME=VALUE`: `policy`, or a numeric field, named as the kernel names
+/// them (the list is the core's, so a new field needs no change here).
+fn set_config(config: &mut Config, assignment: &str) -> Result<(), String> {
+    let Some((name, value)) = assignment.split_once('=') else {
+        return Err(format!("--config needs NAME=VALUE, got {assignment:?}"));
+    };
+    if name == "policy" {
+        config.policy = Policy::parse(value).map_err(|e| format!("--config: {}", e.message))?;
+        return Ok(());
+    }
+    let number = value
+        .parse::<u64>()
+        .map_err(|_| format!("--config {name} needs a whole number, got {value:?}"))?;
+    config
+        .set_number(name, number)
+        .map_err(|e| format!("--config: {}", e.message))
 }
 
 fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
@@ -104,6 +147,7 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         data: Some(PathBuf::from("klock.redb")),
         manual_clock: false,
         snapshot_every: 10_000,
+        config: Config::default(),
     };
     let mut memory = false;
     let (mut cert, mut key) = (None, None);
@@ -161,6 +205,10 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                 "monotonic" => i += 2,
                 v => return Err(format!("--clock is manual or monotonic, got {v:?}")),
             },
+            "--config" => {
+                set_config(&mut out.config, value()?)?;
+                i += 2;
+            }
             "--snapshot-every" => {
                 let v = value()?;
                 out.snapshot_every = v
@@ -171,6 +219,9 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             _ => return Err(format!("unknown argument {flag:?}")),
         }
     }
+    out.config
+        .validate()
+        .map_err(|e| format!("--config: {}", e.message))?;
     if memory && data_given {
         return Err(String::from("--memory and --data exclude each other"));
     }
@@ -216,7 +267,7 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     };
     match args.first().map(String::as_str) {
-        Some("serve") if wants_help(&args[1..]) => return help(SERVE_HELP),
+        Some("serve") if wants_help(&args[1..]) => return help(&serve_help()),
         Some("conformance") if wants_help(&args[1..]) => return help(CONFORMANCE_HELP),
         Some("token-hash") if wants_help(&args[1..]) => return help(TOKEN_HASH_HELP),
         Some("serve") => {}
@@ -260,7 +311,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: ServeArgs) -> Result<(), String> {
-    let config = Config::default();
+    let config = args.config.clone();
     let hub = Arc::new(EventHub::default());
     let mut log_entries = 0;
     let (machine, store) = match &args.data {

@@ -941,3 +941,71 @@ fn a_unix_socket_serves_the_same_api() {
         "{answer}"
     );
 }
+
+#[test]
+fn the_kernel_settings_come_from_config_flags_and_stay_with_the_data_file() {
+    // wound_wait: the older session's request wounds the younger holder and is granted, where
+    // the default wait_die would make it wait; the TTL default is the one given.
+    let s = Server::start(&[
+        "--memory",
+        "--config",
+        "policy=wound_wait",
+        "--config",
+        "default_ttl_ms=5000",
+    ]);
+    let older = open(&s, "default", "older");
+    let younger = open(&s, "default", "younger");
+    let intent = json!({"intents": ["MUTATES FILE:/x"]});
+    let (status, v) = on(&s, &younger, "POST", "acquire", intent.clone());
+    assert_eq!(
+        (status, v["verdict"].as_str()),
+        (200, Some("GRANTED")),
+        "{v}"
+    );
+    assert_eq!(v["leases"][0]["ttl_ms"], 5000, "{v}");
+    let (status, v) = on(&s, &older, "POST", "acquire", intent);
+    assert_eq!(
+        (status, v["verdict"].as_str()),
+        (200, Some("GRANTED")),
+        "{v}"
+    );
+    drop(s);
+
+    let refused = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_klock"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?} was not refused");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refused(&["--memory", "--config", "default_tll_ms=5"]);
+    assert!(
+        err.contains("\"default_tll_ms\"") && err.contains("default_ttl_ms"),
+        "{err}"
+    );
+    let err = refused(&["--memory", "--config", "policy=fifo"]);
+    assert!(err.contains("fifo") && err.contains("wound_wait"), "{err}");
+    let err = refused(&["--memory", "--config", "max_ttl_ms=0"]);
+    assert!(err.contains("max_ttl_ms must be at least 1 ms"), "{err}");
+    let err = refused(&["--memory", "--config", "seed=-1"]);
+    assert!(err.contains("whole number"), "{err}");
+
+    // A data file keeps the settings it was created with: another setting is refused, never a
+    // silent switch; the same one starts.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("k.redb");
+    let data = data.to_str().unwrap();
+    drop(Server::start(&["--data", data, "--config", "policy=lanes"]));
+    let out = Command::new(env!("CARGO_BIN_EXE_klock"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data", data])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("another kernel configuration"),
+        "{err}"
+    );
+    drop(Server::start(&["--data", data, "--config", "policy=lanes"]));
+}
