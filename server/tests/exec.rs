@@ -519,3 +519,57 @@ fn a_bearer_token_comes_from_the_flag_or_the_environment() {
     c.env("KLOCK_TOKEN", "s3cret");
     assert_eq!(Running::spawn(c).finish(Duration::from_secs(10)).0, 0);
 }
+
+#[test]
+fn a_wound_from_an_older_session_stops_the_command_with_107() {
+    use klock_server::http_client::request;
+    let server = Spawned::start(klock(), &["--memory", "--config", "policy=wound_wait"])
+        .expect("start klock serve");
+    // The older session opens first; the wrapper's session is younger.
+    let opened = request(
+        server.port,
+        "POST",
+        "/v1/ns/default/sessions",
+        &[],
+        br#"{"agent_id": "older"}"#,
+    )
+    .unwrap();
+    assert_eq!(opened.status, 200, "{:?}", opened.body);
+    let older = opened.body["session_id"].as_u64().unwrap();
+    let token = opened.body["session_token"].as_str().unwrap().to_owned();
+
+    let dir = temp();
+    let (started, stopped) = (dir.path().join("started"), dir.path().join("stopped"));
+    let script = format!(
+        "trap 'touch {}; exit 9' TERM; touch {}; sleep 20 & wait",
+        stopped.display(),
+        started.display()
+    );
+    let mut c = exec(
+        &server,
+        &["-v", "--agent", "younger", "--intent", "MUTATES FILE:/x"],
+    );
+    c.args(["--kill-after", "2s", "--", "sh", "-c", &script]);
+    let run = Running::spawn(c);
+    wait_for(&started);
+    let acquired = request(
+        server.port,
+        "POST",
+        &format!("/v1/ns/default/sessions/{older}/acquire"),
+        &[("klock-session-token", &token)],
+        br#"{"intents": ["MUTATES FILE:/x"]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        acquired.body["verdict"], "GRANTED",
+        "the older session wounds the holder: {:?}",
+        acquired.body
+    );
+    let (code, _, err) = run.finish(Duration::from_secs(10));
+    assert_eq!(code, 107, "{err}");
+    assert!(stopped.exists(), "the command was not sent SIGTERM: {err}");
+    assert!(
+        err.contains("WOUNDED"),
+        "the message names the wound: {err}"
+    );
+}
