@@ -6,7 +6,7 @@
 //! one ticket (WAIT), or refused (DIE) with a backoff, by the configured policy.
 
 use super::scheduler::Blockers;
-use super::{Kernel, TicketIntent};
+use super::{Kernel, Session, TicketIntent};
 use crate::config::Policy;
 use crate::error::{Error, ErrorCode};
 use crate::predicate::Predicate;
@@ -149,7 +149,7 @@ impl Kernel {
                 ),
             ));
         }
-        self.check_quota(session, new_count)?;
+        self.check_quota(session, s, new_count)?;
         Ok(Request {
             namespace,
             wanted,
@@ -161,8 +161,7 @@ impl Kernel {
     }
 
     /// `QUOTA_EXCEEDED` unless the session can hold or wait for `new_count` more intents.
-    fn check_quota(&self, session: SessionId, new_count: u64) -> Result<(), Error> {
-        let s = &self.sessions[&session];
+    fn check_quota(&self, session: SessionId, s: &Session, new_count: u64) -> Result<(), Error> {
         let queued: u64 = s
             .tickets
             .iter()
@@ -229,7 +228,7 @@ impl Kernel {
                 self.wait(session, intents, ttl_ms, wait_timeout_ms, found, |_| true)
             }
             Policy::WoundWait if request.wait || all_younger => {
-                self.wound_wait(session, priority, request, intents, found)
+                self.wound_wait(session, priority, all_younger, request, intents, found)
             }
             _ => {
                 let held_by = self.describe_blockers(found.sessions.iter());
@@ -243,11 +242,13 @@ impl Kernel {
     }
 
     /// Wound-Wait for a requester of `priority`: wounds every younger blocker, oldest victim
-    /// first, then is granted (all were younger) or waits for the older ones left.
+    /// first, then is granted (`all_younger`: every blocker was) or waits for the older ones
+    /// left.
     fn wound_wait(
         &mut self,
         session: SessionId,
         priority: u64,
+        all_younger: bool,
         request: &Request,
         intents: Vec<TicketIntent>,
         found: &Blockers,
@@ -260,7 +261,6 @@ impl Kernel {
             .map(|b| (b.priority, b.session, b.via_lease))
             .collect();
         victims.sort_unstable();
-        let all_younger = victims.len() == found.sessions.len();
         for (_, victim, via_lease) in victims {
             self.wound(victim, session, via_lease);
         }
