@@ -59,12 +59,9 @@ echo "a stale header fails the check"
 pass
 
 step "resolved scripts and their mutants"
-scripts_dir="$target_dir/conformance/scripts"
-mutants_dir="$target_dir/conformance/mutants"
-if [ ! -d "$scripts_dir" ] || [ ! -d "$mutants_dir" ] ||
-  [ -n "$(find core/src conformance/src tests/vectors -newer "$scripts_dir" -print -quit)" ]; then
-  timeout 900 bash scripts/resolve-vectors.sh >/dev/null
-fi
+# KLOCK_SCRIPTS: made by the caller (scripts/test.sh) just before; otherwise resolved here.
+scripts_dir=${KLOCK_SCRIPTS:-$(timeout 900 bash scripts/resolve-vectors.sh | tail -n1)}
+mutants_dir="$(dirname "$scripts_dir")/mutants"
 script_count=$(find "$scripts_dir" -name '*.json' | wc -l)
 mutant_count=$(find "$mutants_dir" -name '*.json' | wc -l)
 ((script_count > 0 && mutant_count > 0)) || fail "no resolved scripts or no mutants in $target_dir/conformance"
