@@ -15,7 +15,12 @@ py="$venv/bin/python"
 
 if [ ! -x "$py" ]; then
   echo "python-env: creating $venv" >&2
-  python3 -m venv "$venv"
+  if ! python3 -m venv "$venv"; then
+    rm -rf "$venv"
+    echo "python-env: could not create $venv with $(command -v python3) ($(python3 --version 2>&1));" \
+      "free disk: $(df -h . | tail -n1 | awk '{print $4}')" >&2
+    exit 1
+  fi
 fi
 "$py" -m pip --version >/dev/null 2>&1 || "$py" -m ensurepip --upgrade >/dev/null
 

@@ -14,8 +14,5 @@ if [ "$installed" != "$mcp_version" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$mcp_version"
 fi
 
-# The `klock` the Rust tests use: built as `cargo nextest run --workspace` builds it (with the
-# test targets' features), so after that step nothing is compiled again.
-cargo test --quiet --workspace --no-run
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-"$venv/bin/python" server/tests/mcp_client.py "$target_dir/debug/klock"
+klock=$(bash scripts/klock-bin.sh | tail -n1)
+"$venv/bin/python" server/tests/mcp_client.py "$klock"

@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> [%4d s] %s\n' "$SECONDS" "$*"; }
 
 tree_before=$(bash scripts/tree-state.sh)
+# A full disk breaks a run in odd places (a venv without pip, a linker error): say how much
+# room there is at the start and the end.
+df -h . | tail -n1 | awk '{print "disk: " $4 " free of " $2}'
 
 step "toolchain components and targets"
 installed_components=$(rustup component list --installed 2>/dev/null || true)
@@ -42,6 +45,9 @@ cargo nextest run --workspace --no-tests=fail
 # Only the kernel has doc examples; a workspace-wide doc run would rebuild every library
 # with the feature set of a build without test targets, for nothing.
 cargo test -p klock-core --doc
+# The `klock` those tests built, for every later step that starts a server.
+KLOCK_BIN=$(bash scripts/klock-bin.sh | tail -n1)
+export KLOCK_BIN
 
 step "resolved scripts of every vector, and their mutants, for the hosts' replayers"
 KLOCK_SCRIPTS=$(bash scripts/resolve-vectors.sh | tail -n1)
@@ -70,4 +76,5 @@ if [ "$tree_before" != "$tree_after" ]; then
   exit 1
 fi
 echo "unchanged"
+df -h . | tail -n1 | awk '{print "disk: " $4 " free of " $2}'
 step "all tests passed"
