@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# The main job: agent threads editing real files without and then with Klock.
-# Sets up what it needs on a fresh machine (.venv at the repository root, the extension built
-# by maturin), then runs `python -m klock demo` with the arguments given (see --help).
+# The main job: separate Python and Node agent processes editing real files through one
+# `klock serve`, without and then with Klock, the server killed with SIGKILL and restarted
+# from its data file partway through (examples/fleet/run.py; arguments go to it, see --help).
+# Sets up what it needs on a fresh machine, idempotently: .venv with the klock package
+# (scripts/python-env.sh), the Node package and its addon (scripts/node-env.sh), and the
+# server (cargo build --release). The in-process, one-process demo is `python -m klock demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(bash scripts/python-env.sh | tail -n1)
-exec "$py" -m klock demo "$@"
+bash scripts/node-env.sh
+cargo build --quiet --release -p klock-server --bin klock
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+exec "$py" examples/fleet/run.py --klock "$target_dir/release/klock" --python "$py" --node node "$@"

@@ -17,12 +17,12 @@ if [ ! -x scripts/lint/node_modules/.bin/eslint ] || [ ! -x scripts/lint/node_mo
   (cd scripts/lint && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-py_paths=(python server/tests)
+py_paths=(python server/tests examples)
 echo "ruff check, ruff format --check (${py_paths[*]})"
 "$venv/bin/ruff" check --config python/ruff.toml "${py_paths[@]}"
 "$venv/bin/ruff" format --check --config python/ruff.toml "${py_paths[@]}"
 
-js_dirs=(node dashboard bindings/wasm bindings/js-api bindings/js-replay scripts/lint)
+js_dirs=(node dashboard examples bindings/wasm bindings/js-api bindings/js-replay scripts/lint)
 echo "eslint (${js_dirs[*]})"
 scripts/lint/node_modules/.bin/eslint --config scripts/lint/eslint.config.mjs --max-warnings 0 "${js_dirs[@]}"
 echo "prettier --check (${js_dirs[*]})"

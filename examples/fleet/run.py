@@ -1,0 +1,421 @@
+"""The fleet demo (`bash scripts/demo.sh`): separate Python and Node agent processes editing
+real files through one `klock serve`, first without Klock, then with it, with the server
+killed (SIGKILL) and restarted from its data file partway through the Klock run.
+
+What it shows: without coordination, concurrent read-modify-write edits overwrite each other
+and edits are lost. With Klock, every edit holds `MUTATES FILE:/<name>`, nested two-file edits
+cannot deadlock (Wait-Die: an older agent waits, a younger one dies, backs off and retries),
+every write carries the lease's fence (a holder whose lease ended is refused), and the agents
+ride out a crash of the control plane: the server comes back from its file with every lease
+and session it had answered, in a suspension grace, and the clients reconnect, reconcile and
+heartbeat. Nothing is lost.
+
+Progress is a bar on a terminal and plain lines otherwise; the final table has a column per
+language and phase. Exit status: 0 when the Klock run lost nothing, every agent finished and
+every planned restart happened; 1 otherwise; 130 on Ctrl-C. Agents, the server and the
+temporary folder are removed on every exit.
+
+The agents are agent.py and agent.mjs beside this file; the paths of the programs come from
+the command line (scripts/demo.sh passes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+class Failed(Exception):
+    """The demo could not run (a program missing, the server not starting): says why."""
+
+
+def _kill_group(proc: subprocess.Popen[Any], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class Server:
+    """One `klock serve` on a data file; SIGKILL and restart it on the same file and port."""
+
+    def __init__(self, binary: str, data: str, log: IO[str]) -> None:
+        self.binary, self.data, self.log = binary, data, log
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.port = 0
+        self.restarts = 0
+
+    def start(self) -> None:
+        listen = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [self.binary, "serve", "--data", self.data, "--listen", listen],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            start_new_session=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        assert self.proc.stdout is not None
+        out = self.proc.stdout
+
+        def drain() -> None:  # keeps the pipe from filling; the first line names the address
+            for line in out:
+                lines.put(line)
+
+        threading.Thread(target=drain, daemon=True).start()
+        try:
+            line = lines.get(timeout=30)
+        except queue.Empty:
+            line = ""
+        found = LISTENING.search(line)
+        if not found:
+            self.log.flush()
+            with open(self.log.name, encoding="utf-8") as f:
+                said = f.read().strip()[-500:]
+            raise Failed(f"klock serve did not start on {listen} ({self.binary}): {said or line!r}")
+        self.url = found.group(1)
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def crash_and_restart(self, downtime_s: float) -> None:
+        """SIGKILL (no shutdown of any kind), a moment of downtime, then a start from the file."""
+        assert self.proc is not None
+        _kill_group(self.proc, signal.SIGKILL)
+        self.proc.wait()
+        time.sleep(downtime_s)
+        self.start()
+        self.restarts += 1
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _kill_group(self.proc, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.proc, signal.SIGKILL)
+                self.proc.wait()
+
+
+@dataclass
+class Agent:
+    name: str
+    language: str
+    proc: subprocess.Popen[str]
+    written: list[str] = field(default_factory=list)
+    done: dict[str, int] | None = None
+    error: str | None = None
+    #: server restarts that happened while this agent was running
+    restarts_seen: int = 0
+
+
+@dataclass
+class Column:
+    """One language in one phase."""
+
+    title: str
+    agents: list[Agent]
+    files: list[str]
+    elapsed_s: float = 0.0
+    finished: bool = True
+
+    def total(self, key: str) -> int:
+        return sum((a.done or {}).get(key, 0) for a in self.agents)
+
+    def lost(self) -> int:
+        present: set[str] = set()
+        for path in self.files:
+            with open(path, encoding="utf-8") as f:
+                present.update(json.load(f)["edits"])
+        return sum(1 for a in self.agents for edit in a.written if edit not in present)
+
+    def survived(self, restarts: int) -> str:
+        ok = [a.restarts_seen for a in self.agents if a.done is not None and a.error is None]
+        if not restarts:
+            return "-"
+        fully = sum(1 for n in ok if n == restarts)
+        return f"{fully}/{len(self.agents)} agents, {restarts} each"
+
+
+class Progress:
+    """A bar with a status on a terminal (stderr); a line per quarter otherwise."""
+
+    def __init__(self, label: str, total: int, stream: IO[str]) -> None:
+        self.label, self.total, self.stream = label, total, stream
+        self.done = 0
+        self.status = ""
+        self.tty = stream.isatty()
+        self.next_quarter = 1
+        self.last = 0.0
+
+    def add(self, n: int) -> None:
+        self.done += n
+        if self.tty:
+            now = time.monotonic()
+            if now - self.last >= 0.05 or self.done >= self.total:
+                self.last = now
+                filled = 30 * min(self.done, self.total) // max(1, self.total)
+                bar = "#" * filled + "." * (30 - filled)
+                self.stream.write(
+                    f"\r  {self.label:<14} [{bar}] {self.done}/{self.total} edits {self.status}\033[K"
+                )
+                self.stream.flush()
+        elif self.done * 4 >= self.next_quarter * self.total:
+            self.next_quarter = self.done * 4 // self.total + 1
+            self.say(f"{self.done}/{self.total} edits {self.status}".rstrip())
+
+    def say(self, text: str) -> None:
+        """A line of its own (on a terminal, over the bar, which the next add redraws)."""
+        if self.tty:
+            self.stream.write(f"\r  {self.label}: {text}\033[K\n")
+        else:
+            self.stream.write(f"  {self.label}: {text}\n")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _read_agent(agent: Agent, events: queue.Queue[tuple[Agent, dict[str, Any] | None]]) -> None:
+    assert agent.proc.stdout is not None
+    for line in agent.proc.stdout:
+        try:
+            events.put((agent, json.loads(line)))
+        except json.JSONDecodeError:
+            events.put((agent, {"error": f"unreadable output: {line.strip()[:200]}"}))
+    events.put((agent, None))  # its output ended
+
+
+def run_phase(
+    title: str,
+    mode: str,
+    args: argparse.Namespace,
+    root: str,
+    server: Server | None,
+    stream: IO[str],
+    running: list[Agent],
+) -> tuple[Column, Column]:
+    folder = os.path.join(root, mode)
+    os.makedirs(folder)
+    files = [os.path.join(folder, f"file{i}.json") for i in range(args.files)]
+    for path in files:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"edits": []}, f)
+    events: queue.Queue[tuple[Agent, dict[str, Any] | None]] = queue.Queue()
+    programs = {
+        "Python": [args.python, os.path.join(HERE, "agent.py")],
+        "Node": [args.node, os.path.join(HERE, "agent.mjs")],
+    }
+    counts = {"Python": args.python_agents, "Node": args.node_agents}
+    agents: list[Agent] = []
+    for language, n in counts.items():
+        for i in range(n):
+            name = f"{language.lower()}{i}"
+            command = programs[language] + [
+                "--name",
+                name,
+                "--root",
+                folder,
+                "--files",
+                str(args.files),
+                "--edits",
+                str(args.edits),
+                "--seed",
+                str(args.seed * 1000 + len(agents)),
+                "--think-ms",
+                str(args.think_ms),
+                "--mode",
+                mode,
+            ]
+            if server is not None:
+                command += ["--server", server.url]
+            proc = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            agent = Agent(name, language, proc)
+            agents.append(agent)
+            running.append(agent)
+            threading.Thread(target=_read_agent, args=(agent, events), daemon=True).start()
+    total = len(agents) * args.edits
+    progress = Progress(title, total, stream)
+    # The crash points: evenly spread through the Klock run.
+    crash_at = (
+        [total * (k + 1) // (args.restarts + 1) for k in range(args.restarts)] if server else []
+    )
+    start = time.monotonic()
+    deadline = start + args.deadline_s
+    open_outputs = len(agents)
+    while open_outputs:
+        try:
+            agent, event = events.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            progress.say(f"agents still running after {args.deadline_s:.0f} s: stopped")
+            break
+        if event is None:
+            open_outputs -= 1
+            continue
+        if "progress" in event:
+            agent.written.extend(event["progress"])
+            progress.add(len(event["progress"]))
+        elif "done" in event:
+            agent.done = event["done"]
+        elif "error" in event:
+            agent.error = event["error"]
+        if server is not None and crash_at and progress.done >= crash_at[0]:
+            crash_at.pop(0)
+            progress.say("SIGKILL to klock serve; restarting it from its data file")
+            server.crash_and_restart(args.downtime_s)
+            for a in agents:
+                if a.proc.poll() is None and a.done is None:
+                    a.restarts_seen += 1
+            progress.status = f"· server restarts {server.restarts}"
+    progress.end()
+    elapsed = time.monotonic() - start
+    for agent in agents:
+        if agent.proc.poll() is None:
+            _kill_group(agent.proc, signal.SIGKILL)
+        agent.proc.wait()
+        running.remove(agent)
+        if agent.done is None and agent.error is None:
+            stderr = (agent.proc.stderr.read() if agent.proc.stderr else "").strip().splitlines()
+            # The line that names the error, rather than the stack around it.
+            named = [line for line in stderr if "Error" in line or "error" in line]
+            why = (named or stderr or ["no output"])[0].strip()[:300]
+            agent.error = f"exited {agent.proc.returncode} without finishing: {why}"
+    columns = []
+    for language in counts:
+        mine = [a for a in agents if a.language == language]
+        finished = all(a.done is not None for a in mine)
+        columns.append(Column(f"{language}, {title}", mine, files, elapsed, finished))
+    return columns[0], columns[1]
+
+
+def table(columns: list[Column], restarts: int) -> str:
+    klock = lambda c: "with" in c.title  # noqa: E731
+    rows: list[tuple[str, Any]] = [
+        ("agent processes", lambda c: str(len(c.agents))),
+        ("edits made", lambda c: str(sum(len(a.written) for a in c.agents))),
+        ("edits lost", lambda c: str(c.lost())),
+        ("waits", lambda c: str(c.total("waits")) if klock(c) else "-"),
+        ("deaths (DIE)", lambda c: str(c.total("deaths")) if klock(c) else "-"),
+        ("retries (incl. rollbacks)", lambda c: str(c.total("retries")) if klock(c) else "-"),
+        ("fences refused", lambda c: str(c.total("fences_refused")) if klock(c) else "-"),
+        ("server restarts survived", lambda c: c.survived(restarts) if klock(c) else "-"),
+        ("finished (no deadlock)", lambda c: "yes" if c.finished else "NO"),
+        ("elapsed", lambda c: f"{c.elapsed_s:.1f} s"),
+    ]
+    label_w = max(len(label) for label, _ in rows)
+    col_w = max(14, *(len(c.title) for c in columns))
+    lines = [" " * label_w + "  " + "  ".join(c.title.rjust(col_w) for c in columns)]
+    for label, cell in rows:
+        lines.append(label.ljust(label_w) + "  " + "  ".join(cell(c).rjust(col_w) for c in columns))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--klock", required=True, help="the klock binary (klock serve)")
+    p.add_argument("--python", default=sys.executable, help="a Python with the klock package")
+    p.add_argument("--node", default="node", help="the node program")
+    p.add_argument("--python-agents", type=int, default=4)
+    p.add_argument("--node-agents", type=int, default=4)
+    p.add_argument("--edits", type=int, default=30, help="edits per agent (default 30)")
+    p.add_argument("--files", type=int, default=4, help="shared files (default 4)")
+    p.add_argument("--think-ms", type=float, default=5.0, help="between read and write")
+    p.add_argument("--restarts", type=int, default=1, help="server SIGKILLs in the Klock run")
+    p.add_argument("--downtime-s", type=float, default=0.5, help="between a kill and the restart")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--deadline-s", type=float, default=240.0, help="per phase")
+    args = p.parse_args(argv)
+    if min(args.python_agents, args.node_agents) < 1 or args.edits < 1 or args.files < 2:
+        p.error("need --python-agents >= 1, --node-agents >= 1, --edits >= 1, --files >= 2")
+    if args.restarts < 0 or args.downtime_s < 0 or args.think_ms < 0:
+        p.error("--restarts, --downtime-s and --think-ms cannot be negative")
+    if not os.access(args.klock, os.X_OK):
+        p.error(f"--klock {args.klock} is not an executable file")
+
+    # SIGTERM ends the demo the way Ctrl-C does: children stopped, folder removed.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    root = tempfile.mkdtemp(prefix="klock-fleet-")
+    stream = sys.stderr
+    running: list[Agent] = []
+    server: Server | None = None
+    log = open(os.path.join(root, "server.log"), "w", encoding="utf-8")
+    try:
+        stream.write(
+            f"klock fleet demo: {args.python_agents} Python + {args.node_agents} Node agent "
+            f"processes x {args.edits} edits on {args.files} files in {root}\n"
+        )
+        plain = run_phase("without Klock", "plain", args, root, None, stream, running)
+        os.makedirs(os.path.join(root, "server"))
+        server = Server(args.klock, os.path.join(root, "server", "klock.redb"), log)
+        server.start()
+        stream.write(f"  klock serve: {server.url} (data in {server.data})\n")
+        guarded = run_phase("with Klock", "klock", args, root, server, stream, running)
+        columns = [*plain, *guarded]
+        print()
+        print(table(columns, server.restarts))
+        print()
+        for c in columns:
+            for a in c.agents:
+                if a.error:
+                    print(f"error ({c.title}): {a.name}: {a.error}")
+        problems = [a for c in guarded for a in c.agents if a.error]
+        lost = sum(c.lost() for c in guarded)
+        ok = (
+            lost == 0
+            and not problems
+            and all(c.finished for c in guarded)
+            and server.restarts == args.restarts
+        )
+        if ok:
+            made = sum(len(a.written) for c in guarded for a in c.agents)
+            without = sum(c.lost() for c in plain)
+            print(
+                f"With Klock: {made} edits by separate Python and Node processes, none lost, no "
+                f"deadlock, through {server.restarts} server crash(es). Without it, {without} "
+                f"edits were lost."
+            )
+        else:
+            print(f"FAILED: the Klock run lost {lost} edits, failed or did not finish")
+        return 0 if ok else 1
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the cleanup
+        stream.write("\nklock fleet demo: interrupted; stopping agents and the server\n")
+        return 130
+    except Failed as e:
+        stream.write(f"klock fleet demo: {e}\n")
+        return 1
+    finally:
+        for agent in running:
+            _kill_group(agent.proc, signal.SIGKILL)
+            agent.proc.wait()
+        if server is not None:
+            server.stop()
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
+        stream.write(f"klock fleet demo: removed {root}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

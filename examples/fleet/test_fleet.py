@@ -1,0 +1,91 @@
+"""The fleet demo end to end, with real processes: a `klock serve` killed and restarted,
+Python and Node agent processes, real files (scripts/test-fleet.sh runs this).
+
+Needs KLOCK_BIN (the klock binary), KLOCK_PYTHON (a Python with the klock package) and node
+with the klock addon built (scripts/node-env.sh)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUN = os.path.join(HERE, "run.py")
+
+
+def command(*extra: str) -> list[str]:
+    python = os.environ.get("KLOCK_PYTHON", sys.executable)
+    return [python, RUN, "--klock", os.environ["KLOCK_BIN"], "--python", python, *extra]
+
+
+def row(table: str, label: str) -> list[str]:
+    """The cells of one row of the final table (columns: Python/Node without, then with)."""
+    for line in table.splitlines():
+        if line.startswith(label):
+            return re.split(r"\s{2,}", line[len(label) :].strip())
+    raise AssertionError(f"no row {label!r} in:\n{table}")
+
+
+@pytest.mark.timeout(240)
+def test_nothing_is_lost_through_a_server_crash() -> None:
+    done = subprocess.run(
+        command("--python-agents", "2", "--node-agents", "2", "--edits", "12", "--files", "3")
+        + ["--think-ms", "3", "--restarts", "1", "--seed", "7"],
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SIGKILL to klock serve" in done.stderr
+    assert row(done.stdout, "edits made") == ["24", "24", "24", "24"]
+    # Without Klock, losses are likely but not certain; with it, there are none.
+    assert row(done.stdout, "edits lost")[2:] == ["0", "0"]
+    assert row(done.stdout, "finished (no deadlock)") == ["yes"] * 4
+    survived = row(done.stdout, "server restarts survived")[2:]
+    assert all(cell.endswith("1 each") for cell in survived), survived
+    assert "none lost" in done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_every_process_and_removes_the_folder() -> None:
+    proc = subprocess.Popen(
+        command("--python-agents", "2", "--node-agents", "2", "--edits", "400", "--think-ms", "20"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    root = re.search(r" in (/\S+)", first)
+    assert root, first
+    folder = root.group(1)
+    while "klock serve:" not in proc.stderr.readline():  # the Klock phase has begun
+        assert proc.poll() is None, "the demo ended before its Klock phase"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err
+    assert not os.path.exists(folder)
+    # No agent or server of this run is left: each had the folder on its command line.
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if folder.encode() in f.read():
+                    left.append(pid)
+        except OSError:
+            pass
+    assert not left, f"processes of the run still alive: {left}"
+
+
+def test_bad_arguments_are_refused_by_name() -> None:
+    done = subprocess.run(command("--files", "1"), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "--files >= 2" in done.stderr
