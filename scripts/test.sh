@@ -68,6 +68,9 @@ bash scripts/test-wasm.sh
 step "agent tools: klock exec and klock mcp with the official Python MCP client"
 bash scripts/test-agents.sh
 
+step "the main job: the fleet demo's Python and Node agent processes through a server crash"
+bash scripts/test-fleet.sh
+
 step "the run left the source tree as it found it"
 tree_after=$(bash scripts/tree-state.sh)
 if [ "$tree_before" != "$tree_after" ]; then
