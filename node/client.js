@@ -52,8 +52,16 @@
 //   `lease.fence` to the protected resource and have it reject smaller fences.
 
 const native = require('./index.js');
+const { RemoteKernel, Unreachable } = require('./remote.js');
+const { fencedWrite, fencedWriteAsync, StaleFence } = require('./fence.js');
 
 const { Kernel, KlockError, ERROR_CODES } = native;
+
+/** The Klock option (internal, used by `connect`) that gives it a backend instead of a Kernel. */
+const BACKEND = Symbol('klock.backend');
+
+/** The default of `connect`'s `reconnectTimeoutMs`. */
+const RECONNECT_TIMEOUT_MS = 30_000;
 
 /** A lease of a Lease ended before the Lease was released (expired, wounded, closed). */
 class LeaseLost extends KlockError {
@@ -364,11 +372,20 @@ class Klock {
       error.code = 'ERR_INVALID_ARG_TYPE';
       throw error;
     }
-    const { clock, ...config } = options;
+    const { clock, [BACKEND]: backend, ...config } = options;
     /** Where every time of this Klock comes from. */
     this.clock = toClock(clock);
-    /** The kernel this Klock drives. Calls made on it directly bypass the event routing. */
-    this.kernel = new Kernel(config);
+    /**
+     * The backend this Klock drives: the in-process kernel, or `RemoteKernel` (remote.js) for
+     * a Klock made by `connect()`. Calls made on it directly bypass the event routing.
+     */
+    this.kernel = backend === undefined ? new Kernel(config) : backend(this.clock);
+    /** The remote backend, or null in process. */
+    this._remote = this.kernel.remote === true ? this.kernel : null;
+    /** The namespace sessions open in by default (`connect`'s `namespace`). */
+    this._namespace = this._remote?.namespace ?? 'default';
+    /** Remote only: ticket events that came before the acquire's answer registered a waiter. */
+    this._orphans = new Map();
     this._lastNow = 0;
     /** @type {Map<number, Waiter>} ticket -> the acquisition waiting for it */
     this._waiters = new Map();
@@ -395,6 +412,13 @@ class Klock {
     this.counters = newCounters();
     /** The last unexpected error inside the timer callback (a bug), if any. */
     this.timerError = null;
+    if (this._remote !== null) {
+      this._remote.onEvents = () => this._settled();
+      this._remote.onDown = (sessionId, error) => {
+        for (const acquisition of [...this._acquisitions])
+          if (acquisition.session.sessionId === sessionId) acquisition.fail(error);
+      };
+    }
   }
 
   /** The Klock's time in integer milliseconds (never going back). */
@@ -407,25 +431,26 @@ class Klock {
 
   /** Opens a session for `agentId` (priority assigned by the kernel: older = higher). */
   async session(agentId, options = {}) {
-    const { namespace = 'default' } = checkKeys(options, 'options', ['namespace']);
+    const { namespace = this._namespace } = checkKeys(options, 'options', ['namespace']);
     this._checkOpen();
-    const info = this._call((now) => this.kernel.openSession(agentId, namespace, now));
+    let info = this._call((now) => this.kernel.openSession(agentId, namespace, now));
+    if (info instanceof Promise) info = await this._settledAfter(info);
     const session = new Session(this, info);
     this._sessions.set(info.sessionId, session);
     return session;
   }
 
-  /** Holders, queue and covering holders of one resource node. */
-  resourceState(resource, namespace = 'default') {
+  /** Holders, queue and covering holders of one resource node (a Promise when remote). */
+  resourceState(resource, namespace = this._namespace) {
     return this._call((now) => this.kernel.resourceState(resource, namespace, now));
   }
 
-  /** The kernel's counters, contention and ghost agents. */
+  /** The kernel's counters, contention and ghost agents (a Promise of the namespace's when remote). */
   stats() {
-    return this.kernel.stats();
+    return this._remote === null ? this.kernel.stats() : this._remote.stats(this._namespace);
   }
 
-  /** The kernel's whole state, for dashboards. */
+  /** The kernel's whole state, for dashboards (in process only). */
   snapshot() {
     return this._call((now) => this.kernel.snapshot(now));
   }
@@ -435,31 +460,49 @@ class Klock {
    * closed"), its ticket withdrawn; closes every session in the kernel, which releases what
    * they hold (their Leases are lost, `LEASE_RELEASED`), and stops the timer, so nothing of
    * the Klock keeps the process alive. Later calls reject with `Closed`. Idempotent.
+   * Remote: returns a Promise that resolves once the server has closed the sessions (it
+   * never rejects: an unreachable server ends them by their idle timeout) and stops the
+   * event readers.
    */
   close() {
-    if (this._closed) return;
+    if (this._closed) return this._remote === null ? undefined : Promise.resolve();
     this._closed = true;
     // Youngest ticket first: a ticket only waits for older ones, so withdrawing in this order
     // never grants one of the others on the way.
     const pending = [...this._acquisitions].sort((a, b) => (b.lease._ticket ?? -1) - (a.lease._ticket ?? -1));
     for (const acquisition of pending) acquisition.stop(KLOCK_CLOSED);
-    for (const session of [...this._sessions.values()]) session._end(LOST_TO_KLOCK_CLOSE);
+    const closing = [];
+    for (const session of [...this._sessions.values()]) {
+      const done = session._end(LOST_TO_KLOCK_CLOSE);
+      if (done !== undefined) closing.push(done.catch(() => {}));
+    }
     if (this._timer !== null) this.clock.clearTimer(this._timer);
     this._timer = null;
     this._armedAt = Infinity;
+    if (this._remote === null) return undefined;
+    const remote = this._remote;
+    return Promise.all(closing).then(() => remote.close());
   }
 
   _checkOpen() {
     if (this._closed) throw new Closed(KLOCK_CLOSED);
   }
 
-  /** One kernel call at the current time, then its events routed and the timer re-armed. */
+  /**
+   * One kernel call at the current time, then its events routed and the timer re-armed. A
+   * remote call answers a Promise: `_settledAfter` settles again once it resolves.
+   */
   _call(work) {
     try {
       return work(this.now());
     } finally {
       this._settled();
     }
+  }
+
+  /** `promise`, with the events it brought routed and the timer re-armed when it settles. */
+  _settledAfter(promise) {
+    return promise.finally(() => this._settled());
   }
 
   /** Routes every pending event and re-arms the timer if it must fire sooner. */
@@ -488,7 +531,12 @@ class Klock {
       case 'WAIT_TIMEOUT':
       case 'DIED': {
         const waiter = this._waiters.get(event.ticket);
-        if (waiter === undefined) return; // a ticket made directly on .kernel
+        if (waiter === undefined) {
+          // In process: a ticket made directly on .kernel. Remote: the event came before the
+          // acquire's answer; the waiter takes it when it registers (`_adopt`).
+          if (this._remote !== null) this._orphans.set(event.ticket, event);
+          return;
+        }
         this._waiters.delete(event.ticket);
         if (event.event === 'GRANTED') waiter.lease._granted(event.leases);
         else if (event.event === 'DIED') this.counters.deaths++;
@@ -517,6 +565,11 @@ class Klock {
           `the lease was revoked (wounded) by the older session ${event.by}`,
         );
         return;
+      case 'LEASE_LOST':
+        // Remote only (remote.js): a local deadline passed, a renewal or a reconcile found the
+        // lease gone, or the server could not be reached within the budget.
+        this._lose([event.lease], event.name, event.message);
+        return;
       case 'SESSION_CLOSED': {
         const session = this._sessions.get(event.session);
         if (session !== undefined) {
@@ -539,6 +592,15 @@ class Klock {
     this._sessions.delete(session.sessionId);
     session._closed = true;
     this._lose([...session._refs.keys()], 'LEASE_RELEASED', LOST_TO_KERNEL_CLOSE);
+  }
+
+  /** Remote: a ticket's event that came before its waiter registered is delivered now. */
+  _adopt(ticket) {
+    if (this._remote === null) return;
+    const event = this._orphans.get(ticket);
+    if (event === undefined) return;
+    this._orphans.delete(ticket);
+    this._dispatch(event);
   }
 
   /** These kernel leases ended: every Lease still holding one is lost. */
@@ -571,7 +633,10 @@ class Klock {
     if (ending.length === 0 || session._closed) return;
     try {
       this._call((now) => {
-        for (const id of ending) this.kernel.release(session.sessionId, id, now);
+        for (const id of ending) {
+          const done = this.kernel.release(session.sessionId, id, now);
+          if (done instanceof Promise) done.catch(() => {}); // remote: the TTL ends it anyway
+        }
       });
     } catch (e) {
       // Runs from the garbage collector: never throw. UNKNOWN_SESSION: closed by the kernel.
@@ -679,6 +744,11 @@ class Acquisition {
     if (this.signal.aborted) return;
     this.controller.abort(new Closed(`${message}: the acquisition of ${intentText(this.lease.intents)} was abandoned`));
   }
+
+  /** Ends it with `error` (remote: the server stayed unreachable past the reconnect budget). */
+  fail(error) {
+    if (!this.signal.aborted) this.controller.abort(error);
+  }
 }
 
 function intentList(intents) {
@@ -749,13 +819,15 @@ class Session {
       result = await fn(lease);
     } catch (error) {
       try {
-        lease.release();
+        const released = lease.release();
+        if (released !== undefined) await released;
       } catch {
         // The callback's own error is the one to report; `lease.lost` keeps the loss.
       }
       throw error;
     }
-    lease.release();
+    const released = lease.release(); // a Promise only remote
+    if (released !== undefined) await released;
     lease.check();
     return result;
   }
@@ -764,15 +836,15 @@ class Session {
    * Closes the session in the kernel, which releases everything it holds and withdraws its
    * waits: its acquisitions in progress reject with `Closed` ("this session is closed"), its
    * held Leases are lost (`LEASE_RELEASED`: their `release()` throws it), and later calls
-   * reject with `Closed`. Idempotent.
+   * reject with `Closed`. Idempotent. Remote: returns a Promise of the server's close.
    */
   close() {
-    if (this._closedByUser) return;
+    if (this._closedByUser) return undefined;
     this._closedByUser = true;
     for (const acquisition of [...this.klock._acquisitions]) {
       if (acquisition.session === this) acquisition.stop(SESSION_CLOSED);
     }
-    this._end(LOST_TO_SESSION_CLOSE);
+    return this._end(LOST_TO_SESSION_CLOSE);
   }
 
   /**
@@ -783,16 +855,24 @@ class Session {
     this._closedByUser = true;
     const k = this.klock;
     k._sessions.delete(this.sessionId);
+    let done;
     if (!this._closed) {
       this._closed = true;
       try {
-        k._call((now) => k.kernel.closeSession(this.sessionId, now));
+        done = k._call((now) => k.kernel.closeSession(this.sessionId, now));
       } catch (e) {
         // Closed in the kernel already (idle, or directly on the kernel).
         if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
       }
     }
     k._lose([...this._refs.keys()], 'LEASE_RELEASED', why);
+    if (done instanceof Promise) {
+      // Remote: the server closes it; UNKNOWN_SESSION means it was gone already.
+      return k._settledAfter(done).catch((e) => {
+        if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
+      });
+    }
+    return undefined;
   }
 
   /** Throws `Closed` if this session or its Klock was closed by the user. */
@@ -908,23 +988,31 @@ class Lease {
     if (this.lost !== null) throw this.lost;
   }
 
-  /** Renews every lease now (the Klock also does it on its own); throws `LeaseLost`. */
+  /**
+   * Renews every lease now (the Klock also does it on its own); throws `LeaseLost`. Remote:
+   * returns a Promise that rejects with `LeaseLost` if the renewal found a lease gone.
+   */
   heartbeat() {
     if (this._state !== 'held') throw new KlockError('heartbeat() needs a held lease', 0, 'NOT_HELD');
-    if (this.lost === null) this._beat(this.session.klock.now());
+    const beaten = this.lost === null ? this._beat(this.session.klock.now()) : undefined;
+    if (beaten !== undefined) return beaten.then(() => this.check());
     this.check();
+    return undefined;
   }
 
   /**
    * Releases what this Lease holds (leases shared with another Lease of the session stay
    * held). Throws `LeaseLost` if a lease of it had ended — also when this release is what
-   * finds it expired. Idempotent: later calls do nothing.
+   * finds it expired. Idempotent: later calls do nothing. Remote: returns a Promise that
+   * resolves once the server released (it rejects with the `LeaseLost` only; a server that
+   * cannot be reached lets the lease end at its TTL).
    */
   release() {
-    if (this._state !== 'held') return;
+    if (this._state !== 'held') return undefined;
     const session = this.session;
     const k = session.klock;
     const leases = this.leases;
+    let pending = null;
     if (!session._closed && !k._closed) {
       // Kernel calls made while this Lease is still registered as a holder: the first settles
       // time, so if a lease expired unseen (the timer could not run: a long synchronous
@@ -936,7 +1024,8 @@ class Lease {
         let calls = 0;
         for (const l of leases) {
           if (session._refs.get(l.leaseId) !== 1) continue;
-          k.kernel.release(session.sessionId, l.leaseId, now);
+          const done = k.kernel.release(session.sessionId, l.leaseId, now);
+          if (done instanceof Promise) (pending ??= []).push(done);
           calls++;
         }
         if (calls === 0) k.kernel.advance(now);
@@ -954,7 +1043,17 @@ class Lease {
       k._held.get(leaseId)?.holders.delete(this._ref);
       if (session._drop(leaseId)) k._held.delete(leaseId);
     }
+    if (pending !== null) {
+      return Promise.all(pending).then(
+        () => this.check(),
+        (e) => {
+          if (e instanceof KlockError && e.name === 'UNKNOWN_SESSION') k._sessionGone(session);
+          this.check();
+        },
+      );
+    }
     this.check();
+    return undefined;
   }
 
   _granted(leases) {
@@ -985,7 +1084,12 @@ class Lease {
    * that needs it first (`expiresAt - 2·ttlMs/3`), from the kernel's figures.
    */
   _heartbeatDue() {
-    return Math.min(...this.leases.map((l) => l.expiresAt - Math.floor((2 * l.ttlMs) / 3)));
+    const remote = this.session.klock._remote;
+    if (remote === null) return Math.min(...this.leases.map((l) => l.expiresAt - Math.floor((2 * l.ttlMs) / 3)));
+    // Remote: from the local deadline (send time of the last renewal + TTL), on this clock.
+    return Math.min(
+      ...this.leases.map((l) => (remote.deadline(l.leaseId) ?? this.session.klock.now()) - Math.floor((2 * l.ttlMs) / 3)),
+    );
   }
 
   _lose(name, message, leaseId) {
@@ -999,6 +1103,7 @@ class Lease {
     }
   }
 
+  /** Renews the leases; remote: returns a Promise (the answer is handled when it comes). */
   _beat(now) {
     const k = this.session.klock;
     const ids = this.leaseIds;
@@ -1009,10 +1114,31 @@ class Lease {
       // UNKNOWN_SESSION is the only error a heartbeat call raises.
       if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
       k._sessionGone(this.session);
-      return;
+      return undefined;
     } finally {
       k._settled();
     }
+    if (results instanceof Promise) {
+      k._unscheduleHeartbeat(this); // none scheduled while this one is out
+      return k._settledAfter(results).then(
+        (answer) => this._beaten(answer, k.now()),
+        (e) => {
+          if (e instanceof KlockError && e.name === 'UNKNOWN_SESSION') k._sessionGone(this.session);
+          else if (this._state === 'held' && this.lost === null) {
+            // Unreachable past the budget: try again soon; the local deadline decides meanwhile.
+            k._scheduleHeartbeat(this, k.now() + TIMER_RETRY_MS);
+            k._arm();
+          }
+        },
+      );
+    }
+    this._beaten(results, now);
+    return undefined;
+  }
+
+  /** What a heartbeat answered: renewed expiries, lost leases, the next renewal scheduled. */
+  _beaten(results, now) {
+    const k = this.session.klock;
     for (const r of results) {
       if (r.status === 'OK') {
         const record = k._held.get(r.leaseId);
@@ -1025,6 +1151,7 @@ class Lease {
     }
     if (this._state === 'held' && this.lost === null && this._renewable) {
       k._scheduleHeartbeat(this, Math.max(now + 1, this._heartbeatDue()));
+      if (k._remote !== null) k._arm();
     }
   }
 
@@ -1070,6 +1197,19 @@ class Lease {
       let waiter = null;
       try {
         verdict = k.kernel.acquire(session.sessionId, this.intents, options, now);
+        if (verdict instanceof Promise) {
+          // Remote: the answer comes later; the session or the Klock may close meanwhile.
+          verdict = await verdict;
+          if (session._closedByUser || k._closed) {
+            if (verdict.verdict === 'GRANTED') {
+              this._granted(verdict.leases);
+              this.release()?.catch(() => {});
+            } else if (verdict.verdict === 'WAIT') {
+              k.kernel.cancelWait(session.sessionId, verdict.ticket, k.now()).catch(() => {});
+            }
+            session._checkOpen();
+          }
+        }
         if (verdict.verdict === 'GRANTED') this._granted(verdict.leases);
         else if (verdict.verdict === 'WAIT') {
           k.counters.waits++;
@@ -1162,7 +1302,8 @@ class Lease {
         this._ticket = null;
         cleanup();
         try {
-          k._call((now) => k.kernel.cancelWait(this.session.sessionId, ticket, now));
+          const done = k._call((now) => k.kernel.cancelWait(this.session.sessionId, ticket, now));
+          if (done instanceof Promise) done.catch(() => {}); // remote: gone already, or unreachable
         } catch (e) {
           // UNKNOWN_TICKET / UNKNOWN_SESSION: the ticket is gone already.
           if (!(e instanceof KlockError)) {
@@ -1180,6 +1321,8 @@ class Lease {
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       stop.addEventListener('abort', onStop, { once: true });
+      if (stop.aborted) onStop();
+      else k._adopt(ticket);
     });
   }
 }
@@ -1197,8 +1340,64 @@ if (typeof Symbol.dispose === 'symbol') {
   };
 }
 
+/**
+ * A Klock whose kernel is `klock serve` at `url` (server/README.md): the same interface as
+ * `new Klock()` (sessions, `lease()`, `withLease`, heartbeats, lost leases, close), over HTTP.
+ * The calls that are synchronous in process and must reach the server return Promises
+ * remotely: `lease.release()`, `lease.heartbeat()`, `session.close()`, `klock.close()`,
+ * `stats()`, `resourceState()` (`withLease` and `await using` await them). Call
+ * `klock.close()` when done: the event streams keep the process alive until then.
+ *
+ * @param {string} url e.g. `http://127.0.0.1:7300`
+ * @param {object} [options]
+ * @param {string} [options.token] the server's bearer token (`Authorization: Bearer`); the
+ *   session tokens are handled inside
+ * @param {string} [options.namespace] where sessions open by default (`'default'`)
+ * @param {object} [options.clock] as `new Klock`'s; a `ManualClock` also drives a server
+ *   started with `--clock manual` (tests): every request carries `Klock-Now` from it
+ * @param {number} [options.reconnectTimeoutMs] how long connection failures are retried
+ *   (backoff 50 ms doubling to 1 s) before a call fails with `Unreachable` and held leases
+ *   are lost (default 30 000)
+ */
+function connect(url, options = {}) {
+  const {
+    token,
+    namespace = 'default',
+    clock,
+    reconnectTimeoutMs = RECONNECT_TIMEOUT_MS,
+  } = checkKeys(options, 'options', ['token', 'namespace', 'clock', 'reconnectTimeoutMs']);
+  if (token !== undefined && (typeof token !== 'string' || token === '')) {
+    const error = new TypeError('`options.token` must be a non-empty string (the server\'s bearer token)');
+    error.code = 'ERR_INVALID_ARG_TYPE';
+    throw error;
+  }
+  if (typeof namespace !== 'string' || namespace === '') {
+    const error = new TypeError('`options.namespace` must be a non-empty string');
+    error.code = 'ERR_INVALID_ARG_TYPE';
+    throw error;
+  }
+  checkInteger(reconnectTimeoutMs, 'options.reconnectTimeoutMs');
+  const backend = (resolved) => {
+    const remote = new RemoteKernel({
+      url,
+      token,
+      clock: resolved,
+      manualTime: resolved instanceof ManualClock,
+      reconnectTimeoutMs,
+    });
+    remote.namespace = namespace;
+    return remote;
+  };
+  return new Klock({ ...(clock !== undefined && { clock }), [BACKEND]: backend });
+}
+
 module.exports = {
   Klock,
+  connect,
+  fencedWrite,
+  fencedWriteAsync,
+  StaleFence,
+  Unreachable,
   Session,
   Lease,
   SystemClock,

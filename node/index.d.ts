@@ -264,6 +264,12 @@ export type Event =
   | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number>; retryAfterMs: number }
   | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' }
 
+/**
+ * `flock(2)` on an open file descriptor: `"exclusive"` (blocks), `"try-exclusive"` (returns
+ * `false` if the lock is held elsewhere) or `"unlock"`. Returns `true` when done.
+ */
+export declare function flock(fd: number, operation: 'exclusive' | 'try-exclusive' | 'unlock'): boolean
+
 /** An agent whose leases expired or whose waits timed out ("ghost agents"). */
 export interface GhostAgent {
   agentId: string

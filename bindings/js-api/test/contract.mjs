@@ -57,6 +57,8 @@ export function contractTests(label, api) {
         'parseIntent',
       ]
         .concat('__napiBindingTarget' in api ? ['__napiBindingTarget'] : [])
+        // Node only: flock(2) for the fence helper (node/fence.js); a browser has no files.
+        .concat('flock' in api ? ['flock'] : [])
         .sort(),
     );
     assert.equal(typeof Kernel, 'function');

@@ -38,6 +38,7 @@
 #![deny(clippy::all)]
 
 mod fast;
+pub mod flock;
 pub mod input;
 pub mod kernel;
 pub mod output;

@@ -1,0 +1,716 @@
+'use strict';
+// The remote backend of the friendly client: the kernel-facing calls of client.js carried over
+// HTTP to `klock serve` (server/README.md), with Node's built-in fetch.
+//
+// Contract
+// - `RemoteKernel` answers the calls the friendly layer makes on the in-process `Kernel`
+//   (openSession, acquire, heartbeat, release, cancelWait, closeSession, advance,
+//   nextDeadline, pendingEvents, drainEvents, resourceState, stats) with the same shapes
+//   (camelCase; `expiresAt` and the other times are the server's milliseconds). The calls
+//   that reach the server return Promises; `advance`, `nextDeadline`, `pendingEvents` and
+//   `drainEvents` are synchronous, as the friendly layer's timer needs. The friendly layer
+//   (client.js) exists once and works over either backend.
+// - Errors: the server's `{"error": {code, name, message}}` becomes the `KlockError` the
+//   in-process kernel throws for that code. A refused bearer token (401/403 without a session
+//   token problem) is `KlockError` `UNAUTHORIZED`/`FORBIDDEN` naming the URL. A connection
+//   refused, reset or timed out is retried with backoff (50 ms doubling to 1 s, real time)
+//   for at most `reconnectTimeoutMs` (default 30 000) since the first failure; then it is
+//   `Unreachable`, naming the URL and what failed. Every mutating request carries an
+//   `Idempotency-Key` made once per logical request and reused on its retries, so a retry
+//   after a lost answer never acts twice.
+// - Events: one Server-Sent Events reader per session (`Accept: text/event-stream`), resumed
+//   after the last event id it saw (`Last-Event-ID`). Events are queued in order, duplicates
+//   (by id) dropped, and the queue handed to the friendly layer's one dispatch (`onEvents`).
+// - Lost-lease safety (as the Rust agent's keeper): each held lease has a local deadline on
+//   the client's monotonic clock, the send time of the request that granted or last renewed it
+//   plus its TTL, never later than the server's expiry. A lease granted later to a WAIT (by
+//   its GRANTED event or a ticket poll) counts from the *acquire's* send time and is renewed
+//   at once. A lease whose local deadline passes, whose renewal answers anything but OK, or
+//   for which LEASE_EXPIRED / WOUNDED / SESSION_CLOSED arrives, is reported lost at once (a
+//   `LEASE_LOST` event of this module, routed like the kernel's). `nextDeadline()` is the
+//   earliest local deadline, so the friendly layer's timer fires on it and `advance(now)`
+//   settles it.
+// - Reconnect: after a failure, the first request that gets through starts a resync of every
+//   session: the event readers resume after their last id, open tickets are polled again,
+//   held leases are reconciled (those the server no longer has are lost) and the rest are
+//   renewed at once. The server restores sessions into a suspension grace and extends leases
+//   by downtime + grace (server/README.md), so a lease survives a quick restart. When a
+//   session's event reader cannot reconnect within the budget, `onDown(sessionId, error)`
+//   fails what waits on that session and its leases are lost.
+// - Under a test clock (`manualTime`: the client's clock is a ManualClock and the server runs
+//   `--clock manual`), every request carries `Klock-Now` from the client's clock, `advance`
+//   also settles the server's time (`POST /v1/advance`), `nextDeadline` includes the server's
+//   next deadline, and `idle()` resolves once no request is in flight and every session's
+//   events up to now have been taken in (a JSON poll with `wait_ms=0`), so a test can step
+//   deterministically.
+
+const { KlockError, ERROR_CODES } = require('./index.js');
+
+/** klock serve could not be reached within the reconnect budget. */
+class Unreachable extends KlockError {
+  constructor(message, cause) {
+    super(message, 0, 'UNREACHABLE', cause === undefined ? undefined : { cause });
+  }
+}
+
+const FIRST_BACKOFF_MS = 50;
+const MAX_BACKOFF_MS = 1000;
+/** A request (not a long-poll or stream) that takes longer than this counts as a network failure. */
+const REQUEST_TIMEOUT_MS = 10_000;
+
+const camelKey = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+
+/** The server's snake_case JSON as the in-process kernel's camelCase objects. */
+function camel(value) {
+  if (Array.isArray(value)) return value.map(camel);
+  if (value === null || typeof value !== 'object') return value;
+  const out = {};
+  for (const [k, v] of Object.entries(value)) out[camelKey(k)] = camel(v);
+  return out;
+}
+
+/** Event ids `"<index>.<k>"` in log order: negative, 0 or positive. */
+function compareIds(a, b) {
+  const [ai, ak] = a.split('.').map(Number);
+  const [bi, bk] = b.split('.').map(Number);
+  return ai !== bi ? ai - bi : ak - bk;
+}
+
+/** What a fetch failure was, in words (the cause's code when there is one). */
+function describeFailure(error) {
+  const cause = error?.cause;
+  const code = cause?.code ?? error?.code;
+  const words = {
+    ECONNREFUSED: 'connection refused',
+    ECONNRESET: 'connection reset',
+    EPIPE: 'connection reset',
+    ETIMEDOUT: 'timed out',
+    ENOTFOUND: 'host not found',
+    EHOSTUNREACH: 'host unreachable',
+    ENETUNREACH: 'network unreachable',
+    UND_ERR_SOCKET: 'connection closed by the server',
+    UND_ERR_CONNECT_TIMEOUT: 'connect timed out',
+    UND_ERR_HEADERS_TIMEOUT: 'no answer in time',
+    UND_ERR_BODY_TIMEOUT: 'no answer in time',
+  };
+  if (error?.name === 'TimeoutError') return `no answer within ${REQUEST_TIMEOUT_MS} ms`;
+  if (code !== undefined) return words[code] ?? `${code}${cause?.message ? ` (${cause.message})` : ''}`;
+  return cause?.message ?? error?.message ?? String(error);
+}
+
+const sleepReal = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+class RemoteKernel {
+  /**
+   * @param {object} options
+   * @param {string} options.url the server, e.g. `http://127.0.0.1:7300`
+   * @param {string} [options.token] the server's bearer token
+   * @param {{ now(): number }} options.clock the client's clock (send times, deadlines)
+   * @param {boolean} options.manualTime send `Klock-Now` (a `--clock manual` server)
+   * @param {number} options.reconnectTimeoutMs the reconnect budget
+   */
+  constructor({ url, token, clock, manualTime, reconnectTimeoutMs }) {
+    let parsed;
+    try {
+      parsed = new URL(url);
+    } catch {
+      parsed = null;
+    }
+    if (parsed === null || !['http:', 'https:'].includes(parsed.protocol)) {
+      const error = new TypeError(`\`url\` must be an http:// or https:// URL of klock serve, got ${JSON.stringify(url)}`);
+      error.code = 'ERR_INVALID_ARG_VALUE';
+      throw error;
+    }
+    this.url = parsed.href.replace(/\/+$/, '');
+    this.remote = true;
+    this._token = token;
+    this._clock = clock;
+    this._manual = manualTime;
+    this._budget = reconnectTimeoutMs;
+    /** @type {Map<number, RemoteSession>} */
+    this._sessions = new Map();
+    /** @type {Map<number, { sessionId: number, ttlMs: number, deadline: number }>} lease id -> local view */
+    this._leases = new Map();
+    this._queue = [];
+    this._inFlight = 0;
+    this._idleWaiters = [];
+    this._failing = false;
+    this._serverDeadline = null;
+    this._closed = false;
+    /** Set by the friendly layer: route the queued events now. */
+    this.onEvents = () => {};
+    /** Set by the friendly layer: a session's server stayed unreachable past the budget. */
+    this.onDown = () => {};
+  }
+
+  // ---- the kernel's calls -------------------------------------------------------------
+
+  async openSession(agentId, namespace) {
+    const body = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions`, { body: { agent_id: agentId } });
+    const session = new RemoteSession(this, body);
+    this._sessions.set(session.id, session);
+    session.startReader();
+    return {
+      sessionId: body.session_id,
+      agentId: body.agent_id,
+      namespace: body.namespace,
+      priority: body.priority,
+      epoch: body.epoch,
+    };
+  }
+
+  async acquire(sessionId, intents, options) {
+    const s = this._session(sessionId);
+    const body = { intents };
+    if (options?.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+    if (options?.wait !== undefined) body.wait = options.wait;
+    if (options?.waitTimeoutMs !== undefined) body.wait_timeout_ms = options.waitTimeoutMs;
+    const sentAt = this._clock.now();
+    s.acquiring.push(sentAt);
+    let verdict;
+    try {
+      verdict = camel(await this._request('POST', `${s.path}/acquire`, { body, session: s }));
+    } finally {
+      s.acquiring.splice(s.acquiring.indexOf(sentAt), 1);
+    }
+    if (verdict.verdict === 'GRANTED') this._hold(sessionId, verdict.leases, sentAt);
+    else if (verdict.verdict === 'WAIT' && !s.resolved.has(verdict.ticket)) {
+      s.tickets.set(verdict.ticket, sentAt);
+    }
+    s.resolved.delete(verdict.ticket);
+    return verdict;
+  }
+
+  async heartbeat(sessionId, leaseIds) {
+    const s = this._session(sessionId);
+    const sentAt = this._clock.now();
+    const body = camel(
+      await this._request('POST', `${s.path}/heartbeat`, {
+        body: leaseIds === 'all' ? {} : { lease_ids: leaseIds },
+        session: s,
+      }),
+    );
+    for (const r of body.results) {
+      const held = this._leases.get(r.leaseId);
+      if (held === undefined) continue;
+      if (r.status === 'OK') held.deadline = Math.max(held.deadline, sentAt + held.ttlMs);
+      else if (r.status !== 'LIFETIME_EXCEEDED') this._leases.delete(r.leaseId);
+    }
+    return body.results;
+  }
+
+  /** Settles the local deadlines at once (synchronously), then releases on the server. */
+  release(sessionId, leaseId, now) {
+    this.advance(now, { server: false });
+    const s = this._session(sessionId);
+    this._leases.delete(leaseId);
+    return this._request('POST', `${s.path}/release`, { body: { lease_ids: [leaseId] }, session: s }).then(
+      (body) => body.released > 0,
+    );
+  }
+
+  async cancelWait(sessionId, ticket) {
+    const s = this._session(sessionId);
+    s.tickets.delete(ticket);
+    await this._request('DELETE', `${s.path}/tickets/${ticket}`, { session: s, mutating: true });
+  }
+
+  async closeSession(sessionId) {
+    const s = this._session(sessionId);
+    this._forgetSession(s);
+    try {
+      await this._request('DELETE', s.path, { session: s, mutating: true });
+    } finally {
+      s.stop();
+    }
+  }
+
+  async reconcile(sessionId, leaseIds) {
+    const s = this._session(sessionId);
+    const body = await this._request('POST', `${s.path}/reconcile`, { body: { lease_ids: leaseIds }, session: s });
+    return camel(body.statuses);
+  }
+
+  async resourceState(resource, namespace) {
+    const q = new URLSearchParams({ resource });
+    return camel(await this._request('GET', `/v1/ns/${enc(namespace)}/resources/state?${q}`));
+  }
+
+  async stats(namespace = 'default') {
+    return camel(await this._request('GET', `/v1/ns/${enc(namespace)}/stats`));
+  }
+
+  snapshot() {
+    return Promise.reject(
+      new KlockError('snapshot() is the in-process kernel\'s; a remote client reads resourceState() and stats()', 0, 'UNSUPPORTED'),
+    );
+  }
+
+  /**
+   * Settles time locally: every held lease whose local deadline has passed is lost now.
+   * Under a test clock it also settles the server's time (`POST /v1/advance`).
+   */
+  advance(now, { server = true } = {}) {
+    for (const [leaseId, held] of this._leases) {
+      if (held.deadline > now) continue;
+      this._leases.delete(leaseId);
+      this._queue.push({
+        event: 'LEASE_LOST',
+        lease: leaseId,
+        session: held.sessionId,
+        name: 'LEASE_EXPIRED',
+        message:
+          `no renewal reached klock serve at ${this.url} before the lease's TTL ran out ` +
+          '(its local deadline passed); the server may have let it expire',
+      });
+    }
+    if (server && this._manual && !this._closed) {
+      this._background(this._request('POST', '/v1/advance', { body: {}, now }).then(() => this._refreshDeadline()));
+    }
+  }
+
+  /** The earliest local deadline of a held lease (and, under a test clock, the server's). */
+  nextDeadline() {
+    let next = this._serverDeadline ?? Infinity;
+    for (const held of this._leases.values()) if (held.deadline < next) next = held.deadline;
+    return next === Infinity ? null : next;
+  }
+
+  /** The local deadline of a held lease (see the module contract), or undefined. */
+  deadline(leaseId) {
+    return this._leases.get(leaseId)?.deadline;
+  }
+
+  pendingEvents() {
+    return this._queue.length;
+  }
+
+  drainEvents() {
+    const events = this._queue;
+    this._queue = [];
+    return events;
+  }
+
+  /** Stops every event reader and forgets the sessions (the friendly layer closed them). */
+  close() {
+    this._closed = true;
+    for (const s of this._sessions.values()) s.stop();
+  }
+
+  /**
+   * Resolves once no request is in flight and every open session's events up to now have
+   * been taken in (tests on a manual clock step with it).
+   */
+  async idle() {
+    for (let round = 0; round < 50; round++) {
+      while (this._inFlight > 0) await new Promise((resolve) => this._idleWaiters.push(resolve));
+      for (const s of [...this._sessions.values()]) await s.pollOnce().catch(() => {});
+      if (this._inFlight === 0) {
+        if (this._queue.length > 0) this.onEvents();
+        return;
+      }
+    }
+  }
+
+  // ---- inside ------------------------------------------------------------------------------
+
+  _session(sessionId) {
+    const s = this._sessions.get(sessionId);
+    if (s === undefined) {
+      throw new KlockError(`session ${sessionId} is not open through this client`, ERROR_CODES.UNKNOWN_SESSION, 'UNKNOWN_SESSION');
+    }
+    return s;
+  }
+
+  /** Leases just granted: their local deadlines count from `sentAt`. */
+  _hold(sessionId, leases, sentAt) {
+    for (const l of leases) {
+      const held = this._leases.get(l.leaseId);
+      const deadline = sentAt + l.ttlMs;
+      if (held === undefined) this._leases.set(l.leaseId, { sessionId, ttlMs: l.ttlMs, deadline });
+      else {
+        held.ttlMs = l.ttlMs;
+        held.deadline = Math.max(held.deadline, deadline);
+      }
+    }
+  }
+
+  _forgetSession(s) {
+    this._sessions.delete(s.id);
+    for (const [id, held] of this._leases) if (held.sessionId === s.id) this._leases.delete(id);
+  }
+
+  /** An event of session `s` as the kernel's; updates the local view, queues it. */
+  _ingest(s, raw, id) {
+    if (id !== undefined && id !== null && id !== '') {
+      if (s.lastEventId !== null && compareIds(id, s.lastEventId) <= 0) return false;
+      s.lastEventId = id;
+    }
+    const event = camel(raw);
+    delete event.id;
+    delete event.eventId;
+    switch (event.event) {
+      case 'GRANTED': {
+        // The grant may predate what told us of it: count from the acquire's send time (or,
+        // before its answer came, the oldest acquire in flight), then renew at once.
+        const sentAt = s.tickets.get(event.ticket) ?? s.acquiring[0] ?? this._clock.now();
+        if (!s.tickets.has(event.ticket)) s.resolved.add(event.ticket);
+        s.tickets.delete(event.ticket);
+        this._hold(s.id, event.leases, sentAt);
+        this._renewNow(s, event.leases.map((l) => l.leaseId));
+        break;
+      }
+      case 'WAIT_TIMEOUT':
+      case 'DIED':
+        if (!s.tickets.has(event.ticket)) s.resolved.add(event.ticket);
+        s.tickets.delete(event.ticket);
+        break;
+      case 'LEASE_EXPIRED':
+        this._leases.delete(event.lease);
+        break;
+      case 'WOUNDED':
+        for (const id of event.lostLeases) this._leases.delete(id);
+        for (const t of event.lostTickets) s.tickets.delete(t);
+        break;
+      case 'SESSION_CLOSED':
+        this._lostSession(s, `the server closed the session (${event.reason ?? 'closed'})`);
+        break;
+      default:
+        break;
+    }
+    this._queue.push(event);
+    return true;
+  }
+
+  /** Every held lease of `s` is lost and the session is gone (closed or unknown on the server). */
+  _lostSession(s, why) {
+    for (const [id, held] of this._leases) {
+      if (held.sessionId !== s.id) continue;
+      this._leases.delete(id);
+      this._queue.push({ event: 'LEASE_LOST', lease: id, session: s.id, name: 'LEASE_RELEASED', message: why });
+    }
+    this._sessions.delete(s.id);
+    s.stop();
+  }
+
+  /** Renews `leaseIds` now (a late-heard grant, a reconnect); a failure loses them. */
+  _renewNow(s, leaseIds) {
+    if (leaseIds.length === 0) return;
+    this._background(
+      this.heartbeat(s.id, leaseIds).then(
+        (results) => {
+          for (const r of results) {
+            if (r.status === 'OK' || r.status === 'LIFETIME_EXCEEDED') continue;
+            this._queue.push({
+              event: 'LEASE_LOST',
+              lease: r.leaseId,
+              session: s.id,
+              name: r.status === 'LEASE_EXPIRED' ? 'LEASE_EXPIRED' : 'LEASE_RELEASED',
+              message: `a renewal found the lease ${r.status.toLowerCase().replace('_', ' ')}`,
+            });
+          }
+          if (this._queue.length > 0) this.onEvents();
+        },
+        () => {
+          // Unreachable: the local deadline decides.
+        },
+      ),
+    );
+  }
+
+  /**
+   * After a reconnect: reconcile every held lease (the ones the server lost are lost), renew
+   * the rest, poll open tickets again. The event readers resume by themselves.
+   */
+  _resync() {
+    for (const s of [...this._sessions.values()]) {
+      const ids = [...this._leases].filter(([, h]) => h.sessionId === s.id).map(([id]) => id);
+      if (ids.length > 0) {
+        this._background(
+          this.reconcile(s.id, ids).then(
+            (statuses) => {
+              const active = [];
+              for (const r of statuses) {
+                if (r.status === 'ACTIVE') active.push(r.leaseId);
+                else if (this._leases.delete(r.leaseId)) {
+                  this._queue.push({
+                    event: 'LEASE_LOST',
+                    lease: r.leaseId,
+                    session: s.id,
+                    name: r.status === 'EXPIRED' ? 'LEASE_EXPIRED' : 'LEASE_RELEASED',
+                    message: `after reconnecting, the server no longer has the lease (${r.status})`,
+                  });
+                }
+              }
+              this._renewNow(s, active);
+              if (this._queue.length > 0) this.onEvents();
+            },
+            () => {},
+          ),
+        );
+      }
+      for (const ticket of [...s.tickets.keys()]) this._background(s.pollTicket(ticket));
+    }
+  }
+
+  async _refreshDeadline() {
+    const body = await this._request('GET', '/v1/deadline');
+    this._serverDeadline = body.deadline ?? null;
+    this.onEvents();
+  }
+
+  /** A request whose outcome nobody awaits: counted for `idle()`, errors kept quiet. */
+  _background(promise) {
+    promise.catch(() => {});
+  }
+
+  _enter() {
+    this._inFlight++;
+  }
+
+  _leave() {
+    this._inFlight--;
+    if (this._inFlight === 0) {
+      const waiters = this._idleWaiters;
+      this._idleWaiters = [];
+      for (const resolve of waiters) resolve();
+    }
+  }
+
+  _headers(session, extra) {
+    const headers = { ...extra };
+    if (this._token !== undefined) headers.authorization = `Bearer ${this._token}`;
+    if (session !== undefined) headers['klock-session-token'] = session.token;
+    return headers;
+  }
+
+  /**
+   * One logical request, retried on network failures within the reconnect budget (the same
+   * `Idempotency-Key` on every try of a mutating one). Resolves with the JSON answer, rejects
+   * with the server's error as `KlockError`, or `Unreachable`.
+   */
+  async _request(method, path, { body, session, mutating = method !== 'GET', now, timeoutMs = REQUEST_TIMEOUT_MS } = {}) {
+    const headers = this._headers(session, body === undefined ? {} : { 'content-type': 'application/json' });
+    if (mutating) headers['idempotency-key'] = crypto.randomUUID();
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    let firstFailure = null;
+    let backoff = FIRST_BACKOFF_MS;
+    this._enter();
+    try {
+      for (;;) {
+        if (this._manual) headers['klock-now'] = String(now ?? this._clock.now());
+        let response;
+        try {
+          response = await fetch(this.url + path, {
+            method,
+            headers,
+            body: payload,
+            signal: AbortSignal.timeout(timeoutMs),
+          });
+        } catch (error) {
+          const what = describeFailure(error);
+          const t = Date.now();
+          firstFailure ??= t;
+          this._failing = true;
+          if (this._closed || t - firstFailure + backoff > this._budget) {
+            throw new Unreachable(
+              `cannot reach klock serve at ${this.url}: ${what} (${method} ${path.split('?')[0]}; ` +
+                `gave up after ${t - firstFailure} ms, reconnectTimeoutMs ${this._budget})`,
+              error,
+            );
+          }
+          await sleepReal(backoff);
+          backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+          continue;
+        }
+        if (this._failing) {
+          this._failing = false;
+          this._resync();
+        }
+        const text = await response.text();
+        if (response.status === 429 || response.status === 503) {
+          const t = Date.now();
+          firstFailure ??= t;
+          if (t - firstFailure + backoff <= this._budget) {
+            await sleepReal(backoff);
+            backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+            continue;
+          }
+        }
+        return this._answer(response, text, method, path, session);
+      }
+    } finally {
+      this._leave();
+    }
+  }
+
+  /** A response as its JSON, or the `KlockError` it carries. */
+  _answer(response, text, method, path, session) {
+    let json = null;
+    try {
+      json = text === '' ? {} : JSON.parse(text);
+    } catch {
+      json = null;
+    }
+    if (response.ok && json !== null) return json;
+    const error = json?.error;
+    const where = `klock serve at ${this.url} (${method} ${path.split('?')[0]})`;
+    if ((response.status === 401 || response.status === 403) && (session === undefined || error?.name !== 'UNAUTHORIZED' || !/session token/.test(error?.message ?? ''))) {
+      const name = response.status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN';
+      throw new KlockError(
+        `${where} refused the bearer token (${response.status}${error?.message ? `: ${error.message}` : ''}); ` +
+          'pass the token the server was given (`connect(url, { token })`)',
+        error?.code ?? 0,
+        error?.name ?? name,
+      );
+    }
+    if (error !== undefined && typeof error.name === 'string') {
+      throw new KlockError(error.message ?? `${where}: ${error.name}`, error.code ?? ERROR_CODES[error.name] ?? 0, error.name);
+    }
+    throw new KlockError(
+      `${where} answered HTTP ${response.status}: ${text.slice(0, 200) || '(no body)'}`,
+      0,
+      'BAD_RESPONSE',
+    );
+  }
+}
+
+/** One session on the server: its token, its event reader, its open tickets. */
+class RemoteSession {
+  constructor(backend, body) {
+    this.backend = backend;
+    this.id = body.session_id;
+    this.token = body.session_token;
+    this.path = `/v1/ns/${enc(body.namespace)}/sessions/${body.session_id}`;
+    this.lastEventId = null;
+    /** @type {Map<number, number>} open ticket -> its acquire's send time */
+    this.tickets = new Map();
+    /** Tickets whose outcome came before their acquire's answer. */
+    this.resolved = new Set();
+    /** Send times of the acquires whose answer has not come yet (oldest first). */
+    this.acquiring = [];
+    this._abort = new AbortController();
+    this._stopped = false;
+  }
+
+  stop() {
+    this._stopped = true;
+    this._abort.abort();
+  }
+
+  /** The SSE reader: reads, and reconnects with backoff within the budget, until stopped. */
+  startReader() {
+    const b = this.backend;
+    const run = async () => {
+      let firstFailure = null;
+      let backoff = FIRST_BACKOFF_MS;
+      while (!this._stopped) {
+        try {
+          const headers = b._headers(this, { accept: 'text/event-stream' });
+          if (this.lastEventId !== null) headers['last-event-id'] = this.lastEventId;
+          if (b._manual) headers['klock-now'] = String(b._clock.now());
+          const response = await fetch(b.url + this.path + '/events', { headers, signal: this._abort.signal });
+          if (!response.ok) {
+            const text = await response.text();
+            let error;
+            try {
+              b._answer(response, text, 'GET', this.path + '/events', this);
+            } catch (e) {
+              error = e;
+            }
+            if (error?.name === 'UNKNOWN_SESSION' || response.status === 401 || response.status === 404) {
+              b._lostSession(this, `the server no longer knows the session (${error?.message ?? response.status})`);
+              b.onEvents();
+              return;
+            }
+            throw Object.assign(new Error(error?.message ?? `HTTP ${response.status}`), { httpError: error });
+          }
+          if (firstFailure !== null && b._failing) {
+            b._failing = false;
+            b._resync();
+          }
+          firstFailure = null;
+          backoff = FIRST_BACKOFF_MS;
+          await this._consume(response.body);
+        } catch (error) {
+          if (this._stopped) return;
+          const t = Date.now();
+          firstFailure ??= t;
+          if (error?.httpError === undefined) b._failing = true;
+          if (t - firstFailure + backoff > b._budget) {
+            const down = new Unreachable(
+              `cannot reach klock serve at ${b.url}: ${describeFailure(error)} (the event stream of session ${this.id}; ` +
+                `gave up after ${t - firstFailure} ms, reconnectTimeoutMs ${b._budget})`,
+              error,
+            );
+            b._lostSession(this, down.message);
+            b.onDown(this.id, down);
+            b.onEvents();
+            return;
+          }
+          await sleepReal(backoff);
+          backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+        }
+      }
+    };
+    run();
+  }
+
+  /** Parses one SSE body (`id:`, `event:`, `data:` lines; a blank line ends an event). */
+  async _consume(body) {
+    const decoder = new TextDecoder();
+    let buffer = '';
+    let id = null;
+    let data = [];
+    for await (const chunk of body) {
+      buffer += decoder.decode(chunk, { stream: true });
+      let newline;
+      let took = false;
+      while ((newline = buffer.indexOf('\n')) >= 0) {
+        let line = buffer.slice(0, newline);
+        buffer = buffer.slice(newline + 1);
+        if (line.endsWith('\r')) line = line.slice(0, -1);
+        if (line === '') {
+          if (data.length > 0) {
+            took = this.backend._ingest(this, JSON.parse(data.join('\n')), id) || took;
+          }
+          id = null;
+          data = [];
+        } else if (line.startsWith(':')) continue;
+        else {
+          const colon = line.indexOf(':');
+          const field = colon < 0 ? line : line.slice(0, colon);
+          const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
+          if (field === 'id') id = value;
+          else if (field === 'data') data.push(value);
+        }
+      }
+      if (took) this.backend.onEvents();
+    }
+    throw Object.assign(new Error('the event stream ended'), { code: 'ECONNRESET' });
+  }
+
+  /** Takes in every event after the last one seen, without waiting (`idle()`). */
+  async pollOnce() {
+    const b = this.backend;
+    const q = this.lastEventId === null ? 'wait_ms=0' : `after=${this.lastEventId}&wait_ms=0`;
+    const body = await b._request('GET', `${this.path}/events?${q}`, { session: this });
+    let took = false;
+    for (const event of body.events) took = b._ingest(this, event, event.id) || took;
+    if (took) b.onEvents();
+  }
+
+  /** Polls an open ticket's outcome (after a reconnect): a resolved one is taken in as its event. */
+  async pollTicket(ticket) {
+    const b = this.backend;
+    const body = await b._request('GET', `${this.path}/tickets/${ticket}?wait_ms=0`, { session: this });
+    if (body.event === undefined || !this.tickets.has(ticket)) return;
+    if (b._ingest(this, body, body.event_id)) b.onEvents();
+  }
+}
+
+function enc(namespace) {
+  return encodeURIComponent(namespace);
+}
+
+module.exports = { RemoteKernel, Unreachable };
