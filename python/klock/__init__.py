@@ -12,9 +12,13 @@ thread-safe and asyncio client on top of it::
     @klock.protected("MUTATES FILE:{path}")
     def edit(path: str, text: str) -> None: ...
 
+The same client works against ``klock serve`` (agents in many processes, any language)::
+
+    k = klock.connect("http://127.0.0.1:7300", token=None, namespace="default")
+
 A lease alone is not mutual exclusion when a holder can pause (GC, swap, a stopped VM) past
 its expiry: the protected resource must remember the largest fence it has accepted and refuse
-writes that carry a smaller one.
+writes that carry a smaller one (:func:`fenced_write` does that for a file).
 """
 
 from . import _core
@@ -38,14 +42,21 @@ from .errors import (
     QuotaExceeded,
     StateError,
     Timeout,
+    Unauthorized,
     UnknownId,
+    Unreachable,
 )
+from .fence import StaleFence, fenced_write
 from .protect import default_klock, protected
+from .remote import connect
 
 __version__ = _core.__version__
 
 __all__ = [
     "Klock",
+    "connect",
+    "fenced_write",
+    "StaleFence",
     "Session",
     "Lease",
     "LeaseInfo",
@@ -66,6 +77,8 @@ __all__ = [
     "Died",
     "Timeout",
     "Closed",
+    "Unreachable",
+    "Unauthorized",
     "ERROR_CODES",
     "__version__",
 ]

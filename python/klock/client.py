@@ -34,7 +34,11 @@ Contract
   thread blocks) and ``async with`` (the task awaits a future that the dispatcher resolves
   with ``loop.call_soon_threadsafe``; no thread is blocked per waiter).
 * A lease alone is not mutual exclusion when a holder can pause past its expiry. Pass
-  :attr:`Lease.fence` to the protected resource and have it reject smaller fences.
+  :attr:`Lease.fence` to the protected resource and have it reject smaller fences
+  (:func:`klock.fenced_write`).
+* The kernel is a *backend* (:mod:`klock.backend`): the Rust kernel in this process (the
+  default), or ``klock serve`` over HTTP (:func:`klock.connect`). This layer is the same for
+  both; "the kernel" above means whichever the Klock talks to.
 """
 
 from __future__ import annotations
@@ -46,14 +50,15 @@ import itertools
 import math
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
 from . import _core
+from .backend import Backend, Event, LeaseLike, SessionInfoLike
 from .clock import Clock, SystemClock, Timer
-from .errors import Closed, Died, KlockError, LeaseLost, Timeout, UnknownId
+from .errors import Closed, Died, KlockError, LeaseLost, Timeout, UnknownId, Unreachable
 
 __all__ = ["Klock", "Session", "Lease", "LeaseInfo", "ClientCounters", "current_session"]
 
@@ -110,7 +115,19 @@ _LOST_TO_KLOCK_CLOSE = "the Klock was closed while the block held the lease"
 _LOST_TO_KERNEL_CLOSE = (
     "the session was closed in the kernel (not through this client) while the block held the lease"
 )
-_Delivered = _core.Event | _Closed
+
+
+class _Failed:
+    """Delivered to waiters when the backend cannot resolve their tickets any more (the
+    server stayed unreachable past the reconnect budget): the block raises ``error``."""
+
+    event = "FAILED"
+
+    def __init__(self, error: KlockError) -> None:
+        self.error = error
+
+
+_Delivered = Event | _Closed | _Failed
 
 
 @dataclass(frozen=True)
@@ -130,7 +147,7 @@ class LeaseInfo:
     ttl_ms: int
 
     @classmethod
-    def of(cls, lease: _core.Lease) -> LeaseInfo:
+    def of(cls, lease: LeaseLike) -> LeaseInfo:
         return cls(
             lease.lease_id,
             lease.session_id,
@@ -272,8 +289,11 @@ class Klock:
         session_idle_ms: int | None = None,
         max_leases_per_session: int | None = None,
         max_lease_lifetime_ms: int | None = None,
+        _backend: Backend | None = None,
+        _namespace: str = "default",
     ) -> None:
-        self.kernel = _core.Kernel(
+        # The backend (klock.backend): the in-process kernel unless klock.connect() gave one.
+        self.kernel: Backend = _backend if _backend is not None else _core.Kernel(
             policy,
             seed=seed,
             default_ttl_ms=default_ttl_ms,
@@ -286,6 +306,13 @@ class Klock:
             max_leases_per_session=max_leases_per_session,
             max_lease_lifetime_ms=max_lease_lifetime_ms,
         )
+        #: The namespace of sessions opened without one (klock.connect's ``namespace``).
+        self.namespace = _namespace
+        # The backend's optional hooks (klock.backend), looked up once.
+        self._heartbeat_due_of: Callable[[LeaseInfo], int] | None = getattr(
+            self.kernel, "heartbeat_due", None
+        )
+        self._offload_async = bool(getattr(self.kernel, "offload_async", False))
         self.counters = ClientCounters()
         self.clock, self._own_clock = _as_clock(clock)
         self._last_now = 0
@@ -305,6 +332,9 @@ class Klock:
         self.timer_error: BaseException | None = None
         self._alarm = _Alarm(self)
         weakref.finalize(self, _disarm, self.clock, self._alarm).atexit = False
+        attach = getattr(self.kernel, "attach", None)
+        if attach is not None:
+            attach(self)
 
     # ---- clock and plumbing -------------------------------------------------------------
 
@@ -389,7 +419,37 @@ class Klock:
             finally:
                 self._settled_locked()
 
-    def _dispatch_locked(self, event: _core.Event) -> None:
+    # ---- what a backend reports on its own (klock.backend's hooks) --------------------------
+
+    def _backend_events(self) -> None:
+        """Events arrived on the backend's own (an event stream): route them now."""
+        with self._lock:
+            if not self._closed:
+                self._settled_locked()
+
+    def _backend_reconnected(self) -> None:
+        """The backend reached its server again after losing it: renew every held block now
+        (the server kept the leases through its restart grace; a renewal it refuses marks
+        the lease lost, as any heartbeat does)."""
+        with self._lock:
+            if self._closed:
+                return
+            now = self.now()
+            for blocks in list(self._holders.values()):
+                for block in blocks:
+                    if block._heartbeat_seq:
+                        self._unschedule_heartbeat_locked(block)
+                        self._schedule_heartbeat_locked(block, now)
+
+    def _backend_failed(self, error: KlockError) -> None:
+        """The backend cannot resolve the waiting tickets any more (the server stayed
+        unreachable past the reconnect budget): every waiting block raises ``error``."""
+        with self._lock:
+            for ticket in list(self._waiters):
+                waiter = self._waiters.pop(ticket)
+                waiter.resolve(_Failed(error))
+
+    def _dispatch_locked(self, event: Event) -> None:
         kind = event.event
         if kind == "GRANTED" or kind == "WAIT_TIMEOUT" or kind == "DIED":
             assert event.ticket is not None
@@ -462,6 +522,9 @@ class Klock:
         except UnknownId:  # UNKNOWN_SESSION: the only error a heartbeat call raises
             self._session_gone_locked(block.session)
             return
+        except Unreachable as e:  # a remote backend's server stayed away past its budget
+            self._lose_locked(ids, e.name, f"no heartbeat could renew the lease: {e.message}")
+            return
         finally:
             self._settled_locked()
         renewable = True
@@ -494,12 +557,15 @@ class Klock:
 
     # ---- public API ---------------------------------------------------------------------
 
-    def session(self, agent_id: str, namespace: str = "default") -> Session:
-        """Opens a session (a context manager that closes it). The kernel assigns its priority."""
+    def session(self, agent_id: str, namespace: str | None = None) -> Session:
+        """Opens a session (a context manager that closes it). The kernel assigns its priority.
+        ``namespace`` defaults to the Klock's (``"default"``, or :func:`klock.connect`'s)."""
         self._check_open()
         with self._lock:
             try:
-                info = self.kernel.open_session(agent_id, namespace, self.now())
+                info = self.kernel.open_session(
+                    agent_id, self.namespace if namespace is None else namespace, self.now()
+                )
                 session = Session(self, info)
                 self._sessions[info.session_id] = session
                 return session
@@ -527,12 +593,13 @@ class Klock:
         self,
         *intents: str,
         agent_id: str = "anonymous",
-        namespace: str = "default",
+        namespace: str | None = None,
         ttl_ms: int | None = None,
         timeout: float | None = None,
     ) -> OwnSessionLease:
         """A lease block with a session of its own, opened on entry and closed on exit."""
-        return OwnSessionLease(self, intents, agent_id, namespace, ttl_ms, timeout)
+        ns = self.namespace if namespace is None else namespace
+        return OwnSessionLease(self, intents, agent_id, ns, ttl_ms, timeout)
 
     def _renewed_locked(self, session: Session) -> None:
         """A resume renewed every lease of the session in the kernel (SPEC.md §5): read the
@@ -560,9 +627,10 @@ class Klock:
         """The kernel's whole state now (sessions, leases, tickets, stats)."""
         return self._call(self.kernel.snapshot)  # type: ignore[no-any-return]
 
-    def resource_state(self, resource: str, namespace: str = "default") -> dict[str, Any]:
+    def resource_state(self, resource: str, namespace: str | None = None) -> dict[str, Any]:
         """Holders and queue of one resource node, and the holders covering it."""
-        return self._call(self.kernel.resource_state, resource, namespace)  # type: ignore[no-any-return]
+        ns = self.namespace if namespace is None else namespace
+        return self._call(self.kernel.resource_state, resource, ns)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Ends every acquisition in progress: each block still waiting for a grant or backing
@@ -582,6 +650,9 @@ class Klock:
             for session in list(self._sessions.values()):
                 session._end_locked(_LOST_TO_KLOCK_CLOSE)
             _disarm(self.clock, self._alarm)
+        backend_close = getattr(self.kernel, "close", None)
+        if backend_close is not None:
+            backend_close()
         if self._own_clock is not None:
             self._own_clock.close()
 
@@ -638,7 +709,7 @@ class Klock:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Klock(policy={self.kernel.config['policy']!r}, now={self.now()}, sessions={len(self._sessions)})"
+        return f"Klock(policy={self.kernel.config.get('policy')!r}, now={self.now()}, sessions={len(self._sessions)})"
 
 
 class Session:
@@ -649,7 +720,7 @@ class Session:
     Do not share one session among workers that must exclude each other: a session never
     conflicts with itself."""
 
-    def __init__(self, klock: Klock, info: _core.SessionInfo) -> None:
+    def __init__(self, klock: Klock, info: SessionInfoLike) -> None:
         self.klock = klock
         self.info = info
         self._refs: dict[int, int] = {}  # lease id -> blocks of this session holding it
@@ -895,7 +966,7 @@ class Lease:
 
     # ---- kernel bookkeeping (under the Klock's lock) -------------------------------------
 
-    def _granted_locked(self, leases: list[_core.Lease]) -> None:
+    def _granted_locked(self, leases: Sequence[LeaseLike]) -> None:
         k = self.session.klock
         self.leases = [LeaseInfo.of(lease) for lease in leases]
         self._state = "held"
@@ -915,7 +986,11 @@ class Lease:
 
     def _heartbeat_due(self) -> int:
         """When the next heartbeat is due: a third of the way through the current TTL of the
-        lease that needs it first (``expires_at - 2*ttl_ms/3``), from the kernel's figures."""
+        lease that needs it first (``expires_at - 2*ttl_ms/3``), from the kernel's figures;
+        a remote backend answers from its local deadlines (klock.backend)."""
+        due_of = self.session.klock._heartbeat_due_of
+        if due_of is not None:
+            return min(due_of(lease) for lease in self.leases)
         return min(lease.expires_at - (2 * lease.ttl_ms) // 3 for lease in self.leases)
 
     def _lost_locked(self, name: str, message: str, lease_id: int) -> None:
@@ -1043,6 +1118,8 @@ class Lease:
                     raise Closed(
                         f"{event.message}: the block waiting for {self.intents} was abandoned"
                     )
+                if isinstance(event, _Failed):
+                    raise event.error
                 if outcome == "WAIT_TIMEOUT":
                     if deadline is not None and k.now() >= deadline:
                         k.counters.timeouts += 1
@@ -1194,6 +1271,8 @@ class Lease:
         loop = asyncio.get_running_loop()
         self._begin()
         steps = self._acquire_steps(lambda block: _AsyncWaiter(block, loop))
+        if self.session.klock._offload_async:
+            return await self._aenter_offloaded(loop, steps)
         try:
             step = next(steps)
             while True:
@@ -1209,18 +1288,56 @@ class Lease:
             self._abort()
             raise
 
+    async def _aenter_offloaded(
+        self, loop: asyncio.AbstractEventLoop, steps: Generator[_Step, Any, None]
+    ) -> Lease:
+        """``__aenter__`` for a backend whose calls may block (network, klock.backend): each
+        step of the acquisition (its kernel calls) runs in a worker thread, so the event loop
+        never blocks; waits and backoffs are awaited on the loop as usual."""
+        pending: asyncio.Future[_Step | None] | None = None
+        try:
+            pending = loop.run_in_executor(None, _next_step, steps, None)
+            step = await pending
+            while step is not None:
+                if isinstance(step, _Sleep):
+                    await self._sleep_async(step.ms)
+                    delivered: _Delivered | None = None
+                else:
+                    assert isinstance(step.waiter, _AsyncWaiter)
+                    delivered = await step.waiter.wait()
+                pending = loop.run_in_executor(None, _next_step, steps, delivered)
+                step = await pending
+            return self
+        except BaseException:
+            if pending is not None and not pending.done():
+                await asyncio.wait([pending])  # the step in flight ends before the abort
+            await loop.run_in_executor(None, self._abort)
+            raise
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._exit(exc)
+        if self.session.klock._offload_async:
+            await asyncio.get_running_loop().run_in_executor(None, self._exit, exc)
+        else:
+            self._exit(exc)
 
     def __repr__(self) -> str:
         if self._state == "held":
             return f"Lease({self.intents}, fences={self.fences}{', LOST' if self._lost else ''})"
         return f"Lease({self.intents}, {self._state})"
+
+
+def _next_step(steps: Generator[_Step, Any, None], value: _Delivered | None) -> _Step | None:
+    """The acquisition's next step, ``None`` once it holds its leases (a StopIteration
+    cannot cross a future)."""
+    try:
+        return steps.send(value)
+    except StopIteration:
+        return None
 
 
 class OwnSessionLease:

@@ -13,7 +13,7 @@ class                     codes  names
 :class:`QuotaExceeded`    4xx    QUOTA_EXCEEDED
 ========================  =====  ===========================================================
 
-The friendly client adds four conditions of its own, also :class:`KlockError`\\ s:
+The friendly client adds conditions of its own, also :class:`KlockError`\\ s:
 
 * :class:`LeaseLost` (a :class:`StateError`): a held lease ended while its block ran;
   ``.name`` says how, as the kernel would: ``LEASE_EXPIRED`` (heartbeats came too late, or a
@@ -29,6 +29,18 @@ The friendly client adds four conditions of its own, also :class:`KlockError`\\ 
   before or while the call ran; the message says which ("this Klock is closed" or "this
   session is closed"). An acquisition in progress (waiting or backing off) ends with it and
   withdraws its ticket. ``.code`` is 0, ``.name`` "CLOSED".
+
+The remote client (:func:`klock.connect`) adds two more, ``.code`` 0:
+
+* :class:`Unreachable` (``.name`` "UNREACHABLE"): ``klock serve`` could not be reached (refused,
+  reset, timed out) within the reconnect budget; the message names the URL and what failed.
+* :class:`Unauthorized` (``.name`` "UNAUTHORIZED" or "FORBIDDEN"): the server refused the
+  bearer token (HTTP 401/403); the message names the URL. Never retried.
+
+Every other error answer of the server (``{"error": {code, name, message}}``) becomes the
+class of its code, as in-process: 1xx :class:`InvalidInput`, 2xx :class:`UnknownId`, 3xx
+:class:`StateError`, 4xx :class:`QuotaExceeded`; protocol errors of the server itself (code 0:
+BAD_REQUEST, RATE_LIMITED, ...) a plain :class:`KlockError` with its name.
 
 Wrong Python types raise ``TypeError``; out-of-range numbers ``ValueError`` (negative) or
 ``OverflowError`` (above 2**64-1); text that is not valid Unicode ``ValueError``. The client's
@@ -50,6 +62,8 @@ __all__ = [
     "Died",
     "Timeout",
     "Closed",
+    "Unreachable",
+    "Unauthorized",
     "ERROR_CODES",
 ]
 
@@ -117,4 +131,32 @@ class Closed(KlockError):
         super().__init__(f"CLOSED: {message}")
         self.code = 0
         self.name = "CLOSED"
+        self.message = message
+
+
+class Unreachable(KlockError):
+    """``klock serve`` could not be reached within the reconnect budget (remote client)."""
+
+    code: int
+    name: str
+    message: str
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"UNREACHABLE: {message}")
+        self.code = 0
+        self.name = "UNREACHABLE"
+        self.message = message
+
+
+class Unauthorized(KlockError):
+    """The server refused the bearer token: 401 (``UNAUTHORIZED``) or 403 (``FORBIDDEN``)."""
+
+    code: int
+    name: str
+    message: str
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.code = 0
+        self.name = name
         self.message = message

@@ -23,3 +23,24 @@ def make_klock() -> Iterator[Callable[..., klock.Klock]]:
     for k in made:
         k.close()
         assert k.timer_error is None, f"the timer thread failed: {k.timer_error!r}"
+
+
+@pytest.fixture(scope="session")
+def manual_server() -> Iterator[Any]:
+    """One ``klock serve --memory --clock manual`` for the deterministic remote runs (each
+    resets it to its configuration with ``POST /v1/reset``)."""
+    from server import Server
+
+    server = Server("--memory", "--clock", "manual")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def memory_server() -> Iterator[Any]:
+    """One ``klock serve --memory`` on the system clock for the real-time remote tests."""
+    from server import Server
+
+    server = Server("--memory")
+    yield server
+    server.stop()

@@ -1,0 +1,755 @@
+"""The remote backend: the friendly client over HTTP to ``klock serve`` (:func:`connect`).
+
+Contract
+--------
+:func:`connect` returns a :class:`~klock.Klock` whose kernel is a :class:`RemoteKernel`: the
+same sessions, ``with`` / ``async with`` lease blocks, ``@protected``, events, reconcile and
+resume, with every rule of :mod:`klock.client` (which exists once, for both backends; see
+:mod:`klock.backend`). Sessions opened through it default to its ``namespace``.
+
+* **Transport.** One ``httpx.Client`` (keep-alive) for the calls, and per namespace one
+  reader thread with a client of its own that long-polls the namespace's event stream
+  (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, resumed after the last event id it saw); it
+  keeps the events of this client's sessions and hands them to the Klock's dispatch.
+  ``async with`` blocks run the calls in a worker thread, so the event loop never blocks
+  (``offload_async``). The bearer ``token`` goes in ``Authorization``; session tokens
+  (``Klock-Session-Token``) stay inside. Every mutating request carries an
+  ``Idempotency-Key`` of its own, reused by its retries, so a retry never acts twice.
+* **Errors.** The server's ``{"error": {code, name, message}}`` becomes the in-process class
+  of its code (:mod:`klock.errors`); 401/403 :class:`~klock.Unauthorized` naming the URL.
+* **Reconnect.** Connection refused / reset / timed out, or 503: the request is retried with
+  backoff (50 ms doubling to 1 s) for at most ``reconnect_timeout`` seconds (default 30), then
+  :class:`~klock.Unreachable` ("cannot reach klock serve at URL: what failed"). When the event
+  reader reaches the server again it re-polls the open tickets (a restart may have dropped
+  their events) and has every held block renewed at once; the server restored the sessions in
+  their suspension grace and extended the leases by the downtime, so a quick restart loses
+  nothing, and a renewal the server refuses marks the lease lost as usual. If the reader stays
+  cut off past the budget, every waiting block raises :class:`~klock.Unreachable`.
+* **Lost-lease safety.** On the system clock, each lease has a local deadline on the Klock's
+  monotonic clock: the send time of the request that granted or last renewed it, plus its TTL
+  (never later than the server's expiry). A lease granted after a WAIT takes the *acquire's*
+  send time (the grant may predate the event) and is renewed at once. Heartbeats are due a
+  third of the way to the deadline; when a deadline passes without a renewal the lease is lost
+  (``LEASE_EXPIRED``) at once, whatever the server says later. ``Lease.expires_at`` shows the
+  server's value (server milliseconds).
+* **Manual clock (tests).** With a :class:`~klock.ManualClock` the server must run
+  ``--clock manual``: every request carries ``Klock-Now`` from the clock, the Klock's timer
+  follows the server's next deadline (``GET /v1/deadline``) and settles time with ``POST
+  /v1/advance``, and events are read synchronously after every call, so a run is exactly as
+  deterministic as in-process (server time is then the client's time, and the server decides
+  every expiry).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import httpx
+
+from .clock import Clock, ManualClock
+from .errors import (
+    ERROR_CODES,
+    Closed,
+    InvalidInput,
+    KlockError,
+    QuotaExceeded,
+    StateError,
+    Unauthorized,
+    UnknownId,
+    Unreachable,
+)
+
+if TYPE_CHECKING:
+    from .client import Klock, LeaseInfo
+
+__all__ = ["connect", "RemoteKernel"]
+
+_BACKOFF_FIRST_S = 0.05
+_BACKOFF_MAX_S = 1.0
+# How long one event long-poll waits on the server (it answers earlier when events come).
+_WATCH_WAIT_MS = 10_000
+_ERROR_CLASSES: dict[int, type[KlockError]] = {
+    1: InvalidInput,
+    2: UnknownId,
+    3: StateError,
+    4: QuotaExceeded,
+}
+
+
+def connect(
+    url: str,
+    token: str | None = None,
+    namespace: str = "default",
+    *,
+    clock: Clock | Callable[[], int] | None = None,
+    reconnect_timeout: float = 30.0,
+    request_timeout: float = 10.0,
+) -> Klock:
+    """A :class:`~klock.Klock` on ``klock serve`` at ``url`` (e.g. ``http://127.0.0.1:7300``).
+
+    ``token``: the server's bearer token (``--tokens``), if it asks for one. ``namespace``: of
+    the sessions opened without one. ``clock``: as for :class:`~klock.Klock`; a
+    :class:`~klock.ManualClock` needs a server started with ``--clock manual``.
+    ``reconnect_timeout`` (seconds): how long a call, or the event reader, keeps retrying an
+    unreachable server before raising :class:`~klock.Unreachable`. ``request_timeout``
+    (seconds): one HTTP request's connect/read limit. Checks the server (and the token) at
+    once: a wrong token raises :class:`~klock.Unauthorized`, an unreachable URL
+    :class:`~klock.Unreachable` once the budget is spent.
+    """
+    from .client import Klock
+
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(f"url must be an http:// or https:// URL of klock serve, got {url!r}")
+    for name, value in (("reconnect_timeout", reconnect_timeout), ("request_timeout", request_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+    backend = RemoteKernel(
+        url,
+        token,
+        manual=isinstance(clock, ManualClock),
+        reconnect_timeout=float(reconnect_timeout),
+        request_timeout=float(request_timeout),
+    )
+    try:
+        backend.check()
+        return Klock(clock=clock, _backend=backend, _namespace=namespace)
+    except BaseException:
+        backend.close()
+        raise
+
+
+@dataclass(frozen=True)
+class RemoteSessionInfo:
+    """A session as the server opened or resumed it (``klock._core.SessionInfo``'s fields)."""
+
+    session_id: int
+    agent_id: str
+    namespace: str
+    priority: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class _Blocker:
+    session_id: int
+    agent_id: str
+    intents: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class RemoteVerdict:
+    """The server's answer to an acquire (``klock._core.Verdict``'s fields)."""
+
+    verdict: str
+    leases: list[LeaseInfo]
+    ticket: int | None
+    retry_after_ms: int | None
+    held_by: list[_Blocker]
+
+
+@dataclass(frozen=True)
+class RemoteEvent:
+    """An event of the server's stream (``klock._core.Event``'s fields; ``id`` its event id,
+    empty for a lease the client itself found past its local deadline)."""
+
+    event: str
+    session: int
+    id: str = ""
+    ticket: int | None = None
+    leases: list[LeaseInfo] | None = None
+    retry_after_ms: int | None = None
+    lease: int | None = None
+    by: int | None = None
+    lost_leases: list[int] | None = None
+    lost_tickets: list[int] | None = None
+    reason: str | None = None
+
+
+def _lease(d: dict[str, Any]) -> LeaseInfo:
+    from .client import LeaseInfo
+
+    return LeaseInfo(
+        d["lease_id"],
+        d["session_id"],
+        d["agent_id"],
+        d["resource"],
+        d["predicate"],
+        d["fence"],
+        d["acquired_at"],
+        d["expires_at"],
+        d["ttl_ms"],
+    )
+
+
+def _event(d: dict[str, Any]) -> RemoteEvent:
+    leases = d.get("leases")
+    return RemoteEvent(
+        event=d["event"],
+        session=d["session"],
+        id=str(d.get("id") or d.get("event_id") or ""),
+        ticket=d.get("ticket"),
+        leases=None if leases is None else [_lease(x) for x in leases],
+        retry_after_ms=d.get("retry_after_ms"),
+        lease=d.get("lease"),
+        by=d.get("by"),
+        lost_leases=d.get("lost_leases"),
+        lost_tickets=d.get("lost_tickets"),
+        reason=d.get("reason"),
+    )
+
+
+def _session_info(d: dict[str, Any]) -> RemoteSessionInfo:
+    return RemoteSessionInfo(d["session_id"], d["agent_id"], d["namespace"], d["priority"], d["epoch"])
+
+
+class _Local:
+    """A lease's local deadline (Klock milliseconds) and TTL; ``due_now``: renew at once."""
+
+    __slots__ = ("deadline", "ttl_ms", "session", "due_now")
+
+    def __init__(self, deadline: int, ttl_ms: int, session: int, due_now: bool) -> None:
+        self.deadline = deadline
+        self.ttl_ms = ttl_ms
+        self.session = session
+        self.due_now = due_now
+
+
+class RemoteKernel:
+    """``klock._core.Kernel``'s interface (:class:`klock.backend.Backend`) over HTTP to
+    ``klock serve``; see the module contract. Made by :func:`connect`."""
+
+    offload_async: bool
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        manual: bool,
+        reconnect_timeout: float,
+        request_timeout: float,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self.manual = manual
+        # Blocking calls leave the event loop, except in deterministic manual-clock runs.
+        self.offload_async = not manual
+        self.reconnect_timeout = reconnect_timeout
+        self._timeout = httpx.Timeout(request_timeout)
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        self._headers = headers
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self._timeout)
+        self._klock: Callable[[], Klock | None] = lambda: None
+        self._now: Callable[[], int] = lambda: 0
+        self._tokens: dict[int, str] = {}  # session id -> session token
+        self._ns: dict[int, str] = {}  # session id -> namespace
+        self._local: dict[int, _Local] = {}  # lease id -> local deadline (system clock only)
+        self._tickets: dict[int, tuple[int, int]] = {}  # ticket -> (acquire's send time, session)
+        self._events: collections.deque[RemoteEvent] = collections.deque()
+        self._cursor: dict[str, str] = {}  # namespace -> last event id seen
+        self._readers: dict[str, tuple[threading.Thread, httpx.Client]] = {}
+        self._closed = False
+        self._state_lock = threading.Lock()
+        self.heartbeat_due: Callable[[LeaseInfo], int] | None = (
+            None if manual else self._heartbeat_due
+        )
+
+    # ---- plumbing ---------------------------------------------------------------------------
+
+    def attach(self, klock: Klock) -> None:
+        """The Klock this backend serves (klock.backend's hook); held weakly."""
+        ref = weakref.ref(klock)
+        self._klock = ref
+        self._now = klock.now
+
+    def now(self) -> int:
+        """The Klock's time (the kernel's ``now()`` in-process)."""
+        return self._now()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"policy": None, "server": self.url}
+
+    def check(self) -> None:
+        """One authenticated read: an unreachable server or a refused token fails here."""
+        self._request("GET", "/v1/version", now=0)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        session: int | None = None,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+        now: int | None = None,
+        mutating: bool = False,
+        give_up_at: int | None = None,
+        client: httpx.Client | None = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> Any:
+        """One logical request, retried on connection failures within the reconnect budget
+        (or until the Klock's clock reaches ``give_up_at``: then ``None`` is returned)."""
+        if self._closed:
+            raise Closed("this Klock is closed")
+        headers: dict[str, str] = {}
+        if self.manual:
+            headers["Klock-Now"] = str(self._now() if now is None else now)
+        if session is not None:
+            token = self._tokens.get(session)
+            if token is None:
+                raise _error(
+                    ERROR_CODES["UNKNOWN_SESSION"],
+                    "UNKNOWN_SESSION",
+                    f"no open session {session} (closed, expired for idleness, or never opened)",
+                )
+            headers["Klock-Session-Token"] = token
+        if mutating:
+            headers["Idempotency-Key"] = uuid.uuid4().hex
+        content = None if body is None else json.dumps(body)
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        http = client or self._http
+        started = time.monotonic()
+        pause = _BACKOFF_FIRST_S
+        while True:
+            try:
+                response = http.request(
+                    method,
+                    path,
+                    content=content,
+                    params=params,
+                    headers=headers,
+                    timeout=timeout or self._timeout,
+                )
+                if response.status_code != 503:
+                    return self._answer(response)
+                failure = f"the server is unavailable (503: {response.text[:200]})"
+            except httpx.TransportError as e:
+                if self._closed:
+                    raise Unreachable(f"this client is closed ({self.url})") from None
+                failure = _describe(e)
+            spent = time.monotonic() - started
+            if spent + pause > self.reconnect_timeout:
+                raise Unreachable(
+                    f"cannot reach klock serve at {self.url}: {failure} "
+                    f"(retried for {spent:.1f} s, reconnect_timeout={self.reconnect_timeout:g} s)"
+                ) from None
+            if give_up_at is not None and self._now() >= give_up_at:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, _BACKOFF_MAX_S)
+
+    def _answer(self, response: httpx.Response) -> Any:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if response.is_success:
+            return data
+        error = data.get("error") if isinstance(data, dict) else None
+        if not isinstance(error, dict):
+            raise KlockError(
+                f"HTTP_{response.status_code}: klock serve at {self.url} answered "
+                f"{response.status_code}: {response.text[:200]}"
+            )
+        code, name, message = int(error.get("code", 0)), str(error.get("name")), str(error.get("message"))
+        if response.status_code in (401, 403) and name in ("UNAUTHORIZED", "FORBIDDEN"):
+            given = "no bearer token was given" if self._token is None else "the bearer token was refused"
+            raise Unauthorized(name, f"klock serve at {self.url}: {given} ({response.status_code}: {message})")
+        raise _error(code, name, message)
+
+    def _path(self, session: int, tail: str = "") -> str:
+        return f"/v1/ns/{quote(self._ns[session], safe='')}/sessions/{session}{tail}"
+
+    # ---- sessions -----------------------------------------------------------------------------
+
+    def open_session(self, agent_id: str, namespace: str, now: int) -> RemoteSessionInfo:
+        _check_name("agent_id", agent_id)
+        _check_name("namespace", namespace)
+        answer = self._request(
+            "POST", f"/v1/ns/{quote(namespace, safe='')}/sessions", body={"agent_id": agent_id},
+            now=now, mutating=True,
+        )
+        return self._opened(namespace, answer)
+
+    def _opened(self, namespace: str, answer: dict[str, Any]) -> RemoteSessionInfo:
+        """Keeps an opened or resumed session's token, and starts reading its namespace's
+        events if this is the client's first session there."""
+        info = _session_info(answer)
+        self._tokens[info.session_id] = answer["session_token"]
+        self._ns[info.session_id] = info.namespace
+        if namespace not in self._cursor:
+            # Events before this client's first session of the namespace concern others: read
+            # the stream from the server's newest event on.
+            latest = self._request(
+                "GET", f"/v1/ns/{quote(namespace, safe='')}/watch", params={"wait_ms": 0}
+            )
+            self._cursor[namespace] = str(latest.get("next") or "0.0")
+            if not self.manual:
+                self._start_reader(namespace)
+        return info
+
+    def close_session(self, session: int, now: int) -> None:
+        self._request("DELETE", self._path(session), session=session, now=now, mutating=True)
+        self._forget_session(session)
+
+    def _forget_session(self, session: int) -> None:
+        self._tokens.pop(session, None)
+        with self._state_lock:
+            for lease_id in [i for i, rec in self._local.items() if rec.session == session]:
+                del self._local[lease_id]
+            for ticket in [t for t, (_, s) in self._tickets.items() if s == session]:
+                del self._tickets[ticket]
+
+    def suspend_session(self, session: int, now: int) -> None:
+        self._request("POST", self._path(session, "/suspend"), session=session, now=now, mutating=True)
+
+    def digest(self, session: int, now: int) -> dict[str, Any]:
+        return self._request("GET", self._path(session, "/digest"), session=session, now=now)  # type: ignore[no-any-return]
+
+    def resume_session(self, digest: dict[str, Any], now: int) -> RemoteSessionInfo:
+        try:
+            namespace = digest["identity"]["namespace"]
+        except (TypeError, KeyError):
+            raise _error(
+                ERROR_CODES["INVALID_DIGEST"],
+                "INVALID_DIGEST",
+                "a digest is the dict Session.digest() returned "
+                "({'version', 'identity': {..., 'namespace', ...}, 'recovery'})",
+            ) from None
+        answer = self._request(
+            "POST",
+            f"/v1/ns/{quote(str(namespace), safe='')}/sessions/resume",
+            body={"digest": digest},
+            now=now,
+            mutating=True,
+        )
+        return self._opened(str(namespace), answer)
+
+    # ---- leases -------------------------------------------------------------------------------
+
+    def acquire(
+        self,
+        session: int,
+        intents: Sequence[str] | Iterable[str],
+        now: int,
+        *,
+        ttl_ms: int | None = None,
+        wait: bool = True,
+        wait_timeout_ms: int | None = None,
+    ) -> RemoteVerdict:
+        if isinstance(intents, str):
+            raise TypeError("intents must be a list of str, not a bare str")
+        body: dict[str, Any] = {"intents": list(intents), "wait": wait}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        if wait_timeout_ms is not None:
+            body["wait_timeout_ms"] = wait_timeout_ms
+        d = self._request("POST", self._path(session, "/acquire"), session=session, body=body, now=now, mutating=True)
+        leases = [_lease(x) for x in d.get("leases") or []]
+        verdict = RemoteVerdict(
+            d["verdict"],
+            leases,
+            d.get("ticket"),
+            d.get("retry_after_ms"),
+            [
+                _Blocker(
+                    b["session_id"],
+                    b.get("agent_id", ""),
+                    [(i["predicate"], i["resource"]) for i in b.get("intents", [])],
+                )
+                for b in d.get("held_by") or []
+            ],
+        )
+        if not self.manual:
+            with self._state_lock:
+                if verdict.verdict == "GRANTED":
+                    for lease in leases:
+                        self._local[lease.lease_id] = _Local(now + lease.ttl_ms, lease.ttl_ms, session, False)
+                elif verdict.verdict == "WAIT" and verdict.ticket is not None:
+                    self._tickets[verdict.ticket] = (now, session)
+        elif verdict.verdict == "WAIT" and verdict.ticket is not None:
+            self._tickets[verdict.ticket] = (now, session)
+        return verdict
+
+    def heartbeat(
+        self, session: int, leases: Sequence[int] | Iterable[int] | None, now: int
+    ) -> list[tuple[int, str, int | None]]:
+        ids = None if leases is None else list(leases)
+        body = {} if ids is None else {"lease_ids": ids}
+        give_up_at = None
+        if not self.manual and ids:
+            known = [self._local[i].deadline for i in ids if i in self._local]
+            give_up_at = min(known) if known else None
+        d = self._request(
+            "POST", self._path(session, "/heartbeat"), session=session, body=body, now=now,
+            mutating=True, give_up_at=give_up_at,
+        )
+        if d is None:  # the server stayed away until the local deadline passed
+            return [(i, "LEASE_EXPIRED", None) for i in ids or []]
+        results = [(r["lease_id"], r["status"], r.get("expires_at")) for r in d["results"]]
+        if not self.manual:
+            with self._state_lock:
+                for lease_id, status, _ in results:
+                    rec = self._local.get(lease_id)
+                    if rec is None:
+                        continue
+                    if status == "OK":
+                        rec.deadline, rec.due_now = now + rec.ttl_ms, False
+                    elif status != "LIFETIME_EXCEEDED":
+                        del self._local[lease_id]
+        return results
+
+    def release(self, session: int, lease: int, now: int) -> bool:
+        d = self._request(
+            "POST", self._path(session, "/release"), session=session, body={"lease_ids": [lease]},
+            now=now, mutating=True,
+        )
+        with self._state_lock:
+            self._local.pop(lease, None)
+        return bool(d.get("released"))
+
+    def release_all(self, session: int, now: int) -> int:
+        d = self._request(
+            "POST", self._path(session, "/release"), session=session, body={"all": True},
+            now=now, mutating=True,
+        )
+        with self._state_lock:
+            for lease_id in [i for i, rec in self._local.items() if rec.session == session]:
+                del self._local[lease_id]
+        return int(d.get("released", 0)) if not isinstance(d.get("released"), bool) else 0
+
+    def reconcile(
+        self, session: int, leases: Sequence[int] | Iterable[int], now: int
+    ) -> list[tuple[int, str, int | None, int | None]]:
+        d = self._request(
+            "POST", self._path(session, "/reconcile"), session=session,
+            body={"lease_ids": list(leases)}, now=now, mutating=True,
+        )
+        return [(s["lease_id"], s["status"], s.get("expires_at"), s.get("fence")) for s in d["statuses"]]
+
+    def cancel_wait(self, session: int, ticket: int, now: int) -> None:
+        self._request(
+            "DELETE", self._path(session, f"/tickets/{ticket}"), session=session, now=now, mutating=True
+        )
+        with self._state_lock:
+            self._tickets.pop(ticket, None)
+
+    # ---- time and events ----------------------------------------------------------------------
+
+    def advance(self, now: int) -> None:
+        """Manual clock: settle the server's time. System clock: every lease whose local
+        deadline has passed is lost (a LEASE_EXPIRED of the client's own)."""
+        if self.manual:
+            self._request("POST", "/v1/advance", now=now, mutating=True)
+            return
+        with self._state_lock:
+            due = [(i, rec) for i, rec in self._local.items() if rec.deadline <= now]
+            for lease_id, rec in due:
+                del self._local[lease_id]
+                self._events.append(RemoteEvent("LEASE_EXPIRED", rec.session, lease=lease_id))
+
+    def next_deadline(self) -> int | None:
+        if self.manual:
+            return self._request("GET", "/v1/deadline").get("deadline")  # type: ignore[no-any-return]
+        with self._state_lock:
+            return min((rec.deadline for rec in self._local.values()), default=None)
+
+    def _heartbeat_due(self, lease: LeaseInfo) -> int:
+        """A third of the way from the last renewal's send time to the local deadline; at
+        once for a lease granted after a WAIT (klock.backend's ``heartbeat_due``)."""
+        rec = self._local.get(lease.lease_id)
+        if rec is None or rec.due_now:
+            return 0
+        return rec.deadline - (2 * rec.ttl_ms) // 3
+
+    def drain_events(self) -> list[RemoteEvent]:
+        if self.manual:
+            for namespace, cursor in list(self._cursor.items()):
+                d = self._request(
+                    "GET", f"/v1/ns/{quote(namespace, safe='')}/watch",
+                    params={"after": cursor, "wait_ms": 0},
+                )
+                self._take(namespace, d)
+        out: list[RemoteEvent] = []
+        while self._events:
+            out.append(self._events.popleft())
+        return out
+
+    def _take(self, namespace: str, d: dict[str, Any]) -> bool:
+        """Keeps the events of this client's sessions from a watch answer (in order), moves
+        the cursor; whether any was kept."""
+        kept = False
+        for raw in d.get("events") or []:
+            if raw.get("session") in self._tokens:
+                self._note(_event(raw))
+                kept = True
+        if d.get("next"):
+            self._cursor[namespace] = str(d["next"])
+        return kept
+
+    def _note(self, event: RemoteEvent) -> None:
+        """Bookkeeping of an event before the Klock routes it: local deadlines of a grant
+        after a WAIT (the acquire's send time), tickets resolved, leases ended."""
+        with self._state_lock:
+            kind = event.event
+            if kind in ("GRANTED", "WAIT_TIMEOUT", "DIED") and event.ticket is not None:
+                sent = self._tickets.pop(event.ticket, None)
+                if kind == "GRANTED" and sent is not None and not self.manual:
+                    for lease in event.leases or []:
+                        self._local[lease.lease_id] = _Local(sent[0] + lease.ttl_ms, lease.ttl_ms, event.session, True)
+            elif kind == "WOUNDED":
+                for ticket in event.lost_tickets or []:
+                    self._tickets.pop(ticket, None)
+                for lease_id in event.lost_leases or []:
+                    self._local.pop(lease_id, None)
+            elif kind == "LEASE_EXPIRED" and event.lease is not None:
+                self._local.pop(event.lease, None)
+            self._events.append(event)
+
+    # ---- the event reader (system clock) ------------------------------------------------------
+
+    def _start_reader(self, namespace: str) -> None:
+        client = httpx.Client(base_url=self.url, headers=self._headers, timeout=self._timeout)
+        thread = threading.Thread(
+            target=self._read, args=(namespace, client), name=f"klock-events-{namespace}", daemon=True
+        )
+        self._readers[namespace] = (thread, client)
+        thread.start()
+
+    def _read(self, namespace: str, client: httpx.Client) -> None:
+        """Long-polls the namespace's events until the backend closes; on reconnecting after
+        a failure, re-polls the open tickets and has the held blocks renewed; when the server
+        stays away past the budget, fails the waiting blocks (once per outage)."""
+        path = f"/v1/ns/{quote(namespace, safe='')}/watch"
+        wait = httpx.Timeout(self._timeout.connect, read=_WATCH_WAIT_MS / 1000 + 10)
+        failing_since: float | None = None
+        failed = False
+        pause = _BACKOFF_FIRST_S
+        while not self._closed:
+            try:
+                response = client.get(
+                    path, params={"after": self._cursor[namespace], "wait_ms": _WATCH_WAIT_MS}, timeout=wait
+                )
+                d = self._answer(response)
+            except (httpx.TransportError, KlockError) as e:
+                if self._closed:
+                    break
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                if not failed and time.monotonic() - failing_since > self.reconnect_timeout:
+                    failed = True
+                    klock = self._klock()
+                    if klock is not None:
+                        what = _describe(e) if isinstance(e, httpx.TransportError) else str(e)
+                        klock._backend_failed(
+                            Unreachable(
+                                f"cannot reach klock serve at {self.url}: {what} (the event stream "
+                                f"was cut off for more than reconnect_timeout={self.reconnect_timeout:g} s)"
+                            )
+                        )
+                time.sleep(pause)
+                pause = min(pause * 2, _BACKOFF_MAX_S)
+                continue
+            except Exception:  # never let the reader die silently: retry
+                time.sleep(_BACKOFF_MAX_S)
+                continue
+            kept = self._take(namespace, d)
+            reconnected = failing_since is not None
+            if reconnected or d.get("gap"):
+                kept = self._repoll_tickets() or kept
+            failing_since, failed, pause = None, False, _BACKOFF_FIRST_S
+            klock = self._klock()
+            if klock is None:
+                break
+            if kept:
+                klock._backend_events()
+            if reconnected:
+                klock._backend_reconnected()
+        client.close()
+
+    def _repoll_tickets(self) -> bool:
+        """Asks the server for the outcome of every open ticket (their events may be gone)."""
+        kept = False
+        with self._state_lock:
+            open_tickets = list(self._tickets.items())
+        for ticket, (_, session) in open_tickets:
+            if session not in self._tokens:
+                continue
+            try:
+                d = self._request(
+                    "GET", self._path(session, f"/tickets/{ticket}"), session=session,
+                    params={"wait_ms": 0},
+                )
+            except KlockError:
+                continue
+            if isinstance(d, dict) and "event" in d:
+                self._note(_event(d))
+                kept = True
+        return kept
+
+    # ---- observability ------------------------------------------------------------------------
+
+    def resource_state(self, resource: str, namespace: str, now: int) -> dict[str, Any]:
+        return self._request(  # type: ignore[no-any-return]
+            "GET", f"/v1/ns/{quote(namespace, safe='')}/resources/state",
+            params={"resource": resource}, now=now,
+        )
+
+    def stats(self, namespace: str = "default") -> dict[str, Any]:
+        """The server's counters, contention and ghost agents for ``namespace``."""
+        klock = self._klock()
+        ns = klock.namespace if klock is not None else namespace
+        return self._request("GET", f"/v1/ns/{quote(ns, safe='')}/stats")  # type: ignore[no-any-return]
+
+    def snapshot(self, now: int) -> dict[str, Any]:
+        raise NotImplementedError(
+            f"klock serve ({self.url}) has no snapshot route: use Klock.stats(), "
+            "Klock.resource_state() or its /metrics"
+        )
+
+    def close(self) -> None:
+        """Stops the event readers and closes the connections (klock.backend's hook)."""
+        self._closed = True
+        for _, client in self._readers.values():
+            client.close()
+        self._http.close()
+
+
+def _error(code: int, name: str, message: str) -> KlockError:
+    """The in-process error class of a server error code, with its code, name and message."""
+    cls = _ERROR_CLASSES.get(code // 100, KlockError) if code else KlockError
+    err = cls(f"{name}: {message}")
+    err.code, err.name, err.message = code, name, message
+    return err
+
+
+def _describe(e: httpx.TransportError) -> str:
+    """What failed, in words, e.g. "connection refused"."""
+    text = str(e) or type(e).__name__
+    if isinstance(e, httpx.ConnectError):
+        lowered = text.lower()
+        if "refused" in lowered:
+            return "connection refused"
+        return f"cannot connect ({text})"
+    if isinstance(e, httpx.TimeoutException):
+        return f"timed out ({type(e).__name__})"
+    if isinstance(e, (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)):
+        return f"the connection was cut ({text})"
+    return text
+
+
+def _check_name(what: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+
