@@ -820,6 +820,8 @@ class Session:
                 k.kernel.close_session(self.session_id, k.now())
             except UnknownId:
                 pass  # closed in the kernel already (idle, or directly on the kernel)
+            except Unreachable:
+                pass  # a remote backend's server is gone: its leases end at their TTL
             finally:
                 k._settled_locked()
         k._lose_locked(list(self._refs), "LEASE_RELEASED", why)

@@ -258,6 +258,7 @@ class RemoteKernel:
         self._cursor: dict[str, str] = {}  # namespace -> last event id seen
         self._readers: dict[str, tuple[threading.Thread, httpx.Client]] = {}
         self._closed = False
+        self._down = False  # the last request spent its whole budget without an answer
         self._state_lock = threading.Lock()
         self.heartbeat_due: Callable[[LeaseInfo], int] | None = (
             None if manual else self._heartbeat_due
@@ -332,6 +333,7 @@ class RemoteKernel:
                     timeout=timeout or self._timeout,
                 )
                 if response.status_code != 503:
+                    self._down = False
                     return self._answer(response)
                 failure = f"the server is unavailable (503: {response.text[:200]})"
             except httpx.TransportError as e:
@@ -339,7 +341,10 @@ class RemoteKernel:
                     raise Unreachable(f"this client is closed ({self.url})") from None
                 failure = _describe(e)
             spent = time.monotonic() - started
-            if spent + pause > self.reconnect_timeout:
+            if self._down or spent + pause > self.reconnect_timeout:
+                # Once a budget ran out, later calls try once until one gets through (a
+                # close of many sessions on a dead server must not take a budget each).
+                self._down = True
                 raise Unreachable(
                     f"cannot reach klock serve at {self.url}: {failure} "
                     f"(retried for {spent:.1f} s, reconnect_timeout={self.reconnect_timeout:g} s)"
