@@ -98,6 +98,7 @@ class Closed extends KlockError {
 const KLOCK_CLOSED = 'this Klock is closed';
 const SESSION_CLOSED = 'this session is closed';
 
+const LOST_BEFORE_RELEASE = 'the lease expired before it was released (heartbeats came too late)';
 const LOST_TO_SESSION_CLOSE = 'the session was closed while the Lease held it';
 const LOST_TO_KLOCK_CLOSE = 'the Klock was closed while the Lease held it';
 const LOST_TO_KERNEL_CLOSE = 'the session was closed in the kernel (not through this client) while the Lease held it';
@@ -538,17 +539,22 @@ class Klock {
           return;
         }
         this._waiters.delete(event.ticket);
-        if (event.event === 'GRANTED') waiter.lease._granted(event.leases);
-        else if (event.event === 'DIED') this.counters.deaths++;
+        if (event.event === 'GRANTED') {
+          waiter.lease._granted(event.leases);
+          // Remote: the grant may be older than the news of it (its local deadline counts
+          // from the acquire's send time): renew at once, which starts a fresh one.
+          if (this._remote !== null) {
+            const lease = waiter.lease;
+            queueMicrotask(() => {
+              if (lease._state === 'held' && lease.lost === null && !this._closed) lease._beat(this.now())?.catch(() => {});
+            });
+          }
+        } else if (event.event === 'DIED') this.counters.deaths++;
         waiter.deliver(event);
         return;
       }
       case 'LEASE_EXPIRED':
-        this._lose(
-          [event.lease],
-          'LEASE_EXPIRED',
-          'the lease expired before it was released (heartbeats came too late)',
-        );
+        this._lose([event.lease], 'LEASE_EXPIRED', LOST_BEFORE_RELEASE);
         return;
       case 'WOUNDED':
         if (this._sessions.has(event.session)) this.counters.wounds++;
@@ -1013,6 +1019,7 @@ class Lease {
     const k = session.klock;
     const leases = this.leases;
     let pending = null;
+    const pendingIds = [];
     if (!session._closed && !k._closed) {
       // Kernel calls made while this Lease is still registered as a holder: the first settles
       // time, so if a lease expired unseen (the timer could not run: a long synchronous
@@ -1025,7 +1032,10 @@ class Lease {
         for (const l of leases) {
           if (session._refs.get(l.leaseId) !== 1) continue;
           const done = k.kernel.release(session.sessionId, l.leaseId, now);
-          if (done instanceof Promise) (pending ??= []).push(done);
+          if (done instanceof Promise) {
+            (pending ??= []).push(done);
+            pendingIds.push(l.leaseId);
+          }
           calls++;
         }
         if (calls === 0) k.kernel.advance(now);
@@ -1044,10 +1054,21 @@ class Lease {
       if (session._drop(leaseId)) k._held.delete(leaseId);
     }
     if (pending !== null) {
+      // Remote: the server's answer settles what the release found, as in process.
       return Promise.all(pending).then(
-        () => this.check(),
+        (released) => {
+          released.forEach((done, i) => {
+            if (!done) this._lose('LEASE_EXPIRED', LOST_BEFORE_RELEASE, pendingIds[i]);
+          });
+          this.check();
+        },
         (e) => {
-          if (e instanceof KlockError && e.name === 'UNKNOWN_SESSION') k._sessionGone(session);
+          if (!(e instanceof KlockError)) throw e;
+          if (e.name === 'UNKNOWN_SESSION') {
+            k._sessionGone(session);
+            for (const id of pendingIds) this._lose('LEASE_RELEASED', LOST_TO_KERNEL_CLOSE, id);
+          } else if (!(e instanceof Unreachable)) throw e;
+          // Unreachable: the lease ends at its TTL on the server.
           this.check();
         },
       );

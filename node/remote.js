@@ -136,6 +136,8 @@ class RemoteKernel {
     this._idleWaiters = [];
     this._failing = false;
     this._serverDeadline = null;
+    /** @type {Map<string, string>} namespace -> the last event id `idle()` read from its watch */
+    this._watched = new Map();
     this._closed = false;
     /** Set by the friendly layer: route the queued events now. */
     this.onEvents = () => {};
@@ -200,6 +202,10 @@ class RemoteKernel {
   }
 
   /** Settles the local deadlines at once (synchronously), then releases on the server. */
+  /**
+   * Settles the local deadlines at once (synchronously), then releases on the server:
+   * resolves `true` if this call released it, `false` if the server had ended it already.
+   */
   release(sessionId, leaseId, now) {
     this.advance(now, { server: false });
     const s = this._session(sessionId);
@@ -251,7 +257,9 @@ class RemoteKernel {
    * Under a test clock it also settles the server's time (`POST /v1/advance`).
    */
   advance(now, { server = true } = {}) {
-    for (const [leaseId, held] of this._leases) {
+    // Under a test clock both sides share one time: the server's own expiry (its event) is
+    // the one to report, and a local deadline due now would re-arm the timer at once.
+    for (const [leaseId, held] of this._manual ? [] : this._leases) {
       if (held.deadline > now) continue;
       this._leases.delete(leaseId);
       this._queue.push({
@@ -265,6 +273,7 @@ class RemoteKernel {
       });
     }
     if (server && this._manual && !this._closed) {
+      this._serverDeadline = null; // until the advance is answered: never re-armed in the past
       this._background(this._request('POST', '/v1/advance', { body: {}, now }).then(() => this._refreshDeadline()));
     }
   }
@@ -272,7 +281,7 @@ class RemoteKernel {
   /** The earliest local deadline of a held lease (and, under a test clock, the server's). */
   nextDeadline() {
     let next = this._serverDeadline ?? Infinity;
-    for (const held of this._leases.values()) if (held.deadline < next) next = held.deadline;
+    if (!this._manual) for (const held of this._leases.values()) if (held.deadline < next) next = held.deadline;
     return next === Infinity ? null : next;
   }
 
@@ -304,7 +313,7 @@ class RemoteKernel {
   async idle() {
     for (let round = 0; round < 50; round++) {
       while (this._inFlight > 0) await new Promise((resolve) => this._idleWaiters.push(resolve));
-      for (const s of [...this._sessions.values()]) await s.pollOnce().catch(() => {});
+      await this._catchUp().catch(() => {});
       if (this._inFlight === 0) {
         if (this._queue.length > 0) this.onEvents();
         return;
@@ -313,6 +322,28 @@ class RemoteKernel {
   }
 
   // ---- inside ------------------------------------------------------------------------------
+
+  /**
+   * Takes in every event of this client's sessions up to now, without waiting, from the
+   * namespaces' watch streams (a read that, unlike a session's own event poll, does not count
+   * as the session's activity, so it never keeps an idle session open). A session the server
+   * no longer knows is found by its own poll.
+   */
+  async _catchUp() {
+    const namespaces = new Set([...this._sessions.values()].map((s) => s.namespace));
+    for (const ns of namespaces) {
+      const after = this._watched.get(ns);
+      const q = after === undefined ? 'wait_ms=0' : `after=${after}&wait_ms=0`;
+      const body = await this._request('GET', `/v1/ns/${enc(ns)}/watch?${q}`);
+      if (body.next !== undefined && body.next !== null) this._watched.set(ns, body.next);
+      let took = false;
+      for (const event of body.events) {
+        const s = this._sessions.get(event.session);
+        if (s !== undefined) took = this._ingest(s, event, event.id) || took;
+      }
+      if (took) this.onEvents();
+    }
+  }
 
   _session(sessionId) {
     const s = this._sessions.get(sessionId);
@@ -352,12 +383,12 @@ class RemoteKernel {
     switch (event.event) {
       case 'GRANTED': {
         // The grant may predate what told us of it: count from the acquire's send time (or,
-        // before its answer came, the oldest acquire in flight), then renew at once.
+        // before its answer came, the oldest acquire in flight). The friendly layer renews it
+        // at once (client.js, `_dispatch`), which starts a fresh local deadline.
         const sentAt = s.tickets.get(event.ticket) ?? s.acquiring[0] ?? this._clock.now();
         if (!s.tickets.has(event.ticket)) s.resolved.add(event.ticket);
         s.tickets.delete(event.ticket);
         this._hold(s.id, event.leases, sentAt);
-        this._renewNow(s, event.leases.map((l) => l.leaseId));
         break;
       }
       case 'WAIT_TIMEOUT':
@@ -373,7 +404,7 @@ class RemoteKernel {
         for (const t of event.lostTickets) s.tickets.delete(t);
         break;
       case 'SESSION_CLOSED':
-        this._lostSession(s, `the server closed the session (${event.reason ?? 'closed'})`);
+        this._lostSession(s, `the server closed the session (${event.reason ?? 'closed'})`, false);
         break;
       default:
         break;
@@ -382,13 +413,18 @@ class RemoteKernel {
     return true;
   }
 
-  /** Every held lease of `s` is lost and the session is gone (closed or unknown on the server). */
-  _lostSession(s, why) {
+  /**
+   * Every held lease of `s` is lost and the session is gone (closed or unknown on the
+   * server); `announce`: also queue its SESSION_CLOSED (when no event of the server said so).
+   */
+  _lostSession(s, why, announce = true) {
+    if (!this._sessions.has(s.id)) return;
     for (const [id, held] of this._leases) {
       if (held.sessionId !== s.id) continue;
       this._leases.delete(id);
       this._queue.push({ event: 'LEASE_LOST', lease: id, session: s.id, name: 'LEASE_RELEASED', message: why });
     }
+    if (announce) this._queue.push({ event: 'SESSION_CLOSED', session: s.id, reason: 'GONE' });
     this._sessions.delete(s.id);
     s.stop();
   }
@@ -456,7 +492,7 @@ class RemoteKernel {
   async _refreshDeadline() {
     const body = await this._request('GET', '/v1/deadline');
     this._serverDeadline = body.deadline ?? null;
-    this.onEvents();
+    if (!this._closed) this.onEvents();
   }
 
   /** A request whose outcome nobody awaits: counted for `idle()`, errors kept quiet. */
@@ -537,7 +573,10 @@ class RemoteKernel {
             continue;
           }
         }
-        return this._answer(response, text, method, path, session);
+        const answer = this._answer(response, text, method, path, session);
+        // A test clock: the command may have moved the server's next deadline.
+        if (this._manual && mutating && path !== '/v1/advance') this._background(this._refreshDeadline());
+        return answer;
       }
     } finally {
       this._leave();
@@ -581,6 +620,7 @@ class RemoteSession {
     this.backend = backend;
     this.id = body.session_id;
     this.token = body.session_token;
+    this.namespace = body.namespace;
     this.path = `/v1/ns/${enc(body.namespace)}/sessions/${body.session_id}`;
     this.lastEventId = null;
     /** @type {Map<number, number>} open ticket -> its acquire's send time */
@@ -694,7 +734,17 @@ class RemoteSession {
   async pollOnce() {
     const b = this.backend;
     const q = this.lastEventId === null ? 'wait_ms=0' : `after=${this.lastEventId}&wait_ms=0`;
-    const body = await b._request('GET', `${this.path}/events?${q}`, { session: this });
+    let body;
+    try {
+      body = await b._request('GET', `${this.path}/events?${q}`, { session: this });
+    } catch (e) {
+      if (e instanceof KlockError && ['UNKNOWN_SESSION', 'UNAUTHORIZED'].includes(e.name)) {
+        b._lostSession(this, `the server no longer knows the session (${e.message})`);
+        b.onEvents();
+        return;
+      }
+      throw e;
+    }
     let took = false;
     for (const event of body.events) took = b._ingest(this, event, event.id) || took;
     if (took) b.onEvents();

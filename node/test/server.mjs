@@ -1,0 +1,60 @@
+// Test harness: a real `klock serve` on a free loopback port, started by the test and stopped
+// by it. The binary is $KLOCK_BIN (scripts/test-node.sh sets it from scripts/klock-bin.sh),
+// else the one scripts/klock-bin.sh names (building it if needed).
+import { spawn, execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+
+let binary = process.env.KLOCK_BIN;
+
+/** The path of the `klock` binary (resolved once). */
+export function klockBin() {
+  binary ??= execFileSync('bash', [`${root}scripts/klock-bin.sh`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })
+    .trim()
+    .split('\n')
+    .pop();
+  return binary;
+}
+
+/**
+ * Starts `klock serve ARGS --listen 127.0.0.1:PORT` (PORT 0: a free one) and resolves once it
+ * prints its address: `{ url, port, kill(signal), stop() }`. `stop()` kills it and waits.
+ */
+export async function startServer(args = ['--memory'], { port = 0, bin = klockBin() } = {}) {
+  const child = spawn(bin, ['serve', ...args, '--listen', `127.0.0.1:${port}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  const line = await new Promise((resolve, reject) => {
+    let out = '';
+    const onData = (d) => {
+      out += d;
+      const nl = out.indexOf('\n');
+      if (nl >= 0) {
+        child.stdout.off('data', onData);
+        resolve(out.slice(0, nl));
+      }
+    };
+    child.stdout.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`klock serve exited (${code}) before listening: ${stderr}`)));
+    setTimeout(() => reject(new Error(`klock serve did not start within 20 s: ${stderr}`)), 20_000).unref();
+  });
+  const m = /listening on (http:\/\/[^\s]+)/.exec(line);
+  if (m === null) throw new Error(`unexpected first line of klock serve: ${line}`);
+  const url = m[1];
+  return {
+    url,
+    port: Number(new URL(url).port),
+    child,
+    exited,
+    kill(signal = 'SIGKILL') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
