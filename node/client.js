@@ -1002,6 +1002,7 @@ class Lease {
     if (this._state !== 'held') throw new KlockError('heartbeat() needs a held lease', 0, 'NOT_HELD');
     const beaten = this.lost === null ? this._beat(this.session.klock.now()) : undefined;
     if (beaten !== undefined) return beaten.then(() => this.check());
+    if (this.session.klock._remote !== null) return this.lost === null ? Promise.resolve() : Promise.reject(this.lost);
     this.check();
     return undefined;
   }
@@ -1014,7 +1015,7 @@ class Lease {
    * cannot be reached lets the lease end at its TTL).
    */
   release() {
-    if (this._state !== 'held') return undefined;
+    if (this._state !== 'held') return this.session.klock._remote === null ? undefined : Promise.resolve();
     const session = this.session;
     const k = session.klock;
     const leases = this.leases;
@@ -1072,6 +1073,10 @@ class Lease {
           this.check();
         },
       );
+    }
+    if (k._remote !== null) {
+      // Remote: always a Promise (nothing left to send: the leases were lost already).
+      return this.lost === null ? Promise.resolve() : Promise.reject(this.lost);
     }
     this.check();
     return undefined;

@@ -1,0 +1,262 @@
+// The remote backend against real `klock serve` processes, in real time: what only a remote
+// client meets. A server restarted mid-lease (SIGKILL, restart on the same data file and
+// port: the lease survives through the suspension grace, reconcile and a renewal), a server
+// killed while a block waits (a clear Unreachable within the reconnect budget, never a hang),
+// a lost lease when the server goes silent (its local deadline), a wrong bearer token, an
+// unreachable URL, two clients of one server, and the fence helper with leases from it.
+// Every test is bounded (node --test-timeout, and timeouts here).
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { createServer } from 'node:net';
+import { createRequire } from 'node:module';
+import { startServer, klockBin } from './server.mjs';
+
+const require = createRequire(import.meta.url);
+const { connect, KlockError, LeaseLost, Unreachable, fencedWrite, StaleFence } = require('../client.js');
+
+const dir = mkdtempSync(join(tmpdir(), 'klock-node-remote-'));
+const servers = [];
+after(async () => {
+  for (const s of servers) await s.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function server(args = ['--memory'], options) {
+  const s = await startServer(args, options);
+  servers.push(s);
+  return s;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Rejects if `promise` takes longer than `ms` (a hang is a failure, not a timeout of the runner). */
+function within(ms, promise, what) {
+  let timer;
+  return Promise.race([
+    promise,
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+test('a lease block, a wait granted by an event, and two clients of one server', async () => {
+  const s = await server();
+  const one = connect(s.url);
+  const two = connect(s.url);
+  try {
+    // Opened first and left alone: the oldest priority (a session that releases everything
+    // starts a new unit of work with a fresh, youngest one, SPEC.md §5).
+    const w = await one.session('w');
+    const a = await one.session('a');
+    const b = await two.session('b');
+    const held = await a.lease(['MUTATES FILE:/x'], { ttlMs: 2000 });
+    assert.ok(held.held);
+    assert.equal(typeof held.fence, 'number');
+    // b is younger: it DIEs and retries (the kernel's backoff) until a releases.
+    const waiting = b.withLease('MUTATES FILE:/x', async (lease) => lease.fence, { timeoutMs: 10_000 });
+    await sleep(300);
+    await held.release();
+    const fence = await within(10_000, waiting, 'the waiting block');
+    assert.ok(fence > held.fence);
+    // w is older than b: it waits (a ticket) and is granted by its GRANTED event.
+    const blocker = await b.lease('MUTATES FILE:/y', { ttlMs: 2000 });
+    const wait = w.lease('MUTATES FILE:/y', { timeoutMs: 10_000, ttlMs: 2000 });
+    await sleep(200);
+    assert.equal(one.counters.waits, 1);
+    await blocker.release();
+    const granted = await within(10_000, wait, 'the wait');
+    assert.ok(granted.held);
+    await granted.release();
+    assert.equal(one.counters.lost + two.counters.lost, 0);
+  } finally {
+    await one.close();
+    await two.close();
+  }
+});
+
+test('heartbeats keep a lease past its TTL; expires_at is the server\'s', async () => {
+  const s = await server();
+  const k = connect(s.url);
+  try {
+    const session = await k.session('a');
+    await session.withLease(
+      'MUTATES FILE:/x',
+      async (lease) => {
+        const first = lease.expiresAt;
+        await sleep(900); // three TTLs
+        assert.ok(lease.held);
+        assert.ok(lease.expiresAt > first + 500, `${lease.expiresAt} > ${first} + 500`);
+        const state = await k.resourceState('FILE:/x');
+        assert.equal(state.holders[0].expiresAt, lease.expiresAt);
+      },
+      { ttlMs: 300 },
+    );
+  } finally {
+    await k.close();
+  }
+});
+
+test('the server\'s errors are the in-process error classes and codes', async () => {
+  const s = await server();
+  const k = connect(s.url);
+  try {
+    const session = await k.session('a');
+    await assert.rejects(session.lease('WRITES FILE:/x'), (e) => {
+      assert.ok(e instanceof KlockError);
+      assert.equal(e.name, 'INVALID_PREDICATE');
+      assert.equal(e.code, 101);
+      return true;
+    });
+    await assert.rejects(k.session(''), (e) => e instanceof KlockError);
+  } finally {
+    await k.close();
+  }
+});
+
+test('server restarted mid-lease (SIGKILL, same file and port): the lease survives, the block exits cleanly', async () => {
+  const data = join(dir, 'restart.redb');
+  let s = await server(['--data', data]);
+  const port = s.port;
+  const k = connect(s.url, { reconnectTimeoutMs: 20_000 });
+  try {
+    const session = await k.session('a');
+    const result = session.withLease(
+      'MUTATES FILE:/x',
+      async (lease) => {
+        const fence = lease.fence;
+        await sleep(200);
+        await s.kill('SIGKILL');
+        await sleep(300); // down for a while (less than the TTL)
+        s = await server(['--data', data], { port });
+        await sleep(1500); // reconnect, reconcile, renew; then a few heartbeats
+        lease.check();
+        assert.equal(lease.fence, fence);
+        return 'done';
+      },
+      { ttlMs: 3000 },
+    );
+    assert.equal(await within(20_000, result, 'the block'), 'done');
+    assert.equal(k.counters.lost, 0);
+    // The server still knows the session: a new lease works.
+    await session.withLease('MUTATES FILE:/x', async () => {});
+  } finally {
+    await k.close();
+  }
+});
+
+test('server killed while a block waits, not restarted: Unreachable within the reconnect budget', async () => {
+  const s = await server();
+  const k = connect(s.url, { reconnectTimeoutMs: 1500 });
+  const other = connect(s.url, { reconnectTimeoutMs: 1500 });
+  try {
+    const old = await k.session('old');
+    const young = await other.session('young');
+    await young.lease('MUTATES FILE:/x', { ttlMs: 30_000 });
+    const waiting = old.lease('MUTATES FILE:/x', { timeoutMs: 60_000 }); // older: waits
+    await sleep(200);
+    assert.equal(k.counters.waits, 1);
+    const started = Date.now();
+    await s.kill('SIGKILL');
+    await assert.rejects(within(8000, waiting, 'the waiting block'), (e) => {
+      assert.ok(e instanceof Unreachable, String(e));
+      assert.match(e.message, new RegExp(`cannot reach klock serve at ${s.url}`));
+      return true;
+    });
+    assert.ok(Date.now() - started < 6000);
+  } finally {
+    await within(5000, k.close(), 'close');
+    await within(5000, other.close(), 'close');
+  }
+});
+
+test('a server that goes silent: the held lease is lost at its local deadline, before the server\'s expiry', async () => {
+  const s = await server();
+  const k = connect(s.url, { reconnectTimeoutMs: 10_000 });
+  try {
+    const session = await k.session('a');
+    const lease = await session.lease('MUTATES FILE:/x', { ttlMs: 600 });
+    const lost = new Promise((resolve) => lease.signal.addEventListener('abort', () => resolve(Date.now()), { once: true }));
+    const killed = Date.now();
+    s.child.kill('SIGSTOP'); // no answers, no errors: only the local deadline can tell
+    const at = await within(3000, lost, 'the loss');
+    assert.ok(at - killed <= 700, `lost ${at - killed} ms after the server stopped`);
+    assert.ok(lease.lost instanceof LeaseLost);
+    assert.equal(lease.lost.name, 'LEASE_EXPIRED');
+    assert.match(lease.lost.message, /local deadline/);
+    s.child.kill('SIGCONT');
+    await assert.rejects(lease.release(), LeaseLost);
+  } finally {
+    s.child.kill('SIGCONT');
+    await within(15_000, k.close(), 'close');
+  }
+});
+
+test('a wrong bearer token: an error that says the token was refused, naming the URL', async () => {
+  const tokens = join(dir, 'tokens.json');
+  const digest = execFileSync(klockBin(), ['token-hash'], { input: 'right-secret', encoding: 'utf8' }).trim();
+  writeFileSync(tokens, JSON.stringify({ tokens: [{ name: 'test', sha256: digest, role: 'agent', namespaces: ['*'] }] }));
+  const s = await server(['--memory', '--tokens', tokens]);
+  const wrong = connect(s.url, { token: 'wrong-secret' });
+  const none = connect(s.url);
+  const right = connect(s.url, { token: 'right-secret' });
+  try {
+    for (const k of [wrong, none]) {
+      await assert.rejects(k.session('a'), (e) => {
+        assert.ok(e instanceof KlockError, String(e));
+        assert.match(e.message, /refused the bearer token \(401/);
+        assert.ok(e.message.includes(s.url), e.message);
+        return true;
+      });
+    }
+    const session = await right.session('a');
+    await session.withLease('MUTATES FILE:/x', async () => {});
+  } finally {
+    await wrong.close();
+    await none.close();
+    await right.close();
+  }
+});
+
+test('an unreachable URL: a clear error naming the URL and what failed, within the budget', async () => {
+  const free = await new Promise((resolve) => {
+    const probe = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+  const url = `http://127.0.0.1:${free}`;
+  const k = connect(url, { reconnectTimeoutMs: 300 });
+  const started = Date.now();
+  await assert.rejects(within(5000, k.session('a'), 'session()'), (e) => {
+    assert.ok(e instanceof Unreachable, String(e));
+    assert.equal(e.name, 'UNREACHABLE');
+    assert.ok(e.message.startsWith(`cannot reach klock serve at ${url}: connection refused`), e.message);
+    return true;
+  });
+  assert.ok(Date.now() - started < 2000);
+  await k.close();
+  assert.throws(() => connect('ftp://x'), { code: 'ERR_INVALID_ARG_VALUE' });
+  assert.throws(() => connect('http://x', { tokn: 'x' }), { code: 'ERR_INVALID_ARG_VALUE' });
+});
+
+test('fencedWrite with leases from the server: the newer holder\'s fence wins', async () => {
+  const s = await server();
+  const k = connect(s.url);
+  try {
+    const file = join(dir, 'fenced.txt');
+    const session = await k.session('a');
+    const first = await session.lease('MUTATES FILE:/fenced', { ttlMs: 2000 });
+    const stale = first.fence;
+    await first.release();
+    await session.withLease('MUTATES FILE:/fenced', async (lease) => fencedWrite(file, 'new', lease.fence));
+    assert.throws(() => fencedWrite(file, 'old', stale), StaleFence);
+    assert.equal(readFileSync(file, 'utf8'), 'new');
+  } finally {
+    await k.close();
+  }
+});
