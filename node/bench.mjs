@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Throughput of the Node host, as a Markdown report on stdout.
 //
-//   node node/bench.mjs [--quick] [--rounds N]
+//   node node/bench.mjs [--quick] [--rounds N] [--no-remote]
 //
 // - low-level: `kernel.acquire(session, ["MUTATES FILE:/hot/x"], null, now)` then
 //   `kernel.release(...)`, pairs per second through the native binding;
@@ -13,15 +13,30 @@
 // noisy), each round on a fresh session (a session remembers its ended leases until it
 // closes). A native-call floor (`pendingEvents()` calls per second) is measured in the same
 // run, for scale.
+//
+// Then in-process vs remote, in the same run: friendly lease blocks per second
+// (`await session.withLease("MUTATES FILE:/bench/<i>", ...)`, acquire + release) by 1 client
+// and by 16 concurrent clients (each its own session and resource; remotely each its own
+// `connect()`), for a fixed time. Remote is `klock serve --memory` (release build), started
+// here on a free loopback port and stopped at the end: $KLOCK_RELEASE_BIN, else
+// target/release/klock, built with `cargo build --release -p klock-server --bin klock` when
+// missing. `--no-remote` leaves that part out.
 import { createRequire } from 'node:module';
+import { spawn, execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import os from 'node:os';
 
 const require = createRequire(import.meta.url);
 const { Kernel } = require('./index.js');
-const { Klock } = require('./client.js');
+const { Klock, connect } = require('./client.js');
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
+const remote = !args.includes('--no-remote');
+/** How long each in-process vs remote measurement runs. */
+const BLOCKS_MS = quick ? 1500 : 5000;
+const CONCURRENT = 16;
 const roundsAt = args.indexOf('--rounds');
 const ROUNDS = roundsAt >= 0 ? Number(args[roundsAt + 1]) : quick ? 3 : 7;
 const LOW_N = quick ? 50_000 : 200_000;
@@ -98,6 +113,83 @@ function nativeFloor() {
 
 const fmt = (x) => Math.round(x).toLocaleString('en-US');
 
+/** Friendly lease blocks per second by `clients` (one session each, own resource) for BLOCKS_MS. */
+async function blocks(klocks) {
+  const sessions = await Promise.all(klocks.map((k, i) => k.session(`blocks-${i}`)));
+  let count = 0;
+  const t0 = process.hrtime.bigint();
+  const end = Date.now() + BLOCKS_MS;
+  await Promise.all(
+    sessions.map(async (session, i) => {
+      const intent = `MUTATES FILE:/bench/${i}`;
+      while (Date.now() < end) {
+        await session.withLease(intent, async () => {});
+        count++;
+      }
+    }),
+  );
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  for (const s of sessions) await s.close();
+  return count / seconds;
+}
+
+/** The release `klock` binary (built when missing). */
+function releaseKlock() {
+  const root = fileURLToPath(new URL('..', import.meta.url));
+  const bin = process.env.KLOCK_RELEASE_BIN ?? `${root}target/release/klock`;
+  if (!existsSync(bin)) {
+    execFileSync('cargo', ['build', '--release', '-p', 'klock-server', '--bin', 'klock'], { cwd: root, stdio: 'inherit' });
+  }
+  return bin;
+}
+
+/** `klock serve --memory` on a free loopback port: `{ url, stop() }`. */
+async function serve() {
+  const child = spawn(releaseKlock(), ['serve', '--memory', '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  const line = await new Promise((resolve, reject) => {
+    child.stdout.once('data', (d) => resolve(String(d)));
+    child.once('exit', (code) => reject(new Error(`klock serve exited (${code})`)));
+  });
+  const url = /listening on (\S+)/.exec(line)?.[1];
+  if (url === undefined) throw new Error(`klock serve said: ${line}`);
+  return {
+    url,
+    async stop() {
+      child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+async function inProcessVsRemote() {
+  const out = [
+    '',
+    `Friendly lease blocks/s (\`withLease\`: acquire + release), ${BLOCKS_MS / 1000} s each:`,
+    '',
+    '| backend | 1 client | 16 concurrent clients |',
+    '|---|---:|---:|',
+  ];
+  const local = new Klock();
+  const one = await blocks([local]);
+  const many = await blocks(Array.from({ length: CONCURRENT }, () => local));
+  local.close();
+  out.push(`| in-process | ${fmt(one)} | ${fmt(many)} |`);
+  const server = await serve();
+  try {
+    const single = connect(server.url);
+    const rOne = await blocks([single]);
+    await single.close();
+    const clients = Array.from({ length: CONCURRENT }, () => connect(server.url));
+    const rMany = await blocks(clients);
+    for (const k of clients) await k.close();
+    out.push(`| remote (klock serve --memory, loopback HTTP) | ${fmt(rOne)} | ${fmt(rMany)} |`);
+  } finally {
+    await server.stop();
+  }
+  return out;
+}
+
 const cpus = os.cpus();
 const lines = [
   '# Klock Node host throughput',
@@ -118,4 +210,5 @@ for (const others of BACKGROUND) {
   lines.push(`| ${fmt(others)} | ${fmt(low)} | ${fmt(high)} |`);
 }
 lines.push('', `Native-call floor (\`pendingEvents()\`): ${fmt(nativeFloor())} calls/s.`);
+if (remote) lines.push(...(await inProcessVsRemote()));
 process.stdout.write(`${lines.join('\n')}\n`);

@@ -12,6 +12,11 @@
 // - `Timeout` (`code` 0, `name` 'TIMEOUT'): not granted within `timeoutMs`;
 // - `Closed` (`code` 0, `name` 'CLOSED'): the Klock or the session was closed before or while
 //   the call ran; the message says which ("this Klock is closed" / "this session is closed").
+// - `Unreachable` (`code` 0, `name` 'UNREACHABLE'): a remote Klock (`connect`) could not
+//   reach `klock serve` within its `reconnectTimeoutMs`; the message names the URL and what
+//   failed. A refused bearer token is a `KlockError` 'UNAUTHORIZED' (401) or 'FORBIDDEN'
+//   (403) naming the URL;
+// - `StaleFence` (`code` 0, `name` 'STALE_FENCE'): `fencedWrite` refused a smaller fence.
 // Bad arguments throw `TypeError` (`code` 'ERR_INVALID_ARG_TYPE', 'ERR_MISSING_ARGS',
 // 'ERR_INVALID_ARG_VALUE') or `RangeError` (`code` 'ERR_OUT_OF_RANGE'); an aborted
 // `lease()` rejects with `signal.reason`.
@@ -78,6 +83,105 @@ export declare class Timeout extends KlockError {
 /** The Klock or the session was closed before or while the call ran. */
 export declare class Closed extends KlockError {
   constructor(message: string)
+}
+
+/** A remote Klock could not reach `klock serve` within `reconnectTimeoutMs`. */
+export declare class Unreachable extends KlockError {
+  constructor(message: string, cause?: unknown)
+}
+
+/** `fencedWrite` refused: a larger fence was already accepted for the file. */
+export declare class StaleFence extends KlockError {
+  constructor(path: string, fence: number, stored: number)
+  /** The file written to. */
+  readonly path: string
+  /** The fence given. */
+  readonly fence: number
+  /** The largest fence accepted so far (in `<path>.fence`). */
+  readonly stored: number
+}
+
+/**
+ * Writes `data` to `path` atomically (a temporary file in the same directory, fsynced, renamed
+ * over it) if `fence` is at least the largest fence accepted for `path`, which is kept in
+ * `<path>.fence` and updated (fsynced) first; throws `StaleFence` otherwise, leaving the file
+ * unchanged. Under an exclusive flock(2) of `<path>.fence` — the same lock Python's
+ * `klock.fenced_write` takes, so writers in both languages exclude each other. Blocks the
+ * thread while another writer holds the lock (one write).
+ */
+export declare function fencedWrite(path: string, data: string | NodeJS.ArrayBufferView, fence: number): void
+/** `fencedWrite` without blocking the event loop while another writer holds the lock. */
+export declare function fencedWriteAsync(path: string, data: string | NodeJS.ArrayBufferView, fence: number): Promise<void>
+
+/** Options of `connect()`. */
+export interface ConnectOptions {
+  /** The server's bearer token (`Authorization: Bearer`); session tokens are handled inside. */
+  token?: string
+  /** Where sessions open by default (`'default'`). */
+  namespace?: string
+  /**
+   * As `new Klock()`'s. A `ManualClock` also drives a server started with `--clock manual`
+   * (tests): every request carries `Klock-Now` from it.
+   */
+  clock?: Clock<any> | (() => number)
+  /**
+   * How long connection failures (refused, reset, timed out) are retried, with backoff from
+   * 50 ms doubling to 1 s, before a call fails with `Unreachable` and the held leases are
+   * lost. Default 30 000.
+   */
+  reconnectTimeoutMs?: number
+}
+
+/**
+ * A Klock whose kernel is `klock serve` at `url`: the same interface as `new Klock()`, over
+ * HTTP (fetch, one Server-Sent Events stream per session). Each lease has a local deadline
+ * (send time of its last grant or renewal + TTL, on the monotonic clock), so it is marked lost
+ * no later than the server lets it expire; `expiresAt` shows the server's time. Connection
+ * failures are retried within `reconnectTimeoutMs`; after a server restart the client resumes
+ * its event streams, polls its open tickets, reconciles and renews its leases. Call
+ * `close()` when done: the event streams keep the process alive until then.
+ */
+export declare function connect(url: string, options?: ConnectOptions): RemoteKlock
+
+/**
+ * A Klock made by `connect()`: what reaches the server answers a Promise where the in-process
+ * call is synchronous (`close`, `resourceState`, `stats`; a session's `close`; a lease's
+ * `release` and `heartbeat`). `snapshot()` is in process only.
+ */
+export interface RemoteKlock extends Omit<Klock, 'session' | 'resourceState' | 'stats' | 'snapshot' | 'close' | 'kernel'> {
+  /** The remote backend (internal). */
+  readonly kernel: { readonly remote: true; readonly url: string }
+  session(agentId: string, options?: { namespace?: string }): Promise<RemoteSession>
+  resourceState(resource: string, namespace?: string): Promise<ResourceState>
+  /** The server's counters for this Klock's namespace. */
+  stats(): Promise<Stats>
+  /** As `Klock.close()`; resolves once the server closed the sessions (never rejects). */
+  close(): Promise<void>
+}
+
+/** A session of a `RemoteKlock`. */
+export interface RemoteSession extends Omit<Session, 'klock' | 'lease' | 'withLease' | 'close'> {
+  readonly klock: RemoteKlock
+  lease(intents: string | readonly string[], options?: LeaseOptions): Promise<RemoteLease>
+  withLease<T>(
+    intents: string | readonly string[],
+    fn: (lease: RemoteLease) => T | Promise<T>,
+    options?: LeaseOptions,
+  ): Promise<T>
+  close(): Promise<void>
+}
+
+/** A lease of a `RemoteSession`. */
+export interface RemoteLease extends Omit<Lease, 'session' | 'heartbeat' | 'release'> {
+  readonly session: RemoteSession
+  /** Renews now; rejects with `LeaseLost` if the renewal found a lease gone. */
+  heartbeat(): Promise<void>
+  /**
+   * Releases on the server; rejects with `LeaseLost` if a lease had ended (the server's
+   * answer or the local deadline says so). A server that cannot be reached lets it end at
+   * its TTL.
+   */
+  release(): Promise<void>
 }
 
 /**

@@ -3,8 +3,8 @@
 
 import { Kernel, KlockError, ERROR_CODES, parseIntent } from '../index'
 import type { Event, Verdict, Snapshot, HeartbeatResult, KlockErrorName } from '../index'
-import { Klock, LeaseLost, Died, Timeout, Closed } from '../client'
-import type { Lease, Session, LeaseInfo } from '../client'
+import { Klock, LeaseLost, Died, Timeout, Closed, connect, fencedWrite, fencedWriteAsync, StaleFence, Unreachable, ManualClock } from '../client'
+import type { Lease, Session, LeaseInfo, RemoteKlock, RemoteLease, ConnectOptions } from '../client'
 
 // ---- the native kernel, driven by hand --------------------------------------------------
 const kernel = new Kernel({ policy: 'wait_die', seed: 1, defaultTtlMs: 1_000 })
@@ -126,3 +126,33 @@ void (async () => {
 void klock.session('x').then((s) => s.withLease('MUTATES FILE:/x', (l: string) => l))
 // @ts-expect-error: timeoutMs is a number
 void klock.session('x').then((s) => s.lease('MUTATES FILE:/x', { timeoutMs: '5' }))
+
+// ---- the same client against klock serve (connect) ----------------------------------------
+async function remote(): Promise<void> {
+  const options: ConnectOptions = { token: 'secret', namespace: 'ci', reconnectTimeoutMs: 5_000 }
+  const klock: RemoteKlock = connect('http://127.0.0.1:7300', options)
+  const session = await klock.session('bot')
+  const fence: number = await session.withLease('MUTATES FILE:/out.txt', async (lease: RemoteLease) => {
+    fencedWrite('/tmp/out.txt', 'data', lease.fence)
+    await fencedWriteAsync('/tmp/out.txt', new Uint8Array([1]), lease.fence)
+    return lease.fence
+  })
+  const lease = await session.lease(['MUTATES FILE:/x'], { ttlMs: 1_000 })
+  await lease.heartbeat()
+  await lease.release()
+  const holders: number = (await klock.resourceState('FILE:/x')).holders.length
+  void fence
+  void holders
+  // @ts-expect-error snapshot() is in process only
+  klock.snapshot()
+  // @ts-expect-error a bad option
+  connect('http://127.0.0.1:7300', { tokn: 'x' })
+  connect('http://127.0.0.1:7300', { clock: new ManualClock() })
+  try {
+    await session.close()
+  } catch (e) {
+    if (e instanceof Unreachable || e instanceof StaleFence) void e.code
+  }
+  await klock.close()
+}
+void remote
