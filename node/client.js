@@ -1,5 +1,17 @@
 'use strict';
-// The friendly client: Klock, Session and Lease, on the native kernel (./index.js).
+// The friendly client: Klock, Session and Lease, on the native kernel (./index.js) or, made by
+// `connect(url)`, on `klock serve` (./remote.js).
+//
+// Backends: the friendly layer below exists once and calls a backend with the kernel's own
+// JavaScript API (bindings/js-api/kernel.d.ts): `openSession`, `acquire`, `heartbeat`,
+// `release`, `cancelWait`, `closeSession`, `advance`, `nextDeadline`, `pendingEvents`,
+// `drainEvents`, `resourceState`, `stats`. In process the backend is the native `Kernel`
+// itself (no wrapper, so the hot path costs what it did). Remotely it is `RemoteKernel`, whose
+// calls that reach the server answer Promises; the layer awaits those (an `instanceof Promise`
+// check on the in-process path), routes the events the remote backend queues through the same
+// dispatch, and the calls that are synchronous in process (`release`, `heartbeat`, `close`)
+// answer Promises remotely. Lost-lease rules specific to a remote kernel (local deadlines,
+// reconnects) live in remote.js and reach this layer as events (`LEASE_LOST`).
 //
 // Contract
 // - A Klock owns one kernel and takes every time it uses from one clock: the `now` of every

@@ -44,6 +44,7 @@
 //   events up to now have been taken in (a JSON poll with `wait_ms=0`), so a test can step
 //   deterministically.
 
+const { randomUUID } = require('node:crypto');
 const { KlockError, ERROR_CODES } = require('./index.js');
 
 /** klock serve could not be reached within the reconnect budget. */
@@ -527,7 +528,7 @@ class RemoteKernel {
    */
   async _request(method, path, { body, session, mutating = method !== 'GET', now, timeoutMs = REQUEST_TIMEOUT_MS } = {}) {
     const headers = this._headers(session, body === undefined ? {} : { 'content-type': 'application/json' });
-    if (mutating) headers['idempotency-key'] = crypto.randomUUID();
+    if (mutating) headers['idempotency-key'] = randomUUID();
     const payload = body === undefined ? undefined : JSON.stringify(body);
     let firstFailure = null;
     let backoff = FIRST_BACKOFF_MS;

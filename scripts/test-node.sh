@@ -9,8 +9,10 @@
 #   4. the resolved scripts (scripts/resolve-vectors.sh: tests/vectors checked by the Rust
 #      kernel) replayed through the addon by the JS replayer's CLI (bindings/js-replay);
 #   5. `node --test` with a bound per test (the replay and its mutants, the one JS API's
-#      contract, friendly client, stress, types: the usage file and node/index.d.ts held to
-#      bindings/js-api/kernel.d.ts by tsc).
+#      contract, friendly client on both backends (in process, and connect() to real
+#      `klock serve` processes the tests start: KLOCK_BIN, from scripts/klock-bin.sh unless the
+#      caller set it), the fence helper, stress, types: the usage file and node/index.d.ts held
+#      to bindings/js-api/kernel.d.ts by tsc).
 # Nothing is downloaded at run time beyond the npm install of step 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +56,11 @@ step "resolved scripts replayed through the addon"
 # KLOCK_SCRIPTS: made by the caller (scripts/test.sh) just before; otherwise resolved here.
 scripts=${KLOCK_SCRIPTS:-$(bash scripts/resolve-vectors.sh | tail -n1)}
 node bindings/js-replay/replay.mjs node/index.js "$scripts" | grep -v '^ok '
+
+step "the klock binary the remote tests start"
+KLOCK_BIN=${KLOCK_BIN:-$(bash scripts/klock-bin.sh | tail -n1)}
+export KLOCK_BIN
+echo "$KLOCK_BIN"
 
 step "node --test (60 s per test at most)"
 node --test --test-timeout=60000 node/test/*.test.mjs
