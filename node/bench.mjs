@@ -138,14 +138,19 @@ function releaseKlock() {
   const root = fileURLToPath(new URL('..', import.meta.url));
   const bin = process.env.KLOCK_RELEASE_BIN ?? `${root}target/release/klock`;
   if (!existsSync(bin)) {
-    execFileSync('cargo', ['build', '--release', '-p', 'klock-server', '--bin', 'klock'], { cwd: root, stdio: 'inherit' });
+    execFileSync('cargo', ['build', '--release', '-p', 'klock-server', '--bin', 'klock'], {
+      cwd: root,
+      stdio: 'inherit',
+    });
   }
   return bin;
 }
 
 /** `klock serve --memory` on a free loopback port: `{ url, stop() }`. */
 async function serve() {
-  const child = spawn(releaseKlock(), ['serve', '--memory', '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(releaseKlock(), ['serve', '--memory', '--listen', '127.0.0.1:0'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const exited = new Promise((resolve) => child.once('exit', resolve));
   const line = await new Promise((resolve, reject) => {
     child.stdout.once('data', (d) => resolve(String(d)));

@@ -558,7 +558,8 @@ class Klock {
           if (this._remote !== null) {
             const lease = waiter.lease;
             queueMicrotask(() => {
-              if (lease._state === 'held' && lease.lost === null && !this._closed) lease._beat(this.now())?.catch(() => {});
+              if (lease._state === 'held' && lease.lost === null && !this._closed)
+                lease._beat(this.now())?.catch(() => {});
             });
           }
         } else if (event.event === 'DIED') this.counters.deaths++;
@@ -1126,7 +1127,9 @@ class Lease {
     if (remote === null) return Math.min(...this.leases.map((l) => l.expiresAt - Math.floor((2 * l.ttlMs) / 3)));
     // Remote: from the local deadline (send time of the last renewal + TTL), on this clock.
     return Math.min(
-      ...this.leases.map((l) => (remote.deadline(l.leaseId) ?? this.session.klock.now()) - Math.floor((2 * l.ttlMs) / 3)),
+      ...this.leases.map(
+        (l) => (remote.deadline(l.leaseId) ?? this.session.klock.now()) - Math.floor((2 * l.ttlMs) / 3),
+      ),
     );
   }
 
@@ -1405,7 +1408,7 @@ function connect(url, options = {}) {
     reconnectTimeoutMs = RECONNECT_TIMEOUT_MS,
   } = checkKeys(options, 'options', ['token', 'namespace', 'clock', 'reconnectTimeoutMs']);
   if (token !== undefined && (typeof token !== 'string' || token === '')) {
-    const error = new TypeError('`options.token` must be a non-empty string (the server\'s bearer token)');
+    const error = new TypeError("`options.token` must be a non-empty string (the server's bearer token)");
     error.code = 'ERR_INVALID_ARG_TYPE';
     throw error;
   }

@@ -65,7 +65,9 @@ function readStored(fd, fencePath) {
   const text = fs.readFileSync(fd, 'latin1').trim();
   if (text === '') return null;
   if (!/^\d+$/.test(text) || !Number.isSafeInteger(Number(text))) {
-    throw new Error(`${fencePath} does not hold a fence (ASCII decimal), it holds ${JSON.stringify(text.slice(0, 40))}`);
+    throw new Error(
+      `${fencePath} does not hold a fence (ASCII decimal), it holds ${JSON.stringify(text.slice(0, 40))}`,
+    );
   }
   return Number(text);
 }
@@ -77,7 +79,10 @@ function writeLocked(fd, file, fencePath, data, fence) {
   fs.ftruncateSync(fd, 0);
   fs.writeSync(fd, String(fence), 0, 'latin1');
   fs.fsyncSync(fd);
-  const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  const tmp = path.join(
+    path.dirname(file),
+    `.${path.basename(file)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`,
+  );
   try {
     const out = fs.openSync(tmp, 'wx', 0o644);
     try {

@@ -118,7 +118,9 @@ class RemoteKernel {
       parsed = null;
     }
     if (parsed === null || !['http:', 'https:'].includes(parsed.protocol)) {
-      const error = new TypeError(`\`url\` must be an http:// or https:// URL of klock serve, got ${JSON.stringify(url)}`);
+      const error = new TypeError(
+        `\`url\` must be an http:// or https:// URL of klock serve, got ${JSON.stringify(url)}`,
+      );
       error.code = 'ERR_INVALID_ARG_VALUE';
       throw error;
     }
@@ -249,7 +251,11 @@ class RemoteKernel {
 
   snapshot() {
     return Promise.reject(
-      new KlockError('snapshot() is the in-process kernel\'s; a remote client reads resourceState() and stats()', 0, 'UNSUPPORTED'),
+      new KlockError(
+        "snapshot() is the in-process kernel's; a remote client reads resourceState() and stats()",
+        0,
+        'UNSUPPORTED',
+      ),
     );
   }
 
@@ -349,7 +355,11 @@ class RemoteKernel {
   _session(sessionId) {
     const s = this._sessions.get(sessionId);
     if (s === undefined) {
-      throw new KlockError(`session ${sessionId} is not open through this client`, ERROR_CODES.UNKNOWN_SESSION, 'UNKNOWN_SESSION');
+      throw new KlockError(
+        `session ${sessionId} is not open through this client`,
+        ERROR_CODES.UNKNOWN_SESSION,
+        'UNKNOWN_SESSION',
+      );
     }
     return s;
   }
@@ -526,7 +536,11 @@ class RemoteKernel {
    * `Idempotency-Key` on every try of a mutating one). Resolves with the JSON answer, rejects
    * with the server's error as `KlockError`, or `Unreachable`.
    */
-  async _request(method, path, { body, session, mutating = method !== 'GET', now, timeoutMs = REQUEST_TIMEOUT_MS } = {}) {
+  async _request(
+    method,
+    path,
+    { body, session, mutating = method !== 'GET', now, timeoutMs = REQUEST_TIMEOUT_MS } = {},
+  ) {
     const headers = this._headers(session, body === undefined ? {} : { 'content-type': 'application/json' });
     if (mutating) headers['idempotency-key'] = randomUUID();
     const payload = body === undefined ? undefined : JSON.stringify(body);
@@ -595,7 +609,10 @@ class RemoteKernel {
     if (response.ok && json !== null) return json;
     const error = json?.error;
     const where = `klock serve at ${this.url} (${method} ${path.split('?')[0]})`;
-    if ((response.status === 401 || response.status === 403) && (session === undefined || error?.name !== 'UNAUTHORIZED' || !/session token/.test(error?.message ?? ''))) {
+    if (
+      (response.status === 401 || response.status === 403) &&
+      (session === undefined || error?.name !== 'UNAUTHORIZED' || !/session token/.test(error?.message ?? ''))
+    ) {
       const name = response.status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN';
       throw new KlockError(
         `${where} refused the bearer token (${response.status}${error?.message ? `: ${error.message}` : ''}); ` +
@@ -605,7 +622,11 @@ class RemoteKernel {
       );
     }
     if (error !== undefined && typeof error.name === 'string') {
-      throw new KlockError(error.message ?? `${where}: ${error.name}`, error.code ?? ERROR_CODES[error.name] ?? 0, error.name);
+      throw new KlockError(
+        error.message ?? `${where}: ${error.name}`,
+        error.code ?? ERROR_CODES[error.name] ?? 0,
+        error.name,
+      );
     }
     throw new KlockError(
       `${where} answered HTTP ${response.status}: ${text.slice(0, 200) || '(no body)'}`,

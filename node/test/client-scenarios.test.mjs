@@ -21,8 +21,8 @@ const { startServer } = await import('./server.mjs');
 /** Scenarios the remote backend cannot run, and why (counted in a test of their own). */
 const REMOTE_CANNOT = {
   'idle-session-closed':
-    'its expectations read each session\'s priority, which a remote observer can read only through the ' +
-    'session\'s digest (GET .../digest), a call that counts as the session\'s activity and so moves the idle ' +
+    "its expectations read each session's priority, which a remote observer can read only through the " +
+    "session's digest (GET .../digest), a call that counts as the session's activity and so moves the idle " +
     'close the scenario checks',
 };
 
@@ -52,11 +52,14 @@ const settle = async (klock) => {
   for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
   if (klock?.kernel.remote === true) {
     // Remote: until no request is in flight and nothing new came (twice in a row).
-    for (let quiet = 0; quiet < 2; ) {
+    for (let quiet = 0; quiet < 2;) {
       const before = JSON.stringify(klock.counters) + klock.kernel._inFlight;
       await klock.kernel.idle();
       for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
-      quiet = before === JSON.stringify(klock.counters) + klock.kernel._inFlight && klock.kernel._inFlight === 0 ? quiet + 1 : 0;
+      quiet =
+        before === JSON.stringify(klock.counters) + klock.kernel._inFlight && klock.kernel._inFlight === 0
+          ? quiet + 1
+          : 0;
     }
   }
 };
@@ -71,7 +74,10 @@ async function remoteServer(config) {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'klock-now': '0' },
     // The server takes a whole config: the kernel's defaults, then the scenario's.
-    body: JSON.stringify({ ...Object.fromEntries(Object.entries(new Kernel().config).map(([k, v]) => [snake(k), v])), ...config }),
+    body: JSON.stringify({
+      ...Object.fromEntries(Object.entries(new Kernel().config).map(([k, v]) => [snake(k), v])),
+      ...config,
+    }),
   });
   assert.equal(response.status, 200, await response.text());
   return server.url;
@@ -167,7 +173,9 @@ class Run {
 
   /** A raw GET of the server at the clock's time (expectations: no client state changes). */
   async get(path, headers = {}) {
-    const response = await fetch(`${this.url}${path}`, { headers: { ...headers, 'klock-now': String(this.clock.now()) } });
+    const response = await fetch(`${this.url}${path}`, {
+      headers: { ...headers, 'klock-now': String(this.clock.now()) },
+    });
     return { status: response.status, body: await response.json() };
   }
 
@@ -205,7 +213,13 @@ class Run {
 
   /** The same view, read from the server (resource state, session digests, stats). */
   async observedRemote(expected) {
-    const out = { now: this.clock.now(), counters: this.klock.counters, blocks: this.blockViews(), resources: {}, sessions: {} };
+    const out = {
+      now: this.clock.now(),
+      counters: this.klock.counters,
+      blocks: this.blockViews(),
+      resources: {},
+      sessions: {},
+    };
     for (const resource of Object.keys(expected.resources ?? {})) {
       const { body } = await this.get(`/v1/ns/default/resources/state?${new URLSearchParams({ resource })}`);
       out.resources[resource] = {
@@ -286,37 +300,39 @@ test('remote: the scenarios it cannot run are named with a reason', () => {
     assert.ok(files.includes(`${name}.json`), name);
     assert.ok(why.length > 20, name);
   }
-  console.log(`remote backend: ${files.length - Object.keys(REMOTE_CANNOT).length} of ${files.length} scenarios run, ${Object.keys(REMOTE_CANNOT).length} cannot (${Object.keys(REMOTE_CANNOT).join(', ') || 'none'})`);
+  console.log(
+    `remote backend: ${files.length - Object.keys(REMOTE_CANNOT).length} of ${files.length} scenarios run, ${Object.keys(REMOTE_CANNOT).length} cannot (${Object.keys(REMOTE_CANNOT).join(', ') || 'none'})`,
+  );
 });
 
 for (const backend of BACKENDS)
-for (const file of files) {
-  const name = file.replace(/\.json$/, '');
-  if (backend === 'remote' && name in REMOTE_CANNOT) continue;
-  test(`${backend}: ${name}`, { timeout: 20_000 }, async () => {
-    const scenario = JSON.parse(readFileSync(new URL(file, dir), 'utf8'));
-    assert.deepEqual(
-      Object.keys(scenario).filter((k) => !['name', 'about', 'config', 'steps'].includes(k)),
-      [],
-      'unknown keys',
-    );
-    const url = backend === 'remote' ? await remoteServer(scenario.config ?? {}) : undefined;
-    const run = new Run(scenario.config ?? {}, url);
-    try {
-      for (const [i, step] of scenario.steps.entries()) {
-        const keys = Object.keys(step);
-        const wellFormed = keys.filter((k) => ACTIONS.has(k)).length === 1 && keys.every((k) => STEP_KEYS.has(k));
-        assert.ok(wellFormed, `step ${i}: malformed ${JSON.stringify(step)}`);
-        try {
-          await run.step(step);
-        } catch (e) {
-          if (e instanceof assert.AssertionError) e.message = `step ${i} ${JSON.stringify(step)}: ${e.message}`;
-          throw e;
+  for (const file of files) {
+    const name = file.replace(/\.json$/, '');
+    if (backend === 'remote' && name in REMOTE_CANNOT) continue;
+    test(`${backend}: ${name}`, { timeout: 20_000 }, async () => {
+      const scenario = JSON.parse(readFileSync(new URL(file, dir), 'utf8'));
+      assert.deepEqual(
+        Object.keys(scenario).filter((k) => !['name', 'about', 'config', 'steps'].includes(k)),
+        [],
+        'unknown keys',
+      );
+      const url = backend === 'remote' ? await remoteServer(scenario.config ?? {}) : undefined;
+      const run = new Run(scenario.config ?? {}, url);
+      try {
+        for (const [i, step] of scenario.steps.entries()) {
+          const keys = Object.keys(step);
+          const wellFormed = keys.filter((k) => ACTIONS.has(k)).length === 1 && keys.every((k) => STEP_KEYS.has(k));
+          assert.ok(wellFormed, `step ${i}: malformed ${JSON.stringify(step)}`);
+          try {
+            await run.step(step);
+          } catch (e) {
+            if (e instanceof assert.AssertionError) e.message = `step ${i} ${JSON.stringify(step)}: ${e.message}`;
+            throw e;
+          }
         }
+      } finally {
+        await run.klock.close();
+        await settle();
       }
-    } finally {
-      await run.klock.close();
-      await settle();
-    }
-  });
-}
+    });
+  }

@@ -16,8 +16,19 @@ import { fileURLToPath } from 'node:url';
 import { startServer } from './server.mjs';
 
 const require = createRequire(import.meta.url);
-const { Klock, Session, Lease, KlockError, LeaseLost, Died, Timeout, ERROR_CODES, ManualClock, Kernel, connect } =
-  require('../client.js');
+const {
+  Klock,
+  Session,
+  Lease,
+  KlockError,
+  LeaseLost,
+  Died,
+  Timeout,
+  ERROR_CODES,
+  ManualClock,
+  Kernel,
+  connect,
+} = require('../client.js');
 const clientPath = fileURLToPath(new URL('../client.js', import.meta.url));
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -5,7 +5,17 @@
 // named.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, readFileSync, writeFileSync, existsSync, readdirSync, statSync, openSync, closeSync } from 'node:fs';
+import {
+  mkdtempSync,
+  rmSync,
+  readFileSync,
+  writeFileSync,
+  existsSync,
+  readdirSync,
+  statSync,
+  openSync,
+  closeSync,
+} from 'node:fs';
 import { spawn, spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,7 +57,11 @@ test('a smaller fence is refused and the file unchanged; equal and greater are a
   fencedWrite(file, Buffer.from('nine'), 9);
   assert.equal(readFileSync(file, 'utf8'), 'nine');
   assert.equal(readFileSync(`${file}.fence`, 'latin1'), '9');
-  assert.deepEqual(readdirSync(dir).filter((f) => f.endsWith('.tmp')), [], 'no temporary file left');
+  assert.deepEqual(
+    readdirSync(dir).filter((f) => f.endsWith('.tmp')),
+    [],
+    'no temporary file left',
+  );
 });
 
 test('the async variant follows the same protocol', async () => {

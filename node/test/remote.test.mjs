@@ -79,7 +79,7 @@ test('a lease block, a wait granted by an event, and two clients of one server',
   }
 });
 
-test('heartbeats keep a lease past its TTL; expires_at is the server\'s', async () => {
+test("heartbeats keep a lease past its TTL; expires_at is the server's", async () => {
   const s = await server();
   const k = connect(s.url);
   try {
@@ -101,7 +101,7 @@ test('heartbeats keep a lease past its TTL; expires_at is the server\'s', async 
   }
 });
 
-test('the server\'s errors are the in-process error classes and codes', async () => {
+test("the server's errors are the in-process error classes and codes", async () => {
   const s = await server();
   const k = connect(s.url);
   try {
@@ -174,13 +174,15 @@ test('server killed while a block waits, not restarted: Unreachable within the r
   }
 });
 
-test('a server that goes silent: the held lease is lost at its local deadline, before the server\'s expiry', async () => {
+test("a server that goes silent: the held lease is lost at its local deadline, before the server's expiry", async () => {
   const s = await server();
   const k = connect(s.url, { reconnectTimeoutMs: 10_000 });
   try {
     const session = await k.session('a');
     const lease = await session.lease('MUTATES FILE:/x', { ttlMs: 600 });
-    const lost = new Promise((resolve) => lease.signal.addEventListener('abort', () => resolve(Date.now()), { once: true }));
+    const lost = new Promise((resolve) =>
+      lease.signal.addEventListener('abort', () => resolve(Date.now()), { once: true }),
+    );
     const killed = Date.now();
     s.child.kill('SIGSTOP'); // no answers, no errors: only the local deadline can tell
     const at = await within(3000, lost, 'the loss');
@@ -199,7 +201,10 @@ test('a server that goes silent: the held lease is lost at its local deadline, b
 test('a wrong bearer token: an error that says the token was refused, naming the URL', async () => {
   const tokens = join(dir, 'tokens.json');
   const digest = execFileSync(klockBin(), ['token-hash'], { input: 'right-secret', encoding: 'utf8' }).trim();
-  writeFileSync(tokens, JSON.stringify({ tokens: [{ name: 'test', sha256: digest, role: 'agent', namespaces: ['*'] }] }));
+  writeFileSync(
+    tokens,
+    JSON.stringify({ tokens: [{ name: 'test', sha256: digest, role: 'agent', namespaces: ['*'] }] }),
+  );
   const s = await server(['--memory', '--tokens', tokens]);
   const wrong = connect(s.url, { token: 'wrong-secret' });
   const none = connect(s.url);
@@ -244,7 +249,7 @@ test('an unreachable URL: a clear error naming the URL and what failed, within t
   assert.throws(() => connect('http://x', { tokn: 'x' }), { code: 'ERR_INVALID_ARG_VALUE' });
 });
 
-test('fencedWrite with leases from the server: the newer holder\'s fence wins', async () => {
+test("fencedWrite with leases from the server: the newer holder's fence wins", async () => {
   const s = await server();
   const k = connect(s.url);
   try {

@@ -10,7 +10,10 @@ let binary = process.env.KLOCK_BIN;
 
 /** The path of the `klock` binary (resolved once). */
 export function klockBin() {
-  binary ??= execFileSync('bash', [`${root}scripts/klock-bin.sh`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })
+  binary ??= execFileSync('bash', [`${root}scripts/klock-bin.sh`], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
     .trim()
     .split('\n')
     .pop();
