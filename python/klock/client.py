@@ -709,7 +709,9 @@ class Klock:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Klock(policy={self.kernel.config.get('policy')!r}, now={self.now()}, sessions={len(self._sessions)})"
+        config = self.kernel.config
+        where = f"server={config['server']!r}" if "server" in config else f"policy={config['policy']!r}"
+        return f"Klock({where}, now={self.now()}, sessions={len(self._sessions)})"
 
 
 class Session:

@@ -300,7 +300,7 @@ class RemoteKernel:
     ) -> Any:
         """One logical request, retried on connection failures within the reconnect budget
         (or until the Klock's clock reaches ``give_up_at``: then ``None`` is returned)."""
-        if self._closed:
+        if self._closed and method != "GET":
             raise Closed("this Klock is closed")
         headers: dict[str, str] = {}
         if self.manual:
@@ -319,6 +319,9 @@ class RemoteKernel:
         content = None if body is None else json.dumps(body)
         if content is not None:
             headers["Content-Type"] = "application/json"
+        if self._closed:  # a read after close (stats, resource state): a connection of its own
+            with httpx.Client(base_url=self.url, headers=self._headers, timeout=self._timeout) as once:
+                return self._answer(once.request(method, path, params=params, headers=headers))
         http = client or self._http
         started = time.monotonic()
         pause = _BACKOFF_FIRST_S
@@ -337,8 +340,6 @@ class RemoteKernel:
                     return self._answer(response)
                 failure = f"the server is unavailable (503: {response.text[:200]})"
             except httpx.TransportError as e:
-                if self._closed:
-                    raise Unreachable(f"this client is closed ({self.url})") from None
                 failure = _describe(e)
             spent = time.monotonic() - started
             if self._down or spent + pause > self.reconnect_timeout:
@@ -455,11 +456,14 @@ class RemoteKernel:
     ) -> RemoteVerdict:
         if isinstance(intents, str):
             raise TypeError("intents must be a list of str, not a bare str")
-        body: dict[str, Any] = {"intents": list(intents), "wait": wait}
+        intents = list(intents)
+        for intent in intents:
+            _check_name("intent", intent)
+        body: dict[str, Any] = {"intents": intents, "wait": wait}
         if ttl_ms is not None:
-            body["ttl_ms"] = ttl_ms
+            body["ttl_ms"] = _check_u64("ttl_ms", ttl_ms)
         if wait_timeout_ms is not None:
-            body["wait_timeout_ms"] = wait_timeout_ms
+            body["wait_timeout_ms"] = _check_u64("wait_timeout_ms", wait_timeout_ms)
         d = self._request("POST", self._path(session, "/acquire"), session=session, body=body, now=now, mutating=True)
         leases = [_lease(x) for x in d.get("leases") or []]
         verdict = RemoteVerdict(
@@ -754,7 +758,23 @@ def _describe(e: httpx.TransportError) -> str:
     return text
 
 
+def _check_u64(what: str, value: object) -> int:
+    """As ``klock._core`` checks an integer argument, before anything is sent."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    if value > 2**64 - 1:
+        raise OverflowError(f"{what} must be <= 2**64-1, got {value}")
+    return value
+
+
 def _check_name(what: str, value: object) -> None:
+    """As ``klock._core`` checks a string argument, before anything is sent."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode (a lone surrogate): {value!r}") from None
 
