@@ -10,8 +10,8 @@
 //   (missing or empty = none); if `fence < stored`, unlock and throw `StaleFence` naming the
 //   path, the fence given and the one stored. Otherwise write the new fence into
 //   `<path>.fence` (truncate, write, fsync) FIRST, then the data to a temporary file in the
-//   same directory, fsync it, rename it over `<path>`, then unlock. Equal fences are accepted
-//   (one holder may write twice).
+//   same directory, fsync it, rename it over `<path>` (and fsync the directory), then unlock.
+//   Equal fences are accepted (one holder may write twice).
 // - Why this order: once the fence file says N, no writer with a fence below N gets in, even
 //   if this writer dies before its rename; the rename is atomic, so `<path>` is always a whole
 //   old or a whole new content, never a torn one. The OS drops the flock when the process
@@ -95,6 +95,13 @@ function writeLocked(fd, file, fencePath, data, fence) {
   } catch (e) {
     fs.rmSync(tmp, { force: true });
     throw e;
+  }
+  // The rename itself made durable (as the Python helper does).
+  const dir = fs.openSync(path.dirname(path.resolve(file)), 'r');
+  try {
+    fs.fsyncSync(dir);
+  } finally {
+    fs.closeSync(dir);
   }
 }
 
