@@ -4,7 +4,12 @@ Reports, with 0, 1k and 100k other active leases in the kernel:
 - low-level ``klock._core`` acquire+release pairs per second (one session, one intent, the
   lease id read from the verdict: what a host's hot path does);
 - friendly ``with session.lease(...)`` cycles per second (acquire, enter, exit, release,
-  with the client's bookkeeping, event routing and heartbeat scheduling), threads and asyncio.
+  with the client's bookkeeping, event routing and heartbeat scheduling), threads and asyncio;
+- friendly lease blocks per second in-process vs remote (``klock.connect`` to a ``klock serve
+  --memory`` the bench starts itself from the release build, ``--klock PATH``; build it with
+  ``cargo build --release -p klock-server --bin klock``), with 1 client and with 16 concurrent
+  ones (16 threads, each its own session and resource; in-process they share one Klock, remotely
+  each has its own connection, as 16 agent processes would).
 
 Run: ``.venv/bin/python python/bench.py`` (``--quick`` for a short run). Each number is the
 best of ``--repeat`` runs, because these machines are shared and noisy.
@@ -15,7 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import pathlib
 import platform
+import subprocess
+import threading
 import time
 
 import klock
@@ -96,6 +104,66 @@ def friendly_async_cycles(background: int, cycles: int, repeat: int) -> float:
     return best
 
 
+def blocks_per_second(klocks: list[klock.Klock], seconds: float) -> float:
+    """Friendly lease blocks per second, one thread per Klock in ``klocks`` (the same Klock
+    may appear several times), each its own session and resource, for ``seconds``."""
+    counts = [0] * len(klocks)
+    start_line = threading.Barrier(len(klocks) + 1)
+    stop = threading.Event()
+
+    def worker(i: int) -> None:
+        with klocks[i].session(f"bench-{i}") as s:
+            intent = f"MUTATES FILE:/bench/{i}"
+            start_line.wait()
+            n = 0
+            while not stop.is_set():
+                with s.lease(intent):
+                    pass
+                n += 1
+            counts[i] = n
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(klocks))]
+    for t in threads:
+        t.start()
+    start_line.wait()
+    start = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def remote_vs_inprocess(binary: str, seconds: float, repeat: int) -> list[tuple[str, float, float]]:
+    """(clients, in-process blocks/s, remote blocks/s) for 1 and 16 concurrent clients."""
+    server = subprocess.Popen(
+        [binary, "serve", "--memory", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        if "listening on " not in line:
+            raise SystemExit(f"{binary} serve did not start: {line!r}")
+        url = line.split("listening on ", 1)[1].strip()
+        rows = []
+        for clients in (1, 16):
+            local = remote = 0.0
+            for _ in range(repeat):
+                with klock.Klock() as k:
+                    local = max(local, blocks_per_second([k] * clients, seconds))
+                remotes = [klock.connect(url) for _ in range(clients)]
+                try:
+                    remote = max(remote, blocks_per_second(remotes, seconds))
+                finally:
+                    for k in remotes:
+                        k.close()
+            rows.append((f"{clients} client{'s' if clients > 1 else ''}", local, remote))
+        return rows
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def machine() -> str:
     model = platform.processor() or "?"
     try:
@@ -115,9 +183,21 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=30_000, help="friendly cycles per run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per number (the best is kept)")
     parser.add_argument("--quick", action="store_true", help="10x fewer iterations, one run")
+    parser.add_argument(
+        "--klock",
+        default=str(pathlib.Path(__file__).resolve().parents[1] / "target" / "release" / "klock"),
+        help="the klock binary for the remote rows (default: the release build)",
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per remote-vs-in-process run")
     args = parser.parse_args()
     if args.quick:
         args.pairs, args.cycles, args.repeat = args.pairs // 10, args.cycles // 10, 1
+        args.seconds = min(args.seconds, 1.0)
+    if not os.access(args.klock, os.X_OK):
+        raise SystemExit(
+            f"{args.klock} is not an executable klock: build it with "
+            "`cargo build --release -p klock-server --bin klock`, or pass --klock PATH"
+        )
     print(f"# klock Python host benchmark\n\nMachine: {machine()}\n")
     print(
         f"Best of {args.repeat}; {args.pairs:,} low-level pairs and {args.cycles:,} friendly cycles per run.\n"
@@ -131,6 +211,14 @@ def main() -> None:
         sync = friendly_cycles(background, args.cycles, args.repeat)
         asy = friendly_async_cycles(background, args.cycles, args.repeat)
         print(f"| {background:,} | {low:,.0f} | {sync:,.0f} | {asy:,.0f} |", flush=True)
+    print(
+        f"\nFriendly `with session.lease()` blocks/s, in-process vs remote (`klock serve --memory`, "
+        f"{os.path.relpath(args.klock)}, loopback), {args.seconds:g} s per run:\n"
+    )
+    print("| concurrent clients | in-process blocks/s | remote blocks/s |")
+    print("|---|---:|---:|")
+    for clients, local, remote in remote_vs_inprocess(args.klock, args.seconds, args.repeat):
+        print(f"| {clients} | {local:,.0f} | {remote:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

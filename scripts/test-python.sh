@@ -6,7 +6,9 @@
 #   - the replayer over every script (each must reproduce exactly) and every mutant (each
 #     must fail: a replayer that passes one ignores a recorded value),
 #   - pytest over python/tests with warnings as errors and a time limit per test (collecting
-#     nothing is a failure); it reuses the scripts made here,
+#     nothing is a failure); it reuses the scripts made here, and the client tests run on both
+#     backends: in-process and remote, against `klock serve` processes they start from the
+#     binary scripts/klock-bin.sh names (passed as KLOCK_BIN),
 #   - mypy's stubtest (python/klock/_core.pyi against the built module),
 #   - mypy --strict over the klock package.
 set -euo pipefail
@@ -42,9 +44,13 @@ if [ "$status" -eq 0 ] || grep -q '^ok ' <<<"$report" || ! grep -q '^0 passed, [
   exit 1
 fi
 
+step "the klock binary for the remote tests (scripts/klock-bin.sh)"
+KLOCK=$(bash scripts/klock-bin.sh | tail -n1)
+echo "$KLOCK"
+
 step "pytest -W error python/tests"
 set +e
-KLOCK_SCRIPTS="$scripts" "$py" -m pytest -W error -q python/tests
+KLOCK_SCRIPTS="$scripts" KLOCK_BIN="$KLOCK" "$py" -m pytest -W error -q -rs python/tests
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
