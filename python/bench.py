@@ -188,7 +188,9 @@ def main() -> None:
         default=str(pathlib.Path(__file__).resolve().parents[1] / "target" / "release" / "klock"),
         help="the klock binary for the remote rows (default: the release build)",
     )
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per remote-vs-in-process run")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="seconds per remote-vs-in-process run"
+    )
     args = parser.parse_args()
     if args.quick:
         args.pairs, args.cycles, args.repeat = args.pairs // 10, args.cycles // 10, 1

@@ -293,18 +293,22 @@ class Klock:
         _namespace: str = "default",
     ) -> None:
         # The backend (klock.backend): the in-process kernel unless klock.connect() gave one.
-        self.kernel: Backend = _backend if _backend is not None else _core.Kernel(
-            policy,
-            seed=seed,
-            default_ttl_ms=default_ttl_ms,
-            max_ttl_ms=max_ttl_ms,
-            default_wait_timeout_ms=default_wait_timeout_ms,
-            backoff_base_ms=backoff_base_ms,
-            backoff_cap_ms=backoff_cap_ms,
-            grace_ms=grace_ms,
-            session_idle_ms=session_idle_ms,
-            max_leases_per_session=max_leases_per_session,
-            max_lease_lifetime_ms=max_lease_lifetime_ms,
+        self.kernel: Backend = (
+            _backend
+            if _backend is not None
+            else _core.Kernel(
+                policy,
+                seed=seed,
+                default_ttl_ms=default_ttl_ms,
+                max_ttl_ms=max_ttl_ms,
+                default_wait_timeout_ms=default_wait_timeout_ms,
+                backoff_base_ms=backoff_base_ms,
+                backoff_cap_ms=backoff_cap_ms,
+                grace_ms=grace_ms,
+                session_idle_ms=session_idle_ms,
+                max_leases_per_session=max_leases_per_session,
+                max_lease_lifetime_ms=max_lease_lifetime_ms,
+            )
         )
         #: The namespace of sessions opened without one (klock.connect's ``namespace``).
         self.namespace = _namespace
@@ -710,7 +714,9 @@ class Klock:
 
     def __repr__(self) -> str:
         config = self.kernel.config
-        where = f"server={config['server']!r}" if "server" in config else f"policy={config['policy']!r}"
+        where = (
+            f"server={config['server']!r}" if "server" in config else f"policy={config['policy']!r}"
+        )
         return f"Klock({where}, now={self.now()}, sessions={len(self._sessions)})"
 
 

@@ -109,7 +109,9 @@ def fenced_write(path: str | os.PathLike[str], data: bytes | str, fence: int) ->
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, str(fence).encode("ascii"))
         os.fsync(fd)
-        tmp_fd, tmp = tempfile.mkstemp(prefix=os.path.basename(target) + ".", suffix=".tmp", dir=directory)
+        tmp_fd, tmp = tempfile.mkstemp(
+            prefix=os.path.basename(target) + ".", suffix=".tmp", dir=directory
+        )
         try:
             with os.fdopen(tmp_fd, "wb") as f:
                 f.write(data)

@@ -109,7 +109,10 @@ def connect(
 
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ValueError(f"url must be an http:// or https:// URL of klock serve, got {url!r}")
-    for name, value in (("reconnect_timeout", reconnect_timeout), ("request_timeout", request_timeout)):
+    for name, value in (
+        ("reconnect_timeout", reconnect_timeout),
+        ("request_timeout", request_timeout),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
     backend = RemoteKernel(
@@ -208,7 +211,9 @@ def _event(d: dict[str, Any]) -> RemoteEvent:
 
 
 def _session_info(d: dict[str, Any]) -> RemoteSessionInfo:
-    return RemoteSessionInfo(d["session_id"], d["agent_id"], d["namespace"], d["priority"], d["epoch"])
+    return RemoteSessionInfo(
+        d["session_id"], d["agent_id"], d["namespace"], d["priority"], d["epoch"]
+    )
 
 
 class _Local:
@@ -320,7 +325,9 @@ class RemoteKernel:
         if content is not None:
             headers["Content-Type"] = "application/json"
         if self._closed:  # a read after close (stats, resource state): a connection of its own
-            with httpx.Client(base_url=self.url, headers=self._headers, timeout=self._timeout) as once:
+            with httpx.Client(
+                base_url=self.url, headers=self._headers, timeout=self._timeout
+            ) as once:
                 return self._answer(once.request(method, path, params=params, headers=headers))
         http = client or self._http
         started = time.monotonic()
@@ -368,10 +375,20 @@ class RemoteKernel:
                 f"HTTP_{response.status_code}: klock serve at {self.url} answered "
                 f"{response.status_code}: {response.text[:200]}"
             )
-        code, name, message = int(error.get("code", 0)), str(error.get("name")), str(error.get("message"))
+        code, name, message = (
+            int(error.get("code", 0)),
+            str(error.get("name")),
+            str(error.get("message")),
+        )
         if response.status_code in (401, 403) and name in ("UNAUTHORIZED", "FORBIDDEN"):
-            given = "no bearer token was given" if self._token is None else "the bearer token was refused"
-            raise Unauthorized(name, f"klock serve at {self.url}: {given} ({response.status_code}: {message})")
+            given = (
+                "no bearer token was given"
+                if self._token is None
+                else "the bearer token was refused"
+            )
+            raise Unauthorized(
+                name, f"klock serve at {self.url}: {given} ({response.status_code}: {message})"
+            )
         raise _error(code, name, message)
 
     def _path(self, session: int, tail: str = "") -> str:
@@ -383,8 +400,11 @@ class RemoteKernel:
         _check_name("agent_id", agent_id)
         _check_name("namespace", namespace)
         answer = self._request(
-            "POST", f"/v1/ns/{quote(namespace, safe='')}/sessions", body={"agent_id": agent_id},
-            now=now, mutating=True,
+            "POST",
+            f"/v1/ns/{quote(namespace, safe='')}/sessions",
+            body={"agent_id": agent_id},
+            now=now,
+            mutating=True,
         )
         return self._opened(namespace, answer)
 
@@ -418,7 +438,9 @@ class RemoteKernel:
                 del self._tickets[ticket]
 
     def suspend_session(self, session: int, now: int) -> None:
-        self._request("POST", self._path(session, "/suspend"), session=session, now=now, mutating=True)
+        self._request(
+            "POST", self._path(session, "/suspend"), session=session, now=now, mutating=True
+        )
 
     def digest(self, session: int, now: int) -> dict[str, Any]:
         return self._request("GET", self._path(session, "/digest"), session=session, now=now)  # type: ignore[no-any-return]
@@ -464,7 +486,14 @@ class RemoteKernel:
             body["ttl_ms"] = _check_u64("ttl_ms", ttl_ms)
         if wait_timeout_ms is not None:
             body["wait_timeout_ms"] = _check_u64("wait_timeout_ms", wait_timeout_ms)
-        d = self._request("POST", self._path(session, "/acquire"), session=session, body=body, now=now, mutating=True)
+        d = self._request(
+            "POST",
+            self._path(session, "/acquire"),
+            session=session,
+            body=body,
+            now=now,
+            mutating=True,
+        )
         leases = [_lease(x) for x in d.get("leases") or []]
         verdict = RemoteVerdict(
             d["verdict"],
@@ -484,7 +513,9 @@ class RemoteKernel:
             with self._state_lock:
                 if verdict.verdict == "GRANTED":
                     for lease in leases:
-                        self._local[lease.lease_id] = _Local(now + lease.ttl_ms, lease.ttl_ms, session, False)
+                        self._local[lease.lease_id] = _Local(
+                            now + lease.ttl_ms, lease.ttl_ms, session, False
+                        )
                 elif verdict.verdict == "WAIT" and verdict.ticket is not None:
                     self._tickets[verdict.ticket] = (now, session)
         elif verdict.verdict == "WAIT" and verdict.ticket is not None:
@@ -501,8 +532,13 @@ class RemoteKernel:
             known = [self._local[i].deadline for i in ids if i in self._local]
             give_up_at = min(known) if known else None
         d = self._request(
-            "POST", self._path(session, "/heartbeat"), session=session, body=body, now=now,
-            mutating=True, give_up_at=give_up_at,
+            "POST",
+            self._path(session, "/heartbeat"),
+            session=session,
+            body=body,
+            now=now,
+            mutating=True,
+            give_up_at=give_up_at,
         )
         if d is None:  # the server stayed away until the local deadline passed
             return [(i, "LEASE_EXPIRED", None) for i in ids or []]
@@ -521,8 +557,12 @@ class RemoteKernel:
 
     def release(self, session: int, lease: int, now: int) -> bool:
         d = self._request(
-            "POST", self._path(session, "/release"), session=session, body={"lease_ids": [lease]},
-            now=now, mutating=True,
+            "POST",
+            self._path(session, "/release"),
+            session=session,
+            body={"lease_ids": [lease]},
+            now=now,
+            mutating=True,
         )
         with self._state_lock:
             self._local.pop(lease, None)
@@ -530,8 +570,12 @@ class RemoteKernel:
 
     def release_all(self, session: int, now: int) -> int:
         d = self._request(
-            "POST", self._path(session, "/release"), session=session, body={"all": True},
-            now=now, mutating=True,
+            "POST",
+            self._path(session, "/release"),
+            session=session,
+            body={"all": True},
+            now=now,
+            mutating=True,
         )
         with self._state_lock:
             for lease_id in [i for i, rec in self._local.items() if rec.session == session]:
@@ -542,14 +586,24 @@ class RemoteKernel:
         self, session: int, leases: Sequence[int] | Iterable[int], now: int
     ) -> list[tuple[int, str, int | None, int | None]]:
         d = self._request(
-            "POST", self._path(session, "/reconcile"), session=session,
-            body={"lease_ids": list(leases)}, now=now, mutating=True,
+            "POST",
+            self._path(session, "/reconcile"),
+            session=session,
+            body={"lease_ids": list(leases)},
+            now=now,
+            mutating=True,
         )
-        return [(s["lease_id"], s["status"], s.get("expires_at"), s.get("fence")) for s in d["statuses"]]
+        return [
+            (s["lease_id"], s["status"], s.get("expires_at"), s.get("fence")) for s in d["statuses"]
+        ]
 
     def cancel_wait(self, session: int, ticket: int, now: int) -> None:
         self._request(
-            "DELETE", self._path(session, f"/tickets/{ticket}"), session=session, now=now, mutating=True
+            "DELETE",
+            self._path(session, f"/tickets/{ticket}"),
+            session=session,
+            now=now,
+            mutating=True,
         )
         with self._state_lock:
             self._tickets.pop(ticket, None)
@@ -586,7 +640,8 @@ class RemoteKernel:
         if self.manual:
             for namespace, cursor in list(self._cursor.items()):
                 d = self._request(
-                    "GET", f"/v1/ns/{quote(namespace, safe='')}/watch",
+                    "GET",
+                    f"/v1/ns/{quote(namespace, safe='')}/watch",
                     params={"after": cursor, "wait_ms": 0},
                 )
                 self._take(namespace, d)
@@ -616,7 +671,9 @@ class RemoteKernel:
                 sent = self._tickets.pop(event.ticket, None)
                 if kind == "GRANTED" and sent is not None and not self.manual:
                     for lease in event.leases or []:
-                        self._local[lease.lease_id] = _Local(sent[0] + lease.ttl_ms, lease.ttl_ms, event.session, True)
+                        self._local[lease.lease_id] = _Local(
+                            sent[0] + lease.ttl_ms, lease.ttl_ms, event.session, True
+                        )
             elif kind == "WOUNDED":
                 for ticket in event.lost_tickets or []:
                     self._tickets.pop(ticket, None)
@@ -631,7 +688,10 @@ class RemoteKernel:
     def _start_reader(self, namespace: str) -> None:
         client = httpx.Client(base_url=self.url, headers=self._headers, timeout=self._timeout)
         thread = threading.Thread(
-            target=self._read, args=(namespace, client), name=f"klock-events-{namespace}", daemon=True
+            target=self._read,
+            args=(namespace, client),
+            name=f"klock-events-{namespace}",
+            daemon=True,
         )
         self._readers[namespace] = (thread, client)
         thread.start()
@@ -648,7 +708,9 @@ class RemoteKernel:
         while not self._closed:
             try:
                 response = client.get(
-                    path, params={"after": self._cursor[namespace], "wait_ms": _WATCH_WAIT_MS}, timeout=wait
+                    path,
+                    params={"after": self._cursor[namespace], "wait_ms": _WATCH_WAIT_MS},
+                    timeout=wait,
                 )
                 d = self._answer(response)
             except (httpx.TransportError, KlockError) as e:
@@ -697,7 +759,9 @@ class RemoteKernel:
                 continue
             try:
                 d = self._request(
-                    "GET", self._path(session, f"/tickets/{ticket}"), session=session,
+                    "GET",
+                    self._path(session, f"/tickets/{ticket}"),
+                    session=session,
                     params={"wait_ms": 0},
                 )
             except KlockError:
@@ -711,8 +775,10 @@ class RemoteKernel:
 
     def resource_state(self, resource: str, namespace: str, now: int) -> dict[str, Any]:
         return self._request(  # type: ignore[no-any-return]
-            "GET", f"/v1/ns/{quote(namespace, safe='')}/resources/state",
-            params={"resource": resource}, now=now,
+            "GET",
+            f"/v1/ns/{quote(namespace, safe='')}/resources/state",
+            params={"resource": resource},
+            now=now,
         )
 
     def stats(self, namespace: str = "default") -> dict[str, Any]:
@@ -777,4 +843,3 @@ def _check_name(what: str, value: object) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"{what} is not valid Unicode (a lone surrogate): {value!r}") from None
-

@@ -104,7 +104,9 @@ class _Servers:
     def get(self, config: dict[str, Any]) -> Any:
         from server import Server
 
-        key = tuple(sorted((name, str(value)) for name, value in config.items() if value is not None))
+        key = tuple(
+            sorted((name, str(value)) for name, value in config.items() if value is not None)
+        )
         if key not in self._servers:
             flags = [arg for name, value in key for arg in ("--config", f"{name}={value}")]
             self._servers[key] = Server("--memory", *flags)

@@ -18,12 +18,17 @@ _bin: str | None = None
 def klock_bin() -> str:
     global _bin
     if _bin is None:
-        _bin = os.environ.get("KLOCK_BIN") or subprocess.run(
-            ["bash", str(REPO / "scripts" / "klock-bin.sh")],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip().splitlines()[-1]
+        _bin = (
+            os.environ.get("KLOCK_BIN")
+            or subprocess.run(
+                ["bash", str(REPO / "scripts" / "klock-bin.sh")],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
     return _bin
 
 

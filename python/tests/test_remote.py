@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 import pytest
-from server import Server
 
 import klock
+from server import Server
 
 
 def test_an_unreachable_url_is_a_clear_error_within_the_budget() -> None:
@@ -42,14 +42,18 @@ def test_a_wrong_or_missing_bearer_token_is_refused_naming_the_url(tmp_path: pat
     tokens = tmp_path / "tokens.json"
     digest = hashlib.sha256(b"right-secret").hexdigest()
     tokens.write_text(
-        json.dumps({"tokens": [{"name": "t", "sha256": digest, "role": "agent", "namespaces": ["ci"]}]})
+        json.dumps(
+            {"tokens": [{"name": "t", "sha256": digest, "role": "agent", "namespaces": ["ci"]}]}
+        )
     )
     server = Server("--memory", "--tokens", str(tokens))
     try:
         with pytest.raises(klock.Unauthorized) as info:
             klock.connect(server.url, token="wrong-secret", namespace="ci")
         assert info.value.name == "UNAUTHORIZED"
-        assert f"klock serve at {server.url}: the bearer token was refused (401" in info.value.message
+        assert (
+            f"klock serve at {server.url}: the bearer token was refused (401" in info.value.message
+        )
         with pytest.raises(klock.Unauthorized, match="no bearer token was given"):
             klock.connect(server.url, namespace="ci")
         with klock.connect(server.url, token="right-secret", namespace="ci") as k:

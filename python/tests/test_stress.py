@@ -30,6 +30,8 @@ REMOTE_CYCLES = 40
 
 def is_remote(k: Klock) -> bool:
     return isinstance(k.kernel, klock.remote.RemoteKernel)
+
+
 RESOURCES = 50
 
 
