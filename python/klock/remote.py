@@ -300,8 +300,6 @@ class RemoteKernel:
         now: int | None = None,
         mutating: bool = False,
         give_up_at: int | None = None,
-        client: httpx.Client | None = None,
-        timeout: httpx.Timeout | None = None,
     ) -> Any:
         """One logical request, retried on connection failures within the reconnect budget
         (or until the Klock's clock reaches ``give_up_at``: then ``None`` is returned)."""
@@ -329,10 +327,15 @@ class RemoteKernel:
                 base_url=self.url, headers=self._headers, timeout=self._timeout
             ) as once:
                 return self._answer(once.request(method, path, params=params, headers=headers))
-        http = client or self._http
+        http = self._http
         started = time.monotonic()
         pause = _BACKOFF_FIRST_S
         while True:
+            limit = self._timeout
+            if give_up_at is not None:
+                # No attempt outlives the deadline it is racing (a frozen server answers nothing).
+                left_s = max(0.05, (give_up_at - self._now()) / 1000)
+                limit = httpx.Timeout(min(left_s, self._timeout.read or left_s))
             try:
                 response = http.request(
                     method,
@@ -340,7 +343,7 @@ class RemoteKernel:
                     content=content,
                     params=params,
                     headers=headers,
-                    timeout=timeout or self._timeout,
+                    timeout=limit,
                 )
                 if response.status_code != 503:
                     self._down = False
