@@ -8,6 +8,10 @@
 // fence)`. A Died or a lost lease rolls the unit back and redoes it; an edit id is appended
 // only once, so a redo after a write that did land changes nothing.
 //
+// SIGUSR2 asks a `--mode klock` agent to be frozen (see agent.py): in its next edit, right
+// after reading, it says {"frozen": path} and the orchestrator stops it (SIGSTOP) past the
+// lease's TTL; when it wakes up, `fencedWrite` refuses its now stale fence.
+//
 // Output on stdout, one JSON object per line: {"progress": [ids]} after each unit (the ids of its edits, now written), then
 // {"done": {...counts...}}. Exit status 0, or 1 with {"error": "..."} on the last line.
 
@@ -75,6 +79,7 @@ async function main() {
       mode: { type: 'string' },
       server: { type: 'string' },
       namespace: { type: 'string', default: 'fleet' },
+      'ttl-ms': { type: 'string', default: '2000' },
     },
     strict: true,
   });
@@ -108,10 +113,21 @@ async function main() {
   const client = await connect(args.server, { namespace: args.namespace });
   const session = await client.session(args.name);
 
+  let freezeAsked = false;
+  process.on('SIGUSR2', () => {
+    freezeAsked = true;
+  });
+
   /** One fenced read-modify-write; false if the file refused the fence. */
   async function edit(i, serial, k, fence) {
     const data = read(path(i));
-    await think();
+    if (freezeAsked) {
+      freezeAsked = false;
+      emit({ frozen: path(i) });
+      await sleep(500); // stopped in here by the orchestrator, past the lease's TTL
+    } else {
+      await think();
+    }
     try {
       await fencedWrite(path(i), add(data, `${args.name}-${serial}.${k}`), fence);
       return true;
@@ -122,7 +138,7 @@ async function main() {
     }
   }
 
-  const lease = { timeoutMs: 120_000 };
+  const lease = { ttlMs: Number(args['ttl-ms']), timeoutMs: 120_000 };
   for (const [serial, unit] of units.entries()) {
     for (let done = false; !done;) {
       try {

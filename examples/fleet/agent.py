@@ -12,6 +12,12 @@ newer holder's work. A Died (Wait-Die: a younger agent asked for what an older o
 a lost lease rolls the unit back and redoes it; an edit id is appended only once, so a redo
 after a write that did land changes nothing.
 
+SIGUSR2 asks a `--mode klock` agent to be frozen: in its next edit, right after reading, it
+says `{"frozen": path}` and the orchestrator stops the process (SIGSTOP) for longer than the
+lease's TTL, as a long GC pause or a suspended laptop would. Its lease expires meanwhile,
+another agent takes the file and writes, and when the agent wakes up its write carries a
+fence older than the file's: `fenced_write` refuses it (counted as `fences_refused`).
+
 Its twin in Node is agent.mjs: same arguments, same kind of plan, same output.
 Output on stdout, one JSON object per line: `{"progress": [ids]}` after each unit (the ids of its edits, now written), then
 `{"done": {...counts...}}`. Exit status 0, or 1 with `{"error": "..."}` on the last line.
@@ -23,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
 import time
 from typing import Any
@@ -83,6 +90,7 @@ def main() -> int:
     p.add_argument("--mode", choices=["plain", "klock"], required=True)
     p.add_argument("--server", help="klock serve URL (--mode klock)")
     p.add_argument("--namespace", default="fleet")
+    p.add_argument("--ttl-ms", type=int, default=2000, help="lease TTL (--mode klock)")
     args = p.parse_args()
     if args.mode == "klock" and not args.server:
         p.error("--mode klock needs --server URL")
@@ -93,6 +101,9 @@ def main() -> int:
 
     def path(i: int) -> str:
         return os.path.join(args.root, f"file{i}.json")
+
+    def intent(i: int) -> str:
+        return f"MUTATES FILE:/file{i}.json"
 
     counts = {"edits": 0, "fences_refused": 0, "rollbacks": 0}
     units = plan(args.seed, args.edits, args.files)
@@ -109,11 +120,18 @@ def main() -> int:
 
     client = klock.connect(args.server, namespace=args.namespace)
     session = client.session(args.name)
+    freeze = {"asked": False}
+    signal.signal(signal.SIGUSR2, lambda *_: freeze.update(asked=True))
 
     def edit(i: int, serial: int, k: int, fence: int) -> bool:
         """One fenced read-modify-write; False if the file refused the fence."""
         data = read(path(i))
-        think()
+        if freeze["asked"]:
+            freeze["asked"] = False
+            emit({"frozen": path(i)})
+            time.sleep(0.5)  # stopped in here by the orchestrator, past the lease's TTL
+        else:
+            think()
         try:
             klock.fenced_write(path(i), add(data, f"{args.name}-{serial}.{k}"), fence)
         except klock.StaleFence:
@@ -125,11 +143,11 @@ def main() -> int:
         done = False
         while not done:
             try:
-                with session.lease(f"MUTATES FILE:/file{unit[0]}.json", timeout=120) as outer:
+                with session.lease(intent(unit[0]), ttl_ms=args.ttl_ms, timeout=120) as outer:
                     ok = edit(unit[0], serial, 0, outer.fence)
                     if len(unit) == 2:
                         with session.lease(
-                            f"MUTATES FILE:/file{unit[1]}.json", timeout=120
+                            intent(unit[1]), ttl_ms=args.ttl_ms, timeout=120
                         ) as inner:
                             ok = edit(unit[1], serial, 1, inner.fence) and ok
                     done = ok

@@ -8,7 +8,9 @@ cannot deadlock (Wait-Die: an older agent waits, a younger one dies, backs off a
 every write carries the lease's fence (a holder whose lease ended is refused), and the agents
 ride out a crash of the control plane: the server comes back from its file with every lease
 and session it had answered, in a suspension grace, and the clients reconnect, reconcile and
-heartbeat. Nothing is lost.
+heartbeat. Nothing is lost. One Python and one Node agent are also frozen (SIGSTOP) while
+they hold a lease, for longer than its TTL, as a long GC pause would: their leases expire,
+others take the files, and the frozen agents' late writes are refused by the fence.
 
 Progress is a bar on a terminal and plain lines otherwise; the final table has a column per
 language and phase. Exit status: 0 when the Klock run lost nothing, every agent finished and
@@ -42,6 +44,15 @@ LISTENING = re.compile(r"listening on (http://\S+)")
 
 class Failed(Exception):
     """The demo could not run (a program missing, the server not starting): says why."""
+
+
+def _signal(proc: subprocess.Popen[Any], sig: int) -> None:
+    """Signals the process itself (not its group), if it is still there."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _kill_group(proc: subprocess.Popen[Any], sig: int) -> None:
@@ -121,6 +132,8 @@ class Agent:
     error: str | None = None
     #: server restarts that happened while this agent was running
     restarts_seen: int = 0
+    #: times it was stopped (SIGSTOP) past its lease's TTL
+    frozen: int = 0
 
 
 @dataclass
@@ -145,12 +158,11 @@ class Column:
                 present.update(json.load(f)["edits"])
         return sum(1 for a in self.agents for edit in a.written if edit not in present)
 
-    def survived(self, restarts: int) -> str:
-        ok = [a.restarts_seen for a in self.agents if a.done is not None and a.error is None]
-        if not restarts:
-            return "-"
-        fully = sum(1 for n in ok if n == restarts)
-        return f"{fully}/{len(self.agents)} agents, {restarts} each"
+    def survived(self) -> str:
+        """Of the agents running when the server was killed, how many finished cleanly."""
+        exposed = [a for a in self.agents if a.restarts_seen]
+        ok = [a for a in exposed if a.done is not None and a.error is None]
+        return f"{len(ok)} of {len(exposed)} agents"
 
 
 class Progress:
@@ -246,7 +258,7 @@ def run_phase(
                 mode,
             ]
             if server is not None:
-                command += ["--server", server.url]
+                command += ["--server", server.url, "--ttl-ms", str(args.ttl_ms)]
             proc = subprocess.Popen(
                 command,
                 stdout=subprocess.PIPE,
@@ -264,6 +276,16 @@ def run_phase(
     crash_at = (
         [total * (k + 1) // (args.restarts + 1) for k in range(args.restarts)] if server else []
     )
+    # The freezes: one agent per language, at a tenth and at three tenths of the run (apart,
+    # so that one frozen agent does not keep the other's file from being taken), each of an
+    # agent under way (it has made an edit, so it listens for SIGUSR2).
+    freeze_at = (
+        {language: total * (1 + 2 * k) // 10 for k, language in enumerate(counts)}
+        if server is not None and args.freeze
+        else {}
+    )
+    freeze_s = args.ttl_ms * 1.5 / 1000 + 1
+    thaws: list[threading.Timer] = []
     start = time.monotonic()
     deadline = start + args.deadline_s
     open_outputs = len(agents)
@@ -283,6 +305,23 @@ def run_phase(
             agent.done = event["done"]
         elif "error" in event:
             agent.error = event["error"]
+        elif "frozen" in event:
+            os.kill(agent.proc.pid, signal.SIGSTOP)
+            agent.frozen += 1
+            progress.say(
+                f"SIGSTOP to {agent.name} for {freeze_s:.1f} s while it holds a lease on "
+                f"{os.path.basename(event['frozen'])} (TTL {args.ttl_ms} ms)"
+            )
+            thaw = threading.Timer(freeze_s, _signal, (agent.proc, signal.SIGCONT))
+            thaw.start()
+            thaws.append(thaw)
+        for language, at in list(freeze_at.items()):
+            under_way = [
+                a for a in agents if a.language == language and a.written and a.done is None
+            ]
+            if progress.done >= at and under_way:
+                del freeze_at[language]
+                _signal(under_way[0].proc, signal.SIGUSR2)
         if server is not None and crash_at and progress.done >= crash_at[0]:
             crash_at.pop(0)
             progress.say("SIGKILL to klock serve; restarting it from its data file")
@@ -293,6 +332,8 @@ def run_phase(
             progress.status = f"· server restarts {server.restarts}"
     progress.end()
     elapsed = time.monotonic() - start
+    for thaw in thaws:
+        thaw.cancel()
     for agent in agents:
         if agent.proc.poll() is None:
             _kill_group(agent.proc, signal.SIGKILL)
@@ -314,7 +355,7 @@ def run_phase(
     return columns[0], columns[1]
 
 
-def table(columns: list[Column], restarts: int) -> str:
+def table(columns: list[Column]) -> str:
     rows: list[tuple[str, Any]] = [
         ("agent processes", lambda c: str(len(c.agents))),
         ("edits made", lambda c: str(sum(len(a.written) for a in c.agents))),
@@ -322,8 +363,15 @@ def table(columns: list[Column], restarts: int) -> str:
         ("waits", lambda c: str(c.total("waits")) if c.guarded else "-"),
         ("deaths (DIE)", lambda c: str(c.total("deaths")) if c.guarded else "-"),
         ("retries (incl. rollbacks)", lambda c: str(c.total("retries")) if c.guarded else "-"),
-        ("fences refused", lambda c: str(c.total("fences_refused")) if c.guarded else "-"),
-        ("server restarts survived", lambda c: c.survived(restarts) if c.guarded else "-"),
+        (
+            "frozen past the TTL",
+            lambda c: str(sum(a.frozen for a in c.agents)) if c.guarded else "-",
+        ),
+        (
+            "late writes refused by the fence",
+            lambda c: str(c.total("fences_refused")) if c.guarded else "-",
+        ),
+        ("server restarts survived", lambda c: c.survived() if c.guarded else "-"),
         ("finished (no deadlock)", lambda c: "yes" if c.finished else "NO"),
         ("elapsed", lambda c: f"{c.elapsed_s:.1f} s"),
     ]
@@ -347,6 +395,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--think-ms", type=float, default=5.0, help="between read and write")
     p.add_argument("--restarts", type=int, default=1, help="server SIGKILLs in the Klock run")
     p.add_argument("--downtime-s", type=float, default=0.5, help="between a kill and the restart")
+    p.add_argument("--ttl-ms", type=int, default=2000, help="the agents' lease TTL")
+    p.add_argument(
+        "--no-freeze",
+        dest="freeze",
+        action="store_false",
+        help="do not stop an agent of each language past its lease's TTL",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--deadline-s", type=float, default=240.0, help="per phase")
     args = p.parse_args(argv)
@@ -354,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("need --python-agents >= 1, --node-agents >= 1, --edits >= 1, --files >= 2")
     if args.restarts < 0 or args.downtime_s < 0 or args.think_ms < 0:
         p.error("--restarts, --downtime-s and --think-ms cannot be negative")
+    if args.ttl_ms < 300:
+        p.error("--ttl-ms must be at least 300 (heartbeats go every third of it)")
     if not os.access(args.klock, os.X_OK):
         p.error(f"--klock {args.klock} is not an executable file")
 
@@ -377,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         guarded = run_phase("with Klock", "klock", args, root, server, stream, running)
         columns = [*plain, *guarded]
         print()
-        print(table(columns, server.restarts))
+        print(table(columns))
         print()
         for c in columns:
             for a in c.agents:
@@ -394,10 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         if ok:
             made = sum(len(a.written) for c in guarded for a in c.agents)
             without = sum(c.lost() for c in plain)
+            refused = sum(c.total("fences_refused") for c in guarded)
             print(
                 f"With Klock: {made} edits by separate Python and Node processes, none lost, no "
-                f"deadlock, through {server.restarts} server crash(es). Without it, {without} "
-                f"edits were lost."
+                f"deadlock, through {server.restarts} server crash(es); {refused} late write(s) "
+                f"of frozen agents refused by the fence. Without it, {without} edits were lost."
             )
         else:
             print(f"FAILED: the Klock run lost {lost} edits, failed or did not finish")

@@ -47,8 +47,10 @@ def test_nothing_is_lost_through_a_server_crash() -> None:
     # Without Klock, losses are likely but not certain; with it, there are none.
     assert row(done.stdout, "edits lost")[2:] == ["0", "0"]
     assert row(done.stdout, "finished (no deadlock)") == ["yes"] * 4
-    survived = row(done.stdout, "server restarts survived")[2:]
-    assert all(cell.endswith("1 each") for cell in survived), survived
+    for cell in row(done.stdout, "server restarts survived")[2:]:
+        ok, exposed = re.fullmatch(r"(\d+) of (\d+) agents", cell).groups()  # type: ignore[union-attr]
+        assert ok == exposed, cell
+    assert row(done.stdout, "frozen past the TTL")[2:] == ["1", "1"]
     assert "none lost" in done.stdout
 
 
