@@ -21,7 +21,7 @@
 // 'ERR_INVALID_ARG_VALUE') or `RangeError` (`code` 'ERR_OUT_OF_RANGE'); an aborted
 // `lease()` rejects with `signal.reason`.
 
-import type { Config, Lease as LeaseInfo, ResourceState, Snapshot, Stats } from './index'
+import type { Config, Lease as LeaseInfo, ReconcileResult, ResourceState, Snapshot, StateDigest, Stats } from './index'
 import { Kernel, KlockError } from './index'
 
 export {
@@ -148,10 +148,13 @@ export declare function connect(url: string, options?: ConnectOptions): RemoteKl
  * call is synchronous (`close`, `resourceState`, `stats`; a session's `close`; a lease's
  * `release` and `heartbeat`). `snapshot()` is in process only.
  */
-export interface RemoteKlock extends Omit<Klock, 'session' | 'resourceState' | 'stats' | 'snapshot' | 'close' | 'kernel'> {
+export interface RemoteKlock
+  extends Omit<Klock, 'session' | 'resume' | 'resourceState' | 'stats' | 'snapshot' | 'close' | 'kernel'> {
   /** The remote backend (internal). */
   readonly kernel: { readonly remote: true; readonly url: string }
   session(agentId: string, options?: { namespace?: string }): Promise<RemoteSession>
+  /** As `Klock.resume`, from the server's StateDigest JSON (`RemoteSession.digest()`). */
+  resume(digest: RemoteDigest): Promise<RemoteSession>
   resourceState(resource: string, namespace?: string): Promise<ResourceState>
   /** The server's counters for this Klock's namespace. */
   stats(): Promise<Stats>
@@ -160,8 +163,16 @@ export interface RemoteKlock extends Omit<Klock, 'session' | 'resourceState' | '
 }
 
 /** A session of a `RemoteKlock`. */
-export interface RemoteSession extends Omit<Session, 'klock' | 'lease' | 'withLease' | 'close'> {
+export interface RemoteSession
+  extends Omit<Session, 'klock' | 'lease' | 'withLease' | 'digest' | 'suspend' | 'reconcile' | 'close'> {
   readonly klock: RemoteKlock
+  /**
+   * The server's StateDigest JSON (snake_case): what the Python client and `klock exec
+   * --digest` save too, so any of them can resume it.
+   */
+  digest(): Promise<RemoteDigest>
+  suspend(): Promise<void>
+  reconcile(leaseIds: Iterable<number>): Promise<ReconcileResult[]>
   lease(intents: string | readonly string[], options?: LeaseOptions): Promise<RemoteLease>
   withLease<T>(
     intents: string | readonly string[],
@@ -169,6 +180,13 @@ export interface RemoteSession extends Omit<Session, 'klock' | 'lease' | 'withLe
     options?: LeaseOptions,
   ): Promise<T>
   close(): Promise<void>
+}
+
+/** A StateDigest as `klock serve` answers it (GET .../digest). */
+export interface RemoteDigest {
+  version: number
+  identity: { namespace: string; session_id: number; agent_id: string; [key: string]: unknown }
+  recovery: Record<string, unknown>
 }
 
 /** A lease of a `RemoteSession`. */
@@ -286,6 +304,11 @@ export declare class Klock {
   now(): number
   /** Opens a session; the kernel assigns its priority (older = higher). */
   session(agentId: string, options?: { namespace?: string }): Promise<Session>
+  /**
+   * Re-attaches a restarted agent to its session from `session.digest()`: the same priority,
+   * epoch + 1, every lease renewed (SPEC.md §5).
+   */
+  resume(digest: StateDigest): Promise<Session>
   resourceState(resource: string, namespace?: string): ResourceState
   stats(): Stats
   snapshot(): Snapshot
@@ -338,6 +361,12 @@ export declare class Session {
    * `LeaseLost` if a lease ended while `fn` ran (also when the release finds it expired).
    */
   withLease<T>(intents: string | readonly string[], fn: (lease: Lease) => T | Promise<T>, options?: LeaseOptions): Promise<T>
+  /** The recovery digest to save for `klock.resume(digest)`. */
+  digest(): StateDigest
+  /** Marks the session as restarting: its leases survive missed heartbeats for the grace. */
+  suspend(): void
+  /** The kernel's truth for each lease id. */
+  reconcile(leaseIds: Iterable<number>): ReconcileResult[]
   /**
    * Ends the session's acquisitions in progress with `Closed`, closes it in the kernel
    * (releasing everything it holds: its Leases are lost, 'LEASE_RELEASED') and withdraws its

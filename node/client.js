@@ -453,6 +453,24 @@ class Klock {
     return session;
   }
 
+  /**
+   * Re-attaches a restarted agent to its session from `session.digest()` (SPEC.md §5): the
+   * same priority, epoch + 1, every lease renewed; the Session (a new object after a restart)
+   * is open again. Remote: the digest is the server's StateDigest JSON, the one the Python
+   * client and `klock exec --digest` save, so any of them can resume it.
+   */
+  async resume(digest) {
+    this._checkOpen();
+    let info = this._call((now) => this.kernel.resumeSession(digest, now));
+    if (info instanceof Promise) info = await this._settledAfter(info);
+    let session = this._sessions.get(info.sessionId);
+    if (session === undefined) {
+      session = new Session(this, info);
+      this._sessions.set(info.sessionId, session);
+    }
+    return session;
+  }
+
   /** Holders, queue and covering holders of one resource node (a Promise when remote). */
   resourceState(resource, namespace = this._namespace) {
     return this._call((now) => this.kernel.resourceState(resource, namespace, now));
@@ -849,6 +867,39 @@ class Session {
     if (released !== undefined) await released;
     lease.check();
     return result;
+  }
+
+  /**
+   * The recovery digest to save for `klock.resume(digest)` (a Promise when remote: the
+   * server's StateDigest JSON).
+   */
+  digest() {
+    this._checkOpen();
+    const k = this.klock;
+    const answer = k._call((now) => k.kernel.digest(this.sessionId, now));
+    return answer instanceof Promise ? k._settledAfter(answer) : answer;
+  }
+
+  /**
+   * Marks the session as restarting: its leases survive missed heartbeats for the kernel's
+   * grace (SPEC.md §5) until `klock.resume(digest)`. A Promise when remote.
+   */
+  suspend() {
+    this._checkOpen();
+    const k = this.klock;
+    const answer = k._call((now) => k.kernel.suspendSession(this.sessionId, now));
+    return answer instanceof Promise ? k._settledAfter(answer).then(() => undefined) : undefined;
+  }
+
+  /**
+   * The kernel's truth for each lease id: `{ leaseId, status, expiresAt?, fence? }` (status
+   * `ACTIVE`, `EXPIRED`, `RELEASED`, `NOT_OWNER` or `UNKNOWN`). A Promise when remote.
+   */
+  reconcile(leaseIds) {
+    this._checkOpen();
+    const k = this.klock;
+    const answer = k._call((now) => k.kernel.reconcile(this.sessionId, [...leaseIds], now));
+    return answer instanceof Promise ? k._settledAfter(answer) : answer;
   }
 
   /**

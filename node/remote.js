@@ -152,9 +152,53 @@ class RemoteKernel {
 
   async openSession(agentId, namespace) {
     const body = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions`, { body: { agent_id: agentId } });
+    return this._opened(body);
+  }
+
+  /** Resumes the session of a StateDigest (the server's JSON, as `digest()` answers it). */
+  async resumeSession(digest) {
+    const namespace = digest?.identity?.namespace;
+    if (typeof namespace !== 'string') {
+      throw new KlockError(
+        'a digest is the object session.digest() answered ({version, identity: {..., namespace, ...}, recovery})',
+        ERROR_CODES.INVALID_DIGEST,
+        'INVALID_DIGEST',
+      );
+    }
+    const body = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions/resume`, { body: { digest } });
+    const previous = this._sessions.get(body.session_id);
+    if (previous !== undefined) {
+      // Same client: the new token, the same event position; every lease was renewed.
+      previous.token = body.session_token;
+      const now = this._clock.now();
+      for (const held of this._leases.values()) {
+        if (held.sessionId === previous.id) held.deadline = Math.max(held.deadline, now + held.ttlMs);
+      }
+      return this._info(body);
+    }
+    return this._opened(body);
+  }
+
+  async suspendSession(sessionId) {
+    const s = this._session(sessionId);
+    await this._request('POST', `${s.path}/suspend`, { body: {}, session: s });
+  }
+
+  /** The session's StateDigest, as the server's JSON (what `resumeSession` takes back). */
+  async digest(sessionId) {
+    const s = this._session(sessionId);
+    return this._request('GET', `${s.path}/digest`, { session: s });
+  }
+
+  /** A session the server opened or resumed: its token kept, its event reader started. */
+  _opened(body) {
     const session = new RemoteSession(this, body);
     this._sessions.set(session.id, session);
     session.startReader();
+    return this._info(body);
+  }
+
+  _info(body) {
     return {
       sessionId: body.session_id,
       agentId: body.agent_id,

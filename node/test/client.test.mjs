@@ -397,6 +397,41 @@ for (const backend of BACKENDS) {
   });
 }
 
+for (const backend of BACKENDS) {
+  test(`${backend}: digest, suspend, resume (a restarted agent keeps its priority and leases), reconcile`, async () => {
+    const klock = await makeKlock(backend, {}, { fake: true });
+    const s = await klock.session('agent');
+    const lease = await s.lease('MUTATES FILE:/x', { ttlMs: 5000 });
+    const [status] = await s.reconcile(lease.leaseIds);
+    assert.equal(status.leaseId, lease.leaseIds[0]);
+    assert.equal(status.status, 'ACTIVE');
+    assert.equal((await s.reconcile([9999]))[0].status, 'UNKNOWN');
+    const digest = await s.digest();
+    assert.equal(digest.identity.namespace, 'default');
+    await s.suspend();
+    // Resumed by this Klock: the same Session; by another client (a restarted agent): a new one.
+    const again = await klock.resume(digest);
+    assert.equal(again, s);
+    const other = backend === 'remote' ? connect(klock.kernel.url, { clock: klock.clock }) : klock;
+    const resumed = await other.resume(await s.digest());
+    assert.equal(resumed.sessionId, s.sessionId);
+    assert.equal(resumed.priority, s.priority);
+    assert.equal((await resumed.reconcile(lease.leaseIds))[0].status, 'ACTIVE');
+    // Not a digest: the addon's argument check in process, the server's INVALID_DIGEST remotely.
+    await assert.rejects(
+      other.resume({ nonsense: true }),
+      (e) => e instanceof TypeError || e.name === 'INVALID_DIGEST',
+    );
+    if (other === klock) await lease.release();
+    else {
+      // The resumed session is the new client's now (a new session token): it lets go.
+      await resumed.close();
+      await other.close();
+    }
+    await klock.close();
+  });
+}
+
 /** The tests below run in process only; each reason says why a remote run cannot do it. */
 const INPROCESS_ONLY = {
   'LeaseLost when a lease expires (settled by any call; signal aborted; withLease rejects)':

@@ -141,6 +141,11 @@ async function remote(): Promise<void> {
   await lease.heartbeat()
   await lease.release()
   const holders: number = (await klock.resourceState('FILE:/x')).holders.length
+  const digest = await session.digest()
+  await session.suspend()
+  const back = await klock.resume(digest)
+  const statuses = await back.reconcile([1, 2])
+  void statuses[0]?.status
   void fence
   void holders
   // @ts-expect-error snapshot() is in process only
