@@ -399,6 +399,8 @@ class Klock {
     this._namespace = this._remote?.namespace ?? 'default';
     /** Remote only: ticket events that came before the acquire's answer registered a waiter. */
     this._orphans = new Map();
+    /** Remote only: tickets withdrawn whose outcome may still come (a grant raced the cancel). */
+    this._withdrawn = new Set();
     this._lastNow = 0;
     /** @type {Map<number, Waiter>} ticket -> the acquisition waiting for it */
     this._waiters = new Map();
@@ -564,8 +566,13 @@ class Klock {
         const waiter = this._waiters.get(event.ticket);
         if (waiter === undefined) {
           // In process: a ticket made directly on .kernel. Remote: the event came before the
-          // acquire's answer; the waiter takes it when it registers (`_adopt`).
-          if (this._remote !== null) this._orphans.set(event.ticket, event);
+          // acquire's answer (the waiter takes it when it registers, `_adopt`), or after the
+          // ticket was withdrawn: a grant that raced the cancel is released at once.
+          if (this._remote === null) return;
+          if (!this._withdrawn.delete(event.ticket)) bounded(this._orphans.set(event.ticket, event));
+          else if (event.event === 'GRANTED') {
+            for (const l of event.leases) this.kernel.release(event.session, l.leaseId, this.now()).catch(() => {});
+          }
           return;
         }
         this._waiters.delete(event.ticket);
@@ -750,6 +757,14 @@ class Klock {
     }
     this._keepAlive();
   }
+}
+
+/** Most entries a remote bookkeeping set or map keeps (the oldest go first). */
+const BOUND = 1024;
+
+/** Drops the oldest entries of `collection` (a Set or a Map) beyond BOUND. */
+function bounded(collection) {
+  while (collection.size > BOUND) collection.delete(collection.keys().next().value);
 }
 
 /** A heartbeat entry whose Lease is still reachable and still wants that beat. */
@@ -1395,7 +1410,10 @@ class Lease {
         cleanup();
         try {
           const done = k._call((now) => k.kernel.cancelWait(this.session.sessionId, ticket, now));
-          if (done instanceof Promise) done.catch(() => {}); // remote: gone already, or unreachable
+          if (done instanceof Promise) {
+            bounded(k._withdrawn.add(ticket));
+            done.catch(() => {}); // remote: resolved already (see `_dispatch`), or unreachable
+          }
         } catch (e) {
           // UNKNOWN_TICKET / UNKNOWN_SESSION: the ticket is gone already.
           if (!(e instanceof KlockError)) {
