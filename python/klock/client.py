@@ -840,18 +840,28 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         try:
-            tokens = _restore.get()
-            if tokens:
-                _restore.set(tokens[:-1])
-                _current.reset(tokens[-1])
+            self._pop_current()
         finally:
             self.close()
+
+    def _pop_current(self) -> None:
+        tokens = _restore.get()
+        if tokens:
+            _restore.set(tokens[:-1])
+            _current.reset(tokens[-1])
 
     async def __aenter__(self) -> Session:
         return self.__enter__()
 
     async def __aexit__(self, *exc: object) -> None:
-        self.__exit__(*exc)
+        if not self.klock._offload_async:
+            self.__exit__(*exc)
+            return
+        try:
+            self._pop_current()  # in the task's own context
+        finally:
+            # A backend whose calls may block (klock.backend): the close leaves the loop.
+            await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._refs)} leases"
