@@ -170,7 +170,8 @@ async function serve() {
 async function inProcessVsRemote() {
   const out = [
     '',
-    `Friendly lease blocks/s (\`withLease\`: acquire + release), ${BLOCKS_MS / 1000} s each:`,
+    `Friendly lease blocks/s (\`withLease\`: acquire + release), ${BLOCKS_MS / 1000} s each; 16 concurrent clients ` +
+      'are 16 sessions of one Klock in process, 16 `connect()` clients (one session each) remotely:',
     '',
     '| backend | 1 client | 16 concurrent clients |',
     '|---|---:|---:|',

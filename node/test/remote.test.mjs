@@ -3,7 +3,8 @@
 // port: the lease survives through the suspension grace, reconcile and a renewal), a server
 // killed while a block waits (a clear Unreachable within the reconnect budget, never a hang),
 // a lost lease when the server goes silent (its local deadline), a wrong bearer token, an
-// unreachable URL, two clients of one server, and the fence helper with leases from it.
+// unreachable URL, two clients of one server, the fence helper with leases from it, and the
+// Idempotency-Key of a retried request (against a stand-in server that cuts a connection).
 // Every test is bounded (node --test-timeout, and timeouts here).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
 import { startServer, klockBin } from './server.mjs';
 
@@ -263,5 +265,54 @@ test("fencedWrite with leases from the server: the newer holder's fence wins", a
     assert.equal(readFileSync(file, 'utf8'), 'new');
   } finally {
     await k.close();
+  }
+});
+
+test('a mutating request lost on the wire is retried with the same Idempotency-Key', async () => {
+  // A stand-in server: the first acquire's connection is cut before any answer (as a
+  // server killed after committing it would), the retry is answered. Both must carry one key.
+  const keys = [];
+  let acquires = 0;
+  const fake = createHttpServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const json = (status, value) => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(value));
+      };
+      if (req.method === 'POST' && req.url === '/v1/ns/default/sessions') {
+        json(200, { session_id: 1, session_token: 't', agent_id: 'a', namespace: 'default', priority: 1, epoch: 0 });
+      } else if (req.url.endsWith('/acquire')) {
+        keys.push(req.headers['idempotency-key']);
+        if (++acquires === 1) req.socket.destroy();
+        else {
+          const lease = { lease_id: 7, session_id: 1, agent_id: 'a', resource: 'FILE:/x', predicate: 'MUTATES' };
+          json(200, {
+            verdict: 'GRANTED',
+            leases: [{ ...lease, fence: 3, acquired_at: 0, expires_at: 60_000, ttl_ms: 60_000 }],
+          });
+        }
+      } else if (req.url.endsWith('/release')) json(200, { released: 1 });
+      else if (req.url.includes('/events'))
+        res.writeHead(200, { 'content-type': 'text/event-stream' }); // stays open
+      else json(200, { closed: true });
+    });
+  });
+  await new Promise((resolve) => fake.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${fake.address().port}`;
+  const k = connect(url, { reconnectTimeoutMs: 5000 });
+  try {
+    const session = await k.session('a');
+    const lease = await within(5000, session.lease('MUTATES FILE:/x'), 'the acquire');
+    assert.equal(lease.fence, 3);
+    assert.equal(keys.length, 2);
+    assert.match(keys[0], /^[0-9a-f-]{36}$/);
+    assert.equal(keys[0], keys[1], 'the retry reused the key');
+    await lease.release();
+  } finally {
+    await within(5000, k.close(), 'close');
+    fake.closeAllConnections();
+    await new Promise((resolve) => fake.close(resolve));
   }
 });
