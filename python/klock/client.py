@@ -1025,6 +1025,7 @@ class Lease:
         """Releases what this block holds (leases shared with an outer block stay held)."""
         k = self.session.klock
         session = self.session
+        unreachable: Unreachable | None = None
         with k._lock:
             if self._state != "held":
                 return
@@ -1047,6 +1048,10 @@ class Lease:
                         k.kernel.advance(now)
                 except UnknownId:
                     k._session_gone_locked(session)
+                except Unreachable as e:
+                    # A remote backend's server is gone: the block ends here all the same (its
+                    # leases end on the server at their TTL), and its exit says why.
+                    unreachable = e
                 finally:
                     k._settled_locked()
             self._state = "done"
@@ -1065,6 +1070,8 @@ class Lease:
                         refs[lease_id] = count - 1
                     else:
                         del refs[lease_id]
+        if unreachable is not None:
+            raise unreachable
 
     # ---- acquisition ----------------------------------------------------------------------
 
