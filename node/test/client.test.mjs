@@ -11,6 +11,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { startServer } from './server.mjs';
@@ -398,6 +399,108 @@ for (const backend of BACKENDS) {
 }
 
 for (const backend of BACKENDS) {
+  test(
+    `${backend}: nested block with a shorter TTL: the outer lease outlives the inner TTL; nobody else gets in (real clock)`,
+    { timeout: 20_000 },
+    async () => {
+      const klock = await makeKlock(backend, { seed: 3 });
+      const owner = await klock.session('owner');
+      const other = await klock.session('other');
+      let grantedToOther = 0;
+      let tries = 0;
+      await owner.withLease(
+        'MUTATES FILE:/x',
+        async (outer) => {
+          await owner.withLease('MUTATES FILE:/x', async () => {}, { ttlMs: 40 });
+          // The inner block is gone; the outer body runs for many inner TTLs.
+          const until = Date.now() + 300;
+          while (Date.now() < until) {
+            await other.lease('MUTATES FILE:/x', { timeoutMs: 0 }).then(
+              async (l) => {
+                grantedToOther++;
+                await l.release();
+              },
+              (e) => assert.ok(e instanceof Timeout, String(e)),
+            );
+            tries++;
+            await sleep(10);
+          }
+          outer.check();
+          assert.ok(outer.held);
+        },
+        { ttlMs: 5_000 },
+      );
+      assert.ok(tries > 5);
+      assert.equal(grantedToOther, 0, 'another session was granted while the outer block ran');
+      assert.equal(klock.timerError, null);
+      await klock.close();
+    },
+  );
+
+  test(
+    `${backend}: Klock.close(): a pending acquisition says "this Klock is closed", session.close() "this session is closed"`,
+    { timeout: 20_000 },
+    async () => {
+      const { Closed } = require('../client.js');
+      const klock = await makeKlock(backend, {}, { fake: true });
+      const older = await klock.session('older');
+      const younger = await klock.session('younger');
+      await younger.lease('MUTATES FILE:/x');
+      const pending = older.lease('MUTATES FILE:/x');
+      assert.equal(await state(pending, klock), 'pending');
+      const rejected = assert.rejects(
+        pending,
+        (e) => e instanceof Closed && /this Klock is closed/.test(e.message) && !/session/.test(e.message),
+      );
+      await klock.close();
+      await rejected;
+      await assert.rejects(klock.session('late'), (e) => e instanceof Closed && e.message === 'this Klock is closed');
+      await assert.rejects(
+        older.lease('MUTATES FILE:/y'),
+        (e) => e instanceof Closed && /this Klock is closed/.test(e.message),
+      );
+
+      const k2 = await makeKlock(backend, {}, { fake: true });
+      const a = await k2.session('a');
+      const b = await k2.session('b');
+      await b.lease('MUTATES FILE:/x');
+      const waiting = a.lease('MUTATES FILE:/x');
+      await state(waiting, k2);
+      const closed = assert.rejects(waiting, (e) => e instanceof Closed && /this session is closed/.test(e.message));
+      await a.close();
+      await closed;
+      await assert.rejects(
+        a.lease('MUTATES FILE:/y'),
+        (e) => e instanceof Closed && /this session is closed/.test(e.message),
+      );
+      await k2.close();
+    },
+  );
+
+  test(
+    `${backend}: session.close() ends a backing-off acquisition of that session at once with Closed`,
+    { timeout: 20_000 },
+    async () => {
+      const { Closed } = require('../client.js');
+      const klock = await makeKlock(backend, { seed: 1, backoffBaseMs: 10_000, backoffCapMs: 10_000 });
+      const older = await klock.session('older');
+      const younger = await klock.session('younger');
+      const held = await older.lease('MUTATES FILE:/x');
+      const backingOff = younger.lease('MUTATES FILE:/x'); // DIE: sleeps 10 s
+      assert.equal(await state(backingOff, klock), 'pending');
+      const t0 = Date.now();
+      const closed = assert.rejects(
+        backingOff,
+        (e) => e instanceof Closed && e.message.startsWith('this session is closed'),
+      );
+      await younger.close();
+      await closed;
+      assert.ok(Date.now() - t0 < 1000);
+      assert.ok(held.held, 'the other session is untouched');
+      await klock.close();
+    },
+  );
+
   test(`${backend}: digest, suspend, resume (a restarted agent keeps its priority and leases), reconcile`, async () => {
     const klock = await makeKlock(backend, {}, { fake: true });
     const s = await klock.session('agent');
@@ -441,14 +544,57 @@ const INPROCESS_ONLY = {
   'events of tickets made directly on klock.kernel are left to their caller': 'it calls the kernel object directly',
   'bad input to the client: named errors, no state change':
     'it compares clones of the kernel before and after (Kernel.clone), which a server cannot give',
+  "a re-acquire renews the shared lease: every Lease shows the kernel's current expiresAt and ttlMs":
+    'it moves a function clock between calls and checks exact expiries; remotely nested-blocks-share-a-lease and heartbeats-renew-at-a-third check the same on a ManualClock',
+  "heartbeat cadence follows the lease's current TTL, not the one it was granted with":
+    'it counts the kernel calls the client makes (recordEvents wraps the kernel object); remotely heartbeats-renew-at-a-third covers the cadence',
+  "WOUNDED while holding other leases is a DIE: Died carrying the event's retryAfterMs":
+    'it injects events into the kernel object; remotely wounded-while-holding-raises-died covers it',
+  "WOUNDED backoff is the event's retryAfterMs (a retry that would pass timeoutMs is a Timeout naming it)":
+    'it injects events into the kernel object; remotely wound-wait covers the backoff',
+  'the client never sizes a backoff itself (no copy of the formula)': 'it reads client.js source, not a backend',
+  'Lease[Symbol.asyncDispose] and [Symbol.dispose] release it (what `await using` calls)':
+    'the synchronous [Symbol.dispose] cannot wait for a server; it jumps a function clock',
+  'an unreachable Lease is released when collected, and its resource granted to another session (--expose-gc)':
+    'garbage collection in a child process with an in-process kernel',
+  'a collected Lease frees its resource; a reachable one is still heartbeated (--expose-gc)':
+    'garbage collection in a child process with an in-process kernel',
+  "a release that settles the lease's expiry raises LeaseLost (test clock)":
+    'it jumps a function clock with no server call between; remotely expiry-loses-the-block covers it on a ManualClock',
+  'a long synchronous callback blocks the event loop past the TTL: withLease raises LeaseLost (real clock)':
+    'the same rule remotely is "LeaseLost by the timer alone when the event loop stalls" (both backends) and the local-deadline test',
+  'error classes: the same names as the Python client; Closed is exported': 'it constructs error classes, no backend',
+  'Klock.close() ends waiting and backing-off acquisitions promptly, withdraws their tickets, and the process exits':
+    'a child process that must exit with the Klock alive (a remote one keeps its streams until close)',
+  'timeoutMs: Infinity waits with no client-side limit; bad values are RangeErrors naming timeoutMs':
+    'it reads the ticket deadline from klock.snapshot() (in process only); remotely timeouts covers "inf"',
+  'a lease at its lifetime cap: heartbeats stop (no busy loop) and it is lost at the cap (real clock)':
+    'it counts the kernel calls through the kernel object; remotely lifetime-cap covers the rule',
+  'ManualClock runs timers in time order, each at its own time; jump runs none': 'the clock alone, no backend',
+  'a Klock on a ManualClock: backoffs, waits and timeouts end when the test advances the clock, never by real time':
+    'it reads the kernel snapshot between steps; remotely the scenarios run on a ManualClock',
+  'a Klock takes a clock object or a function, and names a bad one': "the Klock constructor's options, no backend",
+  'a failing timer is exposed in timerError and tries again later, not in a busy loop':
+    "it replaces the kernel object's advance() to throw",
 };
 
-test('in-process-only tests are named with a reason', () => {
-  for (const [name, why] of Object.entries(INPROCESS_ONLY)) assert.ok(why.length > 20, name);
-  console.log(
-    `client tests: ${BACKENDS.length} backends for the first part; ${Object.keys(INPROCESS_ONLY).length} named tests ` +
-      'and the rest of this file (the kernel object, GC, clocks, validation of the Klock options) in process only',
+test('in-process-only tests are named with a reason, and every test of this file is either', () => {
+  const source = readFileSync(fileURLToPath(import.meta.url), 'utf8');
+  const single = [...source.matchAll(/^test\(\s*(['"])(.*?)\1,/gms)].map((m) => m[2].replace(/\\'/g, "'"));
+  const listed = Object.keys(INPROCESS_ONLY);
+  for (const name of listed) assert.ok(INPROCESS_ONLY[name].length > 20, name);
+  const own = single.filter((name) => !name.startsWith('in-process-only tests'));
+  assert.deepEqual(
+    own.filter((name) => !listed.includes(name)),
+    [],
+    'in process only, with no reason',
   );
+  assert.deepEqual(
+    listed.filter((name) => !own.includes(name)),
+    [],
+    'listed, but no such test',
+  );
+  console.log(`client tests: ${listed.length} in process only (each with its reason); the others on both backends`);
 });
 
 /** A Klock on a clock that only moves when the test says so. */
@@ -603,44 +749,6 @@ function runChild(script, { args = [], timeout = 20_000 } = {}) {
   const child = spawnSync(process.execPath, [...args, '-e', source], { encoding: 'utf8', timeout });
   return { ...child, ms: Date.now() - t0 };
 }
-
-test(
-  'nested block with a shorter TTL: the outer lease outlives the inner TTL; nobody else gets in (real clock)',
-  { timeout: 20_000 },
-  async () => {
-    const klock = new Klock({ seed: 3 });
-    const owner = await klock.session('owner');
-    const other = await klock.session('other');
-    let grantedToOther = 0;
-    let tries = 0;
-    await owner.withLease(
-      'MUTATES FILE:/x',
-      async (outer) => {
-        await owner.withLease('MUTATES FILE:/x', async () => {}, { ttlMs: 40 });
-        // The inner block is gone; the outer body runs for many inner TTLs.
-        const until = Date.now() + 300;
-        while (Date.now() < until) {
-          await other.lease('MUTATES FILE:/x', { timeoutMs: 0 }).then(
-            (l) => {
-              grantedToOther++;
-              l.release();
-            },
-            (e) => assert.ok(e instanceof Timeout, String(e)),
-          );
-          tries++;
-          await sleep(10);
-        }
-        outer.check();
-        assert.ok(outer.held);
-      },
-      { ttlMs: 5_000 },
-    );
-    assert.ok(tries > 5);
-    assert.equal(grantedToOther, 0, 'another session was granted while the outer block ran');
-    assert.equal(klock.timerError, null);
-    klock.close();
-  },
-);
 
 test(
   "a re-acquire renews the shared lease: every Lease shows the kernel's current expiresAt and ttlMs",
@@ -942,43 +1050,6 @@ test('error classes: the same names as the Python client; Closed is exported', {
   for (const cls of [LeaseLost, Died, Timeout, Closed]) assert.ok(cls.prototype instanceof KlockError, cls.name);
 });
 
-test(
-  'Klock.close(): a pending acquisition says "this Klock is closed", session.close() "this session is closed"',
-  { timeout: 20_000 },
-  async () => {
-    const { Closed } = require('../client.js');
-    const { klock } = fakeKlock();
-    const older = await klock.session('older');
-    const younger = await klock.session('younger');
-    await younger.lease('MUTATES FILE:/x');
-    const pending = older.lease('MUTATES FILE:/x');
-    assert.equal(await inProcessState(pending), 'pending');
-    klock.close();
-    await assert.rejects(
-      pending,
-      (e) => e instanceof Closed && /this Klock is closed/.test(e.message) && !/session/.test(e.message),
-    );
-    await assert.rejects(klock.session('late'), (e) => e instanceof Closed && e.message === 'this Klock is closed');
-    await assert.rejects(
-      older.lease('MUTATES FILE:/y'),
-      (e) => e instanceof Closed && /this Klock is closed/.test(e.message),
-    );
-
-    const { klock: k2 } = fakeKlock();
-    const a = await k2.session('a');
-    const b = await k2.session('b');
-    await b.lease('MUTATES FILE:/x');
-    const waiting = a.lease('MUTATES FILE:/x');
-    a.close();
-    await assert.rejects(waiting, (e) => e instanceof Closed && /this session is closed/.test(e.message));
-    await assert.rejects(
-      a.lease('MUTATES FILE:/y'),
-      (e) => e instanceof Closed && /this session is closed/.test(e.message),
-    );
-    k2.close();
-  },
-);
-
 test('Klock.close() ends waiting and backing-off acquisitions promptly, withdraws their tickets, and the process exits', () => {
   const child = runChild(`
     const { Klock, Closed } = client;
@@ -1067,26 +1138,6 @@ test(
     assert.ok(beats >= 3 && beats <= 20, `${beats} heartbeats`);
     assert.throws(() => lease.release(), LeaseLost);
     assert.equal(klock.timerError, null);
-    klock.close();
-  },
-);
-
-test(
-  'session.close() ends a backing-off acquisition of that session at once with Closed',
-  { timeout: 20_000 },
-  async () => {
-    const { Closed } = require('../client.js');
-    const klock = new Klock({ seed: 1, backoffBaseMs: 10_000, backoffCapMs: 10_000 });
-    const older = await klock.session('older');
-    const younger = await klock.session('younger');
-    const held = await older.lease('MUTATES FILE:/x');
-    const backingOff = younger.lease('MUTATES FILE:/x'); // DIE: sleeps 10 s
-    assert.equal(await inProcessState(backingOff), 'pending');
-    const t0 = Date.now();
-    younger.close();
-    await assert.rejects(backingOff, (e) => e instanceof Closed && e.message.startsWith('this session is closed'));
-    assert.ok(Date.now() - t0 < 1000);
-    assert.ok(held.held, 'the other session is untouched');
     klock.close();
   },
 );
