@@ -1138,7 +1138,8 @@ class Lease {
       return Promise.all(pending).then(
         (released) => {
           released.forEach((done, i) => {
-            if (!done) this._lose('LEASE_EXPIRED', LOST_BEFORE_RELEASE, pendingIds[i]);
+            const id = pendingIds[i];
+            if (!done && !this.lost?.leaseIds.includes(id)) this._lose('LEASE_EXPIRED', LOST_BEFORE_RELEASE, id);
           });
           this.check();
         },

@@ -313,6 +313,12 @@ class RemoteKernel {
     for (const [leaseId, held] of this._manual ? [] : this._leases) {
       if (held.deadline > now) continue;
       this._leases.delete(leaseId);
+      // Lost here, so nobody will release it: let go on the server too (best effort; when
+      // the server is back from a restart it may still hold it).
+      const s = this._sessions.get(held.sessionId);
+      if (s !== undefined) {
+        this._background(this._request('POST', `${s.path}/release`, { body: { lease_ids: [leaseId] }, session: s }));
+      }
       this._queue.push({
         event: 'LEASE_LOST',
         lease: leaseId,
