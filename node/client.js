@@ -1098,8 +1098,8 @@ class Lease {
     const session = this.session;
     const k = session.klock;
     const leases = this.leases;
-    let pending = null;
-    const pendingIds = [];
+    let pending = null; // remote only: the server's answers, and their lease ids
+    let pendingIds = null;
     if (!session._closed && !k._closed) {
       // Kernel calls made while this Lease is still registered as a holder: the first settles
       // time, so if a lease expired unseen (the timer could not run: a long synchronous
@@ -1114,7 +1114,7 @@ class Lease {
           const done = k.kernel.release(session.sessionId, l.leaseId, now);
           if (done instanceof Promise) {
             (pending ??= []).push(done);
-            pendingIds.push(l.leaseId);
+            (pendingIds ??= []).push(l.leaseId);
           }
           calls++;
         }
