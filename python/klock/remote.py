@@ -264,6 +264,8 @@ class RemoteKernel:
         self._readers: dict[str, tuple[threading.Thread, httpx.Client]] = {}
         self._closed = False
         self._down = False  # the last request spent its whole budget without an answer
+        #: An unexpected error the event reader met (a bug; it kept reading), else None.
+        self.reader_error: BaseException | None = None
         self._state_lock = threading.Lock()
         self.heartbeat_due: Callable[[LeaseInfo], int] | None = (
             None if manual else self._heartbeat_due
@@ -351,6 +353,10 @@ class RemoteKernel:
                 failure = f"the server is unavailable (503: {response.text[:200]})"
             except httpx.TransportError as e:
                 failure = _describe(e)
+            except RuntimeError:  # httpx: the client was closed meanwhile (Klock.close)
+                if self._closed:
+                    raise Closed("this Klock is closed") from None
+                raise
             spent = time.monotonic() - started
             if self._down or spent + pause > self.reconnect_timeout:
                 # Once a budget ran out, later calls try once until one gets through (a
@@ -735,21 +741,26 @@ class RemoteKernel:
                 time.sleep(pause)
                 pause = min(pause * 2, _BACKOFF_MAX_S)
                 continue
-            except Exception:  # never let the reader die silently: retry
+            except Exception as e:  # a bug (or the client closed under it): kept, retried
+                self.reader_error = e
                 time.sleep(_BACKOFF_MAX_S)
                 continue
-            kept = self._take(namespace, d)
             reconnected = failing_since is not None
-            if reconnected or d.get("gap"):
-                kept = self._repoll_tickets() or kept
             failing_since, failed, pause = None, False, _BACKOFF_FIRST_S
             klock = self._klock()
             if klock is None:
                 break
-            if kept:
-                klock._backend_events()
-            if reconnected:
-                klock._backend_reconnected()
+            try:
+                kept = self._take(namespace, d)
+                if reconnected or d.get("gap"):
+                    kept = self._repoll_tickets() or kept
+                if kept:
+                    klock._backend_events()
+                if reconnected:
+                    klock._backend_reconnected()
+            except Exception as e:  # never let the reader die: keep what happened, go on
+                if not self._closed:
+                    self.reader_error = e
         client.close()
 
     def _repoll_tickets(self) -> bool:

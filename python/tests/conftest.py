@@ -79,6 +79,8 @@ def make_klock(
         for k in made:
             k.close()
             assert k.timer_error is None, f"the timer thread failed: {k.timer_error!r}"
+            reader_error = getattr(k.kernel, "reader_error", None)
+            assert reader_error is None, f"the event reader failed: {reader_error!r}"
     finally:
         servers.stop()
 
