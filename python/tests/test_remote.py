@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
 
 import klock
@@ -222,3 +223,75 @@ def test_protected_and_resume_work_remotely(memory_server: Any) -> None:
             assert again is s and again.priority == s.priority
             assert not lease.lost
         s.close()
+
+
+def test_a_retried_request_carries_the_same_idempotency_key_and_acts_once(
+    memory_server: Any,
+) -> None:
+    """The answer to an open is lost on the way back (the connection drops after the server
+    acted): the retry carries the same Idempotency-Key, so the server answers the first
+    answer instead of opening a second session."""
+    with klock.connect(memory_server.url) as k:
+        http = k.kernel._http  # type: ignore[attr-defined]
+        real = http.request
+        keys: list[str] = []
+
+        def lossy(method: str, path: str, **kwargs: Any) -> Any:
+            response = real(method, path, **kwargs)
+            if method == "POST" and path.endswith("/sessions"):
+                keys.append(kwargs["headers"]["Idempotency-Key"])
+                if len(keys) == 1:
+                    raise httpx.ReadError("connection reset after the request was sent")
+            return response
+
+        before = k.stats()["counters"]["sessions_opened"]
+        http.request = lossy
+        try:
+            s = k.session("once")
+        finally:
+            http.request = real
+        assert len(keys) == 2 and keys[0] == keys[1]
+        assert k.stats()["counters"]["sessions_opened"] == before + 1
+        with s.lease("MUTATES FILE:/once") as lease:
+            assert lease.held
+        s.close()
+
+
+def test_a_grant_after_a_wait_is_renewed_at_once(memory_server: Any) -> None:
+    """The grant may predate the event that tells of it, so its local deadline counts from the
+    acquire's send time, and the client renews it as soon as it learns of it (not TTL/3
+    later)."""
+    with klock.connect(memory_server.url) as k:
+        old, young = k.session("renew-old"), k.session("renew-young")
+        beats: list[float] = []
+        http = k.kernel._http  # type: ignore[attr-defined]
+        real = http.request
+
+        def spy(method: str, path: str, **kwargs: Any) -> Any:
+            if path.endswith(f"/sessions/{old.session_id}/heartbeat"):
+                beats.append(time.monotonic())
+            return real(method, path, **kwargs)
+
+        http.request = spy
+        got: list[float] = []
+        with young.lease("MUTATES FILE:/renew", ttl_ms=30_000):
+            t = threading.Thread(
+                target=lambda: _hold_and_note(old, "MUTATES FILE:/renew", got), daemon=True
+            )
+            t.start()
+            deadline = time.monotonic() + 5
+            while k.counters.waits == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)
+        t.join(10)
+        http.request = real
+        assert got and beats, (got, beats)
+        assert beats[0] - got[0] < 1.0  # at once, not 10 s (TTL/3) later
+        old.close()
+        young.close()
+
+
+def _hold_and_note(session: klock.Session, intent: str, got: list[float]) -> None:
+    with session.lease(intent, ttl_ms=30_000):
+        got.append(time.monotonic())
+        time.sleep(0.5)
