@@ -2,7 +2,8 @@
 
 Contract
 --------
-* A :class:`Klock` owns one kernel (``klock._core.Kernel``) and takes every time it uses
+* A :class:`Klock` owns one kernel (``klock._core.Kernel``, or the remote backend
+  :func:`klock.connect` gives it; see the last point) and takes every time it uses
   from one clock (:mod:`klock.clock`; by default a :class:`~klock.SystemClock` of its own:
   monotonic milliseconds since the Klock was created, and a timer thread): the ``now`` of
   every kernel call, its one timer, backoff sleeps and ``timeout`` budgets. Give it a
@@ -10,6 +11,8 @@ Contract
   is made under one lock together with draining the kernel's events, so an event is always
   routed to whoever waits for it; then the one timer is re-armed, on the clock, for the
   earliest of the kernel's ``next_deadline()`` and the next heartbeat due. Nothing polls.
+  (Remotely a call is an HTTP request made under that lock, so one Klock's calls are
+  serialised as in-process; agents that need parallel throughput use a Klock each.)
 * The kernel decides everything (grants, waits, deaths, expiries, timeouts, backoffs); this
   module only carries the decisions out: it blocks a waiter until its
   GRANTED/WAIT_TIMEOUT/DIED/WOUNDED event arrives, sleeps the kernel's ``retry_after_ms``
