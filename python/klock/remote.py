@@ -75,6 +75,8 @@ __all__ = ["connect", "RemoteKernel"]
 
 _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
+# The longest a best-effort request (giving back a lease lost locally) may take.
+_ONCE_TIMEOUT_S = 1.0
 # How long one event long-poll waits on the server (it answers earlier when events come).
 _WATCH_WAIT_MS = 10_000
 _ERROR_CLASSES: dict[int, type[KlockError]] = {
@@ -302,9 +304,11 @@ class RemoteKernel:
         now: int | None = None,
         mutating: bool = False,
         give_up_at: int | None = None,
+        once: bool = False,
     ) -> Any:
         """One logical request, retried on connection failures within the reconnect budget
-        (or until the Klock's clock reaches ``give_up_at``: then ``None`` is returned)."""
+        (or until the Klock's clock reaches ``give_up_at``: then ``None`` is returned; or not
+        at all with ``once``)."""
         if self._closed and method != "GET":
             raise Closed("this Klock is closed")
         headers: dict[str, str] = {}
@@ -327,14 +331,16 @@ class RemoteKernel:
         if self._closed:  # a read after close (stats, resource state): a connection of its own
             with httpx.Client(
                 base_url=self.url, headers=self._headers, timeout=self._timeout
-            ) as once:
-                return self._answer(once.request(method, path, params=params, headers=headers))
+            ) as one_off:
+                return self._answer(one_off.request(method, path, params=params, headers=headers))
         http = self._http
         started = time.monotonic()
         pause = _BACKOFF_FIRST_S
         while True:
             limit = self._timeout
-            if give_up_at is not None:
+            if once:  # a best effort: short, whatever the server's state
+                limit = httpx.Timeout(min(_ONCE_TIMEOUT_S, self._timeout.read or _ONCE_TIMEOUT_S))
+            elif give_up_at is not None:
                 # No attempt outlives the deadline it is racing (a frozen server answers nothing).
                 left_s = max(0.05, (give_up_at - self._now()) / 1000)
                 limit = httpx.Timeout(min(left_s, self._timeout.read or left_s))
@@ -358,6 +364,8 @@ class RemoteKernel:
                     raise Closed("this Klock is closed") from None
                 raise
             spent = time.monotonic() - started
+            if once:
+                raise Unreachable(f"cannot reach klock serve at {self.url}: {failure}")
             if self._down or spent + pause > self.reconnect_timeout:
                 # Once a budget ran out, later calls try once until one gets through (a
                 # close of many sessions on a dead server must not take a budget each).
@@ -630,6 +638,21 @@ class RemoteKernel:
             for lease_id, rec in due:
                 del self._local[lease_id]
                 self._events.append(RemoteEvent("LEASE_EXPIRED", rec.session, lease=lease_id))
+        for lease_id, rec in due:
+            # The server may still hold it (extended, or renewals lost on the way): give it
+            # back, in one attempt; if the server cannot be reached it ends at its TTL there.
+            try:
+                self._request(
+                    "POST",
+                    self._path(rec.session, "/release"),
+                    session=rec.session,
+                    body={"lease_ids": [lease_id]},
+                    now=now,
+                    mutating=True,
+                    once=True,
+                )
+            except KlockError:
+                pass
 
     def next_deadline(self) -> int | None:
         if self.manual:

@@ -19,16 +19,10 @@ import klock
 
 # test name (without parameters) -> why it cannot run on the remote backend.
 REMOTE_CANNOT: dict[str, str] = {
-    "test_clock_is_monotonic_ms_since_creation": (
-        "it checks the in-process repr, which names the kernel's policy; a remote Klock names "
-        "its server instead (the server does not report its policy)"
-    ),
     "test_snapshot_stats_resource_state": (
         "klock serve has no snapshot route (stats and resource_state are covered by "
         "test_remote.py and the client scenarios)"
     ),
-    "test_formats_intents_from_arguments_and_defaults": "it reads Klock.snapshot(): klock serve has no snapshot route",
-    "test_uses_the_current_session": "it reads Klock.snapshot(): klock serve has no snapshot route",
     "test_a_grant_settled_late_is_heartbeaten_by_its_expiry_not_by_the_time_it_was_seen": (
         "remotely a grant after a WAIT starts its local deadline at the acquire's send time "
         "(the shared lost-lease rule: the grant may predate the event), so a grant heard of "

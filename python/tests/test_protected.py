@@ -25,9 +25,15 @@ def test_formats_intents_from_arguments_and_defaults(make_klock: MakeKlock) -> N
         """Edits a file."""
         session = klock.current_session()
         assert session is None  # the decorator's own session is not "current"
-        state = k.snapshot()
-        seen.append({lease["resource"]: lease["fence"] for lease in state["leases"]})
-        assert {s["agent_id"] for s in state["sessions"]} == {"editor"}
+        # Read through resource_state (both backends have it; a server has no snapshot).
+        holders = [
+            holder
+            for resource in ("FILE:/src/a.ts", "FILE:/docs/README.md", "FILE:/docs/other.md")
+            for holder in k.resource_state(resource)["holders"]
+        ]
+        seen.append({holder["resource"]: holder["fence"] for holder in holders})
+        assert {holder["agent_id"] for holder in holders} == {"editor"}
+        assert {holder["predicate"] for holder in holders} == {"MUTATES", "CONSUMES"}
         return text.upper()
 
     assert edit("/src/a.ts", text="hi") == "HI"
@@ -41,8 +47,8 @@ def test_uses_the_current_session(make_klock: MakeKlock) -> None:
 
     @klock.protected("MUTATES FILE:{path}")
     def touch(path: str) -> int:
-        snap = k.snapshot()
-        return int(snap["leases"][-1]["session_id"])
+        (holder,) = k.resource_state(f"FILE:{path}")["holders"]
+        return int(holder["session_id"])
 
     with k.session("agent") as s:
         assert touch("/x") == s.session_id

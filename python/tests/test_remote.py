@@ -295,3 +295,42 @@ def _hold_and_note(session: klock.Session, intent: str, got: list[float]) -> Non
     with session.lease(intent, ttl_ms=30_000):
         got.append(time.monotonic())
         time.sleep(0.5)
+
+
+def test_a_grant_heard_of_after_its_local_deadline_is_lost_at_once(memory_server: Any) -> None:
+    """The remote side of test_rev4_client's settled-late grant: the client counts a grant
+    after a WAIT from the acquire's send time, so when it learns of the grant only after
+    send time + TTL (here its lock is held, as by a long synchronous callback), the lease is
+    lost at once (LEASE_EXPIRED), even if the server would still renew it."""
+    with klock.connect(memory_server.url) as k:
+        waiter, holder = k.session("late-older"), k.session("late-younger")
+        expired_before = k.stats()["counters"]["expired"]
+        k._call(k.kernel.acquire, holder.session_id, ["MUTATES FILE:/late"], ttl_ms=600)
+        outcome: list[BaseException | str] = []
+
+        def wait_then_hold() -> None:
+            try:
+                with waiter.lease("MUTATES FILE:/late", ttl_ms=1_000, timeout=20):
+                    time.sleep(0.3)
+                outcome.append("exited cleanly")
+            except BaseException as e:  # the test inspects it
+                outcome.append(e)
+
+        t = threading.Thread(target=wait_then_hold, daemon=True)
+        with k._lock:  # the acquire is sent, then nothing is routed for 1.5 s
+            t.start()
+            deadline = time.monotonic() + 5
+            while k.counters.waits == 0 and time.monotonic() < deadline:
+                k._lock.release()
+                time.sleep(0.005)
+                k._lock.acquire()
+            # The holder's lease expires at 600 ms and the grant comes then: on the server the
+            # waiter's lease lasts until 1600 ms, locally until 1000 ms (acquire sent at ~0).
+            time.sleep(1.3)
+        t.join(10)
+        (error,) = outcome
+        assert isinstance(error, klock.LeaseLost) and error.name == "LEASE_EXPIRED", error
+        # Lost by the client's rule, not by the server: only the holder's lease expired there.
+        assert k.stats()["counters"]["expired"] == expired_before + 1
+        waiter.close()
+        holder.close()
