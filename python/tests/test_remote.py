@@ -334,3 +334,43 @@ def test_a_grant_heard_of_after_its_local_deadline_is_lost_at_once(memory_server
         assert k.stats()["counters"]["expired"] == expired_before + 1
         waiter.close()
         holder.close()
+
+
+def test_a_wait_survives_a_server_restart(tmp_path: pathlib.Path) -> None:
+    """A block waits while the server is SIGKILLed and restarted on its file and port: the
+    event reader reconnects after the last event id, and the grant that follows the holder's
+    release reaches the waiter."""
+    server = Server("--data", str(tmp_path / "klock.redb"))
+    outcome: list[BaseException | int] = []
+    try:
+        with klock.connect(server.url, reconnect_timeout=15) as k:
+            old, young = k.session("restart-old"), k.session("restart-young")
+            with young.lease("MUTATES FILE:/restart", ttl_ms=5_000) as held:
+
+                def wait() -> None:
+                    try:
+                        with old.lease("MUTATES FILE:/restart", timeout=20) as lease:
+                            outcome.append(lease.fence)
+                    except BaseException as e:  # the test inspects it
+                        outcome.append(e)
+
+                waiter = threading.Thread(target=wait, daemon=True)
+                waiter.start()
+                deadline = time.monotonic() + 5
+                while k.counters.waits == 0 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert k.counters.waits == 1
+                server.kill()
+                time.sleep(0.3)
+                server.start()
+                time.sleep(1.0)
+                assert not outcome  # still waiting: the holder holds on
+            waiter.join(15)
+            assert not waiter.is_alive(), "the waiter hung after the restart"
+            (fence,) = outcome
+            assert isinstance(fence, int) and fence > held.fence, outcome
+            assert k.counters.lost == 0
+            old.close()
+            young.close()
+    finally:
+        server.stop()
