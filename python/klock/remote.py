@@ -818,10 +818,10 @@ class RemoteKernel:
             now=now,
         )
 
-    def stats(self, namespace: str = "default") -> dict[str, Any]:
-        """The server's counters, contention and ghost agents for ``namespace``."""
+    def stats(self) -> dict[str, Any]:
+        """The server's counters, contention and ghost agents for the Klock's namespace."""
         klock = self._klock()
-        ns = klock.namespace if klock is not None else namespace
+        ns = klock.namespace if klock is not None else "default"
         return self._request("GET", f"/v1/ns/{quote(ns, safe='')}/stats")  # type: ignore[no-any-return]
 
     def snapshot(self, now: int) -> dict[str, Any]:
