@@ -1,8 +1,9 @@
 """The fleet demo end to end, with real processes: a `klock serve` killed and restarted,
 Python and Node agent processes, real files (scripts/test-fleet.sh runs this).
 
-Needs KLOCK_BIN (the klock binary), KLOCK_PYTHON (a Python with the klock package) and node
-with the klock addon built (scripts/node-env.sh)."""
+Needs KLOCK_BIN (the klock binary), KLOCK_PYTHON (a Python with the klock package, which runs
+this file) and node with the klock addon built (scripts/node-env.sh). The last test holds the
+two clients' fence helpers to one protocol, as the demo's agents rely on."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -91,3 +93,68 @@ def test_bad_arguments_are_refused_by_name() -> None:
     done = subprocess.run(command("--files", "1"), capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "--files >= 2" in done.stderr
+
+
+NODE_WRITE = """
+const { fencedWrite, StaleFence } = require(process.argv[1]);
+const [file, fence, hold] = process.argv.slice(2);
+const { flock } = require(process.argv[1].replace(/client\\.js$/, 'index.js'));
+if (hold) {
+  // Hold the fence file's flock (as a writer mid-write does) until stdin closes.
+  const fd = require('node:fs').openSync(file + '.fence', 'a+');
+  flock(fd, 'exclusive');
+  process.stdout.write('locked\\n');
+  process.stdin.on('end', () => process.exit(0)).resume();
+} else {
+  try {
+    fencedWrite(file, 'from node ' + fence, Number(fence));
+    console.log('written');
+  } catch (e) {
+    console.log(e instanceof StaleFence ? 'stale ' + e.stored : 'error ' + e.message);
+  }
+}
+"""
+
+
+def node_write(path: str, fence: int, hold: bool = False) -> subprocess.Popen[str]:
+    client = os.path.join(HERE, "..", "..", "node", "client.js")
+    args = ["node", "-e", NODE_WRITE, os.path.abspath(client), path, str(fence)]
+    return subprocess.Popen(
+        args + (["hold"] if hold else []),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def content(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def test_python_and_node_writers_share_one_fence_protocol(tmp_path: object) -> None:
+    """The two clients' fenced writes guard one file together: each refuses a fence older than
+    one the other accepted, and each waits for the other's flock."""
+    import klock  # the test's Python (KLOCK_PYTHON) has the package
+
+    path = os.path.join(str(tmp_path), "shared.json")
+    klock.fenced_write(path, b"from python 5", 5)
+    assert node_write(path, 4).communicate(timeout=30)[0].strip() == "stale 5"
+    assert content(path) == "from python 5"
+    assert node_write(path, 7).communicate(timeout=30)[0].strip() == "written"
+    with pytest.raises(klock.StaleFence) as refused:
+        klock.fenced_write(path, b"from python 6", 6)
+    assert refused.value.stored == 7
+    assert content(path) == "from node 7"
+
+    holder = node_write(path, 0, hold=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    wrote = threading.Event()
+    writer = threading.Thread(
+        target=lambda: (klock.fenced_write(path, b"from python 8", 8), wrote.set())
+    )
+    writer.start()
+    assert not wrote.wait(0.5), "Python wrote while Node held the fence file's flock"
+    holder.communicate(timeout=30)  # closing stdin ends the holder and its flock
+    writer.join(30)
+    assert wrote.is_set() and content(path) == "from python 8"
