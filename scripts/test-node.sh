@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Every test of the Node host (bindings/node + node/), from a fresh machine or a warm one:
-#   1. `npm install` in node/ only when node_modules is missing or package.json /
-#      package-lock.json changed since the last install (never `npm ci`: see TOOLCHAIN.md);
+#   1. `npm install` in node/ only when needed (scripts/node-env.sh --install-only);
 #   2. format and lint checks of the klock-node crate;
 #   3. builds the addon with the napi CLI into a temporary directory, fails if the committed
 #      node/index.js or node/index.d.ts differ from what it generated (stale), and copies the
@@ -20,19 +19,8 @@ root=$(pwd)
 
 step() { printf '\n==> %s\n' "$*"; }
 
-for tool in node npm cargo; do
-  command -v "$tool" >/dev/null || { echo "test-node.sh: $tool is not installed" >&2; exit 1; }
-done
-
-step "npm install in node/ (only when needed)"
-stamp=node/node_modules/.klock-install-stamp
-wanted=$(cat node/package.json node/package-lock.json 2>/dev/null | sha256sum | cut -d' ' -f1)
-if [ ! -d node/node_modules ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  (cd node && npm install --no-audit --no-fund)
-  echo "$wanted" >"$stamp"
-else
-  echo "node_modules is up to date"
-fi
+step "npm install in node/ (only when needed: scripts/node-env.sh)"
+bash scripts/node-env.sh --install-only
 
 step "cargo fmt --check and clippy (klock-node)"
 cargo fmt -p klock-node -- --check
