@@ -767,6 +767,11 @@ function bounded(collection) {
   while (collection.size > BOUND) collection.delete(collection.keys().next().value);
 }
 
+/** The wait to ask for at `now`: Infinity is the largest the addon takes; undefined, the kernel's default. */
+function waitFor(forever, deadline, now) {
+  return forever ? MAX_MS : deadline === undefined ? undefined : Math.max(0, deadline - now);
+}
+
 /** A heartbeat entry whose Lease is still reachable and still wants that beat. */
 function isLiveEntry(entry) {
   return entry.ref.deref()?._heartbeatSeq === entry.seq;
@@ -850,7 +855,8 @@ class Session {
       throw error;
     }
     const lease = new Lease(this, intentList(intents), ttlMs);
-    await lease._acquire(timeoutMs, signal);
+    const acquiring = lease._acquire(timeoutMs, signal); // undefined: granted at once
+    if (acquiring !== undefined) await acquiring;
     return lease;
   }
 
@@ -1030,15 +1036,22 @@ class Lease {
     this.lost = null;
     this._state = 'acquiring';
     this._ticket = null;
+    /** The Waiter of the ticket the last ask got (WAIT), until the acquisition loop takes it. */
+    this._waiter = null;
     this._heartbeatSeq = 0;
     this._renewable = true;
     /** How the Klock refers to this Lease: weakly (see the module contract). */
     this._ref = new WeakRef(this);
-    this._abort = new AbortController();
+    /** Behind `signal`: made when first asked for (most Leases never are), aborted if lost. */
+    this._abort = null;
   }
 
   /** Aborts with the `LeaseLost` error when a lease of this Lease ends early. */
   get signal() {
+    if (this._abort === null) {
+      this._abort = new AbortController();
+      if (this.lost !== null) this._abort.abort(this.lost);
+    }
     return this._abort.signal;
   }
 
@@ -1166,7 +1179,9 @@ class Lease {
     const session = this.session;
     const k = session.klock;
     this._state = 'held';
-    this.leases = leases.map((l) => {
+    const infos = new Array(leases.length);
+    for (let i = 0; i < leases.length; i++) {
+      const l = leases[i];
       let record = k._held.get(l.leaseId);
       if (record === undefined) {
         record = { info: l, session, holders: new Set() };
@@ -1178,8 +1193,9 @@ class Lease {
       }
       record.holders.add(this._ref);
       session._refs.set(l.leaseId, (session._refs.get(l.leaseId) ?? 0) + 1);
-      return record.info;
-    });
+      infos[i] = record.info;
+    }
+    this.leases = infos;
     k._finalizer.register(this, { session, ref: this._ref, leaseIds: this.leaseIds }, this);
     k.counters.grants++;
     k._scheduleHeartbeat(this, Math.max(k.now(), this._heartbeatDue()));
@@ -1191,13 +1207,14 @@ class Lease {
    */
   _heartbeatDue() {
     const remote = this.session.klock._remote;
-    if (remote === null) return Math.min(...this.leases.map((l) => l.expiresAt - Math.floor((2 * l.ttlMs) / 3)));
-    // Remote: from the local deadline (send time of the last renewal + TTL), on this clock.
-    return Math.min(
-      ...this.leases.map(
-        (l) => (remote.deadline(l.leaseId) ?? this.session.klock.now()) - Math.floor((2 * l.ttlMs) / 3),
-      ),
-    );
+    let due = Infinity;
+    for (const l of this.leases) {
+      // Remote: from the local deadline (send time of the last renewal + TTL), on this clock.
+      const expiresAt = remote === null ? l.expiresAt : (remote.deadline(l.leaseId) ?? this.session.klock.now());
+      const at = expiresAt - Math.floor((2 * l.ttlMs) / 3);
+      if (at < due) due = at;
+    }
+    return due;
   }
 
   _lose(name, message, leaseId) {
@@ -1205,7 +1222,7 @@ class Lease {
       this.lost = new LeaseLost(name, message, [leaseId]);
       this.session.klock._unscheduleHeartbeat(this);
       this.session.klock.counters.lost++;
-      this._abort.abort(this.lost);
+      this._abort?.abort(this.lost);
     } else {
       this.lost.leaseIds.push(leaseId);
     }
@@ -1263,27 +1280,73 @@ class Lease {
     }
   }
 
-  /** Asks until granted: waits for the ticket's event, sleeps after a DIE, retries. */
-  async _acquire(timeoutMs, signal) {
+  /**
+   * Asks until granted: waits for the ticket's event, sleeps after a DIE, retries. The first
+   * ask is made at once: when it grants (in process), this returns `undefined` — no Promise,
+   * nothing awaited; otherwise a Promise of the rest of the acquisition (`_ask`).
+   */
+  _acquire(timeoutMs, signal) {
     const session = this.session;
+    const k = session.klock;
     session._checkOpen();
     signal?.throwIfAborted();
     const forever = timeoutMs === Infinity;
-    const deadline = timeoutMs === undefined || forever ? undefined : Math.min(MAX_MS, session.klock.now() + timeoutMs);
+    const deadline = timeoutMs === undefined || forever ? undefined : Math.min(MAX_MS, k.now() + timeoutMs);
+    const now = k.now();
+    const waitMs = waitFor(forever, deadline, now);
+    const verdict = this._askOnce(now, waitMs);
+    if (verdict.verdict === 'GRANTED') return undefined; // a remote answer is a Promise
+    return this._acquireRest(timeoutMs, signal, forever, deadline, verdict, waitMs);
+  }
+
+  /** The acquisition after a first ask that did not grant at once (`verdict`, asked with `waitMs`). */
+  async _acquireRest(timeoutMs, signal, forever, deadline, verdict, waitMs) {
     const slot = { current: null };
     try {
-      await this._ask(slot, timeoutMs, forever, deadline, signal);
+      await this._ask(slot, timeoutMs, forever, deadline, signal, verdict, waitMs);
     } finally {
-      if (slot.current !== null) session.klock._acquisitions.delete(slot.current);
+      if (slot.current !== null) this.session.klock._acquisitions.delete(slot.current);
     }
   }
 
   /**
-   * The acquisition loop. `slot.current` is the `Acquisition` that lets a close stop it,
-   * made (and registered with the Klock) only once it has to wait or back off: a lease
-   * granted at once costs nothing more.
+   * One ask at `now` for a wait of `waitMs` (undefined: the kernel's default), its events
+   * routed: the verdict, recorded (`_record`); remotely a Promise of it, to record when it comes.
    */
-  async _ask(slot, timeoutMs, forever, deadline, signal) {
+  _askOnce(now, waitMs) {
+    const k = this.session.klock;
+    // null: every option the kernel's default (wait, default TTL and wait timeout).
+    const options =
+      this.ttlMs === undefined && waitMs === undefined
+        ? null
+        : { ttlMs: this.ttlMs, wait: waitMs !== 0, waitTimeoutMs: waitMs };
+    try {
+      const verdict = k.kernel.acquire(this.session.sessionId, this.intents, options, now);
+      if (!(verdict instanceof Promise)) this._record(verdict);
+      return verdict;
+    } finally {
+      k._settled();
+    }
+  }
+
+  /** What a verdict makes of this Lease: held (GRANTED), waiting for its ticket (WAIT), or a DIE. */
+  _record(verdict) {
+    const k = this.session.klock;
+    if (verdict.verdict === 'GRANTED') this._granted(verdict.leases);
+    else if (verdict.verdict === 'WAIT') {
+      k.counters.waits++;
+      this._waiter = new Waiter(this);
+      this._ticket = verdict.ticket;
+      k._waiters.set(verdict.ticket, this._waiter);
+    } else k.counters.deaths++;
+  }
+
+  /**
+   * The acquisition loop, from the first ask's `verdict` on. `slot.current` is the
+   * `Acquisition` that lets a close stop it, made (and registered with the Klock) only once it
+   * has to wait or back off: a lease granted at once costs nothing more.
+   */
+  async _ask(slot, timeoutMs, forever, deadline, signal, verdict, waitMs) {
     const session = this.session;
     const k = session.klock;
     let what;
@@ -1295,17 +1358,15 @@ class Lease {
       return slot.current;
     };
     for (let attempt = 0; ; attempt++) {
-      session._checkOpen(); // the Klock or the session may have closed during a backoff
-      if (attempt > 0) k.counters.retries++;
-      const now = k.now();
-      // Infinity: the largest wait the addon takes; undefined: the kernel's default wait.
-      const waitMs = forever ? MAX_MS : deadline === undefined ? undefined : Math.max(0, deadline - now);
-      const options = { ttlMs: this.ttlMs, wait: waitMs !== 0, waitTimeoutMs: waitMs };
-      let verdict;
-      let waiter = null;
-      try {
-        verdict = k.kernel.acquire(session.sessionId, this.intents, options, now);
-        if (verdict instanceof Promise) {
+      if (attempt > 0) {
+        session._checkOpen(); // the Klock or the session may have closed during a backoff
+        k.counters.retries++;
+        const now = k.now();
+        waitMs = waitFor(forever, deadline, now);
+        verdict = this._askOnce(now, waitMs);
+      }
+      if (verdict instanceof Promise) {
+        try {
           // Remote: the answer comes later; the session or the Klock may close meanwhile.
           verdict = await verdict;
           if (session._closedByUser || k._closed) {
@@ -1317,18 +1378,14 @@ class Lease {
             }
             session._checkOpen();
           }
+          this._record(verdict);
+        } finally {
+          k._settled();
         }
-        if (verdict.verdict === 'GRANTED') this._granted(verdict.leases);
-        else if (verdict.verdict === 'WAIT') {
-          k.counters.waits++;
-          waiter = new Waiter(this);
-          this._ticket = verdict.ticket;
-          k._waiters.set(verdict.ticket, waiter);
-        } else k.counters.deaths++;
-      } finally {
-        k._settled();
       }
       if (verdict.verdict === 'GRANTED') return;
+      const waiter = verdict.verdict === 'WAIT' ? this._waiter : null;
+      this._waiter = null;
       what ??= intentText(this.intents);
       let heldBy = verdict.heldBy.map((b) => b.sessionId);
       let retryAfterMs;

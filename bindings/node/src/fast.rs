@@ -1,4 +1,5 @@
-//! The hot path's entry points: `Kernel.prototype.acquire` and `release` without napi-rs's
+//! The hot path's entry points: `Kernel.prototype.acquire`, `release`, and the two queries the
+//! friendly client makes after every call (`pendingEvents`, `nextDeadline`), without napi-rs's
 //! per-call borrow bookkeeping.
 //!
 //! Contract: napi-rs v3 registers every `&mut self` call in a process-wide borrow table
@@ -11,7 +12,9 @@
 //! which may call the kernel again), then `this` is unwrapped with napi-rs's own type-tag
 //! check (a receiver of another class is refused), the kernel is called, and the `&mut`
 //! borrow ends before the answer is converted (which runs only this module's object
-//! constructors). A panic is caught at the boundary and thrown as an `Error`.
+//! constructors). A panic is caught at the boundary and thrown as an `Error`. The two queries
+//! take no argument and only read (`&self`): they unwrap `this` the same way and call the
+//! `#[napi]` methods themselves, so their answers and errors are theirs.
 
 use crate::kernel::{self, Kernel};
 use crate::throw;
@@ -102,6 +105,44 @@ unsafe fn release(env: sys::napi_env, info: sys::napi_callback_info) -> Result<s
     unsafe { bool::to_napi_value(env, released) }
 }
 
+unsafe fn pending_events(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<sys::napi_value> {
+    let mut cb = CallbackInfo::<0>::new(env, info, None, false)?;
+    let e = Env::from_raw(env);
+    // SAFETY: as in `acquire`; a shared borrow, nothing is converted while it lives.
+    let kernel: &Kernel = unsafe { &*receiver(&e, &mut cb, "pendingEvents")? };
+    let count = kernel.pending_events(e)?;
+    unsafe { u32::to_napi_value(env, count) }
+}
+
+unsafe fn next_deadline(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<sys::napi_value> {
+    let mut cb = CallbackInfo::<0>::new(env, info, None, false)?;
+    let e = Env::from_raw(env);
+    // SAFETY: as in `pending_events`.
+    let kernel: &Kernel = unsafe { &*receiver(&e, &mut cb, "nextDeadline")? };
+    let deadline = kernel.next_deadline(e)?;
+    unsafe { ToNapiValue::to_napi_value(env, deadline) }
+}
+
+unsafe extern "C" fn pending_events_callback(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    unsafe { boundary(env, info, pending_events) }
+}
+
+unsafe extern "C" fn next_deadline_callback(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    unsafe { boundary(env, info, next_deadline) }
+}
+
 unsafe extern "C" fn acquire_callback(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -116,12 +157,14 @@ unsafe extern "C" fn release_callback(
     unsafe { boundary(env, info, release) }
 }
 
-/// Replaces `acquire` and `release` on `Kernel.prototype` (writable, configurable, not
-/// enumerable, as class methods are).
+/// Replaces `acquire`, `release`, `pendingEvents` and `nextDeadline` on `Kernel.prototype`
+/// (writable, configurable, not enumerable, as class methods are).
 pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
-    let methods: [(&std::ffi::CStr, sys::napi_callback); 2] = [
+    let methods: [(&std::ffi::CStr, sys::napi_callback); 4] = [
         (c"acquire", Some(acquire_callback)),
         (c"release", Some(release_callback)),
+        (c"pendingEvents", Some(pending_events_callback)),
+        (c"nextDeadline", Some(next_deadline_callback)),
     ];
     let mut descriptors = Vec::with_capacity(methods.len());
     for (name, method) in methods {
@@ -164,7 +207,7 @@ pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
     if status != sys::Status::napi_ok {
         return Err(Error::new(
             Status::from(status),
-            "cannot install Kernel.prototype.acquire/release",
+            "cannot install the fast Kernel methods",
         ));
     }
     Ok(())

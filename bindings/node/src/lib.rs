@@ -63,7 +63,7 @@ pub const MAX_NAME_BYTES: u32 = klock_core::MAX_NAME_BYTES as u32;
 pub const MAX_RESOURCE_BYTES: u32 = klock_core::MAX_RESOURCE_BYTES as u32;
 
 /// Registers `KlockError` and the core's lists (`ERROR_CODES`, `PREDICATES`,
-/// `EVENT_KINDS`, frozen) on the module's exports, and the fast `acquire`/`release`.
+/// `EVENT_KINDS`, frozen) on the module's exports, and the fast `acquire`/`release`/`pendingEvents`/`nextDeadline`.
 #[napi(module_exports)]
 pub fn init(mut exports: Object, env: Env) -> Result<()> {
     let class = shapes::define(&env)?;
