@@ -45,10 +45,11 @@
 //   its last renewal (at `expiresAt - 2·ttlMs/3`). The Leases of one session that share a
 //   kernel lease (nested blocks) share one record of it, so `lease.leases` and
 //   `lease.expiresAt` always show the current expiry and TTL.
-// - The Klock holds held Leases weakly (WeakRef): only a Lease that something can still
-//   release is heartbeated. A Lease that becomes unreachable without being released is
-//   released when it is garbage-collected (FinalizationRegistry; `counters.collected`), so a
-//   forgotten Lease frees its resource instead of being renewed forever.
+// - The Klock never refers to a Lease handle (what `lease()` gives), only to its `LeaseCore`
+//   (its state, which never refers back): only a Lease that something can still release is
+//   heartbeated. A Lease that becomes unreachable without being released is released when it
+//   is garbage-collected (FinalizationRegistry; `counters.collected`), so a forgotten Lease
+//   frees its resource instead of being renewed forever.
 // - A held lease that ends early marks its Lease lost: `lease.lost` is the `LeaseLost` error,
 //   `lease.signal` aborts with it, `lease.check()` throws it, and the first `release()` (so
 //   `withLease` and `await using`) throws it — also when that release is the call that settles
@@ -320,7 +321,7 @@ function toClock(clock) {
   return clock;
 }
 
-/** A min-heap of heartbeat entries `{ due, ref: WeakRef<Lease>, seq }` (stale entries skipped lazily). */
+/** A min-heap of heartbeat entries `{ due, lease: LeaseCore, seq }` (stale entries skipped lazily). */
 class Heap {
   constructor() {
     this.items = [];
@@ -409,7 +410,7 @@ class Klock {
     /**
      * Every kernel lease held through this Klock: its current view (`info`, shared by the
      * `leases` of every Lease holding it) and those Leases, held weakly.
-     * @type {Map<number, { info: object, session: Session, holders: Set<WeakRef<Lease>> }>}
+     * @type {Map<number, { info: object, session: Session, holders: Set<LeaseCore> }>}
      */
     this._held = new Map();
     /** @type {Map<number, Session>} */
@@ -417,7 +418,7 @@ class Klock {
     this._heartbeats = new Heap();
     this._heartbeatSeq = 0;
     this._heartbeatStale = 0;
-    /** Releases what a Lease held when it is collected unreleased (see `_collected`). */
+    /** Releases what a Lease held when it is collected unreleased (its LeaseCore: `_collected`). */
     this._finalizer = new FinalizationRegistry((held) => this._collected(held));
     this._timer = null;
     this._timerRefed = false;
@@ -654,7 +655,7 @@ class Klock {
       if (record === undefined) continue;
       this._held.delete(id);
       record.session._refs.delete(id);
-      for (const ref of record.holders) ref.deref()?._lose(name, message, id);
+      for (const lease of record.holders) lease._lose(name, message, id);
     }
   }
 
@@ -662,13 +663,16 @@ class Klock {
    * A Lease was garbage-collected without being released: nothing can release it any more,
    * so the kernel leases only it held are released now (never left to be renewed forever).
    */
-  _collected({ session, ref, leaseIds }) {
+  _collected(lease) {
     if (this._closed) return;
     this.counters.collected++;
+    const session = lease.session;
+    lease._state = 'done'; // no more heartbeats
+    this._unscheduleHeartbeat(lease);
     const ending = [];
-    for (const id of leaseIds) {
+    for (const { leaseId: id } of lease.leases) {
       const record = this._held.get(id);
-      if (record === undefined || !record.holders.delete(ref)) continue; // lost already
+      if (record === undefined || !record.holders.delete(lease)) continue; // lost already
       if (session._drop(id)) {
         this._held.delete(id);
         ending.push(id);
@@ -690,7 +694,7 @@ class Klock {
 
   _scheduleHeartbeat(lease, due) {
     lease._heartbeatSeq = ++this._heartbeatSeq;
-    this._heartbeats.push({ due, ref: lease._ref, seq: lease._heartbeatSeq });
+    this._heartbeats.push({ due, lease, seq: lease._heartbeatSeq });
   }
 
   /** Forgets a lease's pending heartbeat; the heap is compacted when mostly stale. */
@@ -736,9 +740,8 @@ class Klock {
       this._settled();
       const heap = this._heartbeats;
       while (heap.size > 0 && heap.peek().due <= now) {
-        const { ref, seq } = heap.pop();
-        const lease = ref.deref();
-        if (lease === undefined || lease._heartbeatSeq !== seq) continue; // collected, or stale
+        const { lease, seq } = heap.pop();
+        if (lease._heartbeatSeq !== seq) continue; // stale (released, lost, collected, renewed)
         const due = lease._heartbeatDue();
         // Renewed meanwhile (a nested block's re-acquire, another Lease of the same kernel
         // lease): the next renewal is due later.
@@ -774,7 +777,7 @@ function waitFor(forever, deadline, now) {
 
 /** A heartbeat entry whose Lease is still reachable and still wants that beat. */
 function isLiveEntry(entry) {
-  return entry.ref.deref()?._heartbeatSeq === entry.seq;
+  return entry.lease._heartbeatSeq === entry.seq;
 }
 
 /** One acquisition waiting for the event that resolves its ticket. */
@@ -854,9 +857,12 @@ class Session {
       error.code = 'ERR_INVALID_ARG_TYPE';
       throw error;
     }
-    const lease = new Lease(this, intentList(intents), ttlMs);
-    const acquiring = lease._acquire(timeoutMs, signal); // undefined: granted at once
+    const core = new LeaseCore(this, intentList(intents), ttlMs);
+    const acquiring = core._acquire(timeoutMs, signal); // undefined: granted at once
     if (acquiring !== undefined) await acquiring;
+    const lease = new Lease(core);
+    // Collected unreleased: what it holds is released (`Klock._collected`).
+    this.klock._finalizer.register(lease, core, core);
     return lease;
   }
 
@@ -1020,8 +1026,102 @@ function sleep(klock, ms, signals) {
   });
 }
 
-/** A set of intents held together (or being acquired): the handle `session.lease()` gives. */
+/**
+ * A set of intents held together: the handle `session.lease()` gives. Everything it shows and
+ * does is its `LeaseCore`'s, which the Klock holds (strongly) while it is held; the Klock
+ * never refers to the handle, so a handle nobody can reach any more is collected, and the
+ * FinalizationRegistry then releases what its core holds (see the module contract).
+ */
 class Lease {
+  constructor(core) {
+    this._core = core;
+  }
+
+  get session() {
+    return this._core.session;
+  }
+
+  get intents() {
+    return this._core.intents;
+  }
+
+  get ttlMs() {
+    return this._core.ttlMs;
+  }
+
+  /**
+   * The kernel leases, one per distinct intent (in order of first appearance), as the
+   * kernel last reported them: shared with the other Leases of the session holding the same
+   * kernel lease, and kept current by every heartbeat and re-acquire.
+   */
+  get leases() {
+    return this._core.leases;
+  }
+
+  /** The `LeaseLost` error once a lease of this Lease has ended early, else null. */
+  get lost() {
+    return this._core.lost;
+  }
+
+  /** Aborts with the `LeaseLost` error when a lease of this Lease ends early. */
+  get signal() {
+    return this._core.signal;
+  }
+
+  /** Whether every lease is still held (not released, not lost). */
+  get held() {
+    return this._core.held;
+  }
+
+  /** The largest fence of the leases: pass it to the protected resource. */
+  get fence() {
+    return this._core.fence;
+  }
+
+  /** Fence per canonical resource (the largest when one resource has two predicates). */
+  get fences() {
+    return this._core.fences;
+  }
+
+  get leaseIds() {
+    return this._core.leaseIds;
+  }
+
+  /** The earliest expiry of the leases (moved forward by every heartbeat and re-acquire). */
+  get expiresAt() {
+    return this._core.expiresAt;
+  }
+
+  /** Throws `LeaseLost` if a lease of this Lease has ended. */
+  check() {
+    this._core.check();
+  }
+
+  /**
+   * Renews every lease now (the Klock also does it on its own); throws `LeaseLost`. Remote:
+   * returns a Promise that rejects with `LeaseLost` if the renewal found a lease gone.
+   */
+  heartbeat() {
+    return this._core.heartbeat();
+  }
+
+  /**
+   * Releases what this Lease holds (leases shared with another Lease of the session stay
+   * held). Throws `LeaseLost` if a lease of it had ended — also when this release is what
+   * finds it expired. Idempotent: later calls do nothing. Remote: returns a Promise that
+   * resolves once the server released (it rejects with the `LeaseLost` only; a server that
+   * cannot be reached lets the lease end at its TTL).
+   */
+  release() {
+    return this._core.release();
+  }
+}
+
+/**
+ * A Lease's state and work (acquiring, holding, renewing, releasing), held by the Klock (its
+ * `_held` records, heartbeat heap, waiters) while it matters. It never refers to its Lease.
+ */
+class LeaseCore {
   constructor(session, intents, ttlMs) {
     this.session = session;
     this.intents = intents;
@@ -1040,8 +1140,6 @@ class Lease {
     this._waiter = null;
     this._heartbeatSeq = 0;
     this._renewable = true;
-    /** How the Klock refers to this Lease: weakly (see the module contract). */
-    this._ref = new WeakRef(this);
     /** Behind `signal`: made when first asked for (most Leases never are), aborted if lost. */
     this._abort = null;
   }
@@ -1143,7 +1241,7 @@ class Lease {
     k._finalizer.unregister(this);
     k._unscheduleHeartbeat(this);
     for (const { leaseId } of leases) {
-      k._held.get(leaseId)?.holders.delete(this._ref);
+      k._held.get(leaseId)?.holders.delete(this);
       if (session._drop(leaseId)) k._held.delete(leaseId);
     }
     if (pending !== null) {
@@ -1191,12 +1289,11 @@ class Lease {
         // holding it now shows its new expiry and TTL.
         Object.assign(record.info, l);
       }
-      record.holders.add(this._ref);
+      record.holders.add(this);
       session._refs.set(l.leaseId, (session._refs.get(l.leaseId) ?? 0) + 1);
       infos[i] = record.info;
     }
     this.leases = infos;
-    k._finalizer.register(this, { session, ref: this._ref, leaseIds: this.leaseIds }, this);
     k.counters.grants++;
     k._scheduleHeartbeat(this, Math.max(k.now(), this._heartbeatDue()));
   }
