@@ -53,6 +53,7 @@ import itertools
 import math
 import threading
 import weakref
+from time import monotonic_ns as _monotonic_ns
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -151,6 +152,8 @@ class LeaseInfo:
 
     @classmethod
     def of(cls, lease: LeaseLike) -> LeaseInfo:
+        if type(lease) is cls:
+            return lease
         return cls(
             lease.lease_id,
             lease.session_id,
@@ -228,6 +231,9 @@ class _Wait:
 
 
 _Step = _Sleep | _Wait
+# What one acquire attempt came to: (verdict kind, verdict, the waiter registered for a WAIT's
+# ticket, the wait_timeout_ms asked for).
+_Attempt = tuple[str, Any, "_Waiter | None", "int | None"]
 
 
 class _Alarm:
@@ -320,8 +326,20 @@ class Klock:
             self.kernel, "heartbeat_due", None
         )
         self._offload_async = bool(getattr(self.kernel, "offload_async", False))
+        # How many events wait to be drained, if the backend can say so cheaply (the
+        # in-process kernel): a settle with none pending skips the drain.
+        self._pending_events: Callable[[], int] | None = getattr(
+            self.kernel, "pending_events", None
+        )
         self.counters = ClientCounters()
         self.clock, self._own_clock = _as_clock(clock)
+        # The start of a SystemClock's own monotonic milliseconds (now() then reads them
+        # itself, as SystemClock.now does), or None: ask the clock.
+        self._system_t0: int | None = (
+            self.clock._t0
+            if type(self.clock) is SystemClock and self.clock._now is None
+            else None
+        )
         self._last_now = 0
         # Re-entrant: a clock may run a timer callback inside a call made under this lock
         # (a ManualClock advanced by a caller holding it).
@@ -331,8 +349,16 @@ class Klock:
         self._sleepers: dict[Lease, Callable[[], None]] = {}
         self._holders: dict[int, list[Lease]] = {}
         self._sessions: dict[int, Session] = {}
+        # Heartbeat scheduling is lazy: a block is scheduled into ``_young`` (block -> when its
+        # next heartbeat is due) with the timer armed no later than that; only when the timer
+        # fires are the young blocks still held moved into the ``_heartbeats`` heap (due, seq,
+        # block; an entry whose seq is not the block's ``_heartbeat_seq`` any more is stale and
+        # skipped). A block that ends before the timer fires (the common short block) never
+        # touches the heap. ``_young_due`` is a lower bound of the young blocks' due times.
         self._heartbeats: list[tuple[int, int, Lease]] = []
         self._heartbeat_stale = 0
+        self._young: dict[Lease, int] = {}
+        self._young_due: int | None = None
         self._seq = itertools.count(1)
         self._closed = False
         self._firing = False  # in _on_timer: it arms the timer once, at the end
@@ -347,6 +373,12 @@ class Klock:
 
     def now(self) -> int:
         """The clock's time in integer milliseconds (never going back)."""
+        t0 = self._system_t0
+        if t0 is not None:  # a SystemClock reading the monotonic clock: an int, never back
+            t = (_monotonic_ns() - t0) // 1_000_000
+            if t > self._last_now:
+                self._last_now = t
+            return self._last_now
         t = self.clock.now()
         if type(t) is not int or t < 0:
             raise TypeError(
@@ -357,10 +389,22 @@ class Klock:
         return self._last_now
 
     def _settled_locked(self) -> None:
-        """After any kernel call: route its events, and re-arm the timer if it must fire sooner."""
-        for event in self.kernel.drain_events():
-            self._dispatch_locked(event)
-        self._arm_locked()
+        """After any kernel call: route its events, and re-arm the timer if it must fire sooner.
+
+        Only the kernel's deadline needs a look here: the timer is never armed later than
+        the heartbeats scheduled (``_schedule_heartbeat_locked`` arms it for each one, and
+        ``_on_timer`` re-arms it for all of them when it ends)."""
+        pending = self._pending_events
+        if pending is None or pending():
+            for event in self.kernel.drain_events():
+                self._dispatch_locked(event)
+        if self._closed or self._firing:
+            return
+        wake = self.kernel.next_deadline()
+        if wake is not None:
+            at = self._alarm.at
+            if at is None or wake < at:
+                self._arm_locked()
 
     def _arm_locked(self) -> None:
         """Arms the one timer for the earliest kernel deadline or heartbeat, if sooner than armed."""
@@ -373,6 +417,9 @@ class Klock:
         wake = self.kernel.next_deadline()
         if beats and (wake is None or beats[0][0] < wake):
             wake = beats[0][0]
+        young_due = self._young_due
+        if young_due is not None and (wake is None or young_due < wake):
+            wake = young_due
         if wake is not None and (self._alarm.at is None or wake < self._alarm.at):
             self._arm_at_locked(wake)
 
@@ -394,6 +441,7 @@ class Klock:
                 now = self.now()
                 self.kernel.advance(now)
                 self._settled_locked()
+                self._promote_young_locked()
                 beats = self._heartbeats
                 while beats and beats[0][0] <= now:
                     _, seq, block = heapq.heappop(beats)
@@ -444,7 +492,7 @@ class Klock:
             now = self.now()
             for blocks in list(self._holders.values()):
                 for block in blocks:
-                    if block._heartbeat_seq:
+                    if self._scheduled_locked(block):
                         self._unschedule_heartbeat_locked(block)
                         self._schedule_heartbeat_locked(block, now)
 
@@ -508,12 +556,35 @@ class Klock:
                 block._lost_locked(name, message, lease_id)
 
     def _schedule_heartbeat_locked(self, block: Lease, due: int) -> None:
-        seq = next(self._seq)
-        block._heartbeat_seq = seq
-        heapq.heappush(self._heartbeats, (due, seq, block))
-        self._arm_locked()
+        """The block's next heartbeat is due at ``due``: it joins the young blocks, and the
+        timer is armed for ``due`` if it would fire later (see ``_young``)."""
+        if block._heartbeat_seq:  # in the heap (a heartbeat made outside the timer)
+            self._unschedule_heartbeat_locked(block)
+        self._young[block] = due
+        if self._young_due is None or due < self._young_due:
+            self._young_due = due
+        at = self._alarm.at
+        if at is None or due < at:
+            self._arm_locked()
+
+    def _promote_young_locked(self) -> None:
+        """The timer fired: the young blocks move into the heartbeat heap."""
+        young = self._young
+        if young:
+            beats = self._heartbeats
+            for block, due in young.items():
+                seq = next(self._seq)
+                block._heartbeat_seq = seq
+                heapq.heappush(beats, (due, seq, block))
+            young.clear()
+        self._young_due = None
+
+    def _scheduled_locked(self, block: Lease) -> bool:
+        """Whether the block has a heartbeat scheduled (young or in the heap)."""
+        return bool(block._heartbeat_seq) or block in self._young
 
     def _unschedule_heartbeat_locked(self, block: Lease) -> None:
+        self._young.pop(block, None)  # _young_due stays: a lower bound
         if block._heartbeat_seq:
             block._heartbeat_seq = 0
             self._heartbeat_stale += 1
@@ -523,7 +594,7 @@ class Klock:
                 self._heartbeat_stale = 0
 
     def _heartbeat_locked(self, block: Lease, now: int) -> None:
-        ids = [lease.lease_id for lease in block.leases]
+        ids = [lease.lease_id for lease in block._leases]
         try:
             results = self.kernel.heartbeat(block.session.session_id, ids, now)
         except UnknownId:  # UNKNOWN_SESSION: the only error a heartbeat call raises
@@ -551,14 +622,16 @@ class Klock:
 
     def _refresh_locked(self, lease_id: int, expires_at: int) -> None:
         """The kernel renewed a lease (heartbeat, resume): every block holding it sees it."""
-        for block in self._holders.get(lease_id, []):
-            block.leases = [
-                replace(lease, expires_at=expires_at) if lease.lease_id == lease_id else lease
-                for lease in block.leases
+        for block in self._holders.get(lease_id, ()):
+            block._leases = [
+                replace(LeaseInfo.of(lease), expires_at=expires_at)
+                if lease.lease_id == lease_id
+                else lease
+                for lease in block._leases
             ]
 
     def _reschedule_heartbeat_locked(self, block: Lease) -> None:
-        if block._heartbeat_seq:
+        if self._scheduled_locked(block):
             self._unschedule_heartbeat_locked(block)
             self._schedule_heartbeat_locked(block, max(self.now(), block._heartbeat_due()))
 
@@ -734,6 +807,7 @@ class Session:
     def __init__(self, klock: Klock, info: SessionInfoLike) -> None:
         self.klock = klock
         self.info = info
+        self._id: int = info.session_id  # never changes (a resume keeps it)
         self._refs: dict[int, int] = {}  # lease id -> blocks of this session holding it
         self._closed = False
         self._closed_by_user = (
@@ -912,11 +986,25 @@ class Lease:
     holding it ends.
     """
 
+    __slots__ = (
+        "session",
+        "intents",
+        "ttl_ms",
+        "timeout",
+        "_leases",
+        "_lease_ids",
+        "_state",
+        "_ticket",
+        "_lost",
+        "_heartbeat_seq",
+        "__weakref__",
+    )
+
     def __init__(
         self, session: Session, intents: tuple[str, ...], ttl_ms: int | None, timeout: float | None
     ) -> None:
         for i, intent in enumerate(intents):
-            if not isinstance(intent, str):
+            if type(intent) is not str and not isinstance(intent, str):
                 raise TypeError(
                     f"intent {i} must be a str like 'MUTATES FILE:/src/a.ts', got {type(intent).__name__}"
                     + (
@@ -928,9 +1016,11 @@ class Lease:
         self.session = session
         self.intents = list(intents)
         self.ttl_ms = ttl_ms
-        self.timeout = _check_timeout(timeout)
-        # The block's leases as the kernel last reported them (see LeaseInfo).
-        self.leases: list[LeaseInfo] = []
+        self.timeout = None if timeout is None else _check_timeout(timeout)
+        # The block's leases as the kernel last reported them: the backend's own objects
+        # (LeaseLike) until :attr:`leases` is read, which turns them into LeaseInfo once.
+        self._leases: list[LeaseLike] = []
+        self._lease_ids: list[int] = []
         self._state = "new"  # new -> acquiring -> held -> done | failed
         self._ticket: int | None = None
         self._lost: tuple[str, str, list[int]] | None = None
@@ -939,27 +1029,37 @@ class Lease:
     # ---- what the block holds -----------------------------------------------------------
 
     @property
+    def leases(self) -> list[LeaseInfo]:
+        """The block's leases as the kernel last reported them (see :class:`LeaseInfo`)."""
+        leases = self._leases
+        if all(type(lease) is LeaseInfo for lease in leases):
+            return leases  # type: ignore[return-value]
+        infos = [LeaseInfo.of(lease) for lease in leases]
+        self._leases = infos  # type: ignore[assignment]
+        return infos
+
+    @property
     def fence(self) -> int:
         """The largest fence of the block's leases: pass it to the protected resource."""
-        return max(lease.fence for lease in self.leases)
+        return max(lease.fence for lease in self._leases)
 
     @property
     def fences(self) -> dict[str, int]:
         """Fence per canonical resource (the largest when one resource has two predicates)."""
         out: dict[str, int] = {}
-        for lease in self.leases:
+        for lease in self._leases:
             out[lease.resource] = max(out.get(lease.resource, 0), lease.fence)
         return out
 
     @property
     def lease_ids(self) -> list[int]:
-        return [lease.lease_id for lease in self.leases]
+        return [lease.lease_id for lease in self._leases]
 
     @property
     def expires_at(self) -> int:
         """The earliest expiry of the block's leases (Klock milliseconds), kept current by
         every heartbeat, re-acquire and resume."""
-        return min(lease.expires_at for lease in self.leases)
+        return min(lease.expires_at for lease in self._leases)
 
     @property
     def held(self) -> bool:
@@ -989,32 +1089,56 @@ class Lease:
 
     # ---- kernel bookkeeping (under the Klock's lock) -------------------------------------
 
-    def _granted_locked(self, leases: Sequence[LeaseLike]) -> None:
+    def _granted_locked(self, leases: Sequence[LeaseLike], now: int | None = None) -> None:
+        """The kernel granted the block ``leases`` (at ``now``, or the clock's time)."""
         k = self.session.klock
-        self.leases = [LeaseInfo.of(lease) for lease in leases]
+        self._leases = leases = list(leases)
+        self._lease_ids = ids = [lease.lease_id for lease in leases]
         self._state = "held"
         refs = self.session._refs
-        for lease in self.leases:
-            # A reused lease was renewed by this grant (SPEC.md §6): the outer blocks holding
-            # it follow its new expiry and TTL (their next heartbeat, found due later than
-            # scheduled, moves).
-            for other in k._holders.get(lease.lease_id, []):
-                other.leases = [
-                    lease if mine.lease_id == lease.lease_id else mine for mine in other.leases
-                ]
-            refs[lease.lease_id] = refs.get(lease.lease_id, 0) + 1
-            k._holders.setdefault(lease.lease_id, []).append(self)
+        holders = k._holders
+        for lease, lease_id in zip(leases, ids):
+            others = holders.get(lease_id)
+            if others is None:
+                holders[lease_id] = [self]
+            else:
+                # A reused lease was renewed by this grant (SPEC.md §6): the outer blocks
+                # holding it follow its new expiry and TTL (their next heartbeat, found due
+                # later than scheduled, moves).
+                for other in others:
+                    other._leases = [
+                        lease if mine.lease_id == lease_id else mine for mine in other._leases
+                    ]
+                others.append(self)
+            refs[lease_id] = refs.get(lease_id, 0) + 1
         k.counters.grants += 1
-        k._schedule_heartbeat_locked(self, max(k.now(), self._heartbeat_due()))
+        if k._heartbeat_due_of is None and len(leases) == 1:  # _heartbeat_due(), inline
+            lease = leases[0]
+            due = lease.expires_at - (2 * lease.ttl_ms) // 3
+        else:
+            due = self._heartbeat_due()
+        if now is None:
+            now = k.now()
+        if due < now:
+            due = now
+        young_due, at = k._young_due, k._alarm.at
+        if self._heartbeat_seq or young_due is None or due < young_due or at is None or due < at:
+            k._schedule_heartbeat_locked(self, due)
+        else:  # the timer fires by then anyway: _schedule_heartbeat_locked comes to this
+            k._young[self] = due
 
     def _heartbeat_due(self) -> int:
         """When the next heartbeat is due: a third of the way through the current TTL of the
         lease that needs it first (``expires_at - 2*ttl_ms/3``), from the kernel's figures;
         a remote backend answers from its local deadlines (klock.backend)."""
         due_of = self.session.klock._heartbeat_due_of
+        leases = self._leases
         if due_of is not None:
-            return min(due_of(lease) for lease in self.leases)
-        return min(lease.expires_at - (2 * lease.ttl_ms) // 3 for lease in self.leases)
+            return min(due_of(lease) for lease in leases)
+        if len(leases) == 1:
+            lease = leases[0]
+            return lease.expires_at - (2 * lease.ttl_ms) // 3
+        return min(lease.expires_at - (2 * lease.ttl_ms) // 3 for lease in leases)
 
     def _lost_locked(self, name: str, message: str, lease_id: int) -> None:
         if self._lost is None:
@@ -1038,15 +1162,22 @@ class Lease:
                 # callback, a paused process), the LEASE_EXPIRED it settles reaches this block,
                 # and its exit raises LeaseLost instead of reporting a lost lease as fine. Only
                 # the kernel leases no other block of the session holds are released.
-                now = k.now()
+                t0 = k._system_t0
+                if t0 is None:
+                    now = k.now()
+                else:  # k.now(), inline on this hot path
+                    now = (_monotonic_ns() - t0) // 1_000_000
+                    if now > k._last_now:
+                        k._last_now = now
+                    else:
+                        now = k._last_now
+                refs = session._refs
                 try:
-                    ending = [
-                        lease.lease_id
-                        for lease in self.leases
-                        if session._refs.get(lease.lease_id) == 1
-                    ]
-                    for lease_id in ending:
-                        k.kernel.release(session.session_id, lease_id, now)
+                    ending = False
+                    for lease_id in self._lease_ids:
+                        if refs.get(lease_id) == 1:
+                            k.kernel.release(session._id, lease_id, now)
+                            ending = True
                     if not ending:
                         k.kernel.advance(now)
                 except UnknownId:
@@ -1058,10 +1189,12 @@ class Lease:
                 finally:
                     k._settled_locked()
             self._state = "done"
-            k._unschedule_heartbeat_locked(self)
+            if self._heartbeat_seq:
+                k._unschedule_heartbeat_locked(self)
+            else:
+                k._young.pop(self, None)
             refs = session._refs
-            for lease in self.leases:
-                lease_id = lease.lease_id
+            for lease_id in self._lease_ids:
                 holders = k._holders.get(lease_id)
                 if holders is not None and self in holders:
                     holders.remove(self)
@@ -1078,62 +1211,93 @@ class Lease:
 
     # ---- acquisition ----------------------------------------------------------------------
 
-    def _acquire_steps(
-        self, make_waiter: Callable[[Lease], _Waiter]
-    ) -> Generator[_Step, Any, None]:
-        """The acquisition as a generator shared by the thread and asyncio drivers: it yields
-        :class:`_Sleep` or :class:`_Wait` steps and receives the delivered event after a wait.
-        Returns once the block holds its leases.
+    def _deadline(self) -> int | None:
+        """The end of the ``timeout`` budget on the Klock's clock (``None``: no client-side
+        limit), counted from now: the first attempt."""
+        timeout = self.timeout
+        if timeout is None or timeout == math.inf:
+            return None
+        return min(U64_MAX, self.session.klock.now() + _timeout_ms(timeout))
 
-        Every backoff is the kernel's ``retry_after_ms`` (DIE verdict, DIED or WOUNDED event,
-        SPEC.md §8); all three follow the same rules: retry in place while the session holds
-        nothing else, else raise :class:`Died`. Before every kernel call it checks, under the
-        Klock's lock, that neither the Klock nor the session was closed meanwhile. The
-        ``timeout`` budget is counted on the Klock's clock, from the first attempt."""
+    def _attempt(
+        self, make_waiter: Callable[[Lease], _Waiter], deadline: int | None, retry: bool
+    ) -> _Attempt:
+        """One kernel acquire under the Klock's lock, after checking that neither the Klock
+        nor the session was closed meanwhile: the verdict carried out (a grant recorded, a
+        WAIT's waiter registered for its ticket), its events routed."""
         k = self.session.klock
-        forever = self.timeout == math.inf
-        deadline = (
-            None
-            if self.timeout is None or forever
-            else min(U64_MAX, k.now() + _timeout_ms(self.timeout))
-        )
-        attempt = 0
-        while True:
-            waiter: _Waiter | None = None
-            with k._lock:
-                self.session._check_open()
+        session = self.session
+        waiter: _Waiter | None = None
+        with k._lock:
+            if k._closed or session._closed_by_user:
+                session._check_open()
+            t0 = k._system_t0
+            if t0 is None:
                 now = k.now()
-                if forever:
-                    wait_ms: int | None = U64_MAX  # "never" under saturating deadlines (SPEC.md §2)
-                elif deadline is None:
-                    wait_ms = None  # the kernel's default_wait_timeout_ms; asked again after it
+            else:  # k.now(), inline on this hot path
+                now = (_monotonic_ns() - t0) // 1_000_000
+                if now > k._last_now:
+                    k._last_now = now
                 else:
-                    wait_ms = max(0, deadline - now)
-                if attempt:
-                    k.counters.retries += 1
-                attempt += 1
-                try:
+                    now = k._last_now
+            wait_ms: int | None
+            if deadline is not None:
+                wait_ms = max(0, deadline - now)
+            elif self.timeout is None:
+                wait_ms = None  # the kernel's default_wait_timeout_ms; asked again after it
+            else:
+                wait_ms = U64_MAX  # math.inf: "never" under saturating deadlines (SPEC.md §2)
+            if retry:
+                k.counters.retries += 1
+            try:
+                if wait_ms is None and self.ttl_ms is None:  # the kernel's defaults
+                    verdict = k.kernel.acquire(session._id, self.intents, now)
+                else:
                     verdict = k.kernel.acquire(
-                        self.session.session_id,
+                        session._id,
                         self.intents,
                         now,
                         ttl_ms=self.ttl_ms,
                         wait=wait_ms != 0,
                         wait_timeout_ms=wait_ms,
                     )
-                    kind = verdict.verdict
-                    if kind == "GRANTED":
-                        self._granted_locked(verdict.leases)
-                    elif kind == "WAIT":
-                        k.counters.waits += 1
-                        assert verdict.ticket is not None
-                        waiter = make_waiter(self)
-                        self._ticket = verdict.ticket
-                        k._waiters[verdict.ticket] = waiter
-                    else:
-                        k.counters.deaths += 1
-                finally:
-                    k._settled_locked()
+                kind = verdict.verdict
+                if kind == "GRANTED":
+                    self._granted_locked(verdict.leases, now)
+                elif kind == "WAIT":
+                    k.counters.waits += 1
+                    assert verdict.ticket is not None
+                    waiter = make_waiter(self)
+                    self._ticket = verdict.ticket
+                    k._waiters[verdict.ticket] = waiter
+                else:
+                    k.counters.deaths += 1
+            finally:
+                k._settled_locked()
+        return kind, verdict, waiter, wait_ms
+
+    def _acquire_steps(
+        self,
+        make_waiter: Callable[[Lease], _Waiter],
+        deadline: int | None,
+        first: _Attempt | None = None,
+    ) -> Generator[_Step, Any, None]:
+        """The acquisition as a generator shared by the thread and asyncio drivers, from its
+        ``first`` attempt (made by the driver, which returns at once on a grant: the common
+        case pays for no generator) or, if ``None``, from making it: it yields
+        :class:`_Sleep` or :class:`_Wait` steps and receives the delivered event after a
+        wait. Returns once the block holds its leases.
+
+        Every backoff is the kernel's ``retry_after_ms`` (DIE verdict, DIED or WOUNDED event,
+        SPEC.md §8); all three follow the same rules: retry in place while the session holds
+        nothing else, else raise :class:`Died`. Every attempt is :meth:`_attempt`. The
+        ``timeout`` budget (``deadline``) is counted on the Klock's clock, from the first
+        attempt."""
+        k = self.session.klock
+        if first is None:
+            first = self._attempt(make_waiter, deadline, False)
+        kind, verdict, waiter, wait_ms = first
+        while True:
             if kind == "GRANTED":
                 return
             held_by = [b.session_id for b in verdict.held_by]
@@ -1157,6 +1321,7 @@ class Lease:
                             f"waited {self.timeout} s for {self.intents}; still held by sessions {held_by}",
                             held_by,
                         )
+                    kind, verdict, waiter, wait_ms = self._attempt(make_waiter, deadline, True)
                     continue
                 # DIED, or WOUNDED (wound_wait: an older session took precedence; asking again
                 # at once would only get this block wounded again): both count as a DIE.
@@ -1192,6 +1357,7 @@ class Lease:
                     held_by,
                 )
             yield _Sleep(retry_after_ms)
+            kind, verdict, waiter, wait_ms = self._attempt(make_waiter, deadline, True)
 
     def _sleep_thread(self, ms: int) -> None:
         """A backoff in a thread, on the Klock's clock, cut short by Klock.close() or
@@ -1259,6 +1425,12 @@ class Lease:
     def _exit(self, exc: BaseException | None) -> None:
         self._release()
         if self._lost is not None:
+            self._exit_lost(exc)
+
+    def _exit_lost(self, exc: BaseException | None) -> None:
+        """The exit of a block that lost a lease: raises :class:`LeaseLost` unless the block
+        raised something else (which gets a note)."""
+        if self._lost is not None:
             name, message, ids = self._lost
             if exc is None:
                 raise LeaseLost(name, message, list(ids))
@@ -1268,13 +1440,22 @@ class Lease:
     def _begin(self) -> None:
         if self._state != "new":
             raise RuntimeError("a Lease block can be entered once; call session.lease(...) again")
-        self.session._check_open()
+        session = self.session
+        if session._closed_by_user or session.klock._closed:
+            session._check_open()
         self._state = "acquiring"
 
     def __enter__(self) -> Lease:
-        self._begin()
-        steps = self._acquire_steps(_ThreadWaiter)
+        session = self.session
+        if self._state != "new" or session._closed_by_user or session.klock._closed:
+            self._begin()  # raises
+        self._state = "acquiring"
         try:
+            deadline = None if self.timeout is None else self._deadline()
+            first = self._attempt(_ThreadWaiter, deadline, False)
+            if first[0] == "GRANTED":
+                return self
+            steps = self._acquire_steps(_ThreadWaiter, deadline, first)
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
@@ -1295,15 +1476,29 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._exit(exc)
+        self._release()
+        if self._lost is not None:
+            self._exit_lost(exc)
 
     async def __aenter__(self) -> Lease:
         loop = asyncio.get_running_loop()
         self._begin()
-        steps = self._acquire_steps(lambda block: _AsyncWaiter(block, loop))
+
+        def make_waiter(block: Lease) -> _Waiter:
+            return _AsyncWaiter(block, loop)
+
         if self.session.klock._offload_async:
-            return await self._aenter_offloaded(loop, steps)
+            # The first attempt too runs in a worker thread (the generator makes it).
+            deadline = None if self.timeout is None else self._deadline()
+            return await self._aenter_offloaded(
+                loop, self._acquire_steps(make_waiter, deadline)
+            )
         try:
+            deadline = None if self.timeout is None else self._deadline()
+            first = self._attempt(make_waiter, deadline, False)
+            if first[0] == "GRANTED":
+                return self
+            steps = self._acquire_steps(make_waiter, deadline, first)
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
