@@ -410,7 +410,7 @@ class Klock {
     /**
      * Every kernel lease held through this Klock: its current view (`info`, shared by the
      * `leases` of every Lease holding it) and those Leases, held weakly.
-     * @type {Map<number, { info: object, session: Session, holders: Set<LeaseCore> }>}
+     * @type {Map<number, { info: object, session: Session, holders: LeaseCore[] }>}
      */
     this._held = new Map();
     /** @type {Map<number, Session>} */
@@ -672,7 +672,7 @@ class Klock {
     const ending = [];
     for (const { leaseId: id } of lease.leases) {
       const record = this._held.get(id);
-      if (record === undefined || !record.holders.delete(lease)) continue; // lost already
+      if (record === undefined || !unhold(record, lease)) continue; // lost already
       if (session._drop(id)) {
         this._held.delete(id);
         ending.push(id);
@@ -770,6 +770,14 @@ function bounded(collection) {
   while (collection.size > BOUND) collection.delete(collection.keys().next().value);
 }
 
+/** `lease` no longer holds the kernel lease of `record`; false if it did not. */
+function unhold(record, lease) {
+  const i = record.holders.indexOf(lease);
+  if (i < 0) return false;
+  record.holders.splice(i, 1);
+  return true;
+}
+
 /** The wait to ask for at `now`: Infinity is the largest the addon takes; undefined, the kernel's default. */
 function waitFor(forever, deadline, now) {
   return forever ? MAX_MS : deadline === undefined ? undefined : Math.max(0, deadline - now);
@@ -821,6 +829,9 @@ function intentText(intents) {
   return Array.isArray(intents) ? intents.join(', ') : String(intents);
 }
 
+/** The keys of `session.lease()`'s options. */
+const LEASE_OPTIONS = ['ttlMs', 'timeoutMs', 'signal'];
+
 class Session {
   constructor(klock, info) {
     this.klock = klock;
@@ -849,13 +860,18 @@ class Session {
    * @param {string | string[]} intents `"PREDICATE TYPE:/path"`, e.g. `"MUTATES FILE:/x"`
    * @param {{ ttlMs?: number, timeoutMs?: number, signal?: AbortSignal }} [options]
    */
-  async lease(intents, options = {}) {
-    const { ttlMs, timeoutMs, signal } = checkKeys(options, 'options', ['ttlMs', 'timeoutMs', 'signal']);
-    checkTimeout(timeoutMs, 'options.timeoutMs');
-    if (signal !== undefined && !(signal instanceof AbortSignal)) {
-      const error = new TypeError('`options.signal` must be an AbortSignal');
-      error.code = 'ERR_INVALID_ARG_TYPE';
-      throw error;
+  async lease(intents, options) {
+    let ttlMs;
+    let timeoutMs;
+    let signal;
+    if (options !== undefined) {
+      ({ ttlMs, timeoutMs, signal } = checkKeys(options, 'options', LEASE_OPTIONS));
+      checkTimeout(timeoutMs, 'options.timeoutMs');
+      if (signal !== undefined && !(signal instanceof AbortSignal)) {
+        const error = new TypeError('`options.signal` must be an AbortSignal');
+        error.code = 'ERR_INVALID_ARG_TYPE';
+        throw error;
+      }
     }
     const core = new LeaseCore(this, intentList(intents), ttlMs);
     const acquiring = core._acquire(timeoutMs, signal); // undefined: granted at once
@@ -1241,7 +1257,8 @@ class LeaseCore {
     k._finalizer.unregister(this);
     k._unscheduleHeartbeat(this);
     for (const { leaseId } of leases) {
-      k._held.get(leaseId)?.holders.delete(this);
+      const record = k._held.get(leaseId);
+      if (record !== undefined) unhold(record, this);
       if (session._drop(leaseId)) k._held.delete(leaseId);
     }
     if (pending !== null) {
@@ -1282,14 +1299,14 @@ class LeaseCore {
       const l = leases[i];
       let record = k._held.get(l.leaseId);
       if (record === undefined) {
-        record = { info: l, session, holders: new Set() };
+        record = { info: l, session, holders: [this] };
         k._held.set(l.leaseId, record);
       } else {
         // A reused lease, renewed by this grant (SPEC.md §6: never shortened): every Lease
         // holding it now shows its new expiry and TTL.
         Object.assign(record.info, l);
+        if (!record.holders.includes(this)) record.holders.push(this);
       }
-      record.holders.add(this);
       session._refs.set(l.leaseId, (session._refs.get(l.leaseId) ?? 0) + 1);
       infos[i] = record.info;
     }
