@@ -513,7 +513,7 @@ class Klock:
                 return  # a ticket made directly on .kernel: its caller drains its own events
             if kind == "GRANTED":
                 assert event.leases is not None
-                waiter.block._granted_locked(event.leases)
+                waiter.block._granted_locked(event.leases, self.now())
             elif kind == "DIED":
                 self.counters.deaths += 1
             waiter.resolve(event)
@@ -970,6 +970,15 @@ def _check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
+def _follow_renewal(blocks: list[Lease], lease: LeaseLike) -> None:
+    """A reused lease was renewed by a grant (SPEC.md §6): the outer ``blocks`` holding it
+    follow its new expiry and TTL (their next heartbeat, found due later than scheduled,
+    moves)."""
+    lease_id = lease.lease_id
+    for other in blocks:
+        other._leases = [lease if mine.lease_id == lease_id else mine for mine in other._leases]
+
+
 class Lease:
     """The leases of one manifest, held for the duration of a ``with`` / ``async with`` block.
 
@@ -1003,8 +1012,9 @@ class Lease:
     def __init__(
         self, session: Session, intents: tuple[str, ...], ttl_ms: int | None, timeout: float | None
     ) -> None:
-        for i, intent in enumerate(intents):
-            if type(intent) is not str and not isinstance(intent, str):
+        for intent in intents:
+            if not isinstance(intent, str):
+                i = intents.index(intent)
                 raise TypeError(
                     f"intent {i} must be a str like 'MUTATES FILE:/src/a.ts', got {type(intent).__name__}"
                     + (
@@ -1089,26 +1099,21 @@ class Lease:
 
     # ---- kernel bookkeeping (under the Klock's lock) -------------------------------------
 
-    def _granted_locked(self, leases: Sequence[LeaseLike], now: int | None = None) -> None:
-        """The kernel granted the block ``leases`` (at ``now``, or the clock's time)."""
+    def _granted_locked(self, leases: Sequence[LeaseLike], now: int) -> None:
+        """The kernel granted the block ``leases`` at ``now``. (The uncontended lease block's
+        hot path: kept to few steps.)"""
         k = self.session.klock
-        self._leases = leases = list(leases)
+        self._leases = leases = leases if type(leases) is list else list(leases)
         self._lease_ids = ids = [lease.lease_id for lease in leases]
         self._state = "held"
         refs = self.session._refs
         holders = k._holders
-        for lease, lease_id in zip(leases, ids):
+        for lease_id in ids:
             others = holders.get(lease_id)
             if others is None:
                 holders[lease_id] = [self]
             else:
-                # A reused lease was renewed by this grant (SPEC.md §6): the outer blocks
-                # holding it follow its new expiry and TTL (their next heartbeat, found due
-                # later than scheduled, moves).
-                for other in others:
-                    other._leases = [
-                        lease if mine.lease_id == lease_id else mine for mine in other._leases
-                    ]
+                _follow_renewal(others, leases[ids.index(lease_id)])
                 others.append(self)
             refs[lease_id] = refs.get(lease_id, 0) + 1
         k.counters.grants += 1
@@ -1117,8 +1122,6 @@ class Lease:
             due = lease.expires_at - (2 * lease.ttl_ms) // 3
         else:
             due = self._heartbeat_due()
-        if now is None:
-            now = k.now()
         if due < now:
             due = now
         young_due, at = k._young_due, k._alarm.at
@@ -1150,8 +1153,8 @@ class Lease:
 
     def _release(self) -> None:
         """Releases what this block holds (leases shared with an outer block stay held)."""
-        k = self.session.klock
         session = self.session
+        k = session.klock
         unreachable: Unreachable | None = None
         with k._lock:
             if self._state != "held":
@@ -1163,14 +1166,8 @@ class Lease:
                 # and its exit raises LeaseLost instead of reporting a lost lease as fine. Only
                 # the kernel leases no other block of the session holds are released.
                 t0 = k._system_t0
-                if t0 is None:
-                    now = k.now()
-                else:  # k.now(), inline on this hot path
-                    now = (_monotonic_ns() - t0) // 1_000_000
-                    if now > k._last_now:
-                        k._last_now = now
-                    else:
-                        now = k._last_now
+                # k.now(), inline on this hot path (the monotonic clock, read under the lock)
+                now = k.now() if t0 is None else (_monotonic_ns() - t0) // 1_000_000
                 refs = session._refs
                 try:
                     ending = False
@@ -1187,25 +1184,33 @@ class Lease:
                     # leases end on the server at their TTL), and its exit says why.
                     unreachable = e
                 finally:
-                    k._settled_locked()
+                    # k._settled_locked(), inline on this hot path: no events pending, and the
+                    # kernel's next deadline is no earlier than the timer.
+                    pending = k._pending_events
+                    if pending is None or pending() or k._closed or k._firing:
+                        k._settled_locked()
+                    else:
+                        wake = k.kernel.next_deadline()
+                        if wake is not None and (k._alarm.at is None or wake < k._alarm.at):
+                            k._arm_locked()
             self._state = "done"
             if self._heartbeat_seq:
                 k._unschedule_heartbeat_locked(self)
             else:
                 k._young.pop(self, None)
             refs = session._refs
+            all_holders = k._holders
             for lease_id in self._lease_ids:
-                holders = k._holders.get(lease_id)
-                if holders is not None and self in holders:
-                    holders.remove(self)
-                    if not holders:
-                        del k._holders[lease_id]
-                count = refs.get(lease_id)
-                if count is not None:  # else lost already
-                    if count > 1:
-                        refs[lease_id] = count - 1
-                    else:
-                        del refs[lease_id]
+                holders = all_holders.get(lease_id)
+                if holders is not None:
+                    if len(holders) == 1:
+                        if holders[0] is self:
+                            del all_holders[lease_id]
+                    elif self in holders:
+                        holders.remove(self)
+                count = refs.pop(lease_id, 0)  # 0: lost already
+                if count > 1:
+                    refs[lease_id] = count - 1
         if unreachable is not None:
             raise unreachable
 
@@ -1225,21 +1230,15 @@ class Lease:
         """One kernel acquire under the Klock's lock, after checking that neither the Klock
         nor the session was closed meanwhile: the verdict carried out (a grant recorded, a
         WAIT's waiter registered for its ticket), its events routed."""
-        k = self.session.klock
         session = self.session
+        k = session.klock
         waiter: _Waiter | None = None
         with k._lock:
             if k._closed or session._closed_by_user:
                 session._check_open()
             t0 = k._system_t0
-            if t0 is None:
-                now = k.now()
-            else:  # k.now(), inline on this hot path
-                now = (_monotonic_ns() - t0) // 1_000_000
-                if now > k._last_now:
-                    k._last_now = now
-                else:
-                    now = k._last_now
+            # k.now(), inline on this hot path (the monotonic clock, read under the lock)
+            now = k.now() if t0 is None else (_monotonic_ns() - t0) // 1_000_000
             wait_ms: int | None
             if deadline is not None:
                 wait_ms = max(0, deadline - now)
@@ -1273,7 +1272,15 @@ class Lease:
                 else:
                     k.counters.deaths += 1
             finally:
-                k._settled_locked()
+                # k._settled_locked(), inline on this hot path: no events pending, and the
+                # kernel's next deadline is no earlier than the timer.
+                pending = k._pending_events
+                if pending is None or pending() or k._closed or k._firing:
+                    k._settled_locked()
+                else:
+                    wake = k.kernel.next_deadline()
+                    if wake is not None and (k._alarm.at is None or wake < k._alarm.at):
+                        k._arm_locked()
         return kind, verdict, waiter, wait_ms
 
     def _acquire_steps(
