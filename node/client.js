@@ -49,7 +49,10 @@
 //   (its state, which never refers back): only a Lease that something can still release is
 //   heartbeated. A Lease that becomes unreachable without being released is released when it
 //   is garbage-collected (FinalizationRegistry; `counters.collected`), so a forgotten Lease
-//   frees its resource instead of being renewed forever.
+//   frees its resource instead of being renewed forever. A new Lease is registered with the
+//   FinalizationRegistry once the event loop turns (an unref'd `setImmediate`), if it is still
+//   held then: until that registration the Klock holds it, so it cannot be collected unseen,
+//   and the many Leases released within the job that made them are never registered at all.
 // - A held lease that ends early marks its Lease lost: `lease.lost` is the `LeaseLost` error,
 //   `lease.signal` aborts with it, `lease.check()` throws it, and the first `release()` (so
 //   `withLease` and `await using`) throws it — also when that release is the call that settles
@@ -420,6 +423,10 @@ class Klock {
     this._heartbeatStale = 0;
     /** Releases what a Lease held when it is collected unreleased (its LeaseCore: `_collected`). */
     this._finalizer = new FinalizationRegistry((held) => this._collected(held));
+    /** Leases given out and not yet registered with `_finalizer` (held strongly until then). */
+    this._unregistered = [];
+    /** The Immediate that registers them (`_register`), while one is scheduled. */
+    this._registering = null;
     this._timer = null;
     this._timerRefed = false;
     this._armedAt = Infinity;
@@ -513,6 +520,9 @@ class Klock {
     if (this._timer !== null) this.clock.clearTimer(this._timer);
     this._timer = null;
     this._armedAt = Infinity;
+    if (this._registering !== null) clearImmediate(this._registering);
+    this._registering = null;
+    this._unregistered = [];
     if (this._remote === null) return undefined;
     const remote = this._remote;
     return Promise.all(closing).then(() => remote.close());
@@ -690,6 +700,45 @@ class Klock {
       // Runs from the garbage collector: never throw. UNKNOWN_SESSION: closed by the kernel.
       if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) this.timerError = e;
     }
+  }
+
+  /**
+   * A Lease handle given out: registered with the FinalizationRegistry when the event loop
+   * turns, if still held (`_register`); held here until then.
+   */
+  _track(lease) {
+    this._unregistered.push(lease);
+    if (this._registering === null) {
+      this._registering = setImmediate(() => this._register());
+      this._registering.unref?.();
+    }
+  }
+
+  /** Registers the Leases given out since the last turn that are still held. */
+  _register() {
+    this._registering = null;
+    const leases = this._unregistered;
+    this._unregistered = [];
+    if (this._closed) return;
+    for (const lease of leases) {
+      const core = lease._core;
+      if (core._state !== 'held') continue; // released already
+      core._registered = true;
+      this._finalizer.register(lease, core, core);
+    }
+  }
+
+  /** A LeaseCore was released: it needs no finalization any more. */
+  _untrack(core) {
+    if (core._registered) {
+      core._registered = false;
+      this._finalizer.unregister(core);
+      return;
+    }
+    // Not registered yet: usually the last one given out (a lease block), dropped at once;
+    // otherwise `_register` skips it.
+    const leases = this._unregistered;
+    if (leases.length > 0 && leases[leases.length - 1]._core === core) leases.pop();
   }
 
   _scheduleHeartbeat(lease, due) {
@@ -878,7 +927,7 @@ class Session {
     if (acquiring !== undefined) await acquiring;
     const lease = new Lease(core);
     // Collected unreleased: what it holds is released (`Klock._collected`).
-    this.klock._finalizer.register(lease, core, core);
+    if (core._state === 'held') this.klock._track(lease);
     return lease;
   }
 
@@ -1156,6 +1205,8 @@ class LeaseCore {
     this._waiter = null;
     this._heartbeatSeq = 0;
     this._renewable = true;
+    /** Whether the Klock's FinalizationRegistry has this core's Lease (`Klock._register`). */
+    this._registered = false;
     /** Behind `signal`: made when first asked for (most Leases never are), aborted if lost. */
     this._abort = null;
   }
@@ -1254,7 +1305,7 @@ class LeaseCore {
       }
     }
     this._state = 'done';
-    k._finalizer.unregister(this);
+    k._untrack(this);
     k._unscheduleHeartbeat(this);
     for (const { leaseId } of leases) {
       const record = k._held.get(leaseId);

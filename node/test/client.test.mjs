@@ -559,6 +559,8 @@ const INPROCESS_ONLY = {
     'garbage collection in a child process with an in-process kernel',
   'a collected Lease frees its resource; a reachable one is still heartbeated (--expose-gc)':
     'garbage collection in a child process with an in-process kernel',
+  'Leases dropped unreleased within one job, among many released ones, are released once collected (--expose-gc)':
+    'garbage collection in a child process with an in-process kernel',
   "a release that settles the lease's expiry raises LeaseLost (test clock)":
     'it jumps a function clock with no server call between; remotely expiry-loses-the-block covers it on a ManualClock',
   'a long synchronous callback blocks the event loop past the TTL: withLease raises LeaseLost (real clock)':
@@ -953,6 +955,35 @@ test('a collected Lease frees its resource; a reachable one is still heartbeated
   );
   assert.equal(child.status, 0, child.stderr);
   assert.deepEqual(JSON.parse(child.stdout), { kept: 1, dropped: 0 });
+});
+
+test('Leases dropped unreleased within one job, among many released ones, are released once collected (--expose-gc)', () => {
+  // A Lease is registered for collection when the event loop turns (released ones never
+  // are): those made and dropped in a loop of microtasks are registered after it and then
+  // collected like any other.
+  const child = runChild(
+    `
+    const { Klock } = client;
+    (async () => {
+      const klock = new Klock({ seed: 1 });
+      const s = await klock.session('leaker');
+      for (let i = 0; i < 1000; i++) {
+        (await s.lease('MUTATES FILE:/block')).release();
+        if (i % 200 === 0) await s.lease('MUTATES FILE:/dropped/' + i, { ttlMs: 60000 }); // dropped
+      }
+      const before = klock.stats().activeLeases;
+      for (let i = 0; i < 20 && klock.counters.collected < 5; i++) {
+        globalThis.gc();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      console.log(JSON.stringify({ before, collected: klock.counters.collected, after: klock.stats().activeLeases }));
+      klock.close();
+    })().catch((e) => { console.error(e); process.exit(1); });
+    `,
+    { args: ['--expose-gc'] },
+  );
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout), { before: 5, collected: 5, after: 0 });
 });
 
 test("a release that settles the lease's expiry raises LeaseLost (test clock)", { timeout: 20_000 }, async () => {
