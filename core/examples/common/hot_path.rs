@@ -1,0 +1,347 @@
+//! The kernel's hot path against its floor (issue 15), shared by the `hot_path` example and
+//! the bench report.
+//!
+//! Contract:
+//! - [`allocs_per_pair`]: heap allocations (calls counted by [`counting`](super::counting))
+//!   per uncontended acquire+release pair of one intent on a fresh resource (its node is
+//!   created by the acquire and pruned by the release), after a warm-up, on one session.
+//! - [`Floor`]: a bare `hashbrown::HashMap<String, u64>` (hashbrown's default hasher) holding
+//!   the same number of other keys as the kernel has other leases; one floor operation is an
+//!   insert of a fresh `String` of [`PATH`] and its removal. Kernel and floor are timed in the
+//!   same rounds, interleaved, and compared as the median of per-round ratios.
+//! - [`contended`]: allocations of a DIE or WAIT verdict (and, for WAIT, the `cancel_wait`
+//!   that resets it) with `k` blockers, split into what the verdict's own `held_by` must
+//!   allocate (its vector, and per blocker an `agent_id`, an intent vector and a resource
+//!   string) and the rest (the kernel's own bookkeeping).
+
+use super::counting;
+use super::fixtures::{self, NOW};
+use klock_core::{AcquireOptions, Config, Kernel, Verdict};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// The floor's key: the resource of [`fixtures::ONE`].
+pub const PATH: &str = "FILE:/bench/x";
+
+/// A bare map with `others` other keys.
+pub struct Floor {
+    map: hashbrown::HashMap<String, u64, foldhash::fast::RandomState>,
+}
+
+impl Floor {
+    /// A map holding `others` keys shaped like the kernel fixtures' filler resources.
+    pub fn with_others(others: usize) -> Floor {
+        let mut map = hashbrown::HashMap::with_hasher(foldhash::fast::RandomState::default());
+        for i in 0..others {
+            map.insert(format!("FILE:/fill/d{}/f{}", i / 1000, i % 1000), i as u64);
+        }
+        Floor { map }
+    }
+
+    /// Times `iterations` insert+remove pairs of a fresh `String` of [`PATH`].
+    pub fn timed(&mut self, iterations: u64) -> Duration {
+        let started = Instant::now();
+        for i in 0..iterations {
+            self.map.insert(String::from(black_box(PATH)), i);
+            black_box(self.map.remove(black_box(PATH)));
+        }
+        started.elapsed()
+    }
+}
+
+/// Allocation calls per acquire+release pair of `intents` on `kernel` (see the contract).
+pub fn allocs_per_pair(kernel: &mut Kernel, intents: &[&str], pairs: u64) -> f64 {
+    let session = fixtures::bench_session(kernel);
+    for _ in 0..1_000 {
+        fixtures::acquire_release(kernel, session, intents);
+    }
+    let before = counting::calls();
+    for _ in 0..pairs {
+        fixtures::acquire_release(kernel, session, intents);
+    }
+    let per_pair = (counting::calls() - before) as f64 / pairs as f64;
+    kernel.close_session(session, NOW).expect("open session");
+    per_pair
+}
+
+/// Prints a backtrace of every allocation of one pair (after a warm-up).
+pub fn trace_one_pair(kernel: &mut Kernel, intents: &[&str]) {
+    let session = fixtures::bench_session(kernel);
+    for _ in 0..1_000 {
+        fixtures::acquire_release(kernel, session, intents);
+    }
+    let traced = counting::traced(|| fixtures::acquire_release(kernel, session, intents));
+    eprintln!("=== {traced} allocation calls in one pair");
+    kernel.close_session(session, NOW).expect("open session");
+}
+
+/// Which contended verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A younger requester under wait_die: DIE with `held_by`.
+    Die,
+    /// An older requester under wait_die: WAIT with `held_by`, then `cancel_wait`.
+    Wait,
+}
+
+/// Allocations of one contended verdict.
+pub struct Contended {
+    pub kind: Kind,
+    pub blockers: usize,
+    /// Allocation calls per verdict (WAIT: with its `cancel_wait`), averaged.
+    pub allocs: f64,
+    /// Of those, what the verdict's `held_by` itself is made of.
+    pub held_by_allocs: u64,
+    /// Nanoseconds per verdict (WAIT: with its `cancel_wait`).
+    pub ns: f64,
+}
+
+/// `blockers` sessions share `CONSUMES FILE:/c/x`; another asks `MUTATES FILE:/c/x` with
+/// `wait: true`, `rounds` times (see the module contract).
+pub fn contended(kind: Kind, blockers: usize, rounds: u64) -> Contended {
+    let mut kernel = Kernel::new(Config::default()).expect("valid config");
+    let open = |k: &mut Kernel, name: &str| {
+        k.open_session(name, "default", NOW)
+            .expect("valid")
+            .session_id
+    };
+    // wait_die: an older requester waits, a younger one dies.
+    let early = (kind == Kind::Wait).then(|| open(&mut kernel, "requester"));
+    for b in 0..blockers {
+        let holder = open(&mut kernel, &format!("holder-{b}"));
+        fixtures::grant(&mut kernel, holder, &["CONSUMES FILE:/c/x".to_string()]);
+    }
+    let requester = early.unwrap_or_else(|| open(&mut kernel, "requester"));
+    let options = AcquireOptions {
+        ttl_ms: None,
+        wait: true,
+        wait_timeout_ms: None,
+    };
+    let once = |k: &mut Kernel| {
+        let verdict = k.acquire(requester, &["MUTATES FILE:/c/x"], options, NOW);
+        match (kind, verdict) {
+            (Kind::Die, Ok(Verdict::Die { held_by, .. })) => {
+                assert_eq!(held_by.len(), blockers)
+            }
+            (Kind::Wait, Ok(Verdict::Wait { ticket, held_by })) => {
+                assert_eq!(held_by.len(), blockers);
+                drop(held_by);
+                k.cancel_wait(requester, ticket, NOW).expect("waiting");
+            }
+            (_, other) => panic!("expected {kind:?}, got {other:?}"),
+        }
+    };
+    for _ in 0..100 {
+        once(&mut kernel);
+    }
+    let before = counting::calls();
+    let started = Instant::now();
+    for _ in 0..rounds {
+        once(&mut kernel);
+    }
+    let elapsed = started.elapsed();
+    let allocs = (counting::calls() - before) as f64 / rounds as f64;
+    Contended {
+        kind,
+        blockers,
+        allocs,
+        held_by_allocs: 1 + 3 * blockers as u64,
+        ns: elapsed.as_nanos() as f64 / rounds as f64,
+    }
+}
+
+/// One level of the pair-vs-floor comparison.
+pub struct FloorRatio {
+    pub others: usize,
+    /// Median ns per kernel pair and per floor operation.
+    pub pair_ns: f64,
+    pub floor_ns: f64,
+    /// Median of the per-round ratios pair ÷ floor.
+    pub ratio: f64,
+    /// The smallest and largest per-round ratio.
+    pub ratio_range: (f64, f64),
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Times kernel pairs of [`fixtures::ONE`] and floor operations at each `(others, kernel,
+/// floor)`, `rounds` rounds of `per_round` each, interleaved (kernel, floor, next level, ...).
+pub fn floor_ratios(
+    levels: &mut [(usize, &mut Kernel, Floor)],
+    rounds: usize,
+    per_round: u64,
+    mut progress: impl FnMut(usize),
+) -> Vec<FloorRatio> {
+    let mut pair = vec![Vec::new(); levels.len()];
+    let mut floor = vec![Vec::new(); levels.len()];
+    let mut ratio = vec![Vec::new(); levels.len()];
+    for round in 0..rounds {
+        progress(round);
+        for (i, (_, kernel, map)) in levels.iter_mut().enumerate() {
+            let k = fixtures::timed_pairs(kernel, &fixtures::ONE, per_round).as_nanos() as f64;
+            let f = map.timed(per_round).as_nanos() as f64;
+            pair[i].push(k / per_round as f64);
+            floor[i].push(f / per_round as f64);
+            ratio[i].push(k / f);
+        }
+    }
+    levels
+        .iter()
+        .enumerate()
+        .map(|(i, (others, _, _))| {
+            let lo = ratio[i].iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = ratio[i].iter().copied().fold(0.0, f64::max);
+            FloorRatio {
+                others: *others,
+                pair_ns: median(&mut pair[i]),
+                floor_ns: median(&mut floor[i]),
+                ratio: median(&mut ratio[i]),
+                ratio_range: (lo, hi),
+            }
+        })
+        .collect()
+}
+
+/// Everything the hot-path section reports.
+pub struct Measured {
+    /// `(others, allocation calls per pair)`.
+    pub allocs: Vec<(usize, f64)>,
+    pub ratios: Vec<FloorRatio>,
+    pub contended: Vec<Contended>,
+    pub rounds: usize,
+    pub per_round: u64,
+}
+
+/// The most allocation calls a pair may make, and the largest pair ÷ floor ratio (issue 15).
+pub const ALLOCS_TARGET: f64 = 3.0;
+pub const RATIO_TARGET: f64 = 8.0;
+
+/// Measures everything on `kernels` (`(others, kernel)`; the report uses 0 and 100,000).
+pub fn measure(
+    kernels: &mut [(usize, &mut Kernel)],
+    rounds: usize,
+    per_round: u64,
+    mut progress: impl FnMut(&str),
+) -> Measured {
+    progress("hot path: allocations per pair");
+    let allocs = kernels
+        .iter_mut()
+        .map(|(others, kernel)| (*others, allocs_per_pair(kernel, &fixtures::ONE, 10_000)))
+        .collect();
+    progress("hot path: filling the floor maps");
+    let mut levels: Vec<(usize, &mut Kernel, Floor)> = kernels
+        .iter_mut()
+        .map(|(others, kernel)| (*others, &mut **kernel, Floor::with_others(*others)))
+        .collect();
+    let ratios = floor_ratios(&mut levels, rounds, per_round, |round| {
+        progress(&format!(
+            "hot path: pair vs floor, round {}/{rounds}",
+            round + 1
+        ))
+    });
+    progress("hot path: contended verdicts");
+    let contended = [
+        (Kind::Die, 1),
+        (Kind::Die, 8),
+        (Kind::Wait, 1),
+        (Kind::Wait, 8),
+    ]
+    .into_iter()
+    .map(|(kind, blockers)| contended(kind, blockers, 20_000))
+    .collect();
+    Measured {
+        allocs,
+        ratios,
+        contended,
+        rounds,
+        per_round,
+    }
+}
+
+fn status(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "**missed**"
+    }
+}
+
+/// Rows for the report's target table.
+pub fn target_rows(m: &Measured) -> String {
+    let mut out = String::new();
+    for (others, allocs) in &m.allocs {
+        out.push_str(&format!(
+            "| ≤ {ALLOCS_TARGET:.0} heap allocations per uncontended acquire+release pair ({others} other leases) | {allocs:.2} | {} |\n",
+            status(*allocs <= ALLOCS_TARGET)
+        ));
+    }
+    for r in &m.ratios {
+        out.push_str(&format!(
+            "| pair ≤ {RATIO_TARGET:.0}× a bare `HashMap<String, u64>` insert+remove ({} other leases / keys) | {:.1}× (rounds {:.1}–{:.1}×) | {} |\n",
+            r.others,
+            r.ratio,
+            r.ratio_range.0,
+            r.ratio_range.1,
+            status(r.ratio <= RATIO_TARGET)
+        ));
+    }
+    out
+}
+
+/// The report section (markdown, from its `##` heading).
+pub fn section(m: &Measured) -> String {
+    let mut out = String::from(
+        "## Hot path: allocations and the bare-map floor\n\n\
+         Issue 15. One `MUTATES FILE:/bench/x` acquire+release pair on a fresh resource (the \
+         acquire creates its node, the release prunes it), measured against a bare \
+         `hashbrown::HashMap<String, u64>` (default hasher) holding as many other keys as the \
+         kernel has other leases: one floor operation inserts a fresh `String` of \
+         `FILE:/bench/x` and removes it (1 allocation). Allocations are calls to the counting \
+         global allocator (`alloc`, `alloc_zeroed`, `realloc`) per pair over 10,000 pairs after \
+         1,000 of warm-up; the pair itself must return `Granted { leases }`, whose vector and \
+         the lease's `agent_id` and `resource` strings are 3 of them. \
+         Quick run: `cargo run --release -p klock-core --example hot_path` (`-- --trace` prints \
+         a backtrace of each allocation of one pair).\n\n",
+    );
+    out.push_str("| other active leases | allocations / pair | ns / pair (median) | floor ns / op (median) | pair ÷ floor (median of per-round ratios) | per-round range |\n|---:|---:|---:|---:|---:|---:|\n");
+    for r in &m.ratios {
+        let allocs = m
+            .allocs
+            .iter()
+            .find(|(o, _)| *o == r.others)
+            .map_or(f64::NAN, |a| a.1);
+        out.push_str(&format!(
+            "| {} | {allocs:.2} | {:.0} | {:.1} | {:.1}× | {:.1}–{:.1}× |\n",
+            r.others, r.pair_ns, r.floor_ns, r.ratio, r.ratio_range.0, r.ratio_range.1
+        ));
+    }
+    out.push_str(&format!(
+        "\n{} rounds of {} pairs and {} floor operations, interleaved.\n\n",
+        m.rounds, m.per_round, m.per_round
+    ));
+    out.push_str(
+        "Contended verdicts under wait_die: `k` sessions share `CONSUMES FILE:/c/x`, another asks \
+         `MUTATES FILE:/c/x` with `wait: true` (younger: DIE; older: WAIT, then `cancel_wait`). \
+         `held_by` is made of a vector and, per blocker, an `agent_id`, an intent vector and a \
+         resource string (1 + 3k allocations, the public types' own); the rest is the kernel's.\n\n\
+         | verdict | blockers | allocations / verdict | of which `held_by` | kernel's own | ns / verdict |\n|---|---:|---:|---:|---:|---:|\n",
+    );
+    for c in &m.contended {
+        out.push_str(&format!(
+            "| {} | {} | {:.2} | {} | {:.2} | {:.0} |\n",
+            match c.kind {
+                Kind::Die => "DIE",
+                Kind::Wait => "WAIT + cancel_wait",
+            },
+            c.blockers,
+            c.allocs,
+            c.held_by_allocs,
+            c.allocs - c.held_by_allocs as f64,
+            c.ns
+        ));
+    }
+    out
+}
