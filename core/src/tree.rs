@@ -8,11 +8,15 @@
 //!   only enters subtrees that hold something of the wanted kind: the cost of a request
 //!   depends on what overlaps it, never on the number of unrelated leases.
 //! - Interning a name interns its ancestors too (`FILE:/a/b` needs `FILE:/a` and `FILE:/`).
+//! - The buffers of pruned nodes (name, children and queue) are kept in small bounded pools and
+//!   reused by the next nodes interned, so acquiring and releasing a resource that has no node
+//!   yet does not go to the allocator (issue 15); the pools hold at most [`SPARE_BUFFERS`]
+//!   each, so memory still follows the live state.
 
 use crate::predicate::Predicate;
 use crate::resource::parent_of;
 use crate::types::{LeaseId, SessionId, TicketId};
-use alloc::{boxed::Box, vec::Vec};
+use alloc::{boxed::Box, string::String, vec::Vec};
 use core::hash::BuildHasher;
 use core::ops::ControlFlow;
 use foldhash::fast::FixedState;
@@ -43,8 +47,9 @@ pub(crate) struct QueuedEntry {
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
     pub namespace: NamespaceId,
-    /// Canonical `TYPE:/path`.
-    pub name: Box<str>,
+    /// Canonical `TYPE:/path`. A `String`, not a `Box<str>`, so that a pruned node's buffer
+    /// can name the next node interned (8 bytes more per node).
+    pub name: String,
     pub parent: Option<NodeId>,
     /// Position in the parent's `children`, for O(1) unlinking.
     slot_in_parent: u32,
@@ -80,20 +85,35 @@ impl Node {
         self.branches.as_ref().map_or(&[], |b| &b.queued)
     }
 
-    fn branches_mut(&mut self) -> &mut Branches {
-        self.branches.get_or_insert_with(Box::default)
+    fn branches_mut(&mut self, spare: &mut Spare) -> &mut Branches {
+        self.branches
+            .get_or_insert_with(|| spare.branches.pop().unwrap_or_default())
     }
 
-    /// Frees the branches once both are empty.
-    fn shrink_branches(&mut self) {
+    /// Detaches the branches once both are empty, keeping their buffers for reuse.
+    fn shrink_branches(&mut self, spare: &mut Spare) {
         if self
             .branches
             .as_ref()
             .is_some_and(|b| b.children.is_empty() && b.queued.is_empty())
         {
-            self.branches = None;
+            let branches = self.branches.take().expect("checked present");
+            if spare.branches.len() < SPARE_BUFFERS {
+                spare.branches.push(branches);
+            }
         }
     }
+}
+
+/// How many buffers of pruned nodes each pool keeps: enough for the nodes a few operations
+/// create and free (a path and its ancestors), small enough not to matter.
+pub(crate) const SPARE_BUFFERS: usize = 16;
+
+/// Buffers of pruned nodes, reused by the next nodes interned (empty, capacity kept).
+#[derive(Clone, Default)]
+struct Spare {
+    names: Vec<String>,
+    branches: Vec<Box<Branches>>,
 }
 
 /// Which kinds of entries a walk is looking for (prunes the descent into subtrees).
@@ -137,6 +157,7 @@ pub(crate) struct Tree {
     free: Vec<NodeId>,
     index: HashTable<NodeId>,
     hasher: FixedState,
+    spare: Spare,
 }
 
 fn key_hash(hasher: &FixedState, namespace: NamespaceId, name: &str) -> u64 {
@@ -160,7 +181,10 @@ impl Tree {
 
     /// The node named `name` (canonical) in `namespace`, if it is live.
     pub fn find(&self, namespace: NamespaceId, name: &str) -> Option<NodeId> {
-        let hash = key_hash(&self.hasher, namespace, name);
+        self.find_hashed(key_hash(&self.hasher, namespace, name), namespace, name)
+    }
+
+    fn find_hashed(&self, hash: u64, namespace: NamespaceId, name: &str) -> Option<NodeId> {
         let nodes = &self.nodes;
         self.index
             .find(hash, |&id| {
@@ -172,13 +196,17 @@ impl Tree {
 
     /// The node named `name` (canonical), created with its missing ancestors.
     pub fn intern(&mut self, namespace: NamespaceId, name: &str) -> NodeId {
-        if let Some(id) = self.find(namespace, name) {
+        // Hashed once: the lookup and the insertion of a new node share it.
+        let hash = key_hash(&self.hasher, namespace, name);
+        if let Some(id) = self.find_hashed(hash, namespace, name) {
             return id;
         }
         let parent = parent_of(name).map(|p| self.intern(namespace, p));
+        let mut buffer = self.spare.names.pop().unwrap_or_default();
+        buffer.push_str(name);
         let node = Node {
             namespace,
-            name: name.into(),
+            name: buffer,
             parent,
             slot_in_parent: 0,
             held: SmallVec::new(),
@@ -197,12 +225,12 @@ impl Tree {
             }
         };
         if let Some(p) = parent {
-            let siblings = &mut self.node_mut(p).branches_mut().children;
+            let node = self.nodes[p as usize].as_mut().expect("live node id");
+            let siblings = &mut node.branches_mut(&mut self.spare).children;
             let slot = siblings.len() as u32;
             siblings.push(id);
             self.node_mut(id).slot_in_parent = slot;
         }
-        let hash = key_hash(&self.hasher, namespace, name);
         let (nodes, hasher) = (&self.nodes, &self.hasher);
         self.index.insert_unique(hash, id, |&other| {
             let n = nodes[other as usize]
@@ -222,19 +250,23 @@ impl Tree {
             if !node.is_empty() {
                 return;
             }
-            let node = self.nodes[id as usize].take().expect("checked live");
+            let mut node = self.nodes[id as usize].take().expect("checked live");
             let hash = key_hash(&self.hasher, node.namespace, &node.name);
             if let Ok(entry) = self.index.find_entry(hash, |&other| other == id) {
                 entry.remove();
             }
             self.free.push(id);
+            if self.spare.names.len() < SPARE_BUFFERS {
+                node.name.clear();
+                self.spare.names.push(core::mem::take(&mut node.name));
+            }
             let Some(parent) = node.parent else { return };
-            let parent_node = self.node_mut(parent);
-            let siblings = &mut parent_node.branches_mut().children;
+            let parent_node = self.nodes[parent as usize].as_mut().expect("live node id");
+            let siblings = &mut parent_node.branches_mut(&mut self.spare).children;
             let slot = node.slot_in_parent as usize;
             siblings.swap_remove(slot);
             let moved = siblings.get(slot).copied();
-            parent_node.shrink_branches();
+            parent_node.shrink_branches(&mut self.spare);
             if let Some(moved) = moved {
                 self.node_mut(moved).slot_in_parent = slot as u32;
             }
@@ -270,7 +302,8 @@ impl Tree {
     /// Appends to the node's queue; `entry.ticket` must be at least as new as every queued
     /// ticket (one ticket may queue two predicates on one node).
     pub fn add_queued(&mut self, id: NodeId, entry: QueuedEntry) {
-        let queue = &mut self.node_mut(id).branches_mut().queued;
+        let node = self.nodes[id as usize].as_mut().expect("live node id");
+        let queue = &mut node.branches_mut(&mut self.spare).queued;
         debug_assert!(queue.last().is_none_or(|last| last.ticket <= entry.ticket));
         queue.push(entry);
         self.adjust_below(id, 0, 1);
@@ -278,13 +311,13 @@ impl Tree {
 
     /// Removes one queued entry of `ticket` (call once per queued intent of the ticket).
     pub fn remove_queued(&mut self, id: NodeId, ticket: TicketId) {
-        let node = self.node_mut(id);
-        let queue = &mut node.branches_mut().queued;
+        let node = self.nodes[id as usize].as_mut().expect("live node id");
+        let queue = &mut node.branches_mut(&mut self.spare).queued;
         let at = queue
             .binary_search_by_key(&ticket, |e| e.ticket)
             .expect("ticket is queued on its node");
         queue.remove(at);
-        node.shrink_branches();
+        node.shrink_branches(&mut self.spare);
         self.adjust_below(id, 0, -1);
     }
 
@@ -390,10 +423,7 @@ mod tests {
             }
         });
         seen.sort();
-        assert_eq!(
-            seen,
-            ["FILE:/a/b".into(), "FILE:/a/b/c/d".into()] as [Box<str>; 2]
-        );
+        assert_eq!(seen, ["FILE:/a/b", "FILE:/a/b/c/d"].map(String::from));
         // Pruning a sibling keeps slot bookkeeping right.
         t.remove_held(ids[2], LeaseId(2));
         t.prune(ids[2]);

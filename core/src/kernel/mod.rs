@@ -101,6 +101,13 @@ impl LeaseRecord {
     }
 }
 
+/// How many intents a request keeps inline (on the stack) before its lists go to the heap.
+const INLINE_INTENTS: usize = 4;
+
+/// A request's intents on tree nodes, inline up to [`INLINE_INTENTS`]: a granted request
+/// needs them only while it runs, a waiting one moves them into its ticket.
+type Intents = smallvec::SmallVec<[TicketIntent; INLINE_INTENTS]>;
+
 /// One intent of a waiting ticket: queued on `node`, or already held (`reuse`).
 #[derive(Clone, Copy)]
 struct TicketIntent {

@@ -14,7 +14,7 @@
 //!   violation with DIED (counted in `defensive_repairs`, which the model checker asserts is
 //!   never used).
 
-use super::{Kernel, LeaseEnd, LeaseRecord, TicketIntent, TicketRecord};
+use super::{Intents, Kernel, LeaseEnd, LeaseRecord, TicketIntent, TicketRecord, INLINE_INTENTS};
 use crate::config::Policy;
 use crate::deadlines::DeadlineKind;
 use crate::predicate::Predicate;
@@ -22,6 +22,7 @@ use crate::tree::{HeldEntry, NodeId, QueuedEntry, Relation, Want};
 use crate::types::{Blocker, Event, Intent, Lease, LeaseId, SessionId, TicketId};
 use alloc::{collections::BTreeSet, string::String, vec::Vec};
 use core::ops::ControlFlow;
+use smallvec::SmallVec;
 
 /// One blocking session, as found.
 pub(super) struct FoundBlocker {
@@ -30,14 +31,15 @@ pub(super) struct FoundBlocker {
     /// Whether it blocks through a lease it holds (not only through a queued ticket).
     pub via_lease: bool,
     /// Its conflicting intents, sorted and distinct.
-    pub intents: Vec<(NodeId, Predicate)>,
+    pub intents: SmallVec<[(NodeId, Predicate); 2]>,
 }
 
-/// All blockers of a request, by session id; and which requested nodes were blocked.
+/// All blockers of a request, by session id; and which requested nodes were blocked. Inline
+/// for a few blockers: a contended verdict allocates its answer, not its search.
 #[derive(Default)]
 pub(super) struct Blockers {
-    pub sessions: Vec<FoundBlocker>,
-    pub blocked_nodes: Vec<NodeId>,
+    pub sessions: SmallVec<[FoundBlocker; 2]>,
+    pub blocked_nodes: SmallVec<[NodeId; 2]>,
 }
 
 impl Blockers {
@@ -55,8 +57,8 @@ impl Kernel {
         before: TicketId,
     ) -> Blockers {
         // (session, node, predicate, via_lease)
-        let mut hits: Vec<(SessionId, NodeId, Predicate, bool)> = Vec::new();
-        let mut blocked_nodes = Vec::new();
+        let mut hits: SmallVec<[(SessionId, NodeId, Predicate, bool); 8]> = SmallVec::new();
+        let mut blocked_nodes = SmallVec::new();
         for (node, wanted) in intents {
             let found_before = hits.len();
             self.tree
@@ -80,7 +82,7 @@ impl Kernel {
             return Blockers::default();
         }
         hits.sort_unstable_by_key(|&(s, n, p, l)| (s, n, p, !l));
-        let mut sessions: Vec<FoundBlocker> = Vec::new();
+        let mut sessions: SmallVec<[FoundBlocker; 2]> = SmallVec::new();
         for (s, node, predicate, via_lease) in hits {
             match sessions.last_mut() {
                 Some(b) if b.session == s => {
@@ -93,7 +95,7 @@ impl Kernel {
                     session: s,
                     priority: self.sessions[&s].priority,
                     via_lease,
-                    intents: alloc::vec![(node, predicate)],
+                    intents: smallvec::smallvec![(node, predicate)],
                 }),
             }
         }
@@ -287,8 +289,9 @@ impl Kernel {
         match end {
             LeaseEnd::Expired => {
                 self.counters.expired += 1;
-                let agent = session.agent_id.clone();
-                self.ghosts.bump(&agent, 0, 1);
+                let agent = &session.agent_id;
+                self.ghosts
+                    .bump_with(|a| a == agent, || agent.clone(), 0, 1);
                 self.events.push_back(Event::LeaseExpired {
                     lease: id,
                     session: lease.session,
@@ -303,7 +306,7 @@ impl Kernel {
     pub(super) fn enqueue(
         &mut self,
         session: SessionId,
-        intents: Vec<TicketIntent>,
+        intents: Intents,
         ttl_ms: u64,
         wait_timeout_ms: u64,
     ) -> TicketId {
@@ -326,7 +329,7 @@ impl Kernel {
             ticket,
             TicketRecord {
                 session,
-                intents,
+                intents: intents.into_vec(),
                 ttl_ms,
                 deadline,
             },
@@ -387,7 +390,7 @@ impl Kernel {
         intents: &[TicketIntent],
         ttl_ms: u64,
     ) -> Vec<Lease> {
-        let ids: Vec<LeaseId> = intents
+        let ids: SmallVec<[LeaseId; INLINE_INTENTS]> = intents
             .iter()
             .map(|i| match i.reuse {
                 Some(id) => {
@@ -401,7 +404,10 @@ impl Kernel {
         s.die_count = 0;
         s.granted_in_unit = true;
         self.counters.granted += 1;
-        ids.into_iter().map(|id| self.lease_view(id)).collect()
+        // Sized exactly: collecting from the inline list would reserve room for 4.
+        let mut leases = Vec::with_capacity(ids.len());
+        leases.extend(ids.into_iter().map(|id| self.lease_view(id)));
+        leases
     }
 
     /// The lease `session` holds on exactly `node` with `predicate`, if any.
@@ -473,10 +479,15 @@ impl Kernel {
         let mut orphaned = core::mem::take(&mut self.orphaned);
         orphaned.sort_unstable();
         orphaned.dedup();
-        for t in orphaned {
+        for &t in &orphaned {
             if self.tickets.contains_key(&t) {
                 self.die_ticket(t);
             }
+        }
+        // The buffer goes back for the next operation (a DIED withdraws, never orphans).
+        orphaned.clear();
+        if self.orphaned.is_empty() {
+            self.orphaned = orphaned;
         }
         let mut work = BTreeSet::new();
         let mut seen = 0;
@@ -509,8 +520,8 @@ impl Kernel {
                 seen += 1;
             }
         }
-        let looked_at = core::mem::take(&mut self.freed);
-        self.touched.extend(looked_at);
+        // Moved, not taken: `freed` keeps its buffer for the next operation.
+        self.touched.append(&mut self.freed);
     }
 
     /// Wound-wait: `victim` loses all its tickets, and all its leases when it blocks through a
