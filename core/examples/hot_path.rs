@@ -31,11 +31,11 @@ fn main() {
         .iter()
         .position(|a| a == "--rounds")
         .and_then(|i| args.get(i + 1)?.parse().ok())
-        .unwrap_or(15);
+        .unwrap_or(31);
     let mut zero = fixtures::kernel_with_others(0);
     let mut full = fixtures::kernel_with_others(100_000);
     let mut kernels = [(0, &mut zero), (100_000, &mut full)];
-    let m = hot_path::measure(&mut kernels, rounds, 20_000, |what| eprintln!("{what}"));
+    let m = hot_path::measure(&mut kernels, rounds, 10_000, |what| eprintln!("{what}"));
     println!("{}", hot_path::target_rows(&m));
     println!("{}", hot_path::section(&m));
 }

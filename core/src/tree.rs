@@ -2,8 +2,12 @@
 //! its FIFO queue, linked to its parent so overlap (docs/SPEC.md §3) is a walk, not a scan.
 //!
 //! Contract:
-//! - A node exists while it, or something below it, has a holder or a queued intent; the
-//!   kernel calls [`Tree::prune`] on nodes it emptied so memory follows the live state.
+//! - A node exists while it, or something below it, has a holder or a queued intent, or while
+//!   it is among the [`RETIRED_NODES`] most recently emptied: the kernel calls
+//!   [`Tree::retire`] on nodes it emptied, which keeps them interned (a name asked for again
+//!   soon, a hot file, finds its node and ancestors instead of rebuilding them) and prunes the
+//!   oldest beyond that bound, so memory follows the live state. An empty node is invisible:
+//!   it holds nothing, queues nothing, counts nothing below it, and every walk skips it.
 //! - Every node keeps counts of the entries strictly below it, so a walk over descendants
 //!   only enters subtrees that hold something of the wanted kind: the cost of a request
 //!   depends on what overlaps it, never on the number of unrelated leases.
@@ -16,7 +20,7 @@
 use crate::predicate::Predicate;
 use crate::resource::parent_of;
 use crate::types::{LeaseId, SessionId, TicketId};
-use alloc::{boxed::Box, string::String, vec::Vec};
+use alloc::{boxed::Box, collections::VecDeque, string::String, vec::Vec};
 use core::hash::BuildHasher;
 use core::ops::ControlFlow;
 use foldhash::fast::FixedState;
@@ -158,7 +162,13 @@ pub(crate) struct Tree {
     index: HashTable<NodeId>,
     hasher: FixedState,
     spare: Spare,
+    /// Emptied nodes kept interned, oldest first (an id may repeat, or name a node refilled
+    /// or pruned since: pruning re-checks).
+    retired: VecDeque<NodeId>,
 }
+
+/// How many emptied nodes stay interned (see the module contract).
+pub(crate) const RETIRED_NODES: usize = 64;
 
 fn key_hash(hasher: &FixedState, namespace: NamespaceId, name: &str) -> u64 {
     hasher.hash_one((namespace, name))
@@ -239,6 +249,21 @@ impl Tree {
             key_hash(hasher, n.namespace, &n.name)
         });
         id
+    }
+
+    /// Lets go of `id` if it is empty: it stays interned among the [`RETIRED_NODES`] most
+    /// recently emptied, and the oldest beyond them is pruned (see the module contract).
+    pub fn retire(&mut self, id: NodeId) {
+        if !self.nodes[id as usize].as_ref().is_some_and(Node::is_empty) {
+            return;
+        }
+        if self.retired.back() != Some(&id) {
+            self.retired.push_back(id);
+        }
+        while self.retired.len() > RETIRED_NODES {
+            let oldest = self.retired.pop_front().expect("over the bound");
+            self.prune(oldest);
+        }
     }
 
     /// Removes `id` and then its ancestors, as long as each holds nothing and has no children.
@@ -404,6 +429,31 @@ mod tests {
         assert_eq!(t.node(a).held_below, 0);
         t.prune(leaf);
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn retired_nodes_stay_interned_up_to_the_bound() {
+        let mut t = Tree::default();
+        let hot = t.intern(0, "FILE:/hot/x");
+        t.add_held(hot, held(1));
+        t.retire(hot);
+        assert_eq!(t.len(), 3, "a held node is not retired");
+        t.remove_held(hot, LeaseId(1));
+        t.retire(hot);
+        t.retire(hot);
+        assert_eq!(t.find(0, "FILE:/hot/x"), Some(hot), "kept interned");
+        assert_eq!(t.intern(0, "FILE:/hot/x"), hot, "and found again");
+        for i in 0..RETIRED_NODES {
+            let id = t.intern(0, &alloc::format!("FILE:/cold/{i}"));
+            t.retire(id);
+        }
+        assert_eq!(
+            t.find(0, "FILE:/hot/x"),
+            None,
+            "the oldest is pruned beyond the bound"
+        );
+        assert_eq!(t.find(0, "FILE:/hot"), None, "with its emptied ancestors");
+        assert_eq!(t.len(), RETIRED_NODES + 2);
     }
 
     #[test]

@@ -172,8 +172,12 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+/// Floor operations per kernel pair in a round.
+pub const FLOOR_SHARE: u64 = 10;
+
 /// Times kernel pairs of [`fixtures::ONE`] and floor operations at each `(others, kernel,
-/// floor)`, `rounds` rounds of `per_round` each, interleaved (kernel, floor, next level, ...).
+/// floor)`, `rounds` rounds of `per_round` pairs and `FLOOR_SHARE` × as many floor operations,
+/// interleaved (kernel, floor, next level, ...).
 pub fn floor_ratios(
     levels: &mut [(usize, &mut Kernel, Floor)],
     rounds: usize,
@@ -183,13 +187,17 @@ pub fn floor_ratios(
     let mut pair = vec![Vec::new(); levels.len()];
     let mut floor = vec![Vec::new(); levels.len()];
     let mut ratio = vec![Vec::new(); levels.len()];
+    // The floor runs FLOOR_SHARE times as many operations, so both halves of a round last
+    // about as long and share the machine's load alike.
+    let floor_ops = per_round * FLOOR_SHARE;
     for round in 0..rounds {
         progress(round);
         for (i, (_, kernel, map)) in levels.iter_mut().enumerate() {
-            let k = fixtures::timed_pairs(kernel, &fixtures::ONE, per_round).as_nanos() as f64;
-            let f = map.timed(per_round).as_nanos() as f64;
-            pair[i].push(k / per_round as f64);
-            floor[i].push(f / per_round as f64);
+            let k = fixtures::timed_pairs(kernel, &fixtures::ONE, per_round).as_nanos() as f64
+                / per_round as f64;
+            let f = map.timed(floor_ops).as_nanos() as f64 / floor_ops as f64;
+            pair[i].push(k);
+            floor[i].push(f);
             ratio[i].push(k / f);
         }
     }
@@ -334,8 +342,11 @@ pub fn section(m: &Measured) -> String {
         ));
     }
     out.push_str(&format!(
-        "\n{} rounds of {} pairs and {} floor operations, interleaved.\n\n",
-        m.rounds, m.per_round, m.per_round
+        "\n{} rounds of {} pairs and {} floor operations, interleaved (kernel, floor, next \
+         level); a round's ratio compares the two halves of that round.\n\n",
+        m.rounds,
+        m.per_round,
+        m.per_round * FLOOR_SHARE
     ));
     out.push_str(
         "Contended verdicts under wait_die: `k` sessions share `CONSUMES FILE:/c/x`, another asks \

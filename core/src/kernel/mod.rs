@@ -1,8 +1,8 @@
 //! The kernel: the state machine every host drives (DESIGN.md §2).
 //!
 //! Contract: every operation that can change state takes `now` and first settles everything
-//! due at or before it ([`time`]), then does its own work, then frees resource nodes it
-//! emptied. A failed operation changes nothing beyond that settlement. Outputs that are not a
+//! due at or before it ([`time`]), then does its own work, then retires resource nodes it
+//! emptied (the tree keeps the most recent interned, bounded). A failed operation changes nothing beyond that settlement. Outputs that are not a
 //! direct answer are queued as [`Event`]s for [`Kernel::poll_event`]. The kernel never reads a
 //! clock, never does I/O and never draws randomness other than its seeded [`Jitter`].
 //!
@@ -289,7 +289,7 @@ impl Kernel {
         self.events.len()
     }
 
-    /// Runs `work` as one operation at `now`: settle time, do the work, free emptied nodes.
+    /// Runs `work` as one operation at `now`: settle time, do the work, retire emptied nodes.
     fn operation<R>(&mut self, now: u64, work: impl FnOnce(&mut Kernel) -> R) -> R {
         self.settle(now);
         let result = work(self);
@@ -299,10 +299,10 @@ impl Kernel {
 
     fn prune_nodes(&mut self) {
         while let Some(node) = self.freed.pop() {
-            self.tree.prune(node);
+            self.tree.retire(node);
         }
         while let Some(node) = self.touched.pop() {
-            self.tree.prune(node);
+            self.tree.retire(node);
         }
     }
 
