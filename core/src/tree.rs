@@ -117,6 +117,8 @@ pub(crate) const SPARE_BUFFERS: usize = 16;
 #[derive(Clone, Default)]
 struct Spare {
     names: Vec<String>,
+    // The boxes are what is reused: a node holds its branches boxed.
+    #[allow(clippy::vec_box)]
     branches: Vec<Box<Branches>>,
 }
 

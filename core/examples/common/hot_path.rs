@@ -7,6 +7,9 @@
 //!   created by the acquire and pruned by the release), on one session: over its first
 //!   2 × [`ENDED_MEMORY_PER_SESSION`] pairs (while the session's memory of ended leases
 //!   fills), and in the steady state after them.
+//! - [`Cycling`]: the same pair on a different resource each time (`FILE:/cold/<i>`, 1,000
+//!   names in turn), so its node and parent are never among the recently emptied ones the
+//!   tree keeps interned: the cost of a resource nobody asked for lately.
 //! - [`Floor`]: a bare `hashbrown::HashMap<String, u64>` (hashbrown's default hasher) holding
 //!   the same number of other keys as the kernel has other leases; one floor operation is an
 //!   insert of a fresh `String` of [`PATH`] and its removal. Kernel and floor are timed in the
@@ -48,6 +51,72 @@ impl Floor {
             black_box(self.map.remove(black_box(PATH)));
         }
         started.elapsed()
+    }
+}
+
+/// Pairs on `FILE:/cold/<i>`, `i` cycling through [`Cycling::NAMES`].
+pub struct Cycling {
+    manifests: Vec<[String; 1]>,
+    next: usize,
+}
+
+impl Cycling {
+    pub const NAMES: usize = 1_000;
+
+    pub fn new() -> Cycling {
+        Cycling {
+            manifests: (0..Self::NAMES)
+                .map(|i| [format!("MUTATES FILE:/cold/{i}")])
+                .collect(),
+            next: 0,
+        }
+    }
+
+    /// One acquire+release pair on the next name.
+    pub fn pair(&mut self, kernel: &mut Kernel, session: klock_core::SessionId) {
+        let manifest = &self.manifests[self.next];
+        self.next = (self.next + 1) % Self::NAMES;
+        match kernel.acquire(session, manifest, fixtures::options(), NOW) {
+            Ok(Verdict::Granted { leases }) => {
+                kernel
+                    .release(session, leases[0].lease_id, NOW)
+                    .expect("own lease");
+            }
+            other => panic!("benchmark acquire was not granted: {other:?}"),
+        }
+    }
+
+    /// Allocation calls per pair, after 2 × [`ENDED_MEMORY_PER_SESSION`] pairs.
+    pub fn allocs_per_pair(&mut self, kernel: &mut Kernel, pairs: u64) -> f64 {
+        let session = fixtures::bench_session(kernel);
+        for _ in 0..2 * ENDED_MEMORY_PER_SESSION {
+            self.pair(kernel, session);
+        }
+        let before = counting::calls();
+        for _ in 0..pairs {
+            self.pair(kernel, session);
+        }
+        let per_pair = (counting::calls() - before) as f64 / pairs as f64;
+        kernel.close_session(session, NOW).expect("open session");
+        per_pair
+    }
+
+    /// Times `iterations` pairs on a fresh session (opened and closed outside the time).
+    pub fn timed(&mut self, kernel: &mut Kernel, iterations: u64) -> Duration {
+        let session = fixtures::bench_session(kernel);
+        let started = Instant::now();
+        for _ in 0..iterations {
+            self.pair(kernel, session);
+        }
+        let elapsed = started.elapsed();
+        kernel.close_session(session, NOW).expect("open session");
+        elapsed
+    }
+}
+
+impl Default for Cycling {
+    fn default() -> Cycling {
+        Cycling::new()
     }
 }
 
@@ -165,6 +234,10 @@ pub struct FloorRatio {
     pub ratio: f64,
     /// The smallest and largest per-round ratio.
     pub ratio_range: (f64, f64),
+    /// The same for [`Cycling`] pairs: median ns, median ratio, allocations per pair.
+    pub cycling_ns: f64,
+    pub cycling_ratio: f64,
+    pub cycling_allocs: f64,
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -187,6 +260,9 @@ pub fn floor_ratios(
     let mut pair = vec![Vec::new(); levels.len()];
     let mut floor = vec![Vec::new(); levels.len()];
     let mut ratio = vec![Vec::new(); levels.len()];
+    let mut cycling_ns = vec![Vec::new(); levels.len()];
+    let mut cycling_ratio = vec![Vec::new(); levels.len()];
+    let mut cycling = Cycling::new();
     // The floor runs FLOOR_SHARE times as many operations, so both halves of a round last
     // about as long and share the machine's load alike.
     let floor_ops = per_round * FLOOR_SHARE;
@@ -196,15 +272,18 @@ pub fn floor_ratios(
             let k = fixtures::timed_pairs(kernel, &fixtures::ONE, per_round).as_nanos() as f64
                 / per_round as f64;
             let f = map.timed(floor_ops).as_nanos() as f64 / floor_ops as f64;
+            let c = cycling.timed(kernel, per_round).as_nanos() as f64 / per_round as f64;
             pair[i].push(k);
             floor[i].push(f);
             ratio[i].push(k / f);
+            cycling_ns[i].push(c);
+            cycling_ratio[i].push(c / f);
         }
     }
     levels
-        .iter()
+        .iter_mut()
         .enumerate()
-        .map(|(i, (others, _, _))| {
+        .map(|(i, (others, kernel, _))| {
             let lo = ratio[i].iter().copied().fold(f64::INFINITY, f64::min);
             let hi = ratio[i].iter().copied().fold(0.0, f64::max);
             FloorRatio {
@@ -213,6 +292,9 @@ pub fn floor_ratios(
                 floor_ns: median(&mut floor[i]),
                 ratio: median(&mut ratio[i]),
                 ratio_range: (lo, hi),
+                cycling_ns: median(&mut cycling_ns[i]),
+                cycling_ratio: median(&mut cycling_ratio[i]),
+                cycling_allocs: cycling.allocs_per_pair(kernel, 10_000),
             }
         })
         .collect()
@@ -343,11 +425,23 @@ pub fn section(m: &Measured) -> String {
     }
     out.push_str(&format!(
         "\n{} rounds of {} pairs and {} floor operations, interleaved (kernel, floor, next \
-         level); a round's ratio compares the two halves of that round.\n\n",
+         level); a round's ratio compares the two halves of that round.\n\n\
+         The tree keeps the 64 most recently emptied nodes interned, so the pair above finds \
+         `FILE:/bench/x` and its parent again. The same pair on a resource nobody asked for \
+         lately (`FILE:/cold/<i>`, 1,000 names in turn, timed in the same rounds) rebuilds and \
+         prunes its node and parent each time:\n\n\
+         | other active leases | allocations / pair (steady) | ns / pair (median) | pair ÷ floor (median) |\n|---:|---:|---:|---:|\n",
         m.rounds,
         m.per_round,
         m.per_round * FLOOR_SHARE
     ));
+    for r in &m.ratios {
+        out.push_str(&format!(
+            "| {} | {:.2} | {:.0} | {:.1}× |\n",
+            r.others, r.cycling_allocs, r.cycling_ns, r.cycling_ratio
+        ));
+    }
+    out.push('\n');
     out.push_str(
         "Contended verdicts under wait_die: `k` sessions share `CONSUMES FILE:/c/x`, another asks \
          `MUTATES FILE:/c/x` with `wait: true` (younger: DIE; older: WAIT, then `cancel_wait`). \

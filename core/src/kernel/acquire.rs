@@ -14,7 +14,7 @@ use crate::config::Policy;
 use crate::error::{Error, ErrorCode};
 use crate::predicate::Predicate;
 use crate::resource::{canonical, ResourceName};
-use crate::tree::NamespaceId;
+use crate::tree::{NamespaceId, NodeId};
 use crate::types::{AcquireOptions, LeaseId, SessionId, TicketId, Verdict};
 use alloc::{borrow::Cow, format, string::String, vec::Vec};
 use smallvec::SmallVec;
@@ -50,6 +50,8 @@ struct Request<'a> {
     wanted: Wanted<'a>,
     /// Per intent: the lease of the session's it reuses (held with the same predicate).
     reuse: SmallVec<[Option<LeaseId>; INLINE_INTENTS]>,
+    /// Per intent: its node when it has one already (looked up once, here).
+    nodes: SmallVec<[Option<NodeId>; INLINE_INTENTS]>,
     /// Clamped to `max_ttl_ms`.
     ttl_ms: u64,
     /// Whether a conflict may queue (asked to, with a wait timeout above 0).
@@ -146,12 +148,14 @@ impl Kernel {
             .unwrap_or(self.config.default_wait_timeout_ms);
         // Which intents the session already holds with the same predicate.
         let namespace = s.namespace;
+        let nodes: SmallVec<[Option<NodeId>; INLINE_INTENTS]> = wanted
+            .iter()
+            .map(|(_, name)| self.tree.find(namespace, name))
+            .collect();
         let reuse: SmallVec<[Option<LeaseId>; INLINE_INTENTS]> = wanted
             .iter()
-            .map(|(predicate, name)| {
-                let node = self.tree.find(namespace, name)?;
-                self.held_by(session, node, *predicate)
-            })
+            .zip(&nodes)
+            .map(|((predicate, _), node)| self.held_by(session, (*node)?, *predicate))
             .collect();
         let new_count = reuse.iter().filter(|r| r.is_none()).count() as u64;
         if self.config.policy == Policy::Lanes
@@ -170,6 +174,7 @@ impl Kernel {
             namespace,
             wanted,
             reuse,
+            nodes,
             ttl_ms,
             wait: options.wait && wait_timeout_ms > 0,
             wait_timeout_ms,
@@ -200,17 +205,19 @@ impl Kernel {
         Ok(())
     }
 
-    /// The request's intents on tree nodes, creating the nodes of new ones.
+    /// The request's intents on tree nodes, creating the nodes of new ones (validation found
+    /// the others, and nothing removes a node before the operation ends).
     fn intern_intents(&mut self, request: &Request) -> Intents {
         request
             .wanted
             .iter()
-            .zip(&request.reuse)
-            .map(|((predicate, name), &reuse)| {
+            .zip(request.reuse.iter().zip(&request.nodes))
+            .map(|((predicate, name), (&reuse, &found))| {
                 let node = match reuse {
                     Some(lease) => self.leases[&lease].node,
                     None => {
-                        let node = self.tree.intern(request.namespace, name);
+                        let node =
+                            found.unwrap_or_else(|| self.tree.intern(request.namespace, name));
                         self.touched.push(node);
                         node
                     }
