@@ -319,14 +319,28 @@ impl Kernel {
     /// Records a successful call naming `id`: the idle clock restarts.
     fn touch(&mut self, id: SessionId) {
         let now = self.clock;
-        self.session_mut(id).last_active = now;
-        self.refresh_idle(id);
+        self.update_idle(id, |session| session.last_active = now);
     }
 
     /// Keeps the session's idle-close deadline indexed exactly when it is idle.
     fn refresh_idle(&mut self, id: SessionId) {
+        self.update_idle(id, |_| ());
+    }
+
+    /// Marks that the session stops holding or waiting for something at the current time.
+    fn note_activity_end(&mut self, id: SessionId) {
+        let now = self.clock;
+        self.update_idle(id, |session| {
+            session.last_active = session.last_active.max(now)
+        });
+    }
+
+    /// Applies `change` to the session, then keeps its idle-close deadline indexed exactly
+    /// when it is idle; one lookup for both (these run several times in every operation).
+    fn update_idle(&mut self, id: SessionId, change: impl FnOnce(&mut Session)) {
         let idle_ms = self.config.session_idle_ms;
         let session = self.sessions.get_mut(&id).expect("live session");
+        change(session);
         let wanted =
             (session.is_idle() && idle_ms > 0).then(|| session.last_active.saturating_add(idle_ms));
         let current = session.idle_deadline;
@@ -343,14 +357,6 @@ impl Kernel {
             self.deadlines
                 .insert(new, crate::deadlines::DeadlineKind::IdleClose, key);
         }
-    }
-
-    /// Marks that the session stops holding or waiting for something at the current time.
-    fn note_activity_end(&mut self, id: SessionId) {
-        let now = self.clock;
-        let session = self.session_mut(id);
-        session.last_active = session.last_active.max(now);
-        self.refresh_idle(id);
     }
 
     /// The expiry that counts everywhere: `max(expires_at, grace)`.

@@ -266,11 +266,14 @@ impl Kernel {
     /// Ends an active lease. Tickets of the same session that reuse it are withdrawn with
     /// DIED by the next [`after_frees`](Self::after_frees).
     pub(super) fn end_lease(&mut self, id: LeaseId, end: LeaseEnd) {
-        let expiry = self.effective_expiry(id);
         let lease = self.leases.remove(&id).expect("active lease");
-        if lease.has_grace {
-            self.grace.remove(&id);
-        }
+        // The effective expiry (see `effective_expiry`), from the record just removed.
+        let expiry = match lease.has_grace {
+            true => lease
+                .expires_at
+                .max(self.grace.remove(&id).expect("grace recorded")),
+            false => lease.expires_at,
+        };
         self.deadlines
             .remove(expiry, DeadlineKind::LeaseExpiry, id.0);
         self.tree.remove_held(lease.node, id);
@@ -490,7 +493,13 @@ impl Kernel {
             self.orphaned = orphaned;
         }
         let mut work = BTreeSet::new();
-        let mut seen = 0;
+        // With no ticket waiting there is nothing to grant: the walks around the freed nodes
+        // would find no candidate.
+        let mut seen = if self.tickets.is_empty() {
+            self.freed.len()
+        } else {
+            0
+        };
         while seen < self.freed.len() {
             self.collect_candidates(self.freed[seen], &mut work);
             seen += 1;
