@@ -222,6 +222,26 @@ pub struct Kernel {
     ghosts: TopTable<String, 2>,
 }
 
+/// Keeps the idle-close deadline of `session` (`id`) indexed exactly when it is idle. A free
+/// function over the fields it needs, so a caller already holding the session record does
+/// not look it up again.
+fn index_idle(deadlines: &mut Deadlines, idle_ms: u64, id: SessionId, session: &mut Session) {
+    let wanted =
+        (session.is_idle() && idle_ms > 0).then(|| session.last_active.saturating_add(idle_ms));
+    let current = session.idle_deadline;
+    if wanted == current {
+        return;
+    }
+    session.idle_deadline = wanted;
+    let key = id.0;
+    if let Some(old) = current {
+        deadlines.remove(old, crate::deadlines::DeadlineKind::IdleClose, key);
+    }
+    if let Some(new) = wanted {
+        deadlines.insert(new, crate::deadlines::DeadlineKind::IdleClose, key);
+    }
+}
+
 /// How many ended leases, and separately ended tickets, a session remembers. Within that
 /// window release stays idempotent and reconcile, heartbeat and cancel_wait answer exactly
 /// (RELEASED / EXPIRED / NOT_OWNER); beyond it, and once the session closes, an ended id is
@@ -341,22 +361,7 @@ impl Kernel {
         let idle_ms = self.config.session_idle_ms;
         let session = self.sessions.get_mut(&id).expect("live session");
         change(session);
-        let wanted =
-            (session.is_idle() && idle_ms > 0).then(|| session.last_active.saturating_add(idle_ms));
-        let current = session.idle_deadline;
-        if wanted == current {
-            return;
-        }
-        session.idle_deadline = wanted;
-        let key = id.0;
-        if let Some(old) = current {
-            self.deadlines
-                .remove(old, crate::deadlines::DeadlineKind::IdleClose, key);
-        }
-        if let Some(new) = wanted {
-            self.deadlines
-                .insert(new, crate::deadlines::DeadlineKind::IdleClose, key);
-        }
+        index_idle(&mut self.deadlines, idle_ms, id, session);
     }
 
     /// The expiry that counts everywhere: `max(expires_at, grace)`.
@@ -368,14 +373,20 @@ impl Kernel {
         }
     }
 
-    /// Remembers an ended lease of `session`, forgetting its oldest beyond the window.
-    fn remember_ended_lease(&mut self, session: SessionId, id: LeaseId, end: LeaseEnd) {
-        self.ended_leases.insert(id, (session, end));
-        let ended = &mut self.session_mut(session).ended_leases;
-        ended.push_back(id);
-        if ended.len() > ENDED_MEMORY_PER_SESSION {
-            let oldest = ended.pop_front().expect("over the window, so not empty");
-            self.ended_leases.remove(&oldest);
+    /// Remembers an ended lease of `owner` (its record `window`), forgetting its oldest
+    /// beyond the window. Over the fields it needs, for a caller holding the session record.
+    fn remember_ended_lease(
+        ended_leases: &mut Map<LeaseId, (SessionId, LeaseEnd)>,
+        window: &mut VecDeque<LeaseId>,
+        owner: SessionId,
+        id: LeaseId,
+        end: LeaseEnd,
+    ) {
+        ended_leases.insert(id, (owner, end));
+        window.push_back(id);
+        if window.len() > ENDED_MEMORY_PER_SESSION {
+            let oldest = window.pop_front().expect("over the window, so not empty");
+            ended_leases.remove(&oldest);
         }
     }
 

@@ -14,7 +14,9 @@
 //!   violation with DIED (counted in `defensive_repairs`, which the model checker asserts is
 //!   never used).
 
-use super::{Intents, Kernel, LeaseEnd, LeaseRecord, TicketIntent, TicketRecord, INLINE_INTENTS};
+use super::{
+    index_idle, Intents, Kernel, LeaseEnd, LeaseRecord, TicketIntent, TicketRecord, INLINE_INTENTS,
+};
 use crate::config::Policy;
 use crate::deadlines::DeadlineKind;
 use crate::predicate::Predicate;
@@ -189,7 +191,6 @@ impl Kernel {
             .suspended_at
             .map(|at| self.capped_expiry(&record, at.saturating_add(self.config.grace_ms)));
         let expires_at = record.expires_at;
-        self.session_mut(session).leases.insert(id);
         self.deadlines
             .insert(expires_at, DeadlineKind::LeaseExpiry, id.0);
         self.leases.insert(id, record);
@@ -205,7 +206,10 @@ impl Kernel {
                 predicate,
             },
         );
-        self.refresh_idle(session);
+        // One lookup for the session's lease set and its idle deadline (as `refresh_idle`).
+        let s = self.sessions.get_mut(&session).expect("live session");
+        s.leases.insert(id);
+        index_idle(&mut self.deadlines, self.config.session_idle_ms, session, s);
         id
     }
 
@@ -250,15 +254,24 @@ impl Kernel {
     /// The client view of an active lease.
     pub(super) fn lease_view(&self, id: LeaseId) -> Lease {
         let l = &self.leases[&id];
+        self.lease_view_of(id, l, &self.sessions[&l.session].agent_id)
+    }
+
+    /// [`lease_view`](Self::lease_view) of the record `l` of lease `id`, whose owner is
+    /// `agent_id` (a grant names its session once for all its leases).
+    fn lease_view_of(&self, id: LeaseId, l: &LeaseRecord, agent_id: &str) -> Lease {
         Lease {
             lease_id: id,
             session_id: l.session,
-            agent_id: self.sessions[&l.session].agent_id.clone(),
-            resource: String::from(&*self.tree.node(l.node).name),
+            agent_id: String::from(agent_id),
+            resource: self.tree.node(l.node).name.clone(),
             predicate: l.predicate,
             fence: LeaseRecord::fence(id),
             acquired_at: l.acquired_at,
-            expires_at: self.effective_expiry(id),
+            expires_at: match l.has_grace {
+                true => l.expires_at.max(self.grace[&id]),
+                false => l.expires_at,
+            },
             ttl_ms: l.ttl_ms,
         }
     }
@@ -278,11 +291,18 @@ impl Kernel {
             .remove(expiry, DeadlineKind::LeaseExpiry, id.0);
         self.tree.remove_held(lease.node, id);
         self.freed.push(lease.node);
-        self.remember_ended_lease(lease.session, id, end);
+        // One lookup of the owner for everything below.
         let session = self
             .sessions
             .get_mut(&lease.session)
             .expect("lease owner is live");
+        Kernel::remember_ended_lease(
+            &mut self.ended_leases,
+            &mut session.ended_leases,
+            lease.session,
+            id,
+            end,
+        );
         session.leases.remove(&id);
         for &t in &session.tickets {
             if self.tickets[&t].intents.iter().any(|i| i.reuse == Some(id)) {
@@ -302,7 +322,14 @@ impl Kernel {
             }
             LeaseEnd::Released => self.counters.released += 1,
         }
-        self.note_activity_end(lease.session);
+        // As `note_activity_end`.
+        session.last_active = session.last_active.max(self.clock);
+        index_idle(
+            &mut self.deadlines,
+            self.config.session_idle_ms,
+            lease.session,
+            session,
+        );
     }
 
     /// Queues a new ticket for the not-yet-held intents; returns its number.
@@ -409,7 +436,11 @@ impl Kernel {
         self.counters.granted += 1;
         // Sized exactly: collecting from the inline list would reserve room for 4.
         let mut leases = Vec::with_capacity(ids.len());
-        leases.extend(ids.into_iter().map(|id| self.lease_view(id)));
+        let agent_id = &self.sessions[&session].agent_id;
+        leases.extend(
+            ids.into_iter()
+                .map(|id| self.lease_view_of(id, &self.leases[&id], agent_id)),
+        );
         leases
     }
 
