@@ -102,7 +102,7 @@ impl LeaseRecord {
 }
 
 /// How many intents a request keeps inline (on the stack) before its lists go to the heap.
-const INLINE_INTENTS: usize = 4;
+const INLINE_INTENTS: usize = 2;
 
 /// A request's intents on tree nodes, inline up to [`INLINE_INTENTS`]: a granted request
 /// needs them only while it runs, a waiting one moves them into its ticket.
