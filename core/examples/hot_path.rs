@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release -p klock-core --example hot_path              # ~15 s
-//! cargo run --release -p klock-core --example hot_path -- --trace   # backtrace per allocation of one pair
+//! cargo run --release -p klock-core --example hot_path -- --trace   # each allocation of a pair
 //! ```
 
 #[path = "common/mod.rs"]

@@ -2,8 +2,9 @@
 //!
 //! Contract: every operation that can change state takes `now` and first settles everything
 //! due at or before it ([`time`]), then does its own work, then retires resource nodes it
-//! emptied (the tree keeps the most recent interned, bounded). A failed operation changes nothing beyond that settlement. Outputs that are not a
-//! direct answer are queued as [`Event`]s for [`Kernel::poll_event`]. The kernel never reads a
+//! emptied (the tree keeps a bounded number of the most recently emptied interned). A failed
+//! operation changes nothing beyond that settlement. Outputs that are not a direct answer
+//! are queued as [`Event`]s for [`Kernel::poll_event`]. The kernel never reads a
 //! clock, never does I/O and never draws randomness other than its seeded [`Jitter`].
 //!
 //! The work is split by concern: [`sessions`] (open/close/suspend/resume/digest/idle),
