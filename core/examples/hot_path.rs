@@ -4,7 +4,7 @@
 //! `bench/REPORT.md` (written by the `bench_report` example); this prints it alone, quickly.
 //!
 //! ```text
-//! cargo run --release -p klock-core --example hot_path              # ~15 s
+//! cargo run --release -p klock-core --example hot_path              # a few seconds
 //! cargo run --release -p klock-core --example hot_path -- --trace   # each allocation of a pair
 //! ```
 
