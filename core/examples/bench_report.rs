@@ -11,68 +11,28 @@
 //! compared are measured in one run, interleaved round by round (0, 1k, 100k, 1M, 0, 1k, ...),
 //! and reported as medians and as the median of per-round ratios.
 //!
-//! Memory is counted by a counting global allocator: bytes requested and not yet freed
-//! (allocator overhead and fragmentation not included).
+//! Memory and allocations are counted by a counting global allocator (`common/counting.rs`):
+//! bytes requested and not yet freed (allocator overhead and fragmentation not included), and
+//! allocation calls. The hot-path section (issue 15) is `common/hot_path.rs`, also printed
+//! alone by the `hot_path` example.
 
 #[path = "common/mod.rs"]
 mod common;
 
+use common::counting::{live, Counting};
 use common::fairness;
 use common::fixtures::{self, DEEP, DIRECTORY, EIGHT, ONE};
+use common::hot_path;
 use common::sim::{self, Outcome, SimConfig};
 use common::workloads::ZipfWorkload;
 use klock_core::{Kernel, Policy};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-
-/// The system allocator, counting live requested bytes.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
-// counter is only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc(layout);
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc_zeroed(layout);
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        LIVE.fetch_sub(layout.size() as isize, Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
-        if !p.is_null() {
-            LIVE.fetch_add(new_size as isize - layout.size() as isize, Relaxed);
-        }
-        p
-    }
-}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.load(Relaxed)
-}
 
 struct Plan {
     levels: Vec<usize>,
@@ -325,6 +285,15 @@ fn main() -> ExitCode {
     }
     let scaling = scaling(&plan, &mut kernels);
 
+    let hot = {
+        let mut levels: Vec<(usize, &mut Kernel)> = kernels
+            .iter_mut()
+            .filter(|(level, _)| *level == 0 || *level == 100_000)
+            .map(|(level, kernel)| (*level, kernel))
+            .collect();
+        hot_path::measure(&mut levels, plan.rounds, plan.pairs_per_round, progress)
+    };
+
     progress("batches of 8");
     let (batch_rounds, batch_per_round) = (plan.rounds.min(9), plan.pairs_per_round / 8);
     let batch_at: Vec<(usize, f64)> = kernels
@@ -386,6 +355,7 @@ fn main() -> ExitCode {
             status(s.ratio <= 3.0)
         );
     }
+    report.push_str(&hot_path::target_rows(&hot));
     for (level, bytes, _) in &memory {
         let _ = writeln!(
             report,
@@ -435,6 +405,8 @@ fn main() -> ExitCode {
             s.ratio
         );
     }
+
+    let _ = writeln!(report, "\n{}", hot_path::section(&hot));
 
     let _ = writeln!(report, "\n## Other shapes\n");
     let _ = writeln!(

@@ -5,9 +5,13 @@
 //! time, then kind (lease expiries, then wait timeouts, then idle closes: the order docs/SPEC.md
 //! prescribes within one instant), then id (lease and ticket ids grow with grant and arrival
 //! order, so this is "oldest lease first" and "ticket order").
+//!
+//! The newest entries, when they sort after every other, wait in a short sorted tail before
+//! joining the tree: a new lease's expiry usually lands at the tree's right end, where its
+//! node search (linear within each node) costs most, and a lease released before it expires
+//! (the common case) then comes and goes without touching the tree.
 
 use alloc::collections::BTreeSet;
-#[cfg(test)]
 use alloc::vec::Vec;
 
 /// What falls due.
@@ -45,16 +49,32 @@ fn unpack(key: u64) -> (DeadlineKind, u64) {
 /// saturated deadline is not indexed, not reported and never settled).
 pub(crate) const NEVER: u64 = u64::MAX;
 
+/// How many entries the tail holds before its oldest joins the tree.
+const TAIL: usize = 32;
+
 #[derive(Clone, Default)]
 pub(crate) struct Deadlines {
+    /// Every entry not in `tail`.
     entries: BTreeSet<(u64, u64)>,
+    /// Ascending, each after every entry of `entries`; at most [`TAIL`].
+    tail: Vec<(u64, u64)>,
 }
 
 impl Deadlines {
     /// Indexes a deadline; [`NEVER`] is not indexed.
     pub fn insert(&mut self, at: u64, kind: DeadlineKind, id: u64) {
-        if at != NEVER {
-            self.entries.insert((at, pack(kind, id)));
+        if at == NEVER {
+            return;
+        }
+        let entry = (at, pack(kind, id));
+        if self.entries.last().is_some_and(|last| entry < *last) {
+            self.entries.insert(entry);
+            return;
+        }
+        let at = self.tail.partition_point(|e| *e < entry);
+        self.tail.insert(at, entry);
+        if self.tail.len() > TAIL {
+            self.entries.insert(self.tail.remove(0));
         }
     }
 
@@ -63,7 +83,17 @@ impl Deadlines {
         if at == NEVER {
             return;
         }
-        let removed = self.entries.remove(&(at, pack(kind, id)));
+        let entry = (at, pack(kind, id));
+        let removed = match self.tail.first() {
+            Some(first) if entry >= *first => match self.tail.binary_search(&entry) {
+                Ok(i) => {
+                    self.tail.remove(i);
+                    true
+                }
+                Err(_) => false,
+            },
+            _ => self.entries.remove(&entry),
+        };
         debug_assert!(removed, "deadline ({at}, {kind:?}, {id}) was indexed");
     }
 
@@ -77,13 +107,17 @@ impl Deadlines {
 
     /// The earliest pending deadline.
     pub fn next(&self) -> Option<u64> {
-        self.entries.first().map(|&(at, _)| at)
+        self.first().map(|(at, _)| at)
+    }
+
+    fn first(&self) -> Option<(u64, u64)> {
+        self.entries.first().or(self.tail.first()).copied()
     }
 
     /// The earliest entry if it is due at or before `now` (it stays indexed: whoever handles
     /// it removes it as part of changing the state it describes).
     pub fn peek_due(&self, now: u64) -> Option<(u64, DeadlineKind, u64)> {
-        let &(at, key) = self.entries.first()?;
+        let (at, key) = self.first()?;
         (at <= now).then(|| {
             let (kind, id) = unpack(key);
             (at, kind, id)
@@ -120,5 +154,36 @@ mod tests {
             ]
         );
         assert_eq!(d.next(), None);
+    }
+
+    #[test]
+    fn the_tail_keeps_the_order_whatever_the_insertion_order() {
+        let mut d = Deadlines::default();
+        let mut expected = Vec::new();
+        // Ascending runs (into the tail, spilling into the tree), then earlier ones (into the
+        // tree), then removals from both.
+        for i in 0..100u64 {
+            let at = 1_000 + (i % 40) * 10 + i / 40;
+            d.insert(at, DeadlineKind::LeaseExpiry, i + 1);
+            expected.push((at, DeadlineKind::LeaseExpiry, i + 1));
+        }
+        for i in (0..100u64).step_by(3) {
+            let at = 1_000 + (i % 40) * 10 + i / 40;
+            d.remove(at, DeadlineKind::LeaseExpiry, i + 1);
+            expected.retain(|e| *e != (at, DeadlineKind::LeaseExpiry, i + 1));
+        }
+        d.insert(5, DeadlineKind::IdleClose, 7);
+        expected.push((5, DeadlineKind::IdleClose, 7));
+        d.reschedule(5, 2_000, DeadlineKind::IdleClose, 7);
+        expected.retain(|e| e.0 != 5);
+        expected.push((2_000, DeadlineKind::IdleClose, 7));
+        expected.sort();
+        assert_eq!(d.next(), Some(expected[0].0));
+        let mut seen = Vec::new();
+        while let Some((at, kind, id)) = d.peek_due(u64::MAX) {
+            d.remove(at, kind, id);
+            seen.push((at, kind, id));
+        }
+        assert_eq!(seen, expected);
     }
 }

@@ -67,6 +67,10 @@ impl Predicate {
     /// # Errors
     /// `INVALID_PREDICATE` for anything but the six names.
     pub fn parse(text: &str) -> Result<Predicate, Error> {
+        // The canonical spelling first: one comparison of lengths and bytes per name.
+        if let Some(p) = Predicate::ALL.into_iter().find(|p| p.name() == text) {
+            return Ok(p);
+        }
         Predicate::ALL
             .into_iter()
             .find(|p| p.name().eq_ignore_ascii_case(text))

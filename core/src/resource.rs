@@ -4,9 +4,11 @@
 //! with the reason; it never guesses. The canonical form has no repeated `/`, no `.` segment
 //! and no trailing `/` (except the root `TYPE:/`). [`ResourceName::parent`] walks the tree
 //! segment-wise: the parent of `FILE:/src/a.ts` is `FILE:/src`, whose parent is `FILE:/`.
+//! [`canonical`] is the same check for the kernel's own use: it borrows a text that is already
+//! canonical instead of copying it (the common case, and an allocation per intent otherwise).
 
 use crate::error::{Error, ErrorCode};
-use alloc::{format, string::String};
+use alloc::{borrow::Cow, format, string::String};
 
 /// Longest accepted resource text, in bytes, as given (before normalisation).
 pub const MAX_RESOURCE_BYTES: usize = 4096;
@@ -37,50 +39,9 @@ impl ResourceName {
     /// `INVALID_RESOURCE` naming the problem: length over 4096 bytes, a control character, a
     /// TYPE outside `[A-Z][A-Z0-9_]{0,31}`, a path not starting with `/`, or a `..` segment.
     pub fn parse(text: &str) -> Result<ResourceName, Error> {
-        if text.len() > MAX_RESOURCE_BYTES {
-            return Err(invalid(text, "longer than 4096 bytes"));
-        }
-        if text.chars().any(char::is_control) {
-            return Err(invalid(text, "contains a control character"));
-        }
-        let Some((kind, path)) = text.split_once(':') else {
-            return Err(invalid(text, "missing ':' between TYPE and path"));
-        };
-        let kind_ok = !kind.is_empty()
-            && kind.len() <= MAX_TYPE_BYTES
-            && kind.as_bytes()[0].is_ascii_uppercase()
-            && kind
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
-        if !kind_ok {
-            return Err(invalid(text, "TYPE must match [A-Z][A-Z0-9_]{0,31}"));
-        }
-        if path.is_empty() {
-            return Err(invalid(text, "empty path"));
-        }
-        if !path.starts_with('/') {
-            return Err(invalid(text, "path must start with '/'"));
-        }
-        let mut out = String::with_capacity(text.len());
-        out.push_str(kind);
-        out.push(':');
-        for segment in path.split('/') {
-            match segment {
-                "" | "." => {}
-                ".." => return Err(invalid(text, "'..' segments are not allowed")),
-                s => {
-                    out.push('/');
-                    out.push_str(s);
-                }
-            }
-        }
-        if out.len() == kind.len() + 1 {
-            out.push('/');
-        }
-        Ok(ResourceName {
-            text: out,
-            type_len: kind.len(),
-        })
+        let text = canonical(text)?.into_owned();
+        let type_len = text.find(':').expect("canonical text has a ':'");
+        Ok(ResourceName { text, type_len })
     }
 
     /// The canonical text, e.g. `FILE:/src/a.ts`.
@@ -104,14 +65,83 @@ impl ResourceName {
     }
 }
 
+/// Validates `text` like [`ResourceName::parse`] and returns its canonical form, borrowed when
+/// `text` already is canonical.
+///
+/// # Errors
+/// As [`ResourceName::parse`].
+pub(crate) fn canonical(text: &str) -> Result<Cow<'_, str>, Error> {
+    if text.len() > MAX_RESOURCE_BYTES {
+        return Err(invalid(text, "longer than 4096 bytes"));
+    }
+    // Controls are C0, DEL and C1 (U+0080..U+009F, in UTF-8 0xC2 then 0x80..0x9F): a byte scan
+    // finds candidates, and only text with one pays for decoding characters.
+    let maybe_control = |b: &u8| *b < 0x20 || *b == 0x7f || *b == 0xc2;
+    if text.as_bytes().iter().any(maybe_control) && text.chars().any(char::is_control) {
+        return Err(invalid(text, "contains a control character"));
+    }
+    let Some(colon) = text.bytes().position(|b| b == b':') else {
+        return Err(invalid(text, "missing ':' between TYPE and path"));
+    };
+    let (kind, path) = (&text[..colon], &text[colon + 1..]);
+    let kind_ok = !kind.is_empty()
+        && kind.len() <= MAX_TYPE_BYTES
+        && kind.as_bytes()[0].is_ascii_uppercase()
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    if !kind_ok {
+        return Err(invalid(text, "TYPE must match [A-Z][A-Z0-9_]{0,31}"));
+    }
+    if path.is_empty() {
+        return Err(invalid(text, "empty path"));
+    }
+    if !path.starts_with('/') {
+        return Err(invalid(text, "path must start with '/'"));
+    }
+    // Already canonical (every segment but the root's is a name, not "" or "."): borrow.
+    let mut copy = false;
+    if path != "/" {
+        for segment in path.as_bytes()[1..].split(|&b| b == b'/') {
+            match segment {
+                b"" | b"." => copy = true,
+                b".." => return Err(invalid(text, "'..' segments are not allowed")),
+                _ => {}
+            }
+        }
+    }
+    if !copy {
+        return Ok(Cow::Borrowed(text));
+    }
+    let mut out = String::with_capacity(text.len());
+    out.push_str(kind);
+    out.push(':');
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => return Err(invalid(text, "'..' segments are not allowed")),
+            s => {
+                out.push('/');
+                out.push_str(s);
+            }
+        }
+    }
+    if out.len() == kind.len() + 1 {
+        out.push('/');
+    }
+    Ok(Cow::Owned(out))
+}
+
 /// The parent of a canonical resource text, or `None` for a root (`TYPE:/`).
 pub(crate) fn parent_of(canonical: &str) -> Option<&str> {
-    let colon = canonical.find(':')?;
-    let path = &canonical[colon + 1..];
-    if path == "/" {
+    // Byte scans: both separators are ASCII, and names are short (a `str` pattern search
+    // costs more than the whole scan here).
+    let colon = canonical.bytes().position(|b| b == b':')?;
+    let path = &canonical.as_bytes()[colon + 1..];
+    if path == b"/" {
         return None;
     }
-    let cut = path.rfind('/')?;
+    let cut = path.iter().rposition(|&b| b == b'/')?;
     if cut == 0 {
         Some(&canonical[..colon + 2])
     } else {
@@ -167,6 +197,22 @@ mod tests {
         }
         let at_limit = alloc::format!("FILE:/{}", "a".repeat(4090));
         assert!(ResourceName::parse(&at_limit).is_ok());
+    }
+
+    #[test]
+    fn canonical_borrows_only_canonical_text() {
+        for text in ["FILE:/", "FILE:/a", "FILE:/a/b.c", "X_1:/a b/ü"] {
+            assert!(matches!(canonical(text).unwrap(), Cow::Borrowed(t) if t == text));
+        }
+        for (text, canon) in [
+            ("FILE://", "FILE:/"),
+            ("FILE:/a/", "FILE:/a"),
+            ("FILE:/./a", "FILE:/a"),
+            ("FILE:/a/.", "FILE:/a"),
+            ("FILE:/a//b", "FILE:/a/b"),
+        ] {
+            assert!(matches!(canonical(text).unwrap(), Cow::Owned(t) if t == canon));
+        }
     }
 
     #[test]

@@ -104,15 +104,28 @@ impl<K: PartialEq + Clone + Ord, const N: usize> TopTable<K, N> {
     }
 
     /// Adds `amount` to counter `which` of `key`; evicts the smallest entry when full.
+    #[cfg(test)]
     pub(crate) fn bump(&mut self, key: &K, which: usize, amount: u64) {
-        if let Some(entry) = self.entries.iter_mut().find(|(k, _)| k == key) {
+        self.bump_with(|k| k == key, || key.clone(), which, amount);
+    }
+
+    /// [`bump`](Self::bump) for the key `is_key` accepts, built by `make` only when the table
+    /// takes it as a new entry (a tracked key costs no allocation).
+    pub(crate) fn bump_with(
+        &mut self,
+        is_key: impl Fn(&K) -> bool,
+        make: impl FnOnce() -> K,
+        which: usize,
+        amount: u64,
+    ) {
+        if let Some(entry) = self.entries.iter_mut().find(|(k, _)| is_key(k)) {
             entry.1[which] += amount;
             return;
         }
         let mut counts = [0; N];
         if self.entries.len() < TOP_CAPACITY {
             counts[which] = amount;
-            self.entries.push((key.clone(), counts));
+            self.entries.push((make(), counts));
             return;
         }
         // Space-saving: the newcomer inherits the evicted minimum, so its count stays an
@@ -121,11 +134,14 @@ impl<K: PartialEq + Clone + Ord, const N: usize> TopTable<K, N> {
             .entries
             .iter()
             .enumerate()
-            .min_by_key(|(_, (k, c))| (c.iter().sum::<u64>(), k.clone()))
+            // Compared in place: cloning every key to compare would allocate per entry.
+            .min_by(|(_, (ka, a)), (_, (kb, b))| {
+                (a.iter().sum::<u64>(), ka).cmp(&(b.iter().sum::<u64>(), kb))
+            })
             .expect("table is full, so not empty");
         counts = self.entries[index].1;
         counts[which] += amount;
-        self.entries[index] = (key.clone(), counts);
+        self.entries[index] = (make(), counts);
     }
 
     /// Entries by total count, largest first; ties by key.

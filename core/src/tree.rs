@@ -2,17 +2,25 @@
 //! its FIFO queue, linked to its parent so overlap (docs/SPEC.md §3) is a walk, not a scan.
 //!
 //! Contract:
-//! - A node exists while it, or something below it, has a holder or a queued intent; the
-//!   kernel calls [`Tree::prune`] on nodes it emptied so memory follows the live state.
+//! - A node exists while it, or something below it, has a holder or a queued intent, or while
+//!   it is among the [`RETIRED_NODES`] most recently emptied: the kernel calls
+//!   [`Tree::retire`] on nodes it emptied, which keeps them interned (a name asked for again
+//!   soon, a hot file, finds its node and ancestors instead of rebuilding them) and prunes the
+//!   oldest beyond that bound, so memory follows the live state. An empty node is invisible:
+//!   it holds nothing, queues nothing, counts nothing below it, and every walk skips it.
 //! - Every node keeps counts of the entries strictly below it, so a walk over descendants
 //!   only enters subtrees that hold something of the wanted kind: the cost of a request
 //!   depends on what overlaps it, never on the number of unrelated leases.
 //! - Interning a name interns its ancestors too (`FILE:/a/b` needs `FILE:/a` and `FILE:/`).
+//! - The buffers of pruned nodes (name, children and queue) are kept in small bounded pools and
+//!   reused by the next nodes interned, so acquiring and releasing a resource that has no node
+//!   yet does not go to the allocator (issue 15); the pools hold at most [`SPARE_BUFFERS`]
+//!   each, so memory still follows the live state.
 
 use crate::predicate::Predicate;
 use crate::resource::parent_of;
 use crate::types::{LeaseId, SessionId, TicketId};
-use alloc::{boxed::Box, vec::Vec};
+use alloc::{boxed::Box, collections::VecDeque, string::String, vec::Vec};
 use core::hash::BuildHasher;
 use core::ops::ControlFlow;
 use foldhash::fast::FixedState;
@@ -43,8 +51,9 @@ pub(crate) struct QueuedEntry {
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
     pub namespace: NamespaceId,
-    /// Canonical `TYPE:/path`.
-    pub name: Box<str>,
+    /// Canonical `TYPE:/path`. A `String`, not a `Box<str>`, so that a pruned node's buffer
+    /// can name the next node interned (8 bytes more per node).
+    pub name: String,
     pub parent: Option<NodeId>,
     /// Position in the parent's `children`, for O(1) unlinking.
     slot_in_parent: u32,
@@ -80,20 +89,37 @@ impl Node {
         self.branches.as_ref().map_or(&[], |b| &b.queued)
     }
 
-    fn branches_mut(&mut self) -> &mut Branches {
-        self.branches.get_or_insert_with(Box::default)
+    fn branches_mut(&mut self, spare: &mut Spare) -> &mut Branches {
+        self.branches
+            .get_or_insert_with(|| spare.branches.pop().unwrap_or_default())
     }
 
-    /// Frees the branches once both are empty.
-    fn shrink_branches(&mut self) {
+    /// Detaches the branches once both are empty, keeping their buffers for reuse.
+    fn shrink_branches(&mut self, spare: &mut Spare) {
         if self
             .branches
             .as_ref()
             .is_some_and(|b| b.children.is_empty() && b.queued.is_empty())
         {
-            self.branches = None;
+            let branches = self.branches.take().expect("checked present");
+            if spare.branches.len() < SPARE_BUFFERS {
+                spare.branches.push(branches);
+            }
         }
     }
+}
+
+/// How many buffers of pruned nodes each pool keeps: enough for the nodes a few operations
+/// create and free (a path and its ancestors), small enough not to matter.
+pub(crate) const SPARE_BUFFERS: usize = 16;
+
+/// Buffers of pruned nodes, reused by the next nodes interned (empty, capacity kept).
+#[derive(Clone, Default)]
+struct Spare {
+    names: Vec<String>,
+    // The boxes are what is reused: a node holds its branches boxed.
+    #[allow(clippy::vec_box)]
+    branches: Vec<Box<Branches>>,
 }
 
 /// Which kinds of entries a walk is looking for (prunes the descent into subtrees).
@@ -137,7 +163,14 @@ pub(crate) struct Tree {
     free: Vec<NodeId>,
     index: HashTable<NodeId>,
     hasher: FixedState,
+    spare: Spare,
+    /// Emptied nodes kept interned, oldest first (an id may repeat, or name a node refilled
+    /// or pruned since: pruning re-checks).
+    retired: VecDeque<NodeId>,
 }
+
+/// How many emptied nodes stay interned (see the module contract).
+pub(crate) const RETIRED_NODES: usize = 64;
 
 fn key_hash(hasher: &FixedState, namespace: NamespaceId, name: &str) -> u64 {
     hasher.hash_one((namespace, name))
@@ -160,7 +193,10 @@ impl Tree {
 
     /// The node named `name` (canonical) in `namespace`, if it is live.
     pub fn find(&self, namespace: NamespaceId, name: &str) -> Option<NodeId> {
-        let hash = key_hash(&self.hasher, namespace, name);
+        self.find_hashed(key_hash(&self.hasher, namespace, name), namespace, name)
+    }
+
+    fn find_hashed(&self, hash: u64, namespace: NamespaceId, name: &str) -> Option<NodeId> {
         let nodes = &self.nodes;
         self.index
             .find(hash, |&id| {
@@ -172,13 +208,17 @@ impl Tree {
 
     /// The node named `name` (canonical), created with its missing ancestors.
     pub fn intern(&mut self, namespace: NamespaceId, name: &str) -> NodeId {
-        if let Some(id) = self.find(namespace, name) {
+        // Hashed once: the lookup and the insertion of a new node share it.
+        let hash = key_hash(&self.hasher, namespace, name);
+        if let Some(id) = self.find_hashed(hash, namespace, name) {
             return id;
         }
         let parent = parent_of(name).map(|p| self.intern(namespace, p));
+        let mut buffer = self.spare.names.pop().unwrap_or_default();
+        buffer.push_str(name);
         let node = Node {
             namespace,
-            name: name.into(),
+            name: buffer,
             parent,
             slot_in_parent: 0,
             held: SmallVec::new(),
@@ -197,12 +237,12 @@ impl Tree {
             }
         };
         if let Some(p) = parent {
-            let siblings = &mut self.node_mut(p).branches_mut().children;
+            let node = self.nodes[p as usize].as_mut().expect("live node id");
+            let siblings = &mut node.branches_mut(&mut self.spare).children;
             let slot = siblings.len() as u32;
             siblings.push(id);
             self.node_mut(id).slot_in_parent = slot;
         }
-        let hash = key_hash(&self.hasher, namespace, name);
         let (nodes, hasher) = (&self.nodes, &self.hasher);
         self.index.insert_unique(hash, id, |&other| {
             let n = nodes[other as usize]
@@ -211,6 +251,21 @@ impl Tree {
             key_hash(hasher, n.namespace, &n.name)
         });
         id
+    }
+
+    /// Lets go of `id` if it is empty: it stays interned among the [`RETIRED_NODES`] most
+    /// recently emptied, and the oldest beyond them is pruned (see the module contract).
+    pub fn retire(&mut self, id: NodeId) {
+        if !self.nodes[id as usize].as_ref().is_some_and(Node::is_empty) {
+            return;
+        }
+        if self.retired.back() != Some(&id) {
+            self.retired.push_back(id);
+        }
+        while self.retired.len() > RETIRED_NODES {
+            let oldest = self.retired.pop_front().expect("over the bound");
+            self.prune(oldest);
+        }
     }
 
     /// Removes `id` and then its ancestors, as long as each holds nothing and has no children.
@@ -222,19 +277,23 @@ impl Tree {
             if !node.is_empty() {
                 return;
             }
-            let node = self.nodes[id as usize].take().expect("checked live");
+            let mut node = self.nodes[id as usize].take().expect("checked live");
             let hash = key_hash(&self.hasher, node.namespace, &node.name);
             if let Ok(entry) = self.index.find_entry(hash, |&other| other == id) {
                 entry.remove();
             }
             self.free.push(id);
+            if self.spare.names.len() < SPARE_BUFFERS {
+                node.name.clear();
+                self.spare.names.push(core::mem::take(&mut node.name));
+            }
             let Some(parent) = node.parent else { return };
-            let parent_node = self.node_mut(parent);
-            let siblings = &mut parent_node.branches_mut().children;
+            let parent_node = self.nodes[parent as usize].as_mut().expect("live node id");
+            let siblings = &mut parent_node.branches_mut(&mut self.spare).children;
             let slot = node.slot_in_parent as usize;
             siblings.swap_remove(slot);
             let moved = siblings.get(slot).copied();
-            parent_node.shrink_branches();
+            parent_node.shrink_branches(&mut self.spare);
             if let Some(moved) = moved {
                 self.node_mut(moved).slot_in_parent = slot as u32;
             }
@@ -270,7 +329,8 @@ impl Tree {
     /// Appends to the node's queue; `entry.ticket` must be at least as new as every queued
     /// ticket (one ticket may queue two predicates on one node).
     pub fn add_queued(&mut self, id: NodeId, entry: QueuedEntry) {
-        let queue = &mut self.node_mut(id).branches_mut().queued;
+        let node = self.nodes[id as usize].as_mut().expect("live node id");
+        let queue = &mut node.branches_mut(&mut self.spare).queued;
         debug_assert!(queue.last().is_none_or(|last| last.ticket <= entry.ticket));
         queue.push(entry);
         self.adjust_below(id, 0, 1);
@@ -278,13 +338,13 @@ impl Tree {
 
     /// Removes one queued entry of `ticket` (call once per queued intent of the ticket).
     pub fn remove_queued(&mut self, id: NodeId, ticket: TicketId) {
-        let node = self.node_mut(id);
-        let queue = &mut node.branches_mut().queued;
+        let node = self.nodes[id as usize].as_mut().expect("live node id");
+        let queue = &mut node.branches_mut(&mut self.spare).queued;
         let at = queue
             .binary_search_by_key(&ticket, |e| e.ticket)
             .expect("ticket is queued on its node");
         queue.remove(at);
-        node.shrink_branches();
+        node.shrink_branches(&mut self.spare);
         self.adjust_below(id, 0, -1);
     }
 
@@ -374,6 +434,31 @@ mod tests {
     }
 
     #[test]
+    fn retired_nodes_stay_interned_up_to_the_bound() {
+        let mut t = Tree::default();
+        let hot = t.intern(0, "FILE:/hot/x");
+        t.add_held(hot, held(1));
+        t.retire(hot);
+        assert_eq!(t.len(), 3, "a held node is not retired");
+        t.remove_held(hot, LeaseId(1));
+        t.retire(hot);
+        t.retire(hot);
+        assert_eq!(t.find(0, "FILE:/hot/x"), Some(hot), "kept interned");
+        assert_eq!(t.intern(0, "FILE:/hot/x"), hot, "and found again");
+        for i in 0..RETIRED_NODES {
+            let id = t.intern(0, &alloc::format!("FILE:/cold/{i}"));
+            t.retire(id);
+        }
+        assert_eq!(
+            t.find(0, "FILE:/hot/x"),
+            None,
+            "the oldest is pruned beyond the bound"
+        );
+        assert_eq!(t.find(0, "FILE:/hot"), None, "with its emptied ancestors");
+        assert_eq!(t.len(), RETIRED_NODES + 2);
+    }
+
+    #[test]
     fn walk_visits_exactly_the_overlapping_live_nodes() {
         let mut t = Tree::default();
         let ids: Vec<NodeId> = ["FILE:/a/b", "FILE:/a/b/c/d", "FILE:/a/x", "FILE:/ab"]
@@ -390,10 +475,7 @@ mod tests {
             }
         });
         seen.sort();
-        assert_eq!(
-            seen,
-            ["FILE:/a/b".into(), "FILE:/a/b/c/d".into()] as [Box<str>; 2]
-        );
+        assert_eq!(seen, ["FILE:/a/b", "FILE:/a/b/c/d"].map(String::from));
         // Pruning a sibling keeps slot bookkeeping right.
         t.remove_held(ids[2], LeaseId(2));
         t.prune(ids[2]);

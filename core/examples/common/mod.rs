@@ -8,12 +8,16 @@
 //! - [`workloads`]: what the agents ask for (Zipf-skewed flat resources; a file tree).
 //! - [`fixtures`]: kernels pre-filled with many unrelated leases, for the scaling benches.
 //! - [`fairness`]: the long-lived-agents fairness scenario (bench report and test).
+//! - [`counting`]: a counting global allocator (bench report, hot-path example).
+//! - [`hot_path`]: allocations and time of the uncontended pair against a bare map (issue 15).
 
 // Each includer uses a different subset.
 #![allow(dead_code)]
 
+pub mod counting;
 pub mod fairness;
 pub mod fixtures;
+pub mod hot_path;
 pub mod invariants;
 pub mod rng;
 pub mod sim;

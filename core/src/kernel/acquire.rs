@@ -4,16 +4,20 @@
 //! UNKNOWN_SESSION, INVALID_MANIFEST, per intent INVALID_PREDICATE then INVALID_RESOURCE,
 //! INVALID_TTL, HOLD_AND_WAIT, QUOTA_EXCEEDED); then it is GRANTED all-or-nothing, queued as
 //! one ticket (WAIT), or refused (DIE) with a backoff, by the configured policy.
+//!
+//! An uncontended acquire allocates only its answer (issue 15): intents borrow the caller's
+//! text when it is canonical, and the per-request lists live inline up to [`INLINE_INTENTS`].
 
 use super::scheduler::Blockers;
-use super::{Kernel, Session, TicketIntent};
+use super::{Intents, Kernel, Session, TicketIntent, INLINE_INTENTS};
 use crate::config::Policy;
 use crate::error::{Error, ErrorCode};
 use crate::predicate::Predicate;
-use crate::resource::ResourceName;
-use crate::tree::NamespaceId;
+use crate::resource::{canonical, ResourceName};
+use crate::tree::{NamespaceId, NodeId};
 use crate::types::{AcquireOptions, LeaseId, SessionId, TicketId, Verdict};
-use alloc::{format, string::String, vec::Vec};
+use alloc::{borrow::Cow, format, string::String, vec::Vec};
+use smallvec::SmallVec;
 
 /// Most intents one manifest may name (counted before duplicates are removed).
 pub const MAX_MANIFEST_INTENTS: usize = 256;
@@ -27,13 +31,27 @@ pub fn parse_intent(text: &str) -> Result<(Predicate, ResourceName), Error> {
     Ok((Predicate::parse(predicate)?, ResourceName::parse(resource)?))
 }
 
+/// [`parse_intent`] with the resource canonical and borrowed from `text` when it already is.
+fn parse_intent_text(text: &str) -> Result<(Predicate, Cow<'_, str>), Error> {
+    let (predicate, resource) = match text.bytes().position(|b| b == b' ') {
+        Some(space) => (&text[..space], &text[space + 1..]),
+        None => (text, ""),
+    };
+    Ok((Predicate::parse(predicate)?, canonical(resource)?))
+}
+
+/// The distinct intents of a request, canonical.
+type Wanted<'a> = SmallVec<[(Predicate, Cow<'a, str>); INLINE_INTENTS]>;
+
 /// A validated acquire: what it asks for and on what terms.
-struct Request {
+struct Request<'a> {
     namespace: NamespaceId,
     /// The distinct intents, in order of first appearance.
-    wanted: Vec<(Predicate, ResourceName)>,
+    wanted: Wanted<'a>,
     /// Per intent: the lease of the session's it reuses (held with the same predicate).
-    reuse: Vec<Option<LeaseId>>,
+    reuse: SmallVec<[Option<LeaseId>; INLINE_INTENTS]>,
+    /// Per intent: its node when it has one already (looked up once, here).
+    nodes: SmallVec<[Option<NodeId>; INLINE_INTENTS]>,
     /// Clamped to `max_ttl_ms`.
     ttl_ms: u64,
     /// Whether a conflict may queue (asked to, with a wait timeout above 0).
@@ -45,7 +63,7 @@ struct Request {
 ///
 /// # Errors
 /// `INVALID_MANIFEST` (0 or more than 256 intents), then the first bad intent's error.
-fn parse_manifest<S: AsRef<str>>(intents: &[S]) -> Result<Vec<(Predicate, ResourceName)>, Error> {
+fn parse_manifest<S: AsRef<str>>(intents: &[S]) -> Result<Wanted<'_>, Error> {
     if intents.is_empty() || intents.len() > MAX_MANIFEST_INTENTS {
         return Err(Error::new(
             ErrorCode::InvalidManifest,
@@ -55,9 +73,9 @@ fn parse_manifest<S: AsRef<str>>(intents: &[S]) -> Result<Vec<(Predicate, Resour
             ),
         ));
     }
-    let mut wanted: Vec<(Predicate, ResourceName)> = Vec::with_capacity(intents.len());
+    let mut wanted = Wanted::new();
     for text in intents {
-        let intent = parse_intent(text.as_ref())?;
+        let intent = parse_intent_text(text.as_ref())?;
         if !wanted.contains(&intent) {
             wanted.push(intent);
         }
@@ -108,12 +126,12 @@ impl Kernel {
     }
 
     /// Checks the whole request in the contract's error order, changing nothing.
-    fn validate<S: AsRef<str>>(
+    fn validate<'a, S: AsRef<str>>(
         &self,
         session: SessionId,
-        intents: &[S],
+        intents: &'a [S],
         options: AcquireOptions,
-    ) -> Result<Request, Error> {
+    ) -> Result<Request<'a>, Error> {
         let s = self.session(session)?;
         let wanted = parse_manifest(intents)?;
         let ttl_ms = match options.ttl_ms.unwrap_or(self.config.default_ttl_ms) {
@@ -130,12 +148,14 @@ impl Kernel {
             .unwrap_or(self.config.default_wait_timeout_ms);
         // Which intents the session already holds with the same predicate.
         let namespace = s.namespace;
-        let reuse: Vec<Option<LeaseId>> = wanted
+        let nodes: SmallVec<[Option<NodeId>; INLINE_INTENTS]> = wanted
             .iter()
-            .map(|(predicate, name)| {
-                let node = self.tree.find(namespace, name.as_str())?;
-                self.held_by(session, node, *predicate)
-            })
+            .map(|(_, name)| self.tree.find(namespace, name))
+            .collect();
+        let reuse: SmallVec<[Option<LeaseId>; INLINE_INTENTS]> = wanted
+            .iter()
+            .zip(&nodes)
+            .map(|((predicate, _), node)| self.held_by(session, (*node)?, *predicate))
             .collect();
         let new_count = reuse.iter().filter(|r| r.is_none()).count() as u64;
         if self.config.policy == Policy::Lanes
@@ -154,6 +174,7 @@ impl Kernel {
             namespace,
             wanted,
             reuse,
+            nodes,
             ttl_ms,
             wait: options.wait && wait_timeout_ms > 0,
             wait_timeout_ms,
@@ -184,17 +205,19 @@ impl Kernel {
         Ok(())
     }
 
-    /// The request's intents on tree nodes, creating the nodes of new ones.
-    fn intern_intents(&mut self, request: &Request) -> Vec<TicketIntent> {
+    /// The request's intents on tree nodes, creating the nodes of new ones (validation found
+    /// the others, and nothing removes a node before the operation ends).
+    fn intern_intents(&mut self, request: &Request) -> Intents {
         request
             .wanted
             .iter()
-            .zip(&request.reuse)
-            .map(|((predicate, name), &reuse)| {
+            .zip(request.reuse.iter().zip(&request.nodes))
+            .map(|((predicate, name), (&reuse, &found))| {
                 let node = match reuse {
                     Some(lease) => self.leases[&lease].node,
                     None => {
-                        let node = self.tree.intern(request.namespace, name.as_str());
+                        let node =
+                            found.unwrap_or_else(|| self.tree.intern(request.namespace, name));
                         self.touched.push(node);
                         node
                     }
@@ -213,7 +236,7 @@ impl Kernel {
         &mut self,
         session: SessionId,
         request: &Request,
-        intents: Vec<TicketIntent>,
+        intents: Intents,
         found: &Blockers,
     ) -> Verdict {
         let priority = self.sessions[&session].priority;
@@ -250,7 +273,7 @@ impl Kernel {
         priority: u64,
         all_younger: bool,
         request: &Request,
-        intents: Vec<TicketIntent>,
+        intents: Intents,
         found: &Blockers,
     ) -> Verdict {
         // Session ids need not follow priority order, so sort by priority.
@@ -280,7 +303,7 @@ impl Kernel {
     fn wait(
         &mut self,
         session: SessionId,
-        intents: Vec<TicketIntent>,
+        intents: Intents,
         ttl_ms: u64,
         wait_timeout_ms: u64,
         found: &Blockers,
@@ -291,11 +314,18 @@ impl Kernel {
         Verdict::Wait { ticket, held_by }
     }
 
+    /// Counts each blocked node in the contention table; the key's strings are copied only
+    /// when the table takes a new entry.
     fn count_contention(&mut self, namespace: NamespaceId, found: &Blockers) {
-        let ns = String::from(self.namespaces.name(namespace));
+        let ns = self.namespaces.name(namespace);
         for &node in &found.blocked_nodes {
-            let key = (ns.clone(), String::from(&*self.tree.node(node).name));
-            self.contention.bump(&key, 0, 1);
+            let name = &self.tree.node(node).name;
+            self.contention.bump_with(
+                |(n, r)| n == ns && r == name,
+                || (String::from(ns), name.clone()),
+                0,
+                1,
+            );
         }
     }
 }

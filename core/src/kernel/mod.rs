@@ -1,9 +1,10 @@
 //! The kernel: the state machine every host drives (DESIGN.md §2).
 //!
 //! Contract: every operation that can change state takes `now` and first settles everything
-//! due at or before it ([`time`]), then does its own work, then frees resource nodes it
-//! emptied. A failed operation changes nothing beyond that settlement. Outputs that are not a
-//! direct answer are queued as [`Event`]s for [`Kernel::poll_event`]. The kernel never reads a
+//! due at or before it ([`time`]), then does its own work, then retires resource nodes it
+//! emptied (the tree keeps a bounded number of the most recently emptied interned). A failed
+//! operation changes nothing beyond that settlement. Outputs that are not a direct answer
+//! are queued as [`Event`]s for [`Kernel::poll_event`]. The kernel never reads a
 //! clock, never does I/O and never draws randomness other than its seeded [`Jitter`].
 //!
 //! The work is split by concern: [`sessions`] (open/close/suspend/resume/digest/idle),
@@ -100,6 +101,13 @@ impl LeaseRecord {
         id.0
     }
 }
+
+/// How many intents a request keeps inline (on the stack) before its lists go to the heap.
+const INLINE_INTENTS: usize = 2;
+
+/// A request's intents on tree nodes, inline up to [`INLINE_INTENTS`]: a granted request
+/// needs them only while it runs, a waiting one moves them into its ticket.
+type Intents = smallvec::SmallVec<[TicketIntent; INLINE_INTENTS]>;
 
 /// One intent of a waiting ticket: queued on `node`, or already held (`reuse`).
 #[derive(Clone, Copy)]
@@ -215,6 +223,26 @@ pub struct Kernel {
     ghosts: TopTable<String, 2>,
 }
 
+/// Keeps the idle-close deadline of `session` (`id`) indexed exactly when it is idle. A free
+/// function over the fields it needs, so a caller already holding the session record does
+/// not look it up again.
+fn index_idle(deadlines: &mut Deadlines, idle_ms: u64, id: SessionId, session: &mut Session) {
+    let wanted =
+        (session.is_idle() && idle_ms > 0).then(|| session.last_active.saturating_add(idle_ms));
+    let current = session.idle_deadline;
+    if wanted == current {
+        return;
+    }
+    session.idle_deadline = wanted;
+    let key = id.0;
+    if let Some(old) = current {
+        deadlines.remove(old, crate::deadlines::DeadlineKind::IdleClose, key);
+    }
+    if let Some(new) = wanted {
+        deadlines.insert(new, crate::deadlines::DeadlineKind::IdleClose, key);
+    }
+}
+
 /// How many ended leases, and separately ended tickets, a session remembers. Within that
 /// window release stays idempotent and reconcile, heartbeat and cancel_wait answer exactly
 /// (RELEASED / EXPIRED / NOT_OWNER); beyond it, and once the session closes, an ended id is
@@ -282,7 +310,7 @@ impl Kernel {
         self.events.len()
     }
 
-    /// Runs `work` as one operation at `now`: settle time, do the work, free emptied nodes.
+    /// Runs `work` as one operation at `now`: settle time, do the work, retire emptied nodes.
     fn operation<R>(&mut self, now: u64, work: impl FnOnce(&mut Kernel) -> R) -> R {
         self.settle(now);
         let result = work(self);
@@ -292,10 +320,10 @@ impl Kernel {
 
     fn prune_nodes(&mut self) {
         while let Some(node) = self.freed.pop() {
-            self.tree.prune(node);
+            self.tree.retire(node);
         }
         while let Some(node) = self.touched.pop() {
-            self.tree.prune(node);
+            self.tree.retire(node);
         }
     }
 
@@ -312,38 +340,29 @@ impl Kernel {
     /// Records a successful call naming `id`: the idle clock restarts.
     fn touch(&mut self, id: SessionId) {
         let now = self.clock;
-        self.session_mut(id).last_active = now;
-        self.refresh_idle(id);
+        self.update_idle(id, |session| session.last_active = now);
     }
 
     /// Keeps the session's idle-close deadline indexed exactly when it is idle.
     fn refresh_idle(&mut self, id: SessionId) {
-        let idle_ms = self.config.session_idle_ms;
-        let session = self.sessions.get_mut(&id).expect("live session");
-        let wanted =
-            (session.is_idle() && idle_ms > 0).then(|| session.last_active.saturating_add(idle_ms));
-        let current = session.idle_deadline;
-        if wanted == current {
-            return;
-        }
-        session.idle_deadline = wanted;
-        let key = id.0;
-        if let Some(old) = current {
-            self.deadlines
-                .remove(old, crate::deadlines::DeadlineKind::IdleClose, key);
-        }
-        if let Some(new) = wanted {
-            self.deadlines
-                .insert(new, crate::deadlines::DeadlineKind::IdleClose, key);
-        }
+        self.update_idle(id, |_| ());
     }
 
     /// Marks that the session stops holding or waiting for something at the current time.
     fn note_activity_end(&mut self, id: SessionId) {
         let now = self.clock;
-        let session = self.session_mut(id);
-        session.last_active = session.last_active.max(now);
-        self.refresh_idle(id);
+        self.update_idle(id, |session| {
+            session.last_active = session.last_active.max(now)
+        });
+    }
+
+    /// Applies `change` to the session, then keeps its idle-close deadline indexed exactly
+    /// when it is idle; one lookup for both (these run several times in every operation).
+    fn update_idle(&mut self, id: SessionId, change: impl FnOnce(&mut Session)) {
+        let idle_ms = self.config.session_idle_ms;
+        let session = self.sessions.get_mut(&id).expect("live session");
+        change(session);
+        index_idle(&mut self.deadlines, idle_ms, id, session);
     }
 
     /// The expiry that counts everywhere: `max(expires_at, grace)`.
@@ -355,14 +374,20 @@ impl Kernel {
         }
     }
 
-    /// Remembers an ended lease of `session`, forgetting its oldest beyond the window.
-    fn remember_ended_lease(&mut self, session: SessionId, id: LeaseId, end: LeaseEnd) {
-        self.ended_leases.insert(id, (session, end));
-        let ended = &mut self.session_mut(session).ended_leases;
-        ended.push_back(id);
-        if ended.len() > ENDED_MEMORY_PER_SESSION {
-            let oldest = ended.pop_front().expect("over the window, so not empty");
-            self.ended_leases.remove(&oldest);
+    /// Remembers an ended lease of `owner` (its record `window`), forgetting its oldest
+    /// beyond the window. Over the fields it needs, for a caller holding the session record.
+    fn remember_ended_lease(
+        ended_leases: &mut Map<LeaseId, (SessionId, LeaseEnd)>,
+        window: &mut VecDeque<LeaseId>,
+        owner: SessionId,
+        id: LeaseId,
+        end: LeaseEnd,
+    ) {
+        ended_leases.insert(id, (owner, end));
+        window.push_back(id);
+        if window.len() > ENDED_MEMORY_PER_SESSION {
+            let oldest = window.pop_front().expect("over the window, so not empty");
+            ended_leases.remove(&oldest);
         }
     }
 

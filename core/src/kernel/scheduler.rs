@@ -14,7 +14,9 @@
 //!   violation with DIED (counted in `defensive_repairs`, which the model checker asserts is
 //!   never used).
 
-use super::{Kernel, LeaseEnd, LeaseRecord, TicketIntent, TicketRecord};
+use super::{
+    index_idle, Intents, Kernel, LeaseEnd, LeaseRecord, TicketIntent, TicketRecord, INLINE_INTENTS,
+};
 use crate::config::Policy;
 use crate::deadlines::DeadlineKind;
 use crate::predicate::Predicate;
@@ -22,6 +24,7 @@ use crate::tree::{HeldEntry, NodeId, QueuedEntry, Relation, Want};
 use crate::types::{Blocker, Event, Intent, Lease, LeaseId, SessionId, TicketId};
 use alloc::{collections::BTreeSet, string::String, vec::Vec};
 use core::ops::ControlFlow;
+use smallvec::SmallVec;
 
 /// One blocking session, as found.
 pub(super) struct FoundBlocker {
@@ -30,14 +33,15 @@ pub(super) struct FoundBlocker {
     /// Whether it blocks through a lease it holds (not only through a queued ticket).
     pub via_lease: bool,
     /// Its conflicting intents, sorted and distinct.
-    pub intents: Vec<(NodeId, Predicate)>,
+    pub intents: SmallVec<[(NodeId, Predicate); 2]>,
 }
 
-/// All blockers of a request, by session id; and which requested nodes were blocked.
+/// All blockers of a request, by session id; and which requested nodes were blocked. Inline
+/// for a few blockers: a contended verdict allocates its answer, not its search.
 #[derive(Default)]
 pub(super) struct Blockers {
-    pub sessions: Vec<FoundBlocker>,
-    pub blocked_nodes: Vec<NodeId>,
+    pub sessions: SmallVec<[FoundBlocker; 2]>,
+    pub blocked_nodes: SmallVec<[NodeId; 2]>,
 }
 
 impl Blockers {
@@ -55,8 +59,8 @@ impl Kernel {
         before: TicketId,
     ) -> Blockers {
         // (session, node, predicate, via_lease)
-        let mut hits: Vec<(SessionId, NodeId, Predicate, bool)> = Vec::new();
-        let mut blocked_nodes = Vec::new();
+        let mut hits: SmallVec<[(SessionId, NodeId, Predicate, bool); 8]> = SmallVec::new();
+        let mut blocked_nodes = SmallVec::new();
         for (node, wanted) in intents {
             let found_before = hits.len();
             self.tree
@@ -80,7 +84,7 @@ impl Kernel {
             return Blockers::default();
         }
         hits.sort_unstable_by_key(|&(s, n, p, l)| (s, n, p, !l));
-        let mut sessions: Vec<FoundBlocker> = Vec::new();
+        let mut sessions: SmallVec<[FoundBlocker; 2]> = SmallVec::new();
         for (s, node, predicate, via_lease) in hits {
             match sessions.last_mut() {
                 Some(b) if b.session == s => {
@@ -93,7 +97,7 @@ impl Kernel {
                     session: s,
                     priority: self.sessions[&s].priority,
                     via_lease,
-                    intents: alloc::vec![(node, predicate)],
+                    intents: smallvec::smallvec![(node, predicate)],
                 }),
             }
         }
@@ -187,7 +191,6 @@ impl Kernel {
             .suspended_at
             .map(|at| self.capped_expiry(&record, at.saturating_add(self.config.grace_ms)));
         let expires_at = record.expires_at;
-        self.session_mut(session).leases.insert(id);
         self.deadlines
             .insert(expires_at, DeadlineKind::LeaseExpiry, id.0);
         self.leases.insert(id, record);
@@ -203,7 +206,10 @@ impl Kernel {
                 predicate,
             },
         );
-        self.refresh_idle(session);
+        // One lookup for the session's lease set and its idle deadline (as `refresh_idle`).
+        let s = self.sessions.get_mut(&session).expect("live session");
+        s.leases.insert(id);
+        index_idle(&mut self.deadlines, self.config.session_idle_ms, session, s);
         id
     }
 
@@ -248,15 +254,24 @@ impl Kernel {
     /// The client view of an active lease.
     pub(super) fn lease_view(&self, id: LeaseId) -> Lease {
         let l = &self.leases[&id];
+        self.lease_view_of(id, l, &self.sessions[&l.session].agent_id)
+    }
+
+    /// [`lease_view`](Self::lease_view) of the record `l` of lease `id`, whose owner is
+    /// `agent_id` (a grant names its session once for all its leases).
+    fn lease_view_of(&self, id: LeaseId, l: &LeaseRecord, agent_id: &str) -> Lease {
         Lease {
             lease_id: id,
             session_id: l.session,
-            agent_id: self.sessions[&l.session].agent_id.clone(),
-            resource: String::from(&*self.tree.node(l.node).name),
+            agent_id: String::from(agent_id),
+            resource: self.tree.node(l.node).name.clone(),
             predicate: l.predicate,
             fence: LeaseRecord::fence(id),
             acquired_at: l.acquired_at,
-            expires_at: self.effective_expiry(id),
+            expires_at: match l.has_grace {
+                true => l.expires_at.max(self.grace[&id]),
+                false => l.expires_at,
+            },
             ttl_ms: l.ttl_ms,
         }
     }
@@ -264,20 +279,30 @@ impl Kernel {
     /// Ends an active lease. Tickets of the same session that reuse it are withdrawn with
     /// DIED by the next [`after_frees`](Self::after_frees).
     pub(super) fn end_lease(&mut self, id: LeaseId, end: LeaseEnd) {
-        let expiry = self.effective_expiry(id);
         let lease = self.leases.remove(&id).expect("active lease");
-        if lease.has_grace {
-            self.grace.remove(&id);
-        }
+        // The effective expiry (see `effective_expiry`), from the record just removed.
+        let expiry = match lease.has_grace {
+            true => lease
+                .expires_at
+                .max(self.grace.remove(&id).expect("grace recorded")),
+            false => lease.expires_at,
+        };
         self.deadlines
             .remove(expiry, DeadlineKind::LeaseExpiry, id.0);
         self.tree.remove_held(lease.node, id);
         self.freed.push(lease.node);
-        self.remember_ended_lease(lease.session, id, end);
+        // One lookup of the owner for everything below.
         let session = self
             .sessions
             .get_mut(&lease.session)
             .expect("lease owner is live");
+        Kernel::remember_ended_lease(
+            &mut self.ended_leases,
+            &mut session.ended_leases,
+            lease.session,
+            id,
+            end,
+        );
         session.leases.remove(&id);
         for &t in &session.tickets {
             if self.tickets[&t].intents.iter().any(|i| i.reuse == Some(id)) {
@@ -287,8 +312,9 @@ impl Kernel {
         match end {
             LeaseEnd::Expired => {
                 self.counters.expired += 1;
-                let agent = session.agent_id.clone();
-                self.ghosts.bump(&agent, 0, 1);
+                let agent = &session.agent_id;
+                self.ghosts
+                    .bump_with(|a| a == agent, || agent.clone(), 0, 1);
                 self.events.push_back(Event::LeaseExpired {
                     lease: id,
                     session: lease.session,
@@ -296,14 +322,21 @@ impl Kernel {
             }
             LeaseEnd::Released => self.counters.released += 1,
         }
-        self.note_activity_end(lease.session);
+        // As `note_activity_end`.
+        session.last_active = session.last_active.max(self.clock);
+        index_idle(
+            &mut self.deadlines,
+            self.config.session_idle_ms,
+            lease.session,
+            session,
+        );
     }
 
     /// Queues a new ticket for the not-yet-held intents; returns its number.
     pub(super) fn enqueue(
         &mut self,
         session: SessionId,
-        intents: Vec<TicketIntent>,
+        intents: Intents,
         ttl_ms: u64,
         wait_timeout_ms: u64,
     ) -> TicketId {
@@ -326,7 +359,7 @@ impl Kernel {
             ticket,
             TicketRecord {
                 session,
-                intents,
+                intents: intents.into_vec(),
                 ttl_ms,
                 deadline,
             },
@@ -387,7 +420,7 @@ impl Kernel {
         intents: &[TicketIntent],
         ttl_ms: u64,
     ) -> Vec<Lease> {
-        let ids: Vec<LeaseId> = intents
+        let ids: SmallVec<[LeaseId; INLINE_INTENTS]> = intents
             .iter()
             .map(|i| match i.reuse {
                 Some(id) => {
@@ -401,7 +434,14 @@ impl Kernel {
         s.die_count = 0;
         s.granted_in_unit = true;
         self.counters.granted += 1;
-        ids.into_iter().map(|id| self.lease_view(id)).collect()
+        // Sized exactly: collecting from the inline list would reserve room for 4.
+        let mut leases = Vec::with_capacity(ids.len());
+        let agent_id = &self.sessions[&session].agent_id;
+        leases.extend(
+            ids.into_iter()
+                .map(|id| self.lease_view_of(id, &self.leases[&id], agent_id)),
+        );
+        leases
     }
 
     /// The lease `session` holds on exactly `node` with `predicate`, if any.
@@ -473,13 +513,24 @@ impl Kernel {
         let mut orphaned = core::mem::take(&mut self.orphaned);
         orphaned.sort_unstable();
         orphaned.dedup();
-        for t in orphaned {
+        for &t in &orphaned {
             if self.tickets.contains_key(&t) {
                 self.die_ticket(t);
             }
         }
+        // The buffer goes back for the next operation (a DIED withdraws, never orphans).
+        orphaned.clear();
+        if self.orphaned.is_empty() {
+            self.orphaned = orphaned;
+        }
         let mut work = BTreeSet::new();
-        let mut seen = 0;
+        // With no ticket waiting there is nothing to grant: the walks around the freed nodes
+        // would find no candidate.
+        let mut seen = if self.tickets.is_empty() {
+            self.freed.len()
+        } else {
+            0
+        };
         while seen < self.freed.len() {
             self.collect_candidates(self.freed[seen], &mut work);
             seen += 1;
@@ -509,8 +560,8 @@ impl Kernel {
                 seen += 1;
             }
         }
-        let looked_at = core::mem::take(&mut self.freed);
-        self.touched.extend(looked_at);
+        // Moved, not taken: `freed` keeps its buffer for the next operation.
+        self.touched.append(&mut self.freed);
     }
 
     /// Wound-wait: `victim` loses all its tickets, and all its leases when it blocks through a

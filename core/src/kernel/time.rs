@@ -32,8 +32,9 @@ impl Kernel {
                     let ticket = TicketId(id);
                     let record = self.withdraw_ticket(ticket);
                     self.counters.timed_out += 1;
-                    let agent = self.sessions[&record.session].agent_id.clone();
-                    self.ghosts.bump(&agent, 1, 1);
+                    let agent = &self.sessions[&record.session].agent_id;
+                    self.ghosts
+                        .bump_with(|a| a == agent, || agent.clone(), 1, 1);
                     self.events.push_back(Event::WaitTimeout {
                         ticket,
                         session: record.session,
