@@ -53,9 +53,9 @@ import itertools
 import math
 import threading
 import weakref
-from time import monotonic_ns as _monotonic_ns
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
+from time import monotonic_ns as _monotonic_ns
 from types import TracebackType
 from typing import Any
 
@@ -322,7 +322,7 @@ class Klock:
         #: The namespace of sessions opened without one (klock.connect's ``namespace``).
         self.namespace = _namespace
         # The backend's optional hooks (klock.backend), looked up once.
-        self._heartbeat_due_of: Callable[[LeaseInfo], int] | None = getattr(
+        self._heartbeat_due_of: Callable[[LeaseLike], int] | None = getattr(
             self.kernel, "heartbeat_due", None
         )
         self._offload_async = bool(getattr(self.kernel, "offload_async", False))
@@ -336,9 +336,7 @@ class Klock:
         # The start of a SystemClock's own monotonic milliseconds (now() then reads them
         # itself, as SystemClock.now does), or None: ask the clock.
         self._system_t0: int | None = (
-            self.clock._t0
-            if type(self.clock) is SystemClock and self.clock._now is None
-            else None
+            self.clock._t0 if type(self.clock) is SystemClock and self.clock._now is None else None
         )
         self._last_now = 0
         # Re-entrant: a clock may run a timer callback inside a call made under this lock
@@ -1104,7 +1102,9 @@ class Lease:
         hot path: kept to few steps.)"""
         k = self.session.klock
         self._leases = leases = leases if type(leases) is list else list(leases)
-        self._lease_ids = ids = [lease.lease_id for lease in leases]
+        self._lease_ids = ids = (
+            [leases[0].lease_id] if len(leases) == 1 else [lease.lease_id for lease in leases]
+        )
         self._state = "held"
         refs = self.session._refs
         holders = k._holders
@@ -1225,11 +1225,13 @@ class Lease:
         return min(U64_MAX, self.session.klock.now() + _timeout_ms(timeout))
 
     def _attempt(
-        self, make_waiter: Callable[[Lease], _Waiter], deadline: int | None, retry: bool
+        self, loop: asyncio.AbstractEventLoop | None, deadline: int | None, retry: bool
     ) -> _Attempt:
         """One kernel acquire under the Klock's lock, after checking that neither the Klock
         nor the session was closed meanwhile: the verdict carried out (a grant recorded, a
-        WAIT's waiter registered for its ticket), its events routed."""
+        WAIT's waiter registered for its ticket), its events routed. ``loop`` is the event
+        loop of an ``async with`` (its waiter resolves a future there), ``None`` for a thread
+        (its waiter blocks it)."""
         session = self.session
         k = session.klock
         waiter: _Waiter | None = None
@@ -1266,7 +1268,7 @@ class Lease:
                 elif kind == "WAIT":
                     k.counters.waits += 1
                     assert verdict.ticket is not None
-                    waiter = make_waiter(self)
+                    waiter = _ThreadWaiter(self) if loop is None else _AsyncWaiter(self, loop)
                     self._ticket = verdict.ticket
                     k._waiters[verdict.ticket] = waiter
                 else:
@@ -1285,7 +1287,7 @@ class Lease:
 
     def _acquire_steps(
         self,
-        make_waiter: Callable[[Lease], _Waiter],
+        loop: asyncio.AbstractEventLoop | None,
         deadline: int | None,
         first: _Attempt | None = None,
     ) -> Generator[_Step, Any, None]:
@@ -1302,7 +1304,7 @@ class Lease:
         attempt."""
         k = self.session.klock
         if first is None:
-            first = self._attempt(make_waiter, deadline, False)
+            first = self._attempt(loop, deadline, False)
         kind, verdict, waiter, wait_ms = first
         while True:
             if kind == "GRANTED":
@@ -1328,7 +1330,7 @@ class Lease:
                             f"waited {self.timeout} s for {self.intents}; still held by sessions {held_by}",
                             held_by,
                         )
-                    kind, verdict, waiter, wait_ms = self._attempt(make_waiter, deadline, True)
+                    kind, verdict, waiter, wait_ms = self._attempt(loop, deadline, True)
                     continue
                 # DIED, or WOUNDED (wound_wait: an older session took precedence; asking again
                 # at once would only get this block wounded again): both count as a DIE.
@@ -1364,7 +1366,7 @@ class Lease:
                     held_by,
                 )
             yield _Sleep(retry_after_ms)
-            kind, verdict, waiter, wait_ms = self._attempt(make_waiter, deadline, True)
+            kind, verdict, waiter, wait_ms = self._attempt(loop, deadline, True)
 
     def _sleep_thread(self, ms: int) -> None:
         """A backoff in a thread, on the Klock's clock, cut short by Klock.close() or
@@ -1459,10 +1461,10 @@ class Lease:
         self._state = "acquiring"
         try:
             deadline = None if self.timeout is None else self._deadline()
-            first = self._attempt(_ThreadWaiter, deadline, False)
+            first = self._attempt(None, deadline, False)
             if first[0] == "GRANTED":
                 return self
-            steps = self._acquire_steps(_ThreadWaiter, deadline, first)
+            steps = self._acquire_steps(None, deadline, first)
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
@@ -1490,22 +1492,16 @@ class Lease:
     async def __aenter__(self) -> Lease:
         loop = asyncio.get_running_loop()
         self._begin()
-
-        def make_waiter(block: Lease) -> _Waiter:
-            return _AsyncWaiter(block, loop)
-
         if self.session.klock._offload_async:
             # The first attempt too runs in a worker thread (the generator makes it).
             deadline = None if self.timeout is None else self._deadline()
-            return await self._aenter_offloaded(
-                loop, self._acquire_steps(make_waiter, deadline)
-            )
+            return await self._aenter_offloaded(loop, self._acquire_steps(loop, deadline))
         try:
             deadline = None if self.timeout is None else self._deadline()
-            first = self._attempt(make_waiter, deadline, False)
+            first = self._attempt(loop, deadline, False)
             if first[0] == "GRANTED":
                 return self
-            steps = self._acquire_steps(make_waiter, deadline, first)
+            steps = self._acquire_steps(loop, deadline, first)
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
