@@ -231,9 +231,9 @@ class _Wait:
 
 
 _Step = _Sleep | _Wait
-# What one acquire attempt came to: (verdict kind, verdict, the waiter registered for a WAIT's
-# ticket, the wait_timeout_ms asked for).
-_Attempt = tuple[str, Any, "_Waiter | None", "int | None"]
+# What an acquire attempt that was not granted came to: (verdict, the waiter registered for a
+# WAIT's ticket or None for a DIE, the wait_timeout_ms asked for).
+_Attempt = tuple[Any, "_Waiter | None", "int | None"]
 
 
 class _Alarm:
@@ -1226,10 +1226,10 @@ class Lease:
 
     def _attempt(
         self, loop: asyncio.AbstractEventLoop | None, deadline: int | None, retry: bool
-    ) -> _Attempt:
+    ) -> _Attempt | None:
         """One kernel acquire under the Klock's lock, after checking that neither the Klock
         nor the session was closed meanwhile: the verdict carried out (a grant recorded, a
-        WAIT's waiter registered for its ticket), its events routed. ``loop`` is the event
+        WAIT's waiter registered for its ticket), its events routed; ``None`` if granted. ``loop`` is the event
         loop of an ``async with`` (its waiter resolves a future there), ``None`` for a thread
         (its waiter blocks it)."""
         session = self.session
@@ -1283,19 +1283,19 @@ class Lease:
                     wake = k.kernel.next_deadline()
                     if wake is not None and (k._alarm.at is None or wake < k._alarm.at):
                         k._arm_locked()
-        return kind, verdict, waiter, wait_ms
+        return None if kind == "GRANTED" else (verdict, waiter, wait_ms)
 
     def _acquire_steps(
         self,
         loop: asyncio.AbstractEventLoop | None,
         deadline: int | None,
-        first: _Attempt | None = None,
+        first: _Attempt,
     ) -> Generator[_Step, Any, None]:
         """The acquisition as a generator shared by the thread and asyncio drivers, from its
-        ``first`` attempt (made by the driver, which returns at once on a grant: the common
-        case pays for no generator) or, if ``None``, from making it: it yields
-        :class:`_Sleep` or :class:`_Wait` steps and receives the delivered event after a
-        wait. Returns once the block holds its leases.
+        ``first`` attempt, which was not granted (the driver makes it and returns at once on
+        a grant: the common case pays for no generator): it yields :class:`_Sleep` or
+        :class:`_Wait` steps and receives the delivered event after a wait. Returns once the
+        block holds its leases.
 
         Every backoff is the kernel's ``retry_after_ms`` (DIE verdict, DIED or WOUNDED event,
         SPEC.md §8); all three follow the same rules: retry in place while the session holds
@@ -1303,12 +1303,8 @@ class Lease:
         ``timeout`` budget (``deadline``) is counted on the Klock's clock, from the first
         attempt."""
         k = self.session.klock
-        if first is None:
-            first = self._attempt(loop, deadline, False)
-        kind, verdict, waiter, wait_ms = first
+        verdict, waiter, wait_ms = first
         while True:
-            if kind == "GRANTED":
-                return
             held_by = [b.session_id for b in verdict.held_by]
             if waiter is not None:
                 event = yield _Wait(waiter)
@@ -1330,7 +1326,10 @@ class Lease:
                             f"waited {self.timeout} s for {self.intents}; still held by sessions {held_by}",
                             held_by,
                         )
-                    kind, verdict, waiter, wait_ms = self._attempt(loop, deadline, True)
+                    again = self._attempt(loop, deadline, True)
+                    if again is None:
+                        return
+                    verdict, waiter, wait_ms = again
                     continue
                 # DIED, or WOUNDED (wound_wait: an older session took precedence; asking again
                 # at once would only get this block wounded again): both count as a DIE.
@@ -1366,7 +1365,19 @@ class Lease:
                     held_by,
                 )
             yield _Sleep(retry_after_ms)
-            kind, verdict, waiter, wait_ms = self._attempt(loop, deadline, True)
+            again = self._attempt(loop, deadline, True)
+            if again is None:
+                return
+            verdict, waiter, wait_ms = again
+
+    def _acquire_all_steps(
+        self, loop: asyncio.AbstractEventLoop | None, deadline: int | None
+    ) -> Generator[_Step, Any, None]:
+        """The whole acquisition as steps, its first attempt included (for drivers that run
+        each step in a worker thread)."""
+        first = self._attempt(loop, deadline, False)
+        if first is not None:
+            yield from self._acquire_steps(loop, deadline, first)
 
     def _sleep_thread(self, ms: int) -> None:
         """A backoff in a thread, on the Klock's clock, cut short by Klock.close() or
@@ -1462,7 +1473,7 @@ class Lease:
         try:
             deadline = None if self.timeout is None else self._deadline()
             first = self._attempt(None, deadline, False)
-            if first[0] == "GRANTED":
+            if first is None:  # granted
                 return self
             steps = self._acquire_steps(None, deadline, first)
             step = next(steps)
@@ -1495,11 +1506,11 @@ class Lease:
         if self.session.klock._offload_async:
             # The first attempt too runs in a worker thread (the generator makes it).
             deadline = None if self.timeout is None else self._deadline()
-            return await self._aenter_offloaded(loop, self._acquire_steps(loop, deadline))
+            return await self._aenter_offloaded(loop, self._acquire_all_steps(loop, deadline))
         try:
             deadline = None if self.timeout is None else self._deadline()
             first = self._attempt(loop, deadline, False)
-            if first[0] == "GRANTED":
+            if first is None:  # granted
                 return self
             steps = self._acquire_steps(loop, deadline, first)
             step = next(steps)
