@@ -125,6 +125,9 @@ const MAX_DELAY = 2 ** 31 - 1;
 /** The largest time the addon takes (2^53 - 1): the wait of `timeoutMs: Infinity`. */
 const MAX_MS = Number.MAX_SAFE_INTEGER;
 
+/** How many Leases may wait for their registration before the released ones are dropped. */
+const UNREGISTERED_COMPACT = 1024;
+
 /** After an unexpected error in the timer callback (a bug), try again this much later. */
 const TIMER_RETRY_MS = 50;
 
@@ -425,6 +428,8 @@ class Klock {
     this._finalizer = new FinalizationRegistry((held) => this._collected(held));
     /** Leases given out and not yet registered with `_finalizer` (held strongly until then). */
     this._unregistered = [];
+    /** At this length `_unregistered` drops the released ones. */
+    this._compactAt = UNREGISTERED_COMPACT;
     /** The Immediate that registers them (`_register`), while one is scheduled. */
     this._registering = null;
     this._timer = null;
@@ -707,7 +712,14 @@ class Klock {
    * turns, if still held (`_register`); held here until then.
    */
   _track(lease) {
-    this._unregistered.push(lease);
+    const leases = this._unregistered;
+    leases.push(lease);
+    if (leases.length >= this._compactAt) {
+      // A job that runs long (a loop of microtasks) and releases out of order: keep only the
+      // held ones, so what waits for the turn stays as large as what is held.
+      this._unregistered = leases.filter((l) => l._core._state === 'held');
+      this._compactAt = Math.max(UNREGISTERED_COMPACT, 2 * this._unregistered.length);
+    }
     if (this._registering === null) {
       this._registering = setImmediate(() => this._register());
       this._registering.unref?.();
@@ -719,6 +731,7 @@ class Klock {
     this._registering = null;
     const leases = this._unregistered;
     this._unregistered = [];
+    this._compactAt = UNREGISTERED_COMPACT;
     if (this._closed) return;
     for (const lease of leases) {
       const core = lease._core;
