@@ -41,6 +41,18 @@ fn path_namespace(path: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Whether the caller may see every namespace (no token file, or a token for `"*"`), and
+/// the token's name: what the routes that export every namespace check.
+#[derive(Clone)]
+pub(super) struct Reach(pub bool, pub Option<String>);
+
+fn caller_name(caller: &auth::Caller) -> Option<String> {
+    match caller {
+        auth::Caller::Local(_) => None,
+        auth::Caller::Token(grant) => Some(grant.name.clone()),
+    }
+}
+
 fn refuse(status: StatusCode, name: &'static str, message: String) -> Response {
     ApiError {
         status,
@@ -110,7 +122,14 @@ pub(super) async fn guard(
     } else {
         None
     };
+    let everywhere = match &caller {
+        auth::Caller::Local(_) => true,
+        auth::Caller::Token(grant) => grant.covers_all(),
+    };
     request.extensions_mut().insert(slots);
+    request
+        .extensions_mut()
+        .insert(Reach(everywhere, caller_name(&caller)));
     next.run(request).await
 }
 
