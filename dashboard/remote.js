@@ -24,10 +24,20 @@
 // Tests and measurements read `window.klock` (mode, status, lastEventId, replay controls, fps).
 
 const $ = (id) => document.getElementById(id);
+const written = new Map();
+/** Sets an element's HTML only when it changed (a rewrite costs a layout and a paint). */
+function html(id, text) {
+  if (written.get(id) === text) return;
+  written.set(id, text);
+  $(id).innerHTML = text;
+}
+const SLOW_RENDER_MS = 250; // while playing, tables and the log redraw at 4 Hz
+const STEP_BUDGET_MS = 6; // replay work per frame at max speed
 const escapeHtml = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 const CHECKPOINT = 2000; // replay steps between kept kernel copies
-const LOG_SHOWN = 300; // verdict lines rendered at once
+const LOG_SHOWN = 80; // verdict lines rendered at once (the panel shows about 18)
 const POLL_MS = 500;
+const ROWS = 60; // table rows rendered at most (a panel shows about 15)
 
 const state = {
   mode: 'live',
@@ -202,7 +212,8 @@ function cut(snapshot) {
 
 const ms = (n) => (n >= 10_000 ? `${(n / 1000).toFixed(0)} s` : n >= 1000 ? `${(n / 1000).toFixed(1)} s` : `${n} ms`);
 
-function render(snap, now) {
+/** Draws a snapshot; with `full` false only the counters (the rest is drawn at 4 Hz while playing). */
+function render(snap, now, full = true) {
   const c = snap.stats.counters;
   const values = {
     sessions: snap.sessions.length,
@@ -214,69 +225,94 @@ function render(snap, now) {
     timed_out: c.timed_out,
     expired: c.expired,
   };
-  $('cards').innerHTML = CARDS.map(
-    ([key, label, accent]) =>
-      `<div class="card" data-key="${key}" style="--accent: var(--${accent})"><div class="k">${label}</div>` +
-      `<div class="v">${values[key].toLocaleString('en')}</div></div>`,
-  ).join('');
+  html(
+    'cards',
+    CARDS.map(
+      ([key, label, accent]) =>
+        `<div class="card" data-key="${key}" style="--accent: var(--${accent})"><div class="k">${label}</div>` +
+        `<div class="v">${values[key].toLocaleString('en')}</div></div>`,
+    ).join(''),
+  );
+  if (!full) return;
   const top = snap.stats.top_contended.slice(0, 10);
-  $('contended').innerHTML = top.length
-    ? top.map((t) => `<li><span title="${escapeHtml(t.resource)}">${escapeHtml(t.resource)}</span><span>${t.blocked}</span></li>`).join('')
-    : '<li><span class="hint">nothing blocked yet</span><span></span></li>';
+  html(
+    'contended',
+    top.length
+      ? top.map((t) => `<li><span title="${escapeHtml(t.resource)}">${escapeHtml(t.resource)}</span><span>${t.blocked}</span></li>`).join('')
+      : '<li><span class="hint">nothing blocked yet</span><span></span></li>',
+  );
   const ghosts = snap.stats.ghost_agents.slice(0, 10);
-  $('ghosts').innerHTML = ghosts.length
-    ? ghosts.map((g) => `<li><span>${escapeHtml(g.agent_id)}</span><span>${g.expired_leases} · ${g.wait_timeouts}</span></li>`).join('')
-    : '<li><span class="hint">none</span><span></span></li>';
+  html(
+    'ghosts',
+    ghosts.length
+      ? ghosts.map((g) => `<li><span>${escapeHtml(g.agent_id)}</span><span>${g.expired_leases} · ${g.wait_timeouts}</span></li>`).join('')
+      : '<li><span class="hint">none</span><span></span></li>',
+  );
   const held = new Map();
   for (const l of snap.leases) held.set(l.session_id, (held.get(l.session_id) ?? 0) + 1);
   $('sessions-n').textContent = `${snap.sessions.length} open`;
-  $('sessions').innerHTML =
+  html(
+    'sessions',
     '<tr><th>agent</th><th>session</th><th>priority</th><th>leases</th><th>waits</th><th>state</th></tr>' +
-    snap.sessions
-      .slice(0, 200)
-      .map(
-        (s) =>
-          `<tr data-session="${s.session_id}"><td>${escapeHtml(s.agent_id)}</td><td>${s.session_id}</td><td>${s.priority}</td>` +
-          `<td>${held.get(s.session_id) ?? 0}</td><td>${s.tickets.length}</td>` +
-          `<td>${s.suspended ? '<span class="k-RESTART">suspended</span>' : s.die_count ? `<span class="k-DIE">died ×${s.die_count}</span>` : 'active'}</td></tr>`,
-      )
-      .join('');
+      snap.sessions
+        .slice(0, ROWS)
+        .map(
+          (s) =>
+            `<tr data-session="${s.session_id}"><td>${escapeHtml(s.agent_id)}</td><td>${s.session_id}</td><td>${s.priority}</td>` +
+            `<td>${held.get(s.session_id) ?? 0}</td><td>${s.tickets.length}</td>` +
+            `<td>${s.suspended ? '<span class="k-RESTART">suspended</span>' : s.die_count ? `<span class="k-DIE">died ×${s.die_count}</span>` : 'active'}</td></tr>`,
+        )
+        .join('') +
+      more(snap.sessions.length, 6),
+  );
   $('leases-n').textContent = `${snap.leases.length} held`;
-  $('leases').innerHTML =
+  html(
+    'leases',
     '<tr><th>resource</th><th>intent</th><th>agent</th><th>fence</th><th>expires in</th></tr>' +
-    snap.leases
-      .slice(0, 300)
-      .map(
-        (l) =>
-          `<tr data-lease="${l.lease_id}"><td title="${escapeHtml(l.resource)}">${escapeHtml(l.resource)}</td>` +
-          `<td><span class="chip p-${l.predicate}">${l.predicate}</span></td><td>${escapeHtml(l.agent_id)}</td>` +
-          `<td>${l.fence}</td><td>${ms(Math.max(0, l.expires_at - now))}</td></tr>`,
-      )
-      .join('');
+      snap.leases
+        .slice(0, ROWS)
+        .map(
+          (l) =>
+            `<tr data-lease="${l.lease_id}"><td title="${escapeHtml(l.resource)}">${escapeHtml(l.resource)}</td>` +
+            `<td><span class="chip p-${l.predicate}">${l.predicate}</span></td><td>${escapeHtml(l.agent_id)}</td>` +
+            `<td>${l.fence}</td><td>${ms(Math.max(0, l.expires_at - now))}</td></tr>`,
+        )
+        .join('') +
+      more(snap.leases.length, 5),
+  );
   $('queues-n').textContent = `${snap.tickets.length} waiting`;
-  $('queues').innerHTML =
+  html(
+    'queues',
     '<tr><th>ticket</th><th>agent</th><th>waits for</th><th>gives up in</th></tr>' +
-    snap.tickets
-      .slice(0, 200)
-      .map(
-        (t) =>
-          `<tr><td>${t.ticket}</td><td>${escapeHtml(t.agent_id)}</td>` +
-          `<td>${t.intents.map((i) => `<span class="chip q p-${i.predicate}">${i.predicate} ${escapeHtml(i.resource)}</span>`).join(' ')}</td>` +
-          `<td>${ms(Math.max(0, t.deadline - now))}</td></tr>`,
-      )
-      .join('');
+      snap.tickets
+        .slice(0, ROWS)
+        .map(
+          (t) =>
+            `<tr><td>${t.ticket}</td><td>${escapeHtml(t.agent_id)}</td>` +
+            `<td>${t.intents.map((i) => `<span class="chip q p-${i.predicate}">${i.predicate} ${escapeHtml(i.resource)}</span>`).join(' ')}</td>` +
+            `<td>${ms(Math.max(0, t.deadline - now))}</td></tr>`,
+        )
+        .join('') +
+      more(snap.tickets.length, 4),
+  );
 }
+
+/** The row saying how many rows were left out. */
+const more = (n, cols) => (n > ROWS ? `<tr><td colspan="${cols}" class="hint">+${n - ROWS} more</td></tr>` : '');
 
 function renderLog(entries) {
   const shown = entries.slice(-LOG_SHOWN).reverse();
-  $('log').innerHTML = shown
-    .map(
-      (e) =>
-        `<div class="ln${e.explain ? ' why' : ''}${state.selected === e.i ? ' selected' : ''}" data-i="${e.i}">` +
-        `<span class="t">${fmtTime(e.t)}</span><span class="a" title="${escapeHtml(e.agent)}">${escapeHtml(e.agent)}</span>` +
-        `<span class="k k-${e.kind}">${e.kind}</span><span class="x" title="${escapeHtml(e.text)}">${escapeHtml(e.text)}</span></div>`,
-    )
-    .join('');
+  html(
+    'log',
+    shown
+      .map(
+        (e) =>
+          `<div class="ln${e.explain ? ' why' : ''}${state.selected === e.i ? ' selected' : ''}" data-i="${e.i}">` +
+          `<span class="t">${fmtTime(e.t)}</span><span class="a" title="${escapeHtml(e.agent)}">${escapeHtml(e.agent)}</span>` +
+          `<span class="k k-${e.kind}">${e.kind}</span><span class="x" title="${escapeHtml(e.text)}">${escapeHtml(e.text)}</span></div>`,
+      )
+      .join(''),
+  );
 }
 
 let timeBase = null; // server ms shown as 0.000 s
@@ -485,12 +521,16 @@ function showReplay() {
   const pos = r.current.position;
   const snap = cut(JSON.parse(r.current.snapshot()));
   const now = r.current.now();
-  render(snap, now);
+  const t = performance.now();
+  const full = !r.playing || t - (r.lastFull ?? 0) >= SLOW_RENDER_MS || pos >= r.times.length;
+  if (full) r.lastFull = t;
+  render(snap, now, full);
   $('scrubber').value = String(pos);
   const index = pos === 0 ? r.meta.start.index : r.indexes[pos - 1];
   $('where').textContent = `step ${pos.toLocaleString('en')} / ${r.times.length.toLocaleString('en')} · entry ${index} · ${fmtTime(now)}`;
   $('vclock').textContent = `t = ${fmtTime(now)}`;
   $('hash').textContent = r.current.stateHash();
+  if (!full) return;
   // The verdicts up to here.
   let hi = r.entries.length;
   let lo = 0;
@@ -641,10 +681,11 @@ function frame(ts) {
       $('play').textContent = 'Play';
     } else {
       let to;
+      const t0 = performance.now();
       if (r.speed === 'max') {
         const t0 = performance.now();
         to = pos;
-        while (to < r.times.length && performance.now() - t0 < 8) {
+        while (to < r.times.length && performance.now() - t0 < STEP_BUDGET_MS) {
           to = Math.min(r.times.length, to + 500);
           r.current.run(to, false);
         }
@@ -655,7 +696,10 @@ function frame(ts) {
         if (to === pos && pos < r.times.length && r.times[pos] - r.vtime > 5000) r.vtime = r.times[pos]; // skip idle gaps
         r.current.run(to, false);
       }
+      const t1 = performance.now();
       showReplay();
+      state.stepMs = t1 - t0;
+      state.renderMs = performance.now() - t1;
     }
   }
   r.lastTs = ts;
