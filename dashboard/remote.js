@@ -163,7 +163,11 @@ function layout() {
     const token = $('f-token').value.trim();
     if (token) sessionStorage.setItem('klock-token', token);
     else sessionStorage.removeItem('klock-token');
-    const q = new URLSearchParams({ server: $('f-server').value.trim(), ns: $('f-ns').value.trim() || 'default', mode });
+    const q = new URLSearchParams({
+      server: $('f-server').value.trim(),
+      ns: $('f-ns').value.trim() || 'default',
+      mode,
+    });
     location.href = `${location.pathname}?${q}`;
   });
   $('log').addEventListener('click', (e) => {
@@ -238,14 +242,24 @@ function render(snap, now, full = true) {
   html(
     'contended',
     top.length
-      ? top.map((t) => `<li><span title="${escapeHtml(t.resource)}">${escapeHtml(t.resource)}</span><span>${t.blocked}</span></li>`).join('')
+      ? top
+          .map(
+            (t) =>
+              `<li><span title="${escapeHtml(t.resource)}">${escapeHtml(t.resource)}</span><span>${t.blocked}</span></li>`,
+          )
+          .join('')
       : '<li><span class="hint">nothing blocked yet</span><span></span></li>',
   );
   const ghosts = snap.stats.ghost_agents.slice(0, 10);
   html(
     'ghosts',
     ghosts.length
-      ? ghosts.map((g) => `<li><span>${escapeHtml(g.agent_id)}</span><span>${g.expired_leases} · ${g.wait_timeouts}</span></li>`).join('')
+      ? ghosts
+          .map(
+            (g) =>
+              `<li><span>${escapeHtml(g.agent_id)}</span><span>${g.expired_leases} · ${g.wait_timeouts}</span></li>`,
+          )
+          .join('')
       : '<li><span class="hint">none</span><span></span></li>',
   );
   const held = new Map();
@@ -355,7 +369,8 @@ function onEvent(id, kind, data) {
     WAIT_TIMEOUT: () => `ticket ${e.ticket} gave up waiting`,
     DIED: () => `ticket ${e.ticket} withdrawn, retry after ${e.retry_after_ms} ms`,
     LEASE_EXPIRED: () => `lease ${e.lease} expired`,
-    WOUNDED: () => `wounded by session ${e.by}: lost ${e.lost_leases.length} leases, retry after ${e.retry_after_ms} ms`,
+    WOUNDED: () =>
+      `wounded by session ${e.by}: lost ${e.lost_leases.length} leases, retry after ${e.retry_after_ms} ms`,
     SESSION_CLOSED: () => `closed (${e.reason})`,
   }[kind];
   logEntry({ t, kind, agent, text: text ? text() : data, id });
@@ -381,17 +396,33 @@ async function readOverview() {
     for (const l of o.snapshot.leases) {
       next.leases.set(l.lease_id, l);
       if (state.overview && !seen.leases.has(l.lease_id)) {
-        logEntry({ t: l.acquired_at, kind: 'GRANTED', agent: l.agent_id, text: `${l.predicate} ${l.resource} (lease ${l.lease_id}, fence ${l.fence})` });
+        logEntry({
+          t: l.acquired_at,
+          kind: 'GRANTED',
+          agent: l.agent_id,
+          text: `${l.predicate} ${l.resource} (lease ${l.lease_id}, fence ${l.fence})`,
+        });
       }
     }
     for (const t of o.snapshot.tickets) {
       next.tickets.set(t.ticket, t);
       if (state.overview && !seen.tickets.has(t.ticket)) {
-        logEntry({ t: o.now, kind: 'WAIT', agent: t.agent_id, text: `ticket ${t.ticket}: ${t.intents.map((i) => `${i.predicate} ${i.resource}`).join(', ')}` });
+        logEntry({
+          t: o.now,
+          kind: 'WAIT',
+          agent: t.agent_id,
+          text: `ticket ${t.ticket}: ${t.intents.map((i) => `${i.predicate} ${i.resource}`).join(', ')}`,
+        });
       }
     }
     for (const [id, l] of seen.leases) {
-      if (!next.leases.has(id)) logEntry({ t: o.now, kind: 'RELEASE', agent: l.agent_id, text: `lease ${id} ended: ${l.predicate} ${l.resource}` });
+      if (!next.leases.has(id))
+        logEntry({
+          t: o.now,
+          kind: 'RELEASE',
+          agent: l.agent_id,
+          text: `lease ${id} ended: ${l.predicate} ${l.resource}`,
+        });
     }
     live.known = next;
     state.overview = o;
@@ -441,7 +472,12 @@ async function follow() {
       if (line === '') {
         if (ev.data.length) {
           if (ev.kind === 'gap') {
-            logEntry({ t: state.overview?.now ?? 0, kind: 'RESTART', agent: 'server', text: 'some events were dropped before the page read them' });
+            logEntry({
+              t: state.overview?.now ?? 0,
+              kind: 'RESTART',
+              agent: 'server',
+              text: 'some events were dropped before the page read them',
+            });
             live.dirty = true;
           } else if (ev.id) onEvent(ev.id, ev.kind, ev.data.join('\n'));
         }
@@ -527,7 +563,8 @@ function showReplay() {
   render(snap, now, full);
   $('scrubber').value = String(pos);
   const index = pos === 0 ? r.meta.start.index : r.indexes[pos - 1];
-  $('where').textContent = `step ${pos.toLocaleString('en')} / ${r.times.length.toLocaleString('en')} · entry ${index} · ${fmtTime(now)}`;
+  $('where').textContent =
+    `step ${pos.toLocaleString('en')} / ${r.times.length.toLocaleString('en')} · entry ${index} · ${fmtTime(now)}`;
   $('vclock').textContent = `t = ${fmtTime(now)}`;
   $('hash').textContent = r.current.stateHash();
   if (!full) return;
@@ -566,7 +603,8 @@ function record() {
       WAIT_TIMEOUT: () => `ticket ${ev.ticket} gave up waiting`,
       DIED: () => `ticket ${ev.ticket} withdrawn, retry after ${ev.retry_after_ms} ms`,
       LEASE_EXPIRED: () => `lease ${ev.lease} expired`,
-      WOUNDED: () => `wounded by session ${ev.by}: lost ${ev.lost_leases.length} leases, retry after ${ev.retry_after_ms} ms`,
+      WOUNDED: () =>
+        `wounded by session ${ev.by}: lost ${ev.lost_leases.length} leases, retry after ${ev.retry_after_ms} ms`,
       SESSION_CLOSED: () => `closed (${ev.reason})`,
     }[ev.event];
     push({ step, t, kind: ev.event, agent, text: text ? text() : ev.event });
@@ -584,7 +622,14 @@ function record() {
           if (ok?.session) {
             nsOf.set(ok.session.session_id, ok.session.namespace);
             agents.set(ok.session.session_id, ok.session.agent_id);
-            if (ok.session.namespace === ns) push({ step, t: s.now, kind: c.op.toUpperCase(), agent: ok.session.agent_id, text: `session ${ok.session.session_id}, priority ${ok.session.priority}` });
+            if (ok.session.namespace === ns)
+              push({
+                step,
+                t: s.now,
+                kind: c.op.toUpperCase(),
+                agent: ok.session.agent_id,
+                text: `session ${ok.session.session_id}, priority ${ok.session.priority}`,
+              });
           }
         } else if (c.op === 'acquire' && mine(c.session)) {
           const agent = agents.get(c.session);
@@ -597,12 +642,31 @@ function record() {
                 : v.verdict === 'WAIT'
                   ? `${what} · ticket ${v.ticket}, behind ${v.held_by.map((b) => b.agent_id).join(', ')}`
                   : `${what} · held by ${v.held_by.map((b) => b.agent_id).join(', ')}; retry after ${v.retry_after_ms} ms`;
-            push({ step, t: s.now, kind: v.verdict, agent, text, explain: v.verdict !== 'GRANTED' ? { command: c, verdict: v } : null });
+            push({
+              step,
+              t: s.now,
+              kind: v.verdict,
+              agent,
+              text,
+              explain: v.verdict !== 'GRANTED' ? { command: c, verdict: v } : null,
+            });
           } else {
-            push({ step, t: s.now, kind: 'ERROR', agent, text: `${call.answer.error.name}: ${call.answer.error.message}` });
+            push({
+              step,
+              t: s.now,
+              kind: 'ERROR',
+              agent,
+              text: `${call.answer.error.name}: ${call.answer.error.message}`,
+            });
           }
         } else if ((c.op === 'close' || c.op === 'release_all') && mine(c.session) && ok) {
-          push({ step, t: s.now, kind: 'RELEASE', agent: agents.get(c.session), text: c.op === 'close' ? 'closed the session' : `released ${ok.count} leases` });
+          push({
+            step,
+            t: s.now,
+            kind: 'RELEASE',
+            agent: agents.get(c.session),
+            text: c.op === 'close' ? 'closed the session' : `released ${ok.count} leases`,
+          });
         }
         for (const ev of call.events) event(step, s.now, ev);
       }
@@ -620,7 +684,9 @@ function explain(i) {
   if (!e.explain) {
     $('detail-name').textContent = '';
     $('detail').innerHTML = `<p class="hint">${escapeHtml(e.kind)}: ${escapeHtml(e.text)}</p><p class="hint">${
-      state.mode === 'replay' ? 'Only DIE and WAIT verdicts have a reason to explain.' : 'Live, DIE and WAIT answers are not streamed: replay the range to explain them.'
+      state.mode === 'replay'
+        ? 'Only DIE and WAIT verdicts have a reason to explain.'
+        : 'Live, DIE and WAIT answers are not streamed: replay the range to explain them.'
     }</p>`;
     return;
   }
@@ -723,7 +789,10 @@ async function runReplay() {
   if (state.range.to) q.set('to', state.range.to);
   let text;
   try {
-    const res = await fetch(api(`${nsPath()}/history${q.size ? `?${q}` : ''}`), { headers: headers(), cache: 'no-store' });
+    const res = await fetch(api(`${nsPath()}/history${q.size ? `?${q}` : ''}`), {
+      headers: headers(),
+      cache: 'no-store',
+    });
     text = await res.text();
     if (!res.ok) throw httpError(res, text);
   } catch (e) {

@@ -16,7 +16,10 @@ export function klockBin() {
   if (!bin) {
     bin = process.env.KLOCK_BIN;
     if (!bin) {
-      const out = execFileSync('bash', [join(ROOT, 'scripts', 'klock-bin.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+      const out = execFileSync('bash', [join(ROOT, 'scripts', 'klock-bin.sh')], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
       bin = out.trim().split('\n').pop();
     }
   }
@@ -27,7 +30,15 @@ export function klockBin() {
 export function startKlock(args, { port = 0 } = {}) {
   const child = spawn(
     klockBin(),
-    ['serve', '--listen', `127.0.0.1:${port}`, '--dashboard', '--dashboard-pkg', join(ROOT, 'bindings', 'wasm', 'pkg-web'), ...args],
+    [
+      'serve',
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--dashboard',
+      '--dashboard-pkg',
+      join(ROOT, 'bindings', 'wasm', 'pkg-web'),
+      ...args,
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let stderr = '';
@@ -80,7 +91,10 @@ export async function openSession(url, ns, agent) {
 
 /** A call on a session's own route (`acquire`, `release`, ...). */
 export function onSession(url, s, what, body) {
-  return call(url, 'POST', `/v1/ns/${s.ns}/sessions/${s.id}/${what}`, { body, headers: { 'klock-session-token': s.token } });
+  return call(url, 'POST', `/v1/ns/${s.ns}/sessions/${s.id}/${what}`, {
+    body,
+    headers: { 'klock-session-token': s.token },
+  });
 }
 
 /** Many operations in one request (POST /v1/ns/{ns}/batch): each is one log entry. */

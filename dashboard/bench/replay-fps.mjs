@@ -16,7 +16,11 @@ import { OUT_DIR, startKlock, openSession, batch } from './klock-serve.mjs';
 const args = process.argv.slice(2);
 const at = args.indexOf('--commands');
 const COMMANDS = at >= 0 ? Number(args[at + 1]) : 100_000;
-if (!Number.isInteger(COMMANDS) || COMMANDS < 1000 || args.some((a, i) => a !== '--commands' && args[i - 1] !== '--commands')) {
+if (
+  !Number.isInteger(COMMANDS) ||
+  COMMANDS < 1000 ||
+  args.some((a, i) => a !== '--commands' && args[i - 1] !== '--commands')
+) {
   console.error('usage: node dashboard/bench/replay-fps.mjs [--commands N]  (N ≥ 1000)');
   process.exit(2);
 }
@@ -41,7 +45,15 @@ try {
         ops.push(
           ops.length % 3 === 2
             ? { op: 'release_all', session: s.id, token: s.token }
-            : { op: 'acquire', session: s.id, token: s.token, intents: [`MUTATES FILE:/src/f${file}.ts`], ttl_ms: 30_000, wait: ops.length % 2 === 0, wait_timeout_ms: 2000 },
+            : {
+                op: 'acquire',
+                session: s.id,
+                token: s.token,
+                intents: [`MUTATES FILE:/src/f${file}.ts`],
+                ttl_ms: 30_000,
+                wait: ops.length % 2 === 0,
+                wait_timeout_ms: 2000,
+              },
         );
       }
       if (ops.length === 0) break;
@@ -69,7 +81,6 @@ try {
   // play until the replay reaches its end; the whole replay is played REPEATS times from the
   // start (one pass at max speed takes well under a second).
   const REPEATS = 5;
-  const played = Date.now();
   const run = page.evaluate(
     (repeats) =>
       new Promise((resolve) => {

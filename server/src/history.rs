@@ -128,7 +128,12 @@ impl History {
     /// including the last one with `now <= until` (all of them when `until` is `None`).
     /// `None` when `at` is older than the oldest checkpoint.
     pub fn slice(&self, at: u64, until: Option<u64>) -> Option<Slice> {
-        let checkpoint = self.checkpoints.iter().rev().find(|c| c.index <= at)?.clone();
+        let checkpoint = self
+            .checkpoints
+            .iter()
+            .rev()
+            .find(|c| c.index <= at)?
+            .clone();
         let steps = self
             .steps
             .iter()

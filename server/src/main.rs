@@ -234,11 +234,10 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             }
             "--history" => {
                 let v = value()?;
-                out.history = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| format!("--history needs a whole number above 0, got {v:?}"))?;
+                out.history =
+                    v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("--history needs a whole number above 0, got {v:?}")
+                    })?;
                 i += 2;
             }
             "--dashboard" => {
@@ -259,7 +258,8 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         return Err(String::from("--dashboard-pkg goes with --dashboard"));
     }
     if dashboard {
-        out.dashboard = Some(dashboard_pkg.unwrap_or_else(klock_server::dashboard::default_pkg_dir));
+        out.dashboard =
+            Some(dashboard_pkg.unwrap_or_else(klock_server::dashboard::default_pkg_dir));
     }
     if memory && data_given {
         return Err(String::from("--memory and --data exclude each other"));

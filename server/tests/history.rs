@@ -17,8 +17,18 @@ impl Server {
         Server(Spawned::start(program, args).expect("start klock serve"))
     }
 
-    fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Value) -> (u16, Value) {
-        let text = if body.is_null() { String::new() } else { body.to_string() };
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Value,
+    ) -> (u16, Value) {
+        let text = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
         let answer = request(self.0.port, method, path, headers, text.as_bytes()).unwrap();
         (answer.status, answer.body)
     }
@@ -35,7 +45,12 @@ struct Agent {
 }
 
 fn open(s: &Server, ns: &str, agent: &str) -> Agent {
-    let (status, v) = s.call("POST", &format!("/v1/ns/{ns}/sessions"), &[], json!({ "agent_id": agent }));
+    let (status, v) = s.call(
+        "POST",
+        &format!("/v1/ns/{ns}/sessions"),
+        &[],
+        json!({ "agent_id": agent }),
+    );
     assert_eq!(status, 200, "{v}");
     Agent {
         ns: ns.to_owned(),
@@ -59,19 +74,32 @@ fn on(s: &Server, a: &Agent, what: &str, body: Value) -> Value {
 fn live_hash(s: &Server) -> (u64, String) {
     let (status, v) = s.get("/v1/state/hash");
     assert_eq!(status, 200, "{v}");
-    (v["index"].as_u64().unwrap(), v["hash"].as_str().unwrap().to_owned())
+    (
+        v["index"].as_u64().unwrap(),
+        v["hash"].as_str().unwrap().to_owned(),
+    )
 }
 
 /// Some contended work in two namespaces: grants, WAITs, DIEs, releases, a refused call (a
 /// wrong session token) and an error (a bad intent), sampling the live hash as it goes.
 fn work(s: &Server, samples: &mut BTreeMap<u64, String>, rounds: usize) {
     let agents: Vec<Agent> = (0..4)
-        .flat_map(|i| [open(s, "team", &format!("t{i}")), open(s, "other", &format!("o{i}"))])
+        .flat_map(|i| {
+            [
+                open(s, "team", &format!("t{i}")),
+                open(s, "other", &format!("o{i}")),
+            ]
+        })
         .collect();
     for round in 0..rounds {
         for (k, a) in agents.iter().enumerate() {
             let file = format!("MUTATES FILE:/f{}", (round + k) % 3);
-            on(s, a, "acquire", json!({"intents": [file, "CONSUMES FILE:/readme"], "ttl_ms": 60_000}));
+            on(
+                s,
+                a,
+                "acquire",
+                json!({"intents": [file, "CONSUMES FILE:/readme"], "ttl_ms": 60_000}),
+            );
         }
         // A caller without the session's token is refused by the machine, not the kernel.
         let (status, _) = s.call(
@@ -81,7 +109,12 @@ fn work(s: &Server, samples: &mut BTreeMap<u64, String>, rounds: usize) {
             json!({"all": true}),
         );
         assert_eq!(status, 401);
-        on(s, &agents[1], "acquire", json!({"intents": ["BOGUS FILE:/x"]}));
+        on(
+            s,
+            &agents[1],
+            "acquire",
+            json!({"intents": ["BOGUS FILE:/x"]}),
+        );
         let (index, hash) = live_hash(s);
         samples.insert(index, hash);
         for a in agents.iter().skip(round % 2).step_by(2) {
@@ -135,28 +168,48 @@ fn the_history_replays_to_the_servers_state_hash_at_every_sampled_index() {
     assert!(v["steps"].as_array().unwrap().len() > 40);
     // Nothing secret leaves: no session token, caller or idempotency key in the export.
     let text = v.to_string();
-    assert!(!text.contains("token") && !text.contains("caller"), "{}", &text[..400]);
+    assert!(
+        !text.contains("token") && !text.contains("caller"),
+        "{}",
+        &text[..400]
+    );
     let replayed = replay(&v);
     assert!(samples.len() >= 12);
     for (index, hash) in &samples {
         assert_eq!(replayed.get(index), Some(hash), "entry {index}");
         let (status, at) = s.get(&format!("/v1/state/hash?index={index}"));
         assert_eq!(status, 200, "{at}");
-        assert_eq!(at["hash"].as_str(), Some(hash.as_str()), "the server's replay at {index}");
+        assert_eq!(
+            at["hash"].as_str(),
+            Some(hash.as_str()),
+            "the server's replay at {index}"
+        );
     }
     let last = *replayed.keys().last().unwrap();
     assert_eq!(v["end"]["index"].as_u64(), Some(last));
-    assert_eq!(v["end"]["hash"].as_str(), replayed.get(&last).map(String::as_str));
+    assert_eq!(
+        v["end"]["hash"].as_str(),
+        replayed.get(&last).map(String::as_str)
+    );
 
     // A range: the state at `from` is the state after the last entry at or before it.
     let steps = v["steps"].as_array().unwrap();
     let middle = &steps[steps.len() / 2];
-    let (from, to) = (middle["now"].as_u64().unwrap(), steps[steps.len() - 3]["now"].as_u64().unwrap());
+    let (from, to) = (
+        middle["now"].as_u64().unwrap(),
+        steps[steps.len() - 3]["now"].as_u64().unwrap(),
+    );
     let (status, ranged) = s.get(&format!("/v1/ns/team/history?from={from}&to={to}"));
     assert_eq!(status, 200, "{ranged}");
     let start = ranged["start"]["index"].as_u64().unwrap();
-    assert!(steps.iter().any(|st| st["index"].as_u64() == Some(start) && st["now"].as_u64() <= Some(from)));
-    assert!(ranged["steps"].as_array().unwrap().iter().all(|st| st["now"].as_u64().unwrap() <= to));
+    assert!(steps
+        .iter()
+        .any(|st| st["index"].as_u64() == Some(start) && st["now"].as_u64() <= Some(from)));
+    assert!(ranged["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|st| st["now"].as_u64().unwrap() <= to));
     let again = replay(&ranged);
     for (index, hash) in &again {
         assert_eq!(replayed.get(index), Some(hash), "ranged replay at {index}");
@@ -189,7 +242,13 @@ fn after_a_sigkill_the_history_restarts_at_the_latest_snapshot() {
     let (status, e) = s.get("/v1/state/hash?index=1");
     assert_eq!(status, 410, "{e}");
     assert_eq!(e["error"]["name"], "HISTORY_NOT_KEPT");
-    assert!(e["error"]["message"].as_str().unwrap().contains("keeps entries"), "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("keeps entries"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -207,18 +266,29 @@ fn a_small_history_keeps_the_newest_steps_and_still_replays_exactly() {
                 _ => json!({"op": "release_all", "session": a.id, "token": a.token}),
             })
             .collect();
-        let (status, v) = s.call("POST", "/v1/ns/team/batch", &[], json!({ "operations": ops }));
+        let (status, v) = s.call(
+            "POST",
+            "/v1/ns/team/batch",
+            &[],
+            json!({ "operations": ops }),
+        );
         assert_eq!(status, 200, "{v}");
     }
     let (index, hash) = live_hash(&s);
     let v = export(&s, "team");
     let start = v["start"]["index"].as_u64().unwrap();
-    assert!(start >= every as u64, "the oldest steps were dropped: start {start}");
+    assert!(
+        start >= every as u64,
+        "the oldest steps were dropped: start {start}"
+    );
     assert!(v["steps"].as_array().unwrap().len() <= every + 1000);
     assert_eq!(v["kept"]["oldest"]["index"].as_u64(), Some(start));
     let replayed = replay(&v);
     assert_eq!(replayed.get(&index), Some(&hash));
-    let (status, e) = s.get(&format!("/v1/ns/team/history?from=0&to={}", v["start"]["now"]));
+    let (status, e) = s.get(&format!(
+        "/v1/ns/team/history?from=0&to={}",
+        v["start"]["now"]
+    ));
     assert!(status == 410 || status == 200, "{e}");
     let (status, e) = s.get("/v1/state/hash?index=3");
     assert_eq!(status, 410, "{e}");
@@ -249,7 +319,12 @@ fn sha256_of(secret: &str) -> String {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(secret.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(secret.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
@@ -280,25 +355,100 @@ fn bad_ranges_unknown_namespaces_and_wrong_tokens_are_clear_errors() {
     assert_eq!(as_("wall", "/v1/ns/team/history").0, 200);
     assert_eq!(as_("ops", "/v1/ns/team/history").0, 200);
     let cases: &[(&str, &str, u16, &str, &str)] = &[
-        ("team-screen", "/v1/ns/team/history", 403, "FORBIDDEN", "[\"*\"]"),
-        ("bot", "/v1/ns/team/history", 403, "FORBIDDEN", "observer and admin"),
+        (
+            "team-screen",
+            "/v1/ns/team/history",
+            403,
+            "FORBIDDEN",
+            "[\"*\"]",
+        ),
+        (
+            "bot",
+            "/v1/ns/team/history",
+            403,
+            "FORBIDDEN",
+            "observer and admin",
+        ),
         ("nobody", "/v1/ns/team/history", 401, "UNAUTHORIZED", ""),
-        ("wall", "/v1/ns/team/history?from=9&to=3", 400, "BAD_RANGE", "from (9) is after to (3)"),
-        ("wall", "/v1/ns/team/history?from=soon", 400, "BAD_REQUEST", "whole number"),
-        ("wall", "/v1/ns/team/history?from=-1", 400, "BAD_REQUEST", "whole number"),
-        ("wall", "/v1/ns/team/history?since=3", 400, "BAD_REQUEST", "unknown query parameter"),
-        ("wall", "/v1/ns/team/history?from=1&from=2", 400, "BAD_REQUEST", "twice"),
-        ("wall", "/v1/ns/nobody-here/history", 404, "UNKNOWN_NAMESPACE", "nobody-here"),
-        ("wall", "/v1/ns/a%00b/history", 400, "INVALID_NAMESPACE", "printable"),
-        ("wall", "/v1/state/hash?index=99999", 404, "UNKNOWN_INDEX", "not in the log yet"),
-        ("wall", "/v1/state/hash?index=x", 400, "BAD_REQUEST", "whole number"),
-        ("wall", "/v1/ns/a%00b/overview", 400, "INVALID_NAMESPACE", "printable"),
+        (
+            "wall",
+            "/v1/ns/team/history?from=9&to=3",
+            400,
+            "BAD_RANGE",
+            "from (9) is after to (3)",
+        ),
+        (
+            "wall",
+            "/v1/ns/team/history?from=soon",
+            400,
+            "BAD_REQUEST",
+            "whole number",
+        ),
+        (
+            "wall",
+            "/v1/ns/team/history?from=-1",
+            400,
+            "BAD_REQUEST",
+            "whole number",
+        ),
+        (
+            "wall",
+            "/v1/ns/team/history?since=3",
+            400,
+            "BAD_REQUEST",
+            "unknown query parameter",
+        ),
+        (
+            "wall",
+            "/v1/ns/team/history?from=1&from=2",
+            400,
+            "BAD_REQUEST",
+            "twice",
+        ),
+        (
+            "wall",
+            "/v1/ns/nobody-here/history",
+            404,
+            "UNKNOWN_NAMESPACE",
+            "nobody-here",
+        ),
+        (
+            "wall",
+            "/v1/ns/a%00b/history",
+            400,
+            "INVALID_NAMESPACE",
+            "printable",
+        ),
+        (
+            "wall",
+            "/v1/state/hash?index=99999",
+            404,
+            "UNKNOWN_INDEX",
+            "not in the log yet",
+        ),
+        (
+            "wall",
+            "/v1/state/hash?index=x",
+            400,
+            "BAD_REQUEST",
+            "whole number",
+        ),
+        (
+            "wall",
+            "/v1/ns/a%00b/overview",
+            400,
+            "INVALID_NAMESPACE",
+            "printable",
+        ),
     ];
     for (token, path, status, name, words) in cases {
         let (got, v) = as_(token, path);
         assert_eq!(got, *status, "{path} as {token}: {v}");
         assert_eq!(v["error"]["name"], *name, "{path} as {token}: {v}");
-        assert!(v["error"]["message"].as_str().unwrap().contains(words), "{path}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(words),
+            "{path}: {v}"
+        );
     }
     // An observer of one namespace still reads its overview and the hash.
     assert_eq!(as_("team-screen", "/v1/ns/team/overview").0, 200);
@@ -309,16 +459,29 @@ fn bad_ranges_unknown_namespaces_and_wrong_tokens_are_clear_errors() {
 fn dashboard_serves_the_page_and_names_a_missing_wasm_package() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-pkg");
-    let s = Server::start(&["--memory", "--dashboard", "--dashboard-pkg", missing.to_str().unwrap()]);
+    let s = Server::start(&[
+        "--memory",
+        "--dashboard",
+        "--dashboard-pkg",
+        missing.to_str().unwrap(),
+    ]);
     let port = s.0.port;
     let page = request(port, "GET", "/dashboard/", &[], b"").unwrap();
     assert_eq!(page.status, 200);
-    assert!(page.header("content-type").unwrap().starts_with("text/html"));
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
     assert!(String::from_utf8_lossy(&page.raw).contains("main.js"));
     for file in ["main.js", "app.js", "remote.js", "sim.js"] {
         let a = request(port, "GET", &format!("/dashboard/{file}"), &[], b"").unwrap();
         assert_eq!(a.status, 200, "{file}");
-        assert!(a.header("content-type").unwrap().starts_with("text/javascript"), "{file}");
+        assert!(
+            a.header("content-type")
+                .unwrap()
+                .starts_with("text/javascript"),
+            "{file}"
+        );
     }
     let root = request(port, "GET", "/", &[], b"").unwrap();
     assert!((300..400).contains(&root.status));
@@ -329,13 +492,21 @@ fn dashboard_serves_the_page_and_names_a_missing_wasm_package() {
     let escape = request(port, "GET", "/dashboard/pkg/..%2Fsecret", &[], b"").unwrap();
     assert_eq!(escape.status, 404);
     // The API is unchanged beside it.
-    assert_eq!(request(port, "GET", "/v1/health", &[], b"").unwrap().status, 200);
-    assert_eq!(request(port, "GET", "/nothing", &[], b"").unwrap().status, 404);
+    assert_eq!(
+        request(port, "GET", "/v1/health", &[], b"").unwrap().status,
+        200
+    );
+    assert_eq!(
+        request(port, "GET", "/nothing", &[], b"").unwrap().status,
+        404
+    );
 
     let refused = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
         .args(["serve", "--memory", "--dashboard-pkg", "x"])
         .output()
         .unwrap();
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--dashboard-pkg goes with --dashboard"));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--dashboard-pkg goes with --dashboard")
+    );
 }

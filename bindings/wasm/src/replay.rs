@@ -66,7 +66,9 @@ fn apply(kernel: &mut Kernel, step: &Step, record: Option<&mut Vec<Value>>) {
     for command in &step.commands {
         let answer = match kernel.apply(command, step.now) {
             Ok(output) => json!({"ok": output}),
-            Err(e) => json!({"error": {"code": e.code.code(), "name": e.code.name(), "message": e.message}}),
+            Err(e) => {
+                json!({"error": {"code": e.code.code(), "name": e.code.name(), "message": e.message}})
+            }
         };
         let events: Vec<_> = std::iter::from_fn(|| kernel.poll_event()).collect();
         calls.push(json!({"command": command, "answer": answer, "events": events}));
@@ -79,8 +81,7 @@ impl Replayer {
     /// The kernel at the start of an export (its JSON text), before its first step.
     #[wasm_bindgen(constructor)]
     pub fn new(export: &str) -> Result<Replayer, JsValue> {
-        let export: Export =
-            serde_json::from_str(export).map_err(|e| bad_export(e.to_string()))?;
+        let export: Export = serde_json::from_str(export).map_err(|e| bad_export(e.to_string()))?;
         let kernel = Kernel::import_state(&export.start.state)
             .map_err(|e| bad_export(format!("start.state: {}", e.message)))?;
         Ok(Replayer {

@@ -41,16 +41,13 @@ fn path_namespace(path: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Whether the caller may see every namespace (no token file, or a token for `"*"`), and
-/// the token's name: what the routes that export every namespace check.
+/// Who the caller is, for the routes that export every namespace: whether it may see every
+/// namespace (no token file, or a token for `"*"`), the token's name and role.
 #[derive(Clone)]
-pub(super) struct Reach(pub bool, pub Option<String>);
-
-fn caller_name(caller: &auth::Caller) -> Option<String> {
-    match caller {
-        auth::Caller::Local(_) => None,
-        auth::Caller::Token(grant) => Some(grant.name.clone()),
-    }
+pub(super) struct Reach {
+    pub everywhere: bool,
+    pub name: Option<String>,
+    pub role: Option<Role>,
 }
 
 fn refuse(status: StatusCode, name: &'static str, message: String) -> Response {
@@ -122,14 +119,20 @@ pub(super) async fn guard(
     } else {
         None
     };
-    let everywhere = match &caller {
-        auth::Caller::Local(_) => true,
-        auth::Caller::Token(grant) => grant.covers_all(),
+    let reach = match &caller {
+        auth::Caller::Local(_) => Reach {
+            everywhere: true,
+            name: None,
+            role: None,
+        },
+        auth::Caller::Token(grant) => Reach {
+            everywhere: grant.covers_all(),
+            name: Some(grant.name.clone()),
+            role: Some(grant.role),
+        },
     };
     request.extensions_mut().insert(slots);
-    request
-        .extensions_mut()
-        .insert(Reach(everywhere, caller_name(&caller)));
+    request.extensions_mut().insert(reach);
     next.run(request).await
 }
 

@@ -2,11 +2,12 @@
 //! and a namespace's overview.
 //!
 //! Contract:
-//! - `GET /v1/ns/{ns}/history?from=&to=` exports the kernel's state at `from` (the state after
+//! - `GET /v1/ns/{ns}/history?from=&to=` (observer and admin tokens) exports the kernel's state at `from` (the state after
 //!   the last entry stamped at or before it) and every kernel call after it up to `to`, as the
 //!   history keeps them (`crate::history`). The kernel is one state machine for every namespace,
 //!   so a bit-exact replay needs every namespace's calls: the export is refused (403) to a
-//!   token that does not cover every namespace (`"*"`), whatever its role. The namespace
+//!   token that does not cover every namespace (`"*"`), and to agent tokens (agents never
+//!   need another namespace's history). The namespace
 //!   names what the page shows and must be known in the range (a session of it open at the
 //!   start or opened in the range), else 404 `UNKNOWN_NAMESPACE`.
 //! - `GET /v1/state/hash?index=` is the state hash (`KernelState::hash`, 16 hex digits) after
@@ -34,7 +35,12 @@ fn error(status: StatusCode, name: &'static str, message: String) -> ApiError {
 /// `name=value&...` with whole numbers, every name among `allowed`.
 fn numbers(raw: Option<String>, allowed: &[&str]) -> Result<Vec<(String, u64)>, ApiError> {
     let mut out: Vec<(String, u64)> = Vec::new();
-    for pair in raw.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in raw
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         if !allowed.contains(&name) {
             return Err(ApiError::bad_request(format!(
@@ -64,7 +70,10 @@ fn hex(hash: u64) -> String {
 }
 
 fn check_namespace(ns: &str) -> Result<(), ApiError> {
-    if ns.is_empty() || ns.len() > klock_core::MAX_NAME_BYTES || ns.chars().any(klock_core::is_unprintable) {
+    if ns.is_empty()
+        || ns.len() > klock_core::MAX_NAME_BYTES
+        || ns.chars().any(klock_core::is_unprintable)
+    {
         return Err(ApiError {
             status: StatusCode::BAD_REQUEST,
             code: ErrorCode::InvalidNamespace.code(),
@@ -120,17 +129,29 @@ pub(super) async fn history(
     reach: Option<axum::Extension<Reach>>,
 ) -> Answer {
     check_namespace(&ns)?;
-    if let Some(axum::Extension(Reach(false, name))) = reach {
-        return Err(error(
-            StatusCode::FORBIDDEN,
-            "FORBIDDEN",
-            format!(
-                "token {:?} does not cover every namespace; the history export carries every \
-                 namespace's kernel calls (the kernel is one state machine, so an exact replay \
-                 needs them all): use a token whose namespaces are [\"*\"]",
-                name.unwrap_or_default()
-            ),
-        ));
+    if let Some(axum::Extension(reach)) = reach {
+        let name = reach.name.unwrap_or_default();
+        if reach.role == Some(Role::Agent) {
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                "FORBIDDEN",
+                format!(
+                    "token {name:?} is an agent token; the history export is for observer and \
+                     admin tokens (dashboards and operators), which may read every namespace"
+                ),
+            ));
+        }
+        if !reach.everywhere {
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                "FORBIDDEN",
+                format!(
+                    "token {name:?} does not cover every namespace; the history export carries \
+                     every namespace's kernel calls (the kernel is one state machine, so an exact \
+                     replay needs them all): use a token whose namespaces are [\"*\"]"
+                ),
+            ));
+        }
     }
     let params = numbers(raw, &["from", "to"])?;
     let (from, to) = (get(&params, "from"), get(&params, "to"));
@@ -150,13 +171,22 @@ pub(super) async fn history(
             let kept = (h.oldest(), h.newest());
             let from = from.unwrap_or(kept.0 .1);
             let Some(start_index) = h.index_at(from) else {
-                return Err(not_kept(kept, format!("from = {from} is before the kept history")));
+                return Err(not_kept(
+                    kept,
+                    format!("from = {from} is before the kept history"),
+                ));
             };
             if let Some(t) = to.filter(|t| *t < kept.0 .1) {
-                return Err(not_kept(kept, format!("to = {t} is before the kept history")));
+                return Err(not_kept(
+                    kept,
+                    format!("to = {t} is before the kept history"),
+                ));
             }
             let slice = h.slice(start_index, to).ok_or_else(|| {
-                not_kept(kept, format!("entry {start_index} is before the kept history"))
+                not_kept(
+                    kept,
+                    format!("entry {start_index} is before the kept history"),
+                )
             })?;
             let config = slice.checkpoint.state.config.clone();
             (slice, start_index, kept, config)
@@ -177,7 +207,9 @@ pub(super) async fn history(
         for step in &steps {
             replay(&mut kernel, step);
         }
-        let (end_index, end_now) = steps.last().map_or((start_index, start_now), |s| (s.index, s.now));
+        let (end_index, end_now) = steps
+            .last()
+            .map_or((start_index, start_now), |s| (s.index, s.now));
         Ok(json!({
             "namespace": ns,
             "from": from,
@@ -224,11 +256,15 @@ pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) 
                 return Err(error(
                     StatusCode::NOT_FOUND,
                     "UNKNOWN_INDEX",
-                    format!("entry {index} is not in the log yet (the last is {})", kept.1 .0),
+                    format!(
+                        "entry {index} is not in the log yet (the last is {})",
+                        kept.1 .0
+                    ),
                 ));
             }
-            h.slice(index, None)
-                .ok_or_else(|| not_kept(kept, format!("entry {index} is before the kept history")))?
+            h.slice(index, None).ok_or_else(|| {
+                not_kept(kept, format!("entry {index} is before the kept history"))
+            })?
         };
         let (kernel, now, _) = slice.state_at(index).map_err(internal)?;
         let hash = kernel.export_state().hash();
