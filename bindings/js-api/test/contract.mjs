@@ -57,6 +57,8 @@ export function contractTests(label, api) {
         'parseIntent',
       ]
         .concat('__napiBindingTarget' in api ? ['__napiBindingTarget'] : [])
+        // Only the wasm package: the dashboard's replayer of a server's history (bindings/wasm/src/replay.rs).
+        .concat(label === 'wasm' && 'Replayer' in api ? ['Replayer'] : [])
         .sort(),
     );
     assert.equal(typeof Kernel, 'function');
