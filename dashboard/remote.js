@@ -21,6 +21,9 @@
 // explains it from the replayed state at that step: who blocked whom, their priorities, and
 // why the policy chose that verdict.
 //
+// The page reaches the server it was served by (`klock serve --dashboard`), or another one
+// that allows the page's origin (`klock serve --allow-origin ORIGIN`, CORS).
+//
 // Tests and measurements read `window.klock` (mode, status, lastEventId, replay controls, fps).
 
 const $ = (id) => document.getElementById(id);

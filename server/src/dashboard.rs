@@ -1,5 +1,6 @@
 //! `klock serve --dashboard`: the dashboard page served by the server itself, same origin as
-//! the API (so the page needs no CORS, and the server grants none).
+//! the API (so the page needs no CORS). A page served elsewhere reads the server only from the
+//! origins `--allow-origin` names ([`cors`]); by default the server grants no origin.
 //!
 //! Contract:
 //! - The page's files (`dashboard/*.html|js|css`, plain source files, no build step) are
@@ -110,4 +111,85 @@ pub fn router(pkg: PathBuf) -> Router {
         )
         .route("/dashboard/pkg/{name}", get(pkg_file))
         .with_state(Arc::new(pkg))
+}
+
+/// The origins `--allow-origin` names: pages served elsewhere (say `bash scripts/dashboard.sh`
+/// on another port) that may read this server from a browser.
+#[derive(Clone, Debug, Default)]
+pub struct Origins(pub Arc<Vec<String>>);
+
+/// Checks one `--allow-origin` value: `scheme://host[:port]`, nothing else (a wildcard would let
+/// any web page a user visits read a loopback server that asks for no token).
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_origin(origin: &str) -> Result<(), String> {
+    let rest = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.contains(['/', '*', ' ', '?', '#']) => Ok(()),
+        _ => Err(format!(
+            "--allow-origin needs an exact origin like http://127.0.0.1:8080 (no wildcard, no path), got {origin:?}"
+        )),
+    }
+}
+
+/// CORS for the allowed origins only: a preflight (`OPTIONS` with
+/// `Access-Control-Request-Method`) is answered here, before any token check (it carries
+/// none); every other answer to an allowed origin says it may read it. Requests from other
+/// origins are served as before, without those headers, so the browser keeps their answers
+/// from the page.
+pub async fn cors(
+    State(origins): State<Origins>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let origin = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .filter(|o| origins.0.iter().any(|a| a == o))
+        .map(str::to_owned);
+    let Some(origin) = origin else {
+        return next.run(request).await;
+    };
+    let allow = |response: &mut Response| {
+        let h = response.headers_mut();
+        if let Ok(v) = origin.parse() {
+            h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        }
+        h.insert(header::VARY, header::HeaderValue::from_static("origin"));
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            header::HeaderValue::from_static("klock-index, klock-now"),
+        );
+    };
+    let preflight = request.method() == axum::http::Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    if preflight {
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        allow(&mut response);
+        let h = response.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            header::HeaderValue::from_static("GET, POST, DELETE"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            header::HeaderValue::from_static(
+                "authorization, accept, content-type, last-event-id, klock-session-token, idempotency-key",
+            ),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            header::HeaderValue::from_static("600"),
+        );
+        return response;
+    }
+    let mut response = next.run(request).await;
+    allow(&mut response);
+    response
 }

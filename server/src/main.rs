@@ -39,7 +39,7 @@ const SERVE_HELP: &str = "\
 usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
                    [--config NAME=VALUE]... [--tokens FILE] [--tls-cert FILE --tls-key FILE]
                    [--insecure] [--clock manual] [--snapshot-every N] [--history N]
-                   [--dashboard [--dashboard-pkg DIR]]
+                   [--dashboard [--dashboard-pkg DIR]] [--allow-origin ORIGIN]...
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
@@ -68,6 +68,9 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --dashboard-pkg DIR  the wasm package the page's simulation and replay load (default:
                        bindings/wasm/pkg-web of the source tree this binary was built from;
                        built by bash bindings/wasm/build.sh)
+  --allow-origin ORIGIN
+                       let a page served from ORIGIN (exactly, e.g. http://127.0.0.1:8080)
+                       read this server from a browser (CORS); repeat it. By default none.
 
 Examples:
   klock serve                                   # loopback, ./klock.redb
@@ -127,6 +130,8 @@ struct ServeArgs {
     history: usize,
     /// `--dashboard`: the wasm package directory the page loads.
     dashboard: Option<PathBuf>,
+    /// `--allow-origin`: browser origins that may read the server (CORS).
+    origins: Vec<String>,
     /// The kernel's configuration: the SPEC's defaults, changed by `--config`.
     config: Config,
 }
@@ -161,6 +166,7 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         snapshot_every: 10_000,
         history: klock_server::history::DEFAULT_CAPACITY,
         dashboard: None,
+        origins: Vec::new(),
         config: Config::default(),
     };
     let mut dashboard = false;
@@ -243,6 +249,12 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             "--dashboard" => {
                 dashboard = true;
                 i += 1;
+            }
+            "--allow-origin" => {
+                let v = value()?;
+                klock_server::dashboard::check_origin(v)?;
+                out.origins.push(v.to_owned());
+                i += 2;
             }
             "--dashboard-pkg" => {
                 dashboard_pkg = Some(PathBuf::from(value()?));
@@ -415,6 +427,13 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     });
     if let Some(pkg) = &args.dashboard {
         app = app.merge(klock_server::dashboard::router(pkg.clone()));
+    }
+    if !args.origins.is_empty() {
+        let origins = klock_server::dashboard::Origins(Arc::new(args.origins.clone()));
+        app = app.layer(axum::middleware::from_fn_with_state(
+            origins,
+            klock_server::dashboard::cors,
+        ));
     }
     let dashboard_note = |base: &str| {
         if args.dashboard.is_some() {

@@ -510,3 +510,78 @@ fn dashboard_serves_the_page_and_names_a_missing_wasm_package() {
         String::from_utf8_lossy(&refused.stderr).contains("--dashboard-pkg goes with --dashboard")
     );
 }
+
+#[test]
+fn only_an_allowed_origin_may_read_the_server_from_a_browser() {
+    let s = Server::start(&["--memory", "--allow-origin", "http://127.0.0.1:8080"]);
+    let port = s.0.port;
+    let preflight = request(
+        port,
+        "OPTIONS",
+        "/v1/ns/team/watch",
+        &[
+            ("origin", "http://127.0.0.1:8080"),
+            ("access-control-request-method", "GET"),
+            (
+                "access-control-request-headers",
+                "authorization, last-event-id",
+            ),
+        ],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(preflight.status, 204);
+    assert_eq!(
+        preflight.header("access-control-allow-origin"),
+        Some("http://127.0.0.1:8080")
+    );
+    assert!(preflight
+        .header("access-control-allow-headers")
+        .unwrap()
+        .contains("last-event-id"));
+    let allowed = request(
+        port,
+        "GET",
+        "/v1/ns/team/overview",
+        &[("origin", "http://127.0.0.1:8080")],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(allowed.status, 200);
+    assert_eq!(
+        allowed.header("access-control-allow-origin"),
+        Some("http://127.0.0.1:8080")
+    );
+    let other = request(
+        port,
+        "GET",
+        "/v1/ns/team/overview",
+        &[("origin", "http://evil.test")],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(other.status, 200);
+    assert_eq!(other.header("access-control-allow-origin"), None);
+    // Without --allow-origin, no origin is granted.
+    let plain = Server::start(&["--memory"]);
+    let none = request(
+        plain.0.port,
+        "GET",
+        "/v1/health",
+        &[("origin", "http://127.0.0.1:8080")],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(none.header("access-control-allow-origin"), None);
+    for bad in ["*", "http://x/path", "example.test"] {
+        let refused = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+            .args(["serve", "--memory", "--allow-origin", bad])
+            .output()
+            .unwrap();
+        assert!(!refused.status.success(), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("exact origin"),
+            "{bad}"
+        );
+    }
+}
