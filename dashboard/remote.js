@@ -4,7 +4,7 @@
 // Live: the namespace's watch stream is read with `fetch` (EventSource cannot send an
 // Authorization header) and parsed as Server-Sent Events; the state (sessions, leases, queues,
 // stats) is the server's overview (GET /v1/ns/{ns}/overview), re-read after events and every
-// 500 ms, so a grant made without any event (an immediate GRANTED verdict) shows within a
+// 250 ms, so a grant made without any event (an immediate GRANTED verdict) shows within a
 // second. When the stream or a read fails (a restarting server), the page says so and
 // reconnects with capped exponential backoff (250 ms doubling up to 5 s, with jitter),
 // resumes the stream after the last event id it saw (Last-Event-ID) and re-reads the state.
@@ -39,7 +39,7 @@ const STEP_BUDGET_MS = 6; // replay work per frame at max speed
 const escapeHtml = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 const CHECKPOINT = 2000; // replay steps between kept kernel copies
 const LOG_SHOWN = 80; // verdict lines rendered at once (the panel shows about 18)
-const POLL_MS = 500;
+const POLL_MS = 250; // the overview is re-read at least this often (a grant makes no event)
 const ROWS = 60; // table rows rendered at most (a panel shows about 15)
 
 const state = {
