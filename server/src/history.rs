@@ -4,14 +4,17 @@
 //! - The kernel is one deterministic state machine for every namespace. The history keeps, for
 //!   each log entry, its index, its time and the kernel calls it made ([`Step`], from
 //!   `machine::Applied::kernel_calls`), plus checkpoints of the kernel's exported state
-//!   ([`KernelState`]) every [`CHECKPOINT_EVERY`] entries. A kernel imported from a
+//!   ([`KernelState`]) every [`CHECKPOINT_EVERY`] entries, or every as many entries as the
+//!   kernel has sessions, leases and tickets if that is more (a checkpoint costs O(state), so
+//!   its cost per entry stays constant). A kernel imported from a
 //!   checkpoint that, for each later step, settles at the step's time (`advance`) and makes
 //!   its calls (`Kernel::apply`) is, after each step, in the state the server's kernel had after
 //!   that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
 //!   idempotency key, no caller leaves the server (the machine already decided which calls
 //!   reached the kernel).
-//! - It is bounded: at most about `capacity` steps are kept; the oldest are dropped a whole
-//!   checkpoint interval at a time, so the oldest kept step always follows a checkpoint.
+//! - It is bounded: at most about `capacity` steps are kept (plus one checkpoint interval);
+//!   the oldest are dropped a whole checkpoint interval at a time, so the oldest kept step
+//!   always follows a checkpoint.
 //! - After a restart it starts at the store's latest snapshot and holds the entries replayed
 //!   after it (the log before that snapshot is gone), then carries on.
 //! - Reading ([`History::slice`]) copies what a range needs under a short lock; the replay
@@ -94,7 +97,16 @@ impl History {
         let index = step.index;
         self.steps.push_back(step);
         let last = self.checkpoints.back().map_or(0, |c| c.index);
-        if index == machine.applied() && index >= last + CHECKPOINT_EVERY {
+        // A checkpoint costs O(state): taken at most once per state-size entries, so its cost
+        // per entry stays O(1) however many leases the kernel holds.
+        let size = || {
+            let stats = machine.kernel().stats();
+            stats.active_sessions + stats.active_leases + stats.waiting_tickets
+        };
+        let due = index == machine.applied()
+            && index >= last + CHECKPOINT_EVERY
+            && index >= last + size();
+        if due {
             self.checkpoints.push_back(Checkpoint {
                 index,
                 now: machine.last_now(),
