@@ -8,7 +8,7 @@
 // Serves dashboard/ at `/` and the `--target web` wasm build (bindings/wasm/pkg-web, made by
 // bindings/wasm/build.sh) at `/pkg/`, with `application/wasm` for `.wasm` so browsers can
 // stream-compile it. Only files inside those two folders are served (no directory listings,
-// no `..`, nothing under a `test/` folder: the tests serve their own code to the browser).
+// no `..`, nothing under a `test/` or `bench/` folder: the tests serve their own code to the browser).
 // Binds 127.0.0.1 by default; `--port 0` picks a free port. Prints the URL.
 // Also importable: `startServer({port, host})` resolves to `{server, url}` (used by the tests).
 
@@ -48,7 +48,7 @@ function resolvePath(urlPath) {
     if (!path.startsWith(prefix)) continue;
     const file = normalize(join(root, path.slice(prefix.length)));
     if (file !== root && !file.startsWith(root + sep)) return null;
-    if (file.includes(`${sep}test${sep}`) || file.includes(`${sep}node_modules${sep}`)) return null;
+    if (['test', 'bench', 'node_modules'].some((dir) => file.includes(`${sep}${dir}${sep}`))) return null;
     return file;
   }
   return null;

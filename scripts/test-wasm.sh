@@ -15,7 +15,12 @@
 #      installed with npm when missing): every resolved script replayed against the web build
 #      in the browser, page load without console errors, N steps change the counters, lanes
 #      gives zero deaths, clicking a resource shows its holders, the header stays on one line
-#      with 1,000 agents, screenshots and fps / ops-per-second numbers under target/dashboard/.
+#      with 1,000 agents, screenshots and fps / ops-per-second numbers under target/dashboard/;
+#   6. the live view and the replay against a real `klock serve --dashboard` (the binary
+#      scripts/klock-bin.sh names, or $KLOCK_BIN) with real agents (dashboard/test/remote.test.mjs):
+#      a lease shows within a second of its grant, the page reconnects after a SIGKILL and a
+#      restart, the replayed state hashes equal the server's; screenshots under target/dashboard/.
+# The replay frame-rate report (not a test): node dashboard/bench/replay-fps.mjs.
 # Every `node --test` run has a bound per test, and every wait in Chromium is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,5 +56,10 @@ echo "declarations check passed"
 step "binding tests (Node, 60 s per test at most)"
 node --test --test-timeout=60000 bindings/wasm/test/
 
-step "dashboard: swarm and server (Node), then headless Chromium (120 s per test at most)"
+step "the klock binary for the live and replay tests"
+KLOCK_BIN=$(bash scripts/klock-bin.sh | tail -n1)
+export KLOCK_BIN
+echo "$KLOCK_BIN"
+
+step "dashboard: swarm and server (Node), then headless Chromium, live and replay against klock serve (120 s per test at most)"
 node --test --test-timeout=120000 dashboard/test/

@@ -32,7 +32,15 @@ const configs = [
     languageOptions: { sourceType: 'script' },
   },
   {
-    files: ['**/dashboard/app.js', '**/dashboard/sim.js', '**/dashboard/test/dashboard.test.mjs'],
+    files: [
+      '**/dashboard/app.js',
+      '**/dashboard/sim.js',
+      '**/dashboard/main.js',
+      '**/dashboard/remote.js',
+      '**/dashboard/test/dashboard.test.mjs',
+      '**/dashboard/test/remote.test.mjs',
+      '**/dashboard/bench/replay-fps.mjs',
+    ],
     languageOptions: { globals: { ...globals.browser } },
   },
 ];

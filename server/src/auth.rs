@@ -64,6 +64,11 @@ impl Grant {
     pub fn covers(&self, namespace: &str) -> bool {
         self.namespaces.iter().any(|n| n == "*" || n == namespace)
     }
+
+    /// Whether the token may act in every namespace (`"*"`).
+    pub fn covers_all(&self) -> bool {
+        self.namespaces.iter().any(|n| n == "*")
+    }
 }
 
 /// Live limits of one caller.

@@ -14,12 +14,13 @@
 //! - Events go to the [`EventHub`] only after they are durable, in log order.
 
 use crate::events::EventHub;
+use crate::history::{History, Step};
 use crate::machine::{Applied, Caller, Entry, Machine, MachineSnapshot, Refused};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use klock_core::{Command, Event, Output};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
@@ -120,6 +121,7 @@ pub struct EngineHandle {
     requests: mpsc::Sender<Request>,
     events: Arc<EventHub>,
     metrics: Arc<Metrics>,
+    history: Arc<Mutex<History>>,
 }
 
 /// Why a request got no answer.
@@ -223,6 +225,11 @@ impl EngineHandle {
     pub fn events(&self) -> &Arc<EventHub> {
         &self.events
     }
+
+    /// The recent history of the kernel (durable entries only), for replay.
+    pub fn history(&self) -> &Arc<Mutex<History>> {
+        &self.history
+    }
 }
 
 /// How the engine runs.
@@ -235,27 +242,43 @@ pub struct EngineConfig {
     pub metrics: Arc<Metrics>,
 }
 
-/// Starts the engine task on `machine` (already recovered) and returns its handle.
+/// Starts the engine task on `machine` (already recovered) and returns its handle; its
+/// history starts at `machine` and keeps the default number of steps.
 pub fn spawn(
     machine: Machine,
     store: Option<Arc<Store>>,
     config: EngineConfig,
     events: Arc<EventHub>,
 ) -> EngineHandle {
+    let history = History::new(&machine, crate::history::DEFAULT_CAPACITY);
+    spawn_with_history(machine, store, config, events, history)
+}
+
+/// [`spawn`] with a history that already holds what recovery replayed.
+pub fn spawn_with_history(
+    machine: Machine,
+    store: Option<Arc<Store>>,
+    config: EngineConfig,
+    events: Arc<EventHub>,
+    history: History,
+) -> EngineHandle {
     let (requests, inbox) = mpsc::channel(4096);
     let metrics = Arc::clone(&config.metrics);
+    let history = Arc::new(Mutex::new(history));
     let engine = Engine {
         machine,
         store,
         since_snapshot: config.log_entries,
         config,
         events: Arc::clone(&events),
+        history: Arc::clone(&history),
     };
     tokio::spawn(engine.run(inbox));
     EngineHandle {
         requests,
         events,
         metrics,
+        history,
     }
 }
 
@@ -265,6 +288,7 @@ struct Engine {
     config: EngineConfig,
     since_snapshot: u64,
     events: Arc<EventHub>,
+    history: Arc<Mutex<History>>,
 }
 
 impl Engine {
@@ -340,6 +364,8 @@ impl Engine {
         }
         self.machine = Machine::new(config).map_err(|e| e.message)?;
         self.events.clear();
+        let capacity = self.history.lock().expect("history lock").capacity();
+        *self.history.lock().expect("history lock") = History::new(&self.machine, capacity);
         Ok(())
     }
 
@@ -388,13 +414,20 @@ impl Engine {
         }
         let mut entries = Vec::with_capacity(batch.len());
         let mut answers = Vec::with_capacity(batch.len());
+        let mut steps = Vec::with_capacity(batch.len());
         for (entry, responder) in batch {
             let index = self.machine.applied() + 1;
             let Applied {
                 output,
                 events,
                 repeat_of,
+                kernel_calls,
             } = self.machine.apply(index, &entry);
+            steps.push(Step {
+                index,
+                now: self.machine.last_now(),
+                commands: kernel_calls,
+            });
             entries.push((index, entry));
             // A repeated request is answered as the first one was, at the first one's time.
             let now = repeat_of.map_or(self.machine.last_now(), |(_, first_now)| first_now);
@@ -419,6 +452,13 @@ impl Engine {
                     .observe(started.elapsed()),
                 Ok(Err(e)) => fail_stop(&e.to_string()),
                 Err(e) => fail_stop(&format!("the log writer failed: {e}")),
+            }
+        }
+        {
+            // Durable now: the history may show it.
+            let mut history = self.history.lock().expect("history lock");
+            for step in steps {
+                history.push(step, &self.machine);
             }
         }
         for (responder, reply) in answers {

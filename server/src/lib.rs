@@ -6,7 +6,9 @@
 //! - [`machine`]: the state machine (log entries in, answers and events out), pure.
 //! - [`store`]: the redb file holding the log and the latest snapshot.
 //! - [`engine`]: the task that owns the machine, its timer and the log (group commit).
+//! - [`dashboard`]: `klock serve --dashboard`, the page served by the server itself.
 //! - [`events`]: per-session streams of the durable events.
+//! - [`history`]: the recent kernel calls and checkpoints, for replay (the dashboard).
 //! - [`http_client`]: a minimal loopback HTTP client and a `klock serve` child process.
 //! - [`metrics`]: the Prometheus text at `/metrics`.
 //! - [`recovery`]: building the machine from the store on start.
@@ -20,8 +22,10 @@ pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod conformance;
+pub mod dashboard;
 pub mod engine;
 pub mod events;
+pub mod history;
 pub mod http_client;
 pub mod machine;
 pub mod metrics;

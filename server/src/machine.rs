@@ -79,6 +79,11 @@ pub struct Applied {
     pub events: Vec<Event>,
     /// For a repeated idempotency key: the index and time of the entry that first answered.
     pub repeat_of: Option<(u64, u64)>,
+    /// The kernel calls the entry made after settling its time, in order: the command itself,
+    /// nothing for a refused caller or a repeated key, one `suspend` per open session for
+    /// `Recovered`. A kernel that settles at the entry's time and makes these calls is in
+    /// the machine's state after the entry (the history export replays exactly this).
+    pub kernel_calls: Vec<Command>,
 }
 
 /// The first answer to an idempotency key.
@@ -214,13 +219,15 @@ impl Machine {
         let now = self.last_now.max(entry.now());
         self.last_now = now;
         self.kernel.advance(now);
-        let (output, repeat_of) = self.decide(index, entry, now);
+        let mut kernel_calls = Vec::new();
+        let (output, repeat_of) = self.decide(index, entry, now, &mut kernel_calls);
         let events: Vec<Event> = std::iter::from_fn(|| self.kernel.poll_event()).collect();
         self.track_tokens(entry, &output, &events);
         Applied {
             output,
             events,
             repeat_of,
+            kernel_calls,
         }
     }
 
@@ -229,6 +236,7 @@ impl Machine {
         index: u64,
         entry: &Entry,
         now: u64,
+        kernel_calls: &mut Vec<Command>,
     ) -> (Result<Output, Refused>, Option<(u64, u64)>) {
         let (command, key, token, caller) = match entry {
             Entry::Command {
@@ -244,6 +252,9 @@ impl Machine {
                     self.kernel
                         .suspend_session(session.session_id, now)
                         .expect("a session listed by the snapshot is open");
+                    kernel_calls.push(Command::Suspend {
+                        session: session.session_id,
+                    });
                 }
                 return (Ok(Output::Done), None);
             }
@@ -267,6 +278,7 @@ impl Machine {
             }
         }
         let output = self.kernel.apply(command, now);
+        kernel_calls.push(command.clone());
         if let Some(key) = key {
             self.remember(Remembered {
                 key: key.clone(),

@@ -15,6 +15,7 @@ use klock_server::api::{self, Api};
 use klock_server::auth::{self, Auth};
 use klock_server::engine::{self, Clock, EngineConfig};
 use klock_server::events::EventHub;
+use klock_server::history::History;
 use klock_server::machine::Machine;
 use klock_server::recovery::recover;
 use klock_server::store::Store;
@@ -37,7 +38,8 @@ usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and
 const SERVE_HELP: &str = "\
 usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
                    [--config NAME=VALUE]... [--tokens FILE] [--tls-cert FILE --tls-key FILE]
-                   [--insecure] [--clock manual] [--snapshot-every N]
+                   [--insecure] [--clock manual] [--snapshot-every N] [--history N]
+                   [--dashboard [--dashboard-pkg DIR]] [--allow-origin ORIGIN]...
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
@@ -60,6 +62,15 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --clock manual       every request carries Klock-Now (conformance runs; needs --memory)
   --snapshot-every N   store a snapshot and drop the log behind it every N entries
                        (default 10000; 0 never)
+  --history N          keep about the last N kernel steps in memory for replay
+                       (GET /v1/ns/{ns}/history; default 200000)
+  --dashboard          serve the dashboard page at /dashboard/ (live view: /dashboard/?live)
+  --dashboard-pkg DIR  the wasm package the page's simulation and replay load (default:
+                       bindings/wasm/pkg-web of the source tree this binary was built from;
+                       built by bash bindings/wasm/build.sh)
+  --allow-origin ORIGIN
+                       let a page served from ORIGIN (exactly, e.g. http://127.0.0.1:8080)
+                       read this server from a browser (CORS); repeat it. By default none.
 
 Examples:
   klock serve                                   # loopback, ./klock.redb
@@ -115,6 +126,12 @@ struct ServeArgs {
     data: Option<PathBuf>,
     manual_clock: bool,
     snapshot_every: u64,
+    /// Kernel steps kept for replay.
+    history: usize,
+    /// `--dashboard`: the wasm package directory the page loads.
+    dashboard: Option<PathBuf>,
+    /// `--allow-origin`: browser origins that may read the server (CORS).
+    origins: Vec<String>,
     /// The kernel's configuration: the SPEC's defaults, changed by `--config`.
     config: Config,
 }
@@ -147,8 +164,13 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         data: Some(PathBuf::from("klock.redb")),
         manual_clock: false,
         snapshot_every: 10_000,
+        history: klock_server::history::DEFAULT_CAPACITY,
+        dashboard: None,
+        origins: Vec::new(),
         config: Config::default(),
     };
+    let mut dashboard = false;
+    let mut dashboard_pkg = None;
     let mut memory = false;
     let (mut cert, mut key) = (None, None);
     let mut data_given = false;
@@ -216,12 +238,41 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                     .map_err(|_| format!("--snapshot-every needs a whole number, got {v:?}"))?;
                 i += 2;
             }
+            "--history" => {
+                let v = value()?;
+                out.history =
+                    v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("--history needs a whole number above 0, got {v:?}")
+                    })?;
+                i += 2;
+            }
+            "--dashboard" => {
+                dashboard = true;
+                i += 1;
+            }
+            "--allow-origin" => {
+                let v = value()?;
+                klock_server::dashboard::check_origin(v)?;
+                out.origins.push(v.to_owned());
+                i += 2;
+            }
+            "--dashboard-pkg" => {
+                dashboard_pkg = Some(PathBuf::from(value()?));
+                i += 2;
+            }
             _ => return Err(format!("unknown argument {flag:?}")),
         }
     }
     out.config
         .validate()
         .map_err(|e| format!("--config: {}", e.message))?;
+    if dashboard_pkg.is_some() && !dashboard {
+        return Err(String::from("--dashboard-pkg goes with --dashboard"));
+    }
+    if dashboard {
+        out.dashboard =
+            Some(dashboard_pkg.unwrap_or_else(klock_server::dashboard::default_pkg_dir));
+    }
     if memory && data_given {
         return Err(String::from("--memory and --data exclude each other"));
     }
@@ -314,7 +365,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     let config = args.config.clone();
     let hub = Arc::new(EventHub::default());
     let mut log_entries = 0;
-    let (machine, store) = match &args.data {
+    let (machine, store, history) = match &args.data {
         Some(path) => {
             let store = Arc::new(Store::open(path).map_err(|e| e.to_string())?);
             let recovered = recover(&store, &config, &hub)?;
@@ -335,16 +386,22 @@ async fn run(args: ServeArgs) -> Result<(), String> {
                 );
             }
             log_entries = recovered.replayed + u64::from(recovered.restarted);
-            (recovered.machine, Some(store))
+            let mut history = recovered.history;
+            history.set_capacity(args.history);
+            (recovered.machine, Some(store), history)
         }
-        None => (Machine::new(config).map_err(|e| e.message)?, None),
+        None => {
+            let machine = Machine::new(config).map_err(|e| e.message)?;
+            let history = History::new(&machine, args.history);
+            (machine, None, history)
+        }
     };
     let clock = if args.manual_clock {
         Clock::Manual
     } else {
         Clock::monotonic(machine.last_now())
     };
-    let engine = engine::spawn(
+    let engine = engine::spawn_with_history(
         machine,
         store,
         EngineConfig {
@@ -354,6 +411,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
             metrics: Default::default(),
         },
         hub,
+        history,
     );
     let auth = match &args.tokens {
         Some(path) => {
@@ -363,10 +421,25 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         }
         None => Auth::open(),
     };
-    let app = api::router(Api {
+    let mut app = api::router(Api {
         engine,
         auth: Arc::new(auth),
     });
+    if let Some(pkg) = &args.dashboard {
+        app = app.merge(klock_server::dashboard::router(pkg.clone()));
+    }
+    if !args.origins.is_empty() {
+        let origins = klock_server::dashboard::Origins(Arc::new(args.origins.clone()));
+        app = app.layer(axum::middleware::from_fn_with_state(
+            origins,
+            klock_server::dashboard::cors,
+        ));
+    }
+    let dashboard_note = |base: &str| {
+        if args.dashboard.is_some() {
+            eprintln!("klock serve: dashboard at {base}/dashboard/?live");
+        }
+    };
     if let Some(path) = &args.socket {
         // A stale socket file from an earlier run would make the bind fail.
         if path.exists() {
@@ -389,6 +462,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         println!("klock serve: listening on http://{local}");
+        dashboard_note(&format!("http://{local}"));
         return axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;
@@ -411,6 +485,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
     println!("klock serve: listening on https://{local}");
+    dashboard_note(&format!("https://{local}"));
     axum_server::from_tcp_rustls(listener, config)
         .map_err(|e| e.to_string())?
         .handle(handle)

@@ -14,6 +14,7 @@
 //! silent choice.
 
 use crate::events::EventHub;
+use crate::history::{History, Step, DEFAULT_CAPACITY};
 use crate::machine::{Entry, Machine};
 use crate::store::{Store, TornTail};
 use klock_core::Config;
@@ -27,6 +28,8 @@ pub struct Recovered {
     pub restarted: bool,
     /// The torn tail the log ended in, cut off: the machine is the prefix before it.
     pub torn: Option<TornTail>,
+    /// The kernel's history from the snapshot on: the replayed entries and `Recovered`.
+    pub history: History,
 }
 
 /// Rebuilds the machine from `store` (see the module contract). `config` is the configuration
@@ -64,9 +67,22 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
         None => Machine::new(config).map_err(|e| e.message)?,
     };
     let replayed = loaded.entries.len() as u64;
+    let mut history = History::new(&machine, DEFAULT_CAPACITY);
+    let mut step = |machine: &Machine, commands| {
+        let (index, now) = (machine.applied(), machine.last_now());
+        history.push(
+            Step {
+                index,
+                now,
+                commands,
+            },
+            machine,
+        );
+    };
     for (index, entry) in &loaded.entries {
         let applied = machine.apply(*index, entry);
         events.record(&applied.output, *index, &applied.events);
+        step(&machine, applied.kernel_calls);
     }
     let restarted = machine.applied() > 0;
     if restarted {
@@ -79,11 +95,13 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
             .map_err(|e| e.to_string())?;
         let applied = machine.apply(index, &entry);
         events.record(&applied.output, index, &applied.events);
+        step(&machine, applied.kernel_calls);
     }
     Ok(Recovered {
         machine,
         replayed,
         restarted,
         torn: loaded.torn,
+        history,
     })
 }

@@ -755,6 +755,9 @@ fn the_openapi_document_describes_every_route_the_server_serves() {
         "/v1/ns/{ns}/sessions/{sid}/events",
         "/v1/ns/{ns}/batch",
         "/v1/ns/{ns}/watch",
+        "/v1/ns/{ns}/history",
+        "/v1/ns/{ns}/overview",
+        "/v1/state/hash",
         "/metrics",
     ] {
         assert!(
@@ -762,7 +765,7 @@ fn the_openapi_document_describes_every_route_the_server_serves() {
             "{route} is missing from the document"
         );
     }
-    assert_eq!(operations, 22, "one operation per handler");
+    assert_eq!(operations, 25, "one operation per handler");
     // An undocumented path is not served.
     let (status, v) = s.call("GET", "/v1/ns/default/undocumented", &[], "");
     assert_eq!(

@@ -22,6 +22,9 @@
 //! core when the module is instantiated. Nothing here reads a clock or draws randomness: the
 //! host passes `now` (milliseconds, any epoch) on every call.
 //!
+//! Beside the one JS API, and only in this package: `Replayer` ([`replay`]), which replays a
+//! `klock serve` history export for the dashboard.
+//!
 //! ```js
 //! const k = new Kernel({ policy: "wait_die", seed: 1 });
 //! const a = k.openSession("alice", "default", 0).sessionId;
@@ -33,6 +36,7 @@
 mod args;
 mod errors;
 mod output;
+mod replay;
 #[path = "../../js-api/shared.rs"]
 mod shared;
 mod types;

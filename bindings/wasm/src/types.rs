@@ -23,3 +23,35 @@ export interface Kernel {
   [Symbol.dispose](): void
 }
 "#;
+
+#[wasm_bindgen(typescript_custom_section)]
+const REPLAYER: &'static str = r#"
+/**
+ * Only in the wasm package: a `klock serve` history export (the JSON text of
+ * `GET /v1/ns/{ns}/history`) replayed by this kernel, step by step, exactly as the server
+ * applied it (src/replay.rs). Answers are JSON text in the core's snake_case shapes.
+ */
+export declare class Replayer {
+  /** The kernel at the export's start; throws an `Error` naming what is wrong with the text. */
+  constructor(exportText: string)
+  /** Steps in the export. */
+  readonly length: number
+  /** Steps applied so far. */
+  readonly position: number
+  /** Each step's log index. */
+  indexes(): Float64Array
+  /** Each step's server time in ms. */
+  times(): Float64Array
+  /** Applies steps up to (not including) `to`; with `record`, the JSON of what each did. */
+  run(to: number, record: boolean): string
+  /** The state hash, 16 hex digits, as `GET /v1/state/hash` reports it. */
+  stateHash(): string
+  /** The kernel's time (the last applied step's). */
+  now(): number
+  /** The JSON text of the kernel's snapshot at its time. */
+  snapshot(): string
+  /** A replayer at the same position (steps shared). */
+  clone(): Replayer
+  free(): void
+}
+"#;

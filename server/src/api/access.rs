@@ -41,6 +41,15 @@ fn path_namespace(path: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Who the caller is, for the routes that export every namespace: whether it may see every
+/// namespace (no token file, or a token for `"*"`), the token's name and role.
+#[derive(Clone)]
+pub(super) struct Reach {
+    pub everywhere: bool,
+    pub name: Option<String>,
+    pub role: Option<Role>,
+}
+
 fn refuse(status: StatusCode, name: &'static str, message: String) -> Response {
     ApiError {
         status,
@@ -110,7 +119,20 @@ pub(super) async fn guard(
     } else {
         None
     };
+    let reach = match &caller {
+        auth::Caller::Local(_) => Reach {
+            everywhere: true,
+            name: None,
+            role: None,
+        },
+        auth::Caller::Token(grant) => Reach {
+            everywhere: grant.covers_all(),
+            name: Some(grant.name.clone()),
+            role: Some(grant.role),
+        },
+    };
     request.extensions_mut().insert(slots);
+    request.extensions_mut().insert(reach);
     next.run(request).await
 }
 

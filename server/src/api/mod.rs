@@ -23,7 +23,8 @@
 //!   a ticket can be long-polled; a session's events are read with `?after=&wait_ms=`.
 //!
 //! Modules: `access` (tokens, roles, limits, index headers), `sessions`, `leases`,
-//! `events` (SSE and long-polls), `batch`, `observe`; this one holds the router, the
+//! `events` (SSE and long-polls), `batch`, `observe`, `replay` (history export, state hash,
+//! namespace overview); this one holds the router, the
 //! OpenAPI list it is built from, errors and the helpers every route shares.
 
 use crate::auth::{self, Auth, PollSlots, Role};
@@ -52,6 +53,7 @@ mod batch;
 mod events;
 mod leases;
 mod observe;
+mod replay;
 mod sessions;
 
 use access::INDEX;
@@ -123,6 +125,9 @@ pub fn documented() -> OpenApiRouter<Api> {
         .routes(routes!(observe::advance))
         .routes(routes!(observe::reset))
         .routes(routes!(observe::metrics))
+        .routes(routes!(replay::history))
+        .routes(routes!(replay::state_hash))
+        .routes(routes!(replay::overview))
 }
 
 // ---- errors --------------------------------------------------------------------------------

@@ -1,0 +1,312 @@
+//! Replay and live views for dashboards: the history export, the state hash at a log index,
+//! and a namespace's overview.
+//!
+//! Contract:
+//! - `GET /v1/ns/{ns}/history?from=&to=` (observer and admin tokens) exports the kernel's state at `from` (the state after
+//!   the last entry stamped at or before it) and every kernel call after it up to `to`, as the
+//!   history keeps them (`crate::history`). The kernel is one state machine for every namespace,
+//!   so a bit-exact replay needs every namespace's calls: the export is refused (403) to a
+//!   token that does not cover every namespace (`"*"`), and to agent tokens (agents never
+//!   need another namespace's history). The namespace
+//!   names what the page shows and must be known in the range (a session of it open at the
+//!   start or opened in the range), else 404 `UNKNOWN_NAMESPACE`.
+//! - `GET /v1/state/hash?index=` is the state hash (`KernelState::hash`, 16 hex digits) after
+//!   log entry `index` (by default the last applied one), computed from the history.
+//! - `GET /v1/ns/{ns}/overview` is the kernel's snapshot (docs/SPEC.md §10) at the last applied
+//!   entry, cut to the namespace: its sessions, their leases and tickets, its top contended
+//!   resources (counters and ghost agents are the kernel's, as `/stats` reports them).
+//! - Every bad input is a 4xx with a stable name and a message naming the fix; nothing panics.
+
+use super::access::Reach;
+use super::*;
+use crate::history::{replay, Step};
+use axum::extract::RawQuery;
+use klock_core::{Kernel, KernelState};
+
+fn error(status: StatusCode, name: &'static str, message: String) -> ApiError {
+    ApiError {
+        status,
+        code: 0,
+        name,
+        message,
+    }
+}
+
+/// `name=value&...` with whole numbers, every name among `allowed`.
+fn numbers(raw: Option<String>, allowed: &[&str]) -> Result<Vec<(String, u64)>, ApiError> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for pair in raw
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if !allowed.contains(&name) {
+            return Err(ApiError::bad_request(format!(
+                "unknown query parameter {name:?}; this route takes {}",
+                allowed.join(", ")
+            )));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(ApiError::bad_request(format!("{name} is given twice")));
+        }
+        let number = value.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "{name} must be a whole number (server time in ms, or a log index), got {value:?}"
+            ))
+        })?;
+        out.push((name.to_owned(), number));
+    }
+    Ok(out)
+}
+
+fn get(params: &[(String, u64)], name: &str) -> Option<u64> {
+    params.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+}
+
+fn hex(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+fn check_namespace(ns: &str) -> Result<(), ApiError> {
+    if ns.is_empty()
+        || ns.len() > klock_core::MAX_NAME_BYTES
+        || ns.chars().any(klock_core::is_unprintable)
+    {
+        return Err(ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: ErrorCode::InvalidNamespace.code(),
+            name: ErrorCode::InvalidNamespace.name(),
+            message: format!(
+                "a namespace is 1..={} bytes of printable UTF-8, got {ns:?}",
+                klock_core::MAX_NAME_BYTES
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn not_kept(kept: ((u64, u64), (u64, u64)), what: String) -> ApiError {
+    let ((oldest_index, oldest_now), (newest_index, newest_now)) = kept;
+    error(
+        StatusCode::GONE,
+        "HISTORY_NOT_KEPT",
+        format!(
+            "{what}: the server keeps entries {oldest_index}..={newest_index} (times \
+             {oldest_now}..={newest_now} ms); older ones were dropped (klock serve --history N \
+             keeps about the last N entries, and a restart keeps what follows the latest snapshot)"
+        ),
+    )
+}
+
+fn internal(message: String) -> ApiError {
+    error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
+}
+
+/// Whether `ns` has a session open in `state` or opened (or resumed) in `steps`.
+fn known(ns: &str, state: &KernelState, steps: &[Step]) -> bool {
+    state.sessions.iter().any(|s| s.namespace == ns)
+        || steps.iter().flat_map(|s| &s.commands).any(|c| match c {
+            Command::Open { namespace, .. } => namespace == ns,
+            Command::Resume { digest } => digest.identity.namespace == ns,
+            _ => false,
+        })
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/history",
+    tag = "observe",
+    summary = "The kernel's state at `from` and every kernel call up to `to`, for a bit-exact replay (observer or admin token covering every namespace)",
+    params(NamespacePath, ("from" = Option<u64>, Query, description = "server time in ms the replay starts at (default: the oldest kept)"), ("to" = Option<u64>, Query, description = "server time in ms it ends at (default: now)")),
+    responses((status = 200, description = "{namespace, from, to, kept, config, start: {index, now, hash, state}, steps: [{index, now, commands}], end: {index, now, hash}}", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn history(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    RawQuery(raw): RawQuery,
+    reach: Option<axum::Extension<Reach>>,
+) -> Answer {
+    check_namespace(&ns)?;
+    if let Some(axum::Extension(reach)) = reach {
+        let name = reach.name.unwrap_or_default();
+        if reach.role == Some(Role::Agent) {
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                "FORBIDDEN",
+                format!(
+                    "token {name:?} is an agent token; the history export is for observer and \
+                     admin tokens (dashboards and operators), which may read every namespace"
+                ),
+            ));
+        }
+        if !reach.everywhere {
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                "FORBIDDEN",
+                format!(
+                    "token {name:?} does not cover every namespace; the history export carries \
+                     every namespace's kernel calls (the kernel is one state machine, so an exact \
+                     replay needs them all): use a token whose namespaces are [\"*\"]"
+                ),
+            ));
+        }
+    }
+    let params = numbers(raw, &["from", "to"])?;
+    let (from, to) = (get(&params, "from"), get(&params, "to"));
+    if let (Some(f), Some(t)) = (from, to) {
+        if f > t {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "BAD_RANGE",
+                format!("from ({f}) is after to ({t}): a range runs forward in time"),
+            ));
+        }
+    }
+    let history = Arc::clone(api.engine.history());
+    let work = move || -> Result<Value, ApiError> {
+        let (slice, start_index, kept, config) = {
+            let h = history.lock().expect("history lock");
+            let kept = (h.oldest(), h.newest());
+            let from = from.unwrap_or(kept.0 .1);
+            let Some(start_index) = h.index_at(from) else {
+                return Err(not_kept(
+                    kept,
+                    format!("from = {from} is before the kept history"),
+                ));
+            };
+            if let Some(t) = to.filter(|t| *t < kept.0 .1) {
+                return Err(not_kept(
+                    kept,
+                    format!("to = {t} is before the kept history"),
+                ));
+            }
+            let slice = h.slice(start_index, to).ok_or_else(|| {
+                not_kept(
+                    kept,
+                    format!("entry {start_index} is before the kept history"),
+                )
+            })?;
+            let config = slice.checkpoint.state.config.clone();
+            (slice, start_index, kept, config)
+        };
+        let (mut kernel, start_now, steps) = slice.state_at(start_index).map_err(internal)?;
+        let state = kernel.export_state();
+        if !known(&ns, &state, &steps) {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                "UNKNOWN_NAMESPACE",
+                format!(
+                    "no session of namespace {ns:?} is open at the start of the range or opened \
+                     in it; nothing to show there"
+                ),
+            ));
+        }
+        let start_hash = state.hash();
+        for step in &steps {
+            replay(&mut kernel, step);
+        }
+        let (end_index, end_now) = steps
+            .last()
+            .map_or((start_index, start_now), |s| (s.index, s.now));
+        Ok(json!({
+            "namespace": ns,
+            "from": from,
+            "to": to,
+            "kept": {
+                "oldest": {"index": kept.0 .0, "now": kept.0 .1},
+                "newest": {"index": kept.1 .0, "now": kept.1 .1},
+            },
+            "config": to_json(&config),
+            "start": {"index": start_index, "now": start_now, "hash": hex(start_hash), "state": to_json(&state)},
+            "steps": to_json(&steps),
+            "end": {"index": end_index, "now": end_now, "hash": hex(kernel.export_state().hash())},
+        }))
+    };
+    let value = tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| internal(format!("the export failed: {e}")))??;
+    Ok(Json(value))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/state/hash",
+    tag = "observe",
+    summary = "The kernel's state hash after a log entry (default: the last applied one)",
+    params(("index" = Option<u64>, Query, description = "the log index (default: the last applied entry)")),
+    responses((status = 200, description = "{index, now, hash}: hash is 16 hex digits", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) -> Answer {
+    let params = numbers(raw, &["index"])?;
+    let Some(index) = get(&params, "index") else {
+        let (index, now, hash) = api
+            .engine
+            .read(|m| (m.applied(), m.last_now(), m.kernel().export_state().hash()))
+            .await?;
+        return Ok(Json(json!({"index": index, "now": now, "hash": hex(hash)})));
+    };
+    let history = Arc::clone(api.engine.history());
+    let work = move || -> Result<Value, ApiError> {
+        let slice = {
+            let h = history.lock().expect("history lock");
+            let kept = (h.oldest(), h.newest());
+            if index > kept.1 .0 {
+                return Err(error(
+                    StatusCode::NOT_FOUND,
+                    "UNKNOWN_INDEX",
+                    format!(
+                        "entry {index} is not in the log yet (the last is {})",
+                        kept.1 .0
+                    ),
+                ));
+            }
+            h.slice(index, None).ok_or_else(|| {
+                not_kept(kept, format!("entry {index} is before the kept history"))
+            })?
+        };
+        let (kernel, now, _) = slice.state_at(index).map_err(internal)?;
+        let hash = kernel.export_state().hash();
+        Ok(json!({"index": index, "now": now, "hash": hex(hash)}))
+    };
+    let value = tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| internal(format!("the replay failed: {e}")))??;
+    Ok(Json(value))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/ns/{ns}/overview",
+    tag = "observe",
+    summary = "The kernel's snapshot cut to the namespace: sessions, leases, tickets, stats",
+    params(NamespacePath),
+    responses((status = 200, description = "{index, now, snapshot}", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+)]
+pub(super) async fn overview(State(api): State<Api>, Path(ns): Path<String>) -> Answer {
+    check_namespace(&ns)?;
+    let (index, now, kernel): (u64, u64, Kernel) = api
+        .engine
+        .read(|m| (m.applied(), m.last_now(), m.kernel().clone()))
+        .await?;
+    let work = move || {
+        let mut kernel = kernel;
+        let mut snapshot = kernel.snapshot(now);
+        snapshot.sessions.retain(|s| s.namespace == ns);
+        let ids: std::collections::BTreeSet<SessionId> =
+            snapshot.sessions.iter().map(|s| s.session_id).collect();
+        snapshot.leases.retain(|l| ids.contains(&l.session_id));
+        snapshot.tickets.retain(|t| ids.contains(&t.session_id));
+        let stats = &mut snapshot.stats;
+        stats.top_contended.retain(|c| c.namespace == ns);
+        stats.active_sessions = snapshot.sessions.len() as u64;
+        stats.active_leases = snapshot.leases.len() as u64;
+        stats.waiting_tickets = snapshot.tickets.len() as u64;
+        json!({"namespace": ns, "index": index, "now": now, "snapshot": to_json(&snapshot)})
+    };
+    let value = tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| internal(format!("the overview failed: {e}")))?;
+    Ok(Json(value))
+}

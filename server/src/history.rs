@@ -1,0 +1,200 @@
+//! The recent history of the kernel, kept for replay (the dashboard's replay mode).
+//!
+//! Contract:
+//! - The kernel is one deterministic state machine for every namespace. The history keeps, for
+//!   each log entry, its index, its time and the kernel calls it made ([`Step`], from
+//!   `machine::Applied::kernel_calls`), plus checkpoints of the kernel's exported state
+//!   ([`KernelState`]) every [`CHECKPOINT_EVERY`] entries, or every as many entries as the
+//!   kernel has sessions, leases and tickets if that is more (a checkpoint costs O(state), so
+//!   its cost per entry stays constant). A kernel imported from a
+//!   checkpoint that, for each later step, settles at the step's time (`advance`) and makes
+//!   its calls (`Kernel::apply`) is, after each step, in the state the server's kernel had after
+//!   that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
+//!   idempotency key, no caller leaves the server (the machine already decided which calls
+//!   reached the kernel).
+//! - It is bounded: at most about `capacity` steps are kept (plus one checkpoint interval);
+//!   the oldest are dropped a whole checkpoint interval at a time, so the oldest kept step
+//!   always follows a checkpoint.
+//! - After a restart it starts at the store's latest snapshot and holds the entries replayed
+//!   after it (the log before that snapshot is gone), then carries on.
+//! - Reading ([`History::slice`]) copies what a range needs under a short lock; the replay
+//!   to the range's start ([`Slice::state_at`]) runs outside it, on the caller's thread.
+
+use crate::machine::Machine;
+use klock_core::{Command, Kernel, KernelState};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Entries between two checkpoints.
+pub const CHECKPOINT_EVERY: u64 = 4096;
+
+/// Steps kept by default (`klock serve --history N`).
+pub const DEFAULT_CAPACITY: usize = 200_000;
+
+/// What one log entry did to the kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// The entry's log index.
+    pub index: u64,
+    /// The machine's time for the entry (never smaller than the previous step's).
+    pub now: u64,
+    /// The kernel calls, in order, after settling at `now`.
+    pub commands: Vec<Command>,
+}
+
+/// The kernel's state after entry `index` (0: before any entry).
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    pub index: u64,
+    pub now: u64,
+    pub state: Arc<KernelState>,
+}
+
+/// The bounded history (see the module contract).
+pub struct History {
+    capacity: usize,
+    /// Oldest first; `checkpoints[0]` is the state just before `steps[0]`.
+    checkpoints: VecDeque<Checkpoint>,
+    steps: VecDeque<Step>,
+}
+
+/// What a range needs: the checkpoint at or before it and the steps after that.
+pub struct Slice {
+    pub checkpoint: Checkpoint,
+    pub steps: Vec<Step>,
+}
+
+impl History {
+    /// A history starting at `machine` as it stands.
+    pub fn new(machine: &Machine, capacity: usize) -> History {
+        let mut checkpoints = VecDeque::new();
+        checkpoints.push_back(Checkpoint {
+            index: machine.applied(),
+            now: machine.last_now(),
+            state: Arc::new(machine.kernel().export_state()),
+        });
+        History {
+            capacity: capacity.max(1),
+            checkpoints,
+            steps: VecDeque::new(),
+        }
+    }
+
+    /// The most steps kept.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Keeps at most about `capacity` steps from now on.
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(1);
+    }
+
+    /// Adds the next step (steps come in log order). `machine` is the machine after some
+    /// entry at or after it: when it is exactly after this step, a checkpoint may be taken.
+    pub fn push(&mut self, step: Step, machine: &Machine) {
+        let index = step.index;
+        self.steps.push_back(step);
+        let last = self.checkpoints.back().map_or(0, |c| c.index);
+        // A checkpoint costs O(state): taken at most once per state-size entries, so its cost
+        // per entry stays O(1) however many leases the kernel holds.
+        let size = || {
+            let stats = machine.kernel().stats();
+            stats.active_sessions + stats.active_leases + stats.waiting_tickets
+        };
+        let due = index == machine.applied()
+            && index >= last + CHECKPOINT_EVERY
+            && index >= last + size();
+        if due {
+            self.checkpoints.push_back(Checkpoint {
+                index,
+                now: machine.last_now(),
+                state: Arc::new(machine.kernel().export_state()),
+            });
+        }
+        while self.steps.len() > self.capacity && self.checkpoints.len() > 1 {
+            let next = self.checkpoints[1].index;
+            while self.steps.front().is_some_and(|s| s.index <= next) {
+                self.steps.pop_front();
+            }
+            self.checkpoints.pop_front();
+        }
+    }
+
+    /// The oldest kept state: `(index, now)`.
+    pub fn oldest(&self) -> (u64, u64) {
+        let c = &self.checkpoints[0];
+        (c.index, c.now)
+    }
+
+    /// The newest kept entry: `(index, now)`.
+    pub fn newest(&self) -> (u64, u64) {
+        match self.steps.back() {
+            Some(s) => (s.index, s.now),
+            None => self.oldest(),
+        }
+    }
+
+    /// The latest checkpoint at or before index `at`, and every kept step after it up to and
+    /// including the last one with `now <= until` (all of them when `until` is `None`).
+    /// `None` when `at` is older than the oldest checkpoint.
+    pub fn slice(&self, at: u64, until: Option<u64>) -> Option<Slice> {
+        let checkpoint = self
+            .checkpoints
+            .iter()
+            .rev()
+            .find(|c| c.index <= at)?
+            .clone();
+        let steps = self
+            .steps
+            .iter()
+            .skip_while(|s| s.index <= checkpoint.index)
+            .take_while(|s| until.is_none_or(|u| s.now <= u))
+            .cloned()
+            .collect();
+        Some(Slice { checkpoint, steps })
+    }
+
+    /// The index of the last kept entry with `now <= at` (the oldest checkpoint's index when
+    /// `at` is before every kept step), or `None` when `at` is before the oldest kept state.
+    pub fn index_at(&self, at: u64) -> Option<u64> {
+        let (oldest_index, oldest_now) = self.oldest();
+        if at < oldest_now {
+            return None;
+        }
+        let after = self.steps.partition_point(|s| s.now <= at);
+        Some(match after {
+            0 => oldest_index,
+            n => self.steps[n - 1].index,
+        })
+    }
+}
+
+impl Slice {
+    /// The kernel after entry `index` (which must be the checkpoint's or one of the steps'),
+    /// and the steps after it.
+    ///
+    /// # Errors
+    /// The checkpoint cannot be imported (a bug: it was exported by the same kernel).
+    pub fn state_at(self, index: u64) -> Result<(Kernel, u64, Vec<Step>), String> {
+        let mut kernel = Kernel::import_state(&self.checkpoint.state).map_err(|e| e.message)?;
+        let mut now = self.checkpoint.now;
+        let mut steps = self.steps.into_iter().peekable();
+        while let Some(step) = steps.next_if(|s| s.index <= index) {
+            replay(&mut kernel, &step);
+            now = step.now;
+        }
+        Ok((kernel, now, steps.collect()))
+    }
+}
+
+/// Applies one step to `kernel` as the server did: settle at its time, make its calls.
+pub fn replay(kernel: &mut Kernel, step: &Step) {
+    kernel.advance(step.now);
+    for command in &step.commands {
+        // An error is an answer like any other: it changed nothing but time, on the server too.
+        let _ = kernel.apply(command, step.now);
+    }
+    while kernel.poll_event().is_some() {}
+}

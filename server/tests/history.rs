@@ -1,0 +1,587 @@
+//! The replay endpoints against a real `klock serve`: the history export replayed by the kernel
+//! gives the server's state hash at every sampled log index (also across a SIGKILL and a
+//! restart), the namespace overview, `--dashboard`, and every bad input as a clear 4xx.
+
+use klock_core::{Command, Kernel, KernelState};
+use klock_server::http_client::{request, Spawned};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::Stdio;
+
+struct Server(Spawned);
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let program = std::path::Path::new(env!("CARGO_BIN_EXE_klock"));
+        Server(Spawned::start(program, args).expect("start klock serve"))
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Value,
+    ) -> (u16, Value) {
+        let text = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let answer = request(self.0.port, method, path, headers, text.as_bytes()).unwrap();
+        (answer.status, answer.body)
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        self.call("GET", path, &[], Value::Null)
+    }
+}
+
+struct Agent {
+    ns: String,
+    id: u64,
+    token: String,
+}
+
+fn open(s: &Server, ns: &str, agent: &str) -> Agent {
+    let (status, v) = s.call(
+        "POST",
+        &format!("/v1/ns/{ns}/sessions"),
+        &[],
+        json!({ "agent_id": agent }),
+    );
+    assert_eq!(status, 200, "{v}");
+    Agent {
+        ns: ns.to_owned(),
+        id: v["session_id"].as_u64().unwrap(),
+        token: v["session_token"].as_str().unwrap().to_owned(),
+    }
+}
+
+fn on(s: &Server, a: &Agent, what: &str, body: Value) -> Value {
+    let (status, v) = s.call(
+        "POST",
+        &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
+        &[("klock-session-token", &a.token)],
+        body,
+    );
+    assert!(status < 500, "{status} {v}");
+    v
+}
+
+/// The live state hash: `(index, hash)`.
+fn live_hash(s: &Server) -> (u64, String) {
+    let (status, v) = s.get("/v1/state/hash");
+    assert_eq!(status, 200, "{v}");
+    (
+        v["index"].as_u64().unwrap(),
+        v["hash"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Some contended work in two namespaces: grants, WAITs, DIEs, releases, a refused call (a
+/// wrong session token) and an error (a bad intent), sampling the live hash as it goes.
+fn work(s: &Server, samples: &mut BTreeMap<u64, String>, rounds: usize) {
+    let agents: Vec<Agent> = (0..4)
+        .flat_map(|i| {
+            [
+                open(s, "team", &format!("t{i}")),
+                open(s, "other", &format!("o{i}")),
+            ]
+        })
+        .collect();
+    for round in 0..rounds {
+        for (k, a) in agents.iter().enumerate() {
+            let file = format!("MUTATES FILE:/f{}", (round + k) % 3);
+            on(
+                s,
+                a,
+                "acquire",
+                json!({"intents": [file, "CONSUMES FILE:/readme"], "ttl_ms": 60_000}),
+            );
+        }
+        // A caller without the session's token is refused by the machine, not the kernel.
+        let (status, _) = s.call(
+            "POST",
+            &format!("/v1/ns/team/sessions/{}/release", agents[0].id),
+            &[("klock-session-token", "wrong")],
+            json!({"all": true}),
+        );
+        assert_eq!(status, 401);
+        on(
+            s,
+            &agents[1],
+            "acquire",
+            json!({"intents": ["BOGUS FILE:/x"]}),
+        );
+        let (index, hash) = live_hash(s);
+        samples.insert(index, hash);
+        for a in agents.iter().skip(round % 2).step_by(2) {
+            on(s, a, "release", json!({"all": true}));
+        }
+        let (index, hash) = live_hash(s);
+        samples.insert(index, hash);
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Step {
+    index: u64,
+    now: u64,
+    commands: Vec<Command>,
+}
+
+/// Replays an export with the kernel alone, as the dashboard's wasm does: the hash after each
+/// step, by log index (the start's too).
+fn replay(export: &Value) -> BTreeMap<u64, String> {
+    let state: KernelState = serde_json::from_value(export["start"]["state"].clone()).unwrap();
+    let mut kernel = Kernel::import_state(&state).unwrap();
+    let mut hashes = BTreeMap::new();
+    let hash = |k: &Kernel| format!("{:016x}", k.export_state().hash());
+    hashes.insert(export["start"]["index"].as_u64().unwrap(), hash(&kernel));
+    let steps: Vec<Step> = serde_json::from_value(export["steps"].clone()).unwrap();
+    for step in steps {
+        kernel.advance(step.now);
+        for command in &step.commands {
+            let _ = kernel.apply(command, step.now);
+        }
+        while kernel.poll_event().is_some() {}
+        hashes.insert(step.index, hash(&kernel));
+    }
+    hashes
+}
+
+fn export(s: &Server, ns: &str) -> Value {
+    let (status, v) = s.get(&format!("/v1/ns/{ns}/history"));
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+#[test]
+fn the_history_replays_to_the_servers_state_hash_at_every_sampled_index() {
+    let s = Server::start(&["--memory"]);
+    let mut samples = BTreeMap::new();
+    work(&s, &mut samples, 6);
+    let v = export(&s, "team");
+    assert_eq!(v["start"]["index"], 0, "a fresh server keeps everything");
+    assert!(v["steps"].as_array().unwrap().len() > 40);
+    // Nothing secret leaves: no session token, caller or idempotency key in the export.
+    let text = v.to_string();
+    assert!(
+        !text.contains("token") && !text.contains("caller"),
+        "{}",
+        &text[..400]
+    );
+    let replayed = replay(&v);
+    assert!(samples.len() >= 12);
+    for (index, hash) in &samples {
+        assert_eq!(replayed.get(index), Some(hash), "entry {index}");
+        let (status, at) = s.get(&format!("/v1/state/hash?index={index}"));
+        assert_eq!(status, 200, "{at}");
+        assert_eq!(
+            at["hash"].as_str(),
+            Some(hash.as_str()),
+            "the server's replay at {index}"
+        );
+    }
+    let last = *replayed.keys().last().unwrap();
+    assert_eq!(v["end"]["index"].as_u64(), Some(last));
+    assert_eq!(
+        v["end"]["hash"].as_str(),
+        replayed.get(&last).map(String::as_str)
+    );
+
+    // A range: the state at `from` is the state after the last entry at or before it.
+    let steps = v["steps"].as_array().unwrap();
+    let middle = &steps[steps.len() / 2];
+    let (from, to) = (
+        middle["now"].as_u64().unwrap(),
+        steps[steps.len() - 3]["now"].as_u64().unwrap(),
+    );
+    let (status, ranged) = s.get(&format!("/v1/ns/team/history?from={from}&to={to}"));
+    assert_eq!(status, 200, "{ranged}");
+    let start = ranged["start"]["index"].as_u64().unwrap();
+    assert!(steps
+        .iter()
+        .any(|st| st["index"].as_u64() == Some(start) && st["now"].as_u64() <= Some(from)));
+    assert!(ranged["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|st| st["now"].as_u64().unwrap() <= to));
+    let again = replay(&ranged);
+    for (index, hash) in &again {
+        assert_eq!(replayed.get(index), Some(hash), "ranged replay at {index}");
+    }
+}
+
+#[test]
+fn after_a_sigkill_the_history_restarts_at_the_latest_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("k.redb");
+    let data = data.to_str().unwrap();
+    let args = ["--data", data, "--snapshot-every", "30"];
+    let s = Server::start(&args);
+    let mut samples = BTreeMap::new();
+    work(&s, &mut samples, 4);
+    s.0.kill();
+    let s = Server::start(&args);
+    let mut later = BTreeMap::new();
+    let (index, hash) = live_hash(&s);
+    later.insert(index, hash);
+    work(&s, &mut later, 2);
+    let v = export(&s, "team");
+    let start = v["start"]["index"].as_u64().unwrap();
+    assert!(start > 0, "the log before the latest snapshot is gone");
+    let replayed = replay(&v);
+    for (index, hash) in samples.iter().chain(&later).filter(|(i, _)| **i >= start) {
+        assert_eq!(replayed.get(index), Some(hash), "entry {index}");
+    }
+    // Before the kept history: 410 with what is kept.
+    let (status, e) = s.get("/v1/state/hash?index=1");
+    assert_eq!(status, 410, "{e}");
+    assert_eq!(e["error"]["name"], "HISTORY_NOT_KEPT");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("keeps entries"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_small_history_keeps_the_newest_steps_and_still_replays_exactly() {
+    let s = Server::start(&["--memory", "--history", "1"]);
+    let mut samples = BTreeMap::new();
+    work(&s, &mut samples, 2);
+    // Past two checkpoint intervals, through the batch endpoint (one entry per operation).
+    let a = open(&s, "team", "batcher");
+    let every = klock_server::history::CHECKPOINT_EVERY as usize;
+    for _ in 0..(2 * every / 1000 + 1) {
+        let ops: Vec<Value> = (0..1000)
+            .map(|k| match k % 2 {
+                0 => json!({"op": "acquire", "session": a.id, "token": a.token, "intents": [format!("MUTATES FILE:/b{}", k % 7)]}),
+                _ => json!({"op": "release_all", "session": a.id, "token": a.token}),
+            })
+            .collect();
+        let (status, v) = s.call(
+            "POST",
+            "/v1/ns/team/batch",
+            &[],
+            json!({ "operations": ops }),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+    let (index, hash) = live_hash(&s);
+    let v = export(&s, "team");
+    let start = v["start"]["index"].as_u64().unwrap();
+    assert!(
+        start >= every as u64,
+        "the oldest steps were dropped: start {start}"
+    );
+    assert!(v["steps"].as_array().unwrap().len() <= every + 1000);
+    assert_eq!(v["kept"]["oldest"]["index"].as_u64(), Some(start));
+    let replayed = replay(&v);
+    assert_eq!(replayed.get(&index), Some(&hash));
+    let (status, e) = s.get(&format!(
+        "/v1/ns/team/history?from=0&to={}",
+        v["start"]["now"]
+    ));
+    assert!(status == 410 || status == 200, "{e}");
+    let (status, e) = s.get("/v1/state/hash?index=3");
+    assert_eq!(status, 410, "{e}");
+}
+
+#[test]
+fn the_overview_shows_one_namespace() {
+    let s = Server::start(&["--memory"]);
+    let a = open(&s, "team", "alice");
+    let b = open(&s, "other", "bob");
+    on(&s, &a, "acquire", json!({"intents": ["MUTATES FILE:/a"]}));
+    on(&s, &b, "acquire", json!({"intents": ["MUTATES FILE:/b"]}));
+    let (status, v) = s.get("/v1/ns/team/overview");
+    assert_eq!(status, 200, "{v}");
+    let snap = &v["snapshot"];
+    assert_eq!(snap["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(snap["sessions"][0]["agent_id"], "alice");
+    assert_eq!(snap["leases"].as_array().unwrap().len(), 1);
+    assert_eq!(snap["leases"][0]["resource"], "FILE:/a");
+    assert_eq!(snap["stats"]["active_leases"], 1);
+    assert!(v["index"].as_u64().unwrap() >= 4);
+}
+
+fn sha256_of(secret: &str) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+        .arg("token-hash")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(secret.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn bad_ranges_unknown_namespaces_and_wrong_tokens_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens.json");
+    let tokens = json!({"tokens": [
+        {"name": "wall", "sha256": sha256_of("wall"), "role": "observer", "namespaces": ["*"]},
+        {"name": "team-screen", "sha256": sha256_of("team-screen"), "role": "observer", "namespaces": ["team"]},
+        {"name": "bot", "sha256": sha256_of("bot"), "role": "agent", "namespaces": ["*"]},
+        {"name": "ops", "sha256": sha256_of("ops"), "role": "admin", "namespaces": ["*"]},
+    ]});
+    std::fs::write(&file, tokens.to_string()).unwrap();
+    let s = Server::start(&["--memory", "--tokens", file.to_str().unwrap()]);
+    let as_ = |token: &str, path: &str| {
+        let auth = format!("Bearer {token}");
+        s.call("GET", path, &[("authorization", &auth)], Value::Null)
+    };
+    let (status, v) = s.call(
+        "POST",
+        "/v1/ns/team/sessions",
+        &[("authorization", "Bearer bot")],
+        json!({"agent_id": "alice"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(as_("wall", "/v1/ns/team/history").0, 200);
+    assert_eq!(as_("ops", "/v1/ns/team/history").0, 200);
+    let cases: &[(&str, &str, u16, &str, &str)] = &[
+        (
+            "team-screen",
+            "/v1/ns/team/history",
+            403,
+            "FORBIDDEN",
+            "[\"*\"]",
+        ),
+        (
+            "bot",
+            "/v1/ns/team/history",
+            403,
+            "FORBIDDEN",
+            "observer and admin",
+        ),
+        ("nobody", "/v1/ns/team/history", 401, "UNAUTHORIZED", ""),
+        (
+            "wall",
+            "/v1/ns/team/history?from=9&to=3",
+            400,
+            "BAD_RANGE",
+            "from (9) is after to (3)",
+        ),
+        (
+            "wall",
+            "/v1/ns/team/history?from=soon",
+            400,
+            "BAD_REQUEST",
+            "whole number",
+        ),
+        (
+            "wall",
+            "/v1/ns/team/history?from=-1",
+            400,
+            "BAD_REQUEST",
+            "whole number",
+        ),
+        (
+            "wall",
+            "/v1/ns/team/history?since=3",
+            400,
+            "BAD_REQUEST",
+            "unknown query parameter",
+        ),
+        (
+            "wall",
+            "/v1/ns/team/history?from=1&from=2",
+            400,
+            "BAD_REQUEST",
+            "twice",
+        ),
+        (
+            "wall",
+            "/v1/ns/nobody-here/history",
+            404,
+            "UNKNOWN_NAMESPACE",
+            "nobody-here",
+        ),
+        (
+            "wall",
+            "/v1/ns/a%00b/history",
+            400,
+            "INVALID_NAMESPACE",
+            "printable",
+        ),
+        (
+            "wall",
+            "/v1/state/hash?index=99999",
+            404,
+            "UNKNOWN_INDEX",
+            "not in the log yet",
+        ),
+        (
+            "wall",
+            "/v1/state/hash?index=x",
+            400,
+            "BAD_REQUEST",
+            "whole number",
+        ),
+        (
+            "wall",
+            "/v1/ns/a%00b/overview",
+            400,
+            "INVALID_NAMESPACE",
+            "printable",
+        ),
+    ];
+    for (token, path, status, name, words) in cases {
+        let (got, v) = as_(token, path);
+        assert_eq!(got, *status, "{path} as {token}: {v}");
+        assert_eq!(v["error"]["name"], *name, "{path} as {token}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(words),
+            "{path}: {v}"
+        );
+    }
+    // An observer of one namespace still reads its overview and the hash.
+    assert_eq!(as_("team-screen", "/v1/ns/team/overview").0, 200);
+    assert_eq!(as_("team-screen", "/v1/state/hash").0, 200);
+}
+
+#[test]
+fn dashboard_serves_the_page_and_names_a_missing_wasm_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-pkg");
+    let s = Server::start(&[
+        "--memory",
+        "--dashboard",
+        "--dashboard-pkg",
+        missing.to_str().unwrap(),
+    ]);
+    let port = s.0.port;
+    let page = request(port, "GET", "/dashboard/", &[], b"").unwrap();
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(String::from_utf8_lossy(&page.raw).contains("main.js"));
+    for file in ["main.js", "app.js", "remote.js", "sim.js"] {
+        let a = request(port, "GET", &format!("/dashboard/{file}"), &[], b"").unwrap();
+        assert_eq!(a.status, 200, "{file}");
+        assert!(
+            a.header("content-type")
+                .unwrap()
+                .starts_with("text/javascript"),
+            "{file}"
+        );
+    }
+    let root = request(port, "GET", "/", &[], b"").unwrap();
+    assert!((300..400).contains(&root.status));
+    assert_eq!(root.header("location"), Some("/dashboard/?live"));
+    let wasm = request(port, "GET", "/dashboard/pkg/klock_wasm.js", &[], b"").unwrap();
+    assert_eq!(wasm.status, 404);
+    assert!(String::from_utf8_lossy(&wasm.raw).contains("bindings/wasm/build.sh"));
+    let escape = request(port, "GET", "/dashboard/pkg/..%2Fsecret", &[], b"").unwrap();
+    assert_eq!(escape.status, 404);
+    // The API is unchanged beside it.
+    assert_eq!(
+        request(port, "GET", "/v1/health", &[], b"").unwrap().status,
+        200
+    );
+    assert_eq!(
+        request(port, "GET", "/nothing", &[], b"").unwrap().status,
+        404
+    );
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+        .args(["serve", "--memory", "--dashboard-pkg", "x"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--dashboard-pkg goes with --dashboard")
+    );
+}
+
+#[test]
+fn only_an_allowed_origin_may_read_the_server_from_a_browser() {
+    let s = Server::start(&["--memory", "--allow-origin", "http://127.0.0.1:8080"]);
+    let port = s.0.port;
+    let preflight = request(
+        port,
+        "OPTIONS",
+        "/v1/ns/team/watch",
+        &[
+            ("origin", "http://127.0.0.1:8080"),
+            ("access-control-request-method", "GET"),
+            (
+                "access-control-request-headers",
+                "authorization, last-event-id",
+            ),
+        ],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(preflight.status, 204);
+    assert_eq!(
+        preflight.header("access-control-allow-origin"),
+        Some("http://127.0.0.1:8080")
+    );
+    assert!(preflight
+        .header("access-control-allow-headers")
+        .unwrap()
+        .contains("last-event-id"));
+    let allowed = request(
+        port,
+        "GET",
+        "/v1/ns/team/overview",
+        &[("origin", "http://127.0.0.1:8080")],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(allowed.status, 200);
+    assert_eq!(
+        allowed.header("access-control-allow-origin"),
+        Some("http://127.0.0.1:8080")
+    );
+    let other = request(
+        port,
+        "GET",
+        "/v1/ns/team/overview",
+        &[("origin", "http://evil.test")],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(other.status, 200);
+    assert_eq!(other.header("access-control-allow-origin"), None);
+    // Without --allow-origin, no origin is granted.
+    let plain = Server::start(&["--memory"]);
+    let none = request(
+        plain.0.port,
+        "GET",
+        "/v1/health",
+        &[("origin", "http://127.0.0.1:8080")],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(none.header("access-control-allow-origin"), None);
+    for bad in ["*", "http://x/path", "example.test"] {
+        let refused = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+            .args(["serve", "--memory", "--allow-origin", bad])
+            .output()
+            .unwrap();
+        assert!(!refused.status.success(), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("exact origin"),
+            "{bad}"
+        );
+    }
+}
