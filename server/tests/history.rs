@@ -3,68 +3,20 @@
 //! restart), the namespace overview, `--dashboard`, and every bad input as a clear 4xx.
 
 use klock_core::{Command, Kernel, KernelState};
-use klock_server::http_client::{request, Spawned};
+use klock_server::http_client::request;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::Stdio;
 
-struct Server(Spawned);
+mod support;
 
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let program = std::path::Path::new(env!("CARGO_BIN_EXE_klock"));
-        Server(Spawned::start(program, args).expect("start klock serve"))
-    }
-
-    fn call(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Value,
-    ) -> (u16, Value) {
-        let text = if body.is_null() {
-            String::new()
-        } else {
-            body.to_string()
-        };
-        let answer = request(self.0.port, method, path, headers, text.as_bytes()).unwrap();
-        (answer.status, answer.body)
-    }
-
-    fn get(&self, path: &str) -> (u16, Value) {
-        self.call("GET", path, &[], Value::Null)
-    }
-}
-
-struct Agent {
-    ns: String,
-    id: u64,
-    token: String,
-}
-
-fn open(s: &Server, ns: &str, agent: &str) -> Agent {
-    let (status, v) = s.call(
-        "POST",
-        &format!("/v1/ns/{ns}/sessions"),
-        &[],
-        json!({ "agent_id": agent }),
-    );
-    assert_eq!(status, 200, "{v}");
-    Agent {
-        ns: ns.to_owned(),
-        id: v["session_id"].as_u64().unwrap(),
-        token: v["session_token"].as_str().unwrap().to_owned(),
-    }
-}
+use support::{open, sha256_of, Agent, Server};
 
 fn on(s: &Server, a: &Agent, what: &str, body: Value) -> Value {
     let (status, v) = s.call(
         "POST",
         &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
         &[("klock-session-token", &a.token)],
-        body,
+        &body.to_string(),
     );
     assert!(status < 500, "{status} {v}");
     v
@@ -106,7 +58,7 @@ fn work(s: &Server, samples: &mut BTreeMap<u64, String>, rounds: usize) {
             "POST",
             &format!("/v1/ns/team/sessions/{}/release", agents[0].id),
             &[("klock-session-token", "wrong")],
-            json!({"all": true}),
+            &json!({"all": true}).to_string(),
         );
         assert_eq!(status, 401);
         on(
@@ -270,7 +222,7 @@ fn a_small_history_keeps_the_newest_steps_and_still_replays_exactly() {
             "POST",
             "/v1/ns/team/batch",
             &[],
-            json!({ "operations": ops }),
+            &json!({ "operations": ops }).to_string(),
         );
         assert_eq!(status, 200, "{v}");
     }
@@ -312,23 +264,6 @@ fn the_overview_shows_one_namespace() {
     assert!(v["index"].as_u64().unwrap() >= 4);
 }
 
-fn sha256_of(secret: &str) -> String {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
-        .arg("token-hash")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(secret.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 #[test]
 fn bad_ranges_unknown_namespaces_and_wrong_tokens_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -343,13 +278,13 @@ fn bad_ranges_unknown_namespaces_and_wrong_tokens_are_clear_errors() {
     let s = Server::start(&["--memory", "--tokens", file.to_str().unwrap()]);
     let as_ = |token: &str, path: &str| {
         let auth = format!("Bearer {token}");
-        s.call("GET", path, &[("authorization", &auth)], Value::Null)
+        s.call("GET", path, &[("authorization", &auth)], "")
     };
     let (status, v) = s.call(
         "POST",
         "/v1/ns/team/sessions",
         &[("authorization", "Bearer bot")],
-        json!({"agent_id": "alice"}),
+        &json!({"agent_id": "alice"}).to_string(),
     );
     assert_eq!(status, 200, "{v}");
     assert_eq!(as_("wall", "/v1/ns/team/history").0, 200);

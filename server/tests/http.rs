@@ -2,76 +2,15 @@
 //! holds and long-polls, tokens and namespaces, idempotent retries, every kind of bad input,
 //! and a SIGKILL followed by a restart from the data file.
 
-use klock_server::http_client::{request, Spawned};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// A real `klock serve` on a free loopback port (killed on drop), and requests to it.
-struct Server(Spawned);
+mod support;
 
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let program = std::path::Path::new(env!("CARGO_BIN_EXE_klock"));
-        Server(Spawned::start(program, args).expect("start klock serve"))
-    }
-
-    fn port(&self) -> u16 {
-        self.0.port
-    }
-
-    /// One request; returns the status and the JSON body.
-    fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
-        let answer = request(self.port(), method, path, headers, body.as_bytes()).unwrap();
-        assert!(!answer.body.is_null(), "not JSON: {answer:?}");
-        (answer.status, answer.body)
-    }
-
-    /// One request; the raw answer (status line, headers and body), for what is not JSON.
-    fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port())).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-            body.len()
-        );
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        s.write_all(req.as_bytes()).unwrap();
-        let _ = s.write_all(body);
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
-        out
-    }
-
-    fn kill(self) {
-        self.0.kill();
-    }
-}
-
-/// An open session: its id and token.
-struct Agent {
-    id: u64,
-    token: String,
-}
-
-fn open(s: &Server, ns: &str, agent: &str) -> Agent {
-    let (status, v) = s.call(
-        "POST",
-        &format!("/v1/ns/{ns}/sessions"),
-        &[],
-        &json!({ "agent_id": agent }).to_string(),
-    );
-    assert_eq!(status, 200, "{v}");
-    Agent {
-        id: v["session_id"].as_u64().unwrap(),
-        token: v["session_token"].as_str().unwrap().to_owned(),
-    }
-}
+use support::{open, sha256_of, Agent, Server};
 
 fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Value) {
     s.call(
@@ -568,24 +507,6 @@ fn metrics_count_requests_outcomes_and_durable_writes() {
     assert!(value("klock_commit_seconds_count") >= 1.0);
     assert_eq!(value("klock_log_entries"), 3.0);
     assert!(value("klock_request_seconds_count") >= 3.0);
-}
-
-fn sha256_of(secret: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
-        .arg("token-hash")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(secret.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 #[test]

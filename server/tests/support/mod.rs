@@ -1,0 +1,107 @@
+//! What the HTTP test files share: a real `klock serve` on a free loopback port (killed on
+//! drop), one JSON request to it, an open session, and a bearer token's digest as
+//! `klock token-hash` prints it. Each file uses its own part of it.
+#![allow(dead_code)]
+
+use klock_server::http_client::{request, Spawned};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A real `klock serve` on a free loopback port (killed on drop), and requests to it.
+pub struct Server(pub Spawned);
+
+impl Server {
+    pub fn start(args: &[&str]) -> Server {
+        let program = std::path::Path::new(env!("CARGO_BIN_EXE_klock"));
+        Server(Spawned::start(program, args).expect("start klock serve"))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.0.port
+    }
+
+    /// One request; returns the status and the JSON body (every answer of the API is JSON).
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, Value) {
+        let answer = request(self.port(), method, path, headers, body.as_bytes()).unwrap();
+        assert!(!answer.body.is_null(), "not JSON: {answer:?}");
+        (answer.status, answer.body)
+    }
+
+    /// A GET with no headers.
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        self.call("GET", path, &[], "")
+    }
+
+    /// One request; the raw answer (status line, headers and body), for what is not JSON.
+    pub fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port())).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let _ = s.write_all(body);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        out
+    }
+
+    pub fn kill(self) {
+        self.0.kill();
+    }
+}
+
+/// An open session: its namespace, id and token.
+pub struct Agent {
+    pub ns: String,
+    pub id: u64,
+    pub token: String,
+}
+
+pub fn open(s: &Server, ns: &str, agent: &str) -> Agent {
+    let (status, v) = s.call(
+        "POST",
+        &format!("/v1/ns/{ns}/sessions"),
+        &[],
+        &json!({ "agent_id": agent }).to_string(),
+    );
+    assert_eq!(status, 200, "{v}");
+    Agent {
+        ns: ns.to_owned(),
+        id: v["session_id"].as_u64().unwrap(),
+        token: v["session_token"].as_str().unwrap().to_owned(),
+    }
+}
+
+/// The digest a `--tokens` file holds for `secret`, from `klock token-hash`.
+pub fn sha256_of(secret: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
+        .arg("token-hash")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(secret.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
