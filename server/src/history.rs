@@ -12,7 +12,8 @@
 //!   that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
 //!   idempotency key, no caller leaves the server (the machine already decided which calls
 //!   reached the kernel).
-//! - It is bounded: at most about `capacity` steps are kept (plus one checkpoint interval);
+//! - It is bounded: at most about `capacity` steps are kept (plus one checkpoint interval); a
+//!   capacity of 0 keeps nothing (`push` does no work: the server was started without one);
 //!   the oldest are dropped a whole checkpoint interval at a time, so the oldest kept step
 //!   always follows a checkpoint.
 //! - After a restart it starts at the store's latest snapshot and holds the entries replayed
@@ -29,7 +30,9 @@ use std::sync::Arc;
 /// Entries between two checkpoints.
 pub const CHECKPOINT_EVERY: u64 = 4096;
 
-/// Steps kept by default (`klock serve --history N`).
+/// Steps kept by default when a history is kept (`klock serve --dashboard`; `--history N`
+/// sets it). A server started with neither keeps none: holding 200 000 steps costs about a
+/// quarter of the batch endpoint's throughput (`server/bench/REPORT.md`).
 pub const DEFAULT_CAPACITY: usize = 200_000;
 
 /// What one log entry did to the kernel.
@@ -75,7 +78,7 @@ impl History {
             state: Arc::new(machine.kernel().export_state()),
         });
         History {
-            capacity: capacity.max(1),
+            capacity,
             checkpoints,
             steps: VecDeque::new(),
         }
@@ -86,14 +89,24 @@ impl History {
         self.capacity
     }
 
-    /// Keeps at most about `capacity` steps from now on.
+    /// Keeps at most about `capacity` steps from now on (0: none, and what was kept is
+    /// dropped).
     pub fn set_capacity(&mut self, capacity: usize) {
-        self.capacity = capacity.max(1);
+        self.capacity = capacity;
+        if capacity == 0 {
+            self.steps.clear();
+            let newest = self.checkpoints.pop_back();
+            self.checkpoints.clear();
+            self.checkpoints.extend(newest);
+        }
     }
 
     /// Adds the next step (steps come in log order). `machine` is the machine after some
     /// entry at or after it: when it is exactly after this step, a checkpoint may be taken.
     pub fn push(&mut self, step: Step, machine: &Machine) {
+        if self.capacity == 0 {
+            return;
+        }
         let index = step.index;
         self.steps.push_back(step);
         let last = self.checkpoints.back().map_or(0, |c| c.index);

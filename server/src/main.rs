@@ -63,7 +63,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --snapshot-every N   store a snapshot and drop the log behind it every N entries
                        (default 10000; 0 never)
   --history N          keep about the last N kernel steps in memory for replay
-                       (GET /v1/ns/{ns}/history; default 200000)
+                       (GET /v1/ns/{ns}/history); default: 200000 with --dashboard,
+                       none otherwise (keeping it costs batch throughput)
   --dashboard          serve the dashboard page at /dashboard/ (live view: /dashboard/?live)
   --dashboard-pkg DIR  the wasm package the page's simulation and replay load (default:
                        bindings/wasm/pkg-web of the source tree this binary was built from;
@@ -127,6 +128,8 @@ struct ServeArgs {
     manual_clock: bool,
     snapshot_every: u64,
     /// Kernel steps kept for replay.
+    /// Kernel steps kept for replay (`--history N`; without it, the history's default with
+    /// `--dashboard` and none otherwise).
     history: usize,
     /// `--dashboard`: the wasm package directory the page loads.
     dashboard: Option<PathBuf>,
@@ -164,13 +167,14 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         data: Some(PathBuf::from("klock.redb")),
         manual_clock: false,
         snapshot_every: 10_000,
-        history: klock_server::history::DEFAULT_CAPACITY,
+        history: 0,
         dashboard: None,
         origins: Vec::new(),
         config: Config::default(),
     };
     let mut dashboard = false;
     let mut dashboard_pkg = None;
+    let mut history = None;
     let mut memory = false;
     let (mut cert, mut key) = (None, None);
     let mut data_given = false;
@@ -240,10 +244,10 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             }
             "--history" => {
                 let v = value()?;
-                out.history =
-                    v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                history =
+                    Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                         format!("--history needs a whole number above 0, got {v:?}")
-                    })?;
+                    })?);
                 i += 2;
             }
             "--dashboard" => {
@@ -269,6 +273,12 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
     if dashboard_pkg.is_some() && !dashboard {
         return Err(String::from("--dashboard-pkg goes with --dashboard"));
     }
+    // Keeping a history costs throughput (history.rs): by default only for the dashboard.
+    out.history = history.unwrap_or(if dashboard {
+        klock_server::history::DEFAULT_CAPACITY
+    } else {
+        0
+    });
     if dashboard {
         out.dashboard =
             Some(dashboard_pkg.unwrap_or_else(klock_server::dashboard::default_pkg_dir));

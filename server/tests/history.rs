@@ -112,7 +112,7 @@ fn export(s: &Server, ns: &str) -> Value {
 
 #[test]
 fn the_history_replays_to_the_servers_state_hash_at_every_sampled_index() {
-    let s = Server::start(&["--memory"]);
+    let s = Server::start(&["--memory", "--history", "100000"]);
     let mut samples = BTreeMap::new();
     work(&s, &mut samples, 6);
     let v = export(&s, "team");
@@ -173,7 +173,14 @@ fn after_a_sigkill_the_history_restarts_at_the_latest_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("k.redb");
     let data = data.to_str().unwrap();
-    let args = ["--data", data, "--snapshot-every", "30"];
+    let args = [
+        "--data",
+        data,
+        "--snapshot-every",
+        "30",
+        "--history",
+        "100000",
+    ];
     let s = Server::start(&args);
     let mut samples = BTreeMap::new();
     work(&s, &mut samples, 4);
@@ -247,6 +254,26 @@ fn a_small_history_keeps_the_newest_steps_and_still_replays_exactly() {
 }
 
 #[test]
+fn a_server_started_without_a_history_says_how_to_keep_one() {
+    let s = Server::start(&["--memory"]);
+    let a = open(&s, "team", "alice");
+    on(&s, &a, "acquire", json!({"intents": ["MUTATES FILE:/a"]}));
+    for path in ["/v1/ns/team/history", "/v1/state/hash?index=1"] {
+        let (status, e) = s.get(path);
+        assert_eq!(status, 410, "{path}: {e}");
+        assert_eq!(e["error"]["name"], "HISTORY_NOT_KEPT", "{path}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("--history N") && message.contains("--dashboard"),
+            "{message}"
+        );
+    }
+    // The live state's hash needs no history.
+    let (status, v) = s.get("/v1/state/hash");
+    assert_eq!(status, 200, "{v}");
+}
+
+#[test]
 fn the_overview_shows_one_namespace() {
     let s = Server::start(&["--memory"]);
     let a = open(&s, "team", "alice");
@@ -275,7 +302,13 @@ fn bad_ranges_unknown_namespaces_and_wrong_tokens_are_clear_errors() {
         {"name": "ops", "sha256": sha256_of("ops"), "role": "admin", "namespaces": ["*"]},
     ]});
     std::fs::write(&file, tokens.to_string()).unwrap();
-    let s = Server::start(&["--memory", "--tokens", file.to_str().unwrap()]);
+    let s = Server::start(&[
+        "--memory",
+        "--history",
+        "1000",
+        "--tokens",
+        file.to_str().unwrap(),
+    ]);
     let as_ = |token: &str, path: &str| {
         let auth = format!("Bearer {token}");
         s.call("GET", path, &[("authorization", &auth)], "")

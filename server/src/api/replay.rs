@@ -100,6 +100,18 @@ fn not_kept(kept: ((u64, u64), (u64, u64)), what: String) -> ApiError {
     )
 }
 
+/// The answer of a server started without a history.
+fn nothing_kept() -> ApiError {
+    error(
+        StatusCode::GONE,
+        "HISTORY_NOT_KEPT",
+        String::from(
+            "this server keeps no history: start klock serve with --history N (about the last N \
+             kernel calls) or --dashboard (which keeps the default 200000)",
+        ),
+    )
+}
+
 fn internal(message: String) -> ApiError {
     error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
 }
@@ -168,6 +180,9 @@ pub(super) async fn history(
     let work = move || -> Result<Value, ApiError> {
         let (slice, start_index, kept, config) = {
             let h = history.lock().expect("history lock");
+            if h.capacity() == 0 {
+                return Err(nothing_kept());
+            }
             let kept = (h.oldest(), h.newest());
             let from = from.unwrap_or(kept.0 .1);
             let Some(start_index) = h.index_at(from) else {
@@ -251,6 +266,9 @@ pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) 
     let work = move || -> Result<Value, ApiError> {
         let slice = {
             let h = history.lock().expect("history lock");
+            if h.capacity() == 0 {
+                return Err(nothing_kept());
+            }
             let kept = (h.oldest(), h.newest());
             if index > kept.1 .0 {
                 return Err(error(
