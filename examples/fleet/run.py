@@ -259,13 +259,11 @@ def run_phase(
             ]
             if server is not None:
                 command += ["--server", server.url, "--ttl-ms", str(args.ttl_ms)]
-            proc = subprocess.Popen(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
+            # stderr to a file: a pipe nobody reads until the end could fill and stop it.
+            with open(os.path.join(root, f"{mode}-{name}.err"), "w", encoding="utf-8") as err:
+                proc = subprocess.Popen(
+                    command, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True
+                )
             agent = Agent(name, language, proc)
             agents.append(agent)
             running.append(agent)
@@ -321,7 +319,8 @@ def run_phase(
             ]
             if progress.done >= at and under_way:
                 del freeze_at[language]
-                _signal(under_way[0].proc, signal.SIGUSR2)
+                # The one with the most edits ahead of it, sure to make another edit.
+                _signal(min(under_way, key=lambda a: len(a.written)).proc, signal.SIGUSR2)
         if server is not None and crash_at and progress.done >= crash_at[0]:
             crash_at.pop(0)
             progress.say("SIGKILL to klock serve; restarting it from its data file")
@@ -340,7 +339,8 @@ def run_phase(
         agent.proc.wait()
         running.remove(agent)
         if agent.done is None and agent.error is None:
-            stderr = (agent.proc.stderr.read() if agent.proc.stderr else "").strip().splitlines()
+            with open(os.path.join(root, f"{mode}-{agent.name}.err"), encoding="utf-8") as err:
+                stderr = err.read().strip().splitlines()
             # The line that names the error, rather than the stack around it.
             named = [line for line in stderr if "Error" in line or "error" in line]
             why = (named or stderr or ["no output"])[0].strip()[:300]
