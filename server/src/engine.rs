@@ -256,7 +256,7 @@ pub fn spawn(
 
 /// [`spawn`] with a history that already holds what recovery replayed.
 pub fn spawn_with_history(
-    machine: Machine,
+    mut machine: Machine,
     store: Option<Arc<Store>>,
     config: EngineConfig,
     events: Arc<EventHub>,
@@ -264,6 +264,7 @@ pub fn spawn_with_history(
 ) -> EngineHandle {
     let (requests, inbox) = mpsc::channel(4096);
     let metrics = Arc::clone(&config.metrics);
+    machine.record_calls(history.capacity() > 0);
     let history = Arc::new(Mutex::new(history));
     let engine = Engine {
         machine,
@@ -365,6 +366,7 @@ impl Engine {
         self.machine = Machine::new(config).map_err(|e| e.message)?;
         self.events.clear();
         let capacity = self.history.lock().expect("history lock").capacity();
+        self.machine.record_calls(capacity > 0);
         *self.history.lock().expect("history lock") = History::new(&self.machine, capacity);
         Ok(())
     }
