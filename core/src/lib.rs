@@ -54,7 +54,7 @@ pub use command::{Command, Output};
 pub use config::{Config, Policy};
 pub use error::{Error, ErrorCode};
 pub use kernel::acquire::{parse_intent, MAX_MANIFEST_INTENTS};
-pub use kernel::sessions::{is_unprintable, MAX_NAME_BYTES};
+pub use kernel::sessions::{check_namespace, is_unprintable, MAX_NAME_BYTES};
 pub use kernel::{
     Kernel, KernelState, LeaseState, SessionState, SessionView, Snapshot, StateError,
     TicketIntentState, TicketState, TicketView, ENDED_MEMORY_PER_SESSION, STATE_VERSION,

@@ -54,7 +54,9 @@ pub(crate) fn check_agent_id(agent_id: &str) -> Result<(), Error> {
     check_name("agent_id", ErrorCode::InvalidAgentId, agent_id)
 }
 
-pub(crate) fn check_namespace(namespace: &str) -> Result<(), Error> {
+/// Checks a namespace as every kernel call naming one does (`INVALID_NAMESPACE`), for a host
+/// that reads a namespace before any kernel call.
+pub fn check_namespace(namespace: &str) -> Result<(), Error> {
     check_name("namespace", ErrorCode::InvalidNamespace, namespace)
 }
 

@@ -69,22 +69,9 @@ fn hex(hash: u64) -> String {
     format!("{hash:016x}")
 }
 
+/// A namespace read from the path, checked by the kernel's own rule.
 fn check_namespace(ns: &str) -> Result<(), ApiError> {
-    if ns.is_empty()
-        || ns.len() > klock_core::MAX_NAME_BYTES
-        || ns.chars().any(klock_core::is_unprintable)
-    {
-        return Err(ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code: ErrorCode::InvalidNamespace.code(),
-            name: ErrorCode::InvalidNamespace.name(),
-            message: format!(
-                "a namespace is 1..={} bytes of printable UTF-8, got {ns:?}",
-                klock_core::MAX_NAME_BYTES
-            ),
-        });
-    }
-    Ok(())
+    klock_core::check_namespace(ns).map_err(ApiError::kernel)
 }
 
 fn not_kept(kept: ((u64, u64), (u64, u64)), what: String) -> ApiError {
