@@ -1,19 +1,18 @@
 """Replays resolved conformance scripts (``klock-script/1``, docs/VECTORS.md) through
 ``klock._core``, the Python binding's public API. Test code: not part of the package.
 
-Contract: a ``Kernel`` built from a script's ``config`` makes exactly the call each step
-names at its ``now``; the answer (or the raised ``KlockError``'s code, name and message),
-the events drained after it and ``snapshot(snapshot_at)``, turned into the kernel's canonical
-JSON, must equal the recorded ``result``, ``events`` and ``snapshot`` exactly: same types
-(``True`` is not ``1``, a tuple is not a list), no key missing, none extra. The conversion
-shows whatever the binding returns, so a value it drops, adds or renders differently is a
-difference. The first difference fails the script, named by its path (``step 3:
-snapshot.sessions[0].die_count: expected 1, got 0``); so do an unknown ``format`` or ``op``,
-missing or unknown keys, and any exception but a ``KlockError``.
+Contract: a ``Kernel`` built from a script's ``config`` makes exactly the call each step names at
+its ``now``; the answer (or the raised ``KlockError``'s code, name and message), the events drained
+after it and ``snapshot(snapshot_at)``, turned into the kernel's canonical JSON, must equal the
+recorded ``result``, ``events`` and ``snapshot`` exactly: same types (``True`` is not ``1``, a tuple
+is not a list), no key missing, none extra. The conversion shows whatever the binding returns, so a
+value it drops, adds or renders differently is a difference. The first difference fails the script,
+named by its path (``step 3: snapshot.sessions[0].die_count: expected 1, got 0``); so do an unknown
+``format`` or ``op``, missing or unknown keys, and any exception but a ``KlockError``.
 
-CLI: ``python python/tests/replay.py PATH...`` (scripts, or directories of them) prints ``ok
-<file>: <name>`` or ``FAIL <file>: <name>: <why>`` per script, then ``N passed, M failed``,
-and exits 1 on any failure or when it finds no script.
+CLI: ``python python/tests/replay.py PATH...`` (scripts, or directories of them) prints ``ok <file>:
+<name>`` or ``FAIL <file>: <name>: <why>`` per script, then ``N passed, M failed``, and exits 1 on
+any failure or when it finds no script.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from klock import _core
@@ -29,22 +27,19 @@ from klock import _core
 FORMAT = "klock-script/1"
 SCRIPT_KEYS = {"format", "vector", "name", "config", "steps"}
 STEP_KEYS = {"now", "call", "result", "events", "snapshot_at", "snapshot"}
+OPTION_KEYS = {"ttl_ms", "wait", "wait_timeout_ms"}
 
-SESSION = ("session_id", "agent_id", "namespace", "priority", "epoch")
-LEASE = (
-    "lease_id",
-    "session_id",
-    "agent_id",
-    "resource",
-    "predicate",
-    "fence",
-    "acquired_at",
-    "expires_at",
-    "ttl_ms",
-)
+# The fields of each binding class, under the kernel's serde names.
+FIELDS: dict[type, list[str]] = {
+    _core.SessionInfo: "session_id agent_id namespace priority epoch".split(),
+    _core.Lease: (
+        "lease_id session_id agent_id resource predicate fence acquired_at expires_at ttl_ms"
+    ).split(),
+    _core.Blocker: "session_id agent_id intents".split(),
+}
 # The fields of each kind of tagged answer. The binding's Verdict and Event flatten every kind
-# into one class whose fields of other kinds are None or empty; such a field that is set
-# anyway is shown too, so that it fails the comparison.
+# into one class whose fields of other kinds are None or empty; such a field that is set anyway
+# is shown too, so that it fails the comparison.
 VERDICT = {
     "GRANTED": ("leases",),
     "WAIT": ("ticket", "held_by"),
@@ -57,6 +52,33 @@ EVENT = {
     "LEASE_EXPIRED": ("lease", "session"),
     "WOUNDED": ("session", "by", "lost_leases", "lost_tickets", "retry_after_ms"),
     "SESSION_CLOSED": ("session", "reason"),
+}
+TAGGED = {_core.Verdict: ("verdict", VERDICT), _core.Event: ("event", EVENT)}
+# The fields of the binding's tuples: the rows of a heartbeat's or a reconcile's answer (by op)
+# and a Blocker's intents (by field).
+ROWS = {
+    "heartbeat": ("lease_id", "status", "expires_at"),
+    "reconcile": ("lease_id", "status", "expires_at", "fence"),
+    "intents": ("predicate", "resource"),
+}
+# Every op: the Kernel method it calls, its arguments in order (the call's keys, and the step's
+# `now`; acquire's `options` go by name; next_deadline, a pure query, takes no `now`), and the
+# Output it answers: its name and the returned value's key ("done" shows a value only if any).
+OPS: dict[str, tuple[str, str, str, str]] = {
+    "open": ("open_session", "agent_id namespace now", "session", "session"),
+    "close": ("close_session", "session now", "done", "returned"),
+    "suspend": ("suspend_session", "session now", "done", "returned"),
+    "digest": ("digest", "session now", "digest", "digest"),
+    "resume": ("resume_session", "digest now", "session", "session"),
+    "acquire": ("acquire", "session intents now options", "verdict", "verdict"),
+    "heartbeat": ("heartbeat", "session leases now", "heartbeat", "results"),
+    "release": ("release", "session lease now", "released", "released"),
+    "release_all": ("release_all", "session now", "released_all", "count"),
+    "reconcile": ("reconcile", "session leases now", "reconcile", "statuses"),
+    "cancel_wait": ("cancel_wait", "session ticket now", "done", "returned"),
+    "advance": ("advance", "now", "done", "returned"),
+    "resource_state": ("resource_state", "resource namespace now", "resource_state", "state"),
+    "next_deadline": ("next_deadline", "", "next_deadline", "deadline"),
 }
 
 
@@ -77,108 +99,34 @@ def keys(obj: object, expected: set[str], where: str) -> None:
         raise Failure(f"{where}: missing keys {missing}, unknown keys {unknown}")
 
 
-def plain(value: Any) -> Any:
-    """A binding value as JSON: its classes become objects; tuples stay tuples (no JSON value
-    is one, so a tuple where a list is recorded is a difference)."""
-    if isinstance(value, _core.Lease):
-        return {name: getattr(value, name) for name in LEASE}
-    if isinstance(value, _core.Blocker):
-        intents = [{"predicate": p, "resource": r} for p, r in value.intents]
-        return {"session_id": value.session_id, "agent_id": value.agent_id, "intents": intents}
+def plain(value: Any, names: tuple[str, ...] = ()) -> Any:
+    """A binding value as JSON: its classes become objects (FIELDS, TAGGED), and so do tuples of
+    known fields (`names`, from ROWS); other tuples stay tuples (no JSON value is one, so a tuple
+    where a list is recorded is a difference)."""
     if isinstance(value, list):
-        return [plain(item) for item in value]
+        return [plain(item, names) for item in value]
+    if isinstance(value, tuple) and names:
+        return row(names, value)
+    if type(value) in TAGGED:
+        tag, kinds = TAGGED[type(value)]
+        kind = getattr(value, tag)
+        shown = {tag: kind}
+        for name in sorted({n for fields in kinds.values() for n in fields}):
+            field = getattr(value, name)
+            if name in kinds.get(kind, ()) or field not in (None, []):
+                shown[name] = plain(field)
+        return shown
+    if type(value) in FIELDS:
+        return {n: plain(getattr(value, n), ROWS.get(n, ())) for n in FIELDS[type(value)]}
     return value
 
 
-def tagged(obj: Any, tag: str, kinds: dict[str, tuple[str, ...]]) -> dict[str, Any]:
-    kind = getattr(obj, tag)
-    out = {tag: kind}
-    for name in sorted({n for fields in kinds.values() for n in fields}):
-        value = getattr(obj, name)
-        if name in kinds.get(kind, ()) or value not in (None, []):
-            out[name] = plain(value)
-    return out
-
-
-def out(kind: str, **fields: Any) -> dict[str, Any]:
-    return {"output": kind, **fields}
-
-
-def session(info: _core.SessionInfo) -> dict[str, Any]:
-    return out("session", session={name: getattr(info, name) for name in SESSION})
-
-
-def done(returned: object) -> dict[str, Any]:
-    return out("done") if returned is None else out("done", returned=returned)
-
-
-def per_lease(lease_id: int, status: str, **values: int | None) -> dict[str, Any]:
-    """One per-lease answer; a value is shown when set, or when its status needs it."""
-    needs = {"OK": ("expires_at",), "ACTIVE": ("expires_at", "fence")}.get(status, ())
-    shown = {k: v for k, v in values.items() if v is not None or k in needs}
-    return {"lease_id": lease_id, "status": status, **shown}
-
-
-def acquire(k: _core.Kernel, c: dict[str, Any], now: int) -> dict[str, Any]:
-    keys(c["options"], {"ttl_ms", "wait", "wait_timeout_ms"}, "call.options")
-    verdict = k.acquire(c["session"], c["intents"], now, **c["options"])
-    return out("verdict", verdict=tagged(verdict, "verdict", VERDICT))
-
-
-# Every op: its argument keys, and the call it makes through the binding.
-Call = Callable[[_core.Kernel, dict[str, Any], int], dict[str, Any]]
-OPS: dict[str, tuple[set[str], Call]] = {
-    "open": (
-        {"agent_id", "namespace"},
-        lambda k, c, now: session(k.open_session(c["agent_id"], c["namespace"], now)),
-    ),
-    "close": ({"session"}, lambda k, c, now: done(k.close_session(c["session"], now))),
-    "suspend": ({"session"}, lambda k, c, now: done(k.suspend_session(c["session"], now))),
-    "digest": ({"session"}, lambda k, c, now: out("digest", digest=k.digest(c["session"], now))),
-    "resume": ({"digest"}, lambda k, c, now: session(k.resume_session(c["digest"], now))),
-    "acquire": ({"session", "intents", "options"}, acquire),
-    "heartbeat": (
-        {"session", "leases"},
-        lambda k, c, now: out(
-            "heartbeat",
-            results=[
-                per_lease(i, s, expires_at=e)
-                for i, s, e in k.heartbeat(c["session"], c["leases"], now)
-            ],
-        ),
-    ),
-    "release": (
-        {"session", "lease"},
-        lambda k, c, now: out("released", released=k.release(c["session"], c["lease"], now)),
-    ),
-    "release_all": (
-        {"session"},
-        lambda k, c, now: out("released_all", count=k.release_all(c["session"], now)),
-    ),
-    "reconcile": (
-        {"session", "leases"},
-        lambda k, c, now: out(
-            "reconcile",
-            statuses=[
-                per_lease(i, s, expires_at=e, fence=f)
-                for i, s, e, f in k.reconcile(c["session"], c["leases"], now)
-            ],
-        ),
-    ),
-    "cancel_wait": (
-        {"session", "ticket"},
-        lambda k, c, now: done(k.cancel_wait(c["session"], c["ticket"], now)),
-    ),
-    "advance": (set(), lambda k, c, now: done(k.advance(now))),
-    "resource_state": (
-        {"resource", "namespace"},
-        lambda k, c, now: out(
-            "resource_state", state=k.resource_state(c["resource"], c["namespace"], now)
-        ),
-    ),
-    # A pure query: the binding's next_deadline takes no `now`.
-    "next_deadline": (set(), lambda k, c, now: out("next_deadline", deadline=k.next_deadline())),
-}
+def row(fields: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
+    """A tuple of `fields` as an object: its first two values, then each one that is set or that
+    the second, a status, needs (a heartbeat's OK and a reconcile's ACTIVE need every one)."""
+    needed = values[1] in ("OK", "ACTIVE")
+    pairs = enumerate(zip(fields, values, strict=True))
+    return {name: v for i, (name, v) in pairs if i < 2 or needed or v is not None}
 
 
 def answer(kernel: _core.Kernel, call: Any, now: int) -> dict[str, Any]:
@@ -186,12 +134,19 @@ def answer(kernel: _core.Kernel, call: Any, now: int) -> dict[str, Any]:
     op = call.get("op") if isinstance(call, dict) else None
     if op not in OPS:
         raise Failure(f"unknown op {op!r}")
-    names, make = OPS[op]
-    keys(call, names | {"op"}, f"call {op}")
+    method, arguments, output, key = OPS[op]
+    names = arguments.split()
+    keys(call, {"op", *names} - {"now"}, f"call {op}")
+    args = [now if name == "now" else call[name] for name in names if name != "options"]
+    options = call.get("options", {})
+    if op == "acquire":
+        keys(options, OPTION_KEYS, "call.options")
     try:
-        return {"ok": make(kernel, call, now)}
+        value = plain(getattr(kernel, method)(*args, **options), ROWS.get(op, ()))
     except _core.KlockError as e:
         return {"error": {"code": e.code, "name": e.name, "message": e.message}}
+    shown = {} if output == "done" and value is None else {key: value}
+    return {"ok": {"output": output, **shown}}
 
 
 def show(value: Any) -> str:
@@ -233,8 +188,7 @@ def load(path: pathlib.Path) -> dict[str, Any]:
         return dict(pairs)
 
     try:
-        text = path.read_text(encoding="utf-8")
-        script = json.loads(text, object_pairs_hook=no_duplicates)
+        script = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicates)
     except (OSError, ValueError) as e:
         raise Failure(f"cannot read the script: {e}") from e
     got = script.get("format") if isinstance(script, dict) else script
@@ -256,7 +210,7 @@ def replay(script: dict[str, Any]) -> None:
         try:
             keys(step, STEP_KEYS, "step")
             got: dict[str, Any] = {"result": answer(kernel, step["call"], step["now"])}
-            got["events"] = [tagged(e, "event", EVENT) for e in kernel.drain_events()]
+            got["events"] = plain(kernel.drain_events())
             got["snapshot"] = kernel.snapshot(step["snapshot_at"])
             for part in ("result", "events", "snapshot"):
                 found = diff(step[part], got[part], part)
