@@ -1,11 +1,11 @@
 //! Observability (docs/SPEC.md §10): resource_state, stats and snapshot.
 //!
-//! Contract: these report the state after settling `now` (stats takes no `now` and reports
-//! the state as of the last call). They never change anything else, and their output order
+//! Contract: these report the state after settling `now` (stats and namespace_snapshot take
+//! no `now` and report the state as of the last call). They never change anything else, and their output order
 //! is deterministic (ids ascending, queues in queue order), never hash order.
 
 use super::sessions::check_namespace;
-use super::{Kernel, LeaseRecord};
+use super::{Kernel, LeaseRecord, Session};
 use crate::error::Error;
 use crate::resource::ResourceName;
 use crate::stats::{Contention, GhostAgent, Stats};
@@ -198,63 +198,104 @@ impl Kernel {
 
     /// The whole state after settling `now`, for dashboards.
     pub fn snapshot(&mut self, now: u64) -> Snapshot {
-        self.operation(now, |k| {
-            let mut session_ids: Vec<SessionId> = k.sessions.keys().copied().collect();
-            session_ids.sort_unstable();
-            let sessions = session_ids
-                .iter()
-                .map(|id| {
-                    let s = &k.sessions[id];
-                    SessionView {
-                        session_id: *id,
-                        agent_id: s.agent_id.clone(),
-                        namespace: String::from(k.namespaces.name(s.namespace)),
-                        priority: s.priority,
-                        epoch: s.epoch,
-                        suspended: s.suspended_at.is_some(),
-                        leases: s.leases.len(),
-                        tickets: s.tickets.clone(),
-                        die_count: s.die_count,
-                        last_active: s.last_active,
-                        unit_granted: s.granted_in_unit,
-                        unit_ended: s.unit_ended,
-                    }
-                })
-                .collect();
-            let mut lease_ids: Vec<LeaseId> = k.leases.keys().copied().collect();
-            lease_ids.sort_unstable();
-            let mut ticket_ids: Vec<TicketId> = k.tickets.keys().copied().collect();
-            ticket_ids.sort_unstable();
-            let tickets = ticket_ids
-                .iter()
-                .map(|t| {
-                    let r = &k.tickets[t];
-                    TicketView {
-                        ticket: *t,
-                        session_id: r.session,
-                        agent_id: k.sessions[&r.session].agent_id.clone(),
-                        intents: r
-                            .intents
-                            .iter()
-                            .filter(|i| i.reuse.is_none())
-                            .map(|i| Intent {
-                                predicate: i.predicate,
-                                resource: String::from(&*k.tree.node(i.node).name),
-                            })
-                            .collect(),
-                        deadline: r.deadline,
-                    }
-                })
-                .collect();
-            Snapshot {
-                now: k.clock,
-                policy: k.config.policy,
-                next_deadline: k.next_deadline(),
-                sessions,
-                leases: lease_ids.into_iter().map(|id| k.lease_view(id)).collect(),
-                tickets,
-                stats: k.stats(),
-            }
-        })
+        self.operation(now, |k| k.view(|_| true))
+    }
+
+    /// The state at the kernel's own time (nothing is settled) cut to one namespace: its
+    /// sessions, their leases and tickets, the live totals of those, and the contended
+    /// resources of that namespace. Outcome counters and ghost agents stay kernel-wide (they
+    /// are not kept per namespace). An unknown namespace gives empty lists.
+    ///
+    /// It reads `&self`, so a server can answer a namespace's overview where the kernel
+    /// lives, building views of that namespace only, instead of copying the whole kernel to
+    /// settle and cut a full [`snapshot`](Self::snapshot).
+    ///
+    /// # Errors
+    /// `INVALID_NAMESPACE`.
+    pub fn namespace_snapshot(&self, namespace: &str) -> Result<Snapshot, Error> {
+        check_namespace(namespace)?;
+        let ns = self.namespaces.find(namespace);
+        let mut snapshot = self.view(|s| Some(s.namespace) == ns);
+        let stats = &mut snapshot.stats;
+        stats.top_contended.retain(|c| c.namespace == namespace);
+        stats.active_sessions = snapshot.sessions.len() as u64;
+        stats.active_leases = snapshot.leases.len() as u64;
+        stats.waiting_tickets = snapshot.tickets.len() as u64;
+        Ok(snapshot)
+    }
+
+    /// The state as it is, of the sessions `shown` picks (with their leases and tickets).
+    fn view(&self, shown: impl Fn(&Session) -> bool) -> Snapshot {
+        let shown = |session: &SessionId| shown(&self.sessions[session]);
+        let mut session_ids: Vec<SessionId> = self
+            .sessions
+            .keys()
+            .copied()
+            .filter(|id| shown(id))
+            .collect();
+        session_ids.sort_unstable();
+        let sessions = session_ids
+            .iter()
+            .map(|id| {
+                let s = &self.sessions[id];
+                SessionView {
+                    session_id: *id,
+                    agent_id: s.agent_id.clone(),
+                    namespace: String::from(self.namespaces.name(s.namespace)),
+                    priority: s.priority,
+                    epoch: s.epoch,
+                    suspended: s.suspended_at.is_some(),
+                    leases: s.leases.len(),
+                    tickets: s.tickets.clone(),
+                    die_count: s.die_count,
+                    last_active: s.last_active,
+                    unit_granted: s.granted_in_unit,
+                    unit_ended: s.unit_ended,
+                }
+            })
+            .collect();
+        let mut lease_ids: Vec<LeaseId> = (self.leases.iter())
+            .filter(|(_, l)| shown(&l.session))
+            .map(|(id, _)| *id)
+            .collect();
+        lease_ids.sort_unstable();
+        let mut ticket_ids: Vec<TicketId> = (self.tickets.iter())
+            .filter(|(_, t)| shown(&t.session))
+            .map(|(id, _)| *id)
+            .collect();
+        ticket_ids.sort_unstable();
+        let tickets = ticket_ids
+            .iter()
+            .map(|t| {
+                let r = &self.tickets[t];
+                TicketView {
+                    ticket: *t,
+                    session_id: r.session,
+                    agent_id: self.sessions[&r.session].agent_id.clone(),
+                    intents: r
+                        .intents
+                        .iter()
+                        .filter(|i| i.reuse.is_none())
+                        .map(|i| Intent {
+                            predicate: i.predicate,
+                            resource: String::from(&*self.tree.node(i.node).name),
+                        })
+                        .collect(),
+                    deadline: r.deadline,
+                }
+            })
+            .collect();
+        Snapshot {
+            now: self.clock,
+            policy: self.config.policy,
+            next_deadline: self.next_deadline(),
+            sessions,
+            leases: lease_ids
+                .into_iter()
+                .map(|id| self.lease_view(id))
+                .collect(),
+            tickets,
+            stats: self.stats(),
+        }
     }
 }

@@ -21,7 +21,7 @@ use super::access::Reach;
 use super::*;
 use crate::history::{replay, Step};
 use axum::extract::RawQuery;
-use klock_core::{Kernel, KernelState};
+use klock_core::KernelState;
 
 fn error(status: StatusCode, name: &'static str, message: String) -> ApiError {
     ApiError {
@@ -291,27 +291,17 @@ pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) 
 )]
 pub(super) async fn overview(State(api): State<Api>, Path(ns): Path<String>) -> Answer {
     check_namespace(&ns)?;
-    let (index, now, kernel): (u64, u64, Kernel) = api
+    // Built where the kernel lives, from `&self`: only this namespace's views are made, and
+    // the kernel is neither copied nor settled (the engine's timer settles it).
+    let (index, now, snapshot, ns) = api
         .engine
-        .read(|m| (m.applied(), m.last_now(), m.kernel().clone()))
+        .read(move |m| {
+            let snapshot = m.kernel().namespace_snapshot(&ns);
+            (m.applied(), m.last_now(), snapshot, ns)
+        })
         .await?;
-    let work = move || {
-        let mut kernel = kernel;
-        let mut snapshot = kernel.snapshot(now);
-        snapshot.sessions.retain(|s| s.namespace == ns);
-        let ids: std::collections::BTreeSet<SessionId> =
-            snapshot.sessions.iter().map(|s| s.session_id).collect();
-        snapshot.leases.retain(|l| ids.contains(&l.session_id));
-        snapshot.tickets.retain(|t| ids.contains(&t.session_id));
-        let stats = &mut snapshot.stats;
-        stats.top_contended.retain(|c| c.namespace == ns);
-        stats.active_sessions = snapshot.sessions.len() as u64;
-        stats.active_leases = snapshot.leases.len() as u64;
-        stats.waiting_tickets = snapshot.tickets.len() as u64;
-        json!({"namespace": ns, "index": index, "now": now, "snapshot": to_json(&snapshot)})
-    };
-    let value = tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| internal(format!("the overview failed: {e}")))?;
+    let snapshot = snapshot.map_err(ApiError::kernel)?;
+    let value =
+        json!({"namespace": ns, "index": index, "now": now, "snapshot": to_json(&snapshot)});
     Ok(Json(value))
 }
