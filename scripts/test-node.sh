@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test of the Node host (bindings/node + node/), from a fresh machine or a warm one:
 #   1. `npm install` in node/ only when needed (scripts/node-env.sh --install-only);
-#   2. format and lint checks of the klock-node crate;
+#   2. format and lint checks of the klock-node crate (skipped under scripts/test.sh, which
+#      has checked every crate of the workspace: KLOCK_WORKSPACE_CHECKED=1);
 #   3. builds the addon with the napi CLI into a temporary directory, fails if the committed
 #      node/index.js or node/index.d.ts differ from what it generated (stale), and copies the
 #      built .node file next to them;
@@ -23,8 +24,12 @@ step "npm install in node/ (only when needed: scripts/node-env.sh)"
 bash scripts/node-env.sh --install-only
 
 step "cargo fmt --check and clippy (klock-node)"
-cargo fmt -p klock-node -- --check
-cargo clippy -p klock-node --all-targets -- -D warnings
+if [ "${KLOCK_WORKSPACE_CHECKED:-}" = 1 ]; then
+  echo "done for the whole workspace by scripts/test.sh"
+else
+  cargo fmt -p klock-node -- --check
+  cargo clippy -p klock-node --all-targets -- -D warnings
+fi
 
 step "napi build (release) and staleness of the committed index.js / index.d.ts"
 out=$(mktemp -d)

@@ -45,6 +45,9 @@ cargo nextest run --workspace --no-tests=fail
 # Only the kernel has doc examples; a workspace-wide doc run would rebuild every library
 # with the feature set of a build without test targets, for nothing.
 cargo test -p klock-core --doc
+# Every crate is formatted, clippy-clean and tested now: the host scripts below skip their
+# own crate's cargo fmt, clippy and tests (they run them when run on their own).
+export KLOCK_WORKSPACE_CHECKED=1
 # The `klock` those tests built, for every later step that starts a server.
 KLOCK_BIN=$(bash scripts/klock-bin.sh | tail -n1)
 export KLOCK_BIN
