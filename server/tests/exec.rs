@@ -573,3 +573,114 @@ fn a_wound_from_an_older_session_stops_the_command_with_107() {
         "the message names the wound: {err}"
     );
 }
+
+#[test]
+fn a_wait_that_runs_out_names_the_holder_it_queued_behind() {
+    let server = server();
+    let dir = temp();
+    let digest = dir.path().join("job.json");
+    let digest_arg = digest.to_str().unwrap();
+    let holder = |agent: &str, ready: &Path, secs: u32| {
+        let mut c = exec(&server, &["--agent", agent, "--intent", "MUTATES FILE:/x"]);
+        c.args([
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep {secs}", ready.display()),
+        ]);
+        Running::spawn(c)
+    };
+    // The job's session is opened while a first holder has the file: it gives up at once
+    // (a DIE), and its session is kept, older than any opened later.
+    let first = dir.path().join("first");
+    let early = holder("early-bot", &first, 1);
+    wait_for(&first);
+    let job = |wait: &str| {
+        exec(
+            &server,
+            &[
+                "--agent",
+                "job",
+                "--wait",
+                wait,
+                "--digest",
+                digest_arg,
+                "--intent",
+                "MUTATES FILE:/x",
+                "--",
+                "true",
+            ],
+        )
+    };
+    let (code, _, err) = Running::spawn(job("0")).finish(Duration::from_secs(10));
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains("--wait 0s:"), "{err}");
+    assert_eq!(early.finish(Duration::from_secs(10)).0, 0);
+    // A younger holder now: the older job queues behind it (a WAIT, not a DIE), and when its
+    // wait runs out the message still names who held the file.
+    let second = dir.path().join("second");
+    let late = holder("late-bot", &second, 5);
+    wait_for(&second);
+    // Twice: the server's timeout and the end of its hold race, so a single run could miss
+    // a client that names the holders only when the hold ends first.
+    for _ in 0..2 {
+        let (code, _, err) = Running::spawn(job("300ms")).finish(Duration::from_secs(10));
+        assert_eq!(code, 75, "{err}");
+        assert!(
+            err.contains("held by agent \"late-bot\"") && err.contains("MUTATES FILE:/x"),
+            "{err}"
+        );
+    }
+    drop(late);
+}
+
+#[test]
+fn a_server_that_dies_mid_command_leaves_a_digest_for_its_restart() {
+    let dir = temp();
+    let data = dir.path().join("klock.redb");
+    let data_arg = data.to_str().unwrap();
+    let digest = dir.path().join("job.json");
+    let digest_arg = digest.to_str().unwrap();
+    let server = Spawned::start(klock(), &["--data", data_arg]).expect("start klock serve");
+    let started = dir.path().join("started");
+    let mut c = exec(
+        &server,
+        &["--agent", "job", "--ttl", "600ms", "--kill-after", "1s"],
+    );
+    c.args(["--digest", digest_arg, "--intent", "MUTATES FILE:/x"]);
+    c.args([
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $KLOCK_SESSION; touch {}; sleep 20", started.display()),
+    ]);
+    let run = Running::spawn(c);
+    wait_for(&started);
+    server.kill();
+    let (code, out, err) = run.finish(Duration::from_secs(10));
+    assert_eq!(code, 107, "{err}");
+    // The server could not give the digest: the run wrote the one it knew.
+    assert!(err.contains("saved the session to"), "{err}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&digest).unwrap()).unwrap();
+    assert_eq!(saved["identity"]["session_id"].to_string(), out.trim());
+
+    // The server restarts from its log: the rerun resumes the session, with its priority.
+    let server = Spawned::start(klock(), &["--data", data_arg]).expect("restart klock serve");
+    let mut c = exec(&server, &["-v", "--agent", "job", "--digest", digest_arg]);
+    c.args([
+        "--intent",
+        "MUTATES FILE:/x",
+        "--",
+        "sh",
+        "-c",
+        "echo $KLOCK_SESSION",
+    ]);
+    let (code, rerun, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rerun.trim(), out.trim());
+    let priority = saved["identity"]["priority_timestamp"].as_u64().unwrap();
+    assert!(
+        err.contains(&format!("priority {priority}, resumed")),
+        "{err}"
+    );
+}

@@ -71,6 +71,18 @@ pub fn duration(flag: &str, text: &str) -> Result<Duration, String> {
     ms.map(Duration::from_millis).ok_or_else(bad)
 }
 
+/// A duration as [`duration`] reads it: `0s`, `400ms`, `90s`, `5m`, `2h`.
+pub fn show(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0 => String::from("0s"),
+        _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
+        _ if ms.is_multiple_of(1_000) => format!("{}s", ms / 1_000),
+        _ => format!("{ms}ms"),
+    }
+}
+
 /// Where the server is, who we are, and in which namespace.
 #[derive(Clone, Debug, Default)]
 pub struct Connection {
@@ -160,6 +172,9 @@ mod tests {
         assert!(duration("--ttl", "5d").is_err());
         assert!(duration("--ttl", "-1s").is_err());
         assert!(duration("--ttl", "99999999999999999999h").is_err());
+        for text in ["0s", "400ms", "90s", "5m", "2h", "1500ms"] {
+            assert_eq!(show(duration("--wait", text).unwrap()), text);
+        }
     }
 
     #[test]

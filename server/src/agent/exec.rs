@@ -10,18 +10,21 @@
 //! server says so, or no renewal arrived before the local deadline, measured from the send time
 //! of the request that granted or renewed it), the command gets SIGTERM, SIGKILL after
 //! `--kill-after`, the StateDigest is written to `--digest FILE` (the session is suspended
-//! rather than closed, so a rerun keeps its priority) and the exit status is 107. Otherwise
+//! rather than closed, so a rerun keeps its priority; with the server down, the digest of the
+//! session as opened, which a restarted server accepts) and the exit status is 107. Otherwise
 //! the leases are released, the session closed, the digest file removed (the unit of work is
 //! done) and the exit status is the command's own (128 + N for a signal N). SIGINT, SIGTERM
 //! or SIGHUP while waiting withdraws the request and exits 128 + N.
 
-use super::args::{duration, Connection, Flags, CONNECTION_HELP};
+use super::args::{duration, show, Connection, Flags, CONNECTION_HELP};
 use super::child;
 use super::client::Failure;
 use super::keeper::Keeper;
 use super::overview::{describe_blockers, describe_leases};
 use super::session::{Acquired, Outcome, Session};
-use klock_core::{Blocker, Lease, StateDigest, Verdict};
+use klock_core::{
+    Blocker, DigestIdentity, DigestRecovery, Lease, StateDigest, Verdict, DIGEST_VERSION,
+};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::process::Child;
@@ -181,7 +184,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
         Ok(leases) => leases,
         Err(stop) => {
             drop(keeper);
-            keep_or_close(args, &session).await;
+            keep_or_close(args, &session, "IDLE").await;
             return Err(stop);
         }
     };
@@ -213,7 +216,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
         }
         child::Ended::Lost(loss) => {
             child::stop(&mut child, args.kill_after).await;
-            let kept = keep_or_close(args, &session).await;
+            let kept = keep_or_close(args, &session, "HOLDING").await;
             Err((
                 EXIT_LOST,
                 format!(
@@ -280,8 +283,10 @@ async fn acquire(args: &ExecArgs, session: &Session, keeper: &Keeper) -> Result<
         let left = give_up.saturating_duration_since(Instant::now());
         let sent = Instant::now();
         let left_ms = left.as_millis() as u64;
+        // Not held open by the server (no hold_ms): a held WAIT answers with its outcome
+        // only, and the WAIT verdict is what names the holders for the message at exit 75.
         let answer = session
-            .acquire(&args.intents, ttl_ms, left_ms, left)
+            .acquire(&args.intents, ttl_ms, left_ms, Duration::ZERO)
             .await
             .map_err(refused)?;
         let (ticket, outcome) = match answer {
@@ -358,8 +363,8 @@ fn gave_up(args: &ExecArgs, blockers: &[Blocker]) -> Stop {
     (
         EXIT_CONFLICT,
         format!(
-            "gave up after --wait {:?}: {who}. Try again later, or wait longer with --wait",
-            args.wait
+            "gave up after --wait {}: {who}. Try again later, or wait longer with --wait",
+            show(args.wait)
         ),
     )
 }
@@ -386,25 +391,53 @@ fn spawn(args: &ExecArgs, session: &Session, leases: &[Lease]) -> Result<Child, 
 
 /// After a run that did not finish its work: with `--digest`, save the digest and suspend the
 /// session so a rerun resumes it with its priority; without, close it. Says what it did.
-async fn keep_or_close(args: &ExecArgs, session: &Session) -> String {
+/// `phase` is what the run was doing, for a digest written without the server.
+async fn keep_or_close(args: &ExecArgs, session: &Session, phase: &str) -> String {
     let Some(path) = &args.digest else {
         let _ = session.close().await;
         return String::new();
     };
-    let saved = async {
-        let digest = session.digest().await.map_err(|e| e.to_string())?;
-        write_digest(path, &digest)?;
-        session.suspend().await.map_err(|e| e.to_string())
-    };
-    match saved.await {
-        Ok(()) => format!(
-            "; saved the session to {}: rerun with --digest {0} to keep its priority",
-            path.display()
-        ),
+    let digest = match session.digest().await {
+        Ok(digest) => digest,
+        // The server is down (it may be restarting from its log, where the session still is):
+        // what this run knows of the session is a digest a resume accepts, so save that.
+        Err(Failure::Unreachable(_)) => local_digest(session, phase),
         Err(e) => {
             let _ = session.close().await;
-            format!("; could not save the session to {} ({e})", path.display())
+            return format!("; could not save the session to {} ({e})", path.display());
         }
+    };
+    if let Err(e) = write_digest(path, &digest) {
+        let _ = session.close().await;
+        return format!("; could not save the session to {} ({e})", path.display());
+    }
+    // Unsuspended (an unreachable server), the session keeps its idle time and its leases
+    // their TTL, or the grace a restarted server gives every session.
+    let _ = session.suspend().await;
+    format!(
+        "; saved the session to {}: rerun with --digest {0} to keep its priority",
+        path.display()
+    )
+}
+
+/// The session's digest as of its open or resume: the kernel accepts a digest older than its
+/// own record (same session, a priority it had, an epoch not newer), and a run changes
+/// neither before it is over.
+fn local_digest(session: &Session, phase: &str) -> StateDigest {
+    let info = &session.info;
+    StateDigest {
+        version: DIGEST_VERSION,
+        identity: DigestIdentity {
+            agent_id: info.agent_id.clone(),
+            namespace: info.namespace.clone(),
+            session_id: info.session_id,
+            priority_timestamp: info.priority,
+            epoch: info.epoch,
+        },
+        recovery: DigestRecovery {
+            last_phase: phase.to_owned(),
+            pending_intents: Vec::new(),
+        },
     }
 }
 
