@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 
 import anyio
 from mcp.client.session import ClientSession
@@ -30,10 +30,12 @@ TOOLS = {
 
 
 @contextmanager
-def server():
-    """A `klock serve --memory` on a free loopback port; yields its URL."""
+def server(*config):
+    """A `klock serve --memory` on a free loopback port, with these `--config NAME=VALUE`;
+    yields its URL."""
+    flags = [arg for setting in config for arg in ("--config", setting)]
     proc = subprocess.Popen(
-        [KLOCK, "serve", "--memory", "--listen", "127.0.0.1:0"],
+        [KLOCK, "serve", "--memory", "--listen", "127.0.0.1:0", *flags],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -84,6 +86,22 @@ class Sidecar:
 
 async def sidecar(stack, url, agent, pid_dir):
     return await Sidecar(url, agent, pid_dir).start(stack)
+
+
+@asynccontextmanager
+async def doomed_sidecar(url, agent, pid_dir):
+    """A sidecar the scenario kills or stops: its client is closed in this task whatever
+    happens (else a failed check leaves it open and breaks the next scenarios), and the
+    broken pipe it may report then is no failure."""
+    stack = AsyncExitStack()
+    await stack.__aenter__()
+    try:
+        yield await sidecar(stack, url, agent, pid_dir)
+    finally:
+        try:
+            await stack.aclose()
+        except Exception:
+            pass
 
 
 def status(url, resource):
@@ -198,20 +216,14 @@ async def killed_and_closed_sidecars_free_their_leases(url, tmp):
         def held(resource):
             return "held by" in status(url, resource)
 
-        stack = AsyncExitStack()
-        await stack.__aenter__()
-        doomed = await sidecar(stack, url, "agent-killed", tmp)
-        error, text = await doomed.call("klock_acquire", intents=["MUTATES FILE:/k"], ttl_s=1)
-        assert text.startswith("GRANTED"), text
-        os.kill(doomed.pid, signal.SIGKILL)
-        killed = time.monotonic()
-        assert held("FILE:/k")
-        await eventually(lambda: not held("FILE:/k"), 5, "the killed sidecar's lease to expire")
-        assert time.monotonic() - killed >= 0.5, "freed before its TTL"
-        try:
-            await stack.aclose()
-        except Exception:  # the client of a killed server may report the broken pipe
-            pass
+        async with doomed_sidecar(url, "agent-killed", tmp) as doomed:
+            error, text = await doomed.call("klock_acquire", intents=["MUTATES FILE:/k"], ttl_s=1)
+            assert text.startswith("GRANTED"), text
+            os.kill(doomed.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            assert held("FILE:/k")
+            await eventually(lambda: not held("FILE:/k"), 5, "the killed sidecar's lease to expire")
+            assert time.monotonic() - killed >= 0.5, "freed before its TTL"
 
         async with AsyncExitStack() as stack:
             clean = await sidecar(stack, url, "agent-clean", tmp)
@@ -224,20 +236,66 @@ async def killed_and_closed_sidecars_free_their_leases(url, tmp):
         error, text = await watcher.call("klock_acquire", intents=["MUTATES FILE:/c"], wait_s=0)
         assert text.startswith("GRANTED"), text
 
+        # A host that stops its sidecar with SIGTERM: released at once too, not after the TTL.
+        async with doomed_sidecar(url, "agent-terminated", tmp) as stopped:
+            error, text = await stopped.call("klock_acquire", intents=["MUTATES FILE:/t"], ttl_s=60)
+            assert text.startswith("GRANTED"), text
+            os.kill(stopped.pid, signal.SIGTERM)
+            await eventually(
+                lambda: not held("FILE:/t"), 5, "the terminated sidecar's lease to be released"
+            )
+
+
+async def a_wound_is_reported(url, tmp):
+    """Under wound_wait an older agent takes a younger one's lease: the younger is told."""
+    async with AsyncExitStack() as stack:
+        old = await sidecar(stack, url, "agent-old", tmp)
+        error, text = await old.call("klock_reconcile")
+        assert not error, text
+        young = await sidecar(stack, url, "agent-young", tmp)
+        error, text = await young.call("klock_acquire", intents=["MUTATES FILE:/w"])
+        assert text.startswith("GRANTED"), text
+        error, text = await old.call("klock_acquire", intents=["MUTATES FILE:/w"], wait_s=5)
+        assert text.startswith("GRANTED"), text
+        await eventually(
+            lambda: any("WOUNDED" in str(m) for m in young.logs), 10, "a log notification"
+        )
+        error, text = await young.call("klock_who")
+        assert text.startswith("NOTICE") and "LOST MUTATES FILE:/w" in text, text
+        assert "WOUNDED" in text and "older agent" in text, text
+
+
+async def a_forgotten_session_is_replaced(url, tmp):
+    """The server closes a session idle for session_idle_ms: the next call opens another."""
+    async with AsyncExitStack() as stack:
+        a = await sidecar(stack, url, "agent-idle", tmp)
+        error, text = await a.call("klock_acquire", intents=["MUTATES FILE:/i"])
+        assert text.startswith("GRANTED"), text
+        error, text = await a.call("klock_release", all=True)
+        assert "RELEASED 1" in text, text
+        await anyio.sleep(1)
+        error, text = await a.call("klock_acquire", intents=["MUTATES FILE:/i"])
+        assert not error, text
+        assert "session ended on the server" in text and "GRANTED" in text, text
+        error, text = await a.call("klock_release", all=True)
+        assert not error and "RELEASED 1" in text, text
+
 
 SCENARIOS = [
-    tools_and_schemas,
-    contention,
-    lost_lease_is_reported,
-    killed_and_closed_sidecars_free_their_leases,
+    (tools_and_schemas, ()),
+    (contention, ()),
+    (lost_lease_is_reported, ()),
+    (killed_and_closed_sidecars_free_their_leases, ()),
+    (a_wound_is_reported, ("policy=wound_wait",)),
+    (a_forgotten_session_is_replaced, ("session_idle_ms=300",)),
 ]
 
 
 async def main():
     failed = 0
-    for scenario in SCENARIOS:
+    for scenario, config in SCENARIOS:
         started = time.monotonic()
-        with server() as url, tempfile.TemporaryDirectory() as tmp:
+        with server(*config) as url, tempfile.TemporaryDirectory() as tmp:
             try:
                 with anyio.fail_after(90):
                     await scenario(url, tmp)

@@ -36,6 +36,12 @@ impl Loss {
             "NOT_RENEWED" => String::from(
                 "no renewal reached the server before the lease's TTL ran out; the server may have let it expire",
             ),
+            "WOUNDED" => String::from(
+                "the server says WOUNDED: an older agent needed it and took it from you",
+            ),
+            "LEASE_EXPIRED" => String::from(
+                "the server says LEASE_EXPIRED: no renewal reached it before its TTL ran out",
+            ),
             other => format!("the server says {other}"),
         }
     }
@@ -248,6 +254,8 @@ async fn events(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSender
             .await
         {
             Ok(batch) => batch,
+            // The session is gone: no event will come (the heartbeats report its leases).
+            Err(Failure::Refused { name, .. }) if name == "UNKNOWN_SESSION" => return,
             Err(_) => {
                 // The heartbeat task judges an unreachable server; just try again later.
                 tokio::time::sleep(Duration::from_secs(1)).await;

@@ -1,17 +1,20 @@
 //! `klock mcp`: the session behind the MCP tools of `klock-mcp`, one per agent process.
 //!
 //! Contract: the session opens when the sidecar starts, or if the server is not up yet at the
-//! first tool call (which says so when it still is not), and the [`Keeper`] renews its
-//! leases in the background, so the model never heartbeats. An acquire that is not granted
-//! within `wait_s` (≤ 45 s, below the 60 s MCP clients time out at) answers WAIT with a
-//! ticket that stays queued for [`QUEUE_MS`]; a follower task keeps polling it, so a lease
-//! granted while the model is elsewhere is renewed from the moment it is granted. A DIE is
-//! slept off and retried within `wait_s` when the agent holds nothing; otherwise it is
-//! answered with what to release. Lost leases and tickets resolved between calls are told at
-//! the head of the next tool result and at once as MCP log messages. When stdin ends, the
-//! session is closed: every lease released, every wait withdrawn.
+//! first tool call (which says so when it still is not), and again at the next call after
+//! the server forgot it (closed for idleness, or restarted without its data: the model is
+//! told). The [`Keeper`] renews its leases in the background, so the model never heartbeats.
+//! An acquire that is not granted within `wait_s` (≤ 45 s, below the 60 s MCP clients time
+//! out at) answers WAIT with a ticket that stays queued for [`QUEUE_MS`]; a follower task
+//! keeps polling it, so a lease granted while the model is elsewhere is renewed from the
+//! moment it is granted. A DIE is slept off and retried within `wait_s` when the agent holds
+//! nothing; otherwise it is answered with what to release. Lost leases and tickets resolved
+//! between calls are told at the head of the next tool result and at once as MCP log
+//! messages. When stdin ends, or at SIGTERM, SIGINT or SIGHUP, the session is closed: every
+//! lease released, every wait withdrawn.
 
 use super::args::{Connection, Flags, CONNECTION_HELP};
+use super::child;
 use super::client::{Client, Failure};
 use super::keeper::{Keeper, Loss};
 use super::overview::{describe_blockers, describe_leases, gather, render, render_resource};
@@ -23,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch, OnceCell};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// How long a ticket stays queued after a WAIT answer, for the model to come back.
@@ -37,7 +40,7 @@ usage: klock mcp [connection flags] [--type TYPE]...
 A Model Context Protocol server on stdin/stdout for one LLM agent: the agent host launches
 it once per agent. It opens one Klock session when it starts (or at the first tool call, if
 the server is not up yet), renews its leases in the background, and closes the session
-(releasing everything) when stdin ends.
+(releasing everything) when stdin ends or it gets SIGTERM, SIGINT or SIGHUP.
 Tools: klock_acquire, klock_await, klock_release, klock_status, klock_reconcile, klock_who.
 
   --type TYPE      resource types klock_who lists besides those the agent used (default FILE)
@@ -76,7 +79,10 @@ pub struct Sidecar {
     client: Client,
     ns: String,
     agent: String,
-    live: OnceCell<Live>,
+    /// The session while the server knows it; dropped when the server says it is gone (closed
+    /// for idleness after `session_idle_ms` holding nothing, or a server restarted without
+    /// its data), so the next call opens another instead of failing for good.
+    live: tokio::sync::Mutex<Option<Arc<Live>>>,
     /// Resource types to list in klock_who.
     types: Mutex<BTreeSet<String>>,
     /// Tickets being followed, by ticket.
@@ -113,7 +119,7 @@ pub fn parse(args: &[String]) -> Result<(Sidecar, mpsc::UnboundedReceiver<String
         client: connection.client()?,
         ns: connection.ns(),
         agent: connection.agent(),
-        live: OnceCell::new(),
+        live: tokio::sync::Mutex::default(),
         types: Mutex::new(types),
         tickets: Mutex::default(),
         unreported: Arc::default(),
@@ -122,7 +128,7 @@ pub fn parse(args: &[String]) -> Result<(Sidecar, mpsc::UnboundedReceiver<String
     Ok((sidecar, rx))
 }
 
-/// Serves MCP until stdin ends, then closes the session.
+/// Serves MCP until stdin ends (or SIGTERM, SIGINT, SIGHUP), then closes the session.
 ///
 /// # Errors
 /// The MCP handshake failed.
@@ -134,8 +140,14 @@ pub async fn run(sidecar: Sidecar, notices: mpsc::UnboundedReceiver<String>) -> 
     tokio::spawn(async move {
         let _ = early.live().await;
     });
-    let served = klock_mcp::serve(Shared(sidecar.clone()), notices).await;
-    if let Some(live) = sidecar.live.get() {
+    let served = tokio::select! {
+        served = klock_mcp::serve(Shared(sidecar.clone()), notices) => served,
+        // A host that stops its sidecar with SIGTERM (MCP hosts do, after closing stdin, or
+        // instead of it) or a Ctrl-C still frees its leases at once, not after their TTL.
+        _ = child::interrupted() => Ok(()),
+    };
+    let live = sidecar.live.lock().await.take();
+    if let Some(live) = live {
         if let Err(e) = live.session.close().await {
             eprintln!("klock mcp: could not close the session ({e}); its leases end at their TTL");
         }
@@ -148,24 +160,57 @@ pub async fn run(sidecar: Sidecar, notices: mpsc::UnboundedReceiver<String>) -> 
 struct Shared(Arc<Sidecar>);
 
 impl Sidecar {
-    /// The session: opened once, at start or else by the first call that finds the server up.
-    async fn live(&self) -> Result<&Live, Reply> {
-        self.live
-            .get_or_try_init(|| async {
-                let session = Session::open(self.client.clone(), &self.ns, &self.agent).await?;
-                let (keeper, losses) = Keeper::start(session.clone());
-                tokio::spawn(report_losses(
-                    losses,
-                    self.unreported.clone(),
-                    self.notices.clone(),
-                ));
-                Ok::<Live, Failure>(Live {
-                    session,
-                    keeper: Arc::new(keeper),
-                })
-            })
+    /// The session: opened at start, or else by the first call that finds the server up, and
+    /// again after the server forgot it ([`Sidecar::gone`]).
+    async fn live(&self) -> Result<Arc<Live>, Reply> {
+        let mut live = self.live.lock().await;
+        if let Some(live) = &*live {
+            return Ok(live.clone());
+        }
+        let session = Session::open(self.client.clone(), &self.ns, &self.agent)
             .await
-            .map_err(|e| failed(format!("Klock is unavailable, so nothing was claimed: {e}")))
+            .map_err(|e| failed(format!("Klock is unavailable, so nothing was claimed: {e}")))?;
+        let (keeper, losses) = Keeper::start(session.clone());
+        tokio::spawn(report_losses(
+            losses,
+            self.unreported.clone(),
+            self.notices.clone(),
+        ));
+        let fresh = Arc::new(Live {
+            session,
+            keeper: Arc::new(keeper),
+        });
+        *live = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// The session if one is open, without opening one.
+    async fn current(&self) -> Option<Arc<Live>> {
+        self.live.lock().await.clone()
+    }
+
+    /// `true` if `failure` says the server no longer knows `dead`'s session: then it is
+    /// dropped with its waits (the next [`Sidecar::live`] opens a new one) and the model is
+    /// told in the next result.
+    async fn gone(&self, dead: &Arc<Live>, failure: &Failure) -> bool {
+        if failure.name() != "UNKNOWN_SESSION" {
+            return false;
+        }
+        let mut live = self.live.lock().await;
+        if live.as_ref().is_some_and(|l| Arc::ptr_eq(l, dead)) {
+            *live = None;
+            self.tickets.lock().expect("sidecar lock").clear();
+            let held = dead.keeper.held();
+            let what = if held.is_empty() {
+                String::from("it held nothing")
+            } else {
+                format!("{} ended with it", describe_leases(&held))
+            };
+            self.unreported.lock().expect("sidecar lock").push(format!(
+                "Your Klock session ended on the server (closed after being idle, or the server restarted without its data); {what}, and any wait was withdrawn. A new session is opened for your next request."
+            ));
+        }
+        true
     }
 
     /// Prefixes what happened since the last call, and the ticket outcomes not yet told.
@@ -201,7 +246,7 @@ impl Sidecar {
     }
 
     /// Follows a ticket in the background until it ends; a grant is kept renewed at once.
-    fn follow(&self, live: &Live, ticket: u64, blockers: Vec<Blocker>) {
+    fn follow(&self, live: &Arc<Live>, ticket: u64, blockers: Vec<Blocker>) {
         let (tx, end) = watch::channel(None);
         let (session, keeper) = (live.session.clone(), live.keeper.clone());
         let notices = self.notices.clone();
@@ -259,10 +304,11 @@ impl Sidecar {
         }
         let ttl_ms = args.ttl_s.unwrap_or(60).max(1).saturating_mul(1000);
         let wait = Duration::from_secs(args.wait_s.unwrap_or(30)).min(MAX_WAIT);
-        let live = match self.live().await {
+        let mut live = match self.live().await {
             Ok(live) => live,
             Err(reply) => return reply,
         };
+        let mut reopened = false;
         {
             let mut types = self.types.lock().expect("sidecar lock");
             for intent in &args.intents {
@@ -290,6 +336,15 @@ impl Sidecar {
                         "The Klock server answered an unheld acquire as if held: is it the same version as this klock?",
                     ))
                 }
+                // Asked once more in a new session: this request was never decided.
+                Err(e) if !reopened && self.gone(&live, &e).await => {
+                    reopened = true;
+                    live = match self.live().await {
+                        Ok(live) => live,
+                        Err(reply) => return reply,
+                    };
+                    continue;
+                }
                 Err(e) => return failed(format!("Nothing was claimed: {e}")),
             };
             match verdict {
@@ -300,7 +355,7 @@ impl Sidecar {
                 Verdict::Wait { ticket, held_by } => {
                     let ticket = ticket.0;
                     let blockers = describe_blockers(&held_by);
-                    self.follow(live, ticket, held_by);
+                    self.follow(&live, ticket, held_by);
                     let left = give_up.saturating_duration_since(Instant::now());
                     return match self.wait_ticket(ticket, left).await {
                         Some(end) => ended(ticket, &end),
@@ -347,10 +402,6 @@ impl Sidecar {
     }
 
     async fn release(&self, args: ReleaseArgs) -> Reply {
-        let live = match self.live().await {
-            Ok(live) => live,
-            Err(reply) => return reply,
-        };
         let all = args.all.unwrap_or(false);
         let ids = match (&args.lease_ids, all) {
             (Some(ids), false) if !ids.is_empty() => Some(ids.as_slice()),
@@ -360,6 +411,13 @@ impl Sidecar {
                     "Pass lease_ids (a list of lease ids) or all: true, not both.",
                 ))
             }
+        };
+        // Without a session there is nothing to release; none is opened for it.
+        let Some(live) = self.current().await else {
+            return Reply {
+                text: String::from("RELEASED 0 lease(s). You hold nothing now."),
+                failed: false,
+            };
         };
         if all {
             // Waits first (their followers stopped), so a grant that comes meanwhile is
@@ -372,6 +430,8 @@ impl Sidecar {
         live.keeper.forget(ids);
         let released = match live.session.release(ids).await {
             Ok(n) => n,
+            // The session ended on the server, and its leases with it.
+            Err(e) if self.gone(&live, &e).await => 0,
             Err(e) => {
                 return failed(format!(
                     "Release failed: {e}. Your leases end at their TTL anyway."
@@ -393,7 +453,7 @@ impl Sidecar {
     async fn status(&self, args: StatusArgs) -> Reply {
         match resource_state(&self.client, &self.ns, &args.resource).await {
             Ok((state, now)) => {
-                let mine = self.live.get().map(|l| l.session.info.session_id);
+                let mine = self.current().await.map(|l| l.session.info.session_id);
                 let others = state
                     .holders
                     .iter()
@@ -414,20 +474,23 @@ impl Sidecar {
     }
 
     async fn reconcile(&self) -> Reply {
+        let nothing = || Reply {
+            text: String::from("You hold no lease (as far as this agent knows)."),
+            failed: false,
+        };
         let live = match self.live().await {
             Ok(live) => live,
             Err(reply) => return reply,
         };
         let held = live.keeper.held();
         if held.is_empty() {
-            return Reply {
-                text: String::from("You hold no lease (as far as this agent knows)."),
-                failed: false,
-            };
+            return nothing();
         }
         let ids: Vec<u64> = held.iter().map(|l| l.lease_id.0).collect();
         let statuses = match live.session.reconcile(&ids).await {
             Ok(s) => s,
+            // The session ended on the server, and its leases with it (the notice says so).
+            Err(e) if self.gone(&live, &e).await => return nothing(),
             Err(e) => return failed(format!("Cannot reconcile: {e}")),
         };
         let mut text = String::new();
