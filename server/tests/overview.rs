@@ -179,6 +179,12 @@ fn reconcile_shows_a_saved_session_and_can_give_it_up() {
     );
     assert_eq!(out.status.code(), Some(75), "{:?}", text(&out));
     assert!(digest.exists());
+    let out = run(&server, &["status"]);
+    let (stdout, _) = text(&out);
+    assert!(
+        stdout.contains("most contended:\n  FILE:/x: ") && stdout.contains("found it held"),
+        "{stdout}"
+    );
 
     let out = run(&server, &["reconcile", "--digest", digest_arg]);
     let (stdout, stderr) = text(&out);

@@ -186,9 +186,13 @@ pub fn render(o: &Overview, types: &[String]) -> String {
         }
     }
     if !o.contended.is_empty() {
-        let _ = writeln!(out, "most contended (requests that found a blocker):");
+        let _ = writeln!(out, "most contended:");
         for c in &o.contended {
-            let _ = writeln!(out, "  {} {}", c.resource, c.blocked);
+            let _ = writeln!(
+                out,
+                "  {}: {} request(s) found it held",
+                c.resource, c.blocked
+            );
         }
     }
     if !o.ghosts.is_empty() {
