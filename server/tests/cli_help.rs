@@ -49,7 +49,7 @@ fn every_subcommand_has_help_with_an_example() {
 
 #[test]
 fn an_unknown_flag_is_refused_and_names_the_help() {
-    for sub in ["serve", "exec", "status"] {
+    for sub in ["serve", "exec", "mcp", "status", "reconcile"] {
         let (code, _, err) = klock(&[sub, "--no-such-flag"]);
         assert_eq!(code, 2, "klock {sub} --no-such-flag: {err}");
         assert!(err.contains("--no-such-flag"), "klock {sub}: {err}");

@@ -684,3 +684,64 @@ fn a_server_that_dies_mid_command_leaves_a_digest_for_its_restart() {
         "{err}"
     );
 }
+
+#[test]
+fn a_command_that_outlives_its_ttl_many_times_keeps_its_lease() {
+    let server = server();
+    // Renewed every 100 ms (a third of the TTL): 1.5 s is five TTLs.
+    let c = exec(
+        &server,
+        &[
+            "--ttl",
+            "300ms",
+            "--intent",
+            "MUTATES FILE:/x",
+            "--",
+            "sleep",
+            "1.5",
+        ],
+    );
+    let (code, _, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
+    let server = server();
+    let dir = temp();
+    let (started, survived) = (dir.path().join("started"), dir.path().join("survived"));
+    let script = format!(
+        "trap '' TERM; touch {}; sleep 3; touch {}",
+        started.display(),
+        survived.display()
+    );
+    let mut c = exec(
+        &server,
+        &[
+            "--ttl",
+            "600ms",
+            "--kill-after",
+            "500ms",
+            "--intent",
+            "MUTATES FILE:/x",
+        ],
+    );
+    c.args(["--", "sh", "-c", &script]);
+    let run = Running::spawn(c);
+    wait_for(&started);
+    let killed = Instant::now();
+    server.kill();
+    let (code, _, err) = run.finish(Duration::from_secs(10));
+    assert_eq!(code, 107, "{err}");
+    // The TTL, then --kill-after, not the command's 3 s.
+    assert!(
+        killed.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        killed.elapsed()
+    );
+    // Past the moment a surviving command would have touched the file.
+    std::thread::sleep(
+        (killed + Duration::from_millis(3300)).saturating_duration_since(Instant::now()),
+    );
+    assert!(!survived.exists(), "the command outlived the SIGKILL");
+}
