@@ -13,9 +13,16 @@ use rmcp::schemars::{self, JsonSchema};
 use rmcp::{tool, tool_handler, tool_router, ServerHandler};
 use serde::Deserialize;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The longest a tool call blocks: MCP clients commonly time out at 60 s.
 pub const MAX_WAIT_S: u64 = 45;
+
+/// `wait_s`, or `default` seconds when not given, never more than [`MAX_WAIT_S`]: a longer
+/// wait is cut to it (the answer is then WAIT with a ticket, and the tool descriptions say so).
+fn bounded_wait(wait_s: Option<u64>, default: u64) -> Duration {
+    Duration::from_secs(wait_s.unwrap_or(default).min(MAX_WAIT_S))
+}
 
 /// `klock_acquire`'s parameters.
 #[derive(Clone, Debug, Deserialize, JsonSchema)]
@@ -34,6 +41,13 @@ pub struct AcquireArgs {
     pub wait_s: Option<u64>,
 }
 
+impl AcquireArgs {
+    /// How long this call may block: `wait_s`, 30 s by default, at most [`MAX_WAIT_S`].
+    pub fn wait(&self) -> Duration {
+        bounded_wait(self.wait_s, 30)
+    }
+}
+
 /// `klock_await`'s parameters.
 #[derive(Clone, Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +56,13 @@ pub struct AwaitArgs {
     pub ticket: u64,
     /// Seconds to wait, at most 45 (default 45).
     pub wait_s: Option<u64>,
+}
+
+impl AwaitArgs {
+    /// How long this call may block: `wait_s`, [`MAX_WAIT_S`] by default and at most.
+    pub fn wait(&self) -> Duration {
+        bounded_wait(self.wait_s, MAX_WAIT_S)
+    }
 }
 
 /// `klock_release`'s parameters.
@@ -188,6 +209,23 @@ mod tests {
         async fn who(&self) -> Reply {
             unimplemented!()
         }
+    }
+
+    #[test]
+    fn no_call_blocks_longer_than_45_s() {
+        let acquire = |wait_s| AcquireArgs {
+            intents: vec![String::from("MUTATES FILE:/x")],
+            ttl_s: None,
+            wait_s,
+        };
+        let wait = |wait_s| AwaitArgs { ticket: 1, wait_s };
+        assert_eq!(acquire(None).wait(), Duration::from_secs(30));
+        assert_eq!(acquire(Some(10)).wait(), Duration::from_secs(10));
+        assert_eq!(acquire(Some(100)).wait(), Duration::from_secs(45));
+        assert_eq!(acquire(Some(u64::MAX)).wait(), Duration::from_secs(45));
+        assert_eq!(wait(None).wait(), Duration::from_secs(45));
+        assert_eq!(wait(Some(0)).wait(), Duration::ZERO);
+        assert_eq!(wait(Some(46)).wait(), Duration::from_secs(45));
     }
 
     #[test]

@@ -31,9 +31,6 @@ use tokio::time::Instant;
 
 /// How long a ticket stays queued after a WAIT answer, for the model to come back.
 pub const QUEUE_MS: u64 = 300_000;
-/// The longest one tool call blocks.
-const MAX_WAIT: Duration = Duration::from_secs(klock_mcp::tools::MAX_WAIT_S);
-
 pub const HELP: &str = "\
 usage: klock mcp [connection flags] [--type TYPE]...
 
@@ -303,7 +300,7 @@ impl Sidecar {
             ));
         }
         let ttl_ms = args.ttl_s.unwrap_or(60).max(1).saturating_mul(1000);
-        let wait = Duration::from_secs(args.wait_s.unwrap_or(30)).min(MAX_WAIT);
+        let wait = args.wait();
         let mut live = match self.live().await {
             Ok(live) => live,
             Err(reply) => return reply,
@@ -380,7 +377,7 @@ impl Sidecar {
     }
 
     async fn await_ticket(&self, args: AwaitArgs) -> Reply {
-        let wait = Duration::from_secs(args.wait_s.unwrap_or(45)).min(MAX_WAIT);
+        let wait = args.wait();
         let blockers = {
             let tickets = self.tickets.lock().expect("sidecar lock");
             match tickets.get(&args.ticket) {
