@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the Python side on a fresh machine, idempotently, and fast when nothing changed:
 # - a virtualenv with pip at .venv/ in the repository root (created only if missing);
-# - maturin, pytest, pytest-timeout (every test has a time limit), mypy, and httpx (the
+# - maturin, pytest, pytest-timeout (every test has a time limit), pytest-xdist, mypy, and httpx (the
 #   remote client's one dependency, klock.connect; the range python/pyproject.toml declares)
 #   in it (installed only if missing);
 # - the klock package in development mode (python/klock, editable) with the extension
@@ -29,6 +29,7 @@ missing=()
 [ -x "$venv/bin/maturin" ] || missing+=("maturin>=1.9,<2.0")
 "$py" -c "import pytest" >/dev/null 2>&1 || missing+=("pytest>=8")
 "$py" -c "import pytest_timeout" >/dev/null 2>&1 || missing+=("pytest-timeout>=2.3")
+"$py" -c "import xdist" >/dev/null 2>&1 || missing+=("pytest-xdist>=3.6")
 "$py" -c "import mypy" >/dev/null 2>&1 || missing+=("mypy>=1.10")
 "$py" -c "import httpx" >/dev/null 2>&1 || missing+=("httpx>=0.27,<1.0")
 if [ ${#missing[@]} -gt 0 ]; then

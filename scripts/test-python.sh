@@ -6,7 +6,9 @@
 #   - the replayer over every script (each must reproduce exactly) and every mutant (each
 #     must fail: a replayer that passes one ignores a recorded value),
 #   - pytest over python/tests with warnings as errors and a time limit per test (collecting
-#     nothing is a failure); it reuses the scripts made here, and the client tests run on both
+#     nothing is a failure), in two worker processes (pytest-xdist: the tests spend about a
+#     third of their time waiting on real time and on servers, so two workers on two cores
+#     take about 50 s instead of 80); it reuses the scripts made here, and the client tests run on both
 #     backends: in-process and remote, against `klock serve` processes they start from the
 #     binary scripts/klock-bin.sh names (passed as KLOCK_BIN),
 #   - mypy's stubtest (python/klock/_core.pyi against the built module),
@@ -48,9 +50,9 @@ step "the klock binary for the remote tests (scripts/klock-bin.sh)"
 KLOCK=$(bash scripts/klock-bin.sh | tail -n1)
 echo "$KLOCK"
 
-step "pytest -W error python/tests"
+step "pytest -W error -n 2 python/tests"
 set +e
-KLOCK_SCRIPTS="$scripts" KLOCK_BIN="$KLOCK" "$py" -m pytest -W error -q -rs python/tests
+KLOCK_SCRIPTS="$scripts" KLOCK_BIN="$KLOCK" "$py" -m pytest -W error -q -rs -n 2 python/tests
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
