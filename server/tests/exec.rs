@@ -101,6 +101,31 @@ fn wait_for(path: &Path) {
     }
 }
 
+/// Reruns agent `job` with `--digest digest`: it must resume `session` with its `priority`
+/// (as its `-v` line says), succeed, and remove the digest, its work done.
+fn rerun_resumes(server: &Spawned, digest: &Path, session: u64, priority: u64) {
+    let mut c = exec(
+        server,
+        &["-v", "--agent", "job", "--digest", digest.to_str().unwrap()],
+    );
+    c.args([
+        "--intent",
+        "MUTATES FILE:/x",
+        "--",
+        "sh",
+        "-c",
+        "echo $KLOCK_SESSION",
+    ]);
+    let (code, out, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), session.to_string());
+    assert!(
+        err.contains(&format!("priority {priority}, resumed")),
+        "{err}"
+    );
+    assert!(!digest.exists(), "a finished run leaves no digest behind");
+}
+
 #[test]
 fn two_runs_on_one_file_serialize() {
     let server = server();
@@ -268,26 +293,7 @@ fn a_lost_lease_stops_the_command_and_a_rerun_keeps_the_priority() {
     // A younger session opens meanwhile; the rerun still comes back with the older priority.
     let c = exec(&server, &["--intent", "MUTATES FILE:/other", "--", "true"]);
     assert_eq!(Running::spawn(c).finish(Duration::from_secs(10)).0, 0);
-    let mut c = exec(
-        &server,
-        &["-v", "--agent", "job", "--digest", digest.to_str().unwrap()],
-    );
-    c.args([
-        "--intent",
-        "MUTATES FILE:/x",
-        "--",
-        "sh",
-        "-c",
-        "echo $KLOCK_SESSION",
-    ]);
-    let (code, out, err) = Running::spawn(c).finish(Duration::from_secs(10));
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(out.trim(), session.to_string());
-    assert!(
-        err.contains(&format!("priority {priority}, resumed")),
-        "{err}"
-    );
-    assert!(!digest.exists(), "a finished run leaves no digest behind");
+    rerun_resumes(&server, &digest, session, priority);
 }
 
 #[test]
@@ -662,27 +668,13 @@ fn a_server_that_dies_mid_command_leaves_a_digest_for_its_restart() {
     // The server could not give the digest: the run wrote the one it knew.
     assert!(err.contains("saved the session to"), "{err}");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&digest).unwrap()).unwrap();
-    assert_eq!(saved["identity"]["session_id"].to_string(), out.trim());
+    let session = saved["identity"]["session_id"].as_u64().unwrap();
+    assert_eq!(session.to_string(), out.trim());
+    let priority = saved["identity"]["priority_timestamp"].as_u64().unwrap();
 
     // The server restarts from its log: the rerun resumes the session, with its priority.
     let server = Spawned::start(klock(), &["--data", data_arg]).expect("restart klock serve");
-    let mut c = exec(&server, &["-v", "--agent", "job", "--digest", digest_arg]);
-    c.args([
-        "--intent",
-        "MUTATES FILE:/x",
-        "--",
-        "sh",
-        "-c",
-        "echo $KLOCK_SESSION",
-    ]);
-    let (code, rerun, err) = Running::spawn(c).finish(Duration::from_secs(10));
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(rerun.trim(), out.trim());
-    let priority = saved["identity"]["priority_timestamp"].as_u64().unwrap();
-    assert!(
-        err.contains(&format!("priority {priority}, resumed")),
-        "{err}"
-    );
+    rerun_resumes(&server, &digest, session, priority);
 }
 
 #[test]
