@@ -1,5 +1,6 @@
 //! A live session remembers only its most recent ENDED_MEMORY_PER_SESSION ended leases and
-//! tickets: exact answers inside the window, UNKNOWN beyond it (bounded memory).
+//! tickets: exact answers inside the window, UNKNOWN beyond it (bounded memory). The same
+//! holds for `ticket_waiting`, the pure query of where a ticket stands.
 
 use klock_core::{
     AcquireOptions, Config, ErrorCode, Kernel, LeaseId, LeaseStatus, TicketId, Verdict,
@@ -72,10 +73,18 @@ fn ended_tickets_beyond_the_window_are_forgotten() {
         else {
             panic!("the older session waits");
         };
+        assert_eq!(k.ticket_waiting(older, ticket), Some(true));
+        assert_eq!(k.ticket_waiting(holder, ticket), None, "not the holder's");
         k.cancel_wait(older, ticket, 1).unwrap();
         tickets.push(ticket);
     }
     let (first, last) = (tickets[0], *tickets.last().unwrap());
+    // What ticket_waiting says follows the same memory: ended within the window, unknown
+    // beyond it, and never another session's.
+    assert_eq!(k.ticket_waiting(older, last), Some(false));
+    assert_eq!(k.ticket_waiting(holder, last), None);
+    assert_eq!(k.ticket_waiting(older, first), None);
+    assert_eq!(k.ticket_waiting(older, TicketId(u64::MAX)), None);
     assert_eq!(
         k.cancel_wait(older, last, 2).unwrap_err().code,
         ErrorCode::UnknownTicket

@@ -21,6 +21,63 @@ fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Val
     )
 }
 
+/// A ticket poll answers for the session's own tickets only: WAIT while one waits, its outcome
+/// from the stream once it ends, 410 TICKET_ENDED when that outcome is no longer in the stream
+/// after the caller's `after`, and 404 UNKNOWN_TICKET, at once, for a ticket never its own.
+#[test]
+fn a_ticket_poll_never_answers_wait_for_a_ticket_that_is_not_waiting() {
+    let s = Server::start(&["--memory"]);
+    let older = open(&s, "default", "older");
+    let younger = open(&s, "default", "younger");
+    let other = open(&s, "default", "other");
+    let intent = json!({"intents": ["MUTATES FILE:/t"]});
+    let (_, v) = on(&s, &younger, "POST", "acquire", intent.clone());
+    let lease = v["leases"][0]["lease_id"].as_u64().unwrap();
+    let (_, v) = on(&s, &older, "POST", "acquire", intent);
+    assert_eq!(v["verdict"], "WAIT", "{v}");
+    let ticket = v["ticket"].as_u64().unwrap();
+    let poll = |agent: &Agent, query: &str| {
+        let started = std::time::Instant::now();
+        let answer = on(&s, agent, "GET", &format!("tickets/{query}"), json!({}));
+        (answer, started.elapsed())
+    };
+
+    let ((status, v), _) = poll(&older, &format!("{ticket}?wait_ms=0"));
+    assert_eq!((status, &v["verdict"]), (200, &json!("WAIT")), "{v}");
+    // Not held for the 5 s asked: there is nothing to wait for.
+    for (agent, query) in [
+        (&older, "424242?wait_ms=5000"),
+        (&other, &*format!("{ticket}?wait_ms=5000")),
+    ] {
+        let ((status, v), took) = poll(agent, query);
+        assert_eq!(
+            (status, v["error"]["name"].as_str()),
+            (404, Some("UNKNOWN_TICKET")),
+            "{v}"
+        );
+        assert!(took < Duration::from_secs(4), "held {took:?}: {v}");
+    }
+
+    let (_, v) = on(
+        &s,
+        &younger,
+        "POST",
+        "release",
+        json!({"lease_ids": [lease]}),
+    );
+    assert_eq!(v["released"], json!(true), "{v}");
+    let ((status, v), _) = poll(&older, &format!("{ticket}?wait_ms=5000"));
+    assert_eq!((status, v["event"].as_str()), (200, Some("GRANTED")), "{v}");
+    let seen = v["event_id"].as_str().unwrap().to_owned();
+    let ((status, v), took) = poll(&older, &format!("{ticket}?wait_ms=5000&after={seen}"));
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (410, Some("TICKET_ENDED")),
+        "{v}"
+    );
+    assert!(took < Duration::from_secs(4), "held {took:?}: {v}");
+}
+
 #[test]
 fn health_version_and_unknown_routes() {
     let s = Server::start(&["--memory"]);

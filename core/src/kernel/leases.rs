@@ -165,6 +165,19 @@ impl Kernel {
         })
     }
 
+    /// Where `ticket` stands for `session`, a pure query (no `now`, nothing settles):
+    /// `Some(true)` while it waits; `Some(false)` once it ended (granted, timed out, died,
+    /// wounded or withdrawn), for as long as the kernel remembers the session's ended tickets
+    /// (the same memory that makes `cancel_wait` of an ended ticket `UNKNOWN_TICKET`, not
+    /// `NOT_OWNER`); `None` if it was never this session's ticket, or is forgotten. For hosts
+    /// that answer a poll of a ticket's outcome from their event streams.
+    pub fn ticket_waiting(&self, session: SessionId, ticket: TicketId) -> Option<bool> {
+        if let Some(t) = self.tickets.get(&ticket) {
+            return (t.session == session).then_some(true);
+        }
+        (self.ended_tickets.get(&ticket) == Some(&session)).then_some(false)
+    }
+
     /// Withdraws a waiting ticket of the session.
     ///
     /// # Errors

@@ -126,9 +126,37 @@ pub(super) async fn ticket(
     let session = authorize(&api, &ns, &sid, &headers).await?;
     let ticket = ticket_id(&tid)?;
     let (hold, after) = q.parse()?;
-    match resolve_ticket(&api, session, ticket, after, hold).await {
-        Some(v) => Ok(Json(v)),
-        None => Ok(Json(json!({"verdict": "WAIT", "ticket": ticket}))),
+    // Read between the engine's batches, which record their events before the next read: a
+    // ticket that has ended by now has its outcome in the stream already, so only a waiting
+    // one is worth holding the request for.
+    let waiting = api
+        .engine
+        .read(move |m| m.kernel().ticket_waiting(session, ticket))
+        .await?;
+    let hold = if waiting == Some(true) {
+        hold
+    } else {
+        Duration::ZERO
+    };
+    match (
+        resolve_ticket(&api, session, ticket, after, hold).await,
+        waiting,
+    ) {
+        (Some(v), _) => Ok(Json(v)),
+        (None, Some(true)) => Ok(Json(json!({"verdict": "WAIT", "ticket": ticket}))),
+        (None, Some(false)) => Err(ApiError::other(
+            StatusCode::GONE,
+            "TICKET_ENDED",
+            format!(
+                "ticket {ticket} has ended, and its outcome is no longer in this session's event \
+                 stream after event {after}: ask again (an acquire of the same intents reuses \
+                 any lease the session already holds for them)"
+            ),
+        )),
+        (None, None) => Err(ApiError::kernel(Error::new(
+            ErrorCode::UnknownTicket,
+            format!("ticket {ticket} was never this session's (or ended too long ago to be known)"),
+        ))),
     }
 }
 

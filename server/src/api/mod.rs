@@ -169,6 +169,16 @@ impl ApiError {
         }
     }
 
+    /// An error of the server's own (not a kernel error): its status and stable name.
+    fn other(status: StatusCode, name: &'static str, message: String) -> ApiError {
+        ApiError {
+            status,
+            code: 0,
+            name,
+            message,
+        }
+    }
+
     fn unauthorized(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::UNAUTHORIZED,

@@ -23,15 +23,6 @@ use crate::history::{replay, Step};
 use axum::extract::RawQuery;
 use klock_core::KernelState;
 
-fn error(status: StatusCode, name: &'static str, message: String) -> ApiError {
-    ApiError {
-        status,
-        code: 0,
-        name,
-        message,
-    }
-}
-
 /// `name=value&...` with whole numbers, every name among `allowed`.
 fn numbers(raw: Option<String>, allowed: &[&str]) -> Result<Vec<(String, u64)>, ApiError> {
     let mut out: Vec<(String, u64)> = Vec::new();
@@ -76,7 +67,7 @@ fn check_namespace(ns: &str) -> Result<(), ApiError> {
 
 fn not_kept(kept: ((u64, u64), (u64, u64)), what: String) -> ApiError {
     let ((oldest_index, oldest_now), (newest_index, newest_now)) = kept;
-    error(
+    ApiError::other(
         StatusCode::GONE,
         "HISTORY_NOT_KEPT",
         format!(
@@ -89,7 +80,7 @@ fn not_kept(kept: ((u64, u64), (u64, u64)), what: String) -> ApiError {
 
 /// The answer of a server started without a history.
 fn nothing_kept() -> ApiError {
-    error(
+    ApiError::other(
         StatusCode::GONE,
         "HISTORY_NOT_KEPT",
         String::from(
@@ -100,7 +91,7 @@ fn nothing_kept() -> ApiError {
 }
 
 fn internal(message: String) -> ApiError {
-    error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
+    ApiError::other(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
 }
 
 /// Whether `ns` has a session open in `state` or opened (or resumed) in `steps`.
@@ -131,7 +122,7 @@ pub(super) async fn history(
     if let Some(axum::Extension(reach)) = reach {
         let name = reach.name.unwrap_or_default();
         if reach.role == Some(Role::Agent) {
-            return Err(error(
+            return Err(ApiError::other(
                 StatusCode::FORBIDDEN,
                 "FORBIDDEN",
                 format!(
@@ -141,7 +132,7 @@ pub(super) async fn history(
             ));
         }
         if !reach.everywhere {
-            return Err(error(
+            return Err(ApiError::other(
                 StatusCode::FORBIDDEN,
                 "FORBIDDEN",
                 format!(
@@ -156,7 +147,7 @@ pub(super) async fn history(
     let (from, to) = (get(&params, "from"), get(&params, "to"));
     if let (Some(f), Some(t)) = (from, to) {
         if f > t {
-            return Err(error(
+            return Err(ApiError::other(
                 StatusCode::BAD_REQUEST,
                 "BAD_RANGE",
                 format!("from ({f}) is after to ({t}): a range runs forward in time"),
@@ -196,7 +187,7 @@ pub(super) async fn history(
         let (mut kernel, start_now, steps) = slice.state_at(start_index).map_err(internal)?;
         let state = kernel.export_state();
         if !known(&ns, &state, &steps) {
-            return Err(error(
+            return Err(ApiError::other(
                 StatusCode::NOT_FOUND,
                 "UNKNOWN_NAMESPACE",
                 format!(
@@ -258,7 +249,7 @@ pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) 
             }
             let kept = (h.oldest(), h.newest());
             if index > kept.1 .0 {
-                return Err(error(
+                return Err(ApiError::other(
                     StatusCode::NOT_FOUND,
                     "UNKNOWN_INDEX",
                     format!(
