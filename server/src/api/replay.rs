@@ -281,9 +281,9 @@ pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) 
     responses((status = 200, description = "{index, now, snapshot}", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn overview(State(api): State<Api>, Path(ns): Path<String>) -> Answer {
-    check_namespace(&ns)?;
     // Built where the kernel lives, from `&self`: only this namespace's views are made, and
-    // the kernel is neither copied nor settled (the engine's timer settles it).
+    // the kernel is neither copied nor settled (the engine's timer settles it). The kernel
+    // checks the namespace (INVALID_NAMESPACE).
     let (index, now, snapshot, ns) = api
         .engine
         .read(move |m| {
