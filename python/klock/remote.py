@@ -526,17 +526,14 @@ class RemoteKernel:
                 for b in d.get("held_by") or []
             ],
         )
-        if not self.manual:
-            with self._state_lock:
-                if verdict.verdict == "GRANTED":
-                    for lease in leases:
-                        self._local[lease.lease_id] = _Local(
-                            now + lease.ttl_ms, lease.ttl_ms, session, False
-                        )
-                elif verdict.verdict == "WAIT" and verdict.ticket is not None:
-                    self._tickets[verdict.ticket] = (now, session)
-        elif verdict.verdict == "WAIT" and verdict.ticket is not None:
-            self._tickets[verdict.ticket] = (now, session)
+        with self._state_lock:
+            if verdict.verdict == "WAIT" and verdict.ticket is not None:
+                self._tickets[verdict.ticket] = (now, session)
+            elif verdict.verdict == "GRANTED" and not self.manual:
+                for lease in leases:
+                    self._local[lease.lease_id] = _Local(
+                        now + lease.ttl_ms, lease.ttl_ms, session, False
+                    )
         return verdict
 
     def heartbeat(
@@ -819,7 +816,9 @@ class RemoteKernel:
         )
 
     def stats(self) -> dict[str, Any]:
-        """The server's counters, contention and ghost agents for the Klock's namespace."""
+        """The server's counters, contention and ghost agents, kernel-wide as its
+        ``/v1/ns/{ns}/stats`` reports them (asked through the Klock's namespace, which the
+        token must cover)."""
         klock = self._klock()
         ns = klock.namespace if klock is not None else "default"
         return self._request("GET", f"/v1/ns/{quote(ns, safe='')}/stats")  # type: ignore[no-any-return]
