@@ -5,8 +5,8 @@
 //!   each log entry, its index, its time and the kernel calls it made ([`Step`], from
 //!   `machine::Applied::kernel_calls`), plus checkpoints of the kernel's exported state
 //!   ([`KernelState`]) every [`CHECKPOINT_EVERY`] entries, or every as many entries as the
-//!   kernel has sessions, leases and tickets if that is more (a checkpoint costs O(state), so
-//!   its cost per entry stays constant). A kernel imported from a
+//!   last checkpoint holds sessions, leases and tickets if that is more (a checkpoint costs
+//!   O(state), so its cost per entry stays constant). A kernel imported from a
 //!   checkpoint that, for each later step, settles at the step's time (`advance`) and makes
 //!   its calls (`Kernel::apply`) is, after each step, in the state the server's kernel had after
 //!   that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
@@ -109,16 +109,15 @@ impl History {
         }
         let index = step.index;
         self.steps.push_back(step);
-        let last = self.checkpoints.back().map_or(0, |c| c.index);
-        // A checkpoint costs O(state): taken at most once per state-size entries, so its cost
-        // per entry stays O(1) however many leases the kernel holds.
-        let size = || {
-            let stats = machine.kernel().stats();
-            stats.active_sessions + stats.active_leases + stats.waiting_tickets
-        };
-        let due = index == machine.applied()
-            && index >= last + CHECKPOINT_EVERY
-            && index >= last + size();
+        // A checkpoint costs O(state): the next one waits as many entries as the last one's
+        // sessions, leases and tickets (an entry adds at most a few, so the state is at most
+        // about twice that by then), keeping its cost per entry O(1) however many leases the
+        // kernel holds, and this check O(1) on every entry.
+        let due = self.checkpoints.back().is_none_or(|last| {
+            let size =
+                last.state.sessions.len() + last.state.leases.len() + last.state.tickets.len();
+            index >= last.index + CHECKPOINT_EVERY.max(size as u64)
+        }) && index == machine.applied();
         if due {
             self.checkpoints.push_back(Checkpoint {
                 index,
