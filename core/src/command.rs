@@ -12,7 +12,7 @@
 use crate::error::Error;
 use crate::kernel::Kernel;
 use crate::types::{
-    AcquireOptions, HeartbeatOutcome, LeaseId, LeaseSelection, LeaseStatus, ResourceState,
+    AcquireOptions, Event, HeartbeatOutcome, LeaseId, LeaseSelection, LeaseStatus, ResourceState,
     SessionId, SessionInfo, StateDigest, TicketId, Verdict,
 };
 use alloc::{boxed::Box, string::String, vec::Vec};
@@ -214,7 +214,43 @@ impl Command {
     }
 }
 
+/// What [`Kernel::replay_step`] reports, in the order it happened.
+#[derive(Debug)]
+pub enum Replayed<'a> {
+    /// An event that settling at the step's time emitted, before its first call.
+    Settled(Event),
+    /// A call and its answer (an error is an answer too); the events it emitted follow as
+    /// [`Replayed::Emitted`].
+    Answer(&'a Command, Result<Output, Error>),
+    /// An event the call before it emitted.
+    Emitted(Event),
+}
+
 impl Kernel {
+    /// Makes a recorded step again as the host that recorded it made it: settles at `now`
+    /// ([`Kernel::advance`]), then applies each of `commands` at `now`, in order, and drains
+    /// the events after each, handing everything to `seen`. A failed call changed nothing
+    /// but time, where it was recorded too, so it is one more answer. From a state a host
+    /// exported, replaying its later steps this way gives the host's kernel after each step,
+    /// bit for bit: a server's history (one step per log entry), the dashboard's replay.
+    pub fn replay_step<'a>(
+        &mut self,
+        now: u64,
+        commands: &'a [Command],
+        mut seen: impl FnMut(Replayed<'a>),
+    ) {
+        self.advance(now);
+        while let Some(event) = self.poll_event() {
+            seen(Replayed::Settled(event));
+        }
+        for command in commands {
+            seen(Replayed::Answer(command, self.apply(command, now)));
+            while let Some(event) = self.poll_event() {
+                seen(Replayed::Emitted(event));
+            }
+        }
+    }
+
     /// Applies `command` at `now` (see the module contract).
     ///
     /// # Errors

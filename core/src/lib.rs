@@ -50,7 +50,7 @@ mod tree;
 mod types;
 
 pub use backoff::{retry_after_ms, Jitter};
-pub use command::{Command, Output};
+pub use command::{Command, Output, Replayed};
 pub use config::{Config, Policy};
 pub use error::{Error, ErrorCode};
 pub use kernel::acquire::{parse_intent, MAX_MANIFEST_INTENTS};

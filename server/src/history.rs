@@ -7,8 +7,8 @@
 //!   ([`KernelState`]) every [`CHECKPOINT_EVERY`] entries, or every as many entries as the
 //!   last checkpoint holds sessions, leases and tickets if that is more (a checkpoint costs
 //!   O(state), so its cost per entry stays constant). A kernel imported from a
-//!   checkpoint that, for each later step, settles at the step's time (`advance`) and makes
-//!   its calls (`Kernel::apply`) is, after each step, in the state the server's kernel had after
+//!   checkpoint that makes each later step again (`Kernel::replay_step`: settle at the step's
+//!   time, make its calls) is, after each step, in the state the server's kernel had after
 //!   that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
 //!   idempotency key, no caller leaves the server (the machine already decided which calls
 //!   reached the kernel).
@@ -194,19 +194,9 @@ impl Slice {
         let mut now = self.checkpoint.now;
         let mut steps = self.steps.into_iter().peekable();
         while let Some(step) = steps.next_if(|s| s.index <= index) {
-            replay(&mut kernel, &step);
+            kernel.replay_step(step.now, &step.commands, |_| {});
             now = step.now;
         }
         Ok((kernel, now, steps.collect()))
     }
-}
-
-/// Applies one step to `kernel` as the server did: settle at its time, make its calls.
-pub fn replay(kernel: &mut Kernel, step: &Step) {
-    kernel.advance(step.now);
-    for command in &step.commands {
-        // An error is an answer like any other: it changed nothing but time, on the server too.
-        let _ = kernel.apply(command, step.now);
-    }
-    while kernel.poll_event().is_some() {}
 }

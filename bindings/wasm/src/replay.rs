@@ -4,16 +4,16 @@
 //! Contract: translation only, like the rest of this crate. The export is the JSON of
 //! `GET /v1/ns/{ns}/history` (server/README.md): `start.state`, the kernel's exported state
 //! (imported with `Kernel::import_state`, which checks it), and `steps`, each `{index, now,
-//! commands}`: the kernel calls one log entry made. A step is applied exactly as the server's
-//! history replays it (server/src/history.rs): settle at `now` (`advance`), make each call
-//! (`Kernel::apply`: an error is an answer, it changes nothing but time), drain the events.
-//! So after step `i` the kernel is in the state the server's was after that entry, and
-//! `stateHash()` equals the server's `GET /v1/state/hash?index=`. The export text is parsed
+//! commands}`: the kernel calls one log entry made. A step is made again by
+//! `Kernel::replay_step` (settle at `now`, make each call; an error is an answer), the rule
+//! the server's history replays by too (server/src/history.rs). So after step `i` the kernel
+//! is in the state the server's was after that entry, and `stateHash()` equals the server's
+//! `GET /v1/state/hash?index=`. The export text is parsed
 //! here, in Rust, so the state's 64-bit numbers (the jitter generator's state) stay exact.
 //! Answers come out in the core's serde shapes, snake_case, as the server's JSON has them.
 
 use crate::args::number_arg;
-use klock_core::{Command, Kernel, KernelState};
+use klock_core::{Command, Kernel, KernelState, Replayed};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -52,27 +52,31 @@ pub struct Replayer {
 }
 
 fn apply(kernel: &mut Kernel, step: &Step, record: Option<&mut Vec<Value>>) {
-    kernel.advance(step.now);
     let Some(out) = record else {
-        for command in &step.commands {
-            // An error is an answer like any other: it changed nothing but time.
-            let _ = kernel.apply(command, step.now);
-        }
-        while kernel.poll_event().is_some() {}
+        kernel.replay_step(step.now, &step.commands, |_| {});
         return;
     };
-    let settled: Vec<_> = std::iter::from_fn(|| kernel.poll_event()).collect();
-    let mut calls = Vec::new();
-    for command in &step.commands {
-        let answer = match kernel.apply(command, step.now) {
-            Ok(output) => json!({"ok": output}),
-            Err(e) => {
-                json!({"error": {"code": e.code.code(), "name": e.code.name(), "message": e.message}})
+    let (mut settled, mut calls) = (Vec::new(), Vec::new());
+    kernel.replay_step(step.now, &step.commands, |part| match part {
+        Replayed::Settled(event) => settled.push(event),
+        Replayed::Answer(command, answer) => {
+            let answer = match answer {
+                Ok(output) => json!({"ok": output}),
+                Err(e) => {
+                    json!({"error": {"code": e.code.code(), "name": e.code.name(), "message": e.message}})
+                }
+            };
+            calls.push((command, answer, Vec::new()));
+        }
+        Replayed::Emitted(event) => {
+            if let Some((_, _, events)) = calls.last_mut() {
+                events.push(event);
             }
-        };
-        let events: Vec<_> = std::iter::from_fn(|| kernel.poll_event()).collect();
-        calls.push(json!({"command": command, "answer": answer, "events": events}));
-    }
+        }
+    });
+    let calls: Vec<_> = (calls.into_iter())
+        .map(|(command, answer, events)| json!({"command": command, "answer": answer, "events": events}))
+        .collect();
     out.push(json!({"index": step.index, "now": step.now, "settled": settled, "calls": calls}));
 }
 

@@ -19,7 +19,7 @@
 
 use super::access::Reach;
 use super::*;
-use crate::history::{replay, Step};
+use crate::history::Step;
 use axum::extract::RawQuery;
 use klock_core::KernelState;
 
@@ -198,7 +198,7 @@ pub(super) async fn history(
         }
         let start_hash = state.hash();
         for step in &steps {
-            replay(&mut kernel, step);
+            kernel.replay_step(step.now, &step.commands, |_| {});
         }
         let (end_index, end_now) = steps
             .last()
