@@ -6,10 +6,16 @@
 //! prescribes within one instant), then id (lease and ticket ids grow with grant and arrival
 //! order, so this is "oldest lease first" and "ticket order").
 //!
-//! The newest entries, when they sort after every other, wait in a short sorted tail before
-//! joining the tree: a new lease's expiry usually lands at the tree's right end, where its
-//! node search (linear within each node) costs most, and a lease released before it expires
-//! (the common case) then comes and goes without touching the tree.
+//! Each kind has its own ordered lane, and the index answers from the earliest of their
+//! first entries. Kept apart, an idle session's close (due in minutes) does not sort in among
+//! every lease's expiry: a session that goes idle and busy again with each acquire and
+//! release (the common agent loop) touches only the idle lane, whose size is the number of
+//! idle sessions, not the number of leases (issue 15).
+//!
+//! In each lane the newest entries, when they sort after every other, wait in a short sorted
+//! tail before joining the tree: a new lease's expiry usually lands at the tree's right end,
+//! where its node search (linear within each node) costs most, and a lease released before it
+//! expires (the common case) then comes and goes without touching the tree.
 
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
@@ -23,6 +29,7 @@ pub(crate) enum DeadlineKind {
 }
 
 impl DeadlineKind {
+    /// In the order the kinds fall due within one instant.
     const ALL: [DeadlineKind; 3] = [
         DeadlineKind::LeaseExpiry,
         DeadlineKind::WaitTimeout,
@@ -30,43 +37,24 @@ impl DeadlineKind {
     ];
 }
 
-/// The kind sits in the top two bits of the second key half, above the id, so the index
-/// orders by (time, kind, id) in 16 bytes an entry. Ids come from counters starting at 1 and
-/// stay far below 2^62.
-const KIND_SHIFT: u32 = 62;
-
-fn pack(kind: DeadlineKind, id: u64) -> u64 {
-    debug_assert!(id < 1 << KIND_SHIFT, "id {id} fits below the kind bits");
-    (kind as u64) << KIND_SHIFT | id
-}
-
-fn unpack(key: u64) -> (DeadlineKind, u64) {
-    let kind = DeadlineKind::ALL[(key >> KIND_SHIFT) as usize];
-    (kind, key & ((1 << KIND_SHIFT) - 1))
-}
-
 /// The deadline that means "never" (docs/SPEC.md §2: deadline arithmetic saturates, and a
 /// saturated deadline is not indexed, not reported and never settled).
 pub(crate) const NEVER: u64 = u64::MAX;
 
-/// How many entries the tail holds before its oldest joins the tree.
+/// How many entries a lane's tail holds before its oldest joins the tree.
 const TAIL: usize = 32;
 
+/// The pending deadlines of one kind, ordered by `(time, id)`.
 #[derive(Clone, Default)]
-pub(crate) struct Deadlines {
+struct Lane {
     /// Every entry not in `tail`.
     entries: BTreeSet<(u64, u64)>,
     /// Ascending, each after every entry of `entries`; at most [`TAIL`].
     tail: Vec<(u64, u64)>,
 }
 
-impl Deadlines {
-    /// Indexes a deadline; [`NEVER`] is not indexed.
-    pub fn insert(&mut self, at: u64, kind: DeadlineKind, id: u64) {
-        if at == NEVER {
-            return;
-        }
-        let entry = (at, pack(kind, id));
+impl Lane {
+    fn insert(&mut self, entry: (u64, u64)) {
         if self.entries.last().is_some_and(|last| entry < *last) {
             self.entries.insert(entry);
             return;
@@ -78,13 +66,8 @@ impl Deadlines {
         }
     }
 
-    /// Removes an indexed deadline ([`NEVER`] was never indexed).
-    pub fn remove(&mut self, at: u64, kind: DeadlineKind, id: u64) {
-        if at == NEVER {
-            return;
-        }
-        let entry = (at, pack(kind, id));
-        let removed = match self.tail.first() {
+    fn remove(&mut self, entry: (u64, u64)) -> bool {
+        match self.tail.first() {
             Some(first) if entry >= *first => match self.tail.binary_search(&entry) {
                 Ok(i) => {
                     self.tail.remove(i);
@@ -93,7 +76,34 @@ impl Deadlines {
                 Err(_) => false,
             },
             _ => self.entries.remove(&entry),
-        };
+        }
+    }
+
+    fn first(&self) -> Option<(u64, u64)> {
+        self.entries.first().or(self.tail.first()).copied()
+    }
+}
+
+#[derive(Clone, Default)]
+pub(crate) struct Deadlines {
+    /// One lane per kind, in [`DeadlineKind::ALL`] order.
+    lanes: [Lane; 3],
+}
+
+impl Deadlines {
+    /// Indexes a deadline; [`NEVER`] is not indexed.
+    pub fn insert(&mut self, at: u64, kind: DeadlineKind, id: u64) {
+        if at != NEVER {
+            self.lanes[kind as usize].insert((at, id));
+        }
+    }
+
+    /// Removes an indexed deadline ([`NEVER`] was never indexed).
+    pub fn remove(&mut self, at: u64, kind: DeadlineKind, id: u64) {
+        if at == NEVER {
+            return;
+        }
+        let removed = self.lanes[kind as usize].remove((at, id));
         debug_assert!(removed, "deadline ({at}, {kind:?}, {id}) was indexed");
     }
 
@@ -107,21 +117,27 @@ impl Deadlines {
 
     /// The earliest pending deadline.
     pub fn next(&self) -> Option<u64> {
-        self.first().map(|(at, _)| at)
+        self.first().map(|(at, _, _)| at)
     }
 
-    fn first(&self) -> Option<(u64, u64)> {
-        self.entries.first().or(self.tail.first()).copied()
+    /// The earliest entry by `(time, kind, id)`: the lanes' first entries, a tie in time going
+    /// to the kind that falls due first.
+    fn first(&self) -> Option<(u64, DeadlineKind, u64)> {
+        let mut earliest: Option<(u64, DeadlineKind, u64)> = None;
+        for (lane, kind) in self.lanes.iter().zip(DeadlineKind::ALL) {
+            if let Some((at, id)) = lane.first() {
+                if earliest.is_none_or(|(t, _, _)| at < t) {
+                    earliest = Some((at, kind, id));
+                }
+            }
+        }
+        earliest
     }
 
     /// The earliest entry if it is due at or before `now` (it stays indexed: whoever handles
     /// it removes it as part of changing the state it describes).
     pub fn peek_due(&self, now: u64) -> Option<(u64, DeadlineKind, u64)> {
-        let (at, key) = self.first()?;
-        (at <= now).then(|| {
-            let (kind, id) = unpack(key);
-            (at, kind, id)
-        })
+        self.first().filter(|&(at, _, _)| at <= now)
     }
 }
 

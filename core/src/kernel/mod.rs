@@ -14,6 +14,7 @@
 //! state, for a host's snapshots).
 
 pub(crate) mod acquire;
+mod lease_store;
 mod leases;
 mod observe;
 mod scheduler;
@@ -198,7 +199,7 @@ pub struct Kernel {
     tree: Tree,
     namespaces: Namespaces,
     sessions: Map<SessionId, Session>,
-    leases: Map<LeaseId, LeaseRecord>,
+    leases: lease_store::LeaseStore,
     /// Suspension grace of the leases that have one: kept at least until then. Apart from
     /// the records because only the leases of suspended sessions need it.
     grace: Map<LeaseId, u64>,
@@ -270,7 +271,7 @@ impl Kernel {
             tree: Tree::default(),
             namespaces: Namespaces::default(),
             sessions: Map::default(),
-            leases: Map::default(),
+            leases: lease_store::LeaseStore::default(),
             grace: Map::default(),
             tickets: Map::default(),
             ended_leases: Map::default(),

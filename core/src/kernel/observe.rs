@@ -256,7 +256,7 @@ impl Kernel {
             .collect();
         let mut lease_ids: Vec<LeaseId> = (self.leases.iter())
             .filter(|(_, l)| shown(&l.session))
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         lease_ids.sort_unstable();
         let mut ticket_ids: Vec<TicketId> = (self.tickets.iter())

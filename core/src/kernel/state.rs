@@ -252,7 +252,7 @@ impl Kernel {
         let mut leases: Vec<LeaseState> = self
             .leases
             .iter()
-            .map(|(&id, l)| LeaseState {
+            .map(|(id, l)| LeaseState {
                 lease_id: id,
                 session_id: l.session,
                 resource: String::from(&*self.tree.node(l.node).name),
@@ -675,8 +675,8 @@ fn check_table<K: Ord>(mut keys: Vec<K>, what: &str) -> Result<(), StateError> {
 /// overlapping resources, and every waiter has a blocker, all of them in the policy's waiting
 /// order (lanes: a waiter holds nothing and has no other ticket).
 fn check_locks(k: &Kernel) -> Result<(), StateError> {
-    let mut leases: Vec<(&LeaseId, &LeaseRecord)> = k.leases.iter().collect();
-    leases.sort_unstable_by_key(|(id, _)| **id);
+    let mut leases: Vec<(LeaseId, &LeaseRecord)> = k.leases.iter().collect();
+    leases.sort_unstable_by_key(|(id, _)| *id);
     for (id, l) in leases {
         let found = k.find_blockers(l.session, [(l.node, l.predicate)].into_iter(), TicketId(0));
         if !found.is_empty() {
