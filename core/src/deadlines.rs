@@ -51,23 +51,46 @@ struct Lane {
     entries: BTreeSet<(u64, u64)>,
     /// Ascending, each after every entry of `entries`; at most [`TAIL`].
     tail: Vec<(u64, u64)>,
+    /// The earliest entry of the lane. Kept, because every operation asks for it (to settle)
+    /// and a tree finds its first entry by walking down its whole height.
+    first: Option<(u64, u64)>,
 }
 
 impl Lane {
     fn insert(&mut self, entry: (u64, u64)) {
-        if self.entries.last().is_some_and(|last| entry < *last) {
+        if self.first.is_none_or(|first| entry < first) {
+            self.first = Some(entry);
+        }
+        // Before the tail's first entry (or, with no tail, the tree's last) it joins the tree;
+        // either way every tree entry stays before every tail entry.
+        let into_tree = match self.tail.first() {
+            Some(first) => entry < *first,
+            None => self.entries.last().is_some_and(|last| entry < *last),
+        };
+        if into_tree {
             self.entries.insert(entry);
             return;
         }
-        let at = self.tail.partition_point(|e| *e < entry);
-        self.tail.insert(at, entry);
+        // Usually the newest deadline of all: appended without a search.
+        match self.tail.last() {
+            Some(last) if entry < *last => {
+                let at = self.tail.partition_point(|e| *e < entry);
+                self.tail.insert(at, entry);
+            }
+            _ => self.tail.push(entry),
+        }
         if self.tail.len() > TAIL {
             self.entries.insert(self.tail.remove(0));
         }
     }
 
     fn remove(&mut self, entry: (u64, u64)) -> bool {
-        match self.tail.first() {
+        let removed = match self.tail.first() {
+            // Usually the newest (a lease released before any later grant): no search.
+            Some(_) if self.tail.last() == Some(&entry) => {
+                self.tail.pop();
+                true
+            }
             Some(first) if entry >= *first => match self.tail.binary_search(&entry) {
                 Ok(i) => {
                     self.tail.remove(i);
@@ -76,11 +99,11 @@ impl Lane {
                 Err(_) => false,
             },
             _ => self.entries.remove(&entry),
+        };
+        if removed && self.first == Some(entry) {
+            self.first = self.entries.first().or(self.tail.first()).copied();
         }
-    }
-
-    fn first(&self) -> Option<(u64, u64)> {
-        self.entries.first().or(self.tail.first()).copied()
+        removed
     }
 }
 
@@ -125,7 +148,7 @@ impl Deadlines {
     fn first(&self) -> Option<(u64, DeadlineKind, u64)> {
         let mut earliest: Option<(u64, DeadlineKind, u64)> = None;
         for (lane, kind) in self.lanes.iter().zip(DeadlineKind::ALL) {
-            if let Some((at, id)) = lane.first() {
+            if let Some((at, id)) = lane.first {
                 if earliest.is_none_or(|(t, _, _)| at < t) {
                     earliest = Some((at, kind, id));
                 }
@@ -170,6 +193,38 @@ mod tests {
             ]
         );
         assert_eq!(d.next(), None);
+    }
+
+    /// Against one ordered set of `(time, kind, id)`: random inserts (mostly ascending per
+    /// kind, as leases and idle timers arrive, some earlier) and removals of random entries,
+    /// the earliest entry checked after every step.
+    #[test]
+    fn agrees_with_one_ordered_set() {
+        let mut d = Deadlines::default();
+        let mut model: BTreeSet<(u64, DeadlineKind, u64)> = BTreeSet::new();
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next_id = 1;
+        for step in 0..50_000u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let kind = DeadlineKind::ALL[(rng % 3) as usize];
+            if rng % 5 < 3 || model.is_empty() {
+                let at = match rng % 4 {
+                    0 => (rng >> 8) % (step + 10),
+                    _ => step + (rng >> 8) % 50,
+                };
+                d.insert(at, kind, next_id);
+                model.insert((at, kind, next_id));
+                next_id += 1;
+            } else {
+                let nth = (rng >> 8) as usize % model.len();
+                let entry = *model.iter().nth(nth).expect("in range");
+                model.remove(&entry);
+                d.remove(entry.0, entry.1, entry.2);
+            }
+            assert_eq!(d.first(), model.first().copied(), "step {step}");
+        }
     }
 
     #[test]

@@ -74,10 +74,8 @@ pub(crate) fn canonical(text: &str) -> Result<Cow<'_, str>, Error> {
     if text.len() > MAX_RESOURCE_BYTES {
         return Err(invalid(text, "longer than 4096 bytes"));
     }
-    // Controls are C0, DEL and C1 (U+0080..U+009F, in UTF-8 0xC2 then 0x80..0x9F): a byte scan
-    // finds candidates, and only text with one pays for decoding characters.
-    let maybe_control = |b: &u8| *b < 0x20 || *b == 0x7f || *b == 0xc2;
-    if text.as_bytes().iter().any(maybe_control) && text.chars().any(char::is_control) {
+    // Only text with a candidate byte pays for decoding characters.
+    if may_hold_control(text.as_bytes()) && text.chars().any(char::is_control) {
         return Err(invalid(text, "contains a control character"));
     }
     let Some(colon) = text.bytes().position(|b| b == b':') else {
@@ -100,14 +98,22 @@ pub(crate) fn canonical(text: &str) -> Result<Cow<'_, str>, Error> {
         return Err(invalid(text, "path must start with '/'"));
     }
     // Already canonical (every segment but the root's is a name, not "" or "."): borrow.
+    // One pass over the path, counting each segment's bytes and dots.
     let mut copy = false;
     if path != "/" {
-        for segment in path.as_bytes()[1..].split(|&b| b == b'/') {
-            match segment {
-                b"" | b"." => copy = true,
-                b".." => return Err(invalid(text, "'..' segments are not allowed")),
+        let (mut len, mut dots) = (0usize, 0usize);
+        for &b in path.as_bytes()[1..].iter().chain([b'/'].iter()) {
+            if b != b'/' {
+                len += 1;
+                dots += usize::from(b == b'.');
+                continue;
+            }
+            match (len, dots) {
+                (0, _) | (1, 1) => copy = true,
+                (2, 2) => return Err(invalid(text, "'..' segments are not allowed")),
                 _ => {}
             }
+            (len, dots) = (0, 0);
         }
     }
     if !copy {
@@ -130,6 +136,25 @@ pub(crate) fn canonical(text: &str) -> Result<Cow<'_, str>, Error> {
         out.push('/');
     }
     Ok(Cow::Owned(out))
+}
+
+/// Whether `bytes` may hold a control character: a C0 byte, DEL, or 0xC2 (in UTF-8 the lead
+/// byte of every C1 control, U+0080..U+009F). Eight bytes at a time; it never misses one, and
+/// the caller decodes characters to confirm.
+fn may_hold_control(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Whether a byte of `x` is below `n` (n <= 128), and whether one equals `b`.
+    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH != 0;
+    let equal = |x: u64, b: u8| below(x ^ (ONES * u64::from(b)), 1);
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let x = u64::from_ne_bytes(word.try_into().expect("8 bytes"));
+        if below(x, 0x20) || equal(x, 0x7f) || equal(x, 0xc2) {
+            return true;
+        }
+    }
+    (words.remainder().iter()).any(|&b| b < 0x20 || b == 0x7f || b == 0xc2)
 }
 
 /// The parent of a canonical resource text, or `None` for a root (`TYPE:/`).
@@ -182,6 +207,7 @@ mod tests {
             "file:/x",
             "FILE:x",
             "FILE:/a/../b",
+            "FILE:/a/..",
             "1F:/x",
             "FILE:/a\0b",
             "FILE:/a\u{7f}",
@@ -201,7 +227,13 @@ mod tests {
 
     #[test]
     fn canonical_borrows_only_canonical_text() {
-        for text in ["FILE:/", "FILE:/a", "FILE:/a/b.c", "X_1:/a b/ü"] {
+        for text in [
+            "FILE:/",
+            "FILE:/a",
+            "FILE:/a/b.c",
+            "X_1:/a b/ü",
+            "FILE:/.../..a/.b",
+        ] {
             assert!(matches!(canonical(text).unwrap(), Cow::Borrowed(t) if t == text));
         }
         for (text, canon) in [
@@ -210,8 +242,29 @@ mod tests {
             ("FILE:/./a", "FILE:/a"),
             ("FILE:/a/.", "FILE:/a"),
             ("FILE:/a//b", "FILE:/a/b"),
+            ("FILE:/a/./b", "FILE:/a/b"),
         ] {
             assert!(matches!(canonical(text).unwrap(), Cow::Owned(t) if t == canon));
+        }
+    }
+
+    /// The word-at-a-time scan against the byte-wise rule, at every position of a word and
+    /// in the remainder, for every byte value.
+    #[test]
+    fn the_control_scan_finds_every_candidate_byte_and_nothing_else() {
+        for len in 1..=19 {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut bytes = alloc::vec![b'a'; len];
+                    bytes[at] = b;
+                    let expected = b < 0x20 || b == 0x7f || b == 0xc2;
+                    assert_eq!(
+                        may_hold_control(&bytes),
+                        expected,
+                        "byte {b:#x} at {at} of {len}"
+                    );
+                }
+            }
         }
     }
 

@@ -32,6 +32,8 @@ pub fn parse_intent(text: &str) -> Result<(Predicate, ResourceName), Error> {
 }
 
 /// [`parse_intent`] with the resource canonical and borrowed from `text` when it already is.
+/// Inlined: its answer is otherwise shuffled through the stack on every acquire.
+#[inline(always)]
 fn parse_intent_text(text: &str) -> Result<(Predicate, Cow<'_, str>), Error> {
     let (predicate, resource) = match text.bytes().position(|b| b == b' ') {
         Some(space) => (&text[..space], &text[space + 1..]),
@@ -40,18 +42,22 @@ fn parse_intent_text(text: &str) -> Result<(Predicate, Cow<'_, str>), Error> {
     Ok((Predicate::parse(predicate)?, canonical(resource)?))
 }
 
-/// The distinct intents of a request, canonical.
-type Wanted<'a> = SmallVec<[(Predicate, Cow<'a, str>); INLINE_INTENTS]>;
+/// One distinct intent of a request.
+struct Wanted<'a> {
+    predicate: Predicate,
+    /// Canonical, borrowed from the caller's text when it already was.
+    name: Cow<'a, str>,
+    /// Its node when it has one already (looked up once, in validation).
+    node: Option<NodeId>,
+    /// The lease of the session's it reuses (held on `node` with the same predicate).
+    reuse: Option<LeaseId>,
+}
 
 /// A validated acquire: what it asks for and on what terms.
 struct Request<'a> {
     namespace: NamespaceId,
     /// The distinct intents, in order of first appearance.
-    wanted: Wanted<'a>,
-    /// Per intent: the lease of the session's it reuses (held with the same predicate).
-    reuse: SmallVec<[Option<LeaseId>; INLINE_INTENTS]>,
-    /// Per intent: its node when it has one already (looked up once, here).
-    nodes: SmallVec<[Option<NodeId>; INLINE_INTENTS]>,
+    wanted: SmallVec<[Wanted<'a>; INLINE_INTENTS]>,
     /// Clamped to `max_ttl_ms`.
     ttl_ms: u64,
     /// Whether a conflict may queue (asked to, with a wait timeout above 0).
@@ -59,11 +65,13 @@ struct Request<'a> {
     wait_timeout_ms: u64,
 }
 
-/// The distinct intents of a manifest, in order of first appearance.
+/// The distinct intents of a manifest, in order of first appearance (no node looked up yet).
 ///
 /// # Errors
 /// `INVALID_MANIFEST` (0 or more than 256 intents), then the first bad intent's error.
-fn parse_manifest<S: AsRef<str>>(intents: &[S]) -> Result<Wanted<'_>, Error> {
+fn parse_manifest<S: AsRef<str>>(
+    intents: &[S],
+) -> Result<SmallVec<[Wanted<'_>; INLINE_INTENTS]>, Error> {
     if intents.is_empty() || intents.len() > MAX_MANIFEST_INTENTS {
         return Err(Error::new(
             ErrorCode::InvalidManifest,
@@ -73,11 +81,19 @@ fn parse_manifest<S: AsRef<str>>(intents: &[S]) -> Result<Wanted<'_>, Error> {
             ),
         ));
     }
-    let mut wanted = Wanted::new();
+    let mut wanted: SmallVec<[Wanted<'_>; INLINE_INTENTS]> = SmallVec::new();
     for text in intents {
-        let intent = parse_intent_text(text.as_ref())?;
-        if !wanted.contains(&intent) {
-            wanted.push(intent);
+        let (predicate, name) = parse_intent_text(text.as_ref())?;
+        if !wanted
+            .iter()
+            .any(|w| w.predicate == predicate && w.name == name)
+        {
+            wanted.push(Wanted {
+                predicate,
+                name,
+                node: None,
+                reuse: None,
+            });
         }
     }
     Ok(wanted)
@@ -108,8 +124,7 @@ impl Kernel {
     ) -> Result<Verdict, Error> {
         let request = self.validate(session, intents, options)?;
         // Valid: from here on the call succeeds.
-        self.touch(session);
-        self.begin_unit_if_needed(session);
+        self.touch_and_begin_unit(session);
         let ticket_intents = self.intern_intents(&request);
         let queued = ticket_intents
             .iter()
@@ -133,7 +148,7 @@ impl Kernel {
         options: AcquireOptions,
     ) -> Result<Request<'a>, Error> {
         let s = self.session(session)?;
-        let wanted = parse_manifest(intents)?;
+        let mut wanted = parse_manifest(intents)?;
         let ttl_ms = match options.ttl_ms.unwrap_or(self.config.default_ttl_ms) {
             0 => {
                 return Err(Error::new(
@@ -146,18 +161,16 @@ impl Kernel {
         let wait_timeout_ms = options
             .wait_timeout_ms
             .unwrap_or(self.config.default_wait_timeout_ms);
-        // Which intents the session already holds with the same predicate.
+        // Each intent's node, and whether the session already holds it with the predicate.
         let namespace = s.namespace;
-        let nodes: SmallVec<[Option<NodeId>; INLINE_INTENTS]> = wanted
-            .iter()
-            .map(|(_, name)| self.tree.find(namespace, name))
-            .collect();
-        let reuse: SmallVec<[Option<LeaseId>; INLINE_INTENTS]> = wanted
-            .iter()
-            .zip(&nodes)
-            .map(|((predicate, _), node)| self.held_by(session, (*node)?, *predicate))
-            .collect();
-        let new_count = reuse.iter().filter(|r| r.is_none()).count() as u64;
+        let mut new_count = 0;
+        for w in &mut wanted {
+            w.node = self.tree.find(namespace, &w.name);
+            w.reuse = w
+                .node
+                .and_then(|node| self.held_by(session, node, w.predicate));
+            new_count += u64::from(w.reuse.is_none());
+        }
         if self.config.policy == Policy::Lanes
             && new_count > 0
             && !(s.leases.is_empty() && s.tickets.is_empty())
@@ -173,8 +186,6 @@ impl Kernel {
         Ok(Request {
             namespace,
             wanted,
-            reuse,
-            nodes,
             ttl_ms,
             wait: options.wait && wait_timeout_ms > 0,
             wait_timeout_ms,
@@ -211,21 +222,18 @@ impl Kernel {
         request
             .wanted
             .iter()
-            .zip(request.reuse.iter().zip(&request.nodes))
-            .map(|((predicate, name), (&reuse, &found))| {
-                let node = match reuse {
-                    Some(lease) => self.leases[&lease].node,
-                    None => {
-                        let node =
-                            found.unwrap_or_else(|| self.tree.intern(request.namespace, name));
-                        self.touched.push(node);
-                        node
-                    }
-                };
+            .map(|w| {
+                // A reused lease is held on the node validation found.
+                let node = w
+                    .node
+                    .unwrap_or_else(|| self.tree.intern(request.namespace, &w.name));
+                if w.reuse.is_none() {
+                    self.touched.push(node);
+                }
                 TicketIntent {
                     node,
-                    predicate: *predicate,
-                    reuse,
+                    predicate: w.predicate,
+                    reuse: w.reuse,
                 }
             })
             .collect()

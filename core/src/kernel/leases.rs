@@ -20,10 +20,13 @@ enum Standing {
 
 impl Kernel {
     fn standing(&self, session: SessionId, id: LeaseId) -> Standing {
-        let (owner, ended) = match (self.leases.get(&id), self.ended_leases.get(&id)) {
-            (Some(l), _) => (l.session, None),
-            (None, Some(&(owner, end))) => (owner, Some(end)),
-            (None, None) => return Standing::Unknown,
+        // The ended leases are looked up only for an id that is not active.
+        let (owner, ended) = match self.leases.get(&id) {
+            Some(l) => (l.session, None),
+            None => match self.ended_leases.get(&id) {
+                Some(&(owner, end)) => (owner, Some(end)),
+                None => return Standing::Unknown,
+            },
         };
         if owner == session {
             return ended.map_or(Standing::Owned, Standing::OwnedEnded);
@@ -92,11 +95,15 @@ impl Kernel {
         self.operation(now, |k| {
             k.session(session)?;
             let released = match k.standing(session, lease) {
+                // Ending it records the session's activity at this instant, as `touch` does.
                 Standing::Owned => {
                     k.end_lease(lease, LeaseEnd::Released);
                     true
                 }
-                Standing::OwnedEnded(_) => false,
+                Standing::OwnedEnded(_) => {
+                    k.touch(session);
+                    false
+                }
                 Standing::OtherSession => {
                     return Err(Error::new(
                         ErrorCode::NotOwner,
@@ -107,7 +114,6 @@ impl Kernel {
                 }
                 Standing::Unknown => return Err(unknown_lease(lease)),
             };
-            k.touch(session);
             k.after_frees();
             k.end_unit_if_done(session);
             Ok(released)

@@ -414,19 +414,22 @@ impl Kernel {
         }
     }
 
-    /// Starts a new unit of work if the last one ended: the session becomes the youngest.
-    /// Runs only when the session holds and waits for nothing, so no wait-for edge reverses.
-    fn begin_unit_if_needed(&mut self, id: SessionId) {
-        if !self.sessions[&id].unit_ended {
-            return;
+    /// What every valid acquire does first, with one lookup of the session: records the call
+    /// (as [`touch`](Self::touch)), and starts a new unit of work if the last one ended (the
+    /// session becomes the youngest). A unit ends only when the session holds and waits for
+    /// nothing, so no wait-for edge reverses.
+    fn touch_and_begin_unit(&mut self, id: SessionId) {
+        let (now, idle_ms) = (self.clock, self.config.session_idle_ms);
+        let s = self.sessions.get_mut(&id).expect("live session");
+        s.last_active = now;
+        if s.unit_ended {
+            debug_assert!(s.is_idle(), "a new unit starts with nothing held or queued");
+            s.priority = self.next_priority;
+            self.next_priority += 1;
+            s.granted_in_unit = false;
+            s.unit_ended = false;
         }
-        let priority = self.next_priority;
-        self.next_priority += 1;
-        let s = self.session_mut(id);
-        debug_assert!(s.is_idle(), "a new unit starts with nothing held or queued");
-        s.priority = priority;
-        s.granted_in_unit = false;
-        s.unit_ended = false;
+        index_idle(&mut self.deadlines, idle_ms, id, s);
     }
 
     /// Draws the backoff for one more DIE of `session` (a DIE verdict, DIED or WOUNDED

@@ -167,9 +167,12 @@ impl Kernel {
     }
 
     /// Grants a new lease on `node` to `session` at the current time.
-    pub(super) fn create_lease(
+    /// Creates a lease of `session` (suspended since `suspended_at`, if it is) on `node`; the
+    /// caller adds it to the session's lease set.
+    fn create_lease(
         &mut self,
         session: SessionId,
+        suspended_at: Option<u64>,
         node: NodeId,
         predicate: Predicate,
         ttl_ms: u64,
@@ -187,8 +190,7 @@ impl Kernel {
             has_grace: false,
         };
         record.expires_at = self.capped_expiry(&record, now.saturating_add(ttl_ms));
-        let grace = self.sessions[&session]
-            .suspended_at
+        let grace = suspended_at
             .map(|at| self.capped_expiry(&record, at.saturating_add(self.config.grace_ms)));
         let expires_at = record.expires_at;
         self.deadlines
@@ -206,10 +208,6 @@ impl Kernel {
                 predicate,
             },
         );
-        // One lookup for the session's lease set and its idle deadline (as `refresh_idle`).
-        let s = self.sessions.get_mut(&session).expect("live session");
-        s.leases.insert(id);
-        index_idle(&mut self.deadlines, self.config.session_idle_ms, session, s);
         id
     }
 
@@ -420,26 +418,35 @@ impl Kernel {
         intents: &[TicketIntent],
         ttl_ms: u64,
     ) -> Vec<Lease> {
-        let ids: SmallVec<[LeaseId; INLINE_INTENTS]> = intents
+        let suspended_at = self.sessions[&session].suspended_at;
+        let ids: SmallVec<[(LeaseId, bool); INLINE_INTENTS]> = intents
             .iter()
             .map(|i| match i.reuse {
                 Some(id) => {
                     self.extend_reused_lease(id, ttl_ms);
-                    id
+                    (id, false)
                 }
-                None => self.create_lease(session, i.node, i.predicate, ttl_ms),
+                None => {
+                    let id = self.create_lease(session, suspended_at, i.node, i.predicate, ttl_ms);
+                    (id, true)
+                }
             })
             .collect();
-        let s = self.session_mut(session);
+        // One lookup of the session for its new leases, its unit of work and its idle
+        // deadline (it holds something now).
+        let s = self.sessions.get_mut(&session).expect("live session");
+        s.leases
+            .extend(ids.iter().filter(|(_, new)| *new).map(|(id, _)| *id));
         s.die_count = 0;
         s.granted_in_unit = true;
+        index_idle(&mut self.deadlines, self.config.session_idle_ms, session, s);
         self.counters.granted += 1;
         // Sized exactly: collecting from the inline list would reserve room for 4.
         let mut leases = Vec::with_capacity(ids.len());
         let agent_id = &self.sessions[&session].agent_id;
         leases.extend(
             ids.into_iter()
-                .map(|id| self.lease_view_of(id, &self.leases[&id], agent_id)),
+                .map(|(id, _)| self.lease_view_of(id, &self.leases[&id], agent_id)),
         );
         leases
     }
