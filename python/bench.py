@@ -6,8 +6,12 @@ Reports, with 0, 1k and 100k other active leases in the kernel:
 - friendly ``with session.lease(...)`` cycles per second (acquire, enter, exit, release,
   with the client's bookkeeping, event routing and heartbeat scheduling), threads and asyncio;
 - the ratio of the two: what a friendly block costs in raw pairs (``pairs/s / cycles/s``; the
-  target of issue 15 is at most 2.5). The runs of the three are interleaved (pairs, ``with``,
-  ``async with``, then again), so a ratio compares runs made at the same time;
+  target of issue 15 is at most 2.5). The runs are interleaved (pairs, ``with``, ``async
+  with``, floor, then again), so a ratio compares runs made at the same time;
+- a floor for any thread-safe block in pure Python: a ``with`` block of a minimal context
+  manager class that takes a ``threading.Lock``, reads the monotonic clock and makes the raw
+  acquire on entry, and takes the lock, reads the clock and makes the raw release on exit
+  (no bookkeeping at all), as a ratio to the raw pair;
 - friendly lease blocks per second in-process vs remote (``klock.connect`` to a ``klock serve
   --memory`` the bench starts itself from the release build, ``--klock PATH``; build it with
   ``cargo build --release -p klock-server --bin klock``), with 1 client and with 16 concurrent
@@ -71,6 +75,45 @@ def low_level_pairs(background: int, pairs: int, repeat: int) -> float:
         best = max(best, pairs / (timer() - start))
         assert kernel.stats()["active_leases"] == background
     return best
+
+
+class _BareBlock:
+    """The least a thread-safe lease block does around the raw calls (the floor row)."""
+
+    __slots__ = ("kernel", "session", "intents", "lock", "lease_id", "t0")
+
+    def __init__(self, kernel: _core.Kernel, session: int, intents: list[str]) -> None:
+        self.kernel, self.session, self.intents = kernel, session, intents
+        self.lock = threading.Lock()
+        self.lease_id = 0
+        self.t0 = time.monotonic_ns() - 1_000_000  # kernel time 1 ms now, as the session's open
+
+    def __enter__(self) -> _BareBlock:
+        with self.lock:
+            now = (time.monotonic_ns() - self.t0) // 1_000_000
+            verdict = self.kernel.acquire(self.session, self.intents, now)
+            self.lease_id = verdict.leases[0].lease_id
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            now = (time.monotonic_ns() - self.t0) // 1_000_000
+            self.kernel.release(self.session, self.lease_id, now)
+
+
+def bare_block_floor(background: int, cycles: int) -> float:
+    """Blocks/s of :class:`_BareBlock` (one fresh kernel, like the pairs)."""
+    kernel = _core.Kernel(default_ttl_ms=LONG, max_ttl_ms=LONG)
+    populate(kernel, background, 0)
+    session = kernel.open_session("bench", "default", 1).session_id
+    block = _BareBlock(kernel, session, ["MUTATES FILE:/bench/x"])
+    start = timer()
+    for _ in range(cycles):
+        with block:
+            pass
+    rate = cycles / (timer() - start)
+    assert kernel.stats()["active_leases"] == background
+    return rate
 
 
 def friendly_klock(background: int) -> tuple[klock.Klock, klock.Session]:
@@ -223,17 +266,20 @@ def main() -> None:
     )
     print(
         "| other active leases | `_core` acquire+release pairs/s | `with session.lease()` cycles/s "
-        "| `with` block / pair | `async with` cycles/s | `async with` block / pair |"
+        "| `with` block / pair | `async with` cycles/s | `async with` block / pair "
+        "| bare locked `with` floor / pair |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for background in (0, 1_000, 100_000):
-        low = sync = asy = 0.0
+        low = sync = asy = bare = 0.0
         for _ in range(args.repeat):
             low = max(low, low_level_pairs(background, args.pairs, 1))
             sync = max(sync, friendly_cycles(background, args.cycles, 1))
             asy = max(asy, friendly_async_cycles(background, args.cycles, 1))
+            bare = max(bare, bare_block_floor(background, args.cycles))
         print(
-            f"| {background:,} | {low:,.0f} | {sync:,.0f} | {low / sync:.2f}× | {asy:,.0f} | {low / asy:.2f}× |",
+            f"| {background:,} | {low:,.0f} | {sync:,.0f} | {low / sync:.2f}× | {asy:,.0f} "
+            f"| {low / asy:.2f}× | {low / bare:.2f}× |",
             flush=True,
         )
     print(
