@@ -11,7 +11,7 @@
 //! [`acquire`] (validation and the three policies), [`scheduler`] (blockers, queues, grants,
 //! wounds), [`leases`] (heartbeat, release, reconcile), [`time`] (settlement),
 //! [`observe`] (resource_state, stats, snapshot), [`state`] (export and import of the whole
-//! state, for a host's snapshots).
+//! state, for a host's snapshots), [`lease_store`] (the active lease records, by id).
 
 pub(crate) mod acquire;
 mod lease_store;

@@ -166,9 +166,8 @@ impl Kernel {
             .collect()
     }
 
-    /// Grants a new lease on `node` to `session` at the current time.
-    /// Creates a lease of `session` (suspended since `suspended_at`, if it is) on `node`; the
-    /// caller adds it to the session's lease set.
+    /// Grants a new lease on `node` to `session` (suspended since `suspended_at`, if it is) at
+    /// the current time; the caller adds it to the session's lease set.
     fn create_lease(
         &mut self,
         session: SessionId,
