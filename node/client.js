@@ -923,6 +923,14 @@ class Session {
    * @param {{ ttlMs?: number, timeoutMs?: number, signal?: AbortSignal }} [options]
    */
   async lease(intents, options) {
+    return this._lease(intents, options);
+  }
+
+  /**
+   * `lease()` without a Promise when the kernel grants at once: the held Lease, or a Promise
+   * of it (`withLease` then skips a turn of the event loop).
+   */
+  _lease(intents, options) {
     let ttlMs;
     let timeoutMs;
     let signal;
@@ -937,7 +945,12 @@ class Session {
     }
     const core = new LeaseCore(this, intentList(intents), ttlMs);
     const acquiring = core._acquire(timeoutMs, signal); // undefined: granted at once
-    if (acquiring !== undefined) await acquiring;
+    if (acquiring === undefined) return this._held(core);
+    return acquiring.then(() => this._held(core));
+  }
+
+  /** The Lease handle of an acquired `core`. */
+  _held(core) {
     const lease = new Lease(core);
     // Collected unreleased: what it holds is released (`Klock._collected`).
     if (core._state === 'held') this.klock._track(lease);
@@ -955,7 +968,8 @@ class Session {
       error.code = 'ERR_INVALID_ARG_TYPE';
       throw error;
     }
-    const lease = await this.lease(intents, options);
+    const acquired = this._lease(intents, options);
+    const lease = acquired instanceof Lease ? acquired : await acquired;
     let result;
     try {
       result = await fn(lease);
