@@ -98,22 +98,20 @@ pub(crate) fn canonical(text: &str) -> Result<Cow<'_, str>, Error> {
         return Err(invalid(text, "path must start with '/'"));
     }
     // Already canonical (every segment but the root's is a name, not "" or "."): borrow.
-    // One pass over the path, counting each segment's bytes and dots.
     let mut copy = false;
     if path != "/" {
-        let (mut len, mut dots) = (0usize, 0usize);
-        for &b in path.as_bytes()[1..].iter().chain([b'/'].iter()) {
-            if b != b'/' {
-                len += 1;
-                dots += usize::from(b == b'.');
-                continue;
-            }
-            match (len, dots) {
-                (0, _) | (1, 1) => copy = true,
-                (2, 2) => return Err(invalid(text, "'..' segments are not allowed")),
+        let mut rest = &path.as_bytes()[1..];
+        loop {
+            let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+            match &rest[..end] {
+                b"" | b"." => copy = true,
+                b".." => return Err(invalid(text, "'..' segments are not allowed")),
                 _ => {}
             }
-            (len, dots) = (0, 0);
+            if end == rest.len() {
+                break;
+            }
+            rest = &rest[end + 1..];
         }
     }
     if !copy {
@@ -147,14 +145,16 @@ fn may_hold_control(bytes: &[u8]) -> bool {
     // Whether a byte of `x` is below `n` (n <= 128), and whether one equals `b`.
     let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH != 0;
     let equal = |x: u64, b: u8| below(x ^ (ONES * u64::from(b)), 1);
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
+    let candidate = |word: &[u8]| {
         let x = u64::from_ne_bytes(word.try_into().expect("8 bytes"));
-        if below(x, 0x20) || equal(x, 0x7f) || equal(x, 0xc2) {
-            return true;
-        }
+        below(x, 0x20) || equal(x, 0x7f) || equal(x, 0xc2)
+    };
+    if bytes.len() < 8 {
+        return (bytes.iter()).any(|&b| b < 0x20 || b == 0x7f || b == 0xc2);
     }
-    (words.remainder().iter()).any(|&b| b < 0x20 || b == 0x7f || b == 0xc2)
+    // Whole words, then the last 8 bytes (overlapping the last whole word: the check is the
+    // same for a byte seen twice).
+    bytes.chunks_exact(8).any(candidate) || candidate(&bytes[bytes.len() - 8..])
 }
 
 /// The parent of a canonical resource text, or `None` for a root (`TYPE:/`).

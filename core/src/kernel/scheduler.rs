@@ -515,6 +515,11 @@ impl Kernel {
 
     /// See the module contract: DIED for orphaned tickets, then grants in ticket order.
     pub(super) fn after_frees(&mut self) {
+        if self.orphaned.is_empty() && self.tickets.is_empty() {
+            // No ticket to withdraw or grant (an uncontended release).
+            self.touched.append(&mut self.freed);
+            return;
+        }
         // In ticket order, like every other batch of events about several tickets.
         let mut orphaned = core::mem::take(&mut self.orphaned);
         orphaned.sort_unstable();
@@ -530,8 +535,8 @@ impl Kernel {
             self.orphaned = orphaned;
         }
         let mut work = BTreeSet::new();
-        // With no ticket waiting there is nothing to grant: the walks around the freed nodes
-        // would find no candidate.
+        // With no ticket waiting (the DIEs above may have withdrawn the last) there is nothing
+        // to grant: the walks around the freed nodes would find no candidate.
         let mut seen = if self.tickets.is_empty() {
             self.freed.len()
         } else {
