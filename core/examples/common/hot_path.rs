@@ -400,20 +400,20 @@ const BEFORE: &str = "Before issue 15 (kernel at commit e1702ca; 3 runs of `hot_
      contention table) and 45 with 8 (20 own); WAIT + cancel_wait 18 (14 own) and 49 (24 \
      own). To measure it again: `git checkout e1702ca -- core/src && cargo run --release -p \
      klock-core --example hot_path`, then `git checkout HEAD -- core/src`.\n\n\
-     Second step (kernel at commit 9166c42 against the kernel after it; 5 runs of `hot_path` \
-     each, alternating, on this machine, 2026-11-24; the times and the second table's \
-     ratios from the last 2 of them): the pair went from 9.3–9.5× the floor (435 ns) to \
-     7.2–7.3× (341 ns) at 0 other leases, and from 11.4–14.1× (657–667 ns) to 7.1–7.7× \
-     (341–345 ns) at 100,000; on a resource nobody asked for lately from 10.4–10.8× to 8.5× \
-     at 0 and from 13.7–16.9× to 10.1–10.2× at 100,000. At 100,000 leases the pair \
-     had paid for two cache misses a profile showed: the new lease's record landed in a \
+     Second step (kernel at commit 9166c42 against the kernel after it; 3 runs of `hot_path` \
+     each, alternating, on this machine, 2026-11-24 15:11 UTC): the pair went from 9.6–9.9× \
+     the floor (444–464 ns) to 6.7–6.9× (319–339 ns) at 0 other leases, and from 14.2–14.6× \
+     (666–700 ns) to 6.7–7.1× (324–339 ns) at 100,000; on a resource nobody asked for lately \
+     from 10.6–11.1× to 8.0× at 0 and from 17.0–17.8× to 9.0–9.4× at 100,000. At 100,000 \
+     leases the pair had paid for two cache misses a profile showed: the new lease's record landed in a \
      random bucket of a map of every lease (now the newest 1,024 lease ids live in a ring \
      indexed by id), and the session's idle-close deadline, due before every lease's \
      expiry, was removed from and put back into the tree of all deadlines at each acquire \
      and release (now each kind of deadline has its own lane, and each lane keeps its first \
      entry). At both sizes: one record per requested intent instead of three parallel \
      lists moved through the stack, fewer lookups of the session, no ended-lease lookup \
-     for an active lease, and a resource check that reads 8 bytes at a time.\n\n";
+     for an active lease, no grant pass when no ticket waits, and a resource check that \
+     reads 8 bytes at a time.\n\n";
 
 /// The report section (markdown, from its `##` heading).
 pub fn section(m: &Measured) -> String {
