@@ -822,10 +822,24 @@ class RemoteSession {
     if (took) b.onEvents();
   }
 
-  /** Polls an open ticket's outcome (after a reconnect): a resolved one is taken in as its event. */
+  /**
+   * Polls an open ticket's outcome (after a reconnect): a resolved one is taken in as its event.
+   * One that ended while this client could not hear of it, and whose outcome the server no
+   * longer has (TICKET_ENDED: it left the session's event stream, for instance across a restart
+   * from a snapshot; UNKNOWN_TICKET: forgotten), is taken in as a wait that timed out: its block
+   * asks again, which reuses any lease the session was granted meanwhile (an acquire of intents
+   * a session holds reuses its leases, SPEC.md §6), instead of waiting for an event that will
+   * never come.
+   */
   async pollTicket(ticket) {
     const b = this.backend;
-    const body = await b._request('GET', `${this.path}/tickets/${ticket}?wait_ms=0`, { session: this });
+    let body;
+    try {
+      body = await b._request('GET', `${this.path}/tickets/${ticket}?wait_ms=0`, { session: this });
+    } catch (e) {
+      if (e?.name !== 'TICKET_ENDED' && e?.name !== 'UNKNOWN_TICKET') throw e;
+      body = { event: 'WAIT_TIMEOUT', ticket, session: this.id };
+    }
     if (body.event === undefined || !this.tickets.has(ticket)) return;
     if (b._ingest(this, body, body.event_id)) b.onEvents();
   }

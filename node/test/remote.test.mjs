@@ -1,7 +1,8 @@
 // The remote backend against real `klock serve` processes, in real time: what only a remote
 // client meets. A server restarted mid-lease (SIGKILL, restart on the same data file and
 // port: the lease survives through the suspension grace, reconcile and a renewal), a server
-// killed while a block waits (a clear Unreachable within the reconnect budget, never a hang),
+// killed while a block waits (a clear Unreachable within the reconnect budget, never a hang), a
+// wait whose grant went unheard and then left the server's event stream (asked again),
 // a lost lease when the server goes silent (its local deadline), a wrong bearer token, an
 // unreachable URL, two clients of one server, the fence helper with leases from it, and the
 // Idempotency-Key of a retried request (against a stand-in server that cuts a connection).
@@ -15,7 +16,7 @@ import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
-import { startServer, klockBin } from './server.mjs';
+import { startServer, klockBin, openLink } from './server.mjs';
 
 const require = createRequire(import.meta.url);
 const { connect, KlockError, LeaseLost, Unreachable, fencedWrite, StaleFence } = require('../client.js');
@@ -158,6 +159,49 @@ test('server restarted mid-lease (SIGKILL, same file and port): the lease surviv
     await session.withLease('MUTATES FILE:/x', async () => {});
   } finally {
     await k.close();
+  }
+});
+
+test('a wait whose outcome the server no longer has asks again, reusing the lease granted meanwhile', async () => {
+  // The waiter's client loses its network while the holder (another client) releases, so the
+  // grant's event goes unheard; the server then restarts from a snapshot taken after it, so
+  // the event is gone from the session's stream. Back on the network, the poll of the ticket
+  // answers TICKET_ENDED, and the block asks again instead of waiting for an event that will
+  // never come.
+  const data = join(dir, 'ended.redb');
+  const args = ['--data', data, '--snapshot-every', '1'];
+  let s = await server(args);
+  const port = s.port;
+  const link = await openLink(port);
+  const one = connect(link.url, { reconnectTimeoutMs: 30_000 });
+  const two = connect(s.url, { reconnectTimeoutMs: 30_000 });
+  try {
+    const waiting = await one.session('ended-old'); // the older: under wait_die it waits
+    const holder = await two.session('ended-young');
+    const held = await holder.lease('MUTATES FILE:/ended', { ttlMs: 60_000 });
+    const wait = waiting.lease('MUTATES FILE:/ended', { timeoutMs: 40_000 });
+    wait.catch(() => {}); // inspected below
+    const until = Date.now() + 5000;
+    while (one.counters.waits === 0 && Date.now() < until) await sleep(10);
+    assert.equal(one.counters.waits, 1);
+    link.cut();
+    await held.release(); // the waiter's ticket is granted, unheard
+    // The server snapshots after a batch before it takes the next: once this later call is
+    // answered, the grant is in the snapshot, not in a log a restart replays.
+    await two.session('ended-later');
+    await s.kill('SIGKILL');
+    s = await server(args, { port }); // from the snapshot: the grant's event is gone
+    link.restore();
+    const lease = await within(30_000, wait, 'the waiter');
+    assert.ok(lease.fence > held.fence);
+    assert.equal(one.counters.retries, 1, 'the block asked again (no event delivered the grant)');
+    await lease.release();
+    // The lease the server granted meanwhile is the one the block got: nothing held twice.
+    assert.equal((await two.stats()).activeLeases, 0);
+  } finally {
+    await one.close();
+    await two.close();
+    await link.close();
   }
 });
 

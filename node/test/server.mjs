@@ -1,7 +1,9 @@
 // Test harness: a real `klock serve` on a free loopback port, started by the test and stopped
 // by it. The binary is $KLOCK_BIN (scripts/test-node.sh sets it from scripts/klock-bin.sh),
-// else the one scripts/klock-bin.sh names (building it if needed).
+// else the one scripts/klock-bin.sh names (building it if needed). And `openLink`, a loopback
+// TCP link to it that a test can cut and restore.
 import { spawn, execFileSync } from 'node:child_process';
+import { createServer as createNetServer, connect as connectNet } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -58,6 +60,55 @@ export async function startServer(args = ['--memory'], { port = 0, bin = klockBi
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       await exited;
+    },
+  };
+}
+
+/**
+ * A TCP forwarder from a free loopback port of its own (`url`) to `port`: a client's network,
+ * which `cut()` takes away (every open connection destroyed, new ones destroyed at once) while
+ * the server stays up, and `restore()` gives back. It reaches whatever listens on `port`, so a
+ * server restarted on it is reached again. `close()` stops it.
+ */
+export async function openLink(port) {
+  const open = new Set();
+  let cut = false;
+  const listener = createNetServer((conn) => {
+    if (cut) {
+      conn.destroy();
+      return;
+    }
+    const upstream = connectNet(port, '127.0.0.1');
+    for (const end of [conn, upstream]) {
+      open.add(end);
+      end.on('error', () => {});
+      end.on('close', () => {
+        open.delete(end);
+        conn.destroy();
+        upstream.destroy();
+      });
+    }
+    conn.pipe(upstream);
+    upstream.pipe(conn);
+  });
+  await new Promise((resolve) => listener.listen(0, '127.0.0.1', resolve));
+  const drop = () => {
+    for (const end of open) end.destroy();
+    open.clear();
+  };
+  return {
+    url: `http://127.0.0.1:${listener.address().port}`,
+    cut() {
+      cut = true;
+      drop();
+    },
+    restore() {
+      cut = false;
+    },
+    close() {
+      cut = true;
+      drop();
+      return new Promise((resolve) => listener.close(resolve));
     },
   };
 }

@@ -21,7 +21,8 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   backoff (50 ms doubling to 1 s) for at most ``reconnect_timeout`` seconds (default 30), then
   :class:`~klock.Unreachable` ("cannot reach klock serve at URL: what failed"). When the event
   reader reaches the server again it re-polls the open tickets (a restart may have dropped
-  their events) and has every held block renewed at once; the server restored the sessions in
+  their events; a ticket whose outcome the server no longer has is asked again, which reuses
+  a lease granted meanwhile) and has every held block renewed at once; the server restored the sessions in
   their suspension grace and extended the leases by the downtime, so a quick restart loses
   nothing, and a renewal the server refuses marks the lease lost as usual. If the reader stays
   cut off past the budget, every waiting block raises :class:`~klock.Unreachable`.
@@ -164,7 +165,8 @@ class RemoteVerdict:
 @dataclass(frozen=True)
 class RemoteEvent:
     """An event of the server's stream (``klock._core.Event``'s fields; ``id`` its event id,
-    empty for a lease the client itself found past its local deadline)."""
+    empty for one the client made itself: a lease found past its local deadline, a ticket
+    whose outcome the server no longer has)."""
 
     event: str
     session: int
@@ -784,7 +786,15 @@ class RemoteKernel:
         client.close()
 
     def _repoll_tickets(self) -> bool:
-        """Asks the server for the outcome of every open ticket (their events may be gone)."""
+        """Asks the server for the outcome of every open ticket (their events may be gone).
+
+        A ticket that ended while this client could not hear of it, and whose outcome the
+        server no longer has (``TICKET_ENDED``: it left the session's event stream, for
+        instance across a restart from a snapshot; ``UNKNOWN_TICKET``: forgotten), is answered
+        as a wait that timed out: its block asks again, which reuses any lease the session was
+        granted meanwhile (an acquire of intents a session holds reuses its leases, SPEC.md
+        §6), so nothing is held twice and the block does not wait for an event that will never
+        come."""
         kept = False
         with self._state_lock:
             open_tickets = list(self._tickets.items())
@@ -798,8 +808,11 @@ class RemoteKernel:
                     session=session,
                     params={"wait_ms": 0},
                 )
-            except KlockError:
-                continue
+            except KlockError as e:
+                if e.name in ("TICKET_ENDED", "UNKNOWN_TICKET"):
+                    self._note(RemoteEvent("WAIT_TIMEOUT", session, ticket=ticket))
+                    kept = True
+                continue  # unreachable again: the next reconnect asks again
             if isinstance(d, dict) and "event" in d:
                 self._note(_event(d))
                 kept = True

@@ -1,11 +1,13 @@
 """A real ``klock serve`` for the remote tests: started on a free loopback port, stopped (and
 waited for) at the end. The binary is ``$KLOCK_BIN`` (scripts/test-python.sh passes the one
-``scripts/klock-bin.sh`` names), else whatever ``scripts/klock-bin.sh`` prints."""
+``scripts/klock-bin.sh`` names), else whatever ``scripts/klock-bin.sh`` prints. And
+:class:`Link`, a loopback TCP link to it that a test can cut and restore."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -80,3 +82,74 @@ class Server:
                 self.proc.kill()
                 self.proc.communicate(timeout=10)
         self.proc = None
+
+
+class Link:
+    """A TCP forwarder from a free loopback port of its own (``url``) to the server's port: a
+    client's network, which :meth:`cut` takes away (every open connection closed, new ones
+    closed at once) while the server stays up, and :meth:`restore` gives back. It reaches
+    whatever listens on the port, so a server restarted on it is reached again."""
+
+    def __init__(self, port: int) -> None:
+        self._port = port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._cut = False
+        self._open: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                try:
+                    if self._cut:
+                        raise OSError("cut")
+                    upstream = socket.create_connection(("127.0.0.1", self._port), timeout=5)
+                except OSError:
+                    conn.close()
+                    continue
+                upstream.settimeout(None)
+                self._open |= {conn, upstream}
+            for src, dst in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                for end in (src, dst):
+                    _drop(end)
+                    self._open.discard(end)
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            for end in self._open:
+                _drop(end)
+            self._open.clear()
+
+    def restore(self) -> None:
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        self._listener.close()
+        self.cut()
+
+
+def _drop(end: socket.socket) -> None:
+    """Closes a forwarded socket, both directions at once (its pump ends)."""
+    try:
+        end.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    end.close()

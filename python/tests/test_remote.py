@@ -1,9 +1,11 @@
 """Remote-only tests of klock.connect against real ``klock serve`` processes, in real time:
 a server restart mid-lease (SIGKILL, restarted on the same data file and port: the lease
 survives through the restart grace and the client's reconnect), a server killed while a block
-waits (a clear error within the reconnect budget, never a hang), the local lease deadline when
-renewals cannot get through, wrong and missing bearer tokens, an unreachable URL, asyncio
-blocks that never block the loop, and the error mapping. Every test is bounded in time."""
+waits (a clear error within the reconnect budget, never a hang), a wait whose grant went
+unheard and then left the server's event stream (asked again, never a hang), the local lease
+deadline when renewals cannot get through, wrong and missing bearer tokens, an unreachable URL,
+asyncio blocks that never block the loop, and the error mapping. Every test is bounded in
+time."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import httpx
 import pytest
 
 import klock
-from server import Server
+from server import Link, Server
 
 
 def test_an_unreachable_url_is_a_clear_error_within_the_budget() -> None:
@@ -334,6 +336,62 @@ def test_a_grant_heard_of_after_its_local_deadline_is_lost_at_once(memory_server
         assert k.stats()["counters"]["expired"] == expired_before + 1
         waiter.close()
         holder.close()
+
+
+def test_a_wait_whose_outcome_the_server_no_longer_has_asks_again(tmp_path: pathlib.Path) -> None:
+    """The waiter's client loses its network while the holder (another client) releases, so
+    the grant's event goes unheard; the server then restarts from a snapshot taken after it,
+    so the event is gone from the session's stream. Back on the network, the client's poll of
+    the ticket answers TICKET_ENDED, and the block asks again instead of waiting for an event
+    that will never come: the acquire reuses the lease granted meanwhile."""
+    server = Server("--data", str(tmp_path / "klock.redb"), "--snapshot-every", "1")
+    link = Link(server.port)
+    outcome: list[BaseException | tuple[int, list[int]]] = []
+    try:
+        with (
+            klock.connect(link.url, reconnect_timeout=30) as k,
+            klock.connect(server.url, reconnect_timeout=30) as other,
+        ):
+            waiting = k.session("ended-old")  # the older: under wait_die it waits
+            holder = other.session("ended-young")
+            held = holder.lease("MUTATES FILE:/ended", ttl_ms=60_000)
+            held.__enter__()
+
+            def wait() -> None:
+                try:
+                    with waiting.lease("MUTATES FILE:/ended", timeout=40) as lease:
+                        outcome.append((lease.fence, lease.lease_ids))
+                except BaseException as e:  # the test inspects it
+                    outcome.append(e)
+
+            waiter = threading.Thread(target=wait, daemon=True)
+            waiter.start()
+            deadline = time.monotonic() + 5
+            while k.counters.waits == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert k.counters.waits == 1
+            link.cut()
+            held.__exit__(None, None, None)  # the waiter's ticket is granted, unheard
+            # The server snapshots after a batch before it takes the next: once this later
+            # call is answered, the grant is in the snapshot, not in a log a restart replays.
+            other.session("ended-later")
+            server.kill()
+            server.start()  # from the snapshot: the grant's event is gone
+            link.restore()
+            waiter.join(30)
+            assert not waiter.is_alive(), "the waiter hung on a ticket that had ended"
+            ((fence, lease_ids),) = outcome
+            assert fence > held.fence, outcome
+            assert k.counters.retries == 1, "the block asked again (no event delivered the grant)"
+            # The lease the server granted meanwhile is the one the block got: nothing held twice.
+            statuses = waiting.reconcile(lease_ids)
+            assert [status for _, status, _, _ in statuses] == ["RELEASED"]
+            assert other.stats()["active_leases"] == 0
+            waiting.close()
+            holder.close()
+    finally:
+        link.close()
+        server.stop()
 
 
 def test_a_wait_survives_a_server_restart(tmp_path: pathlib.Path) -> None:
