@@ -115,6 +115,7 @@ _SESSION_CLOSED = "this session is closed"
 # Why the leases of a closed session are lost (always LEASE_RELEASED: closing a session
 # releases what it holds, SPEC.md §5).
 _LOST_TO_SESSION_CLOSE = "the session was closed while the block held the lease"
+_LOST_BEFORE_RELEASE = "the lease expired before it was released (heartbeats came too late)"
 _LOST_TO_KLOCK_CLOSE = "the Klock was closed while the block held the lease"
 _LOST_TO_KERNEL_CLOSE = (
     "the session was closed in the kernel (not through this client) while the block held the lease"
@@ -1156,6 +1157,7 @@ class Lease:
         session = self.session
         k = session.klock
         unreachable: Unreachable | None = None
+        ended_before: list[int] = []
         with k._lock:
             if self._state != "held":
                 return
@@ -1173,7 +1175,8 @@ class Lease:
                     ending = False
                     for lease_id in self._lease_ids:
                         if refs.get(lease_id) == 1:
-                            k.kernel.release(session._id, lease_id, now)
+                            if not k.kernel.release(session._id, lease_id, now):
+                                ended_before.append(lease_id)
                             ending = True
                     if not ending:
                         k.kernel.advance(now)
@@ -1193,6 +1196,13 @@ class Lease:
                         wake = k.kernel.next_deadline()
                         if wake is not None and (k._alarm.at is None or wake < k._alarm.at):
                             k._arm_locked()
+                # A lease the release found ended already, with no event that said why (a
+                # remote server's LEASE_EXPIRED may still be on its way when a paused process
+                # wakes up and releases): lost all the same, so the exit raises LeaseLost and
+                # the work done under it is not passed off as safe.
+                for lease_id in ended_before:
+                    if self._lost is None or lease_id not in self._lost[2]:
+                        self._lost_locked("LEASE_EXPIRED", _LOST_BEFORE_RELEASE, lease_id)
             self._state = "done"
             if self._heartbeat_seq:
                 k._unschedule_heartbeat_locked(self)

@@ -16,6 +16,7 @@ import pathlib
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -169,6 +170,36 @@ def test_a_lease_is_lost_at_its_local_deadline_when_renewals_cannot_get_through(
         k.close()
     finally:
         server.stop()
+
+
+def test_a_lease_the_exit_finds_ended_is_lost_before_its_event_arrives(
+    memory_server: Any,
+) -> None:
+    """A process paused past its lease's TTL (here: the Klock's timer kept from renewing it)
+    wakes up and leaves the block before the server's LEASE_EXPIRED has reached it (here: the
+    event reader held back). The release finds the lease ended on the server: the exit raises
+    LeaseLost, as in one process, instead of passing the work done under it off as safe."""
+    with klock.connect(memory_server.url) as k:
+        backend = k.kernel
+        gate = threading.Event()
+        take = backend._take  # type: ignore[attr-defined]
+
+        def late_take(namespace: str, d: dict[str, Any]) -> bool:
+            gate.wait(10)  # events reach the client only after the release
+            return take(namespace, d)  # type: ignore[no-any-return]
+
+        backend._take = late_take  # type: ignore[attr-defined]
+        s = k.session("paused")
+        try:
+            with pytest.raises(klock.LeaseLost) as lost:
+                with s.lease("MUTATES FILE:/paused", ttl_ms=300):
+                    with k._lock:  # the timer can neither renew the lease nor give it up
+                        time.sleep(1.0)  # past the server's expiry
+        finally:
+            gate.set()
+        assert lost.value.name == "LEASE_EXPIRED", lost.value
+        assert k.counters.lost == 1
+        s.close()
 
 
 def test_async_blocks_wait_without_blocking_the_loop(memory_server: Any) -> None:
@@ -338,6 +369,34 @@ def test_a_grant_heard_of_after_its_local_deadline_is_lost_at_once(memory_server
         holder.close()
 
 
+def _waiting_block(
+    k: klock.Klock,
+    session: klock.Session,
+    intent: str,
+    timeout: float,
+    outcome: list[Any],
+    result: Callable[[klock.Lease], Any],
+) -> threading.Thread:
+    """Runs ``with session.lease(intent, timeout=timeout)`` in a thread that appends
+    ``result(lease)``, or the exception, to ``outcome``; returns once the block waits (``k``
+    counted its WAIT)."""
+
+    def wait() -> None:
+        try:
+            with session.lease(intent, timeout=timeout) as lease:
+                outcome.append(result(lease))
+        except BaseException as e:  # the test inspects it
+            outcome.append(e)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while k.counters.waits == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert k.counters.waits == 1
+    return waiter
+
+
 def test_a_wait_whose_outcome_the_server_no_longer_has_asks_again(tmp_path: pathlib.Path) -> None:
     """The waiter's client loses its network while the holder (another client) releases, so
     the grant's event goes unheard; the server then restarts from a snapshot taken after it,
@@ -356,20 +415,14 @@ def test_a_wait_whose_outcome_the_server_no_longer_has_asks_again(tmp_path: path
             holder = other.session("ended-young")
             held = holder.lease("MUTATES FILE:/ended", ttl_ms=60_000)
             held.__enter__()
-
-            def wait() -> None:
-                try:
-                    with waiting.lease("MUTATES FILE:/ended", timeout=40) as lease:
-                        outcome.append((lease.fence, lease.lease_ids))
-                except BaseException as e:  # the test inspects it
-                    outcome.append(e)
-
-            waiter = threading.Thread(target=wait, daemon=True)
-            waiter.start()
-            deadline = time.monotonic() + 5
-            while k.counters.waits == 0 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert k.counters.waits == 1
+            waiter = _waiting_block(
+                k,
+                waiting,
+                "MUTATES FILE:/ended",
+                40,
+                outcome,
+                lambda got: (got.fence, got.lease_ids),
+            )
             link.cut()
             held.__exit__(None, None, None)  # the waiter's ticket is granted, unheard
             # The server snapshots after a batch before it takes the next: once this later
@@ -404,20 +457,9 @@ def test_a_wait_survives_a_server_restart(tmp_path: pathlib.Path) -> None:
         with klock.connect(server.url, reconnect_timeout=15) as k:
             old, young = k.session("restart-old"), k.session("restart-young")
             with young.lease("MUTATES FILE:/restart", ttl_ms=5_000) as held:
-
-                def wait() -> None:
-                    try:
-                        with old.lease("MUTATES FILE:/restart", timeout=20) as lease:
-                            outcome.append(lease.fence)
-                    except BaseException as e:  # the test inspects it
-                        outcome.append(e)
-
-                waiter = threading.Thread(target=wait, daemon=True)
-                waiter.start()
-                deadline = time.monotonic() + 5
-                while k.counters.waits == 0 and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                assert k.counters.waits == 1
+                waiter = _waiting_block(
+                    k, old, "MUTATES FILE:/restart", 20, outcome, lambda got: got.fence
+                )
                 server.kill()
                 time.sleep(0.3)
                 server.start()
