@@ -22,10 +22,11 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   :class:`~klock.Unreachable` ("cannot reach klock serve at URL: what failed"). When the event
   reader reaches the server again it re-polls the open tickets (a restart may have dropped
   their events; a ticket whose outcome the server no longer has is asked again, which reuses
-  a lease granted meanwhile) and has every held block renewed at once; the server restored the sessions in
-  their suspension grace and extended the leases by the downtime, so a quick restart loses
-  nothing, and a renewal the server refuses marks the lease lost as usual. If the reader stays
-  cut off past the budget, every waiting block raises :class:`~klock.Unreachable`.
+  a lease granted meanwhile) and has every held block renewed at once; the server restored
+  the sessions in their suspension grace and extended the leases by the downtime, so a quick
+  restart loses nothing, and a renewal the server refuses marks the lease lost as usual. If
+  the reader stays cut off past the budget, every waiting block raises
+  :class:`~klock.Unreachable`.
 * **Lost-lease safety.** On the system clock, each lease has a local deadline on the Klock's
   monotonic clock: the send time of the request that granted or last renewed it, plus its TTL
   (never later than the server's expiry). A lease granted after a WAIT takes the *acquire's*
