@@ -101,6 +101,15 @@ fn wait_for(path: &Path) {
     }
 }
 
+/// Spawns `c` running `sh -c script` and returns once the script has touched `started` (its
+/// first step: the command runs, its lease held).
+fn run_script(mut c: Command, script: &str, started: &Path) -> Running {
+    c.args(["--", "sh", "-c", script]);
+    let run = Running::spawn(c);
+    wait_for(started);
+    run
+}
+
 /// Reruns agent `job` with `--digest digest`: it must resume `session` with its `priority`
 /// (as its `-v` line says), succeed, and remove the digest, its work done.
 fn rerun_resumes(server: &Spawned, digest: &Path, session: u64, priority: u64) {
@@ -274,9 +283,7 @@ fn a_lost_lease_stops_the_command_and_a_rerun_keeps_the_priority() {
         "--intent",
         "MUTATES FILE:/x",
     ]);
-    c.args(["--", "sh", "-c", &script]);
-    let run = Running::spawn(c);
-    wait_for(&started);
+    let run = run_script(c, &script, &started);
     // Freeze the wrapper past its TTL: no renewal reaches the server, so the lease is lost
     // however the wrapper learns it on waking (its local deadline, or the server's answer).
     signal(run.pid(), libc::SIGSTOP);
@@ -301,7 +308,7 @@ fn a_server_that_dies_mid_command_stops_it() {
     let server = server();
     let dir = temp();
     let started = dir.path().join("started");
-    let mut c = exec(
+    let c = exec(
         &server,
         &[
             "--ttl",
@@ -312,14 +319,11 @@ fn a_server_that_dies_mid_command_stops_it() {
             "MUTATES FILE:/x",
         ],
     );
-    c.args([
-        "--",
-        "sh",
-        "-c",
+    let run = run_script(
+        c,
         &format!("touch {}; sleep 20", started.display()),
-    ]);
-    let run = Running::spawn(c);
-    wait_for(&started);
+        &started,
+    );
     let killed = Instant::now();
     server.kill();
     let (code, _, err) = run.finish(Duration::from_secs(10));
@@ -342,12 +346,8 @@ fn signals_reach_the_command() {
         "trap 'exit 42' TERM; touch {}; sleep 20 & wait",
         started.display()
     );
-    let c = exec(
-        &server,
-        &["--intent", "MUTATES FILE:/x", "--", "sh", "-c", &script],
-    );
-    let run = Running::spawn(c);
-    wait_for(&started);
+    let c = exec(&server, &["--intent", "MUTATES FILE:/x"]);
+    let run = run_script(c, &script, &started);
     signal(run.pid(), libc::SIGTERM);
     let (code, _, err) = run.finish(Duration::from_secs(10));
     assert_eq!(code, 42, "{err}");
@@ -555,9 +555,8 @@ fn a_wound_from_an_older_session_stops_the_command_with_107() {
         &server,
         &["-v", "--agent", "younger", "--intent", "MUTATES FILE:/x"],
     );
-    c.args(["--kill-after", "2s", "--", "sh", "-c", &script]);
-    let run = Running::spawn(c);
-    wait_for(&started);
+    c.arg("--kill-after").arg("2s");
+    let run = run_script(c, &script, &started);
     let acquired = request(
         server.port,
         "POST",
@@ -587,20 +586,17 @@ fn a_wait_that_runs_out_names_the_holder_it_queued_behind() {
     let digest = dir.path().join("job.json");
     let digest_arg = digest.to_str().unwrap();
     let holder = |agent: &str, ready: &Path, secs: u32| {
-        let mut c = exec(&server, &["--agent", agent, "--intent", "MUTATES FILE:/x"]);
-        c.args([
-            "--",
-            "sh",
-            "-c",
+        let c = exec(&server, &["--agent", agent, "--intent", "MUTATES FILE:/x"]);
+        run_script(
+            c,
             &format!("touch {}; sleep {secs}", ready.display()),
-        ]);
-        Running::spawn(c)
+            ready,
+        )
     };
     // The job's session is opened while a first holder has the file: it gives up at once
     // (a DIE), and its session is kept, older than any opened later.
     let first = dir.path().join("first");
     let early = holder("early-bot", &first, 1);
-    wait_for(&first);
     let job = |wait: &str| {
         exec(
             &server,
@@ -626,7 +622,6 @@ fn a_wait_that_runs_out_names_the_holder_it_queued_behind() {
     // wait runs out the message still names who held the file.
     let second = dir.path().join("second");
     let late = holder("late-bot", &second, 5);
-    wait_for(&second);
     // Twice: the server's timeout and the end of its hold race, so a single run could miss
     // a client that names the holders only when the hold ends first.
     for _ in 0..2 {
@@ -654,14 +649,8 @@ fn a_server_that_dies_mid_command_leaves_a_digest_for_its_restart() {
         &["--agent", "job", "--ttl", "600ms", "--kill-after", "1s"],
     );
     c.args(["--digest", digest_arg, "--intent", "MUTATES FILE:/x"]);
-    c.args([
-        "--",
-        "sh",
-        "-c",
-        &format!("echo $KLOCK_SESSION; touch {}; sleep 20", started.display()),
-    ]);
-    let run = Running::spawn(c);
-    wait_for(&started);
+    let script = format!("echo $KLOCK_SESSION; touch {}; sleep 20", started.display());
+    let run = run_script(c, &script, &started);
     server.kill();
     let (code, out, err) = run.finish(Duration::from_secs(10));
     assert_eq!(code, 107, "{err}");
@@ -707,7 +696,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
         started.display(),
         survived.display()
     );
-    let mut c = exec(
+    let c = exec(
         &server,
         &[
             "--ttl",
@@ -718,9 +707,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
             "MUTATES FILE:/x",
         ],
     );
-    c.args(["--", "sh", "-c", &script]);
-    let run = Running::spawn(c);
-    wait_for(&started);
+    let run = run_script(c, &script, &started);
     let killed = Instant::now();
     server.kill();
     let (code, _, err) = run.finish(Duration::from_secs(10));
