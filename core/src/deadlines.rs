@@ -45,19 +45,20 @@ pub(crate) const NEVER: u64 = u64::MAX;
 const TAIL: usize = 32;
 
 /// The pending deadlines of one kind, ordered by `(time, id)`.
+/// Also the friendly clients' heartbeat schedule (`crate::ledger`).
 #[derive(Clone, Default)]
-struct Lane {
+pub(crate) struct Lane {
     /// Every entry not in `tail`.
     entries: BTreeSet<(u64, u64)>,
     /// Ascending, each after every entry of `entries`; at most [`TAIL`].
     tail: Vec<(u64, u64)>,
     /// The earliest entry of the lane. Kept, because every operation asks for it (to settle)
     /// and a tree finds its first entry by walking down its whole height.
-    first: Option<(u64, u64)>,
+    pub(crate) first: Option<(u64, u64)>,
 }
 
 impl Lane {
-    fn insert(&mut self, entry: (u64, u64)) {
+    pub(crate) fn insert(&mut self, entry: (u64, u64)) {
         if self.first.is_none_or(|first| entry < first) {
             self.first = Some(entry);
         }
@@ -84,7 +85,7 @@ impl Lane {
         }
     }
 
-    fn remove(&mut self, entry: (u64, u64)) -> bool {
+    pub(crate) fn remove(&mut self, entry: (u64, u64)) -> bool {
         let removed = match self.tail.first() {
             // Usually the newest (a lease released before any later grant): no search.
             Some(_) if self.tail.last() == Some(&entry) => {

@@ -43,6 +43,7 @@ mod config;
 mod deadlines;
 mod error;
 mod kernel;
+mod ledger;
 mod predicate;
 mod resource;
 mod stats;
@@ -59,6 +60,7 @@ pub use kernel::{
     Kernel, KernelState, LeaseState, SessionState, SessionView, Snapshot, StateError,
     TicketIntentState, TicketState, TicketView, ENDED_MEMORY_PER_SESSION, STATE_VERSION,
 };
+pub use ledger::{renew_at, BlockId, HeldLease, Ledger};
 pub use predicate::Predicate;
 pub use resource::{ResourceName, MAX_RESOURCE_BYTES};
 pub use stats::{Contention, Counters, GhostAgent, Stats, TOP_CAPACITY};

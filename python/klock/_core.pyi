@@ -16,12 +16,14 @@ Thread-safe: a :class:`Kernel` may be shared by any number of threads (calls are
 """
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Final, Literal, TypedDict, final
+from typing import Any, Final, Literal, Self, TypedDict, final
 
-from typing_extensions import Unpack
+from typing_extensions import Unpack, disjoint_base
 
 __all__ = [
     "Kernel",
+    "Ledger",
+    "Block",
     "SessionInfo",
     "Lease",
     "Blocker",
@@ -296,3 +298,82 @@ class Kernel:
         """``{"now", "policy", "next_deadline", "sessions", "leases", "tickets", "stats"}``, in
         the kernel's serde shape (the canonical JSON of the conformance scripts and the
         server), like the other dicts of this class."""
+
+@final
+class Ledger:
+    """The friendly client's bookkeeping of one Klock (klock_core::Ledger): which lease blocks
+    hold which leases, and when each block's next heartbeat is due. Its blocks use the
+    Klock's ``lock`` (re-entrant) and clock (``system_t0``: the ``time.monotonic_ns()`` a
+    SystemClock counts from, read natively; ``None``: ``klock.now()`` is asked)."""
+
+    def __new__(cls, lock: Any, system_t0: int | None, offload_async: bool) -> Ledger: ...
+    @property
+    def grants(self) -> int:
+        """How many blocks were granted."""
+    @property
+    def armed_at(self) -> int | None:
+        """When the Klock's timer is armed for (``None``: not armed)."""
+    @armed_at.setter
+    def armed_at(self, at: int | None) -> None: ...
+    def lose(self, lease_ids: list[int]) -> list[tuple[Any, int]]:
+        """The leases ended: ``(block, lease_id)`` for every held block holding one."""
+    def session_leases(self, session: int) -> list[int]: ...
+    def holds_leases(self, session: int) -> bool: ...
+    def forget_session(self, session: int) -> None: ...
+    def renewed(
+        self,
+        lease_id: int,
+        expires_at: int,
+        ttl_ms: int | None = None,
+        renew_at: int | None = None,
+    ) -> None: ...
+    def pop_due(self, now: int) -> tuple[Any, list[int]] | None:
+        """The next block whose heartbeat is due: ``(block, lease_ids)``."""
+    def schedule(self, block: Block, at: int) -> None: ...
+    def renew_due(self, block: Block) -> int: ...
+    def scheduled_blocks(self) -> list[Any]: ...
+    def next_heartbeat(self) -> int | None: ...
+
+@disjoint_base
+class Block:
+    """The native base of ``klock.Lease``: its state and its edges (the attempt, the grant's
+    bookkeeping, the release, ``__enter__``, ``__exit__`` and ``__aexit__``)."""
+
+    def __new__(
+        cls,
+        session: Any,
+        klock: Any,
+        session_id: int,
+        intents: tuple[str, ...],
+        ttl_ms: int | None,
+        timeout: float | None,
+    ) -> Block: ...
+    @property
+    def session(self) -> Any: ...
+    @property
+    def intents(self) -> list[str]: ...
+    @property
+    def ttl_ms(self) -> int | None: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def _state(self) -> str: ...
+    @_state.setter
+    def _state(self, name: str) -> None: ...
+    @property
+    def _lost(self) -> tuple[str, str, list[int]] | None: ...
+    @_lost.setter
+    def _lost(self, lost: tuple[str, str, list[int]] | None) -> None: ...
+    @property
+    def _ticket(self) -> int | None: ...
+    @_ticket.setter
+    def _ticket(self, ticket: int | None) -> None: ...
+    def _lease_figures(self) -> list[tuple[int, int, str, str, str, int, int, int, int]]: ...
+    def _lease_ids(self) -> list[int]: ...
+    def _granted_locked(self, leases: Iterable[Any], now: int) -> None: ...
+    def _attempt(self, loop_: Any, deadline: int | None, retry: bool) -> Any: ...
+    def _enter_first(self, loop_: Any) -> tuple[Any, int | None]: ...
+    def _release(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
+    def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any: ...

@@ -18,7 +18,7 @@ Klock's one timer and ``advance(now)`` when it fires. Two implementations:
 
 Optional hooks (a backend without them behaves like the in-process kernel):
 
-* ``heartbeat_due(lease) -> int``: when the lease's next renewal is due on the Klock's clock.
+* ``heartbeat_due(lease_id) -> int``: when the lease's next renewal is due on the Klock's clock.
   In-process that is ``expires_at - 2*ttl_ms/3`` (the kernel's figures are the Klock's
   times); remotely ``expires_at`` is the server's clock, so the backend answers from its own
   local deadline (the send time of the request that granted or last renewed the lease, plus

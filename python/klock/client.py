@@ -48,13 +48,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import heapq
-import itertools
 import math
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
 from time import monotonic_ns as _monotonic_ns
 from types import TracebackType
 from typing import Any
@@ -241,12 +239,22 @@ class _Alarm:
     """The Klock's one timer on its clock. It holds the Klock weakly, so a Klock dropped
     without close() is still collected (a finalizer then clears the timer)."""
 
-    __slots__ = ("_ref", "timer", "at")
+    __slots__ = ("_ref", "timer", "_ledger")
 
-    def __init__(self, klock: Klock) -> None:
+    def __init__(self, klock: Klock, ledger: _core.Ledger) -> None:
         self._ref = weakref.ref(klock)
         self.timer: Timer | None = None
-        self.at: int | None = None
+        self._ledger = ledger
+
+    @property
+    def at(self) -> int | None:
+        """When the timer is armed for (``None``: not armed); kept in the ledger, whose
+        native block edges read it."""
+        return self._ledger.armed_at
+
+    @at.setter
+    def at(self, at: int | None) -> None:
+        self._ledger.armed_at = at
 
     def fire(self) -> None:
         klock = self._ref()
@@ -323,7 +331,7 @@ class Klock:
         #: The namespace of sessions opened without one (klock.connect's ``namespace``).
         self.namespace = _namespace
         # The backend's optional hooks (klock.backend), looked up once.
-        self._heartbeat_due_of: Callable[[LeaseLike], int] | None = getattr(
+        self._heartbeat_due_of: Callable[[int], int] | None = getattr(
             self.kernel, "heartbeat_due", None
         )
         self._offload_async = bool(getattr(self.kernel, "offload_async", False))
@@ -332,7 +340,7 @@ class Klock:
         self._pending_events: Callable[[], int] | None = getattr(
             self.kernel, "pending_events", None
         )
-        self.counters = ClientCounters()
+        self._counters = ClientCounters()
         self.clock, self._own_clock = _as_clock(clock)
         # The start of a SystemClock's own monotonic milliseconds (now() then reads them
         # itself, as SystemClock.now does), or None: ask the clock.
@@ -346,27 +354,25 @@ class Klock:
         self._waiters: dict[int, _Waiter] = {}
         # Acquisitions backing off after a DIE/DIED/WOUNDED: how to wake each one early.
         self._sleepers: dict[Lease, Callable[[], None]] = {}
-        self._holders: dict[int, list[Lease]] = {}
         self._sessions: dict[int, Session] = {}
-        # Heartbeat scheduling is lazy: a block is scheduled into ``_young`` (block -> when its
-        # next heartbeat is due) with the timer armed no later than that; only when the timer
-        # fires are the young blocks still held moved into the ``_heartbeats`` heap (due, seq,
-        # block; an entry whose seq is not the block's ``_heartbeat_seq`` any more is stale and
-        # skipped). A block that ends before the timer fires (the common short block) never
-        # touches the heap. ``_young_due`` is a lower bound of the young blocks' due times.
-        self._heartbeats: list[tuple[int, int, Lease]] = []
-        self._heartbeat_stale = 0
-        self._young: dict[Lease, int] = {}
-        self._young_due: int | None = None
-        self._seq = itertools.count(1)
+        # Which blocks hold which leases, and when each block's next heartbeat is due: the
+        # core's ledger (klock_core::Ledger), which the native block edges share.
+        self._ledger = _core.Ledger(self._lock, self._system_t0, self._offload_async)
         self._closed = False
         self._firing = False  # in _on_timer: it arms the timer once, at the end
         self.timer_error: BaseException | None = None
-        self._alarm = _Alarm(self)
+        self._alarm = _Alarm(self, self._ledger)
         weakref.finalize(self, _disarm, self.clock, self._alarm).atexit = False
         attach = getattr(self.kernel, "attach", None)
         if attach is not None:
             attach(self)
+
+    @property
+    def counters(self) -> ClientCounters:
+        """What the client did on the kernel's answers (the grants are counted by the native
+        block edges, in the ledger)."""
+        self._counters.grants = self._ledger.grants
+        return self._counters
 
     # ---- clock and plumbing -------------------------------------------------------------
 
@@ -391,8 +397,8 @@ class Klock:
         """After any kernel call: route its events, and re-arm the timer if it must fire sooner.
 
         Only the kernel's deadline needs a look here: the timer is never armed later than
-        the heartbeats scheduled (``_schedule_heartbeat_locked`` arms it for each one, and
-        ``_on_timer`` re-arms it for all of them when it ends)."""
+        the heartbeats scheduled (``_schedule_heartbeat_locked`` and a grant arm it for each
+        one, and ``_on_timer`` re-arms it for all of them when it ends)."""
         pending = self._pending_events
         if pending is None or pending():
             for event in self.kernel.drain_events():
@@ -409,16 +415,10 @@ class Klock:
         """Arms the one timer for the earliest kernel deadline or heartbeat, if sooner than armed."""
         if self._closed or self._firing:
             return
-        beats = self._heartbeats
-        while beats and beats[0][2]._heartbeat_seq != beats[0][1]:
-            heapq.heappop(beats)
-            self._heartbeat_stale = max(0, self._heartbeat_stale - 1)
         wake = self.kernel.next_deadline()
-        if beats and (wake is None or beats[0][0] < wake):
-            wake = beats[0][0]
-        young_due = self._young_due
-        if young_due is not None and (wake is None or young_due < wake):
-            wake = young_due
+        beat = self._ledger.next_heartbeat()
+        if beat is not None and (wake is None or beat < wake):
+            wake = beat
         if wake is not None and (self._alarm.at is None or wake < self._alarm.at):
             self._arm_at_locked(wake)
 
@@ -440,21 +440,11 @@ class Klock:
                 now = self.now()
                 self.kernel.advance(now)
                 self._settled_locked()
-                self._promote_young_locked()
-                beats = self._heartbeats
-                while beats and beats[0][0] <= now:
-                    _, seq, block = heapq.heappop(beats)
-                    if block._heartbeat_seq != seq:
-                        self._heartbeat_stale = max(0, self._heartbeat_stale - 1)
-                        continue
-                    block._heartbeat_seq = 0
-                    due = block._heartbeat_due()
-                    if due > now:
-                        # Renewed meanwhile (a nested block's re-acquire, a heartbeat of a
-                        # lease it shares with another block): the next renewal is later.
-                        self._schedule_heartbeat_locked(block, due)
-                    else:
-                        self._heartbeat_locked(block, now)
+                # (The ledger moves a block renewed meanwhile, by a nested block's
+                # re-acquire or a heartbeat of a lease it shares, to its later time.)
+                while (due := self._ledger.pop_due(now)) is not None:
+                    block, ids = due
+                    self._heartbeat_locked(block, now, ids)
             except Exception as e:  # a bug: keep the timer alive, expose what happened
                 self.timer_error = e
                 retry_at = now + _TIMER_RETRY_MS
@@ -489,11 +479,8 @@ class Klock:
             if self._closed:
                 return
             now = self.now()
-            for blocks in list(self._holders.values()):
-                for block in blocks:
-                    if self._scheduled_locked(block):
-                        self._unschedule_heartbeat_locked(block)
-                        self._schedule_heartbeat_locked(block, now)
+            for block in self._ledger.scheduled_blocks():
+                self._schedule_heartbeat_locked(block, now)
 
     def _backend_failed(self, error: KlockError) -> None:
         """The backend cannot resolve the waiting tickets any more (the server stayed
@@ -546,54 +533,29 @@ class Klock:
         released its leases, or for idleness, when it held none."""
         self._sessions.pop(session.session_id, None)
         session._closed = True
-        self._lose_locked(list(session._refs), "LEASE_RELEASED", _LOST_TO_KERNEL_CLOSE)
+        self._lose_locked(
+            self._ledger.session_leases(session.session_id),
+            "LEASE_RELEASED",
+            _LOST_TO_KERNEL_CLOSE,
+        )
 
     def _lose_locked(self, lease_ids: Iterable[int], name: str, message: str) -> None:
-        for lease_id in lease_ids:
-            for block in self._holders.pop(lease_id, []):
-                block.session._refs.pop(lease_id, None)
-                block._lost_locked(name, message, lease_id)
+        for block, lease_id in self._ledger.lose(list(lease_ids)):
+            block._lost_locked(name, message, lease_id)
 
     def _schedule_heartbeat_locked(self, block: Lease, due: int) -> None:
-        """The block's next heartbeat is due at ``due``: it joins the young blocks, and the
-        timer is armed for ``due`` if it would fire later (see ``_young``)."""
-        if block._heartbeat_seq:  # in the heap (a heartbeat made outside the timer)
-            self._unschedule_heartbeat_locked(block)
-        self._young[block] = due
-        if self._young_due is None or due < self._young_due:
-            self._young_due = due
+        """The block's next heartbeat is due at ``due``: the timer is armed for ``due`` if
+        it would fire later."""
+        self._ledger.schedule(block, due)
         at = self._alarm.at
         if at is None or due < at:
             self._arm_locked()
 
-    def _promote_young_locked(self) -> None:
-        """The timer fired: the young blocks move into the heartbeat heap."""
-        young = self._young
-        if young:
-            beats = self._heartbeats
-            for block, due in young.items():
-                seq = next(self._seq)
-                block._heartbeat_seq = seq
-                heapq.heappush(beats, (due, seq, block))
-            young.clear()
-        self._young_due = None
-
-    def _scheduled_locked(self, block: Lease) -> bool:
-        """Whether the block has a heartbeat scheduled (young or in the heap)."""
-        return bool(block._heartbeat_seq) or block in self._young
-
-    def _unschedule_heartbeat_locked(self, block: Lease) -> None:
-        self._young.pop(block, None)  # _young_due stays: a lower bound
-        if block._heartbeat_seq:
-            block._heartbeat_seq = 0
-            self._heartbeat_stale += 1
-            if self._heartbeat_stale > 64 and self._heartbeat_stale * 2 > len(self._heartbeats):
-                self._heartbeats = [e for e in self._heartbeats if e[2]._heartbeat_seq == e[1]]
-                heapq.heapify(self._heartbeats)
-                self._heartbeat_stale = 0
-
-    def _heartbeat_locked(self, block: Lease, now: int) -> None:
-        ids = [lease.lease_id for lease in block._leases]
+    def _heartbeat_locked(self, block: Lease, now: int, ids: list[int] | None = None) -> None:
+        """Renews the block's leases (``ids``: those that did not end) now; schedules its
+        next heartbeat unless one has ended or reached its lifetime."""
+        if ids is None:
+            ids = block._lease_ids()
         try:
             results = self.kernel.heartbeat(block.session.session_id, ids, now)
         except UnknownId:  # UNKNOWN_SESSION: the only error a heartbeat call raises
@@ -607,7 +569,7 @@ class Klock:
         renewable = True
         for lease_id, status, expires_at in results:
             if status == "OK" and expires_at is not None:
-                self._refresh_locked(lease_id, expires_at=expires_at)
+                self._refresh_locked(lease_id, expires_at)
             elif status == "LIFETIME_EXCEEDED":
                 renewable = False  # it stays valid until its capped expiry, then LEASE_EXPIRED
             elif status != "OK":
@@ -617,22 +579,15 @@ class Klock:
                     f"a heartbeat found the lease {status.lower().replace('_', ' ')}",
                 )
         if block._state == "held" and block._lost is None and renewable:
-            self._schedule_heartbeat_locked(block, max(now + 1, block._heartbeat_due()))
+            self._schedule_heartbeat_locked(block, max(now + 1, self._ledger.renew_due(block)))
 
     def _refresh_locked(self, lease_id: int, expires_at: int) -> None:
-        """The kernel renewed a lease (heartbeat, resume): every block holding it sees it."""
-        for block in self._holders.get(lease_id, ()):
-            block._leases = [
-                replace(LeaseInfo.of(lease), expires_at=expires_at)
-                if lease.lease_id == lease_id
-                else lease
-                for lease in block._leases
-            ]
-
-    def _reschedule_heartbeat_locked(self, block: Lease) -> None:
-        if self._scheduled_locked(block):
-            self._unschedule_heartbeat_locked(block)
-            self._schedule_heartbeat_locked(block, max(self.now(), block._heartbeat_due()))
+        """The kernel renewed a lease (heartbeat, resume): every block holding it sees it (a
+        backend that measures its own deadlines says when to renew it next)."""
+        due_of = self._heartbeat_due_of
+        self._ledger.renewed(
+            lease_id, expires_at, renew_at=None if due_of is None else due_of(lease_id)
+        )
 
     # ---- public API ---------------------------------------------------------------------
 
@@ -683,7 +638,7 @@ class Klock:
     def _renewed_locked(self, session: Session) -> None:
         """A resume renewed every lease of the session in the kernel (SPEC.md §5): read the
         new expiries back and follow them."""
-        ids = list(session._refs)
+        ids = self._ledger.session_leases(session.session_id)
         if not ids:
             return
         try:
@@ -692,10 +647,11 @@ class Klock:
             self._settled_locked()
         for lease_id, status, expires_at, _fence in statuses:
             if status == "ACTIVE" and expires_at is not None:
-                self._refresh_locked(lease_id, expires_at=expires_at)
-        for lease_id in ids:
-            for block in self._holders.get(lease_id, []):
-                self._reschedule_heartbeat_locked(block)
+                self._refresh_locked(lease_id, expires_at)
+        now = self.now()
+        for block in self._ledger.scheduled_blocks():
+            if block.session is session:
+                self._schedule_heartbeat_locked(block, max(now, self._ledger.renew_due(block)))
 
     def stats(self) -> dict[str, Any]:
         """The kernel's counters, top contended resources and ghost agents."""
@@ -807,7 +763,6 @@ class Session:
         self.klock = klock
         self.info = info
         self._id: int = info.session_id  # never changes (a resume keeps it)
-        self._refs: dict[int, int] = {}  # lease id -> blocks of this session holding it
         self._closed = False
         self._closed_by_user = (
             False  # close() (Closed) rather than the kernel (idle: UNKNOWN_SESSION)
@@ -838,7 +793,7 @@ class Session:
 
     def holds_leases(self) -> bool:
         """Whether a lease block of this session is holding leases now."""
-        return bool(self._refs)
+        return self.klock._ledger.holds_leases(self._id)
 
     def lease(
         self, *intents: str, ttl_ms: int | None = None, timeout: float | None = None
@@ -852,7 +807,7 @@ class Session:
         ``None`` also has no client-side limit, but each wait uses the kernel's
         ``default_wait_timeout_ms`` and the block asks again when it passes. NaN, a negative
         value or a finite value above ``(2**64-1)/1000`` seconds is a ``ValueError``."""
-        return Lease(self, intents, ttl_ms, timeout)
+        return Lease(self, self.klock, self._id, intents, ttl_ms, timeout)
 
     def _check_open(self) -> None:
         self.klock._check_open()
@@ -908,7 +863,8 @@ class Session:
                 pass  # a remote backend's server is gone: its leases end at their TTL
             finally:
                 k._settled_locked()
-        k._lose_locked(list(self._refs), "LEASE_RELEASED", why)
+        k._lose_locked(k._ledger.session_leases(self._id), "LEASE_RELEASED", why)
+        k._ledger.forget_session(self._id)
 
     def __enter__(self) -> Session:
         _restore.set(_restore.get() + (_current.set(self),))
@@ -940,7 +896,11 @@ class Session:
             await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._refs)} leases"
+        state = (
+            "closed"
+            if self._closed
+            else f"{len(self.klock._ledger.session_leases(self._id))} leases"
+        )
         return f"Session(session_id={self.session_id}, agent_id={self.agent_id!r}, priority={self.priority}, {state})"
 
 
@@ -969,16 +929,7 @@ def _check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
-def _follow_renewal(blocks: list[Lease], lease: LeaseLike) -> None:
-    """A reused lease was renewed by a grant (SPEC.md §6): the outer ``blocks`` holding it
-    follow its new expiry and TTL (their next heartbeat, found due later than scheduled,
-    moves)."""
-    lease_id = lease.lease_id
-    for other in blocks:
-        other._leases = [lease if mine.lease_id == lease_id else mine for mine in other._leases]
-
-
-class Lease:
+class Lease(_core.Block):
     """The leases of one manifest, held for the duration of a ``with`` / ``async with`` block.
 
     On entry it acquires every intent at once (all-or-nothing), blocking through WAIT until
@@ -992,83 +943,46 @@ class Lease:
     kernel reuses the lease and never shortens it (a shorter ``ttl_ms`` inside keeps the
     outer TTL; a longer one lengthens it for both), and it is released when the last block
     holding it ends.
+
+    Its edges are native (``klock._core.Block``: the attempt, the grant's bookkeeping in the
+    core's ledger, the release, ``__enter__`` when granted at once and ``__exit__``); waiting,
+    backing off and asyncio are here.
     """
 
-    __slots__ = (
-        "session",
-        "intents",
-        "ttl_ms",
-        "timeout",
-        "_leases",
-        "_lease_ids",
-        "_state",
-        "_ticket",
-        "_lost",
-        "_heartbeat_seq",
-        "__weakref__",
-    )
-
-    def __init__(
-        self, session: Session, intents: tuple[str, ...], ttl_ms: int | None, timeout: float | None
-    ) -> None:
-        for intent in intents:
-            if not isinstance(intent, str):
-                i = intents.index(intent)
-                raise TypeError(
-                    f"intent {i} must be a str like 'MUTATES FILE:/src/a.ts', got {type(intent).__name__}"
-                    + (
-                        " (pass intents as separate arguments: lease(*intents))"
-                        if isinstance(intent, (list, tuple))
-                        else ""
-                    )
-                )
-        self.session = session
-        self.intents = list(intents)
-        self.ttl_ms = ttl_ms
-        self.timeout = None if timeout is None else _check_timeout(timeout)
-        # The block's leases as the kernel last reported them: the backend's own objects
-        # (LeaseLike) until :attr:`leases` is read, which turns them into LeaseInfo once.
-        self._leases: list[LeaseLike] = []
-        self._lease_ids: list[int] = []
-        self._state = "new"  # new -> acquiring -> held -> done | failed
-        self._ticket: int | None = None
-        self._lost: tuple[str, str, list[int]] | None = None
-        self._heartbeat_seq = 0
+    # Made by Block.__new__(session, klock, session_id, intents, ttl_ms, timeout), which checks
+    # the intents and the timeout (_check_timeout); _state, _ticket and _lost are the native
+    # block's.
+    __slots__ = ("__weakref__",)
 
     # ---- what the block holds -----------------------------------------------------------
 
     @property
     def leases(self) -> list[LeaseInfo]:
         """The block's leases as the kernel last reported them (see :class:`LeaseInfo`)."""
-        leases = self._leases
-        if all(type(lease) is LeaseInfo for lease in leases):
-            return leases  # type: ignore[return-value]
-        infos = [LeaseInfo.of(lease) for lease in leases]
-        self._leases = infos  # type: ignore[assignment]
-        return infos
+        return [LeaseInfo(*figures) for figures in self._lease_figures()]
 
     @property
     def fence(self) -> int:
         """The largest fence of the block's leases: pass it to the protected resource."""
-        return max(lease.fence for lease in self._leases)
+        return max(lease.fence for lease in self.leases)
 
     @property
     def fences(self) -> dict[str, int]:
         """Fence per canonical resource (the largest when one resource has two predicates)."""
         out: dict[str, int] = {}
-        for lease in self._leases:
+        for lease in self.leases:
             out[lease.resource] = max(out.get(lease.resource, 0), lease.fence)
         return out
 
     @property
     def lease_ids(self) -> list[int]:
-        return [lease.lease_id for lease in self._leases]
+        return self._lease_ids()
 
     @property
     def expires_at(self) -> int:
         """The earliest expiry of the block's leases (Klock milliseconds), kept current by
         every heartbeat, re-acquire and resume."""
-        return min(lease.expires_at for lease in self._leases)
+        return min(lease.expires_at for lease in self.leases)
 
     @property
     def held(self) -> bool:
@@ -1098,202 +1012,50 @@ class Lease:
 
     # ---- kernel bookkeeping (under the Klock's lock) -------------------------------------
 
-    def _granted_locked(self, leases: Sequence[LeaseLike], now: int) -> None:
-        """The kernel granted the block ``leases`` at ``now``. (The uncontended lease block's
-        hot path: kept to few steps.)"""
-        k = self.session.klock
-        self._leases = leases = leases if type(leases) is list else list(leases)
-        self._lease_ids = ids = (
-            [leases[0].lease_id] if len(leases) == 1 else [lease.lease_id for lease in leases]
-        )
-        self._state = "held"
-        refs = self.session._refs
-        holders = k._holders
-        for lease_id in ids:
-            others = holders.get(lease_id)
-            if others is None:
-                holders[lease_id] = [self]
-            else:
-                _follow_renewal(others, leases[ids.index(lease_id)])
-                others.append(self)
-            refs[lease_id] = refs.get(lease_id, 0) + 1
-        k.counters.grants += 1
-        if k._heartbeat_due_of is None and len(leases) == 1:  # _heartbeat_due(), inline
-            lease = leases[0]
-            due = lease.expires_at - (2 * lease.ttl_ms) // 3
-        else:
-            due = self._heartbeat_due()
-        if due < now:
-            due = now
-        young_due, at = k._young_due, k._alarm.at
-        if self._heartbeat_seq or young_due is None or due < young_due or at is None or due < at:
-            k._schedule_heartbeat_locked(self, due)
-        else:  # the timer fires by then anyway: _schedule_heartbeat_locked comes to this
-            k._young[self] = due
-
-    def _heartbeat_due(self) -> int:
-        """When the next heartbeat is due: a third of the way through the current TTL of the
-        lease that needs it first (``expires_at - 2*ttl_ms/3``), from the kernel's figures;
-        a remote backend answers from its local deadlines (klock.backend)."""
-        due_of = self.session.klock._heartbeat_due_of
-        leases = self._leases
-        if due_of is not None:
-            return min(due_of(lease) for lease in leases)
-        if len(leases) == 1:
-            lease = leases[0]
-            return lease.expires_at - (2 * lease.ttl_ms) // 3
-        return min(lease.expires_at - (2 * lease.ttl_ms) // 3 for lease in leases)
-
     def _lost_locked(self, name: str, message: str, lease_id: int) -> None:
         if self._lost is None:
             self._lost = (name, message, [lease_id])
             self.session.klock.counters.lost += 1
-            self.session.klock._unschedule_heartbeat_locked(self)
         else:
             self._lost[2].append(lease_id)
 
-    def _release(self) -> None:
-        """Releases what this block holds (leases shared with an outer block stay held)."""
-        session = self.session
-        k = session.klock
-        unreachable: Unreachable | None = None
-        ended_before: list[int] = []
-        with k._lock:
-            if self._state != "held":
-                return
-            if not session._closed:
-                # Kernel calls made while the block is still registered as a holder: the first
-                # settles time, so if a lease expired unseen (the timer could not run: a long
-                # callback, a paused process), the LEASE_EXPIRED it settles reaches this block,
-                # and its exit raises LeaseLost instead of reporting a lost lease as fine. Only
-                # the kernel leases no other block of the session holds are released.
-                t0 = k._system_t0
-                # k.now(), inline on this hot path (the monotonic clock, read under the lock)
-                now = k.now() if t0 is None else (_monotonic_ns() - t0) // 1_000_000
-                refs = session._refs
-                try:
-                    ending = False
-                    for lease_id in self._lease_ids:
-                        if refs.get(lease_id) == 1:
-                            if not k.kernel.release(session._id, lease_id, now):
-                                ended_before.append(lease_id)
-                            ending = True
-                    if not ending:
-                        k.kernel.advance(now)
-                except UnknownId:
-                    k._session_gone_locked(session)
-                except Unreachable as e:
-                    # A remote backend's server is gone: the block ends here all the same (its
-                    # leases end on the server at their TTL), and its exit says why.
-                    unreachable = e
-                finally:
-                    # k._settled_locked(), inline on this hot path: no events pending, and the
-                    # kernel's next deadline is no earlier than the timer.
-                    pending = k._pending_events
-                    if pending is None or pending() or k._closed or k._firing:
-                        k._settled_locked()
-                    else:
-                        wake = k.kernel.next_deadline()
-                        if wake is not None and (k._alarm.at is None or wake < k._alarm.at):
-                            k._arm_locked()
-                # A lease the release found ended already, with no event that said why (a
-                # remote server's LEASE_EXPIRED may still be on its way when a paused process
-                # wakes up and releases): lost all the same, so the exit raises LeaseLost and
-                # the work done under it is not passed off as safe.
-                for lease_id in ended_before:
-                    if self._lost is None or lease_id not in self._lost[2]:
-                        self._lost_locked("LEASE_EXPIRED", _LOST_BEFORE_RELEASE, lease_id)
-            self._state = "done"
-            if self._heartbeat_seq:
-                k._unschedule_heartbeat_locked(self)
-            else:
-                k._young.pop(self, None)
-            refs = session._refs
-            all_holders = k._holders
-            for lease_id in self._lease_ids:
-                holders = all_holders.get(lease_id)
-                if holders is not None:
-                    if len(holders) == 1:
-                        if holders[0] is self:
-                            del all_holders[lease_id]
-                    elif self in holders:
-                        holders.remove(self)
-                count = refs.pop(lease_id, 0)  # 0: lost already
-                if count > 1:
-                    refs[lease_id] = count - 1
-        if unreachable is not None:
-            raise unreachable
+    def _lost_if_not_yet_locked(self, name: str, message: str, lease_id: int) -> None:
+        """The release found the lease ended: lost, unless an event said so already."""
+        if self._lost is None or lease_id not in self._lost[2]:
+            self._lost_locked(name, message, lease_id)
+
+    def _not_granted_locked(
+        self, verdict: Any, loop: asyncio.AbstractEventLoop | bool | None, wait_ms: int | None
+    ) -> _Attempt:
+        """An attempt's verdict was WAIT (its waiter registered for the ticket: the event that
+        resolves it is routed under the same lock, so it cannot be missed) or DIE. ``loop``
+        is the event loop of an ``async with`` (``True``: the running one), ``None`` for a
+        thread."""
+        k = self.session.klock
+        waiter: _Waiter | None = None
+        if isinstance(loop, bool):  # True: the running one
+            loop = asyncio.get_running_loop()
+        if verdict.verdict == "WAIT":
+            k.counters.waits += 1
+            assert verdict.ticket is not None
+            waiter = _ThreadWaiter(self) if loop is None else _AsyncWaiter(self, loop)
+            self._ticket = verdict.ticket
+            k._waiters[verdict.ticket] = waiter
+        else:
+            k.counters.deaths += 1
+        return (verdict, waiter, wait_ms)
 
     # ---- acquisition ----------------------------------------------------------------------
 
     def _deadline(self) -> int | None:
         """The end of the ``timeout`` budget on the Klock's clock (``None``: no client-side
-        limit), counted from now: the first attempt."""
+        limit), counted from now: the first attempt. (Every attempt is the native
+        ``_attempt(loop, deadline, retry)``.)"""
         timeout = self.timeout
         if timeout is None or timeout == math.inf:
             return None
-        return min(U64_MAX, self.session.klock.now() + _timeout_ms(timeout))
-
-    def _attempt(
-        self, loop: asyncio.AbstractEventLoop | None, deadline: int | None, retry: bool
-    ) -> _Attempt | None:
-        """One kernel acquire under the Klock's lock, after checking that neither the Klock
-        nor the session was closed meanwhile: the verdict carried out (a grant recorded, a
-        WAIT's waiter registered for its ticket), its events routed; ``None`` if granted. ``loop`` is the event
-        loop of an ``async with`` (its waiter resolves a future there), ``None`` for a thread
-        (its waiter blocks it)."""
-        session = self.session
-        k = session.klock
-        waiter: _Waiter | None = None
-        with k._lock:
-            if k._closed or session._closed_by_user:
-                session._check_open()
-            t0 = k._system_t0
-            # k.now(), inline on this hot path (the monotonic clock, read under the lock)
-            now = k.now() if t0 is None else (_monotonic_ns() - t0) // 1_000_000
-            wait_ms: int | None
-            if deadline is not None:
-                wait_ms = max(0, deadline - now)
-            elif self.timeout is None:
-                wait_ms = None  # the kernel's default_wait_timeout_ms; asked again after it
-            else:
-                wait_ms = U64_MAX  # math.inf: "never" under saturating deadlines (SPEC.md §2)
-            if retry:
-                k.counters.retries += 1
-            try:
-                if wait_ms is None and self.ttl_ms is None:  # the kernel's defaults
-                    verdict = k.kernel.acquire(session._id, self.intents, now)
-                else:
-                    verdict = k.kernel.acquire(
-                        session._id,
-                        self.intents,
-                        now,
-                        ttl_ms=self.ttl_ms,
-                        wait=wait_ms != 0,
-                        wait_timeout_ms=wait_ms,
-                    )
-                kind = verdict.verdict
-                if kind == "GRANTED":
-                    self._granted_locked(verdict.leases, now)
-                elif kind == "WAIT":
-                    k.counters.waits += 1
-                    assert verdict.ticket is not None
-                    waiter = _ThreadWaiter(self) if loop is None else _AsyncWaiter(self, loop)
-                    self._ticket = verdict.ticket
-                    k._waiters[verdict.ticket] = waiter
-                else:
-                    k.counters.deaths += 1
-            finally:
-                # k._settled_locked(), inline on this hot path: no events pending, and the
-                # kernel's next deadline is no earlier than the timer.
-                pending = k._pending_events
-                if pending is None or pending() or k._closed or k._firing:
-                    k._settled_locked()
-                else:
-                    wake = k.kernel.next_deadline()
-                    if wake is not None and (k._alarm.at is None or wake < k._alarm.at):
-                        k._arm_locked()
-        return None if kind == "GRANTED" else (verdict, waiter, wait_ms)
+        k: Klock = self.session.klock
+        return min(U64_MAX, k.now() + _timeout_ms(timeout))
 
     def _acquire_steps(
         self,
@@ -1361,7 +1123,7 @@ class Lease:
                         f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)",
                         held_by,
                     )
-            if self.session._refs:
+            if self.session.holds_leases():
                 raise Died(
                     f"session {self.session.session_id} must roll back: it holds other leases and {why}; "
                     "release everything, sleep retry_after_ms, and acquire all intents in one manifest",
@@ -1475,16 +1237,13 @@ class Lease:
             session._check_open()
         self._state = "acquiring"
 
-    def __enter__(self) -> Lease:
-        session = self.session
-        if self._state != "new" or session._closed_by_user or session.klock._closed:
-            self._begin()  # raises
-        self._state = "acquiring"
+    # __enter__ and __exit__ are native (klock._core.Block): the first attempt, then
+    # _enter_contended when it was not granted.
+
+    def _enter_contended(self, first: _Attempt, deadline: int | None) -> Lease:
+        """``__enter__`` after a first attempt that was not granted: waits and backoffs in
+        this thread until the block holds its leases."""
         try:
-            deadline = None if self.timeout is None else self._deadline()
-            first = self._attempt(None, deadline, False)
-            if first is None:  # granted
-                return self
             steps = self._acquire_steps(None, deadline, first)
             step = next(steps)
             while True:
@@ -1500,28 +1259,25 @@ class Lease:
             self._abort()
             raise
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._release()
-        if self._lost is not None:
-            self._exit_lost(exc)
-
     async def __aenter__(self) -> Lease:
-        loop = asyncio.get_running_loop()
-        self._begin()
+        # Everything happens in the coroutine: one cancelled before it ran (a task of
+        # ``block.__aenter__()`` cancelled at once) has asked for nothing.
         if self.session.klock._offload_async:
-            # The first attempt too runs in a worker thread (the generator makes it).
-            deadline = None if self.timeout is None else self._deadline()
-            return await self._aenter_offloaded(loop, self._acquire_all_steps(loop, deadline))
+            return await self._aenter_offloading()
+        first, deadline = self._enter_first(True)
+        if first is None:  # granted
+            return self
+        return await self._acquire_async(first, deadline)
+
+    # __aexit__ is native (klock._core.Block): with a backend whose calls do not block it
+    # releases at once and returns a coroutine ready with None; otherwise it returns
+    # _aexit_offloading(exc).
+
+    async def _acquire_async(self, first: _Attempt, deadline: int | None) -> Lease:
+        """``__aenter__`` after a first attempt that was not granted: waits and backoffs on
+        the event loop until the block holds its leases."""
+        loop = asyncio.get_running_loop()
         try:
-            deadline = None if self.timeout is None else self._deadline()
-            first = self._attempt(loop, deadline, False)
-            if first is None:  # granted
-                return self
             steps = self._acquire_steps(loop, deadline, first)
             step = next(steps)
             while True:
@@ -1536,6 +1292,14 @@ class Lease:
         except BaseException:
             self._abort()
             raise
+
+    async def _aenter_offloading(self) -> Lease:
+        """``__aenter__`` for a backend whose calls may block: the first attempt too runs in
+        a worker thread (the generator makes it)."""
+        loop = asyncio.get_running_loop()
+        self._begin()
+        deadline = None if self.timeout is None else self._deadline()
+        return await self._aenter_offloaded(loop, self._acquire_all_steps(loop, deadline))
 
     async def _aenter_offloaded(
         self, loop: asyncio.AbstractEventLoop, steps: Generator[_Step, Any, None]
@@ -1563,21 +1327,20 @@ class Lease:
             await loop.run_in_executor(None, self._abort)
             raise
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self.session.klock._offload_async:
-            await asyncio.get_running_loop().run_in_executor(None, self._exit, exc)
-        else:
-            self._exit(exc)
+    async def _aexit_offloading(self, exc: BaseException | None) -> None:
+        """``__aexit__`` for a backend whose calls may block: the release leaves the loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self._exit, exc)
 
     def __repr__(self) -> str:
         if self._state == "held":
             return f"Lease({self.intents}, fences={self.fences}{', LOST' if self._lost else ''})"
         return f"Lease({self.intents}, {self._state})"
+
+
+async def _ready(value: Any) -> Any:
+    """An awaitable ready at once with ``value`` (a native ``async with`` edge that did not
+    wait)."""
+    return value
 
 
 def _next_step(steps: Generator[_Step, Any, None], value: _Delivered | None) -> _Step | None:

@@ -272,9 +272,7 @@ class RemoteKernel:
         #: An unexpected error the event reader met (a bug; it kept reading), else None.
         self.reader_error: BaseException | None = None
         self._state_lock = threading.Lock()
-        self.heartbeat_due: Callable[[LeaseInfo], int] | None = (
-            None if manual else self._heartbeat_due
-        )
+        self.heartbeat_due: Callable[[int], int] | None = None if manual else self._heartbeat_due
 
     # ---- plumbing ---------------------------------------------------------------------------
 
@@ -660,10 +658,10 @@ class RemoteKernel:
         with self._state_lock:
             return min((rec.deadline for rec in self._local.values()), default=None)
 
-    def _heartbeat_due(self, lease: LeaseInfo) -> int:
+    def _heartbeat_due(self, lease_id: int) -> int:
         """A third of the way from the last renewal's send time to the local deadline; at
         once for a lease granted after a WAIT (klock.backend's ``heartbeat_due``)."""
-        rec = self._local.get(lease.lease_id)
+        rec = self._local.get(lease_id)
         if rec is None or rec.due_now:
             return 0
         return rec.deadline - (2 * rec.ttl_ms) // 3

@@ -27,6 +27,11 @@ pub struct PyKernel {
 }
 
 impl PyKernel {
+    /// The kernel, for the native block edges (`block.rs`).
+    pub(crate) fn kernel(&self) -> PyResult<MutexGuard<'_, Kernel>> {
+        self.lock()
+    }
+
     fn lock(&self) -> PyResult<MutexGuard<'_, Kernel>> {
         self.inner.lock().map_err(|_| {
             PyRuntimeError::new_err(

@@ -8,6 +8,7 @@
 //! client (`klock` package) is written in Python on top of this module.
 
 mod args;
+mod block;
 mod errors;
 mod kernel;
 mod values;
@@ -28,6 +29,8 @@ fn parse_intent(py: Python<'_>, intent: &Bound<'_, PyAny>) -> PyResult<(&'static
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<kernel::PyKernel>()?;
+    m.add_class::<block::PyLedger>()?;
+    m.add_class::<block::PyBlock>()?;
     m.add_class::<values::PySessionInfo>()?;
     m.add_class::<values::PyLease>()?;
     m.add_class::<values::PyBlocker>()?;

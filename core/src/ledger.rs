@@ -1,0 +1,350 @@
+//! The friendly clients' ledger: which lease blocks hold which leases, and when each block's
+//! next heartbeat is due.
+//!
+//! A friendly client (Python's `with session.lease(...)`, Node's `withLease`) wraps kernel
+//! calls in blocks. Blocks of one session may nest and ask again for a lease an outer block
+//! holds: the kernel reuses the lease (docs/SPEC.md §6), so the client must release it only
+//! when the last block holding it ends, route a lost lease (expired, wounded, session closed)
+//! to every block holding it, and renew each held block a third of the way through its
+//! leases' TTL. Those are lease and time rules, so they live here, in the core, once; the
+//! hosts translate.
+//!
+//! Contract:
+//! - A block is registered by [`Ledger::grant`] and leaves by [`Ledger::finish`]; between the
+//!   two it is *held*. [`Ledger::releasable`] names the leases no other held block of the
+//!   session holds: the ones the host releases in the kernel when the block ends.
+//! - [`Ledger::lose`] forgets a lease (it ended in the kernel): every block holding it is
+//!   reported, keeps its other leases and is no longer scheduled for heartbeats.
+//! - Every held block that is not lost has exactly one scheduled heartbeat, at
+//!   [`Ledger::renew_at`] of its leases (unless the host moved it); [`Ledger::pop_due`] hands
+//!   the host the due ones, skipping a block renewed meanwhile (moved to its new time).
+//! - The ledger never reads a clock and never calls the kernel: every time is the host's
+//!   `now`, every answer says what the host must do.
+
+use crate::deadlines::Lane;
+use crate::kernel::{Map, Set};
+use crate::types::{Lease, LeaseId, SessionId};
+use alloc::vec::Vec;
+use smallvec::SmallVec;
+
+/// A lease block of a friendly client, named by the host (unique among its held blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(pub u64);
+
+/// When a lease with this expiry and TTL should be renewed: a third of the way through its
+/// TTL (`expires_at - 2*ttl_ms/3`), so two more renewals can fail before it expires. A lease
+/// that never expires (`u64::MAX`) is never due.
+pub fn renew_at(expires_at: u64, ttl_ms: u64) -> u64 {
+    if expires_at == u64::MAX {
+        return u64::MAX;
+    }
+    let two_thirds = (u128::from(ttl_ms) * 2 / 3) as u64;
+    expires_at.saturating_sub(two_thirds)
+}
+
+/// One lease as a block holds it, with when it needs renewing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldLease {
+    /// The kernel's figures at the grant, updated by every renewal and re-acquire.
+    pub lease: Lease,
+    /// When this lease needs its next heartbeat.
+    pub renew_at: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    session: SessionId,
+    leases: SmallVec<[HeldLease; 1]>,
+    /// When its heartbeat is scheduled (`None`: not scheduled: lost, or not renewable).
+    scheduled: Option<u64>,
+}
+
+/// The ledger of one friendly client (see the module docs).
+#[derive(Clone, Default)]
+pub struct Ledger {
+    blocks: Map<BlockId, Block>,
+    /// Held blocks per lease, oldest first (a lease belongs to one session).
+    holders: Map<LeaseId, SmallVec<[BlockId; 1]>>,
+    /// Leases held per session (an entry is kept, emptied, until the session is forgotten:
+    /// one allocation per session, not per block).
+    sessions: Map<SessionId, Set<LeaseId>>,
+    heartbeats: Lane,
+}
+
+impl Ledger {
+    /// An empty ledger.
+    pub fn new() -> Ledger {
+        Ledger::default()
+    }
+
+    /// The kernel granted `block` of `session` these leases at `now` (some may be leases an
+    /// outer block of the session holds: reused and renewed, so those blocks follow the new
+    /// figures). `renew_at` is the host's due time per lease (a remote client measures its
+    /// own deadlines), or `None` for [`renew_at`] of the kernel's figures. The block is held
+    /// and scheduled for its first heartbeat no earlier than `now`; returns that time.
+    pub fn grant(
+        &mut self,
+        block: BlockId,
+        session: SessionId,
+        leases: impl IntoIterator<Item = Lease>,
+        renew: Option<&[u64]>,
+        now: u64,
+    ) -> u64 {
+        let mut held: SmallVec<[HeldLease; 1]> = SmallVec::new();
+        for (i, lease) in leases.into_iter().enumerate() {
+            let due = match renew.and_then(|r| r.get(i)) {
+                Some(&due) => due,
+                None => renew_at(lease.expires_at, lease.ttl_ms),
+            };
+            held.push(HeldLease {
+                lease,
+                renew_at: due,
+            });
+        }
+        let owned = self.sessions.entry(session).or_default();
+        for h in &held {
+            let id = h.lease.lease_id;
+            owned.insert(id);
+            match self.holders.get_mut(&id) {
+                None => {
+                    self.holders.insert(id, SmallVec::from_elem(block, 1));
+                }
+                Some(others) => {
+                    for other in others.iter() {
+                        if let Some(b) = self.blocks.get_mut(other) {
+                            for mine in b.leases.iter_mut().filter(|m| m.lease.lease_id == id) {
+                                *mine = h.clone();
+                            }
+                        }
+                    }
+                    others.push(block);
+                }
+            }
+        }
+        let due = held
+            .iter()
+            .map(|h| h.renew_at)
+            .min()
+            .unwrap_or(u64::MAX)
+            .max(now);
+        self.blocks.insert(
+            block,
+            Block {
+                session,
+                leases: held,
+                scheduled: None,
+            },
+        );
+        self.schedule(block, due);
+        due
+    }
+
+    /// Whether `block` is held (granted and not finished).
+    pub fn is_held(&self, block: BlockId) -> bool {
+        self.blocks.contains_key(&block)
+    }
+
+    /// The leases `block` holds, as last reported (lost ones included, until it finishes).
+    pub fn leases(&self, block: BlockId) -> &[HeldLease] {
+        self.blocks.get(&block).map_or(&[], |b| &b.leases)
+    }
+
+    /// The leases of `block` that no other held block holds and that did not end (were not
+    /// [`Ledger::lose`]n): the ones to release in the kernel when it ends.
+    pub fn releasable(&self, block: BlockId) -> SmallVec<[LeaseId; 1]> {
+        let mut out = SmallVec::new();
+        for h in self.leases(block) {
+            let id = h.lease.lease_id;
+            if matches!(self.holders.get(&id), Some(b) if b.as_slice() == [block]) {
+                out.push(id);
+            }
+        }
+        out
+    }
+
+    /// `block` ended: it leaves the ledger (unscheduled, no longer a holder) and its leases,
+    /// as last reported, are returned.
+    pub fn finish(&mut self, block: BlockId) -> SmallVec<[HeldLease; 1]> {
+        let Some(b) = self.blocks.remove(&block) else {
+            return SmallVec::new();
+        };
+        if let Some(at) = b.scheduled {
+            self.heartbeats.remove((at, block.0));
+        }
+        for h in &b.leases {
+            let id = h.lease.lease_id;
+            if let Some(holders) = self.holders.get_mut(&id) {
+                holders.retain(|x| *x != block);
+                if holders.is_empty() {
+                    self.holders.remove(&id);
+                    if let Some(owned) = self.sessions.get_mut(&b.session) {
+                        owned.remove(&id);
+                    }
+                }
+            }
+        }
+        b.leases
+    }
+
+    /// The lease ended in the kernel (expired, released, wounded, its session closed): it is
+    /// forgotten, and the held blocks that held it are returned (each keeps its other leases
+    /// and is no longer scheduled: a block with a lost lease is not renewed).
+    pub fn lose(&mut self, lease: LeaseId) -> SmallVec<[BlockId; 1]> {
+        let Some(blocks) = self.holders.remove(&lease) else {
+            return SmallVec::new();
+        };
+        for block in &blocks {
+            if let Some(b) = self.blocks.get(block) {
+                if let Some(owned) = self.sessions.get_mut(&b.session) {
+                    owned.remove(&lease);
+                }
+            }
+            self.unschedule(*block);
+        }
+        blocks
+    }
+
+    /// The leases held by blocks of `session`, ascending.
+    pub fn session_leases(&self, session: SessionId) -> Vec<LeaseId> {
+        let mut ids: Vec<LeaseId> = self
+            .sessions
+            .get(&session)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Whether a held block of `session` holds a lease that did not end.
+    pub fn holds_leases(&self, session: SessionId) -> bool {
+        self.sessions.get(&session).is_some_and(|s| !s.is_empty())
+    }
+
+    /// The session ended and holds nothing any more ([`Ledger::lose`] its leases first): its
+    /// entry is dropped.
+    pub fn forget_session(&mut self, session: SessionId) {
+        if !self.holds_leases(session) {
+            self.sessions.remove(&session);
+        }
+    }
+
+    /// A lease was renewed (heartbeat, resume): every held block holding it sees the new
+    /// expiry (and TTL, when given; a heartbeat keeps it), and renews it at `renew` (`None`:
+    /// [`renew_at`] of them).
+    pub fn renewed(
+        &mut self,
+        lease: LeaseId,
+        expires_at: u64,
+        ttl_ms: Option<u64>,
+        renew: Option<u64>,
+    ) {
+        let Some(blocks) = self.holders.get(&lease) else {
+            return;
+        };
+        for block in blocks {
+            if let Some(b) = self.blocks.get_mut(block) {
+                for h in b.leases.iter_mut().filter(|h| h.lease.lease_id == lease) {
+                    h.lease.expires_at = expires_at;
+                    if let Some(ttl) = ttl_ms {
+                        h.lease.ttl_ms = ttl;
+                    }
+                    h.renew_at = renew.unwrap_or_else(|| renew_at(expires_at, h.lease.ttl_ms));
+                }
+            }
+        }
+    }
+
+    /// When `block` needs its next heartbeat: the earliest [`HeldLease::renew_at`] of its
+    /// leases that did not end (`u64::MAX`: none).
+    pub fn renew_due(&self, block: BlockId) -> u64 {
+        self.blocks.get(&block).map_or(u64::MAX, |b| {
+            b.leases
+                .iter()
+                .filter(|h| self.holders.contains_key(&h.lease.lease_id))
+                .map(|h| h.renew_at)
+                .min()
+                .unwrap_or(u64::MAX)
+        })
+    }
+
+    /// Schedules the held `block`'s heartbeat at `at` (moving one already scheduled).
+    pub fn schedule(&mut self, block: BlockId, at: u64) {
+        let Some(b) = self.blocks.get_mut(&block) else {
+            return;
+        };
+        if let Some(old) = b.scheduled.take() {
+            self.heartbeats.remove((old, block.0));
+        }
+        if at != u64::MAX {
+            b.scheduled = Some(at);
+            self.heartbeats.insert((at, block.0));
+        }
+    }
+
+    /// Takes `block` off the heartbeat schedule.
+    pub fn unschedule(&mut self, block: BlockId) {
+        if let Some(b) = self.blocks.get_mut(&block) {
+            if let Some(at) = b.scheduled.take() {
+                self.heartbeats.remove((at, block.0));
+            }
+        }
+    }
+
+    /// Whether `block` has a heartbeat scheduled.
+    pub fn is_scheduled(&self, block: BlockId) -> bool {
+        self.blocks
+            .get(&block)
+            .is_some_and(|b| b.scheduled.is_some())
+    }
+
+    /// Every block with a heartbeat scheduled, ascending.
+    pub fn scheduled_blocks(&self) -> Vec<BlockId> {
+        let mut out: Vec<BlockId> = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| b.scheduled.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The earliest scheduled heartbeat.
+    pub fn next_heartbeat(&self) -> Option<u64> {
+        self.heartbeats.first.map(|(at, _)| at)
+    }
+
+    /// The next block whose heartbeat is due at `now`, taken off the schedule, with its
+    /// session and the leases to renew (those that did not end); the host renews them and
+    /// calls [`Ledger::renewed`] / [`Ledger::lose`] with the answers, then
+    /// [`Ledger::schedule`]s the block again. A block whose leases were renewed meanwhile (a
+    /// nested block's re-acquire, a heartbeat of a lease it shares) is moved to its new time
+    /// instead of being returned.
+    pub fn pop_due(&mut self, now: u64) -> Option<(BlockId, SessionId, Vec<LeaseId>)> {
+        while let Some((at, id)) = self.heartbeats.first.filter(|&(at, _)| at <= now) {
+            let block = BlockId(id);
+            self.heartbeats.remove((at, id));
+            let due = self.renew_due(block);
+            let Some(b) = self.blocks.get_mut(&block) else {
+                continue;
+            };
+            b.scheduled = None;
+            if due > now {
+                self.schedule(block, due);
+                continue;
+            }
+            let b = &self.blocks[&block];
+            let ids = b
+                .leases
+                .iter()
+                .map(|h| h.lease.lease_id)
+                .filter(|id| self.holders.contains_key(id))
+                .collect();
+            return Some((block, b.session, ids));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;
