@@ -42,6 +42,12 @@ Contract
 * The kernel is a *backend* (:mod:`klock.backend`): the Rust kernel in this process (the
   default), or ``klock serve`` over HTTP (:func:`klock.connect`). This layer is the same for
   both; "the kernel" above means whichever the Klock talks to.
+* Which blocks hold which leases (nested blocks share one), when each block's next heartbeat
+  is due and what a block releases when it ends are the core's client ledger's decisions
+  (``klock._core.Ledger``); a block's edges (each acquire attempt, recording a grant, the
+  release, ``__enter__``, ``__exit__``, ``__aexit__``) are native (``klock._core.Block``, the
+  base of :class:`Lease`), under the same lock as everything here, and call back into this
+  module where it owns the state (waiters, counters, the timer, sessions found closed).
 """
 
 from __future__ import annotations
@@ -239,22 +245,25 @@ class _Alarm:
     """The Klock's one timer on its clock. It holds the Klock weakly, so a Klock dropped
     without close() is still collected (a finalizer then clears the timer)."""
 
-    __slots__ = ("_ref", "timer", "_ledger")
+    __slots__ = ("_ref", "timer")
 
-    def __init__(self, klock: Klock, ledger: _core.Ledger) -> None:
+    def __init__(self, klock: Klock) -> None:
         self._ref = weakref.ref(klock)
         self.timer: Timer | None = None
-        self._ledger = ledger
 
     @property
     def at(self) -> int | None:
-        """When the timer is armed for (``None``: not armed); kept in the ledger, whose
-        native block edges read it."""
-        return self._ledger.armed_at
+        """When the timer is armed for (``None``: not armed); kept in the Klock's ledger,
+        whose native block edges read it. (Through the weak reference: the clock's timer
+        thread holds the alarm, and must not keep the Klock alive.)"""
+        klock = self._ref()
+        return None if klock is None else klock._ledger.armed_at
 
     @at.setter
     def at(self, at: int | None) -> None:
-        self._ledger.armed_at = at
+        klock = self._ref()
+        if klock is not None:
+            klock._ledger.armed_at = at
 
     def fire(self) -> None:
         klock = self._ref()
@@ -361,7 +370,7 @@ class Klock:
         self._closed = False
         self._firing = False  # in _on_timer: it arms the timer once, at the end
         self.timer_error: BaseException | None = None
-        self._alarm = _Alarm(self, self._ledger)
+        self._alarm = _Alarm(self)
         weakref.finalize(self, _disarm, self.clock, self._alarm).atexit = False
         attach = getattr(self.kernel, "attach", None)
         if attach is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -534,6 +535,61 @@ def test_a_dropped_klock_is_collected_and_its_timer_ends() -> None:
     assert ref() is None
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_a_klock_dropped_with_a_block_still_held_is_collected() -> None:
+    # The held block is in the native ledger, and refers back to its Klock: the garbage
+    # collector must see that cycle through the native objects.
+    import gc
+    import weakref
+
+    k = Klock()
+    ref = weakref.ref(k)
+    thread = k.clock._thread
+    block = k.session("a").lease("MUTATES FILE:/x")
+    block.__enter__()  # never left
+    assert block.held
+    del k, block
+    gc.collect()
+    assert ref() is None
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_a_block_is_dated_on_its_klocks_system_clock() -> None:
+    # The native block edges read a SystemClock themselves: on the clock's own scale, from
+    # its creation, not from the Klock's.
+    clock = klock.SystemClock()
+    try:
+        time.sleep(0.05)
+        with Klock(clock=clock) as k, k.session("a") as s:
+            before = k.now()
+            assert before >= 50
+            with s.lease("MUTATES FILE:/x", "CONSUMES FILE:/y") as block:
+                (mutates, consumes) = block.leases
+                assert block.intents == ["MUTATES FILE:/x", "CONSUMES FILE:/y"]
+            after = k.now()
+            assert before <= mutates.acquired_at <= after
+            assert consumes.acquired_at == mutates.acquired_at
+    finally:
+        clock.close()
+
+
+def test_an_async_exit_releases_before_its_coroutine_runs() -> None:
+    # In-process, `__aexit__` releases when called: a task of it cancelled before it ran
+    # still leaves nothing held (remotely the release is the coroutine's, off the loop).
+    async def main() -> None:
+        with Klock() as k, k.session("a") as s:
+            block = s.lease("MUTATES FILE:/x")
+            await block.__aenter__()
+            exiting = asyncio.ensure_future(block.__aexit__(None, None, None))
+            exiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await exiting
+            assert k.stats()["active_leases"] == 0 and not s.holds_leases()
+            assert block._state == "done"
+
+    asyncio.run(main())
 
 
 def test_close_stops_the_clock_the_klock_made_but_not_one_it_was_given() -> None:

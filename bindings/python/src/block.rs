@@ -21,10 +21,12 @@ use klock_core::{
     Verdict,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::PyTraverseError;
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -136,6 +138,27 @@ impl PyLedger {
             offload_async,
             system,
         })
+    }
+
+    // Held blocks refer back to their Klock, which holds this ledger: the garbage collector
+    // must see these references to collect a Klock dropped with blocks still held.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.lock_acquire)?;
+        visit.call(&self.lock_release)?;
+        if let Ok(st) = self.state.try_lock() {
+            for block in st.blocks.values() {
+                visit.call(block)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let blocks = match self.state.try_lock() {
+            Ok(mut st) => std::mem::take(&mut st.blocks),
+            Err(_) => return,
+        };
+        drop(blocks); // after the lock: dropping a block may run Python code
     }
 
     /// How many blocks were granted.
@@ -787,6 +810,20 @@ impl PyBlock {
                 ended_with: SmallVec::new(),
             }),
         })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.session)?;
+        visit.call(&self.intents)?;
+        visit.call(&self.ttl_ms)?;
+        visit.call(&self.timeout)?;
+        visit.call(&self.klock)?;
+        visit.call(&self.ledger)?;
+        if let Ok(rest) = self.rest.try_lock() {
+            visit.call(&rest.lost)?;
+            visit.call(&rest.ticket)?;
+        }
+        Ok(())
     }
 
     /// The intents, as given (a list of str).

@@ -5,7 +5,9 @@
 //! contract is the kernel's (`poll_event`/`drain_events`, `next_deadline`, `advance`). No
 //! lease, queue or time rule lives here: arguments are converted ([`args`]), the kernel
 //! decides, answers are converted ([`values`]) and errors mapped ([`errors`]). The friendly
-//! client (`klock` package) is written in Python on top of this module.
+//! client (`klock` package) is written in Python on top of this module, except the edges of
+//! its lease block and the block's bookkeeping ([`block`]): the core's client ledger decides
+//! those, and they run natively because their Python frames cost more than the kernel calls.
 
 mod args;
 mod block;
