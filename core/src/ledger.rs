@@ -22,7 +22,7 @@
 //!   `now`, every answer says what the host must do.
 
 use crate::deadlines::Lane;
-use crate::kernel::{Map, Set};
+use crate::kernel::Map;
 use crate::types::{Lease, LeaseId, SessionId};
 use alloc::vec::Vec;
 use smallvec::SmallVec;
@@ -52,6 +52,12 @@ pub struct HeldLease {
 }
 
 #[derive(Clone, Debug)]
+struct Holding {
+    session: SessionId,
+    blocks: SmallVec<[BlockId; 1]>,
+}
+
+#[derive(Clone, Debug)]
 struct Block {
     session: SessionId,
     leases: SmallVec<[HeldLease; 1]>,
@@ -63,11 +69,10 @@ struct Block {
 #[derive(Clone, Default)]
 pub struct Ledger {
     blocks: Map<BlockId, Block>,
-    /// Held blocks per lease, oldest first (a lease belongs to one session).
-    holders: Map<LeaseId, SmallVec<[BlockId; 1]>>,
-    /// Leases held per session (an entry is kept, emptied, until the session is forgotten:
-    /// one allocation per session, not per block).
-    sessions: Map<SessionId, Set<LeaseId>>,
+    /// The held blocks of each lease, oldest first, and its session.
+    holders: Map<LeaseId, Holding>,
+    /// How many leases (held by a block, not ended) each session holds.
+    held_per_session: Map<SessionId, usize>,
     heartbeats: Lane,
 }
 
@@ -101,15 +106,21 @@ impl Ledger {
                 renew_at: due,
             });
         }
-        let owned = self.sessions.entry(session).or_default();
+        let mut new_leases = 0;
         for h in &held {
             let id = h.lease.lease_id;
-            owned.insert(id);
             match self.holders.get_mut(&id) {
                 None => {
-                    self.holders.insert(id, SmallVec::from_elem(block, 1));
+                    new_leases += 1;
+                    self.holders.insert(
+                        id,
+                        Holding {
+                            session,
+                            blocks: SmallVec::from_elem(block, 1),
+                        },
+                    );
                 }
-                Some(others) => {
+                Some(Holding { blocks: others, .. }) => {
                     for other in others.iter() {
                         if let Some(b) = self.blocks.get_mut(other) {
                             for mine in b.leases.iter_mut().filter(|m| m.lease.lease_id == id) {
@@ -120,6 +131,9 @@ impl Ledger {
                     others.push(block);
                 }
             }
+        }
+        if new_leases > 0 {
+            *self.held_per_session.entry(session).or_default() += new_leases;
         }
         let due = held
             .iter()
@@ -155,7 +169,7 @@ impl Ledger {
         let mut out = SmallVec::new();
         for h in self.leases(block) {
             let id = h.lease.lease_id;
-            if matches!(self.holders.get(&id), Some(b) if b.as_slice() == [block]) {
+            if matches!(self.holders.get(&id), Some(h) if h.blocks.as_slice() == [block]) {
                 out.push(id);
             }
         }
@@ -171,18 +185,18 @@ impl Ledger {
         if let Some(at) = b.scheduled {
             self.heartbeats.remove((at, block.0));
         }
+        let mut ended = 0;
         for h in &b.leases {
             let id = h.lease.lease_id;
-            if let Some(holders) = self.holders.get_mut(&id) {
-                holders.retain(|x| *x != block);
-                if holders.is_empty() {
+            if let Some(holding) = self.holders.get_mut(&id) {
+                holding.blocks.retain(|x| *x != block);
+                if holding.blocks.is_empty() {
                     self.holders.remove(&id);
-                    if let Some(owned) = self.sessions.get_mut(&b.session) {
-                        owned.remove(&id);
-                    }
+                    ended += 1;
                 }
             }
         }
+        self.forget_held(b.session, ended);
         b.leases
     }
 
@@ -190,42 +204,48 @@ impl Ledger {
     /// forgotten, and the held blocks that held it are returned (each keeps its other leases
     /// and is no longer scheduled: a block with a lost lease is not renewed).
     pub fn lose(&mut self, lease: LeaseId) -> SmallVec<[BlockId; 1]> {
-        let Some(blocks) = self.holders.remove(&lease) else {
+        let Some(Holding { session, blocks }) = self.holders.remove(&lease) else {
             return SmallVec::new();
         };
+        self.forget_held(session, 1);
         for block in &blocks {
-            if let Some(b) = self.blocks.get(block) {
-                if let Some(owned) = self.sessions.get_mut(&b.session) {
-                    owned.remove(&lease);
-                }
-            }
             self.unschedule(*block);
         }
         blocks
     }
 
-    /// The leases held by blocks of `session`, ascending.
+    /// `count` leases of `session` are no longer held.
+    fn forget_held(&mut self, session: SessionId, count: usize) {
+        if count == 0 {
+            return;
+        }
+        if let Some(held) = self.held_per_session.get_mut(&session) {
+            *held -= count;
+            if *held == 0 {
+                self.held_per_session.remove(&session);
+            }
+        }
+    }
+
+    /// The leases held by blocks of `session`, ascending. (Walks every held lease: for the
+    /// rare end of a session, not for the hot path.)
     pub fn session_leases(&self, session: SessionId) -> Vec<LeaseId> {
+        if !self.holds_leases(session) {
+            return Vec::new();
+        }
         let mut ids: Vec<LeaseId> = self
-            .sessions
-            .get(&session)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
+            .holders
+            .iter()
+            .filter(|(_, h)| h.session == session)
+            .map(|(id, _)| *id)
+            .collect();
         ids.sort_unstable();
         ids
     }
 
     /// Whether a held block of `session` holds a lease that did not end.
     pub fn holds_leases(&self, session: SessionId) -> bool {
-        self.sessions.get(&session).is_some_and(|s| !s.is_empty())
-    }
-
-    /// The session ended and holds nothing any more ([`Ledger::lose`] its leases first): its
-    /// entry is dropped.
-    pub fn forget_session(&mut self, session: SessionId) {
-        if !self.holds_leases(session) {
-            self.sessions.remove(&session);
-        }
+        self.held_per_session.contains_key(&session)
     }
 
     /// A lease was renewed (heartbeat, resume): every held block holding it sees the new
@@ -238,7 +258,7 @@ impl Ledger {
         ttl_ms: Option<u64>,
         renew: Option<u64>,
     ) {
-        let Some(blocks) = self.holders.get(&lease) else {
+        let Some(Holding { blocks, .. }) = self.holders.get(&lease) else {
             return;
         };
         for block in blocks {

@@ -23,6 +23,7 @@ from typing_extensions import Unpack, disjoint_base
 __all__ = [
     "Kernel",
     "Ledger",
+    "SessionHandle",
     "Block",
     "SessionInfo",
     "Lease",
@@ -308,6 +309,11 @@ class Ledger:
 
     def __new__(cls, lock: Any, system_t0: int | None, offload_async: bool) -> Ledger: ...
     @property
+    def closed(self) -> bool:
+        """Whether the Klock was closed."""
+    @closed.setter
+    def closed(self, closed: bool) -> None: ...
+    @property
     def grants(self) -> int:
         """How many blocks were granted."""
     @property
@@ -319,7 +325,6 @@ class Ledger:
         """The leases ended: ``(block, lease_id)`` for every held block holding one."""
     def session_leases(self, session: int) -> list[int]: ...
     def holds_leases(self, session: int) -> bool: ...
-    def forget_session(self, session: int) -> None: ...
     def renewed(
         self,
         lease_id: int,
@@ -334,6 +339,21 @@ class Ledger:
     def scheduled_blocks(self) -> list[Any]: ...
     def next_heartbeat(self) -> int | None: ...
 
+@final
+class SessionHandle:
+    """What the native block edges read of a ``klock.Session``: its Klock and ledger, its id
+    and its closed flags."""
+
+    def __new__(cls, klock: Any, ledger: Ledger, session_id: int) -> SessionHandle: ...
+    @property
+    def closed(self) -> bool: ...
+    @closed.setter
+    def closed(self, closed: bool) -> None: ...
+    @property
+    def closed_by_user(self) -> bool: ...
+    @closed_by_user.setter
+    def closed_by_user(self, closed: bool) -> None: ...
+
 @disjoint_base
 class Block:
     """The native base of ``klock.Lease``: its state and its edges (the attempt, the grant's
@@ -342,8 +362,7 @@ class Block:
     def __new__(
         cls,
         session: Any,
-        klock: Any,
-        session_id: int,
+        handle: SessionHandle,
         intents: tuple[str, ...],
         ttl_ms: int | None,
         timeout: float | None,
@@ -372,7 +391,7 @@ class Block:
     def _lease_ids(self) -> list[int]: ...
     def _granted_locked(self, leases: Iterable[Any], now: int) -> None: ...
     def _attempt(self, loop_: Any, deadline: int | None, retry: bool) -> Any: ...
-    def _enter_first(self, loop_: Any) -> tuple[Any, int | None]: ...
+    def _aenter_first(self) -> tuple[Any, int | None] | bool | None: ...
     def _release(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...

@@ -377,6 +377,16 @@ class Klock:
             attach(self)
 
     @property
+    def _closed(self) -> bool:
+        """Whether :meth:`close` was called (kept in the ledger, which the native block edges
+        read)."""
+        return self._ledger.closed
+
+    @_closed.setter
+    def _closed(self, closed: bool) -> None:
+        self._ledger.closed = closed
+
+    @property
     def counters(self) -> ClientCounters:
         """What the client did on the kernel's answers (the grants are counted by the native
         block edges, in the ledger)."""
@@ -772,10 +782,27 @@ class Session:
         self.klock = klock
         self.info = info
         self._id: int = info.session_id  # never changes (a resume keeps it)
-        self._closed = False
-        self._closed_by_user = (
-            False  # close() (Closed) rather than the kernel (idle: UNKNOWN_SESSION)
-        )
+        # What the native block edges read of this session (its closed flags among them).
+        self._handle = _core.SessionHandle(klock, klock._ledger, self._id)
+
+    @property
+    def _closed(self) -> bool:
+        """Closed in the kernel."""
+        return self._handle.closed
+
+    @_closed.setter
+    def _closed(self, closed: bool) -> None:
+        self._handle.closed = closed
+
+    @property
+    def _closed_by_user(self) -> bool:
+        """Closed by :meth:`close` or the Klock's (``Closed``), rather than by the kernel
+        (idle: UNKNOWN_SESSION)."""
+        return self._handle.closed_by_user
+
+    @_closed_by_user.setter
+    def _closed_by_user(self, closed: bool) -> None:
+        self._handle.closed_by_user = closed
 
     @property
     def session_id(self) -> int:
@@ -816,7 +843,7 @@ class Session:
         ``None`` also has no client-side limit, but each wait uses the kernel's
         ``default_wait_timeout_ms`` and the block asks again when it passes. NaN, a negative
         value or a finite value above ``(2**64-1)/1000`` seconds is a ``ValueError``."""
-        return Lease(self, self.klock, self._id, intents, ttl_ms, timeout)
+        return Lease(self, self._handle, intents, ttl_ms, timeout)
 
     def _check_open(self) -> None:
         self.klock._check_open()
@@ -873,7 +900,6 @@ class Session:
             finally:
                 k._settled_locked()
         k._lose_locked(k._ledger.session_leases(self._id), "LEASE_RELEASED", why)
-        k._ledger.forget_session(self._id)
 
     def __enter__(self) -> Session:
         _restore.set(_restore.get() + (_current.set(self),))
@@ -958,8 +984,8 @@ class Lease(_core.Block):
     backing off and asyncio are here.
     """
 
-    # Made by Block.__new__(session, klock, session_id, intents, ttl_ms, timeout), which checks
-    # the intents and the timeout (_check_timeout); _state, _ticket and _lost are the native
+    # Made by Block.__new__(session, handle, intents, ttl_ms, timeout), which checks the
+    # intents and the timeout (_check_timeout); _state, _ticket and _lost are the native
     # block's.
     __slots__ = ("__weakref__",)
 
@@ -1271,12 +1297,13 @@ class Lease(_core.Block):
     async def __aenter__(self) -> Lease:
         # Everything happens in the coroutine: one cancelled before it ran (a task of
         # ``block.__aenter__()`` cancelled at once) has asked for nothing.
-        if self.session.klock._offload_async:
-            return await self._aenter_offloading()
-        first, deadline = self._enter_first(True)
+        first = self._aenter_first()
         if first is None:  # granted
             return self
-        return await self._acquire_async(first, deadline)
+        if isinstance(first, bool):  # False: a backend whose calls may block
+            return await self._aenter_offloading()
+        attempt, deadline = first
+        return await self._acquire_async(attempt, deadline)
 
     # __aexit__ is native (klock._core.Block): with a backend whose calls do not block it
     # releases at once and returns a coroutine ready with None; otherwise it returns

@@ -25,7 +25,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 use smallvec::SmallVec;
 use std::collections::HashMap;
@@ -75,6 +75,8 @@ pub struct PyLedger {
     next_block: AtomicU64,
     /// Blocks granted (`ClientCounters.grants`).
     grants: AtomicU64,
+    /// Whether the Klock was closed (`Klock._closed`).
+    closed: AtomicBool,
     /// The client's lock's bound `acquire` and `release` (looked up once).
     lock_acquire: Py<PyAny>,
     lock_release: Py<PyAny>,
@@ -128,6 +130,7 @@ impl PyLedger {
         Ok(PyLedger {
             next_block: AtomicU64::new(0),
             grants: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
             state: Mutex::new(LedgerState {
                 ledger: Ledger::new(),
                 blocks: HashMap::new(),
@@ -159,6 +162,16 @@ impl PyLedger {
             Err(_) => return,
         };
         drop(blocks); // after the lock: dropping a block may run Python code
+    }
+
+    /// Whether the Klock was closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+    #[setter]
+    fn set_closed(&self, closed: bool) {
+        self.closed.store(closed, Ordering::Relaxed);
     }
 
     /// How many blocks were granted.
@@ -207,12 +220,6 @@ impl PyLedger {
     /// Whether a held block of the session holds a lease that did not end.
     fn holds_leases(&self, session: u64) -> PyResult<bool> {
         Ok(self.state()?.ledger.holds_leases(SessionId(session)))
-    }
-
-    /// The session ended: its entry goes (once it holds nothing).
-    fn forget_session(&self, session: u64) -> PyResult<()> {
-        self.state()?.ledger.forget_session(SessionId(session));
-        Ok(())
     }
 
     /// A lease was renewed to `expires_at` (and `ttl_ms`, if given); every block holding it
@@ -276,6 +283,57 @@ impl PyLedger {
     }
 }
 
+/// What the native block edges need of a `klock.Session`, read without attribute lookups:
+/// its Klock and ledger, its id, and whether it was closed.
+#[pyclass(frozen, module = "klock._core", name = "SessionHandle")]
+pub struct PySessionHandle {
+    klock: Py<PyAny>,
+    ledger: Py<PyLedger>,
+    session_id: u64,
+    /// Closed in the kernel (`Session._closed`).
+    closed: AtomicBool,
+    /// Closed by its user, or by the Klock's close (`Session._closed_by_user`).
+    closed_by_user: AtomicBool,
+}
+
+#[pymethods]
+impl PySessionHandle {
+    /// `SessionHandle(klock, ledger, session_id)`: open.
+    #[new]
+    fn new(klock: Py<PyAny>, ledger: Py<PyLedger>, session_id: u64) -> PySessionHandle {
+        PySessionHandle {
+            klock,
+            ledger,
+            session_id,
+            closed: AtomicBool::new(false),
+            closed_by_user: AtomicBool::new(false),
+        }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.klock)?;
+        visit.call(&self.ledger)?;
+        Ok(())
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+    #[setter]
+    fn set_closed(&self, closed: bool) {
+        self.closed.store(closed, Ordering::Relaxed);
+    }
+    #[getter]
+    fn closed_by_user(&self) -> bool {
+        self.closed_by_user.load(Ordering::Relaxed)
+    }
+    #[setter]
+    fn set_closed_by_user(&self, closed: bool) {
+        self.closed_by_user.store(closed, Ordering::Relaxed);
+    }
+}
+
 /// What limits a block's acquisition (its `timeout`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Budget {
@@ -334,6 +392,7 @@ pub struct PyBlock {
     timeout: Py<PyAny>,
     klock: Py<PyAny>,
     ledger: Py<PyLedger>,
+    handle: Py<PySessionHandle>,
     session_id: u64,
     id: BlockId,
     ttl: Option<u64>,
@@ -469,13 +528,13 @@ impl PyBlock {
         let py = slf.py();
         let this = slf.get();
         let klock = this.klock.bind(py);
-        let session = this.session.bind(py);
-        if klock.getattr(intern!(py, "_closed"))?.is_truthy()?
-            || session
-                .getattr(intern!(py, "_closed_by_user"))?
-                .is_truthy()?
+        let handle = this.handle.get();
+        if this.ledger.get().closed.load(Ordering::Relaxed)
+            || handle.closed_by_user.load(Ordering::Relaxed)
         {
-            session.call_method0(intern!(py, "_check_open"))?;
+            this.session
+                .bind(py)
+                .call_method0(intern!(py, "_check_open"))?;
         }
         let ledger = this.ledger.get();
         let now = this.now(py, ledger)?;
@@ -554,7 +613,7 @@ impl PyBlock {
         let session = this.session.bind(py);
         let mut unreachable = None;
         let mut settled = None;
-        if !session.getattr(intern!(py, "_closed"))?.is_truthy()? {
+        if !this.handle.get().closed.load(Ordering::Relaxed) {
             // Kernel calls made while the block still holds its leases in the ledger: the
             // first settles time, so a lease that expired unseen (a long callback, a paused
             // process) reaches this block as LEASE_EXPIRED, and its exit raises LeaseLost
@@ -733,15 +792,14 @@ fn lease_of(obj: &Bound<'_, PyAny>) -> PyResult<Lease> {
 
 #[pymethods]
 impl PyBlock {
-    /// `Block(session, klock, session_id, intents, ttl_ms, timeout)`: a block of `session`
-    /// (a `klock.Session` of `klock`, whose id is `session_id`) for `intents` (a tuple of
-    /// str); checked here, acquired on entry.
+    /// `Block(session, handle, intents, ttl_ms, timeout)`: a block of `session` (a
+    /// `klock.Session`, whose `SessionHandle` is `handle`) for `intents` (a tuple of str);
+    /// checked here, acquired on entry.
     #[new]
     fn new(
         py: Python<'_>,
         session: &Bound<'_, PyAny>,
-        klock: &Bound<'_, PyAny>,
-        session_id: u64,
+        handle: &Bound<'_, PySessionHandle>,
         intents: &Bound<'_, PyTuple>,
         ttl_ms: &Bound<'_, PyAny>,
         timeout: &Bound<'_, PyAny>,
@@ -786,19 +844,17 @@ impl PyBlock {
         } else {
             opt_u64_arg(Some(ttl_ms), "ttl_ms")?
         };
-        let ledger = klock
-            .getattr(intern!(py, "_ledger"))?
-            .cast_into::<PyLedger>()
-            .map_err(PyErr::from)?;
-        let id = BlockId(ledger.get().next_block.fetch_add(1, Ordering::Relaxed) + 1);
+        let h = handle.get();
+        let id = BlockId(h.ledger.get().next_block.fetch_add(1, Ordering::Relaxed) + 1);
         Ok(PyBlock {
             session: session.clone().unbind(),
             intents: intents.clone().unbind(),
             ttl_ms: ttl_ms.clone().unbind(),
             timeout: timeout.unbind(),
-            klock: klock.clone().unbind(),
-            ledger: ledger.unbind(),
-            session_id,
+            klock: h.klock.clone_ref(py),
+            ledger: h.ledger.clone_ref(py),
+            handle: handle.clone().unbind(),
+            session_id: h.session_id,
             id,
             ttl,
             budget,
@@ -819,6 +875,7 @@ impl PyBlock {
         visit.call(&self.timeout)?;
         visit.call(&self.klock)?;
         visit.call(&self.ledger)?;
+        visit.call(&self.handle)?;
         if let Ok(rest) = self.rest.try_lock() {
             visit.call(&rest.lost)?;
             visit.call(&rest.ticket)?;
@@ -982,16 +1039,22 @@ impl PyBlock {
         }
     }
 
-    /// The first attempt of an entry, made by `Lease.__aenter__` (`loop_`: `True` for the
-    /// running event loop, looked up only if the block must wait: the lookup costs a system
-    /// call): `(None, _)` when granted, else `(what it came to, the timeout's deadline)`. A
-    /// failed attempt aborts the block.
-    #[pyo3(signature = (loop_))]
-    fn _enter_first(
-        slf: &Bound<'_, PyBlock>,
-        loop_: &Bound<'_, PyAny>,
-    ) -> PyResult<(Option<Py<PyAny>>, Option<u64>)> {
-        PyBlock::enter_first(slf, loop_)
+    /// The first attempt of `Lease.__aenter__`, made in its coroutine: `None` when granted,
+    /// `(what it came to, the timeout's deadline)` when not, and `False`, with nothing done,
+    /// when the backend's calls may block (they must then run in worker threads). The
+    /// running event loop is looked up only if the block must wait (the lookup costs a
+    /// system call). A failed attempt aborts the block.
+    fn _aenter_first(slf: &Bound<'_, PyBlock>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if slf.get().ledger.get().offload_async {
+            return Ok(PyBool::new(py, false).to_owned().into_any().unbind());
+        }
+        Ok(
+            match PyBlock::enter_first(slf, PyBool::new(py, true).as_any())? {
+                (None, _) => py.None(),
+                (Some(first), deadline) => (first, deadline).into_pyobject(py)?.into_any().unbind(),
+            },
+        )
     }
 
     /// `async with`'s exit: the release made at once (with a backend whose calls do not

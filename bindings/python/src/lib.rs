@@ -33,6 +33,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::PyKernel>()?;
     m.add_class::<block::PyLedger>()?;
     m.add_class::<block::PyBlock>()?;
+    m.add_class::<block::PySessionHandle>()?;
     m.add_class::<values::PySessionInfo>()?;
     m.add_class::<values::PyLease>()?;
     m.add_class::<values::PyBlocker>()?;
