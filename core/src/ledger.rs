@@ -6,8 +6,9 @@
 //! holds: the kernel reuses the lease (docs/SPEC.md §6), so the client must release it only
 //! when the last block holding it ends, route a lost lease (expired, wounded, session closed)
 //! to every block holding it, and renew each held block a third of the way through its
-//! leases' TTL. Those are lease and time rules, so they live here, in the core, once; the
-//! hosts translate.
+//! leases' TTL. Those are lease and time rules, so they live here, in the core; the hosts
+//! translate. (The Python client uses this ledger; the Node client's JavaScript still carries
+//! the same rules itself.)
 //!
 //! Contract:
 //! - A block is registered by [`Ledger::grant`] and leaves by [`Ledger::finish`]; between the
@@ -15,9 +16,11 @@
 //!   session holds: the ones the host releases in the kernel when the block ends.
 //! - [`Ledger::lose`] forgets a lease (it ended in the kernel): every block holding it is
 //!   reported, keeps its other leases and is no longer scheduled for heartbeats.
-//! - Every held block that is not lost has exactly one scheduled heartbeat, at
-//!   [`Ledger::renew_at`] of its leases (unless the host moved it); [`Ledger::pop_due`] hands
-//!   the host the due ones, skipping a block renewed meanwhile (moved to its new time).
+//! - A held block is scheduled for at most one heartbeat: at its grant, for the earliest
+//!   [`HeldLease::renew_at`] of its leases (never, if none expires); then wherever the host
+//!   [`Ledger::schedule`]s it after each heartbeat. A lost lease unschedules its blocks.
+//!   [`Ledger::pop_due`] hands the host the due ones, moving a block renewed meanwhile to its
+//!   new time instead.
 //! - The ledger never reads a clock and never calls the kernel: every time is the host's
 //!   `now`, every answer says what the host must do.
 
@@ -84,8 +87,8 @@ impl Ledger {
 
     /// The kernel granted `block` of `session` these leases at `now` (some may be leases an
     /// outer block of the session holds: reused and renewed, so those blocks follow the new
-    /// figures). `renew_at` is the host's due time per lease (a remote client measures its
-    /// own deadlines), or `None` for [`renew_at`] of the kernel's figures. The block is held
+    /// figures). `renew` is the host's due time per lease (a remote client measures its own
+    /// deadlines), or `None` for [`renew_at`] of the kernel's figures. The block is held
     /// and scheduled for its first heartbeat no earlier than `now`; returns that time.
     pub fn grant(
         &mut self,

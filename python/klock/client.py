@@ -1054,10 +1054,12 @@ class Lease(_core.Block):
         else:
             self._lost[2].append(lease_id)
 
-    def _lost_if_not_yet_locked(self, name: str, message: str, lease_id: int) -> None:
-        """The release found the lease ended: lost, unless an event said so already."""
+    def _ended_before_release_locked(self, lease_id: int) -> None:
+        """The release found the lease ended already, and no event said why yet (a remote
+        server's LEASE_EXPIRED may still be on its way when a paused process wakes up and
+        releases): lost all the same, so the work done under it is not passed off as safe."""
         if self._lost is None or lease_id not in self._lost[2]:
-            self._lost_locked(name, message, lease_id)
+            self._lost_locked("LEASE_EXPIRED", _LOST_BEFORE_RELEASE, lease_id)
 
     def _not_granted_locked(
         self, verdict: Any, loop: asyncio.AbstractEventLoop | bool | None, wait_ms: int | None

@@ -36,9 +36,6 @@ use std::time::Instant;
 /// The largest wait: "never" under saturating deadlines (SPEC.md §2).
 const U64_MAX: u64 = u64::MAX;
 
-const LOST_BEFORE_RELEASE: &str = "the lease had ended before the block released it (its expiry, \
-     or a revocation, had not been reported yet)";
-
 /// Where a block's kernel calls go: the Klock's `kernel`, called directly when it is the
 /// in-process kernel, else a backend object (klock.backend, e.g. a remote server) through
 /// Python. Looked up at each call: whoever replaces `Klock.kernel` (a test recording the
@@ -669,15 +666,9 @@ impl PyBlock {
                 Err(e) => return Err(e),
             }
             settled?;
-            // A lease the release found ended already, with no event that said why (a remote
-            // server's LEASE_EXPIRED may still be on its way when a paused process wakes up
-            // and releases): lost all the same, so the work done under it is not passed off
-            // as safe.
+            // A lease the release found ended already: lost (the client says why).
             for id in ended {
-                slf.call_method1(
-                    intern!(py, "_lost_if_not_yet_locked"),
-                    ("LEASE_EXPIRED", LOST_BEFORE_RELEASE, id),
-                )?;
+                slf.call_method1(intern!(py, "_ended_before_release_locked"), (id,))?;
             }
         }
         let leases = {
