@@ -994,18 +994,18 @@ class Lease(_core.Block):
     @property
     def leases(self) -> list[LeaseInfo]:
         """The block's leases as the kernel last reported them (see :class:`LeaseInfo`)."""
-        return [LeaseInfo(*figures) for figures in self._lease_figures()]
+        return [LeaseInfo.of(lease) for lease in self._leases()]
 
     @property
     def fence(self) -> int:
         """The largest fence of the block's leases: pass it to the protected resource."""
-        return max(lease.fence for lease in self.leases)
+        return max(lease.fence for lease in self._leases())
 
     @property
     def fences(self) -> dict[str, int]:
         """Fence per canonical resource (the largest when one resource has two predicates)."""
         out: dict[str, int] = {}
-        for lease in self.leases:
+        for lease in self._leases():
             out[lease.resource] = max(out.get(lease.resource, 0), lease.fence)
         return out
 
@@ -1017,7 +1017,7 @@ class Lease(_core.Block):
     def expires_at(self) -> int:
         """The earliest expiry of the block's leases (Klock milliseconds), kept current by
         every heartbeat, re-acquire and resume."""
-        return min(lease.expires_at for lease in self.leases)
+        return min(lease.expires_at for lease in self._leases())
 
     @property
     def held(self) -> bool:

@@ -282,6 +282,8 @@ impl PyLedger {
 
 /// What the native block edges need of a `klock.Session`, read without attribute lookups:
 /// its Klock and ledger, its id, and whether it was closed.
+///
+/// Frozen, its flags atomics: a mutable class's borrow check on every edge costs more.
 #[pyclass(frozen, module = "klock._core", name = "SessionHandle")]
 pub struct PySessionHandle {
     klock: Py<PyAny>,
@@ -525,9 +527,8 @@ impl PyBlock {
         let py = slf.py();
         let this = slf.get();
         let klock = this.klock.bind(py);
-        let handle = this.handle.get();
         if this.ledger.get().closed.load(Ordering::Relaxed)
-            || handle.closed_by_user.load(Ordering::Relaxed)
+            || this.handle.get().closed_by_user.load(Ordering::Relaxed)
         {
             this.session
                 .bind(py)
@@ -921,29 +922,12 @@ impl PyBlock {
         Ok(())
     }
 
-    /// The block's leases as last reported: `(lease_id, session_id, agent_id, resource,
-    /// predicate, fence, acquired_at, expires_at, ttl_ms)` each.
-    #[allow(clippy::type_complexity)]
-    fn _lease_figures(
-        &self,
-    ) -> PyResult<Vec<(u64, u64, String, String, &'static str, u64, u64, u64, u64)>> {
+    /// The block's leases as last reported (`klock._core.Lease` each).
+    fn _leases(&self) -> PyResult<Vec<PyLease>> {
         Ok(self
             .held_leases()?
             .into_iter()
-            .map(|h| {
-                let l = h.lease;
-                (
-                    l.lease_id.0,
-                    l.session_id.0,
-                    l.agent_id,
-                    l.resource,
-                    l.predicate.name(),
-                    l.fence,
-                    l.acquired_at,
-                    l.expires_at,
-                    l.ttl_ms,
-                )
-            })
+            .map(|h| PyLease(h.lease))
             .collect())
     }
 
