@@ -1251,11 +1251,6 @@ class Lease(_core.Block):
             self._release()
         self._state = "failed"
 
-    def _exit(self, exc: BaseException | None) -> None:
-        self._release()
-        if self._lost is not None:
-            self._exit_lost(exc)
-
     def _exit_lost(self, exc: BaseException | None) -> None:
         """The exit of a block that lost a lease: raises :class:`LeaseLost` unless the block
         raised something else (which gets a note)."""
@@ -1367,7 +1362,7 @@ class Lease(_core.Block):
 
     async def _aexit_offloading(self, exc: BaseException | None) -> None:
         """``__aexit__`` for a backend whose calls may block: the release leaves the loop."""
-        await asyncio.get_running_loop().run_in_executor(None, self._exit, exc)
+        await asyncio.get_running_loop().run_in_executor(None, self.__exit__, None, exc, None)
 
     def __repr__(self) -> str:
         if self._state == "held":

@@ -118,9 +118,13 @@ impl PyLedger {
         let system = match system_t0 {
             None => None,
             Some(t0) => {
-                let time = py.import(intern!(py, "time"))?;
-                let anchor = Instant::now();
-                let ns: i128 = time.call_method0(intern!(py, "monotonic_ns"))?.extract()?;
+                // The Python reading is taken between two of ours: anchored at their middle.
+                let monotonic_ns = py
+                    .import(intern!(py, "time"))?
+                    .getattr(intern!(py, "monotonic_ns"))?;
+                let before = Instant::now();
+                let ns: i128 = monotonic_ns.call0()?.extract()?;
+                let anchor = before + before.elapsed() / 2;
                 Some((anchor, ns - t0))
             }
         };
