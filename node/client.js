@@ -556,10 +556,17 @@ class Klock {
 
   /** Routes every pending event and re-arms the timer if it must fire sooner. */
   _settled() {
-    if (this.kernel.pendingEvents() > 0) {
-      for (const event of this.kernel.drainEvents()) this._dispatch(event);
+    const kernel = this.kernel;
+    // In process, one query says both whether events wait and when the kernel's next deadline
+    // is (a remote backend has no such query).
+    const quiet = kernel.nextDeadlineIfQuiet?.();
+    if (quiet !== undefined) this._armFor(quiet);
+    else {
+      if (kernel.pendingEvents() > 0) {
+        for (const event of kernel.drainEvents()) this._dispatch(event);
+      }
+      this._arm();
     }
-    this._arm();
     this._keepAlive();
   }
 
@@ -776,9 +783,14 @@ class Klock {
   /** Arms the one timer for the earliest kernel deadline or heartbeat, if sooner than armed. */
   _arm() {
     if (this._closed || this._firing) return;
+    this._armFor(this.kernel.nextDeadline());
+  }
+
+  /** `_arm`, the kernel's next deadline being `deadline` (null: none). */
+  _armFor(deadline) {
+    if (this._closed || this._firing) return;
     const heap = this._heartbeats;
     while (heap.size > 0 && !isLiveEntry(heap.peek())) heap.pop();
-    const deadline = this.kernel.nextDeadline();
     let next = deadline === null ? Infinity : deadline;
     if (heap.size > 0 && heap.peek().due < next) next = heap.peek().due;
     if (next >= this._armedAt) return;

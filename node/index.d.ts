@@ -181,6 +181,11 @@ export declare class Kernel {
    * or `null`.
    */
   nextDeadline(): number | null
+  /**
+   * `nextDeadline()` when no event waits to be polled, else `undefined`: after a call, one
+   * query tells the host whether to drain events and, if not, when its timer must fire.
+   */
+  nextDeadlineIfQuiet(): number | null | undefined
   /** The next queued event, oldest first; `null` when drained. */
   pollEvent(): Event | null
   /** Every queued event, oldest first (`pollEvent` until it returns `null`). */

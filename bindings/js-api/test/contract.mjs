@@ -197,6 +197,18 @@ export function contractTests(label, api) {
     return { k, a, b };
   }
 
+  test(`${label}: nextDeadlineIfQuiet: null with no deadline, undefined while events wait`, () => {
+    const k = new Kernel({ seed: 1 });
+    assert.equal(k.nextDeadlineIfQuiet(), null);
+    const a = k.openSession('alice', 'default', 0).sessionId;
+    assert.equal(k.nextDeadlineIfQuiet(), k.nextDeadline()); // the idle close
+    k.acquire(a, ['MUTATES FILE:/x'], { ttlMs: 5 }, 1);
+    k.advance(6); // the lease expires: one event
+    assert.equal(k.nextDeadlineIfQuiet(), undefined);
+    k.drainEvents();
+    assert.equal(k.nextDeadlineIfQuiet(), k.nextDeadline());
+  });
+
   test(`${label}: config: defaults, getter, validation`, () => {
     const k = new Kernel();
     assert.deepEqual(k.config, {
@@ -300,9 +312,11 @@ export function contractTests(label, api) {
     assert.equal(d.verdict, 'DIE');
     assert.ok(d.retryAfterMs >= 100 && d.retryAfterMs < 200);
     assert.equal(k.pendingEvents(), 0);
+    assert.equal(k.nextDeadlineIfQuiet(), k.nextDeadline());
     assert.equal(k.release(b, g.leases[0].leaseId, 13), true);
     assert.equal(k.release(b, g.leases[0].leaseId, 14), false);
     assert.equal(k.pendingEvents(), 1);
+    assert.equal(k.nextDeadlineIfQuiet(), undefined); // an event waits: drain first
     const ev = k.pollEvent();
     assert.equal(ev.event, 'GRANTED');
     assert.equal(ev.ticket, w.ticket);
@@ -328,6 +342,7 @@ export function contractTests(label, api) {
     assert.equal(k.heartbeat(b, [l1.leaseId], 61)[0].status, 'NOT_OWNER');
     k.advance(159);
     assert.equal(k.pendingEvents(), 0);
+    assert.equal(k.nextDeadlineIfQuiet(), 160);
     k.advance(160);
     const expired = k.drainEvents();
     assert.deepEqual(

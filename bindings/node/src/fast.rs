@@ -1,6 +1,6 @@
-//! The hot path's entry points: `Kernel.prototype.acquire`, `release`, and the two queries the
-//! friendly client makes after every call (`pendingEvents`, `nextDeadline`), without napi-rs's
-//! per-call borrow bookkeeping.
+//! The hot path's entry points: `Kernel.prototype.acquire`, `release`, and the queries the
+//! friendly client makes after every call (`nextDeadlineIfQuiet`, else `pendingEvents` and
+//! `nextDeadline`), without napi-rs's per-call borrow bookkeeping.
 //!
 //! Contract: napi-rs v3 registers every `&mut self` call in a process-wide borrow table
 //! (a mutex and a hash map), about 100 ns per call — a third of an acquire+release pair
@@ -12,7 +12,7 @@
 //! which may call the kernel again), then `this` is unwrapped with napi-rs's own type-tag
 //! check (a receiver of another class is refused), the kernel is called, and the `&mut`
 //! borrow ends before the answer is converted (which runs only this module's object
-//! constructors). A panic is caught at the boundary and thrown as an `Error`. The two queries
+//! constructors). A panic is caught at the boundary and thrown as an `Error`. The queries
 //! take no argument and only read (`&self`): they unwrap `this` the same way and call the
 //! `#[napi]` methods themselves, so their answers and errors are theirs.
 
@@ -129,6 +129,25 @@ unsafe fn next_deadline(
     unsafe { ToNapiValue::to_napi_value(env, deadline) }
 }
 
+unsafe fn next_deadline_if_quiet(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<sys::napi_value> {
+    let mut cb = CallbackInfo::<0>::new(env, info, None, false)?;
+    let e = Env::from_raw(env);
+    // SAFETY: as in `pending_events`.
+    let kernel: &Kernel = unsafe { &*receiver(&e, &mut cb, "nextDeadlineIfQuiet")? };
+    let answer = kernel.next_deadline_if_quiet(e)?;
+    unsafe { ToNapiValue::to_napi_value(env, answer) }
+}
+
+unsafe extern "C" fn next_deadline_if_quiet_callback(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    unsafe { boundary(env, info, next_deadline_if_quiet) }
+}
+
 unsafe extern "C" fn pending_events_callback(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -157,14 +176,18 @@ unsafe extern "C" fn release_callback(
     unsafe { boundary(env, info, release) }
 }
 
-/// Replaces `acquire`, `release`, `pendingEvents` and `nextDeadline` on `Kernel.prototype`
-/// (writable, configurable, not enumerable, as class methods are).
+/// Replaces `acquire`, `release`, `pendingEvents`, `nextDeadline` and `nextDeadlineIfQuiet` on
+/// `Kernel.prototype` (writable, configurable, not enumerable, as class methods are).
 pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
-    let methods: [(&std::ffi::CStr, sys::napi_callback); 4] = [
+    let methods: [(&std::ffi::CStr, sys::napi_callback); 5] = [
         (c"acquire", Some(acquire_callback)),
         (c"release", Some(release_callback)),
         (c"pendingEvents", Some(pending_events_callback)),
         (c"nextDeadline", Some(next_deadline_callback)),
+        (
+            c"nextDeadlineIfQuiet",
+            Some(next_deadline_if_quiet_callback),
+        ),
     ];
     let mut descriptors = Vec::with_capacity(methods.len());
     for (name, method) in methods {

@@ -400,6 +400,21 @@ impl Kernel {
         self.read(&env, |k| k.next_deadline().map(output::num))
     }
 
+    /// `nextDeadline()` when no event waits to be polled, else `undefined`: after a call, one
+    /// query tells the host whether to drain events and, if not, when its timer must fire.
+    #[napi(ts_return_type = "number | null | undefined")]
+    pub fn next_deadline_if_quiet(&self, env: Env) -> Result<Either3<f64, Null, Undefined>> {
+        self.read(&env, |k| {
+            if k.pending_events() > 0 {
+                return Either3::C(());
+            }
+            match k.next_deadline() {
+                Some(at) => Either3::A(output::num(at)),
+                None => Either3::B(Null),
+            }
+        })
+    }
+
     /// The next queued event, oldest first; `null` when drained.
     #[napi(ts_return_type = "Event | null")]
     pub fn poll_event(&mut self, env: Env) -> Result<Option<EventJs>> {

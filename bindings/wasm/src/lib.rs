@@ -375,6 +375,19 @@ impl WasmKernel {
         }
     }
 
+    /// `nextDeadline()` when no event waits to be polled, else `undefined`.
+    #[wasm_bindgen(js_name = nextDeadlineIfQuiet)]
+    pub fn next_deadline_if_quiet(&self) -> JsValue {
+        let kernel = self.kernel();
+        if kernel.pending_events() > 0 {
+            return JsValue::UNDEFINED;
+        }
+        match kernel.next_deadline() {
+            Some(at) => JsValue::from_f64(at as f64),
+            None => JsValue::NULL,
+        }
+    }
+
     #[wasm_bindgen(js_name = pollEvent)]
     pub fn poll_event(&self) -> JsValue {
         let event = self.kernel().poll_event();
