@@ -8,10 +8,10 @@
 /* eslint-disable */
 
 /** What an agent intends to do to a resource (SPEC.md §4). Input is case-insensitive. */
-export type Predicate = 'PROVIDES' | 'CONSUMES' | 'MUTATES' | 'DELETES' | 'DEPENDS_ON' | 'RENAMES';
+export type Predicate = 'PROVIDES' | 'CONSUMES' | 'MUTATES' | 'DELETES' | 'DEPENDS_ON' | 'RENAMES'
 
 /** The deadlock-prevention policy (SPEC.md §6). */
-export type Policy = 'wait_die' | 'wound_wait' | 'lanes';
+export type Policy = 'wait_die' | 'wound_wait' | 'lanes'
 
 /** The stable names of the kernel's errors (SPEC.md §11). */
 export type KlockErrorName =
@@ -31,7 +31,7 @@ export type KlockErrorName =
   | 'LEASE_RELEASED'
   | 'HOLD_AND_WAIT'
   | 'LIFETIME_EXCEEDED'
-  | 'QUOTA_EXCEEDED';
+  | 'QUOTA_EXCEEDED'
 
 /**
  * Every error the kernel reports. `code` is the stable number (1xx bad input, 2xx unknown
@@ -47,30 +47,30 @@ export type KlockErrorName =
  */
 export declare class KlockError extends Error {
   /** Used by subclasses (the friendly client's LeaseLost, Died, Timeout). */
-  constructor(message: string, code: number, name: string, options?: { cause?: unknown });
+  constructor(message: string, code: number, name: string, options?: { cause?: unknown })
   /** The stable numeric code (0 for the friendly client's own conditions). */
-  readonly code: number;
+  readonly code: number
   /** The stable upper-case name, e.g. `'NOT_OWNER'`. */
-  name: KlockErrorName | (string & {});
+  name: KlockErrorName | (string & {})
 }
 
 /** Every kernel error name and its numeric code (the core's list). */
-export declare const ERROR_CODES: Readonly<Record<KlockErrorName, number>>;
+export declare const ERROR_CODES: Readonly<Record<KlockErrorName, number>>
 
 /** The predicates in the conflict matrix's order (the core's list). */
-export declare const PREDICATES: ReadonlyArray<Predicate>;
+export declare const PREDICATES: ReadonlyArray<Predicate>
 
 /** The event kinds, as `Event['event']` names them (the core's list). */
-export declare const EVENT_KINDS: ReadonlyArray<Event['event']>;
+export declare const EVENT_KINDS: ReadonlyArray<Event['event']>
 
 /** Most intents one manifest may name (counted before duplicates are removed). */
-export declare const MAX_MANIFEST_INTENTS: number;
+export declare const MAX_MANIFEST_INTENTS: number
 
 /** Longest `agentId` or `namespace`, in UTF-8 bytes. */
-export declare const MAX_NAME_BYTES: number;
+export declare const MAX_NAME_BYTES: number
 
 /** Longest resource text, in UTF-8 bytes (as given, before normalisation). */
-export declare const MAX_RESOURCE_BYTES: number;
+export declare const MAX_RESOURCE_BYTES: number
 
 /**
  * Validates `"PREDICATE TYPE:/path"` (split at the first space) without a kernel.
@@ -78,39 +78,39 @@ export declare const MAX_RESOURCE_BYTES: number;
  * Returns the canonical predicate and the normalised resource; throws `KlockError`
  * `INVALID_PREDICATE` or `INVALID_RESOURCE`.
  */
-export declare function parseIntent(intent: string): Intent;
+export declare function parseIntent(intent: string): Intent
 
 /**
  * A kernel configuration; every key is optional (SPEC.md defaults). An unknown key is
  * `INVALID_CONFIG`; a key holding `undefined` counts as absent.
  */
 export interface Config {
-  policy?: Policy;
+  policy?: Policy
   /** Seed of the jitter generator (splitmix64). */
-  seed?: number;
-  defaultTtlMs?: number;
-  maxTtlMs?: number;
-  defaultWaitTimeoutMs?: number;
-  backoffBaseMs?: number;
-  backoffCapMs?: number;
-  graceMs?: number;
+  seed?: number
+  defaultTtlMs?: number
+  maxTtlMs?: number
+  defaultWaitTimeoutMs?: number
+  backoffBaseMs?: number
+  backoffCapMs?: number
+  graceMs?: number
   /** 0 = sessions are never closed for idleness. */
-  sessionIdleMs?: number;
-  maxLeasesPerSession?: number;
+  sessionIdleMs?: number
+  maxLeasesPerSession?: number
   /** 0 = unlimited. */
-  maxLeaseLifetimeMs?: number;
+  maxLeaseLifetimeMs?: number
 }
 
 /** The configuration a kernel runs with (every field, defaults filled in). */
-export type ConfigView = Required<Config>;
+export type ConfigView = Required<Config>
 
 /** Options of `acquire`; absent keys take the configured defaults, unknown keys throw. */
 export interface AcquireOptions {
-  ttlMs?: number;
+  ttlMs?: number
   /** Whether a blocked request may wait (`false` = try-lock). Default true. */
-  wait?: boolean;
+  wait?: boolean
   /** How long a WAIT may last before WAIT_TIMEOUT; 0 means `wait: false`. */
-  waitTimeoutMs?: number;
+  waitTimeoutMs?: number
 }
 
 /**
@@ -127,37 +127,37 @@ export declare class Kernel {
    *
    * Throws `KlockError` `INVALID_CONFIG` (unknown key or policy, zero TTLs).
    */
-  constructor(config?: Config | undefined | null);
+  constructor(config?: Config | undefined | null)
   /** An independent kernel in the same state (explorers and test runners branch from it). */
-  clone(): Kernel;
+  clone(): Kernel
   /** The configuration the kernel runs with. */
-  get config(): ConfigView;
+  get config(): ConfigView
   /** The largest `now` the kernel has seen. */
-  now(): number;
+  now(): number
   /**
    * Opens a session; the kernel assigns its id and priority.
    *
    * Throws `KlockError` `INVALID_AGENT_ID` / `INVALID_NAMESPACE` (1..=256 bytes of
    * printable UTF-8).
    */
-  openSession(agentId: string, namespace: string, now: number): SessionInfo;
+  openSession(agentId: string, namespace: string, now: number): SessionInfo
   /**
    * Closes a session: releases every lease and cancels every wait (the grants this
    * unblocks are emitted as events). Throws `UNKNOWN_SESSION`.
    */
-  closeSession(session: number, now: number): void;
+  closeSession(session: number, now: number): void
   /**
    * Marks the session as restarting: its leases are kept at least `graceMs` past a missed
    * heartbeat. Throws `UNKNOWN_SESSION`.
    */
-  suspendSession(session: number, now: number): void;
+  suspendSession(session: number, now: number): void
   /** The session's recovery digest (KLIS-8 shape). Throws `UNKNOWN_SESSION`. */
-  digest(session: number, now: number): StateDigest;
+  digest(session: number, now: number): StateDigest
   /**
    * Re-attaches a restarted agent to its session: same priority, epoch + 1, every lease
    * renewed. Throws `UNKNOWN_SESSION`, `INVALID_DIGEST`.
    */
-  resumeSession(digest: StateDigest, now: number): SessionInfo;
+  resumeSession(digest: StateDigest, now: number): SessionInfo
   /**
    * Asks for every intent (`"PREDICATE TYPE:/path"`) at once: GRANTED, WAIT (a ticket
    * resolved later by an event) or DIE (retry after `retryAfterMs`).
@@ -165,79 +165,79 @@ export declare class Kernel {
    * Throws `UNKNOWN_SESSION`, `INVALID_MANIFEST`, `INVALID_PREDICATE`, `INVALID_RESOURCE`,
    * `INVALID_TTL`, `HOLD_AND_WAIT`, `QUOTA_EXCEEDED` (in that precedence).
    */
-  acquire(session: number, intents: string[], options: AcquireOptions | undefined | null, now: number): Verdict;
+  acquire(session: number, intents: string[], options: AcquireOptions | undefined | null, now: number): Verdict
   /**
    * Renews leases for their TTL from `now`, each answered separately (`'all'`: every
    * active lease of the session, in grant order). Throws `UNKNOWN_SESSION`.
    */
-  heartbeat(session: number, leases: number[] | 'all', now: number): Array<HeartbeatResult>;
+  heartbeat(session: number, leases: number[] | 'all', now: number): Array<HeartbeatResult>
   /**
    * Releases one lease: `true` if this call released it, `false` if it had already ended
    * (idempotent). Throws `UNKNOWN_SESSION`, `NOT_OWNER`, `UNKNOWN_LEASE`.
    */
-  release(session: number, lease: number, now: number): boolean;
+  release(session: number, lease: number, now: number): boolean
   /**
    * Releases every active lease of the session (waits are kept); returns how many.
    * Throws `UNKNOWN_SESSION`.
    */
-  releaseAll(session: number, now: number): number;
+  releaseAll(session: number, now: number): number
   /**
    * The kernel's truth about each lease, from the point of view of `session`.
    * Throws `UNKNOWN_SESSION`.
    */
-  reconcile(session: number, leases: number[], now: number): Array<ReconcileResult>;
+  reconcile(session: number, leases: number[], now: number): Array<ReconcileResult>
   /**
    * Withdraws a waiting ticket of the session. Throws `UNKNOWN_SESSION`, `NOT_OWNER`,
    * `UNKNOWN_TICKET`.
    */
-  cancelWait(session: number, ticket: number, now: number): void;
+  cancelWait(session: number, ticket: number, now: number): void
   /** Settles everything due at or before `now`. Calling early is harmless. */
-  advance(now: number): void;
+  advance(now: number): void
   /**
    * The earliest pending deadline (possibly already past: then call `advance` at once),
    * or `null`.
    */
-  nextDeadline(): number | null;
+  nextDeadline(): number | null
   /** The next queued event, oldest first; `null` when drained. */
-  pollEvent(): Event | null;
+  pollEvent(): Event | null
   /** Every queued event, oldest first (`pollEvent` until it returns `null`). */
-  drainEvents(): Array<Event>;
+  drainEvents(): Array<Event>
   /** How many events wait to be polled. */
-  pendingEvents(): number;
+  pendingEvents(): number
   /**
    * `nextDeadline()` when no event waits to be polled, else `undefined`: after a call, one
    * query tells the host whether to drain events and, if not, when its timer must fire.
    */
-  nextDeadlineIfQuiet(): number | null | undefined;
+  nextDeadlineIfQuiet(): number | null | undefined
   /**
    * Holders and queue of one resource node, and the holders covering it from its
    * ancestors and descendants. Throws `INVALID_RESOURCE`, `INVALID_NAMESPACE`.
    */
-  resourceState(resource: string, namespace: string, now: number): ResourceState;
+  resourceState(resource: string, namespace: string, now: number): ResourceState
   /**
    * Outcome counters, live totals, top contended resources and ghost agents (as of the
    * last call; takes no `now`).
    */
-  stats(): Stats;
+  stats(): Stats
   /** The whole state after settling `now`, for dashboards. */
-  snapshot(now: number): Snapshot;
+  snapshot(now: number): Snapshot
 }
 
 /** One intent: what to do to which resource. */
 export interface Intent {
-  predicate: Predicate;
+  predicate: Predicate
   /** Canonical `TYPE:/path`. */
-  resource: string;
+  resource: string
 }
 
 /** A session as opened or resumed. */
 export interface SessionInfo {
-  sessionId: number;
-  agentId: string;
-  namespace: string;
+  sessionId: number
+  agentId: string
+  namespace: string
   /** Smaller = older = higher priority. Only the order is meaningful. */
-  priority: number;
-  epoch: number;
+  priority: number
+  epoch: number
 }
 
 /**
@@ -246,25 +246,25 @@ export interface SessionInfo {
  * largest it has seen.
  */
 export interface Lease {
-  leaseId: number;
-  sessionId: number;
-  agentId: string;
+  leaseId: number
+  sessionId: number
+  agentId: string
   /** Canonical `TYPE:/path`. */
-  resource: string;
-  predicate: Predicate;
+  resource: string
+  predicate: Predicate
   /** Strictly increasing across every grant of the kernel. */
-  fence: number;
-  acquiredAt: number;
+  fence: number
+  acquiredAt: number
   /** Effective expiry (suspension grace included). */
-  expiresAt: number;
-  ttlMs: number;
+  expiresAt: number
+  ttlMs: number
 }
 
 /** A session that blocks a request, and its conflicting intents (held or queued ahead). */
 export interface Blocker {
-  sessionId: number;
-  agentId: string;
-  intents: Array<Intent>;
+  sessionId: number
+  agentId: string
+  intents: Array<Intent>
 }
 
 /**
@@ -275,7 +275,7 @@ export interface Blocker {
 export type Verdict =
   | { verdict: 'GRANTED'; leases: Array<Lease> }
   | { verdict: 'WAIT'; ticket: number; heldBy: Array<Blocker> }
-  | { verdict: 'DIE'; retryAfterMs: number; heldBy: Array<Blocker> };
+  | { verdict: 'DIE'; retryAfterMs: number; heldBy: Array<Blocker> }
 
 /** Something that happened other than as the direct answer of a call (SPEC.md §9). */
 export type Event =
@@ -283,178 +283,171 @@ export type Event =
   | { event: 'WAIT_TIMEOUT'; ticket: number; session: number }
   | { event: 'DIED'; ticket: number; session: number; retryAfterMs: number }
   | { event: 'LEASE_EXPIRED'; lease: number; session: number }
-  | {
-      event: 'WOUNDED';
-      session: number;
-      by: number;
-      lostLeases: Array<number>;
-      lostTickets: Array<number>;
-      retryAfterMs: number;
-    }
-  | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' };
+  | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number>; retryAfterMs: number }
+  | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' }
 
 /** The outcome of a heartbeat for one lease. */
 export interface HeartbeatResult {
-  leaseId: number;
-  status: 'OK' | 'LEASE_EXPIRED' | 'LEASE_RELEASED' | 'NOT_OWNER' | 'UNKNOWN_LEASE' | 'LIFETIME_EXCEEDED';
+  leaseId: number
+  status: 'OK' | 'LEASE_EXPIRED' | 'LEASE_RELEASED' | 'NOT_OWNER' | 'UNKNOWN_LEASE' | 'LIFETIME_EXCEEDED'
   /** The new expiry, present only when `status` is `'OK'`. */
-  expiresAt?: number;
+  expiresAt?: number
 }
 
 /** The kernel's truth about one lease (KLIS-3 VERIFY_ALL). */
 export interface ReconcileResult {
-  leaseId: number;
-  status: 'ACTIVE' | 'EXPIRED' | 'RELEASED' | 'NOT_OWNER' | 'UNKNOWN';
+  leaseId: number
+  status: 'ACTIVE' | 'EXPIRED' | 'RELEASED' | 'NOT_OWNER' | 'UNKNOWN'
   /** Present only when `status` is `'ACTIVE'`. */
-  expiresAt?: number;
+  expiresAt?: number
   /** Present only when `status` is `'ACTIVE'`. */
-  fence?: number;
+  fence?: number
 }
 
 /** A holder of a lease on a node. */
 export interface Holder {
-  sessionId: number;
-  agentId: string;
-  leaseId: number;
-  resource: string;
-  predicate: Predicate;
-  fence: number;
-  expiresAt: number;
+  sessionId: number
+  agentId: string
+  leaseId: number
+  resource: string
+  predicate: Predicate
+  fence: number
+  expiresAt: number
 }
 
 /** A queued intent on a node. */
 export interface Waiter {
-  sessionId: number;
-  agentId: string;
-  ticket: number;
-  predicate: Predicate;
+  sessionId: number
+  agentId: string
+  ticket: number
+  predicate: Predicate
   /** 0-based position in this node's queue. */
-  position: number;
+  position: number
   /** When the wait times out. */
-  deadline: number;
+  deadline: number
 }
 
 /** Who holds and who waits on one resource node (SPEC.md §10). */
 export interface ResourceState {
-  resource: string;
-  namespace: string;
-  holders: Array<Holder>;
+  resource: string
+  namespace: string
+  holders: Array<Holder>
   /** In queue order. */
-  waiting: Array<Waiter>;
+  waiting: Array<Waiter>
   /** Holders on ancestors and descendants whose resources overlap this one. */
-  covering: Array<Holder>;
+  covering: Array<Holder>
 }
 
 /** Persistent recovery state of a session (KLIS-8 shape); pass it back to `resumeSession`. */
 export interface StateDigest {
-  version: number;
-  identity: DigestIdentity;
-  recovery: DigestRecovery;
+  version: number
+  identity: DigestIdentity
+  recovery: DigestRecovery
 }
 
 /** Who the session is; checked against the kernel's record on resume. */
 export interface DigestIdentity {
-  agentId: string;
-  namespace: string;
-  sessionId: number;
-  priorityTimestamp: number;
-  epoch: number;
+  agentId: string
+  namespace: string
+  sessionId: number
+  priorityTimestamp: number
+  epoch: number
 }
 
 /** What the session was doing when the digest was taken. */
 export interface DigestRecovery {
-  lastPhase: 'IDLE' | 'WAITING' | 'HOLDING' | 'SUSPENDED';
+  lastPhase: 'IDLE' | 'WAITING' | 'HOLDING' | 'SUSPENDED'
   /** The intents of the session's waiting tickets, as `"PREDICATE TYPE:/path"`. */
-  pendingIntents: Array<string>;
+  pendingIntents: Array<string>
 }
 
 /** Exact counts of every outcome since the kernel was created. */
 export interface Counters {
-  sessionsOpened: number;
+  sessionsOpened: number
   /** GRANTED verdicts plus GRANTED events. */
-  granted: number;
+  granted: number
   /** WAIT verdicts. */
-  waited: number;
+  waited: number
   /** DIE verdicts plus DIED events. */
-  died: number;
-  timedOut: number;
-  expired: number;
+  died: number
+  timedOut: number
+  expired: number
   /** WOUNDED events (sessions wounded). */
-  wounded: number;
-  released: number;
-  cancelled: number;
-  idleClosed: number;
+  wounded: number
+  released: number
+  cancelled: number
+  idleClosed: number
   /** Waiters withdrawn because the policy's waiting order was about to break (always 0). */
-  defensiveRepairs: number;
+  defensiveRepairs: number
 }
 
 /** One resource and how often requests for it were blocked (WAIT or DIE). */
 export interface Contention {
-  namespace: string;
-  resource: string;
-  blocked: number;
+  namespace: string
+  resource: string
+  blocked: number
 }
 
 /** An agent whose leases expired or whose waits timed out ("ghost agents"). */
 export interface GhostAgent {
-  agentId: string;
-  expiredLeases: number;
-  waitTimeouts: number;
+  agentId: string
+  expiredLeases: number
+  waitTimeouts: number
 }
 
 /** Outcome counters, live totals, top contended resources and ghost agents. */
 export interface Stats {
-  counters: Counters;
-  activeSessions: number;
-  activeLeases: number;
-  waitingTickets: number;
+  counters: Counters
+  activeSessions: number
+  activeLeases: number
+  waitingTickets: number
   /** Most blocked first. */
-  topContended: Array<Contention>;
+  topContended: Array<Contention>
   /** Most expiries + timeouts first. */
-  ghostAgents: Array<GhostAgent>;
+  ghostAgents: Array<GhostAgent>
 }
 
 /** One session as a dashboard sees it. */
 export interface SessionView {
-  sessionId: number;
-  agentId: string;
-  namespace: string;
+  sessionId: number
+  agentId: string
+  namespace: string
   /** The priority of its current unit of work; smaller = older. */
-  priority: number;
-  epoch: number;
+  priority: number
+  epoch: number
   /** Suspended and not resumed since. */
-  suspended: boolean;
+  suspended: boolean
   /** How many leases it holds. */
-  leases: number;
+  leases: number
   /** Its waiting tickets, in arrival order. */
-  tickets: Array<number>;
+  tickets: Array<number>
   /** DIEs since the last grant (the next backoff exponent). */
-  dieCount: number;
+  dieCount: number
   /** Idle closing counts from here. */
-  lastActive: number;
+  lastActive: number
   /** Something was granted since the priority was assigned (SPEC.md §5). */
-  unitGranted: boolean;
+  unitGranted: boolean
   /** The unit of work ended: the next acquire assigns a new (youngest) priority. */
-  unitEnded: boolean;
+  unitEnded: boolean
 }
 
 /** One waiting ticket. */
 export interface TicketView {
-  ticket: number;
-  sessionId: number;
-  agentId: string;
+  ticket: number
+  sessionId: number
+  agentId: string
   /** The intents still to be granted (already-held ones are not repeated). */
-  intents: Array<Intent>;
-  deadline: number;
+  intents: Array<Intent>
+  deadline: number
 }
 
 /** Everything a dashboard needs, in one serialisable value. */
 export interface Snapshot {
-  now: number;
-  policy: Policy;
-  nextDeadline: number | null;
-  sessions: Array<SessionView>;
-  leases: Array<Lease>;
-  tickets: Array<TicketView>;
-  stats: Stats;
+  now: number
+  policy: Policy
+  nextDeadline: number | null
+  sessions: Array<SessionView>
+  leases: Array<Lease>
+  tickets: Array<TicketView>
+  stats: Stats
 }
