@@ -135,6 +135,7 @@ test('every call on a freed kernel throws a clear Error (code ERR_INVALID_STATE)
     cancelWait: () => k.cancelWait(a, ticket, 40),
     advance: () => k.advance(40),
     nextDeadline: () => k.nextDeadline(),
+    nextDeadlineIfQuiet: () => k.nextDeadlineIfQuiet(),
     pollEvent: () => k.pollEvent(),
     drainEvents: () => k.drainEvents(),
     pendingEvents: () => k.pendingEvents(),
