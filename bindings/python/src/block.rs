@@ -1,11 +1,11 @@
-//! `klock._core.Ledger` and `klock._core.Block`: the friendly client's bookkeeping and the
-//! edges of its lease block, without Python frames on the common path.
+//! `klock._core.Ledger`, `SessionHandle` and `Block`: the friendly client's bookkeeping and
+//! the edges of its lease block, without Python frames on the common path.
 //!
 //! Contract: the core's [`Ledger`] decides which leases a block holds and releases, which
 //! blocks a lost lease reaches and when heartbeats fall due; this module translates it for
 //! Python and runs a block's three edges (the acquire attempt, recording a grant, the
-//! release) in native code, because in Python their frames alone cost more than the kernel
-//! calls (issue 15). It holds no rule of its own: every decision is the kernel's or the
+//! release, and `__enter__`/`__exit__`/`__aexit__` made of them) in native code, because in
+//! Python their frames alone cost more than the kernel calls (issue 15). It holds no rule of its own: every decision is the kernel's or the
 //! ledger's, and everything else a block does (waiting, backing off, asyncio, event routing,
 //! the timer) is the Python client's (`klock/client.py`), which calls these edges so that each
 //! exists once. Each edge runs under the client's lock (`Klock._lock`, re-entrant) exactly as
@@ -707,8 +707,8 @@ impl PyBlock {
     }
 
     /// The entry's first attempt (`loop_`: `True` for the running event loop of an `async
-    /// with`, `None` for a thread): `(None, _)` when granted, else what it came to and the deadline of the
-    /// block's timeout. A failed attempt aborts the block.
+    /// with`, `None` for a thread): `(None, _)` when granted, else what it came to and the
+    /// deadline of the block's timeout. A failed attempt aborts the block.
     #[allow(clippy::type_complexity)]
     fn enter_first(
         slf: &Bound<'_, PyBlock>,
