@@ -23,6 +23,8 @@
 //!   new time instead.
 //! - The ledger never reads a clock and never calls the kernel: every time is the host's
 //!   `now`, every answer says what the host must do.
+//! - Each held block carries the host's handle for it (`H`: the host's block object), so the
+//!   host keeps no block table of its own.
 
 use crate::deadlines::Lane;
 use crate::kernel::Map;
@@ -61,17 +63,20 @@ struct Holding {
 }
 
 #[derive(Clone, Debug)]
-struct Block {
+struct Block<H> {
+    /// The host's handle for the block.
+    handle: H,
     session: SessionId,
     leases: SmallVec<[HeldLease; 1]>,
     /// When its heartbeat is scheduled (`None`: not scheduled: lost, or not renewable).
     scheduled: Option<u64>,
 }
 
-/// The ledger of one friendly client (see the module docs).
-#[derive(Clone, Default)]
-pub struct Ledger {
-    blocks: Map<BlockId, Block>,
+/// The ledger of one friendly client (see the module docs); `H` is the host's handle of a
+/// held block.
+#[derive(Clone)]
+pub struct Ledger<H = ()> {
+    blocks: Map<BlockId, Block<H>>,
     /// The held blocks of each lease, oldest first, and its session.
     holders: Map<LeaseId, Holding>,
     /// How many leases (held by a block, not ended) each session holds.
@@ -79,13 +84,25 @@ pub struct Ledger {
     heartbeats: Lane,
 }
 
-impl Ledger {
+impl<H> Default for Ledger<H> {
+    fn default() -> Ledger<H> {
+        Ledger {
+            blocks: Map::default(),
+            holders: Map::default(),
+            held_per_session: Map::default(),
+            heartbeats: Lane::default(),
+        }
+    }
+}
+
+impl<H> Ledger<H> {
     /// An empty ledger.
-    pub fn new() -> Ledger {
+    pub fn new() -> Ledger<H> {
         Ledger::default()
     }
 
-    /// The kernel granted `block` of `session` these leases at `now` (some may be leases an
+    /// The kernel granted `block` (whose host handle is `handle`) of `session` these leases
+    /// at `now` (some may be leases an
     /// outer block of the session holds: reused and renewed, so those blocks follow the new
     /// figures). `renew` is the host's due time per lease (a remote client measures its own
     /// deadlines), or `None` for [`renew_at`] of the kernel's figures. The block is held
@@ -93,6 +110,7 @@ impl Ledger {
     pub fn grant(
         &mut self,
         block: BlockId,
+        handle: H,
         session: SessionId,
         leases: impl IntoIterator<Item = Lease>,
         renew: Option<&[u64]>,
@@ -147,6 +165,7 @@ impl Ledger {
         self.blocks.insert(
             block,
             Block {
+                handle,
                 session,
                 leases: held,
                 scheduled: None,
@@ -154,6 +173,16 @@ impl Ledger {
         );
         self.schedule(block, due);
         due
+    }
+
+    /// The host's handle of the held `block`.
+    pub fn handle(&self, block: BlockId) -> Option<&H> {
+        self.blocks.get(&block).map(|b| &b.handle)
+    }
+
+    /// The host's handles of every held block, in no order.
+    pub fn handles(&self) -> impl Iterator<Item = &H> {
+        self.blocks.values().map(|b| &b.handle)
     }
 
     /// Whether `block` is held (granted and not finished).
@@ -179,12 +208,10 @@ impl Ledger {
         out
     }
 
-    /// `block` ended: it leaves the ledger (unscheduled, no longer a holder) and its leases,
-    /// as last reported, are returned.
-    pub fn finish(&mut self, block: BlockId) -> SmallVec<[HeldLease; 1]> {
-        let Some(b) = self.blocks.remove(&block) else {
-            return SmallVec::new();
-        };
+    /// `block` ended: it leaves the ledger (unscheduled, no longer a holder), and its handle
+    /// and its leases, as last reported, are returned (`None`: it was not held).
+    pub fn finish(&mut self, block: BlockId) -> Option<(H, SmallVec<[HeldLease; 1]>)> {
+        let b = self.blocks.remove(&block)?;
         if let Some(at) = b.scheduled {
             self.heartbeats.remove((at, block.0));
         }
@@ -200,7 +227,7 @@ impl Ledger {
             }
         }
         self.forget_held(b.session, ended);
-        b.leases
+        Some((b.handle, b.leases))
     }
 
     /// The lease ended in the kernel (expired, released, wounded, its session closed): it is

@@ -28,7 +28,6 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 use smallvec::SmallVec;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -56,9 +55,8 @@ impl<'py> Backend<'py> {
 }
 
 struct LedgerState {
-    ledger: Ledger,
-    /// The Python object of each held block (routing a lost lease or a due heartbeat).
-    blocks: HashMap<BlockId, Py<PyAny>>,
+    /// Each held block's handle is its Python object (routing a lost lease or a due heartbeat).
+    ledger: Ledger<Py<PyAny>>,
     /// When the client's one timer is armed for (`None`: not armed).
     armed_at: Option<u64>,
 }
@@ -134,7 +132,6 @@ impl PyLedger {
             closed: AtomicBool::new(false),
             state: Mutex::new(LedgerState {
                 ledger: Ledger::new(),
-                blocks: HashMap::new(),
                 armed_at: None,
             }),
             lock_acquire: lock.getattr(intern!(py, "acquire"))?.unbind(),
@@ -150,7 +147,7 @@ impl PyLedger {
         visit.call(&self.lock_acquire)?;
         visit.call(&self.lock_release)?;
         if let Ok(st) = self.state.try_lock() {
-            for block in st.blocks.values() {
+            for block in st.ledger.handles() {
                 visit.call(block)?;
             }
         }
@@ -158,11 +155,11 @@ impl PyLedger {
     }
 
     fn __clear__(&self) {
-        let blocks = match self.state.try_lock() {
-            Ok(mut st) => std::mem::take(&mut st.blocks),
+        let ledger = match self.state.try_lock() {
+            Ok(mut st) => std::mem::take(&mut st.ledger),
             Err(_) => return,
         };
-        drop(blocks); // after the lock: dropping a block may run Python code
+        drop(ledger); // after the lock: dropping a block may run Python code
     }
 
     /// Whether the Klock was closed.
@@ -199,7 +196,7 @@ impl PyLedger {
         let mut out = Vec::new();
         for id in lease_ids {
             for block in st.ledger.lose(LeaseId(id)) {
-                if let Some(obj) = st.blocks.get(&block) {
+                if let Some(obj) = st.ledger.handle(block) {
                     out.push((obj.clone_ref(py), id));
                 }
             }
@@ -244,7 +241,7 @@ impl PyLedger {
     fn pop_due(&self, py: Python<'_>, now: u64) -> PyResult<Option<(Py<PyAny>, Vec<u64>)>> {
         let mut st = self.state()?;
         while let Some((block, _, ids)) = st.ledger.pop_due(now) {
-            if let Some(obj) = st.blocks.get(&block) {
+            if let Some(obj) = st.ledger.handle(block) {
                 return Ok(Some((
                     obj.clone_ref(py),
                     ids.into_iter().map(|i| i.0).collect(),
@@ -274,7 +271,7 @@ impl PyLedger {
             .ledger
             .scheduled_blocks()
             .into_iter()
-            .filter_map(|b| st.blocks.get(&b).map(|o| o.clone_ref(py)))
+            .filter_map(|b| st.ledger.handle(b).map(|o| o.clone_ref(py)))
             .collect())
     }
 
@@ -454,12 +451,12 @@ impl PyBlock {
             let mut st = ledger.state()?;
             let due = st.ledger.grant(
                 this.id,
+                slf.clone().into_any().unbind(),
                 SessionId(this.session_id),
                 leases,
                 renew.as_deref(),
                 now,
             );
-            st.blocks.insert(this.id, slf.clone().into_any().unbind());
             due != U64_MAX && st.armed_at.is_none_or(|at| due < at)
         };
         this.set_state(State::Held);
@@ -676,12 +673,11 @@ impl PyBlock {
                 slf.call_method1(intern!(py, "_ended_before_release_locked"), (id,))?;
             }
         }
-        let leases = {
-            let mut st = ledger.state()?;
-            st.blocks.remove(&this.id);
-            st.ledger.finish(this.id)
-        };
-        this.st()?.ended_with = leases;
+        // The block's handle (this block) is dropped after the ledger's lock.
+        let finished = ledger.state()?.ledger.finish(this.id);
+        if let Some((_, leases)) = finished {
+            this.st()?.ended_with = leases;
+        }
         this.set_state(State::Done);
         Ok(unreachable)
     }

@@ -45,12 +45,12 @@ fn renews_a_third_of_the_way_through_the_ttl() {
 fn a_lone_block_holds_schedules_and_releases_its_leases() {
     let mut l = Ledger::new();
     let b = l.new_block();
-    let due = l.grant(b, S, [lease(7, 1, 30_000, 30_000)], None, 0);
+    let due = l.grant(b, (), S, [lease(7, 1, 30_000, 30_000)], None, 0);
     assert_eq!(due, 10_000);
     assert!(l.is_held(b) && l.holds_leases(S) && l.is_scheduled(b));
     assert_eq!(l.next_heartbeat(), Some(10_000));
     assert_eq!(l.releasable(b).as_slice(), [LeaseId(7)]);
-    let leases = l.finish(b);
+    let (_, leases) = l.finish(b).unwrap();
     assert_eq!(leases[0].lease.lease_id, LeaseId(7));
     assert!(!l.is_held(b) && !l.holds_leases(S));
     assert_eq!(l.next_heartbeat(), None);
@@ -58,20 +58,37 @@ fn a_lone_block_holds_schedules_and_releases_its_leases() {
 }
 
 #[test]
+fn a_block_carries_its_hosts_handle_until_it_finishes() {
+    let mut l: Ledger<&str> = Ledger::new();
+    let (a, b) = (BlockId(1), BlockId(2));
+    l.grant(a, "outer", S, [lease(1, 1, 3_000, 3_000)], None, 0);
+    l.grant(b, "inner", S, [lease(1, 1, 3_000, 3_000)], None, 0);
+    assert_eq!((l.handle(a), l.handle(b)), (Some(&"outer"), Some(&"inner")));
+    let mut all: Vec<&str> = l.handles().copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, ["inner", "outer"]);
+    let (handle, leases) = l.finish(b).unwrap();
+    assert_eq!((handle, leases.len()), ("inner", 1));
+    assert_eq!(l.handle(b), None);
+    assert!(l.finish(b).is_none(), "once");
+}
+
+#[test]
 fn a_due_time_in_the_past_is_now() {
     let mut l = Ledger::new();
     let b = l.new_block();
-    assert_eq!(l.grant(b, S, [lease(1, 1, 100, 90)], None, 80), 80);
+    assert_eq!(l.grant(b, (), S, [lease(1, 1, 100, 90)], None, 80), 80);
 }
 
 #[test]
 fn nested_blocks_share_a_lease_until_the_last_ends_and_follow_its_renewal() {
     let mut l = Ledger::new();
     let (outer, inner) = (l.new_block(), l.new_block());
-    l.grant(outer, S, [lease(1, 1, 3_000, 3_000)], None, 0);
+    l.grant(outer, (), S, [lease(1, 1, 3_000, 3_000)], None, 0);
     // The inner block reuses lease 1 (renewed with a longer TTL) and gets lease 2.
     l.grant(
         inner,
+        (),
         S,
         [lease(1, 1, 9_500, 9_000), lease(2, 1, 9_500, 9_000)],
         None,
@@ -94,9 +111,10 @@ fn nested_blocks_share_a_lease_until_the_last_ends_and_follow_its_renewal() {
 fn a_lost_lease_reaches_every_holder_and_is_not_released_or_renewed() {
     let mut l = Ledger::new();
     let (outer, inner) = (l.new_block(), l.new_block());
-    l.grant(outer, S, [lease(1, 1, 3_000, 3_000)], None, 0);
+    l.grant(outer, (), S, [lease(1, 1, 3_000, 3_000)], None, 0);
     l.grant(
         inner,
+        (),
         S,
         [lease(1, 1, 3_000, 3_000), lease(2, 1, 3_000, 3_000)],
         None,
@@ -123,8 +141,8 @@ fn a_lost_lease_reaches_every_holder_and_is_not_released_or_renewed() {
 fn due_blocks_come_in_time_order_and_a_renewed_one_moves() {
     let mut l = Ledger::new();
     let (a, b) = (l.new_block(), l.new_block());
-    l.grant(a, S, [lease(1, 1, 3_000, 3_000)], None, 0); // due 1000
-    l.grant(b, SessionId(2), [lease(2, 2, 3_300, 3_000)], None, 300); // due 1300
+    l.grant(a, (), S, [lease(1, 1, 3_000, 3_000)], None, 0); // due 1000
+    l.grant(b, (), SessionId(2), [lease(2, 2, 3_300, 3_000)], None, 300); // due 1300
     assert_eq!(l.pop_due(999), None);
     // Lease 1 was renewed by someone else meanwhile: due at 2000 now.
     l.renewed(LeaseId(1), 4_000, None, None);
@@ -142,7 +160,7 @@ fn a_host_due_time_overrides_the_kernels_figures() {
     let mut l = Ledger::new();
     let b = l.new_block();
     assert_eq!(
-        l.grant(b, S, [lease(1, 1, 30_000, 30_000)], Some(&[0]), 50),
+        l.grant(b, (), S, [lease(1, 1, 30_000, 30_000)], Some(&[0]), 50),
         50
     );
     l.renewed(LeaseId(1), 60_000, Some(30_000), Some(40_000));
@@ -154,7 +172,7 @@ fn a_lease_that_never_expires_is_never_scheduled() {
     let mut l = Ledger::new();
     let b = l.new_block();
     assert_eq!(
-        l.grant(b, S, [lease(1, 1, u64::MAX, 30_000)], None, 0),
+        l.grant(b, (), S, [lease(1, 1, u64::MAX, 30_000)], None, 0),
         u64::MAX
     );
     assert!(!l.is_scheduled(b));
@@ -212,6 +230,7 @@ fn agrees_with_a_naive_model() {
                 let ttl = 300 + rand(3) * 300;
                 let due = l.grant(
                     block,
+                    (),
                     session,
                     ids.iter().map(|&id| lease(id, session.0, now + ttl, ttl)),
                     None,
