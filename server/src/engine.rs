@@ -97,6 +97,10 @@ pub struct Submission {
     pub token: Option<String>,
     /// Who sends it, checked atomically with the command.
     pub caller: Option<Caller>,
+    /// The resume-secret hash to bind to the session an open or resume creates.
+    pub resume: Option<String>,
+    /// The request's fingerprint, checked against the first request of the same key.
+    pub fingerprint: Option<String>,
 }
 
 impl Submission {
@@ -108,6 +112,8 @@ impl Submission {
             key: None,
             token: None,
             caller: None,
+            resume: None,
+            fingerprint: None,
         }
     }
 }
@@ -328,6 +334,8 @@ impl Engine {
                                 key: None,
                                 token: None,
                                 caller: None,
+                                resume: None,
+                                fingerprint: None,
                             };
                             batch.push((entry, None));
                         }
@@ -386,6 +394,8 @@ impl Engine {
                     key: submission.key,
                     token: submission.token,
                     caller: submission.caller,
+                    resume: submission.resume,
+                    fingerprint: submission.fingerprint,
                 };
                 batch.push((entry, Some(reply)));
             }
