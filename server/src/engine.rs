@@ -68,6 +68,8 @@ pub struct Reply {
 }
 
 /// What a handler can ask of the engine.
+// Nearly every request is a command; boxing it would cost an allocation per command.
+#[allow(clippy::large_enum_variant)]
 pub enum Request {
     /// A command to log and apply.
     Command {

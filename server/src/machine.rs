@@ -17,6 +17,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 /// One log entry. Self-contained: applying it needs nothing but the machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "entry", rename_all = "snake_case", deny_unknown_fields)]
+// Nearly every entry is a command; boxing it would cost an allocation per command to shrink
+// the rare `Recovered`.
+#[allow(clippy::large_enum_variant)]
 pub enum Entry {
     /// A client's command, or the server timer's `advance`, at the server's `now`. With a
     /// `key` (a client's idempotency key, scoped by the server), a second entry with the same

@@ -68,11 +68,11 @@ fn path_namespace(path: &str) -> Result<Option<String>, String> {
     String::from_utf8(out).map(Some).map_err(|_| bad())
 }
 
-/// Who asks, for the request being handled: the token's name (empty without a token file)
+/// Who asks, for the request being handled: the token's name (none without a token file)
 /// and, with an `Idempotency-Key`, the fingerprint of the request.
 #[derive(Clone, Default)]
 pub(super) struct Asker {
-    pub who: Arc<str>,
+    pub who: Option<Arc<str>>,
     pub fingerprint: Option<String>,
 }
 
@@ -202,8 +202,8 @@ pub(super) async fn guard(
         },
     };
     let who = match &caller {
-        auth::Caller::Local(_) => Arc::from(""),
-        auth::Caller::Token(grant) => Arc::clone(&grant.id),
+        auth::Caller::Local(_) => None,
+        auth::Caller::Token(grant) => Some(Arc::clone(&grant.id)),
     };
     request.extensions_mut().insert(slots);
     request.extensions_mut().insert(reach);

@@ -370,7 +370,8 @@ fn keyed(submission: &mut Submission, headers: &HeaderMap, scope: &str) -> Resul
         return Ok(());
     };
     let asker = ASKER.try_with(Clone::clone).unwrap_or_default();
-    submission.key = Some(format!("{}\u{0}{scope}\u{0}{key}", asker.who));
+    let who = asker.who.as_deref().unwrap_or("");
+    submission.key = Some(format!("{who}\u{0}{scope}\u{0}{key}"));
     submission.fingerprint = asker.fingerprint;
     Ok(())
 }

@@ -36,10 +36,9 @@ pub(super) async fn open(
         namespace: ns.clone(),
     };
     let owner = ASKER
-        .try_with(|a| a.who.clone())
+        .try_with(|a| a.who.as_deref().map(str::to_owned))
         .ok()
-        .filter(|who| !who.is_empty())
-        .map(|who| who.to_string());
+        .flatten();
     let caller = Caller {
         namespace: ns.clone(),
         owner,
