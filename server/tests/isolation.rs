@@ -743,3 +743,95 @@ fn remembered_answers_stay_within_their_byte_budget() {
     let (_, stats) = s.get("/v1/ns/default/stats");
     assert_eq!(stats["active_leases"], 0, "{stats}");
 }
+
+/// Item 1, replay: a resume entry logged before resume secrets (no `caller.resume`) replays as
+/// it was answered then; one the server logs now needs the bound secret's hash, and a session
+/// with none bound (opened by an older server) cannot be resumed by a new request.
+#[test]
+fn logged_resumes_replay_as_answered_and_new_ones_need_the_secret() {
+    use klock_core::{Command, Config, Output};
+    use klock_server::machine::{Caller, Entry, Machine, Refused};
+    let entry = |now, command, resume: Option<&str>, caller: Option<Caller>| Entry::Command {
+        now,
+        command,
+        key: None,
+        token: None,
+        caller,
+        resume: resume.map(str::to_owned),
+        fingerprint: None,
+    };
+    let open = |agent: &str| Command::Open {
+        agent_id: agent.into(),
+        namespace: "default".into(),
+    };
+    let mut m = Machine::new(Config::default()).unwrap();
+    // An old open (no resume hash) and a new one (hash "aa").
+    m.apply(1, &entry(0, open("old"), None, None));
+    m.apply(2, &entry(0, open("new"), Some("aa"), None));
+    let digest = |m: &mut Machine, index, session| {
+        let d = m.apply(index, &entry(1, Command::Digest { session }, None, None));
+        match d.output {
+            Ok(Output::Digest { digest }) => digest,
+            other => panic!("{other:?}"),
+        }
+    };
+    let caller = |resume: Option<&str>| Caller {
+        namespace: "default".into(),
+        resume: resume.map(str::to_owned),
+        ..Caller::default()
+    };
+    let (s1, s2) = (klock_core::SessionId(1), klock_core::SessionId(2));
+    let d1 = digest(&mut m, 3, s1);
+    let d2 = digest(&mut m, 4, s2);
+    let resume = |d: &klock_core::StateDigest| Command::Resume {
+        digest: Box::new(d.clone()),
+    };
+    // Logged before resume secrets: applied as then.
+    let old = m.apply(5, &entry(2, resume(&d1), Some("bb"), Some(caller(None))));
+    assert!(
+        matches!(old.output, Ok(Output::Session { .. })),
+        "{:?}",
+        old.output
+    );
+    // A new request for a session with no secret bound, or with the wrong one: refused.
+    let mut d1 = d1;
+    d1.identity.epoch = 1;
+    m.apply(6, &entry(3, Command::Suspend { session: s1 }, None, None));
+    let none_bound = m.apply(
+        7,
+        &entry(3, resume(&d2), Some("cc"), Some(caller(Some("zz")))),
+    );
+    assert!(
+        matches!(none_bound.output, Err(Refused::Unauthorized(_))),
+        "{:?}",
+        none_bound.output
+    );
+    let right = m.apply(
+        8,
+        &entry(3, resume(&d2), Some("dd"), Some(caller(Some("aa")))),
+    );
+    assert!(
+        matches!(right.output, Ok(Output::Session { .. })),
+        "{:?}",
+        right.output
+    );
+    let reused = m.apply(
+        9,
+        &entry(3, resume(&d2), Some("ee"), Some(caller(Some("aa")))),
+    );
+    assert!(
+        matches!(reused.output, Err(Refused::Unauthorized(_))),
+        "the secret was replaced: {:?}",
+        reused.output
+    );
+    // The legacy-resumed session 1 got the hash its entry carried ("bb").
+    let again = m.apply(
+        10,
+        &entry(4, resume(&d1), Some("ff"), Some(caller(Some("bb")))),
+    );
+    assert!(
+        matches!(again.output, Ok(Output::Session { .. })),
+        "{:?}",
+        again.output
+    );
+}
