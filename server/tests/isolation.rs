@@ -151,11 +151,16 @@ fn the_resume_secret_survives_a_snapshot_and_a_restart() {
     }
     let digest = forged_digest(&s, "default", victim.id);
     s.kill();
-    let text = std::fs::read(&data).unwrap();
-    assert!(
-        secret.is_empty() || !text.windows(secret.len()).any(|w| w == secret.as_bytes()),
-        "the data file never holds the secret in clear"
-    );
+    let mut log = data.as_os_str().to_owned();
+    log.push(".log");
+    for file in [data.clone(), log.into()] {
+        let text = std::fs::read(&file).unwrap();
+        assert!(
+            secret.is_empty() || !text.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds the resume secret in clear",
+            file.display()
+        );
+    }
     let s = Server::start(&args);
     let (status, _) = resume(&s, "default", json!({ "digest": digest }));
     assert_eq!(status, 401);
@@ -490,6 +495,32 @@ fn an_observer_of_one_namespace_sees_nothing_of_another() {
     let (_, stats) = s.call("GET", "/v1/ns/b/stats", &all, "");
     assert_eq!(stats["active_leases"], 1, "{stats}");
     assert_eq!(stats["counters"]["sessions_opened"], 2, "{stats}");
+    // A lease of b's that expires makes its agent a ghost: seen by the token for every
+    // namespace, never by a's observer.
+    let (id, token) = &in_b[0];
+    let (status, v) = s.call(
+        "POST",
+        &format!("/v1/ns/b/sessions/{id}/acquire"),
+        &[bot[0], ("klock-session-token", token)],
+        &json!({"intents": ["MUTATES FILE:/b-short"], "ttl_ms": 30}).to_string(),
+    );
+    assert_eq!(status, 200, "{v}");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, stats) = s.call("GET", "/v1/ns/b/stats", &all, "");
+        if !stats["ghost_agents"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < until, "no ghost agent in b: {stats}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (_, stats) = s.call("GET", "/v1/ns/a/stats", &a_eye, "");
+    assert!(
+        stats["ghost_agents"].as_array().unwrap().is_empty(),
+        "{stats}"
+    );
+    let (_, o) = s.call("GET", "/v1/ns/a/overview", &a_eye, "");
+    assert!(!o.to_string().contains("secret-agent"), "{o}");
 }
 
 /// Item 6: with tokens, only an admin token may move the manual clock with `Klock-Now`.
