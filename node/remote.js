@@ -165,11 +165,17 @@ class RemoteKernel {
         'INVALID_DIGEST',
       );
     }
-    const body = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions/resume`, { body: { digest } });
+    // The resume secret travels beside the digest, not in it (`digest()` put it there): a
+    // digest is public data, the secret is what proves the session is ours.
+    const { resume_secret: given, ...fields } = digest;
+    const resumeSecret = given ?? this._sessions.get(digest.identity?.session_id)?.resumeSecret;
+    const request = resumeSecret ? { digest: fields, resume_secret: resumeSecret } : { digest: fields };
+    const body = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions/resume`, { body: request });
     const previous = this._sessions.get(body.session_id);
     if (previous !== undefined) {
       // Same client: the new token, the same event position; every lease was renewed.
       previous.token = body.session_token;
+      previous.resumeSecret = body.resume_secret;
       const now = this._clock.now();
       for (const held of this._leases.values()) {
         if (held.sessionId === previous.id) held.deadline = Math.max(held.deadline, now + held.ttlMs);
@@ -184,10 +190,16 @@ class RemoteKernel {
     await this._request('POST', `${s.path}/suspend`, { body: {}, session: s });
   }
 
-  /** The session's StateDigest, as the server's JSON (what `resumeSession` takes back). */
+  /**
+   * The session's StateDigest, as the server's JSON (what `resumeSession` takes back), with
+   * `resume_secret` beside its fields: a resume needs the secret the session's open (or last
+   * resume) answered. Keep it as private as the session token.
+   */
   async digest(sessionId) {
     const s = this._session(sessionId);
-    return this._request('GET', `${s.path}/digest`, { session: s });
+    const digest = await this._request('GET', `${s.path}/digest`, { session: s });
+    if (s.resumeSecret) digest.resume_secret = s.resumeSecret;
+    return digest;
   }
 
   /** A session the server opened or resumed: its token kept, its event reader started. */
@@ -692,6 +704,8 @@ class RemoteSession {
     this.backend = backend;
     this.id = body.session_id;
     this.token = body.session_token;
+    /** What the next resume of the session must present. */
+    this.resumeSecret = body.resume_secret;
     this.namespace = body.namespace;
     this.path = `/v1/ns/${enc(body.namespace)}/sessions/${body.session_id}`;
     this.lastEventId = null;

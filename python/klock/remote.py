@@ -261,6 +261,8 @@ class RemoteKernel:
         self._klock: Callable[[], Klock | None] = lambda: None
         self._now: Callable[[], int] = lambda: 0
         self._tokens: dict[int, str] = {}  # session id -> session token
+        # session id -> the resume secret its next resume must present (a digest is public)
+        self._resume_secrets: dict[int, str] = {}
         self._ns: dict[int, str] = {}  # session id -> namespace
         self._local: dict[int, _Local] = {}  # lease id -> local deadline (system clock only)
         self._tickets: dict[int, tuple[int, int]] = {}  # ticket -> (acquire's send time, session)
@@ -431,6 +433,7 @@ class RemoteKernel:
         events if this is the client's first session there."""
         info = _session_info(answer)
         self._tokens[info.session_id] = answer["session_token"]
+        self._resume_secrets[info.session_id] = answer.get("resume_secret", "")
         self._ns[info.session_id] = info.namespace
         if namespace not in self._cursor:
             # Events before this client's first session of the namespace concern others: read
@@ -449,6 +452,7 @@ class RemoteKernel:
 
     def _forget_session(self, session: int) -> None:
         self._tokens.pop(session, None)
+        self._resume_secrets.pop(session, None)
         with self._state_lock:
             for lease_id in [i for i, rec in self._local.items() if rec.session == session]:
                 del self._local[lease_id]
@@ -461,7 +465,16 @@ class RemoteKernel:
         )
 
     def digest(self, session: int, now: int) -> dict[str, Any]:
-        return self._request("GET", self._path(session, "/digest"), session=session, now=now)  # type: ignore[no-any-return]
+        """The server's StateDigest, with ``resume_secret`` beside its fields: a resume needs
+        the secret the session's open (or last resume) answered, since the digest itself is
+        public data. Keep the dict as private as the session token."""
+        digest: dict[str, Any] = self._request(
+            "GET", self._path(session, "/digest"), session=session, now=now
+        )
+        secret = self._resume_secrets.get(session)
+        if secret:
+            digest["resume_secret"] = secret
+        return digest
 
     def resume_session(self, digest: dict[str, Any], now: int) -> RemoteSessionInfo:
         try:
@@ -473,10 +486,18 @@ class RemoteKernel:
                 "a digest is the dict Session.digest() returned "
                 "({'version', 'identity': {..., 'namespace', ...}, 'recovery'})",
             ) from None
+        # The resume secret travels beside the digest, not in it (digest() put it there).
+        fields = {k: v for k, v in digest.items() if k != "resume_secret"}
+        body: dict[str, Any] = {"digest": fields}
+        secret = digest.get("resume_secret") or self._resume_secrets.get(
+            digest["identity"].get("session_id", -1)
+        )
+        if secret:
+            body["resume_secret"] = secret
         answer = self._request(
             "POST",
             f"/v1/ns/{quote(str(namespace), safe='')}/sessions/resume",
-            body={"digest": digest},
+            body=body,
             now=now,
             mutating=True,
         )

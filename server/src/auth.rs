@@ -53,6 +53,8 @@ struct TokenEntry {
 /// One configured token, with its live limits.
 pub struct Grant {
     pub name: String,
+    /// The name again, shared: who asks, in idempotency scopes (no copy per request).
+    pub id: Arc<str>,
     digest: [u8; 32],
     pub role: Role,
     namespaces: Vec<String>,
@@ -181,6 +183,16 @@ impl Caller<'_> {
     }
 }
 
+/// The credentials of an `Authorization: Bearer <token>` header. The scheme is matched without
+/// regard to case (RFC 7235 §2.1), and spaces around the token are ignored.
+pub fn bearer(header: &str) -> Option<&str> {
+    let (scheme, rest) = header.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| rest.trim())
+        .filter(|t| !t.is_empty())
+}
+
 /// The SHA-256 of a secret.
 pub fn digest(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
@@ -244,6 +256,7 @@ impl Auth {
             let mut digest = [0u8; 32];
             digest.copy_from_slice(&bytes);
             grants.push(Grant {
+                id: Arc::from(t.name.as_str()),
                 name: t.name,
                 digest,
                 role: t.role,
@@ -274,7 +287,7 @@ impl Auth {
             return Ok(Caller::Local(&self.open));
         }
         let secret = authorization
-            .and_then(|h| h.strip_prefix("Bearer "))
+            .and_then(bearer)
             .ok_or("this server needs a bearer token: send Authorization: Bearer <token>")?;
         let given = digest(secret);
         // Every entry is compared, so the time does not tell which one matched.

@@ -36,6 +36,8 @@ pub struct HttpHost {
     port: u16,
     /// Namespace and token of every session the vector opened or resumed.
     sessions: BTreeMap<SessionId, (String, String)>,
+    /// The resume secret each session's last open or resume answered (a resume presents it).
+    resume_secrets: BTreeMap<SessionId, String>,
     /// Namespaces whose watch stream is followed, and the last event id read from each.
     watched: BTreeMap<String, String>,
 }
@@ -54,6 +56,7 @@ impl HttpHost {
         Ok(HttpHost {
             port,
             sessions: BTreeMap::new(),
+            resume_secrets: BTreeMap::new(),
             watched: BTreeMap::new(),
         })
     }
@@ -91,7 +94,14 @@ impl HttpHost {
                     .get(&digest.identity.session_id)
                     .map_or(digest.identity.namespace.clone(), |(ns, _)| ns.clone());
                 let path = format!("/v1/ns/{}/sessions/resume", encode(&ns));
-                ("POST", path, json!({ "digest": digest }))
+                // A session the vector never opened has no secret: the kernel's answer (an
+                // unknown session) is what the vector checks, so any secret does.
+                let secret = self
+                    .resume_secrets
+                    .get(&digest.identity.session_id)
+                    .map_or("none", String::as_str);
+                let body = json!({ "digest": digest, "resume_secret": secret });
+                ("POST", path, body)
             }
             Command::NextDeadline => ("GET", String::from("/v1/deadline"), json!({})),
             Command::Advance => ("POST", String::from("/v1/advance"), json!({})),
@@ -271,6 +281,10 @@ impl Host for HttpHost {
             {
                 let entry = (session.namespace.clone(), token.to_owned());
                 self.sessions.insert(session.session_id, entry);
+                if let Some(secret) = answer.body["resume_secret"].as_str() {
+                    self.resume_secrets
+                        .insert(session.session_id, secret.to_owned());
+                }
             }
             Ok(output)
         } else {

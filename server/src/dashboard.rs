@@ -12,8 +12,14 @@
 //!   live view still works (it does not need the kernel); simulation and replay say what to
 //!   build. Nothing is ever written: not by the build, not by the server.
 //! - Routes: `/` redirects to `/dashboard/?live`; `/dashboard/` is the page; the files have
-//!   the content types browsers need (`application/wasm` for module streaming).
+//!   the content types browsers need (`application/wasm` for module streaming). Of the package
+//!   directory only the files the page loads are served ([`PKG_FILES`]), never any other.
+//! - With a token file, every dashboard route needs a known token, as the API does: as
+//!   `Authorization: Bearer <token>`, or (what a browser can send when it loads a page) HTTP
+//!   Basic with the token as the password; without one the answer is 401 with
+//!   `WWW-Authenticate: Basic`, so the browser asks for it.
 
+use crate::auth::Auth;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -30,6 +36,14 @@ const FILES: &[(&str, &str)] = &[
     ("sim.js", include_str!("../../dashboard/sim.js")),
     ("remote.js", include_str!("../../dashboard/remote.js")),
     ("style.css", include_str!("../../dashboard/style.css")),
+];
+
+/// The files of the wasm package the page loads (`wasm-bindgen --target web` output).
+pub const PKG_FILES: &[&str] = &[
+    "klock_wasm.js",
+    "klock_wasm_bg.wasm",
+    "klock_wasm.d.ts",
+    "klock_wasm_bg.wasm.d.ts",
 ];
 
 /// The default wasm package directory: the source tree's build output.
@@ -73,13 +87,8 @@ fn page_file(name: &str) -> Response {
 }
 
 async fn pkg_file(State(dir): State<Arc<PathBuf>>, Path(name): Path<String>) -> Response {
-    // One plain file name: no directories, no way out of the package directory.
-    let plain = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        && !name.starts_with('.');
-    if !plain {
+    // Only the package's own files: no other file of the directory, no way out of it.
+    if !PKG_FILES.contains(&name.as_str()) {
         return missing(format!("no package file {name:?}"));
     }
     match tokio::fs::read(dir.join(&name)).await {
@@ -99,8 +108,82 @@ async fn pkg_file(State(dir): State<Arc<PathBuf>>, Path(name): Path<String>) -> 
     }
 }
 
-/// The dashboard's routes, reading the wasm package from `pkg`.
-pub fn router(pkg: PathBuf) -> Router {
+/// Decodes standard base64 (with or without padding); `None` for anything else.
+fn base64(text: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let text = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes() {
+        acc = (acc << 6) | u32::from(value(c)?);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// The bearer secret a dashboard request carries: `Bearer <token>`, or HTTP Basic with the
+/// token as the password (the user name is ignored).
+fn secret_of(authorization: &str) -> Option<String> {
+    if let Some(token) = crate::auth::bearer(authorization) {
+        return Some(token.to_owned());
+    }
+    let (scheme, rest) = authorization.trim_start().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let pair = String::from_utf8(base64(rest.trim())?).ok()?;
+    let (_, password) = pair.split_once(':')?;
+    Some(password.to_owned())
+}
+
+/// With a token file, a known token before any dashboard file (see the module contract).
+async fn needs_token(
+    State(auth): State<Arc<Auth>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !auth.required() {
+        return next.run(request).await;
+    }
+    let secret = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(secret_of);
+    let known = secret.is_some_and(|s| auth.identify(Some(&format!("Bearer {s}"))).is_ok());
+    if known {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [
+            (
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"klock dashboard\", charset=\"UTF-8\"",
+            ),
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+        ],
+        "this server needs a token: give it as the password (any user name), or send \
+         Authorization: Bearer <token>",
+    )
+        .into_response()
+}
+
+/// The dashboard's routes, reading the wasm package from `pkg`; with a token file, each
+/// needs a token `auth` knows.
+pub fn router(pkg: PathBuf, auth: Arc<Auth>) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/dashboard/?live") }))
         .route("/dashboard", get(|| async { Redirect::to("/dashboard/") }))
@@ -111,6 +194,7 @@ pub fn router(pkg: PathBuf) -> Router {
         )
         .route("/dashboard/pkg/{name}", get(pkg_file))
         .with_state(Arc::new(pkg))
+        .layer(axum::middleware::from_fn_with_state(auth, needs_token))
 }
 
 /// The origins `--allow-origin` names: pages served elsewhere (say `bash scripts/dashboard.sh`

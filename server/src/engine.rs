@@ -68,6 +68,8 @@ pub struct Reply {
 }
 
 /// What a handler can ask of the engine.
+// Nearly every request is a command; boxing it would cost an allocation per command.
+#[allow(clippy::large_enum_variant)]
 pub enum Request {
     /// A command to log and apply.
     Command {
@@ -97,6 +99,10 @@ pub struct Submission {
     pub token: Option<String>,
     /// Who sends it, checked atomically with the command.
     pub caller: Option<Caller>,
+    /// The resume-secret hash to bind to the session an open or resume creates.
+    pub resume: Option<String>,
+    /// The request's fingerprint, checked against the first request of the same key.
+    pub fingerprint: Option<String>,
 }
 
 impl Submission {
@@ -108,6 +114,8 @@ impl Submission {
             key: None,
             token: None,
             caller: None,
+            resume: None,
+            fingerprint: None,
         }
     }
 }
@@ -328,6 +336,8 @@ impl Engine {
                                 key: None,
                                 token: None,
                                 caller: None,
+                                resume: None,
+                                fingerprint: None,
                             };
                             batch.push((entry, None));
                         }
@@ -386,6 +396,8 @@ impl Engine {
                     key: submission.key,
                     token: submission.token,
                     caller: submission.caller,
+                    resume: submission.resume,
+                    fingerprint: submission.fingerprint,
                 };
                 batch.push((entry, Some(reply)));
             }

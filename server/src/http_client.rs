@@ -122,6 +122,11 @@ impl Spawned {
         }
     }
 
+    /// The process id (to read its /proc entries).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the process with SIGKILL and waits for it.
     pub fn kill(mut self) {
         self.stop();

@@ -17,6 +17,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 /// One log entry. Self-contained: applying it needs nothing but the machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "entry", rename_all = "snake_case", deny_unknown_fields)]
+// Nearly every entry is a command; boxing it would cost an allocation per command to shrink
+// the rare `Recovered`.
+#[allow(clippy::large_enum_variant)]
 pub enum Entry {
     /// A client's command, or the server timer's `advance`, at the server's `now`. With a
     /// `key` (a client's idempotency key, scoped by the server), a second entry with the same
@@ -35,6 +38,15 @@ pub enum Entry {
         /// Who sent it, when it came from a client (checked before the kernel sees it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         caller: Option<Caller>,
+        /// With an open or resume: the SHA-256 (hex) of the resume secret handed out with the
+        /// answer. The next resume of the session must present that secret (a digest holds only
+        /// public data), and binds the one handed out with its own answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume: Option<String>,
+        /// With a `key`: the SHA-256 (hex) of the request (query and body). A second entry with
+        /// the same key and another fingerprint is refused ([`Refused::KeyReused`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fingerprint: Option<String>,
     },
     /// The server started again from its log. Every open session is put in the suspension
     /// grace (docs/SPEC.md §5) so its agent can reconnect, reconcile and heartbeat: a lease is never
@@ -56,18 +68,47 @@ impl Entry {
 pub enum Refused {
     /// The kernel's answer (or, for another namespace's session, its words for an unknown one).
     Kernel(Error),
-    /// The caller did not carry the session's token.
+    /// The caller did not carry the session's token (or, to resume, its resume secret).
     Unauthorized(String),
+    /// An idempotency key already answered a request with another fingerprint (Stripe's rule:
+    /// a key names one request, never two).
+    KeyReused(String),
+    /// The first answer to an idempotency key was dropped to keep remembered answers within
+    /// their byte budget: the request is not applied again, and its answer is not known.
+    AnswerForgotten(String),
+    /// An open over the session cap of its bearer token or of its namespace.
+    TooManySessions(String),
 }
 
 /// Who sends a command: the namespace of its request and the SHA-256 (hex) of the session
 /// token it carried, checked by the machine atomically with the command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Caller {
     pub namespace: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// With a resume: the SHA-256 (hex) of the resume secret the caller presented. A resume
+    /// entry without it was logged before resume secrets existed (it is replayed as it was
+    /// answered then); the server writes it on every resume it logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
+    /// With an open: the bearer token's name (none without a token file), counted against
+    /// `caps.per_owner`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// With an open: the session caps in force when it was logged (carried in the entry, so a
+    /// replay under other flags decides as the live server did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<SessionCaps>,
+}
+
+/// The most sessions open at once per bearer token and per namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionCaps {
+    pub per_owner: u32,
+    pub per_namespace: u32,
 }
 
 /// What applying one entry produced.
@@ -96,10 +137,23 @@ pub struct Remembered {
     /// The time the first answer was given at.
     pub now: u64,
     pub output: Result<Output, Error>,
+    /// The request's fingerprint (none for keys remembered before fingerprints existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The answer was dropped to keep remembered answers within their byte budget (`output`
+    /// is then a placeholder): a repeat is refused with [`Refused::AnswerForgotten`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dropped: bool,
 }
 
 /// How many idempotency keys the machine remembers (the oldest are forgotten first).
 pub const REMEMBERED_KEYS: usize = 10_000;
+
+/// The byte budget of remembered answers by default (`klock serve --idempotency-bytes`).
+pub const DEFAULT_ANSWER_BYTES: usize = 64 << 20;
+
+/// Bytes an answer is counted for beside its JSON (the key, the record, the index).
+const REMEMBERED_OVERHEAD: usize = 128;
 
 /// The kernel plus what the log needs to know about it.
 #[derive(Clone)]
@@ -115,6 +169,17 @@ pub struct Machine {
     forgotten: usize,
     /// The token hash bound to each open session that has one.
     tokens: BTreeMap<SessionId, String>,
+    /// The resume-secret hash bound to each open session that has one.
+    resumes: BTreeMap<SessionId, String>,
+    /// The bearer token name each open session was opened with (none: no token file).
+    owners: BTreeMap<SessionId, String>,
+    /// Open sessions per namespace and per owner (derived from the kernel and `owners`).
+    counts: SessionCounts,
+    /// Bytes of the answers remembered and not dropped, their budget, and the position (as
+    /// `forgotten + index`) of the oldest answer that may still be dropped.
+    answer_bytes: usize,
+    answer_budget: usize,
+    drop_from: usize,
     /// Whether [`Applied::kernel_calls`] is filled: only a kept history reads it, and copying
     /// every command costs the batch endpoint about a tenth of its throughput.
     record_calls: bool,
@@ -134,6 +199,52 @@ pub struct MachineSnapshot {
     pub remembered: Vec<Remembered>,
     /// Token hashes of open sessions.
     pub tokens: BTreeMap<SessionId, String>,
+    /// Resume-secret hashes of open sessions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resumes: BTreeMap<SessionId, String>,
+    /// Bearer token names of open sessions opened with one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub owners: BTreeMap<SessionId, String>,
+}
+
+/// Open sessions by namespace and by owner, and which namespace and owner each one counts for.
+#[derive(Clone, Default)]
+struct SessionCounts {
+    of: HashMap<SessionId, (String, Option<String>)>,
+    by_namespace: HashMap<String, u32>,
+    by_owner: HashMap<String, u32>,
+}
+
+impl SessionCounts {
+    fn add(&mut self, session: SessionId, namespace: &str, owner: Option<&str>) {
+        if self.of.contains_key(&session) {
+            return;
+        }
+        *self.by_namespace.entry(namespace.to_owned()).or_default() += 1;
+        if let Some(o) = owner {
+            *self.by_owner.entry(o.to_owned()).or_default() += 1;
+        }
+        self.of
+            .insert(session, (namespace.to_owned(), owner.map(str::to_owned)));
+    }
+
+    fn remove(&mut self, session: SessionId) {
+        let Some((namespace, owner)) = self.of.remove(&session) else {
+            return;
+        };
+        fn down(map: &mut HashMap<String, u32>, name: &str) {
+            if let Some(n) = map.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(name);
+                }
+            }
+        }
+        down(&mut self.by_namespace, &namespace);
+        if let Some(o) = owner {
+            down(&mut self.by_owner, &o);
+        }
+    }
 }
 
 impl Machine {
@@ -150,8 +261,37 @@ impl Machine {
             by_key: HashMap::new(),
             forgotten: 0,
             tokens: BTreeMap::new(),
+            resumes: BTreeMap::new(),
+            owners: BTreeMap::new(),
+            counts: SessionCounts::default(),
+            answer_bytes: 0,
+            answer_budget: DEFAULT_ANSWER_BYTES,
+            drop_from: 0,
             record_calls: true,
         })
+    }
+
+    /// The byte budget of remembered answers (by default [`DEFAULT_ANSWER_BYTES`]): past it,
+    /// the oldest answers are dropped (their keys stay, so a repeat is refused, never applied
+    /// twice). Answers that open or resume a session are never dropped: they are small and
+    /// a repeat rebinds the session's secrets, which must replay the same under any budget.
+    pub fn set_answer_budget(&mut self, bytes: usize) {
+        self.answer_budget = bytes;
+        self.drop_answers();
+    }
+
+    /// Bytes of remembered answers not dropped.
+    pub fn answer_bytes(&self) -> usize {
+        self.answer_bytes
+    }
+
+    /// Open sessions of `namespace` (as the session cap counts them).
+    pub fn sessions_in(&self, namespace: &str) -> u32 {
+        self.counts
+            .by_namespace
+            .get(namespace)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Whether later entries fill [`Applied::kernel_calls`] (on by default).
@@ -186,16 +326,30 @@ impl Machine {
             by_key: HashMap::new(),
             forgotten: 0,
             tokens: snapshot.tokens.clone(),
+            resumes: snapshot.resumes.clone(),
+            owners: snapshot.owners.clone(),
+            counts: SessionCounts::default(),
+            answer_bytes: 0,
+            answer_budget: DEFAULT_ANSWER_BYTES,
+            drop_from: 0,
             record_calls: true,
         };
         if let Some(id) = machine
             .tokens
             .keys()
+            .chain(machine.resumes.keys())
+            .chain(machine.owners.keys())
             .find(|id| machine.kernel.session_info_of(**id).is_none())
         {
             return Err(StateError {
                 message: format!("snapshot binds a token to session {id}, which is not open"),
             });
+        }
+        for session in &snapshot.state.sessions {
+            let owner = machine.owners.get(&session.session_id).map(String::as_str);
+            machine
+                .counts
+                .add(session.session_id, &session.namespace, owner);
         }
         for r in &snapshot.remembered {
             machine.remember(r.clone());
@@ -213,6 +367,8 @@ impl Machine {
             state,
             remembered: self.remembered.iter().cloned().collect(),
             tokens: self.tokens.clone(),
+            resumes: self.resumes.clone(),
+            owners: self.owners.clone(),
         }
     }
 
@@ -249,14 +405,16 @@ impl Machine {
         now: u64,
         kernel_calls: &mut Vec<Command>,
     ) -> (Result<Output, Refused>, Option<(u64, u64)>) {
-        let (command, key, token, caller) = match entry {
+        let (command, key, token, caller, resume, fingerprint) = match entry {
             Entry::Command {
                 command,
                 key,
                 token,
                 caller,
+                resume,
+                fingerprint,
                 ..
-            } => (command, key, token, caller),
+            } => (command, key, token, caller, resume, fingerprint),
             Entry::Recovered { .. } => {
                 let open = self.kernel.snapshot(now).sessions;
                 for session in open {
@@ -270,22 +428,63 @@ impl Machine {
                 return (Ok(Output::Done), None);
             }
         };
-        if let Some(caller) = caller {
+        // A repeated resume carries the resume secret its first try was sent with, which that
+        // try replaced: the fingerprint of its request (which holds that secret) is the proof.
+        let repeated_resume = matches!(command, Command::Resume { .. })
+            && key
+                .as_deref()
+                .and_then(|k| self.recall(k))
+                .is_some_and(|first| {
+                    first.fingerprint.is_some() && first.fingerprint == *fingerprint
+                });
+        if let (Some(caller), false) = (caller, repeated_resume) {
             if let Err(refused) = self.check_caller(command, caller) {
                 return (Err(refused), None);
             }
         }
         if let Some(key) = key {
-            if let Some(first) = self.recall(key).cloned() {
-                // A retried open or resume hands out a new token (the first answer may never
-                // have arrived): the retry's token is the one that counts from now on.
-                if let (Some(t), Ok(Output::Session { session })) = (token, &first.output) {
+            if let Some(first) = self.recall(key) {
+                let first_at = (first.index, first.now);
+                if first.fingerprint.is_some() && first.fingerprint != *fingerprint {
+                    return (
+                        Err(Refused::KeyReused(String::from(
+                            "this Idempotency-Key already answered another request (another \
+                             body or query); a key names one request: use a new key",
+                        ))),
+                        None,
+                    );
+                }
+                if first.dropped {
+                    return (
+                        Err(Refused::AnswerForgotten(format!(
+                            "the request with this Idempotency-Key was applied (log entry {}), \
+                             but its answer was dropped to keep remembered answers within their \
+                             byte budget (klock serve --idempotency-bytes); it is not applied \
+                             again: read the state to learn its outcome",
+                            first.index
+                        ))),
+                        None,
+                    );
+                }
+                let first = first.clone();
+                // A retried open or resume hands out new secrets (the first answer may never
+                // have arrived): the retry's are the ones that count from now on.
+                if let Ok(Output::Session { session }) = &first.output {
                     if self.kernel.session_info_of(session.session_id).is_some() {
-                        self.tokens.insert(session.session_id, t.clone());
+                        if let Some(t) = token {
+                            self.tokens.insert(session.session_id, t.clone());
+                        }
+                        if let Some(r) = resume {
+                            self.resumes.insert(session.session_id, r.clone());
+                        }
                     }
                 }
-                let first_at = (first.index, first.now);
                 return (first.output.map_err(Refused::Kernel), Some(first_at));
+            }
+        }
+        if let (Command::Open { namespace, .. }, Some(caller)) = (command, caller) {
+            if let Err(refused) = self.check_caps(namespace, caller) {
+                return (Err(refused), None);
             }
         }
         let output = self.kernel.apply(command, now);
@@ -298,9 +497,35 @@ impl Machine {
                 index,
                 now,
                 output: output.clone(),
+                fingerprint: fingerprint.clone(),
+                dropped: false,
             });
         }
         (output.map_err(Refused::Kernel), None)
+    }
+
+    /// The session caps an open is logged with: its namespace's and its owner's open sessions.
+    fn check_caps(&self, namespace: &str, caller: &Caller) -> Result<(), Refused> {
+        let Some(caps) = caller.caps else {
+            return Ok(());
+        };
+        let in_namespace = self.sessions_in(namespace);
+        if in_namespace >= caps.per_namespace {
+            return Err(Refused::TooManySessions(format!(
+                "namespace {namespace:?} has {in_namespace} open sessions, its cap \
+                 (klock serve --max-sessions-per-namespace); close one first"
+            )));
+        }
+        if let Some(owner) = &caller.owner {
+            let of_owner = self.counts.by_owner.get(owner).copied().unwrap_or(0);
+            if of_owner >= caps.per_owner {
+                return Err(Refused::TooManySessions(format!(
+                    "token {owner:?} has {of_owner} open sessions, its cap \
+                     (klock serve --max-sessions-per-token); close one first"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// For reads that make no command (event streams): `caller` may read `session` only if it
@@ -339,7 +564,20 @@ impl Machine {
             )));
         }
         if matches!(command, Command::Resume { .. }) {
-            return Ok(()); // the digest is the credential; the kernel checks it
+            // The digest holds only public data (agent, session, priority): the resume secret,
+            // handed out only to whoever opened or last resumed the session, is the credential.
+            let Some(given) = caller.resume.as_deref() else {
+                return Ok(()); // logged before resume secrets existed: replayed as answered then
+            };
+            return match self.resumes.get(&session) {
+                Some(expected) if crate::auth::constant_time_eq(given.as_bytes(), expected.as_bytes()) => Ok(()),
+                Some(_) => Err(Refused::Unauthorized(String::from(
+                    "the resume secret does not match this session (each open or resume hands out a new one and the previous one stops working)",
+                ))),
+                None => Err(Refused::Unauthorized(String::from(
+                    "this session has no resume secret (it was opened before the server handed them out): open a new session",
+                ))),
+            };
         }
         let expected = self.tokens.get(&session).map(String::as_bytes);
         match (caller.token.as_deref().map(str::as_bytes), expected) {
@@ -353,29 +591,57 @@ impl Machine {
         }
     }
 
-    /// Binds a new session's token; forgets the tokens of sessions that closed.
+    /// Binds a new session's token and resume secret (and counts it for its namespace and
+    /// owner); forgets the secrets of sessions that closed.
     fn track_tokens(&mut self, entry: &Entry, output: &Result<Output, Refused>, events: &[Event]) {
-        if let (Entry::Command { token, command, .. }, Ok(out)) = (entry, output) {
+        if let (
+            Entry::Command {
+                token,
+                command,
+                caller,
+                resume,
+                ..
+            },
+            Ok(out),
+        ) = (entry, output)
+        {
             match (command, out) {
                 (Command::Open { .. } | Command::Resume { .. }, Output::Session { session })
                     if self.kernel.session_info_of(session.session_id).is_some() =>
                 {
+                    let id = session.session_id;
                     match token {
-                        Some(t) => self.tokens.insert(session.session_id, t.clone()),
-                        None => self.tokens.remove(&session.session_id),
+                        Some(t) => self.tokens.insert(id, t.clone()),
+                        None => self.tokens.remove(&id),
                     };
+                    match resume {
+                        Some(r) => self.resumes.insert(id, r.clone()),
+                        None => self.resumes.remove(&id),
+                    };
+                    if let Command::Open { namespace, .. } = command {
+                        let owner = caller.as_ref().and_then(|c| c.owner.as_deref());
+                        if let Some(o) = owner {
+                            self.owners.insert(id, o.to_owned());
+                        }
+                        self.counts.add(id, namespace, owner);
+                    }
                 }
-                (Command::Close { session }, Output::Done) => {
-                    self.tokens.remove(session);
-                }
+                (Command::Close { session }, Output::Done) => self.forget_session(*session),
                 _ => {}
             }
         }
         for event in events {
             if let Event::SessionClosed { session, .. } = event {
-                self.tokens.remove(session);
+                self.forget_session(*session);
             }
         }
+    }
+
+    fn forget_session(&mut self, session: SessionId) {
+        self.tokens.remove(&session);
+        self.resumes.remove(&session);
+        self.owners.remove(&session);
+        self.counts.remove(session);
     }
 
     /// The token hash bound to `session`, if any.
@@ -392,11 +658,36 @@ impl Machine {
         if self.remembered.len() == REMEMBERED_KEYS {
             let oldest = self.remembered.pop_front().expect("full, so not empty");
             self.by_key.remove(&oldest.key);
+            if !oldest.dropped {
+                self.answer_bytes -= answer_size(&oldest);
+            }
             self.forgotten += 1;
+        }
+        if !r.dropped {
+            self.answer_bytes += answer_size(&r);
         }
         self.by_key
             .insert(r.key.clone(), self.forgotten + self.remembered.len());
         self.remembered.push_back(r);
+        self.drop_answers();
+    }
+
+    /// Drops the oldest droppable answers until the rest fit the budget (see
+    /// [`set_answer_budget`](Self::set_answer_budget)).
+    fn drop_answers(&mut self) {
+        self.drop_from = self.drop_from.max(self.forgotten);
+        while self.answer_bytes > self.answer_budget {
+            let Some(r) = self.remembered.get_mut(self.drop_from - self.forgotten) else {
+                return; // only answers that are never dropped are left
+            };
+            self.drop_from += 1;
+            if r.dropped || matches!(r.output, Ok(Output::Session { .. })) {
+                continue;
+            }
+            self.answer_bytes -= answer_size(r);
+            r.output = Ok(Output::Done);
+            r.dropped = true;
+        }
     }
 
     /// The kernel, for reads that change nothing (`next_deadline`, `stats`, exports).
@@ -413,4 +704,25 @@ impl Machine {
     pub fn last_now(&self) -> u64 {
         self.last_now
     }
+}
+
+/// The bytes a remembered answer is counted for: its JSON and a fixed overhead (computed by
+/// counting, without building the text).
+fn answer_size(r: &Remembered) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = match &r.output {
+        Ok(output) => serde_json::to_writer(&mut count, output),
+        Err(error) => serde_json::to_writer(&mut count, error),
+    };
+    REMEMBERED_OVERHEAD + r.key.len() + count.0
 }

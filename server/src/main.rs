@@ -40,6 +40,8 @@ usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
                    [--config NAME=VALUE]... [--tokens FILE] [--tls-cert FILE --tls-key FILE]
                    [--insecure] [--clock manual] [--snapshot-every N] [--history N]
                    [--dashboard [--dashboard-pkg DIR]] [--allow-origin ORIGIN]...
+                   [--max-sessions-per-token N] [--max-sessions-per-namespace N]
+                   [--idempotency-bytes N]
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
@@ -72,6 +74,12 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --allow-origin ORIGIN
                        let a page served from ORIGIN (exactly, e.g. http://127.0.0.1:8080)
                        read this server from a browser (CORS); repeat it. By default none.
+  --max-sessions-per-token N, --max-sessions-per-namespace N
+                       open sessions at once per bearer token (default 1000) and per
+                       namespace (default 10000); an open over either is 429
+  --idempotency-bytes N
+                       bytes of remembered idempotency answers (default 67108864); past it
+                       the oldest answers are dropped and their retries are 409
 
 Examples:
   klock serve                                   # loopback, ./klock.redb
@@ -137,6 +145,10 @@ struct ServeArgs {
     origins: Vec<String>,
     /// The kernel's configuration: the SPEC's defaults, changed by `--config`.
     config: Config,
+    /// `--max-sessions-per-token`, `--max-sessions-per-namespace`.
+    caps: klock_server::machine::SessionCaps,
+    /// `--idempotency-bytes`.
+    idempotency_bytes: usize,
 }
 
 /// Applies one `--config NAME=VALUE`: `policy`, or a numeric field, named as the kernel names
@@ -171,6 +183,11 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         dashboard: None,
         origins: Vec::new(),
         config: Config::default(),
+        caps: klock_server::machine::SessionCaps {
+            per_owner: klock_server::api::DEFAULT_SESSIONS_PER_TOKEN,
+            per_namespace: klock_server::api::DEFAULT_SESSIONS_PER_NAMESPACE,
+        },
+        idempotency_bytes: klock_server::machine::DEFAULT_ANSWER_BYTES,
     };
     let mut dashboard = false;
     let mut dashboard_pkg = None;
@@ -262,6 +279,20 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             }
             "--dashboard-pkg" => {
                 dashboard_pkg = Some(PathBuf::from(value()?));
+                i += 2;
+            }
+            "--max-sessions-per-token" | "--max-sessions-per-namespace" | "--idempotency-bytes" => {
+                let v = value()?;
+                let n: u32 = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{flag} needs a whole number above 0, got {v:?}"))?;
+                match flag {
+                    "--max-sessions-per-token" => out.caps.per_owner = n,
+                    "--max-sessions-per-namespace" => out.caps.per_namespace = n,
+                    _ => out.idempotency_bytes = n as usize,
+                }
                 i += 2;
             }
             _ => return Err(format!("unknown argument {flag:?}")),
@@ -406,6 +437,8 @@ async fn run(args: ServeArgs) -> Result<(), String> {
             (machine, None, history)
         }
     };
+    let mut machine = machine;
+    machine.set_answer_budget(args.idempotency_bytes);
     let clock = if args.manual_clock {
         Clock::Manual
     } else {
@@ -431,12 +464,14 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         }
         None => Auth::open(),
     };
+    let auth = Arc::new(auth);
     let mut app = api::router(Api {
         engine,
-        auth: Arc::new(auth),
+        auth: Arc::clone(&auth),
+        caps: args.caps,
     });
     if let Some(pkg) = &args.dashboard {
-        app = app.merge(klock_server::dashboard::router(pkg.clone()));
+        app = app.merge(klock_server::dashboard::router(pkg.clone(), auth));
     }
     if !args.origins.is_empty() {
         let origins = klock_server::dashboard::Origins(Arc::new(args.origins.clone()));

@@ -69,6 +69,10 @@ pub struct Metrics {
     pub commit_seconds: Histogram,
     pub commit_entries: AtomicU64,
     pub log_entries: AtomicU64,
+    /// Opens refused with TOO_MANY_SESSIONS (a session cap).
+    pub sessions_refused: AtomicU64,
+    /// Bytes of remembered idempotency answers, as of the last scrape.
+    pub idempotency_bytes: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -79,6 +83,8 @@ impl Default for Metrics {
             commit_seconds: Histogram::new(LATENCY),
             commit_entries: AtomicU64::new(0),
             log_entries: AtomicU64::new(0),
+            sessions_refused: AtomicU64::new(0),
+            idempotency_bytes: AtomicU64::new(0),
         }
     }
 }
@@ -154,6 +160,16 @@ impl Metrics {
             &mut out,
             "klock_commit_seconds",
             "Time of one durable log write (one fsync per batch).",
+        );
+        let refused = self.sessions_refused.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP klock_sessions_refused_total Opens refused with TOO_MANY_SESSIONS (a session cap).\n# TYPE klock_sessions_refused_total counter\nklock_sessions_refused_total {refused}"
+        );
+        let bytes = self.idempotency_bytes.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP klock_idempotency_answer_bytes Bytes of remembered idempotency answers (budget: --idempotency-bytes).\n# TYPE klock_idempotency_answer_bytes gauge\nklock_idempotency_answer_bytes {bytes}"
         );
         out
     }

@@ -25,6 +25,7 @@ use klock_core::Config;
 use redb::{Database, ReadableDatabase, TableDefinition};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -139,6 +140,15 @@ impl Store {
     /// # Errors
     /// A file cannot be opened or created, or `path` is not a redb file.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        // Both files are created readable by their owner only (0600): they hold every
+        // agent's leases and the hashes of session secrets. redb fills an empty file.
+        if !path.exists() {
+            let _ = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path);
+        }
         let db = Database::create(path).map_err(|e| {
             StoreError(format!("cannot open the data file {}: {e}", path.display()))
         })?;
@@ -151,6 +161,7 @@ impl Store {
             .read(true)
             .append(true)
             .create(true)
+            .mode(0o600)
             .open(&log_path)
             .map_err(|e| StoreError(format!("cannot open the log {}: {e}", log_path.display())))?;
         if created {

@@ -36,6 +36,8 @@ fn history() -> Vec<Entry> {
         key: None,
         token: None,
         caller: None,
+        resume: None,
+        fingerprint: None,
     };
     vec![
         c(0, open("ann")),
@@ -243,6 +245,8 @@ fn concurrent_commands_get_dense_durable_indexes() {
             state,
             remembered: Vec::new(),
             tokens: Default::default(),
+            resumes: Default::default(),
+            owners: Default::default(),
         })
         .unwrap();
         let now = expected.last_now();
@@ -339,6 +343,8 @@ fn a_repeated_idempotency_key_answers_the_first_answer_and_changes_nothing() {
         key: Some(key.into()),
         token: None,
         caller: None,
+        resume: None,
+        fingerprint: None,
     };
     machine.apply(1, &keyed(0, open("ann"), "k-open"));
     let first = machine.apply(2, &keyed(5, acquire(1, "MUTATES FILE:/x", 1000), "k-acq"));

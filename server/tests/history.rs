@@ -418,9 +418,10 @@ fn bad_ranges_unknown_namespaces_and_wrong_tokens_are_clear_errors() {
             "{path}: {v}"
         );
     }
-    // An observer of one namespace still reads its overview and the hash.
+    // An observer of one namespace still reads its overview; the state hash is of every
+    // namespace's state, so it needs a token for every namespace (issue 22, item 4).
     assert_eq!(as_("team-screen", "/v1/ns/team/overview").0, 200);
-    assert_eq!(as_("team-screen", "/v1/state/hash").0, 200);
+    assert_eq!(as_("team-screen", "/v1/state/hash").0, 403);
 }
 
 #[test]

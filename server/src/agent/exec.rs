@@ -21,7 +21,7 @@ use super::child;
 use super::client::Failure;
 use super::keeper::Keeper;
 use super::overview::{describe_blockers, describe_leases};
-use super::session::{Acquired, Outcome, Session};
+use super::session::{Acquired, Outcome, Saved, Session};
 use klock_core::{
     Blocker, DigestIdentity, DigestRecovery, Lease, StateDigest, Verdict, DIGEST_VERSION,
 };
@@ -233,11 +233,15 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
 async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Session, bool), Stop> {
     let ns = args.connection.ns();
     let agent = args.connection.agent();
-    if let Some(digest) = read_digest(args.digest.as_deref())? {
-        match Session::resume(client.clone(), &digest).await {
+    if let Some(saved) = read_digest(args.digest.as_deref())? {
+        match Session::resume(client.clone(), &saved.digest, &saved.resume_secret).await {
             Ok(session) => return Ok((session, true)),
+            // UNAUTHORIZED: the file's resume secret is not the session's (a file saved before
+            // resume secrets, or a session resumed by another run since).
             Err(Failure::Refused { name, .. })
-                if name == "UNKNOWN_SESSION" || name == "INVALID_DIGEST" =>
+                if name == "UNKNOWN_SESSION"
+                    || name == "INVALID_DIGEST"
+                    || name == "UNAUTHORIZED" =>
             {
                 eprintln!(
                     "klock exec: the session saved in {} is gone ({name}); opening a new one, whose priority starts over",
@@ -251,7 +255,7 @@ async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Sessio
     Ok((session, false))
 }
 
-fn read_digest(path: Option<&Path>) -> Result<Option<StateDigest>, Stop> {
+fn read_digest(path: Option<&Path>) -> Result<Option<Saved>, Stop> {
     let Some(path) = path else { return Ok(None) };
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -407,7 +411,7 @@ async fn keep_or_close(args: &ExecArgs, session: &Session, phase: &str) -> Strin
             return format!("; could not save the session to {} ({e})", path.display());
         }
     };
-    if let Err(e) = write_digest(path, &digest) {
+    if let Err(e) = write_digest(path, &digest, session.resume_secret()) {
         let _ = session.close().await;
         return format!("; could not save the session to {} ({e})", path.display());
     }
@@ -441,15 +445,29 @@ fn local_digest(session: &Session, phase: &str) -> StateDigest {
     }
 }
 
-/// Writes a StateDigest to `path`, whole or not at all.
+/// Writes a StateDigest and the session's resume secret to `path`, whole or not at all,
+/// readable by its owner only (0600): the secret lets whoever holds it take the session over.
 ///
 /// # Errors
 /// The file cannot be written; the message names it.
-pub fn write_digest(path: &Path, digest: &StateDigest) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(digest).expect("digests serialize");
-    // Write beside it, then rename: a crash never leaves half a digest.
+pub fn write_digest(path: &Path, digest: &StateDigest, resume_secret: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let saved = Saved {
+        digest: digest.clone(),
+        resume_secret: resume_secret.to_owned(),
+    };
+    let text = serde_json::to_string_pretty(&saved).expect("digests serialize");
+    // Write beside it, then rename: a crash never leaves half a digest. The partial file is
+    // made anew, so its mode is the one asked for (an old one may have been readable).
     let partial = path.with_extension("partial");
-    std::fs::write(&partial, text + "\n")
+    let _ = std::fs::remove_file(&partial);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&partial)
+        .and_then(|mut f| f.write_all((text + "\n").as_bytes()))
         .and_then(|()| std::fs::rename(&partial, path))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -11,8 +11,8 @@
 use super::args::{Connection, Flags, CONNECTION_HELP};
 use super::client::{Client, Failure};
 use super::exec::write_digest;
-use super::session::{resource_state, stats, Session};
-use klock_core::{Blocker, Contention, GhostAgent, Holder, Lease, ResourceState, StateDigest};
+use super::session::{resource_state, stats, Saved, Session};
+use klock_core::{Blocker, Contention, GhostAgent, Holder, Lease, ResourceState};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -327,8 +327,9 @@ pub async fn reconcile(args: &[String]) -> Result<String, (u8, String)> {
         .ok_or_else(|| usage(String::from("name the saved session with --digest FILE")))?;
     let text = std::fs::read_to_string(&path)
         .map_err(|e| usage(format!("cannot read --digest {}: {e}", path.display())))?;
-    let digest: StateDigest = serde_json::from_str(&text)
+    let saved: Saved = serde_json::from_str(&text)
         .map_err(|e| usage(format!("{} is not a StateDigest ({e})", path.display())))?;
+    let digest = saved.digest;
     if types.is_empty() {
         types.push(String::from("FILE"));
     }
@@ -344,7 +345,8 @@ pub async fn reconcile(args: &[String]) -> Result<String, (u8, String)> {
         }
     }
     let client = connection.client().map_err(usage)?;
-    let session = Session::resume(client, &digest).await.map_err(|e| match e.name() {
+    let resumed = Session::resume(client, &digest, &saved.resume_secret).await;
+    let session = resumed.map_err(|e| match e.name() {
         "UNKNOWN_SESSION" => (
             1,
             format!(
@@ -405,7 +407,7 @@ pub async fn reconcile(args: &[String]) -> Result<String, (u8, String)> {
         return Ok(out);
     }
     let fresh = session.digest().await.map_err(failed)?;
-    write_digest(&path, &fresh).map_err(|e| (1, e))?;
+    write_digest(&path, &fresh, session.resume_secret()).map_err(|e| (1, e))?;
     session.suspend().await.map_err(failed)?;
     let _ = writeln!(
         out,

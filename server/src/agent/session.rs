@@ -1,6 +1,8 @@
 //! One Klock session seen from an agent: the routes of `server/README.md` as typed calls.
 //!
-//! Contract: [`Session::open`] / [`Session::resume`] start it and keep its session token;
+//! Contract: [`Session::open`] / [`Session::resume`] start it and keep its session token and
+//! its resume secret (a resume needs the secret the last open or resume answered: a digest is
+//! public data; [`Saved`] keeps both for a later run);
 //! every other call names the session with that token and decodes the kernel's own serde
 //! shapes (`klock_core`), so a verdict here is exactly what the kernel decided. Nothing here
 //! retries or sleeps: the callers decide what a DIE or an unreachable server means to them.
@@ -21,6 +23,19 @@ pub struct Session {
     pub client: Client,
     pub info: SessionInfo,
     token: String,
+    /// What the next resume of the session must present.
+    resume_secret: String,
+}
+
+/// What a later run needs to resume a session: its StateDigest and its resume secret (the
+/// digest's fields, with `resume_secret` beside them, in a file only its owner reads).
+#[derive(Clone, Debug, serde::Serialize, Deserialize)]
+pub struct Saved {
+    #[serde(flatten)]
+    pub digest: StateDigest,
+    /// Missing in a file saved before resume secrets existed (the server then refuses it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resume_secret: String,
 }
 
 /// How a waiting ticket ended, or that it still waits.
@@ -82,8 +97,12 @@ impl Session {
     ///
     /// # Errors
     /// `UNKNOWN_SESSION` (closed, or the server lost it), `INVALID_DIGEST`, or unreachable.
-    pub async fn resume(client: Client, digest: &StateDigest) -> Result<Session, Failure> {
-        let body = json!({ "digest": digest });
+    pub async fn resume(
+        client: Client,
+        digest: &StateDigest,
+        resume_secret: &str,
+    ) -> Result<Session, Failure> {
+        let body = json!({ "digest": digest, "resume_secret": resume_secret });
         let path = format!("{}/sessions/resume", ns_path(&digest.identity.namespace));
         let v = client
             .call("POST", &path, None, Some(&body), Duration::ZERO)
@@ -93,12 +112,19 @@ impl Session {
 
     fn started(client: Client, v: Value) -> Result<Session, Failure> {
         let token = v["session_token"].as_str().unwrap_or_default().to_owned();
+        let resume_secret = v["resume_secret"].as_str().unwrap_or_default().to_owned();
         let info = decode("open", v)?;
         Ok(Session {
             client,
             info,
             token,
+            resume_secret,
         })
+    }
+
+    /// What the next resume of this session must present.
+    pub fn resume_secret(&self) -> &str {
+        &self.resume_secret
     }
 
     fn path(&self, rest: &str) -> String {

@@ -1,12 +1,28 @@
 //! Who may call what: bearer token, role, namespace, rate and long-poll slots (before any
 //! handler), and the `Klock-Index` / `Klock-Now` headers and request metrics (around it).
+//!
+//! Contract (besides `crate::auth`'s):
+//! - A path under `/v1/ns/` whose namespace cannot be percent-decoded (a `%` not followed by
+//!   two hex digits, or bytes that are not UTF-8) is 400: a namespace is never left unchecked.
+//! - Routes outside `/v1/ns/{ns}` that answer with server-wide values (`/metrics`,
+//!   `/v1/deadline`, `/v1/state/hash`) need a token covering every namespace (`"*"`), or admin.
+//! - With a token file, only an admin token may carry `Klock-Now` (the manual clock is one
+//!   clock for every namespace): any other is 403 before the request does anything.
+//! - A request with an `Idempotency-Key` is fingerprinted here (SHA-256 of its query and body)
+//!   and runs with [`ASKER`] set: who asks (the token's name) and that fingerprint, which the
+//!   key's scope and the machine's reuse check take.
 
 use super::*;
+
+/// Routes outside a namespace that answer with server-wide values.
+fn global(route: &str) -> bool {
+    matches!(route, "/metrics" | "/v1/deadline" | "/v1/state/hash")
+}
 
 /// The role a route needs (`None`: anyone, even without a token).
 fn role_for(route: &str) -> Option<Role> {
     match route {
-        "/v1/health" | "/v1/openapi.json" => None,
+        "/v1/health" => None,
         "/v1/advance" | "/v1/reset" => Some(Role::Admin),
         r if r.starts_with("/v1/ns/{ns}/sessions") || r == "/v1/ns/{ns}/batch" => Some(Role::Agent),
         _ => Some(Role::Observer),
@@ -18,27 +34,66 @@ fn waits(route: &str) -> bool {
     route.ends_with("/tickets/{tid}") || route.ends_with("/events") || route.ends_with("/watch")
 }
 
-/// The namespace a `/v1/ns/{ns}/...` path names, percent-decoded.
-fn path_namespace(path: &str) -> Option<String> {
-    let rest = path.strip_prefix("/v1/ns/")?;
-    let raw = rest.split('/').next()?;
+/// The namespace a `/v1/ns/{ns}/...` path names, percent-decoded: `Ok(None)` for a path
+/// outside `/v1/ns/`, `Err` for one whose namespace cannot be decoded (checked by nobody,
+/// so refused). Borrowed from the path when it has no `%` (no allocation per request).
+fn path_namespace(path: &str) -> Result<Option<std::borrow::Cow<'_, str>>, String> {
+    let Some(rest) = path.strip_prefix("/v1/ns/") else {
+        return Ok(None);
+    };
+    let raw = rest.split('/').next().unwrap_or("");
+    if !raw.contains('%') {
+        return Ok(Some(std::borrow::Cow::Borrowed(raw)));
+    }
+    let bad = || {
+        format!(
+            "the namespace {raw:?} in the path cannot be decoded: % must be followed by two hex \
+             digits, and the decoded bytes must be UTF-8"
+        )
+    };
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        match (bytes[i], bytes.get(i + 1..i + 3)) {
-            (b'%', Some(hex)) => {
-                let text = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(text, 16).ok()?);
-                i += 3;
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+            let text = std::str::from_utf8(hex).map_err(|_| bad())?;
+            if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(bad());
             }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
+            out.push(u8::from_str_radix(text, 16).map_err(|_| bad())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
         }
     }
-    String::from_utf8(out).ok()
+    String::from_utf8(out)
+        .map(|ns| Some(std::borrow::Cow::Owned(ns)))
+        .map_err(|_| bad())
+}
+
+/// Who asks, for the request being handled: the token's name (none without a token file)
+/// and, with an `Idempotency-Key`, the fingerprint of the request.
+#[derive(Clone, Default)]
+pub(super) struct Asker {
+    pub who: Option<Arc<str>>,
+    pub fingerprint: Option<String>,
+}
+
+tokio::task_local! {
+    /// The [`Asker`] of the current request (set by [`guard`]).
+    pub(super) static ASKER: Asker;
+}
+
+/// The fingerprint of a request: SHA-256 (hex) of its query and body.
+fn fingerprint(query: Option<&str>, body: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(query.unwrap_or("").as_bytes());
+    h.update(b"\n");
+    h.update(body);
+    auth::hex(&h.finalize())
 }
 
 /// Who the caller is, for the routes that export every namespace: whether it may see every
@@ -58,6 +113,53 @@ fn refuse(status: StatusCode, name: &'static str, message: String) -> Response {
         message,
     }
     .into_response()
+}
+
+/// The namespace, role, server-wide and clock rules of the module contract for `caller`.
+fn check_scope(
+    caller: &auth::Caller<'_>,
+    needed: Role,
+    route: &str,
+    request: &axum::extract::Request,
+) -> Result<(), ApiError> {
+    let namespace = match path_namespace(request.uri().path()) {
+        Ok(ns) => ns,
+        Err(why) => return Err(ApiError::bad_request(why)),
+    };
+    let auth::Caller::Token(grant) = caller else {
+        return Ok(());
+    };
+    let forbid =
+        |message: String| Err(ApiError::other(StatusCode::FORBIDDEN, "FORBIDDEN", message));
+    if grant.role < needed {
+        return forbid(format!(
+            "token {:?} is a {:?}; this route needs {needed:?}",
+            grant.name, grant.role
+        ));
+    }
+    if let Some(ns) = &namespace {
+        if !grant.covers(ns) {
+            return forbid(format!(
+                "token {:?} does not cover namespace {ns:?}",
+                grant.name
+            ));
+        }
+    }
+    if global(route) && !grant.covers_all() && grant.role < Role::Admin {
+        return forbid(format!(
+            "token {:?} does not cover every namespace; {route} answers with server-wide \
+             values: use a token whose namespaces are [\"*\"] (or an admin token)",
+            grant.name
+        ));
+    }
+    if grant.role < Role::Admin && request.headers().contains_key("klock-now") {
+        return forbid(format!(
+            "token {:?} is a {:?}; only an admin token may set the server's time with \
+             Klock-Now (the manual clock is one clock for every namespace)",
+            grant.name, grant.role
+        ));
+    }
+    Ok(())
 }
 
 /// Bearer token, role, namespace, rate and long-poll slots, before any handler runs.
@@ -84,20 +186,8 @@ pub(super) async fn guard(
         Ok(caller) => caller,
         Err(why) => return refuse(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", why.to_owned()),
     };
-    if let auth::Caller::Token(grant) = &caller {
-        if grant.role < needed {
-            let message = format!(
-                "token {:?} is a {:?}; this route needs {needed:?}",
-                grant.name, grant.role
-            );
-            return refuse(StatusCode::FORBIDDEN, "FORBIDDEN", message);
-        }
-        if let Some(ns) = path_namespace(request.uri().path()) {
-            if !grant.covers(&ns) {
-                let message = format!("token {:?} does not cover namespace {ns:?}", grant.name);
-                return refuse(StatusCode::FORBIDDEN, "FORBIDDEN", message);
-            }
-        }
+    if let Err(refused) = check_scope(&caller, needed, &route, &request) {
+        return refused.into_response();
     }
     let limits = caller.limits();
     if !limits.admit() {
@@ -131,9 +221,32 @@ pub(super) async fn guard(
             role: Some(grant.role),
         },
     };
+    let who = match &caller {
+        auth::Caller::Local(_) => None,
+        auth::Caller::Token(grant) => Some(Arc::clone(&grant.id)),
+    };
     request.extensions_mut().insert(slots);
     request.extensions_mut().insert(reach);
-    next.run(request).await
+    let keyed = request.headers().contains_key("idempotency-key");
+    let mut asker = Asker {
+        who,
+        fingerprint: None,
+    };
+    if keyed {
+        // Read here (the handler reads the same bytes again) only for keyed requests: the
+        // fingerprint binds the key to this request.
+        let (parts, body) = request.into_parts();
+        let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                let message = format!("the request body is over {MAX_BODY_BYTES} bytes");
+                return refuse(StatusCode::PAYLOAD_TOO_LARGE, "TOO_LARGE", message);
+            }
+        };
+        asker.fingerprint = Some(fingerprint(parts.uri.query(), &bytes));
+        request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    ASKER.scope(asker, next.run(request)).await
 }
 
 tokio::task_local! {

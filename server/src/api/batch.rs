@@ -156,22 +156,25 @@ pub(super) async fn batch(
         )));
     }
     let now = now_of(&headers)?;
-    let key = header(&headers, "idempotency-key")?;
-    let submissions = b
-        .operations
-        .into_iter()
-        .enumerate()
-        .map(|(i, op)| {
-            let (command, token) = op.into_command();
-            let mut submission = Submission::new(command, now);
-            submission.key = key.map(|k| format!("{ns}/batch/{i}\u{0}{k}"));
-            submission.caller = Some(Caller {
-                namespace: ns.clone(),
-                token: Some(digest_of(&token)),
-            });
-            submission
-        })
-        .collect();
+    let mut submissions = Vec::with_capacity(b.operations.len());
+    for (i, op) in b.operations.into_iter().enumerate() {
+        let (command, token) = op.into_command();
+        // Each operation's key is scoped to its own session too: a key never answers one
+        // session with another's lease.
+        let session = command.session().map_or(0, |s| s.0);
+        let mut submission = Submission::new(command, now);
+        keyed(
+            &mut submission,
+            &headers,
+            &format!("{ns}\u{0}{session}\u{0}batch/{i}"),
+        )?;
+        submission.caller = Some(Caller {
+            namespace: ns.clone(),
+            token: Some(digest_of(&token)),
+            ..Caller::default()
+        });
+        submissions.push(submission);
+    }
     let replies = api.engine.submit_many(submissions).await?;
     let results: Vec<Value> = replies
         .into_iter()

@@ -12,8 +12,14 @@
 //!   `UNKNOWN_SESSION` (it does not exist there), and every call naming a session carries its
 //!   token in `Klock-Session-Token` (handed out by open and resume; a session id alone never
 //!   grants anything). Tokens are compared as SHA-256 digests, in constant time.
-//! - `Idempotency-Key` on a mutating request: a retry with the same key (same namespace,
-//!   session and route) answers the first answer and changes nothing, across restarts too.
+//! - `Idempotency-Key` on a mutating request: a retry with the same key (same bearer token,
+//!   namespace, session and route) answers the first answer and changes nothing, across
+//!   restarts too. A key is bound to its request's fingerprint (SHA-256 of query and body): the
+//!   same key with another request is 422 `IDEMPOTENCY_KEY_REUSED`. A key's first answer may be
+//!   dropped to keep remembered answers in their byte budget: a retry is then 409
+//!   `IDEMPOTENCY_ANSWER_FORGOTTEN` (never applied twice).
+//! - Resuming a session needs its resume secret (handed out by open and by each resume, which
+//!   replaces it): a StateDigest holds only public data.
 //! - Under `--clock manual` every request carries `Klock-Now` (ms); otherwise it is refused.
 //! - Every answer to a command carries `Klock-Index`, the log index of its entry (its events'
 //!   ids start with it), and `Klock-Now`, the server time of the answer (for a repeated
@@ -30,7 +36,7 @@
 use crate::auth::{self, Auth, PollSlots, Role};
 use crate::engine::{EngineError, EngineHandle, Reply, Submission};
 use crate::events::{EventId, Stream};
-use crate::machine::{Caller, Refused};
+use crate::machine::{Caller, Refused, SessionCaps};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -56,7 +62,7 @@ mod observe;
 mod replay;
 mod sessions;
 
-use access::INDEX;
+use access::{ASKER, INDEX};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -68,7 +74,14 @@ pub const MAX_HOLD_MS: u64 = 30_000;
 pub struct Api {
     pub engine: EngineHandle,
     pub auth: Arc<Auth>,
+    /// The session caps an open is logged with.
+    pub caps: SessionCaps,
 }
+
+/// Open sessions per bearer token at most, by default (`--max-sessions-per-token`).
+pub const DEFAULT_SESSIONS_PER_TOKEN: u32 = 1_000;
+/// Open sessions per namespace at most, by default (`--max-sessions-per-namespace`).
+pub const DEFAULT_SESSIONS_PER_NAMESPACE: u32 = 10_000;
 
 /// The router of `/v1`.
 pub fn router(api: Api) -> Router {
@@ -342,12 +355,25 @@ async fn submit(
     caller: Option<Caller>,
 ) -> Result<Reply, ApiError> {
     let mut submission = Submission::new(command, now_of(headers)?);
-    submission.key = header(headers, "idempotency-key")?.map(|k| format!("{scope}\u{0}{k}"));
+    keyed(&mut submission, headers, scope)?;
     submission.token = token;
     submission.caller = caller;
     let reply = api.engine.submit(submission).await?;
     let _ = INDEX.try_with(|cell| cell.set(Some((reply.index, reply.now))));
     Ok(reply)
+}
+
+/// Sets the submission's idempotency key, scoped to who asks (the bearer token's name) and
+/// `scope` (namespace, session and route, `\0`-separated), and its request's fingerprint.
+fn keyed(submission: &mut Submission, headers: &HeaderMap, scope: &str) -> Result<(), ApiError> {
+    let Some(key) = header(headers, "idempotency-key")? else {
+        return Ok(());
+    };
+    let asker = ASKER.try_with(Clone::clone).unwrap_or_default();
+    let who = asker.who.as_deref().unwrap_or("");
+    submission.key = Some(format!("{who}\u{0}{scope}\u{0}{key}"));
+    submission.fingerprint = asker.fingerprint;
+    Ok(())
 }
 
 /// The session a command's path names, and who is asking (checked by the machine).
@@ -357,6 +383,7 @@ fn named(ns: &str, sid: &str, headers: &HeaderMap) -> Result<(SessionId, Caller)
     let caller = Caller {
         namespace: ns.to_owned(),
         token,
+        ..Caller::default()
     };
     Ok((session, caller))
 }
@@ -365,6 +392,19 @@ fn refusal(refused: Refused) -> ApiError {
     match refused {
         Refused::Kernel(e) => ApiError::kernel(e),
         Refused::Unauthorized(message) => ApiError::unauthorized(message),
+        Refused::KeyReused(message) => ApiError::other(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "IDEMPOTENCY_KEY_REUSED",
+            message,
+        ),
+        Refused::AnswerForgotten(message) => ApiError::other(
+            StatusCode::CONFLICT,
+            "IDEMPOTENCY_ANSWER_FORGOTTEN",
+            message,
+        ),
+        Refused::TooManySessions(message) => {
+            ApiError::other(StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_SESSIONS", message)
+        }
     }
 }
 
@@ -473,7 +513,7 @@ async fn on_session(
     make: impl FnOnce(SessionId) -> Command,
 ) -> Result<(u64, Output), ApiError> {
     let (session, caller) = named(ns, sid, headers)?;
-    let scope = format!("{ns}/{sid}/{what}");
+    let scope = format!("{ns}\u{0}{session}\u{0}{what}");
     let reply = run_as(api, headers, &scope, make(session), caller).await?;
     Ok((reply.index, output(reply)?))
 }

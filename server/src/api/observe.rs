@@ -1,6 +1,7 @@
 //! Reads and server routes: health, version, resource state, stats, the next deadline,
 //! metrics; settling time (admin) and resetting a manual-clock server in memory.
 
+use super::access::Reach;
 use super::*;
 
 #[utoipa::path(
@@ -52,11 +53,12 @@ pub(super) async fn resource_state(
     Query(q): Query<ResourceQuery>,
     headers: HeaderMap,
 ) -> Answer {
+    let scope = format!("{ns}\u{0}-\u{0}resource_state");
     let command = Command::ResourceState {
         resource: q.resource,
         namespace: ns,
     };
-    match output(run(&api, &headers, "resource_state", command, None).await?)? {
+    match output(run(&api, &headers, &scope, command, None).await?)? {
         Output::ResourceState { state } => Ok(Json(to_json(&state))),
         other => Err(unexpected("resource_state", &other)),
     }
@@ -70,9 +72,30 @@ pub(super) async fn resource_state(
     params(NamespacePath),
     responses((status = 200, description = "Counters, live totals, top contended resources, ghost agents", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
-pub(super) async fn stats(State(api): State<Api>, Path(_ns): Path<String>) -> Answer {
-    let stats = api.engine.read(|m| m.kernel().stats()).await?;
+pub(super) async fn stats(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    reach: Option<axum::Extension<Reach>>,
+) -> Answer {
+    let mut stats = api
+        .engine
+        .read(move |m| m.kernel().namespace_snapshot(&ns).map(|s| s.stats))
+        .await?
+        .map_err(ApiError::kernel)?;
+    server_wide_only_to(&mut stats, reach.as_deref());
     Ok(Json(to_json(&stats)))
+}
+
+/// Cuts what the kernel keeps only server-wide (outcome counters and ghost agents, counted
+/// over every namespace) from a namespace's stats, unless the caller may read every namespace
+/// (no token file, or a token for `"*"`): zero counters and no ghost agents then, so nothing
+/// of another namespace shows.
+pub(super) fn server_wide_only_to(stats: &mut klock_core::Stats, reach: Option<&Reach>) {
+    if reach.is_some_and(|r| r.everywhere) {
+        return;
+    }
+    stats.counters = klock_core::Counters::default();
+    stats.ghost_agents.clear();
 }
 
 /// Manual clock only: settles time at `Klock-Now`.
@@ -85,7 +108,14 @@ pub(super) async fn stats(State(api): State<Api>, Path(_ns): Path<String>) -> An
     responses((status = 200, description = "Settle time now (admin)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {
-    let reply = run(&api, &headers, "advance", Command::Advance, None).await?;
+    let reply = run(
+        &api,
+        &headers,
+        "-\u{0}-\u{0}advance",
+        Command::Advance,
+        None,
+    )
+    .await?;
     let events = reply.events.clone();
     output(reply)?;
     Ok(Json(json!({"events": to_json(&events)})))
@@ -134,8 +164,15 @@ pub(super) async fn reset(State(api): State<Api>, raw: Bytes) -> Answer {
     responses((status = 200, description = "Prometheus text metrics", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
-    let stats = api.engine.read(|m| m.kernel().stats()).await?;
-    let text = api.engine.metrics().render(&stats);
+    let (stats, bytes) = api
+        .engine
+        .read(|m| (m.kernel().stats(), m.answer_bytes()))
+        .await?;
+    let metrics = api.engine.metrics();
+    metrics
+        .idempotency_bytes
+        .store(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+    let text = metrics.render(&stats);
     let kind = [("content-type", "text/plain; version=0.0.4")];
     Ok((kind, text).into_response())
 }

@@ -14,7 +14,8 @@
 //!   log entry `index` (by default the last applied one), computed from the history.
 //! - `GET /v1/ns/{ns}/overview` is the kernel's snapshot (docs/SPEC.md §10) at the last applied
 //!   entry, cut to the namespace: its sessions, their leases and tickets, its top contended
-//!   resources (counters and ghost agents are the kernel's, as `/stats` reports them).
+//!   resources, its next deadline (of its leases and tickets); counters and ghost agents are
+//!   server-wide, as `/stats` reports them (only to callers that may read every namespace).
 //! - Every bad input is a 4xx with a stable name and a message naming the fix; nothing panics.
 
 use super::access::Reach;
@@ -280,7 +281,11 @@ pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) 
     params(NamespacePath),
     responses((status = 200, description = "{index, now, snapshot}", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
-pub(super) async fn overview(State(api): State<Api>, Path(ns): Path<String>) -> Answer {
+pub(super) async fn overview(
+    State(api): State<Api>,
+    Path(ns): Path<String>,
+    reach: Option<axum::Extension<Reach>>,
+) -> Answer {
     // Built where the kernel lives, from `&self`: only this namespace's views are made, and
     // the kernel is neither copied nor settled (the engine's timer settles it). The kernel
     // checks the namespace (INVALID_NAMESPACE).
@@ -291,7 +296,15 @@ pub(super) async fn overview(State(api): State<Api>, Path(ns): Path<String>) -> 
             (m.applied(), m.last_now(), snapshot, ns)
         })
         .await?;
-    let snapshot = snapshot.map_err(ApiError::kernel)?;
+    let mut snapshot = snapshot.map_err(ApiError::kernel)?;
+    // The namespace's own deadline, not the kernel's (which may be another namespace's).
+    snapshot.next_deadline = snapshot
+        .leases
+        .iter()
+        .map(|l| l.expires_at)
+        .chain(snapshot.tickets.iter().map(|t| t.deadline))
+        .min();
+    super::observe::server_wide_only_to(&mut snapshot.stats, reach.as_deref());
     let value =
         json!({"namespace": ns, "index": index, "now": now, "snapshot": to_json(&snapshot)});
     Ok(Json(value))

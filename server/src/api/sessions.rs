@@ -1,5 +1,11 @@
 //! Session routes: open, resume, close, suspend, digest. Open and resume hand out the
-//! session's secret token, bound in the log as its SHA-256.
+//! session's secret token and its resume secret, bound in the log as their SHA-256.
+//!
+//! Contract: a resume carries the `resume_secret` the open or the last resume of the session
+//! answered (a StateDigest is public data: agent, session and priority are in `/overview`),
+//! else it is 401 and the session is untouched. Each resume hands out a new resume secret and
+//! the previous one stops working, as the previous session token does. Opens count against
+//! the session caps of their bearer token and namespace (429 `TOO_MANY_SESSIONS`).
 
 use super::*;
 
@@ -29,7 +35,26 @@ pub(super) async fn open(
         agent_id: b.agent_id,
         namespace: ns.clone(),
     };
-    start_session(&api, &headers, &ns, "open", command, None).await
+    let owner = ASKER
+        .try_with(|a| a.who.as_deref().map(str::to_owned))
+        .ok()
+        .flatten();
+    let caller = Caller {
+        namespace: ns.clone(),
+        owner,
+        caps: Some(api.caps),
+        ..Caller::default()
+    };
+    let answer = start_session(&api, &headers, &ns, "open", command, Some(caller)).await;
+    if let Err(ApiError {
+        name: "TOO_MANY_SESSIONS",
+        ..
+    }) = &answer
+    {
+        let refused = &api.engine.metrics().sessions_refused;
+        refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    answer
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -38,6 +63,8 @@ pub(super) struct ResumeBody {
     /// A StateDigest (version, identity, recovery) as `digest` answered it.
     #[schema(value_type = Object)]
     digest: StateDigest,
+    /// The resume secret the session's open (or its last resume) answered.
+    resume_secret: Option<String>,
 }
 
 #[utoipa::path(
@@ -56,14 +83,22 @@ pub(super) async fn resume(
     raw: Bytes,
 ) -> Answer {
     let b: ResumeBody = body(&raw)?;
+    let Some(secret) = b.resume_secret.filter(|s| !s.is_empty()) else {
+        return Err(ApiError::unauthorized(
+            "a resume needs the session's resume_secret (answered by its open or its last \
+             resume, beside session_token): a digest alone is public data",
+        ));
+    };
     let command = Command::Resume {
         digest: Box::new(b.digest),
     };
-    // The session must live in the path's namespace (the machine checks it with the command);
-    // the digest's own fields are the kernel's to check.
+    // The session must live in the path's namespace and the secret must be its resume
+    // secret (the machine checks both with the command); the digest's own fields are the
+    // kernel's to check.
     let caller = Caller {
         namespace: ns.clone(),
-        token: None,
+        resume: Some(digest_of(&secret)),
+        ..Caller::default()
     };
     start_session(&api, &headers, &ns, "resume", command, Some(caller)).await
 }
@@ -79,21 +114,21 @@ async fn start_session(
     caller: Option<Caller>,
 ) -> Answer {
     let token = new_token()?;
-    let scope = format!("{ns}/{what}");
-    let reply = submit(
-        api,
-        headers,
-        &scope,
-        command,
-        Some(digest_of(&token)),
-        caller,
-    )
-    .await?;
+    let resume_secret = new_token()?;
+    let scope = format!("{ns}\u{0}-\u{0}{what}");
+    let mut submission = Submission::new(command, now_of(headers)?);
+    keyed(&mut submission, headers, &scope)?;
+    submission.token = Some(digest_of(&token));
+    submission.resume = Some(digest_of(&resume_secret));
+    submission.caller = caller;
+    let reply = api.engine.submit(submission).await?;
+    let _ = INDEX.try_with(|cell| cell.set(Some((reply.index, reply.now))));
     let now = reply.now;
     match output(reply)? {
         Output::Session { session } => {
             let mut v = to_json(&session);
             v["session_token"] = json!(token);
+            v["resume_secret"] = json!(resume_secret);
             v["server_now"] = json!(now);
             Ok(Json(v))
         }
