@@ -344,9 +344,7 @@ async def a_release_all_withdraws_a_blocking_acquire(url, tmp):
         answers = []
 
         async def blocked_acquire():
-            answers.append(
-                await old.call("klock_acquire", intents=["MUTATES FILE:/r"], wait_s=30)
-            )
+            answers.append(await old.call("klock_acquire", intents=["MUTATES FILE:/r"], wait_s=30))
 
         async with anyio.create_task_group() as group:
             group.start_soon(blocked_acquire)
