@@ -432,7 +432,9 @@ class RemoteKernel:
             if session is not None and _session_token_refused(response.status_code, message):
                 # The rule "session token refused": the session is no longer this client's
                 # (another client resumed it, which issues a new token): never retried, and
-                # the leases of it this client held are lost (klock.client).
+                # the leases of it this client held are lost (klock.client). Its events are
+                # the other client's from now on.
+                self._forget_session(session)
                 raise Unauthorized(
                     name,
                     f"klock serve at {self.url} refused the session token of session {session} "
