@@ -5,7 +5,8 @@
 // - kernel errors: `code` and `name` from the core (e.g. 300 / 'NOT_OWNER');
 // - `LeaseLost`: a held lease ended early; `name` 'LEASE_EXPIRED' (expired) or
 //   'LEASE_RELEASED' (wounded, or its session closed: `session.close()`, `klock.close()`, or
-//   in the kernel behind the client's back), `code` its code;
+//   in the kernel behind the client's back, or taken over by another client's resume),
+//   `code` its code;
 // - `Died` (`code` 0, `name` 'DIE'): DIE (or DIED, or WOUNDED) while the session holds other
 //   leases — release everything, wait `retryAfterMs`, start over with all intents in one
 //   manifest;
@@ -15,7 +16,10 @@
 // - `Unreachable` (`code` 0, `name` 'UNREACHABLE'): a remote Klock (`connect`) could not
 //   reach `klock serve` within its `reconnectTimeoutMs`; the message names the URL and what
 //   failed. A refused bearer token is a `KlockError` 'UNAUTHORIZED' (401) or 'FORBIDDEN'
-//   (403) naming the URL;
+//   (403) naming the URL; a refused session token (another client resumed the session) is
+//   'UNAUTHORIZED' with a `sessionId` property, and the session's Leases are lost at once
+//   ('LEASE_RELEASED'). A 429 ('RATE_LIMITED', 'TOO_MANY_WAITS') is retried within the budget
+//   and thrown only past it;
 // - `StaleFence` (`code` 0, `name` 'STALE_FENCE'): `fencedWrite` refused a smaller fence.
 // Bad arguments throw `TypeError` (`code` 'ERR_INVALID_ARG_TYPE', 'ERR_MISSING_ARGS',
 // 'ERR_INVALID_ARG_VALUE') or `RangeError` (`code` 'ERR_OUT_OF_RANGE'); an aborted
@@ -125,11 +129,18 @@ export interface ConnectOptions {
    */
   clock?: Clock<any> | (() => number)
   /**
-   * How long connection failures (refused, reset, timed out) are retried, with backoff from
-   * 50 ms doubling to 1 s, before a call fails with `Unreachable` and the held leases are
-   * lost. Default 30 000.
+   * Every call's budget: how long connection failures (refused, reset, timed out) and busy
+   * answers (429 `RATE_LIMITED` / `TOO_MANY_WAITS`, 503) are retried, with backoff from 50 ms
+   * doubling to 1 s (or the server's `Retry-After`), counted from the call's start, before it
+   * fails with `Unreachable` (a 429: the server's error) and the held leases are lost.
+   * Default 30 000.
    */
   reconnectTimeoutMs?: number
+  /**
+   * The longest one attempt of a call waits for an answer (never past the budget) before it
+   * counts as a network failure; Python's `request_timeout`. Default 10 000.
+   */
+  requestTimeoutMs?: number
 }
 
 /**

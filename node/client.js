@@ -78,6 +78,8 @@ const BACKEND = Symbol('klock.backend');
 
 /** The default of `connect`'s `reconnectTimeoutMs`. */
 const RECONNECT_TIMEOUT_MS = 30_000;
+/** The default of `connect`'s `requestTimeoutMs` (as Python's `request_timeout`, 10 s). */
+const REQUEST_TIMEOUT_MS = 10_000;
 
 /** A lease of a Lease ended before the Lease was released (expired, wounded, closed). */
 class LeaseLost extends KlockError {
@@ -1727,9 +1729,12 @@ if (typeof Symbol.dispose === 'symbol') {
  * @param {string} [options.namespace] where sessions open by default (`'default'`)
  * @param {object} [options.clock] as `new Klock`'s; a `ManualClock` also drives a server
  *   started with `--clock manual` (tests): every request carries `Klock-Now` from it
- * @param {number} [options.reconnectTimeoutMs] how long connection failures are retried
- *   (backoff 50 ms doubling to 1 s) before a call fails with `Unreachable` and held leases
- *   are lost (default 30 000)
+ * @param {number} [options.reconnectTimeoutMs] every call's budget: how long connection
+ *   failures and busy answers (429, 503) are retried (backoff 50 ms doubling to 1 s, or the
+ *   server's Retry-After), counted from the call's start, before it fails with `Unreachable`
+ *   (a 429: the server's error) and held leases are lost (default 30 000)
+ * @param {number} [options.requestTimeoutMs] the longest one attempt of a call waits for an
+ *   answer (never past the budget) before it counts as a network failure (default 10 000)
  */
 function connect(url, options = {}) {
   const {
@@ -1737,7 +1742,8 @@ function connect(url, options = {}) {
     namespace = 'default',
     clock,
     reconnectTimeoutMs = RECONNECT_TIMEOUT_MS,
-  } = checkKeys(options, 'options', ['token', 'namespace', 'clock', 'reconnectTimeoutMs']);
+    requestTimeoutMs = REQUEST_TIMEOUT_MS,
+  } = checkKeys(options, 'options', ['token', 'namespace', 'clock', 'reconnectTimeoutMs', 'requestTimeoutMs']);
   if (token !== undefined && (typeof token !== 'string' || token === '')) {
     const error = new TypeError("`options.token` must be a non-empty string (the server's bearer token)");
     error.code = 'ERR_INVALID_ARG_TYPE';
@@ -1749,6 +1755,7 @@ function connect(url, options = {}) {
     throw error;
   }
   checkInteger(reconnectTimeoutMs, 'options.reconnectTimeoutMs');
+  checkInteger(requestTimeoutMs, 'options.requestTimeoutMs', { min: 1 });
   const backend = (resolved) => {
     const remote = new RemoteKernel({
       url,
@@ -1756,6 +1763,7 @@ function connect(url, options = {}) {
       clock: resolved,
       manualTime: resolved instanceof ManualClock,
       reconnectTimeoutMs,
+      requestTimeoutMs,
     });
     remote.namespace = namespace;
     return remote;

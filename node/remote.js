@@ -18,6 +18,16 @@
 //   `Unreachable`, naming the URL and what failed. Every mutating request carries an
 //   `Idempotency-Key` made once per logical request and reused on its retries, so a retry
 //   after a lost answer never acts twice.
+// - Bounded call: the budget counts from the call's start, not from its first failure, and
+//   each attempt waits at most `requestTimeoutMs` (default 10 000) and never past the budget,
+//   so a frozen server (SIGSTOP) costs a call at most `reconnectTimeoutMs`.
+// - Busy server: a 429 (`RATE_LIMITED`, `TOO_MANY_WAITS`: refused before it did anything) or
+//   a 503 is asked again after the server's `Retry-After` (delta-seconds), else the backoff,
+//   within the same budget; past it, the 429 is the server's error, a 503 `Unreachable`.
+// - Session token refused: a 401 to a request carrying a session token whose message names
+//   the session token means another client resumed the session (a resume issues a new
+//   token): `KlockError` `UNAUTHORIZED` with `sessionId` set, never retried; the friendly
+//   layer loses the session's leases at once (LEASE_RELEASED) and forgets the session.
 // - Events: one Server-Sent Events reader per session (`Accept: text/event-stream`), resumed
 //   after the last event id it saw (`Last-Event-ID`). Events are queued in order, duplicates
 //   (by id) dropped, and the queue handed to the friendly layer's one dispatch (`onEvents`).
@@ -56,8 +66,10 @@ class Unreachable extends KlockError {
 
 const FIRST_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 1000;
-/** A request (not a long-poll or stream) that takes longer than this counts as a network failure. */
+/** The default of `requestTimeoutMs`: an attempt (not a stream) that takes longer is a network failure. */
 const REQUEST_TIMEOUT_MS = 10_000;
+/** A 429 or 503: the server is reachable but did not take the request ("busy server"). */
+const BUSY = new Set([429, 503]);
 
 const camelKey = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 
@@ -78,7 +90,7 @@ function compareIds(a, b) {
 }
 
 /** What a fetch failure was, in words (the cause's code when there is one). */
-function describeFailure(error) {
+function describeFailure(error, timeoutMs) {
   const cause = error?.cause;
   const code = cause?.code ?? error?.code;
   const words = {
@@ -94,12 +106,25 @@ function describeFailure(error) {
     UND_ERR_HEADERS_TIMEOUT: 'no answer in time',
     UND_ERR_BODY_TIMEOUT: 'no answer in time',
   };
-  if (error?.name === 'TimeoutError') return `no answer within ${REQUEST_TIMEOUT_MS} ms`;
+  if (error?.name === 'TimeoutError') return `no answer within ${timeoutMs ?? REQUEST_TIMEOUT_MS} ms`;
   if (code !== undefined) return words[code] ?? `${code}${cause?.message ? ` (${cause.message})` : ''}`;
   return cause?.message ?? error?.message ?? String(error);
 }
 
 const sleepReal = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The pause before asking a busy server again: its `Retry-After` (delta-seconds), else `backoff`. */
+function retryAfter(response, backoff) {
+  const raw = response.headers.get('retry-after');
+  const seconds = raw === null || raw.trim() === '' ? NaN : Number(raw);
+  if (!Number.isFinite(seconds) || seconds < 0) return backoff;
+  return Math.max(FIRST_BACKOFF_MS, seconds * 1000);
+}
+
+/** Whether a 401 refused the session token (its message names it), not the bearer token. */
+function sessionTokenRefused(status, error) {
+  return status === 401 && /session[ -]token/i.test(error?.message ?? '');
+}
 
 class RemoteKernel {
   /**
@@ -108,9 +133,10 @@ class RemoteKernel {
    * @param {string} [options.token] the server's bearer token
    * @param {{ now(): number }} options.clock the client's clock (send times, deadlines)
    * @param {boolean} options.manualTime send `Klock-Now` (a `--clock manual` server)
-   * @param {number} options.reconnectTimeoutMs the reconnect budget
+   * @param {number} options.reconnectTimeoutMs the reconnect budget (of every call)
+   * @param {number} [options.requestTimeoutMs] one attempt's limit (default 10 000)
    */
-  constructor({ url, token, clock, manualTime, reconnectTimeoutMs }) {
+  constructor({ url, token, clock, manualTime, reconnectTimeoutMs, requestTimeoutMs = REQUEST_TIMEOUT_MS }) {
     let parsed;
     try {
       parsed = new URL(url);
@@ -130,6 +156,7 @@ class RemoteKernel {
     this._clock = clock;
     this._manual = manualTime;
     this._budget = reconnectTimeoutMs;
+    this._requestTimeout = requestTimeoutMs;
     /** @type {Map<number, RemoteSession>} */
     this._sessions = new Map();
     /** @type {Map<number, { sessionId: number, ttlMs: number, deadline: number }>} lease id -> local view */
@@ -598,37 +625,35 @@ class RemoteKernel {
    * `Idempotency-Key` on every try of a mutating one). Resolves with the JSON answer, rejects
    * with the server's error as `KlockError`, or `Unreachable`.
    */
-  async _request(
-    method,
-    path,
-    { body, session, mutating = method !== 'GET', now, timeoutMs = REQUEST_TIMEOUT_MS } = {},
-  ) {
+  async _request(method, path, { body, session, mutating = method !== 'GET', now } = {}) {
     const headers = this._headers(session, body === undefined ? {} : { 'content-type': 'application/json' });
     if (mutating) headers['idempotency-key'] = randomUUID();
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    let firstFailure = null;
+    // Bounded call: every attempt and pause fits in the budget, counted from now.
+    const started = Date.now();
+    const budgetEnds = started + this._budget;
     let backoff = FIRST_BACKOFF_MS;
     this._enter();
     try {
       for (;;) {
         if (this._manual) headers['klock-now'] = String(now ?? this._clock.now());
+        const attemptMs = Math.max(1, Math.min(this._requestTimeout, budgetEnds - Date.now()));
         let response;
         try {
           response = await fetch(this.url + path, {
             method,
             headers,
             body: payload,
-            signal: AbortSignal.timeout(timeoutMs),
+            signal: AbortSignal.timeout(attemptMs),
           });
         } catch (error) {
-          const what = describeFailure(error);
+          const what = describeFailure(error, attemptMs);
           const t = Date.now();
-          firstFailure ??= t;
           this._failing = true;
-          if (this._closed || t - firstFailure + backoff > this._budget) {
+          if (this._closed || t + backoff > budgetEnds) {
             throw new Unreachable(
               `cannot reach klock serve at ${this.url}: ${what} (${method} ${path.split('?')[0]}; ` +
-                `gave up after ${t - firstFailure} ms, reconnectTimeoutMs ${this._budget})`,
+                `gave up after ${t - started} ms, reconnectTimeoutMs ${this._budget})`,
               error,
             );
           }
@@ -641,16 +666,32 @@ class RemoteKernel {
           this._resync();
         }
         const text = await response.text();
-        if (response.status === 429 || response.status === 503) {
-          const t = Date.now();
-          firstFailure ??= t;
-          if (t - firstFailure + backoff <= this._budget) {
-            await sleepReal(backoff);
+        if (BUSY.has(response.status)) {
+          // Busy server: asked again after its Retry-After (else the backoff) within the budget.
+          const pause = retryAfter(response, backoff);
+          if (!this._closed && Date.now() + pause <= budgetEnds) {
+            await sleepReal(pause);
             backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
             continue;
           }
+          if (response.status === 503) {
+            throw new Unreachable(
+              `cannot reach klock serve at ${this.url}: the server is unavailable (503: ${text.slice(0, 200)}) ` +
+                `(${method} ${path.split('?')[0]}; gave up after ${Date.now() - started} ms, reconnectTimeoutMs ${this._budget})`,
+            );
+          }
         }
-        const answer = this._answer(response, text, method, path, session);
+        let answer;
+        try {
+          answer = this._answer(response, text, method, path, session);
+        } catch (e) {
+          if (e?.sessionId !== undefined && session !== undefined) {
+            // Session token refused: the session is another client's now; what it held is lost.
+            this._lostSession(session, `the server refused the session's token: ${e.message}`);
+            this.onEvents();
+          }
+          throw e;
+        }
         // A test clock: the command may have moved the server's next deadline.
         if (this._manual && mutating && path !== '/v1/advance') this._background(this._refreshDeadline());
         return answer;
@@ -671,10 +712,18 @@ class RemoteKernel {
     if (response.ok && json !== null) return json;
     const error = json?.error;
     const where = `klock serve at ${this.url} (${method} ${path.split('?')[0]})`;
-    if (
-      (response.status === 401 || response.status === 403) &&
-      (session === undefined || error?.name !== 'UNAUTHORIZED' || !/session token/.test(error?.message ?? ''))
-    ) {
+    if (session !== undefined && error?.name === 'UNAUTHORIZED' && sessionTokenRefused(response.status, error)) {
+      // Session token refused: another client resumed the session, which is its now.
+      const refused = new KlockError(
+        `${where} refused the session token of session ${session.id} (401: ${error.message}); another ` +
+          "client resumed the session (a resume issues a new token), so it is no longer this client's",
+        error.code ?? 0,
+        'UNAUTHORIZED',
+      );
+      refused.sessionId = session.id;
+      throw refused;
+    }
+    if (response.status === 401 || response.status === 403) {
       const name = response.status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN';
       throw new KlockError(
         `${where} refused the bearer token (${response.status}${error?.message ? `: ${error.message}` : ''}); ` +

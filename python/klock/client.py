@@ -66,7 +66,16 @@ from typing import Any
 from . import _core
 from .backend import Backend, Event, LeaseLike, SessionInfoLike
 from .clock import Clock, SystemClock, Timer
-from .errors import Closed, Died, KlockError, LeaseLost, Timeout, UnknownId, Unreachable
+from .errors import (
+    Closed,
+    Died,
+    KlockError,
+    LeaseLost,
+    Timeout,
+    Unauthorized,
+    UnknownId,
+    Unreachable,
+)
 
 __all__ = ["Klock", "Session", "Lease", "LeaseInfo", "ClientCounters", "current_session"]
 
@@ -546,16 +555,17 @@ class Klock:
             if session is not None:
                 session._closed = True
 
-    def _session_gone_locked(self, session: Session) -> None:
+    def _session_gone_locked(self, session: Session, why: str = _LOST_TO_KERNEL_CLOSE) -> None:
         """The kernel answered UNKNOWN_SESSION for a session this client thought open: it was
         closed in the kernel behind the client's back (directly on the kernel), which
-        released its leases, or for idleness, when it held none."""
+        released its leases, or for idleness, when it held none. Remotely also: the server
+        refused its session token (``why`` says so)."""
         self._sessions.pop(session.session_id, None)
         session._closed = True
         self._lose_locked(
             self._ledger.session_leases(session.session_id),
             "LEASE_RELEASED",
-            _LOST_TO_KERNEL_CLOSE,
+            why,
         )
 
     def _lose_locked(self, lease_ids: Iterable[int], name: str, message: str) -> None:
@@ -582,6 +592,15 @@ class Klock:
             return
         except Unreachable as e:  # a remote backend's server stayed away past its budget
             self._lose_locked(ids, e.name, f"no heartbeat could renew the lease: {e.message}")
+            return
+        except Unauthorized as e:
+            # A remote server refused the renewal (401/403): it will never renew the lease, so
+            # it is lost now, not at its deadline. A refused session token means the session
+            # is another client's now (resumed there): it is gone for this client.
+            why = f"the server refused the heartbeat: {e.message}"
+            if e.session is not None:
+                self._session_gone_locked(block.session, why)
+            self._lose_locked(ids, "LEASE_RELEASED", why)
             return
         finally:
             self._settled_locked()
@@ -897,6 +916,10 @@ class Session:
                 pass  # closed in the kernel already (idle, or directly on the kernel)
             except Unreachable:
                 pass  # a remote backend's server is gone: its leases end at their TTL
+            except Unauthorized as e:
+                if e.session is None:
+                    raise
+                # Resumed by another client, whose session it is now: not this one's to close.
             finally:
                 k._settled_locked()
         k._lose_locked(k._ledger.session_leases(self._id), "LEASE_RELEASED", why)

@@ -19,7 +19,8 @@ The friendly client adds conditions of its own, also :class:`KlockError`\\ s:
   ``.name`` says how, as the kernel would: ``LEASE_EXPIRED`` (heartbeats came too late, or a
   lifetime cap was reached), ``LEASE_RELEASED`` (taken away: wounded by an older session, or
   released because its session was closed, by ``Session.close()``, ``Klock.close()`` or
-  directly in the kernel; the message says which).
+  directly in the kernel, or, remotely, taken over by another client's resume or refused by
+  the server; the message says which).
 * :class:`Died`: the kernel answered DIE while the session holds other leases, so retrying
   in place could keep Wait-Die from making progress (SPEC.md §6 rule 3): release everything
   and start the unit of work again, after ``retry_after_ms``. ``.code`` is 0, ``.name`` "DIE".
@@ -35,12 +36,17 @@ The remote client (:func:`klock.connect`) adds two more, ``.code`` 0:
 * :class:`Unreachable` (``.name`` "UNREACHABLE"): ``klock serve`` could not be reached (refused,
   reset, timed out) within the reconnect budget; the message names the URL and what failed.
 * :class:`Unauthorized` (``.name`` "UNAUTHORIZED" or "FORBIDDEN"): the server refused the
-  bearer token (HTTP 401/403); the message names the URL. Never retried.
+  bearer token (HTTP 401/403); the message names the URL. Never retried. With ``.session``
+  set (else ``None``): the server refused that session's token (401), because another client
+  resumed the session (a resume issues a new token); a block holding one of its leases is
+  lost (``LEASE_RELEASED``) at once, and the session is closed for this client.
 
 Every other error answer of the server (``{"error": {code, name, message}}``) becomes the
 class of its code, as in-process: 1xx :class:`InvalidInput`, 2xx :class:`UnknownId`, 3xx
 :class:`StateError`, 4xx :class:`QuotaExceeded`; protocol errors of the server itself (code 0:
-BAD_REQUEST, RATE_LIMITED, ...) a plain :class:`KlockError` with its name.
+BAD_REQUEST, RATE_LIMITED, ...) a plain :class:`KlockError` with its name. A 429
+(``RATE_LIMITED``, ``TOO_MANY_WAITS``) is raised only once the request, asked again after the
+server's ``Retry-After`` (else with backoff), is still refused when the reconnect budget ends.
 
 Wrong Python types raise ``TypeError``; out-of-range numbers ``ValueError`` (negative) or
 ``OverflowError`` (above 2**64-1); text that is not valid Unicode ``ValueError``. The client's
@@ -149,14 +155,17 @@ class Unreachable(KlockError):
 
 
 class Unauthorized(KlockError):
-    """The server refused the bearer token: 401 (``UNAUTHORIZED``) or 403 (``FORBIDDEN``)."""
+    """The server refused the bearer token: 401 (``UNAUTHORIZED``) or 403 (``FORBIDDEN``); or
+    the session token of session ``.session`` (401: another client resumed the session)."""
 
     code: int
     name: str
     message: str
+    session: int | None
 
-    def __init__(self, name: str, message: str) -> None:
+    def __init__(self, name: str, message: str, *, session: int | None = None) -> None:
         super().__init__(f"{name}: {message}")
         self.code = 0
         self.name = name
         self.message = message
+        self.session = session

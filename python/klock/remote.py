@@ -17,9 +17,19 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   ``Idempotency-Key`` of its own, reused by its retries, so a retry never acts twice.
 * **Errors.** The server's ``{"error": {code, name, message}}`` becomes the in-process class
   of its code (:mod:`klock.errors`); 401/403 :class:`~klock.Unauthorized` naming the URL.
-* **Reconnect.** Connection refused / reset / timed out, or 503: the request is retried with
-  backoff (50 ms doubling to 1 s) for at most ``reconnect_timeout`` seconds (default 30), then
-  :class:`~klock.Unreachable` ("cannot reach klock serve at URL: what failed"). When the event
+  *Session token refused*: a 401 to a request carrying a session token whose message names
+  the session token means another client resumed the session (a resume issues a new token):
+  :class:`~klock.Unauthorized` with ``.session`` set, never retried; the Klock loses the
+  session's blocks at once (``LEASE_RELEASED``) and forgets the session.
+* **Bounded call.** ``reconnect_timeout`` (default 30 s) is every call's budget, counted from
+  its start; one attempt waits at most ``request_timeout`` (default 10 s) and never past the
+  budget, so a frozen server costs a call at most the budget.
+* **Reconnect.** Connection refused / reset / timed out: the request is retried with backoff
+  (50 ms doubling to 1 s) within the budget, then :class:`~klock.Unreachable` ("cannot reach
+  klock serve at URL: what failed"). *Busy server*: a 429 (``RATE_LIMITED``,
+  ``TOO_MANY_WAITS``: refused before it did anything) or a 503 is asked again after the
+  server's ``Retry-After`` (delta-seconds), else the backoff, within the same budget; past it
+  a 429 raises the server's error, a 503 :class:`~klock.Unreachable`. When the event
   reader reaches the server again it re-polls the open tickets (a restart may have dropped
   their events; a ticket whose outcome the server no longer has is asked again, which reuses
   a lease granted meanwhile) and has every held block renewed at once; the server restored
@@ -103,9 +113,10 @@ def connect(
     ``token``: the server's bearer token (``--tokens``), if it asks for one. ``namespace``: of
     the sessions opened without one. ``clock``: as for :class:`~klock.Klock`; a
     :class:`~klock.ManualClock` needs a server started with ``--clock manual``.
-    ``reconnect_timeout`` (seconds): how long a call, or the event reader, keeps retrying an
-    unreachable server before raising :class:`~klock.Unreachable`. ``request_timeout``
-    (seconds): one HTTP request's connect/read limit. Checks the server (and the token) at
+    ``reconnect_timeout`` (seconds): every call's budget, from its start: how long it, or the
+    event reader, keeps retrying an unreachable or busy (429, 503) server before raising
+    (:class:`~klock.Unreachable`; a 429: the server's error). ``request_timeout`` (seconds):
+    one attempt's connect/read limit, never past the budget (Node: ``requestTimeoutMs``). Checks the server (and the token) at
     once: a wrong token raises :class:`~klock.Unauthorized`, an unreachable URL
     :class:`~klock.Unreachable` once the budget is spent.
     """
@@ -254,6 +265,7 @@ class RemoteKernel:
         # Blocking calls leave the event loop, except in deterministic manual-clock runs.
         self.offload_async = not manual
         self.reconnect_timeout = reconnect_timeout
+        self._request_timeout = request_timeout
         self._timeout = httpx.Timeout(request_timeout)
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         self._headers = headers
@@ -335,18 +347,24 @@ class RemoteKernel:
             with httpx.Client(
                 base_url=self.url, headers=self._headers, timeout=self._timeout
             ) as one_off:
-                return self._answer(one_off.request(method, path, params=params, headers=headers))
+                return self._answer(
+                    one_off.request(method, path, params=params, headers=headers), session
+                )
         http = self._http
         started = time.monotonic()
+        # The call's whole budget (the rule "bounded call"): no attempt, pause or retry
+        # outlives it, so a frozen server costs a call at most reconnect_timeout.
+        budget_ends = started + (
+            min(_ONCE_TIMEOUT_S, self._request_timeout) if once else self.reconnect_timeout
+        )
         pause = _BACKOFF_FIRST_S
         while True:
-            limit = self._timeout
-            if once:  # a best effort: short, whatever the server's state
-                limit = httpx.Timeout(min(_ONCE_TIMEOUT_S, self._timeout.read or _ONCE_TIMEOUT_S))
-            elif give_up_at is not None:
+            left_s = max(0.05, budget_ends - time.monotonic())
+            if give_up_at is not None:
                 # No attempt outlives the deadline it is racing (a frozen server answers nothing).
-                left_s = max(0.05, (give_up_at - self._now()) / 1000)
-                limit = httpx.Timeout(min(left_s, self._timeout.read or left_s))
+                left_s = min(left_s, max(0.05, (give_up_at - self._now()) / 1000))
+            limit = httpx.Timeout(min(left_s, self._request_timeout))
+            busy: httpx.Response | None = None
             try:
                 response = http.request(
                     method,
@@ -356,10 +374,17 @@ class RemoteKernel:
                     headers=headers,
                     timeout=limit,
                 )
-                if response.status_code != 503:
-                    self._down = False
-                    return self._answer(response)
-                failure = f"the server is unavailable (503: {response.text[:200]})"
+                self._down = False  # it answered
+                if response.status_code not in (429, 503):
+                    return self._answer(response, session)
+                # The rule "busy server": a 429 (RATE_LIMITED, TOO_MANY_WAITS) refused the
+                # request before it did anything, a 503 could not take it; both are asked
+                # again after the server's Retry-After, else the backoff, within the budget.
+                busy = response
+                failure = (
+                    f"the server is unavailable ({response.status_code}: {response.text[:200]})"
+                )
+                pause = _retry_after(response, pause)
             except httpx.TransportError as e:
                 failure = _describe(e)
             except RuntimeError:  # httpx: the client was closed meanwhile (Klock.close)
@@ -367,9 +392,12 @@ class RemoteKernel:
                     raise Closed("this Klock is closed") from None
                 raise
             spent = time.monotonic() - started
+            out_of_budget = once or time.monotonic() + pause > budget_ends
+            if busy is not None and busy.status_code == 429 and out_of_budget:
+                return self._answer(busy, session)  # the server's own error, named
             if once:
                 raise Unreachable(f"cannot reach klock serve at {self.url}: {failure}")
-            if self._down or spent + pause > self.reconnect_timeout:
+            if self._down or out_of_budget:
                 # Once a budget ran out, later calls try once until one gets through (a
                 # close of many sessions on a dead server must not take a budget each).
                 self._down = True
@@ -382,7 +410,9 @@ class RemoteKernel:
             time.sleep(pause)
             pause = min(pause * 2, _BACKOFF_MAX_S)
 
-    def _answer(self, response: httpx.Response) -> Any:
+    def _answer(self, response: httpx.Response, session: int | None = None) -> Any:
+        """A response as its JSON, or the error it carries (``session``: the session whose
+        token the request carried, if any)."""
         try:
             data = response.json()
         except ValueError:
@@ -401,6 +431,19 @@ class RemoteKernel:
             str(error.get("message")),
         )
         if response.status_code in (401, 403) and name in ("UNAUTHORIZED", "FORBIDDEN"):
+            if session is not None and _session_token_refused(response.status_code, message):
+                # The rule "session token refused": the session is no longer this client's
+                # (another client resumed it, which issues a new token): never retried, and
+                # the leases of it this client held are lost (klock.client). Its events are
+                # the other client's from now on.
+                self._forget_session(session)
+                raise Unauthorized(
+                    name,
+                    f"klock serve at {self.url} refused the session token of session {session} "
+                    f"({response.status_code}: {message}): another client resumed the session "
+                    "(a resume issues a new token), so it is no longer this client's",
+                    session=session,
+                )
             given = (
                 "no bearer token was given"
                 if self._token is None
@@ -876,6 +919,26 @@ def _error(code: int, name: str, message: str) -> KlockError:
     err = cls(f"{name}: {message}")
     err.code, err.name, err.message = code, name, message
     return err
+
+
+def _session_token_refused(status: int, message: str) -> bool:
+    """Whether a 401 refused the session token (``Klock-Session-Token``), not the bearer token:
+    the server's message names the session token then (server/README.md)."""
+    lowered = message.lower()
+    return status == 401 and ("session token" in lowered or "session-token" in lowered)
+
+
+def _retry_after(response: httpx.Response, backoff: float) -> float:
+    """How long to pause before asking a busy server again (seconds): its ``Retry-After``
+    (delta-seconds) when it sent one, else the backoff."""
+    raw = response.headers.get("retry-after")
+    try:
+        asked = float(raw) if raw is not None else None
+    except ValueError:
+        asked = None  # an HTTP date, or nonsense: the backoff
+    if asked is None or asked != asked or asked < 0:
+        return backoff
+    return max(asked, _BACKOFF_FIRST_S)
 
 
 def _describe(e: httpx.TransportError) -> str:

@@ -669,7 +669,11 @@ fn mcp(args: &[String]) -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    match runtime.block_on(sidecar::run(parsed, notices)) {
+    let served = runtime.block_on(sidecar::run(parsed, notices));
+    // The MCP transport's read of stdin may still block a worker (a host that signals without
+    // closing stdin): exit without waiting for it (issue 22, item 21).
+    runtime.shutdown_background();
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("klock mcp: {e}");

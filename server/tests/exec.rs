@@ -724,3 +724,231 @@ fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
     );
     assert!(!survived.exists(), "the command outlived the SIGKILL");
 }
+
+/// Opens a session over HTTP; its id and token.
+fn open_session(server: &Spawned, agent: &str) -> (u64, String) {
+    use klock_server::http_client::request;
+    let body = format!(r#"{{"agent_id": "{agent}"}}"#);
+    let opened = request(
+        server.port,
+        "POST",
+        "/v1/ns/default/sessions",
+        &[],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(opened.status, 200, "{:?}", opened.body);
+    let id = opened.body["session_id"].as_u64().unwrap();
+    (
+        id,
+        opened.body["session_token"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// `POST .../sessions/{id}/{what}` with the session's token; the answer's JSON.
+fn session_call(server: &Spawned, (id, token): &(u64, String), what: &str, body: &str) -> Value {
+    use klock_server::http_client::request;
+    let answer = request(
+        server.port,
+        "POST",
+        &format!("/v1/ns/default/sessions/{id}/{what}"),
+        &[("klock-session-token", token)],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(answer.status, 200, "{what}: {:?}", answer.body);
+    answer.body
+}
+
+/// Who holds and who waits on `FILE:/x` now.
+fn state_of_x(server: &Spawned) -> Value {
+    use klock_server::http_client::request;
+    let answer = request(
+        server.port,
+        "GET",
+        "/v1/ns/default/resources/state?resource=FILE:/x",
+        &[],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    answer.body
+}
+
+/// Polls `check` every 10 ms for at most 10 s.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < until, "{what} did not happen within 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Makes `digest` name a session of agent `job` that is older than any opened later: a first
+/// run gives up at once (`--wait 0`) behind a holder of `FILE:/x` and saves its session.
+fn job_with_a_saved_session(server: &Spawned, digest: &Path) {
+    let early = open_session(server, "early-bot");
+    session_call(
+        server,
+        &early,
+        "acquire",
+        r#"{"intents": ["MUTATES FILE:/x"]}"#,
+    );
+    let c = exec(
+        server,
+        &[
+            "--agent",
+            "job",
+            "--wait",
+            "0",
+            "--digest",
+            digest.to_str().unwrap(),
+            "--intent",
+            "MUTATES FILE:/x",
+            "--",
+            "true",
+        ],
+    );
+    let (code, _, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 75, "{err}");
+    assert!(digest.exists(), "{err}");
+    session_call(server, &early, "release", r#"{"all": true}"#);
+}
+
+/// Issue 22, item 20: `klock exec --digest` interrupted while queued withdrew nothing, so its
+/// ticket stayed queued for the suspended session, was granted to it when the holder let go,
+/// and blocked the resource for TTL + grace (one more ticket per rerun).
+#[test]
+fn an_interrupted_wait_with_a_digest_withdraws_its_ticket() {
+    let server = server();
+    let dir = temp();
+    let digest = dir.path().join("job.json");
+    job_with_a_saved_session(&server, &digest);
+    // A younger holder: the job's older session queues behind it (a WAIT, not a DIE).
+    let holder = open_session(&server, "late-bot");
+    let held = session_call(
+        &server,
+        &holder,
+        "acquire",
+        r#"{"intents": ["MUTATES FILE:/x"]}"#,
+    );
+    assert_eq!(held["verdict"], "GRANTED", "{held:?}");
+    let c = exec(
+        &server,
+        &[
+            "--agent",
+            "job",
+            "--wait",
+            "30s",
+            "--digest",
+            digest.to_str().unwrap(),
+            "--intent",
+            "MUTATES FILE:/x",
+            "--",
+            "true",
+        ],
+    );
+    let waiter = Running::spawn(c);
+    eventually("the job's ticket queued", || {
+        !state_of_x(&server)["waiting"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    });
+    signal(waiter.pid(), libc::SIGINT);
+    let (code, _, err) = waiter.finish(Duration::from_secs(10));
+    assert_eq!(code, 130, "{err}");
+    assert!(err.contains("the request was withdrawn"), "{err}");
+    assert!(digest.exists(), "the session is kept for a rerun: {err}");
+    let state = state_of_x(&server);
+    assert_eq!(state["waiting"], serde_json::json!([]), "{state:?}");
+    // The holder lets go: a third party gets the file at once, nothing queued before it.
+    session_call(&server, &holder, "release", r#"{"all": true}"#);
+    let third = open_session(&server, "third");
+    let got = session_call(
+        &server,
+        &third,
+        "acquire",
+        r#"{"intents": ["MUTATES FILE:/x"], "wait": false}"#,
+    );
+    assert_eq!(got["verdict"], "GRANTED", "{got:?}");
+}
+
+/// Issue 22, item 17: a heartbeat refused with 401 (another process resumed the session, so
+/// its token is no longer this run's) was retried as if the server were unreachable until the
+/// local deadline; the lease is lost at once and the message says why.
+#[test]
+fn a_rerun_that_resumes_the_session_stops_the_first_run_at_once() {
+    let server = server();
+    let dir = temp();
+    let digest = dir.path().join("job.json");
+    job_with_a_saved_session(&server, &digest);
+    let digest_arg = digest.to_str().unwrap();
+    let run = |started: &Path| {
+        let c = exec(
+            &server,
+            &[
+                "--agent",
+                "job",
+                "--ttl",
+                "6s",
+                "--kill-after",
+                "1s",
+                "--digest",
+                digest_arg,
+                "--intent",
+                "MUTATES FILE:/x",
+            ],
+        );
+        run_script(c, &format!("touch {}; sleep 8", started.display()), started)
+    };
+    let first = run(&dir.path().join("first"));
+    // The same digest again, while the first run still holds the lease: this run resumes the
+    // session (a new token) and reuses its lease.
+    let second = run(&dir.path().join("second"));
+    let resumed = Instant::now();
+    let (code, _, err) = first.finish(Duration::from_secs(10));
+    assert_eq!(code, 107, "{err}");
+    assert!(
+        err.contains("another process resumed this session"),
+        "{err}"
+    );
+    // Renewals go every 2 s: lost at the first one, not at the 6 s local deadline.
+    assert!(resumed.elapsed() < Duration::from_millis(5500), "{err}");
+    drop(second);
+}
+
+/// Issue 22, item 7: `--token` on the command line shows in `ps`; the tools warn, and
+/// `KLOCK_TOKEN` is the quiet way.
+#[test]
+fn a_token_on_the_command_line_is_warned_about() {
+    let server = server();
+    let args = ["--intent", "MUTATES FILE:/x", "--", "true"];
+    let mut c = exec(&server, &["--token", "s3cret"]);
+    c.args(args);
+    let (code, _, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("--token on the command line is visible") && err.contains("KLOCK_TOKEN"),
+        "{err}"
+    );
+    let mut c = exec(&server, &args);
+    c.env("KLOCK_TOKEN", "s3cret");
+    let (code, _, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let mut status = Command::new(klock());
+    hermetic(&mut status);
+    let out = status
+        .args(["status", "--server"])
+        .arg(format!("http://127.0.0.1:{}", server.port))
+        .args(["--token", "s3cret"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--token on the command line is visible"),
+        "{err}"
+    );
+}

@@ -33,6 +33,14 @@ TOOLS = {
 def server(*config):
     """A `klock serve --memory` on a free loopback port, with these `--config NAME=VALUE`;
     yields its URL."""
+    with server_process(*config) as (url, _):
+        yield url
+
+
+@contextmanager
+def server_process(*config):
+    """`server`, yielding its URL and its process (a scenario may SIGSTOP it: it is thawed
+    before it is killed)."""
     flags = [arg for setting in config for arg in ("--config", setting)]
     proc = subprocess.Popen(
         [KLOCK, "serve", "--memory", "--listen", "127.0.0.1:0", *flags],
@@ -42,8 +50,9 @@ def server(*config):
     try:
         line = proc.stdout.readline()
         assert "listening on http://" in line, line
-        yield line.strip().rsplit(" ", 1)[-1]
+        yield line.strip().rsplit(" ", 1)[-1], proc
     finally:
+        proc.send_signal(signal.SIGCONT)
         proc.kill()
         proc.wait(timeout=10)
 
@@ -114,6 +123,15 @@ def status(url, resource):
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def exited(pid):
+    """Whether the process has ended (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 async def eventually(check, limit, what):
@@ -281,6 +299,68 @@ async def a_forgotten_session_is_replaced(url, tmp):
         assert not error and "RELEASED 1" in text, text
 
 
+async def a_signal_ends_the_sidecar_with_stdin_open(url, tmp):
+    """Issue 22, item 21: SIGTERM released the leases but the sidecar lived on while its host
+    kept stdin open. It must release, then exit, promptly."""
+    async with doomed_sidecar(url, "agent-signalled", tmp) as doomed:
+        error, text = await doomed.call("klock_acquire", intents=["MUTATES FILE:/s"], ttl_s=60)
+        assert text.startswith("GRANTED"), text
+        pid = doomed.pid
+        os.kill(pid, signal.SIGTERM)
+        await eventually(lambda: "held by" not in status(url, "FILE:/s"), 5, "the release")
+        await eventually(lambda: exited(pid), 5, "the sidecar's exit (stdin still open)")
+
+
+async def a_second_signal_ends_a_stuck_close(url, tmp):
+    """Issue 22, item 21: while the sidecar closes its session on a server that does not
+    answer (frozen), a second signal was ignored. It must exit at once."""
+    with server_process() as (frozen_url, proc):
+        async with doomed_sidecar(frozen_url, "agent-stuck", tmp) as doomed:
+            error, text = await doomed.call("klock_acquire", intents=["MUTATES FILE:/f"])
+            assert text.startswith("GRANTED"), text
+            pid = doomed.pid
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                os.kill(pid, signal.SIGTERM)  # the close now waits for the frozen server
+                await anyio.sleep(0.3)
+                assert not exited(pid), "the close did not wait for the server at all"
+                os.kill(pid, signal.SIGTERM)
+                await eventually(lambda: exited(pid), 3, "the exit at the second signal")
+            finally:
+                proc.send_signal(signal.SIGCONT)
+
+
+async def a_release_all_withdraws_a_blocking_acquire(url, tmp):
+    """Issue 22, item 21: a klock_release {all: true} during a blocking klock_acquire withdrew
+    its ticket, and the acquire then answered "queued (ticket N)" for a ticket it no longer
+    had. It must say the request was withdrawn."""
+    async with AsyncExitStack() as stack:
+        old = await sidecar(stack, url, "agent-old", tmp)
+        error, text = await old.call("klock_reconcile")
+        assert not error, text
+        young = await sidecar(stack, url, "agent-young", tmp)
+        error, text = await young.call("klock_acquire", intents=["MUTATES FILE:/r"])
+        assert text.startswith("GRANTED"), text
+        answers = []
+
+        async def blocked_acquire():
+            answers.append(await old.call("klock_acquire", intents=["MUTATES FILE:/r"], wait_s=30))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(blocked_acquire)
+            await eventually(lambda: "queue:" in status(url, "FILE:/r"), 10, "the queued ticket")
+            error, text = await old.call("klock_release", all=True)
+            assert not error and "RELEASED 0" in text, text
+            with anyio.fail_after(10):
+                while not answers:
+                    await anyio.sleep(0.05)
+        ((error, text),) = answers
+        assert not error, text
+        assert "WITHDRAWN" in text and "klock_release" in text, text
+        assert "queued (ticket" not in text, text
+        assert "queue:" not in status(url, "FILE:/r")
+
+
 SCENARIOS = [
     (tools_and_schemas, ()),
     (contention, ()),
@@ -288,6 +368,9 @@ SCENARIOS = [
     (killed_and_closed_sidecars_free_their_leases, ()),
     (a_wound_is_reported, ("policy=wound_wait",)),
     (a_forgotten_session_is_replaced, ("session_idle_ms=300",)),
+    (a_signal_ends_the_sidecar_with_stdin_open, ()),
+    (a_second_signal_ends_a_stuck_close, ()),
+    (a_release_all_withdraws_a_blocking_acquire, ()),
 ]
 
 

@@ -93,10 +93,14 @@ pub struct Connection {
     agent: Option<String>,
 }
 
+/// The warning a `--token` on the command line gets (issue 22, item 7).
+pub const TOKEN_ON_COMMAND_LINE: &str = "klock: warning: --token on the command line is visible to every user of this machine (ps, /proc); set KLOCK_TOKEN in the environment instead";
+
 /// The connection flags, as shown in every tool's help.
 pub const CONNECTION_HELP: &str = "  --server URL     the server, http://HOST:PORT (default $KLOCK_SERVER, else http://127.0.0.1:7300)
   --socket PATH    the server's Unix socket instead (default $KLOCK_SOCKET)
-  --token T        bearer token, if the server asks for one (default $KLOCK_TOKEN)
+  --token T        bearer token, if the server asks for one (default $KLOCK_TOKEN, which
+                   `ps` does not show: prefer it)
   --ns NS          namespace (default $KLOCK_NS, else \"default\")
   --agent ID       agent id shown to the others (default $KLOCK_AGENT, else USER@HOST)";
 
@@ -113,7 +117,11 @@ impl Connection {
     ) -> Result<bool, String> {
         let slot = match flag {
             "--server" => &mut self.server,
-            "--token" => &mut self.token,
+            "--token" => {
+                // Every user of the machine can read a command line (`ps`): say so, once.
+                eprintln!("{TOKEN_ON_COMMAND_LINE}");
+                &mut self.token
+            }
             "--ns" => &mut self.ns,
             "--agent" => &mut self.agent,
             "--socket" => {

@@ -5,8 +5,8 @@
 //! does), so a forwarded signal or a stop reaches everything it started, and a terminal's
 //! Ctrl-C reaches it once, through us, not twice. [`supervise`] waits for the command to end
 //! or a lease to be lost, forwarding SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
-//! meanwhile. [`interrupted`] is the first SIGINT, SIGTERM or SIGHUP (while waiting for the
-//! leases, before there is a command).
+//! meanwhile. [`Interrupts`] are SIGINT, SIGTERM and SIGHUP while there is no command (waiting
+//! for the leases, closing the MCP sidecar's session), listened for from its creation on.
 
 use super::keeper::Loss;
 use std::process::ExitStatus;
@@ -105,14 +105,36 @@ impl Drop for Caught {
     }
 }
 
-/// The first SIGINT, SIGTERM or SIGHUP.
-pub async fn interrupted() -> i32 {
-    let kinds = [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-    ];
-    Caught::new(&kinds).next().await
+/// SIGINT, SIGTERM and SIGHUP, listened for from its creation on: a signal that comes while
+/// nobody awaits [`Interrupts::next`] (a request in flight) is kept for the next call, not
+/// lost, and every later one is seen too (a second Ctrl-C).
+pub struct Interrupts(Caught);
+
+impl Interrupts {
+    pub fn new() -> Interrupts {
+        let kinds = [
+            SignalKind::interrupt(),
+            SignalKind::terminate(),
+            SignalKind::hangup(),
+        ];
+        Interrupts(Caught::new(&kinds))
+    }
+
+    /// The next signal caught (at once if one came since the last call).
+    pub async fn next(&mut self) -> i32 {
+        self.0.next().await
+    }
+
+    /// A signal caught and not yet taken, without waiting.
+    pub fn pending(&mut self) -> Option<i32> {
+        self.0.rx.try_recv().ok()
+    }
+}
+
+impl Default for Interrupts {
+    fn default() -> Interrupts {
+        Interrupts::new()
+    }
 }
 
 /// Sends `sig` to the command's process group (its pid: it leads the group).

@@ -14,7 +14,9 @@
 //! session as opened, which a restarted server accepts) and the exit status is 107. Otherwise
 //! the leases are released, the session closed, the digest file removed (the unit of work is
 //! done) and the exit status is the command's own (128 + N for a signal N). SIGINT, SIGTERM
-//! or SIGHUP while waiting withdraws the request and exits 128 + N.
+//! or SIGHUP while waiting withdraws the request (its queued ticket is cancelled, and a grant
+//! that raced the signal is released, so a session kept for `--digest` holds and waits for
+//! nothing) and exits 128 + N.
 
 use super::args::{duration, show, Connection, Flags, CONNECTION_HELP};
 use super::child;
@@ -173,13 +175,16 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
     let client = args.connection.client().map_err(|e| (EXIT_USAGE, e))?;
     let (session, resumed) = start(args, client).await?;
     let (keeper, mut losses) = Keeper::start(session.clone());
-    let acquired = tokio::select! {
-        acquired = acquire(args, &session, &keeper) => acquired,
-        sig = child::interrupted() => Err((
-            128u8.saturating_add(sig as u8),
-            format!("interrupted by signal {sig} while waiting; the request was withdrawn"),
-        )),
-    };
+    // Listening from before the first request: a signal during a request is kept for the
+    // next wait, which then withdraws what the request queued.
+    let mut signals = child::Interrupts::new();
+    let mut acquired = acquire(args, &session, &keeper, &mut signals).await;
+    if let (Ok(_), Some(sig)) = (&acquired, signals.pending()) {
+        // Granted, but interrupted meanwhile: the command must not start.
+        let _ = session.release(None).await;
+        acquired = Err(interrupted(sig));
+    }
+    drop(signals); // from here on the command's supervisor handles them
     let leases = match acquired {
         Ok(leases) => leases,
         Err(stop) => {
@@ -216,7 +221,13 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
         }
         child::Ended::Lost(loss) => {
             child::stop(&mut child, args.kill_after).await;
-            let kept = keep_or_close(args, &session, "HOLDING").await;
+            let kept = if loss.reason == "UNAUTHORIZED" {
+                // Resumed by another process, whose session it is now: not ours to suspend,
+                // close or save over its digest.
+                String::from("; the session is another process's now, left as it is")
+            } else {
+                keep_or_close(args, &session, "HOLDING").await
+            };
             Err((
                 EXIT_LOST,
                 format!(
@@ -278,8 +289,35 @@ fn read_digest(path: Option<&Path>) -> Result<Option<Saved>, Stop> {
     })
 }
 
-/// Asks until granted; the keeper holds the leases from then on.
-async fn acquire(args: &ExecArgs, session: &Session, keeper: &Keeper) -> Result<Vec<Lease>, Stop> {
+/// Exit 128 + N for a signal N that interrupted the wait.
+fn interrupted(sig: i32) -> Stop {
+    (
+        128u8.saturating_add(sig as u8),
+        format!("interrupted by signal {sig} while waiting; the request was withdrawn"),
+    )
+}
+
+/// Withdraws a queued ticket after a signal, and gives back what a grant racing the
+/// withdrawal left held: a suspended session (`--digest`) must not be granted it later and
+/// block the resource for TTL + grace.
+async fn withdraw(session: &Session, ticket: Option<u64>, sig: i32) -> Stop {
+    if let Some(ticket) = ticket {
+        if session.cancel(ticket).await.is_err() {
+            // Already resolved (granted at that moment), or unreachable: hold nothing.
+            let _ = session.release(None).await;
+        }
+    }
+    interrupted(sig)
+}
+
+/// Asks until granted; the keeper holds the leases from then on. A signal while waiting (for
+/// a ticket or after a DIE) withdraws the request and ends the run.
+async fn acquire(
+    args: &ExecArgs,
+    session: &Session,
+    keeper: &Keeper,
+    signals: &mut child::Interrupts,
+) -> Result<Vec<Lease>, Stop> {
     let give_up = Instant::now() + args.wait;
     let ttl_ms = args.ttl.as_millis() as u64;
     let mut blockers: Vec<Blocker> = Vec::new();
@@ -312,7 +350,10 @@ async fn acquire(args: &ExecArgs, session: &Session, keeper: &Keeper) -> Result<
             Acquired::Resolved(ticket, outcome) => (Some(ticket), outcome),
         };
         let outcome = match (ticket, outcome) {
-            (Some(ticket), Outcome::Waiting) => follow(session, ticket, give_up).await?,
+            (Some(ticket), Outcome::Waiting) => tokio::select! {
+                outcome = follow(session, ticket, give_up) => outcome?,
+                sig = signals.next() => return Err(withdraw(session, Some(ticket), sig).await),
+            },
             (_, outcome) => outcome,
         };
         match outcome {
@@ -332,11 +373,18 @@ async fn acquire(args: &ExecArgs, session: &Session, keeper: &Keeper) -> Result<
                 // Never retry sooner than the kernel said; if that is past --wait, wait out
                 // --wait and give up.
                 let retry = Instant::now() + Duration::from_millis(retry_after_ms);
-                if retry >= give_up {
-                    tokio::time::sleep_until(give_up).await;
+                let (until, last) = if retry >= give_up {
+                    (give_up, true)
+                } else {
+                    (retry, false)
+                };
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => {}
+                    sig = signals.next() => return Err(withdraw(session, None, sig).await),
+                }
+                if last {
                     return Err(gave_up(args, &blockers));
                 }
-                tokio::time::sleep_until(retry).await;
             }
             Outcome::TimedOut | Outcome::Waiting => return Err(gave_up(args, &blockers)),
         }

@@ -5,7 +5,8 @@
 //! local deadline: the send time of the last request that granted or renewed it, plus its
 //! TTL, on the monotonic clock; the server cannot have let it expire earlier. The events task
 //! long-polls the session's events. A lease is reported lost once, on the returned channel,
-//! when a heartbeat answers anything but OK for it, an event says it expired, was wounded or
+//! when a heartbeat answers anything but OK for it or is refused (401: the session was resumed
+//! elsewhere, a new token), an event says it expired, was wounded or
 //! its session closed, or its local deadline passes without a renewal (a server that does
 //! not answer cannot keep a lease alive). A lost lease is no longer held. Dropping the keeper
 //! stops both tasks.
@@ -41,6 +42,9 @@ impl Loss {
             ),
             "LEASE_EXPIRED" => String::from(
                 "the server says LEASE_EXPIRED: no renewal reached it before its TTL ran out",
+            ),
+            "UNAUTHORIZED" => String::from(
+                "the server refused the renewal (401): another process resumed this session, which holds it now, or the bearer token is no longer accepted",
             ),
             other => format!("the server says {other}"),
         }
@@ -205,6 +209,12 @@ async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSe
             Err(Failure::Refused { name, .. }) if name == "UNKNOWN_SESSION" => {
                 shared.lose(&ids, "SESSION_CLOSED", &tx);
             }
+            // Refused credentials (the session resumed by another process, which holds it now
+            // with a new token; or a bearer token the server no longer takes): no renewal will
+            // ever pass, so the leases are lost now, not at their local deadline.
+            Err(Failure::Refused { status: 401, .. }) => {
+                shared.lose(&ids, "UNAUTHORIZED", &tx);
+            }
             // Unreachable, or refused for a reason that may pass (a rate limit): try again
             // soon; the local deadline decides when it is too late.
             Err(_) => retry_at = Some(Instant::now() + RETRY),
@@ -254,8 +264,10 @@ async fn events(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSender
             .await
         {
             Ok(batch) => batch,
-            // The session is gone: no event will come (the heartbeats report its leases).
+            // The session is gone, or no longer ours: no event will come (the heartbeats
+            // report its leases).
             Err(Failure::Refused { name, .. }) if name == "UNKNOWN_SESSION" => return,
+            Err(Failure::Refused { status: 401, .. }) => return,
             Err(_) => {
                 // The heartbeat task judges an unreachable server; just try again later.
                 tokio::time::sleep(Duration::from_secs(1)).await;

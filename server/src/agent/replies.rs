@@ -1,7 +1,7 @@
 //! What the model reads about its requests: granted, queued, refused, resolved, lost.
 //!
 //! Contract: each text starts with its outcome in capitals (GRANTED, WAIT, DIE, TIMED_OUT,
-//! DIED, FAILED, LOST), names who holds what (agent, session, predicate, resource, lease,
+//! DIED, FAILED, WITHDRAWN, LOST), names who holds what (agent, session, predicate, resource, lease,
 //! fence), and ends with what to do next in terms of the tools.
 
 use super::keeper::Loss;
@@ -19,7 +19,16 @@ pub enum End {
     Died(u64),
     /// The follower could not reach the server, or a granted lease was gone at once.
     Failed(String),
+    /// No longer queued, though it did not end on its own: by whom or what (a
+    /// `klock_release` with `all: true`, the session ending).
+    Withdrawn(&'static str),
 }
+
+/// Why a ticket was withdrawn by `klock_release {all: true}`.
+pub const WITHDRAWN_BY_RELEASE: &str = "a klock_release with all: true withdrew this request";
+/// Why a ticket was withdrawn when the server forgot the session.
+pub const WITHDRAWN_WITH_SESSION: &str =
+    "your Klock session ended on the server, and this request with it";
 
 /// A failed call: the model sees a tool error.
 pub fn failed(text: String) -> Reply {
@@ -82,6 +91,9 @@ pub fn end_text(end: &End) -> String {
             format!("DIED: withdrawn, nothing held. Call klock_acquire again after {ms} ms.")
         }
         End::Failed(why) => format!("FAILED: {why}. Call klock_acquire again."),
+        End::Withdrawn(why) => format!(
+            "WITHDRAWN: {why}; it is no longer queued and nothing of it is held. Call klock_acquire again if you still need it."
+        ),
     }
 }
 

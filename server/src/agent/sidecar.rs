@@ -11,14 +11,19 @@
 //! nothing; otherwise it is answered with what to release. Lost leases and tickets resolved
 //! between calls are told at the head of the next tool result and at once as MCP log
 //! messages. When stdin ends, or at SIGTERM, SIGINT or SIGHUP, the session is closed: every
-//! lease released, every wait withdrawn.
+//! lease released, every wait withdrawn; then the process exits, even with stdin still open
+//! (a second signal while closing exits at once). A `klock_release` with `all: true` withdraws
+//! the waits too, and an acquire or await waiting on one answers WITHDRAWN.
 
 use super::args::{Connection, Flags, CONNECTION_HELP};
 use super::child;
 use super::client::{Client, Failure};
 use super::keeper::{Keeper, Loss};
 use super::overview::{describe_blockers, describe_leases, gather, render, render_resource};
-use super::replies::{died, end_text, ended, failed, granted, lost, waiting, End};
+use super::replies::{
+    died, end_text, ended, failed, granted, lost, waiting, End, WITHDRAWN_BY_RELEASE,
+    WITHDRAWN_WITH_SESSION,
+};
 use super::session::{resource_state, Acquired, Outcome, Session};
 use klock_core::{Blocker, Verdict};
 use klock_mcp::{AcquireArgs, AwaitArgs, Coordinator, ReleaseArgs, Reply, StatusArgs};
@@ -55,6 +60,8 @@ pub fn help() -> String {
 /// A ticket being followed: how it ended (once it has) and who blocked it.
 struct Followed {
     end: watch::Receiver<Option<End>>,
+    /// Shared with the follower: a withdrawal says so here, for the call waiting on it.
+    tell: Arc<watch::Sender<Option<End>>>,
     blockers: Vec<Blocker>,
     /// The follower; forgetting the ticket stops it.
     task: tokio::task::JoinHandle<()>,
@@ -137,18 +144,32 @@ pub async fn run(sidecar: Sidecar, notices: mpsc::UnboundedReceiver<String>) -> 
     tokio::spawn(async move {
         let _ = early.live().await;
     });
+    let mut signals = child::Interrupts::new();
     let served = tokio::select! {
         served = klock_mcp::serve(Shared(sidecar.clone()), notices) => served,
         // A host that stops its sidecar with SIGTERM (MCP hosts do, after closing stdin, or
         // instead of it) or a Ctrl-C still frees its leases at once, not after their TTL.
-        _ = child::interrupted() => Ok(()),
+        _ = signals.next() => Ok(()),
     };
-    let live = sidecar.live.lock().await.take();
-    if let Some(live) = live {
-        if let Err(e) = live.session.close().await {
-            eprintln!("klock mcp: could not close the session ({e}); its leases end at their TTL");
+    let close = async {
+        let live = sidecar.live.lock().await.take();
+        if let Some(live) = live {
+            if let Err(e) = live.session.close().await {
+                eprintln!(
+                    "klock mcp: could not close the session ({e}); its leases end at their TTL"
+                );
+            }
         }
+    };
+    tokio::select! {
+        () = close => {}
+        // Another signal while closing (a server that does not answer): stop now.
+        sig = signals.next() => eprintln!(
+            "klock mcp: signal {sig} while closing the session: exiting now; its leases end at their TTL"
+        ),
     }
+    // The caller exits without waiting for the MCP transport's read of stdin (which may stay
+    // open): see `main.rs`, which shuts the runtime down in the background.
     served
 }
 
@@ -245,6 +266,8 @@ impl Sidecar {
     /// Follows a ticket in the background until it ends; a grant is kept renewed at once.
     fn follow(&self, live: &Arc<Live>, ticket: u64, blockers: Vec<Blocker>) {
         let (tx, end) = watch::channel(None);
+        let tx = Arc::new(tx);
+        let tell = tx.clone();
         let (session, keeper) = (live.session.clone(), live.keeper.clone());
         let notices = self.notices.clone();
         let task = tokio::spawn(async move {
@@ -272,6 +295,7 @@ impl Sidecar {
         });
         let followed = Followed {
             end,
+            tell,
             blockers,
             task,
         };
@@ -281,14 +305,19 @@ impl Sidecar {
             .insert(ticket, followed);
     }
 
-    /// Waits up to `wait` for a followed ticket; `None` if it still waits.
+    /// Waits up to `wait` for a followed ticket; `None` if it still waits. A ticket
+    /// withdrawn meanwhile answers how ([`End::Withdrawn`]), never that it still waits.
     async fn wait_ticket(&self, ticket: u64, wait: Duration) -> Option<End> {
         let mut rx = {
             let tickets = self.tickets.lock().expect("sidecar lock");
             tickets.get(&ticket)?.end.clone()
         };
-        let end = tokio::time::timeout(wait, rx.wait_for(Option::is_some)).await;
-        let end = end.ok()?.ok()?.clone();
+        let end = match tokio::time::timeout(wait, rx.wait_for(Option::is_some)).await {
+            Err(_) => return None, // still queued
+            Ok(Ok(end)) => end.clone(),
+            // Forgotten with no word (the session ended on the server: its waits with it).
+            Ok(Err(_)) => Some(End::Withdrawn(WITHDRAWN_WITH_SESSION)),
+        };
         self.tickets.lock().expect("sidecar lock").remove(&ticket);
         end
     }
@@ -420,8 +449,16 @@ impl Sidecar {
             // Waits first (their followers stopped), so a grant that comes meanwhile is
             // released by the release below rather than kept.
             let tickets = std::mem::take(&mut *self.tickets.lock().expect("sidecar lock"));
-            for ticket in tickets.into_keys() {
+            for (ticket, followed) in tickets {
+                followed.task.abort();
                 let _ = live.session.cancel(ticket).await;
+                // A call waiting on it is told the truth: withdrawn, not still queued (a
+                // grant that raced this is released below).
+                followed.tell.send_modify(|end| {
+                    if !matches!(end, Some(End::TimedOut | End::Died(_) | End::Failed(_))) {
+                        *end = Some(End::Withdrawn(WITHDRAWN_BY_RELEASE));
+                    }
+                });
             }
         }
         live.keeper.forget(ids);
