@@ -246,7 +246,15 @@ async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Sessio
     let agent = args.connection.agent();
     if let Some(saved) = read_digest(args.digest.as_deref())? {
         match Session::resume(client.clone(), &saved.digest, &saved.resume_secret).await {
-            Ok(session) => return Ok((session, true)),
+            Ok(session) => {
+                // The resume replaced the file's secret: keep the file current, so that a rerun
+                // after this run is killed (SIGKILL leaves no time to save) still resumes it.
+                let path = args.digest.as_deref().unwrap_or(Path::new(""));
+                if let Err(e) = write_digest(path, &saved.digest, session.resume_secret()) {
+                    eprintln!("klock exec: warning: {e}; a rerun cannot resume this session");
+                }
+                return Ok((session, true));
+            }
             // UNAUTHORIZED: the file's resume secret is not the session's (a file saved before
             // resume secrets, or a session resumed by another run since).
             Err(Failure::Refused { name, .. })
