@@ -143,9 +143,17 @@ def test_too_many_waits_is_asked_again_once_a_slot_frees(tmp_path: pathlib.Path)
     watch = f"{server.url}/v1/ns/default/watch"
     try:
         with klock.connect(server.url, token="secret", reconnect_timeout=20) as k:
-            holder = threading.Thread(
-                target=lambda: httpx.get(watch, params={"wait_ms": 1500}, headers=auth, timeout=10)
-            )
+
+            def hold() -> None:
+                # The probes below compete for the one slot: a long-poll refused because a
+                # probe held it at that instant asks again, so the slot is taken in the end.
+                while (
+                    httpx.get(watch, params={"wait_ms": 1500}, headers=auth, timeout=10).status_code
+                    == 429
+                ):
+                    pass
+
+            holder = threading.Thread(target=hold)
             holder.start()
             # Until a probe of our own is refused, the slot is not taken yet.
             until = time.monotonic() + 10
