@@ -40,6 +40,7 @@ usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
                    [--config NAME=VALUE]... [--tokens FILE] [--tls-cert FILE --tls-key FILE]
                    [--insecure] [--clock manual] [--snapshot-every N] [--history N]
                    [--dashboard [--dashboard-pkg DIR]] [--allow-origin ORIGIN]...
+                   [--event-bytes N]
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
@@ -72,6 +73,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --allow-origin ORIGIN
                        let a page served from ORIGIN (exactly, e.g. http://127.0.0.1:8080)
                        read this server from a browser (CORS); repeat it. By default none.
+  --event-bytes N      bytes of events kept for the event streams, oldest dropped first
+                       (a reader behind them is told of the gap; default 67108864, 64 MiB)
 
 Examples:
   klock serve                                   # loopback, ./klock.redb
@@ -137,6 +140,8 @@ struct ServeArgs {
     origins: Vec<String>,
     /// The kernel's configuration: the SPEC's defaults, changed by `--config`.
     config: Config,
+    /// `--event-bytes`: the byte budget of the events kept for the streams.
+    event_bytes: usize,
 }
 
 /// Applies one `--config NAME=VALUE`: `policy`, or a numeric field, named as the kernel names
@@ -171,6 +176,7 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         dashboard: None,
         origins: Vec::new(),
         config: Config::default(),
+        event_bytes: klock_server::events::DEFAULT_BUDGET,
     };
     let mut dashboard = false;
     let mut dashboard_pkg = None;
@@ -248,6 +254,13 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                     Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                         format!("--history needs a whole number above 0, got {v:?}")
                     })?);
+                i += 2;
+            }
+            "--event-bytes" => {
+                let v = value()?;
+                out.event_bytes = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("--event-bytes needs a whole number of bytes above 0, got {v:?}")
+                })?;
                 i += 2;
             }
             "--dashboard" => {
@@ -373,7 +386,7 @@ fn main() -> ExitCode {
 
 async fn run(args: ServeArgs) -> Result<(), String> {
     let config = args.config.clone();
-    let hub = Arc::new(EventHub::default());
+    let hub = Arc::new(EventHub::new(args.event_bytes));
     let mut log_entries = 0;
     let (machine, store, history) = match &args.data {
         Some(path) => {

@@ -13,7 +13,7 @@
 //! an existing file keeps its own, and a different one asked for is an error rather than a
 //! silent choice.
 
-use crate::events::EventHub;
+use crate::events::{EventHub, Membership};
 use crate::history::{History, Step, DEFAULT_CAPACITY};
 use crate::machine::{Entry, Machine};
 use crate::store::{Store, TornTail};
@@ -63,7 +63,17 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
         }
     };
     let mut machine = match &loaded.snapshot {
-        Some(snapshot) => Machine::restore(snapshot).map_err(|e| e.to_string())?,
+        Some(snapshot) => {
+            let machine = Machine::restore(snapshot).map_err(|e| e.to_string())?;
+            // The snapshot's sessions belong to their namespaces' streams too, and the events
+            // it folded in are gone: readers from before it learn of a gap.
+            let sessions = snapshot.state.sessions.iter();
+            events.restore(
+                snapshot.applied,
+                sessions.map(|s| (s.session_id, s.namespace.as_str())),
+            );
+            machine
+        }
         None => Machine::new(config).map_err(|e| e.message)?,
     };
     let replayed = loaded.entries.len() as u64;
@@ -81,7 +91,8 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
     };
     for (index, entry) in &loaded.entries {
         let applied = machine.apply(*index, entry);
-        events.record(&applied.output, *index, &applied.events);
+        let membership = Membership::of(entry, &applied.output, applied.repeat_of.is_some());
+        events.record(*index, &membership, &applied.events);
         step(&machine, applied.kernel_calls);
     }
     let restarted = machine.applied() > 0;
@@ -94,7 +105,8 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
             .append(&[(index, entry.clone())])
             .map_err(|e| e.to_string())?;
         let applied = machine.apply(index, &entry);
-        events.record(&applied.output, index, &applied.events);
+        let membership = Membership::of(&entry, &applied.output, false);
+        events.record(index, &membership, &applied.events);
         step(&machine, applied.kernel_calls);
     }
     Ok(Recovered {

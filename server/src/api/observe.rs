@@ -135,7 +135,8 @@ pub(super) async fn reset(State(api): State<Api>, raw: Bytes) -> Answer {
 )]
 pub(super) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
     let stats = api.engine.read(|m| m.kernel().stats()).await?;
-    let text = api.engine.metrics().render(&stats);
+    let mut text = api.engine.metrics().render(&stats);
+    api.engine.events().render_metrics(&mut text);
     let kind = [("content-type", "text/plain; version=0.0.4")];
     Ok((kind, text).into_response())
 }
