@@ -382,6 +382,9 @@ impl EventHub {
     /// Publishes the events of log entry `index` after applying what it changed in the
     /// sessions' namespaces: the one place both the live path and recovery keep the streams.
     pub fn record(&self, index: u64, membership: &Membership, events: &[Event]) {
+        if events.is_empty() && *membership == Membership::Unchanged {
+            return; // most entries: no lock taken
+        }
         let mut rings = self.lock();
         if let Membership::Opened(session, ns) = membership {
             rings.bind(*session, ns);
@@ -683,5 +686,94 @@ impl Reader {
 impl Drop for Reader {
     fn drop(&mut self) {
         self.hub.unfollow(&self.stream);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use klock_core::{LeaseId, TicketId};
+
+    fn expired(session: u64, lease: u64) -> Event {
+        Event::LeaseExpired {
+            lease: LeaseId(lease),
+            session: SessionId(session),
+        }
+    }
+
+    fn opened(session: u64, ns: &str) -> Membership {
+        Membership::Opened(SessionId(session), ns.to_owned())
+    }
+
+    #[test]
+    fn the_budget_drops_the_oldest_events_and_readers_behind_them_learn_of_the_gap() {
+        let one = size_of(&expired(1, 1));
+        let hub = EventHub::new(3 * one);
+        hub.record(1, &opened(1, "a"), &[]);
+        for index in 2..=6 {
+            hub.record(index, &Membership::Unchanged, &[expired(1, index)]);
+        }
+        let batch = hub.after(&Stream::Session(SessionId(1)), EventId::default());
+        let ids: Vec<u64> = batch.events.iter().map(|e| e.id().index).collect();
+        assert_eq!(ids, [4, 5, 6]);
+        assert!(batch.gap);
+        // A reader already past the dropped events hears of no gap.
+        let batch = hub.after(&Stream::Namespace("a".into()), EventId { index: 3, k: 0 });
+        assert!(!batch.gap && batch.events.len() == 3);
+    }
+
+    #[test]
+    fn a_restored_snapshot_binds_its_sessions_and_marks_what_it_folded_in_as_lost() {
+        let hub = EventHub::default();
+        hub.restore(10, [(SessionId(1), "a")]);
+        let ns = Stream::Namespace("a".into());
+        let batch = hub.after(&ns, EventId { index: 9, k: 0 });
+        assert!(batch.gap && batch.events.is_empty());
+        assert_eq!(
+            batch.next, "10.4294967295",
+            "the next read starts past the gap"
+        );
+        let next = EventId::parse(&batch.next).unwrap();
+        assert!(!hub.after(&ns, next).gap);
+        hub.record(11, &Membership::Unchanged, &[expired(1, 1)]);
+        assert_eq!(
+            hub.after(&ns, next).events.len(),
+            1,
+            "its events reach the watch"
+        );
+        // A session opened after the restart lost nothing.
+        hub.record(12, &opened(2, "a"), &[]);
+        assert!(
+            !hub.after(&Stream::Session(SessionId(2)), EventId::default())
+                .gap
+        );
+    }
+
+    #[test]
+    fn closed_sessions_and_empty_namespaces_free_their_rings() {
+        let hub = Arc::new(EventHub::new(1));
+        hub.record(1, &opened(1, "a"), &[]);
+        let reader = hub.follow(Stream::Session(SessionId(1)));
+        let closed = Event::SessionClosed {
+            session: SessionId(1),
+            reason: klock_core::CloseReason::Idle,
+        };
+        hub.record(2, &Membership::Unchanged, &[closed]);
+        // The follower gets the last event and the end; then the ring goes.
+        let batch = hub.after(&Stream::Session(SessionId(1)), EventId::default());
+        assert!(batch.ended && batch.events.len() == 1);
+        drop(reader);
+        assert!(hub.lock().sessions.is_empty());
+        // Namespace a keeps its ring until the budget drops its last event.
+        hub.record(3, &opened(2, "b"), &[]);
+        let died = Event::Died {
+            ticket: TicketId(1),
+            session: SessionId(2),
+            retry_after_ms: 1,
+        };
+        hub.record(4, &Membership::Unchanged, &[died]);
+        let rings = hub.lock();
+        assert!(!rings.namespaces.contains_key("a"), "a's ring was freed");
+        assert!(rings.lost >= Some(EventId { index: 2, k: 0 }));
     }
 }
