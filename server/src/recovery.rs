@@ -7,7 +7,9 @@
 //! its suspension grace so agents can reconnect, reconcile and heartbeat. Fences continue from
 //! the replayed counter: nothing was answered before it was durable, so none repeats. The
 //! replayed entries' events go back into the event streams, so an agent that reconnects with
-//! the id of the last event it saw misses nothing the log still holds. A log ending in a torn
+//! the id of the last event it saw misses nothing the log still holds; the snapshot's sessions
+//! are bound to their namespaces' streams, and the events it folded in count as dropped, so a
+//! reader from before it is told of the gap ([`EventHub::restore`]). A log ending in a torn
 //! record (a write cut short) is cut back to its last whole record, and the recovery says so:
 //! nothing in it was ever answered. A new file records the configuration it is created with;
 //! an existing file keeps its own, and a different one asked for is an error rather than a
