@@ -97,6 +97,14 @@ impl PollSlots {
         Some(LongPoll(Arc::clone(&self.taken)))
     }
 
+    /// A slot for a stream that outlives its request (SSE): taken without a check while the
+    /// request still holds the slot the guard took for it, which is freed when the handler
+    /// returns, so the stream keeps counting against the limit for as long as it is open.
+    pub fn hand_over(&self) -> LongPoll {
+        self.taken.fetch_add(1, Ordering::SeqCst);
+        LongPoll(Arc::clone(&self.taken))
+    }
+
     /// The most long-polls at once.
     pub fn max(&self) -> usize {
         self.max

@@ -13,7 +13,7 @@
 //! - Every `snapshot_every` entries the task stores a snapshot and drops the entries it covers.
 //! - Events go to the [`EventHub`] only after they are durable, in log order.
 
-use crate::events::EventHub;
+use crate::events::{EventHub, Membership};
 use crate::history::{History, Step};
 use crate::machine::{Applied, Caller, Entry, Machine, MachineSnapshot, Refused};
 use crate::metrics::Metrics;
@@ -442,6 +442,7 @@ impl Engine {
                 now: self.machine.last_now(),
                 commands: kernel_calls,
             });
+            let membership = Membership::of(&entry, &output, repeat_of.is_some());
             entries.push((index, entry));
             // A repeated request is answered as the first one was, at the first one's time.
             let now = repeat_of.map_or(self.machine.last_now(), |(_, first_now)| first_now);
@@ -451,7 +452,7 @@ impl Engine {
                 output,
                 events,
             };
-            answers.push((responder, reply));
+            answers.push((responder, reply, membership));
         }
         let count = entries.len() as u64;
         if let Some(store) = &self.store {
@@ -475,9 +476,8 @@ impl Engine {
                 history.push(step, &self.machine);
             }
         }
-        for (responder, reply) in answers {
-            self.events
-                .record(&reply.output, reply.index, &reply.events);
+        for (responder, reply, membership) in answers {
+            self.events.record(reply.index, &membership, &reply.events);
             if let Some(responder) = responder {
                 let _ = responder.send(Ok(reply));
             }

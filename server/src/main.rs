@@ -42,6 +42,7 @@ usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
                    [--dashboard [--dashboard-pkg DIR]] [--allow-origin ORIGIN]...
                    [--max-sessions-per-token N] [--max-sessions-per-namespace N]
                    [--idempotency-bytes N]
+                   [--event-bytes N]
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
@@ -80,6 +81,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --idempotency-bytes N
                        bytes of remembered idempotency answers (default 67108864); past it
                        the oldest answers are dropped and their retries are 409
+  --event-bytes N      bytes of events kept for the event streams, oldest dropped first
+                       (a reader behind them is told of the gap; default 67108864, 64 MiB)
 
 Examples:
   klock serve                                   # loopback, ./klock.redb
@@ -149,6 +152,8 @@ struct ServeArgs {
     caps: klock_server::machine::SessionCaps,
     /// `--idempotency-bytes`.
     idempotency_bytes: usize,
+    /// `--event-bytes`: the byte budget of the events kept for the streams.
+    event_bytes: usize,
 }
 
 /// Applies one `--config NAME=VALUE`: `policy`, or a numeric field, named as the kernel names
@@ -188,6 +193,7 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             per_namespace: klock_server::api::DEFAULT_SESSIONS_PER_NAMESPACE,
         },
         idempotency_bytes: klock_server::machine::DEFAULT_ANSWER_BYTES,
+        event_bytes: klock_server::events::DEFAULT_BUDGET,
     };
     let mut dashboard = false;
     let mut dashboard_pkg = None;
@@ -265,6 +271,13 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                     Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                         format!("--history needs a whole number above 0, got {v:?}")
                     })?);
+                i += 2;
+            }
+            "--event-bytes" => {
+                let v = value()?;
+                out.event_bytes = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("--event-bytes needs a whole number of bytes above 0, got {v:?}")
+                })?;
                 i += 2;
             }
             "--dashboard" => {
@@ -404,7 +417,7 @@ fn main() -> ExitCode {
 
 async fn run(args: ServeArgs) -> Result<(), String> {
     let config = args.config.clone();
-    let hub = Arc::new(EventHub::default());
+    let hub = Arc::new(EventHub::new(args.event_bytes));
     let mut log_entries = 0;
     let (machine, store, history) = match &args.data {
         Some(path) => {

@@ -7,13 +7,15 @@
 //! its suspension grace so agents can reconnect, reconcile and heartbeat. Fences continue from
 //! the replayed counter: nothing was answered before it was durable, so none repeats. The
 //! replayed entries' events go back into the event streams, so an agent that reconnects with
-//! the id of the last event it saw misses nothing the log still holds. A log ending in a torn
+//! the id of the last event it saw misses nothing the log still holds; the snapshot's sessions
+//! are bound to their namespaces' streams, and the events it folded in count as dropped, so a
+//! reader from before it is told of the gap ([`EventHub::restore`]). A log ending in a torn
 //! record (a write cut short) is cut back to its last whole record, and the recovery says so:
 //! nothing in it was ever answered. A new file records the configuration it is created with;
 //! an existing file keeps its own, and a different one asked for is an error rather than a
 //! silent choice.
 
-use crate::events::EventHub;
+use crate::events::{EventHub, Membership};
 use crate::history::{History, Step, DEFAULT_CAPACITY};
 use crate::machine::{Entry, Machine};
 use crate::store::{Store, TornTail};
@@ -63,7 +65,17 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
         }
     };
     let mut machine = match &loaded.snapshot {
-        Some(snapshot) => Machine::restore(snapshot).map_err(|e| e.to_string())?,
+        Some(snapshot) => {
+            let machine = Machine::restore(snapshot).map_err(|e| e.to_string())?;
+            // The snapshot's sessions belong to their namespaces' streams too, and the events
+            // it folded in are gone: readers from before it learn of a gap.
+            let sessions = snapshot.state.sessions.iter();
+            events.restore(
+                snapshot.applied,
+                sessions.map(|s| (s.session_id, s.namespace.as_str())),
+            );
+            machine
+        }
         None => Machine::new(config).map_err(|e| e.message)?,
     };
     let replayed = loaded.entries.len() as u64;
@@ -81,7 +93,8 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
     };
     for (index, entry) in &loaded.entries {
         let applied = machine.apply(*index, entry);
-        events.record(&applied.output, *index, &applied.events);
+        let membership = Membership::of(entry, &applied.output, applied.repeat_of.is_some());
+        events.record(*index, &membership, &applied.events);
         step(&machine, applied.kernel_calls);
     }
     let restarted = machine.applied() > 0;
@@ -94,7 +107,8 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
             .append(&[(index, entry.clone())])
             .map_err(|e| e.to_string())?;
         let applied = machine.apply(index, &entry);
-        events.record(&applied.output, index, &applied.events);
+        let membership = Membership::of(&entry, &applied.output, false);
+        events.record(index, &membership, &applied.events);
         step(&machine, applied.kernel_calls);
     }
     Ok(Recovered {

@@ -8,6 +8,13 @@
 //!
 //! Agents retry a request cut by a kill with the same `Idempotency-Key`, which is how they
 //! learn the outcome of a request the server made durable but could not answer.
+//!
+//! Across the restarts a watcher follows the namespace's watch stream (resuming after the last
+//! id it got, as a dashboard does): every event an agent was told of (a held acquire's or a
+//! ticket poll's outcome) is in what it read, or inside a gap the stream reported; never
+//! missing in silence. And every retry completes promptly: a held acquire retried after its
+//! ticket ended answers that outcome, not the old WAIT after holding (checked by asking the
+//! ticket after every WAIT: an outcome logged before the WAIT's own entry is a stale answer).
 
 use klock_server::http_client::{request, Spawned};
 use serde_json::{json, Value};
@@ -48,6 +55,12 @@ struct World {
     /// Writes the register refused: a holder with a valid lease whose fence was not larger
     /// than one already accepted (a repeated or forgotten fence would do that).
     refused_writes: Mutex<u64>,
+    /// Ids of the events agents were told of (outcomes of held acquires and ticket polls).
+    told: Mutex<Vec<String>>,
+    /// WAITs answered for a ticket whose outcome was logged before the answer's own entry.
+    stale: Mutex<Vec<String>>,
+    /// The agents are done: the watcher reads up to the end, then stops.
+    done: AtomicBool,
 }
 
 impl World {
@@ -60,6 +73,19 @@ impl World {
         key: &str,
         body: Value,
     ) -> (u16, u64, Value) {
+        let (status, now, _, body) = self.ask_indexed(method, path, token, key, body);
+        (status, now, body)
+    }
+
+    /// [`ask`](Self::ask), with the answer's `Klock-Index` too.
+    fn ask_indexed(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        key: &str,
+        body: Value,
+    ) -> (u16, u64, u64, Value) {
         let started = Instant::now();
         loop {
             let port = self.port.load(Ordering::SeqCst);
@@ -69,8 +95,9 @@ impl World {
             // and is no JSON); 503: it is stopping. Either way, ask again.
             match answer {
                 Ok(a) if a.status != 503 && !a.body.is_null() => {
-                    let now = a.header("klock-now").and_then(|n| n.parse().ok());
-                    return (a.status, now.unwrap_or(0), a.body);
+                    let number = |h: &str| a.header(h).and_then(|n| n.parse().ok());
+                    let (now, index) = (number("klock-now"), number("klock-index"));
+                    return (a.status, now.unwrap_or(0), index.unwrap_or(0), a.body);
                 }
                 _ => {}
             }
@@ -123,8 +150,12 @@ fn run_agent(world: &World, index: usize) {
         let body =
             json!({"intents": [format!("MUTATES {resource}")], "ttl_ms": 60_000, "hold_ms": 2_000});
         let key = format!("acq-{index}-{step}");
-        let (status, _, v) = world.ask("POST", &format!("{base}/acquire"), &token, &key, body);
+        let acquire = format!("{base}/acquire");
+        let (status, _, at, v) = world.ask_indexed("POST", &acquire, &token, &key, body);
         assert_eq!(status, 200, "{v}");
+        if let Some(id) = v["event_id"].as_str() {
+            world.told.lock().unwrap().push(id.to_owned());
+        }
         let lease = match v["verdict"].as_str().or(v["event"].as_str()) {
             Some("GRANTED") => v["leases"][0].clone(),
             Some("DIE") => {
@@ -137,6 +168,18 @@ fn run_agent(world: &World, index: usize) {
                 // meanwhile (a grant this agent never heard of, say because the answer was
                 // lost in a kill), drop whatever the session holds so no lease is orphaned.
                 let ticket = v["ticket"].as_u64().unwrap();
+                // Its outcome, if it has one: one logged before this WAIT's entry (a retry's)
+                // was known when the WAIT was answered, so the WAIT was stale.
+                let poll = format!("{base}/tickets/{ticket}?wait_ms=0");
+                let key = format!("poll-{index}-{step}");
+                let (_, _, t) = world.ask("GET", &poll, &token, &key, json!({}));
+                if let Some(id) = t["event_id"].as_str() {
+                    world.told.lock().unwrap().push(id.to_owned());
+                    if event_id(id).0 < at {
+                        let stale = format!("agent {index} ticket {ticket}: WAIT at {at}, {t}");
+                        world.stale.lock().unwrap().push(stale);
+                    }
+                }
                 let key = format!("cancel-{index}-{step}");
                 let path = format!("{base}/tickets/{ticket}");
                 let (status, _, _) = world.ask("DELETE", &path, &token, &key, json!({}));
@@ -202,6 +245,58 @@ fn run_agent(world: &World, index: usize) {
     }
 }
 
+/// An event id `"<index>.<k>"`, ordered as the log orders events.
+type EventId = (u64, u32);
+
+fn event_id(text: &str) -> EventId {
+    let (index, k) = text.split_once('.').expect("an event id");
+    (index.parse().unwrap(), k.parse().unwrap())
+}
+
+/// What the watcher read of the namespace's watch stream across the restarts.
+#[derive(Default)]
+struct Watched {
+    seen: HashSet<EventId>,
+    /// Reported gaps: events after the first id and up to the second may be missing.
+    gaps: Vec<(EventId, EventId)>,
+    reads: u64,
+}
+
+/// Follows `/v1/ns/default/watch` as a dashboard does (resuming after the last id it got on
+/// whichever server is up) until the agents are done and it has read up to the end.
+fn watch(world: &World) -> Watched {
+    let mut out = Watched::default();
+    let mut after: EventId = (0, 0);
+    loop {
+        let done = world.done.load(Ordering::SeqCst);
+        let port = world.port.load(Ordering::SeqCst);
+        let path = format!(
+            "/v1/ns/default/watch?after={}.{}&wait_ms=200",
+            after.0, after.1
+        );
+        let v = match request(port, "GET", &path, &[], b"") {
+            Ok(a) if a.status == 200 && !a.body.is_null() => a.body,
+            _ => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        out.reads += 1;
+        let events = v["events"].as_array().unwrap();
+        let id = |e: &Value| event_id(e.as_str().unwrap());
+        let next = id(&v["next"]);
+        if v["gap"] == true {
+            let upto = events.first().map_or(next, |e| id(&e["id"]));
+            out.gaps.push((after, upto));
+        }
+        out.seen.extend(events.iter().map(|e| id(&e["id"])));
+        after = next;
+        if done && events.is_empty() {
+            return out;
+        }
+    }
+}
+
 #[test]
 fn sigkill_under_load_loses_no_acknowledged_grant_and_never_repeats_a_fence() {
     let dir = tempfile::tempdir().unwrap();
@@ -215,7 +310,14 @@ fn sigkill_under_load_loses_no_acknowledged_grant_and_never_repeats_a_fence() {
         register: Mutex::new(HashMap::new()),
         grants: Mutex::new(Vec::new()),
         refused_writes: Mutex::new(0),
+        told: Mutex::new(Vec::new()),
+        stale: Mutex::new(Vec::new()),
+        done: AtomicBool::new(false),
     });
+    let watcher = {
+        let world = Arc::clone(&world);
+        std::thread::spawn(move || watch(&world))
+    };
     let agents: Vec<_> = (0..AGENTS)
         .map(|i| {
             let world = Arc::clone(&world);
@@ -239,6 +341,8 @@ fn sigkill_under_load_loses_no_acknowledged_grant_and_never_repeats_a_fence() {
     for a in agents {
         a.join().expect("an agent failed");
     }
+    world.done.store(true, Ordering::SeqCst);
+    let watched = watcher.join().expect("the watcher failed");
     server.kill();
 
     let grants = world.grants.lock().unwrap();
@@ -254,6 +358,35 @@ fn sigkill_under_load_loses_no_acknowledged_grant_and_never_repeats_a_fence() {
     assert!(
         grants_at_kill.windows(2).any(|w| w[1] > w[0]),
         "no progress between kills"
+    );
+    // Every event an agent was told of reached the watcher, or a gap said it might not have.
+    let told = world.told.lock().unwrap();
+    let missing: Vec<&String> = told
+        .iter()
+        .filter(|id| {
+            let id = event_id(id);
+            !watched.seen.contains(&id)
+                && !watched.gaps.iter().any(|(lo, hi)| *lo < id && id <= *hi)
+        })
+        .collect();
+    println!(
+        "the watcher read {} events in {} reads, with {} gaps; agents were told of {} events",
+        watched.seen.len(),
+        watched.reads,
+        watched.gaps.len(),
+        told.len()
+    );
+    assert!(
+        missing.is_empty(),
+        "{} events agents were told of are missing from the watch without a gap: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    let stale = world.stale.lock().unwrap();
+    assert!(
+        stale.is_empty(),
+        "retried held acquires answered an old WAIT: {:?}",
+        &stale[..stale.len().min(5)]
     );
     let fences: HashSet<u64> = grants.iter().map(|g| g.fence).collect();
     assert_eq!(fences.len(), grants.len(), "a fence was issued twice");

@@ -326,7 +326,7 @@ fn the_timer_expires_leases_without_any_client_call() {
                 std::time::Duration::from_secs(5),
             )
             .await;
-        let first = batch.events.first().map(|e| &e.event);
+        let first = batch.events.first().map(|e| e.event());
         assert!(
             matches!(first, Some(Event::LeaseExpired { .. })),
             "{batch:?}"

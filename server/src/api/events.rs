@@ -17,10 +17,11 @@ pub(super) async fn events(
     State(api): State<Api>,
     Path((ns, sid)): SessionPath,
     Query(q): Query<WaitQuery>,
+    slots: Option<axum::Extension<PollSlots>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let session = authorize(&api, &ns, &sid, &headers).await?;
-    follow(api, Stream::Session(session), &q, &headers).await
+    follow(api, Stream::Session(session), &q, slots, &headers).await
 }
 
 /// A stream of events: Server-Sent Events when the request accepts `text/event-stream`
@@ -29,6 +30,7 @@ async fn follow(
     api: Api,
     stream: Stream,
     q: &WaitQuery,
+    slots: Option<axum::Extension<PollSlots>>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let (hold, mut after) = q.parse()?;
@@ -44,38 +46,52 @@ async fn follow(
             ))
         })?;
     }
-    Ok(sse(api, stream, after).into_response())
+    // The stream outlives this handler: it keeps the caller's long-poll slot while it is open
+    // (the guard's own slot for this request is freed when the handler returns).
+    let slot = slots.map(|axum::Extension(slots)| slots.hand_over());
+    Ok(sse(&api, stream, after, slot).into_response())
 }
 
-/// An endless SSE stream of `stream` after `after`; a `gap` event says the ring dropped some.
-fn sse(api: Api, stream: Stream, after: EventId) -> impl IntoResponse {
+/// An SSE stream of `stream` after `after`, until its session closes or the client goes; a
+/// `gap` event (its id past what was missed) says the reader missed events.
+fn sse(
+    api: &Api,
+    stream: Stream,
+    after: EventId,
+    slot: Option<auth::LongPoll>,
+) -> impl IntoResponse {
     use axum::response::sse::{Event as Sse, KeepAlive};
     type Pending = std::collections::VecDeque<Sse>;
-    let start = (api, stream, after, Pending::new());
-    let events =
-        futures_util::stream::unfold(start, |(api, stream, mut after, mut pending)| async move {
+    // Follows the stream from now on, so no event published after this answer is missed.
+    let reader = api.engine.events().follow(stream);
+    let start = (reader, after, Pending::new(), false, slot);
+    let events = futures_util::stream::unfold(
+        start,
+        |(reader, mut after, mut pending, mut ended, slot)| async move {
             loop {
                 if let Some(next) = pending.pop_front() {
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(next),
-                        (api, stream, after, pending),
-                    ));
+                    let state = (reader, after, pending, ended, slot);
+                    return Some((Ok::<_, std::convert::Infallible>(next), state));
                 }
-                let hub = api.engine.events();
-                let batch = hub
-                    .wait_after(&stream, after, Duration::from_secs(15))
-                    .await;
+                if ended {
+                    return None;
+                }
+                let batch = reader.wait_after(after, Duration::from_secs(15)).await;
                 if batch.gap {
-                    pending.push_back(Sse::default().event("gap").data(&batch.next));
+                    let gap = Sse::default().event("gap").id(&batch.next);
+                    pending.push_back(gap.data(&batch.next));
                 }
-                for stamped in batch.events {
-                    let name = stamped.event.name();
-                    let data = serde_json::to_string(&stamped.event).expect("events serialize");
-                    pending.push_back(Sse::default().id(&stamped.id).event(name).data(data));
+                for stamped in &batch.events {
+                    let data = serde_json::to_string(stamped.event()).expect("events serialize");
+                    let id = stamped.id().to_string();
+                    let name = stamped.event().name();
+                    pending.push_back(Sse::default().id(id).event(name).data(data));
                 }
                 after = EventId::parse(&batch.next).unwrap_or(after);
+                ended = batch.ended;
             }
-        });
+        },
+    );
     axum::response::sse::Sse::new(events).keep_alive(KeepAlive::default())
 }
 
@@ -92,7 +108,8 @@ pub(super) async fn watch(
     State(api): State<Api>,
     Path(ns): Path<String>,
     Query(q): Query<WaitQuery>,
+    slots: Option<axum::Extension<PollSlots>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    follow(api, Stream::Namespace(ns), &q, &headers).await
+    follow(api, Stream::Namespace(ns), &q, slots, &headers).await
 }

@@ -59,11 +59,25 @@ pub(super) async fn acquire(
         (_, other) => return Err(unexpected("acquire", &other)),
     };
     if let (Verdict::Wait { ticket, .. }, Some(hold)) = (&verdict, hold) {
-        let session = session_id(&path.1)?;
-        let after = EventId { index, k: 0 };
-        if let Some(resolution) = resolve_ticket(&api, session, *ticket, after, hold).await {
+        let (session, ticket) = (session_id(&path.1)?, *ticket);
+        // A retry with the same key answers this WAIT again, though its ticket may have ended
+        // since (before a restart, say): read where the ticket stands first (between the
+        // engine's batches, which record their events before the next read), and hold only
+        // a ticket still waiting, whose outcome can only come after this entry.
+        let waiting = api
+            .engine
+            .read(move |m| m.kernel().ticket_waiting(session, ticket))
+            .await?;
+        let (after, hold) = match waiting {
+            Some(true) => (EventId { index, k: 0 }, hold),
+            // Ended: its outcome is in the session's stream now, if it is still kept there.
+            _ => (EventId::default(), Duration::ZERO),
+        };
+        if let Some(resolution) = resolve_ticket(&api, session, ticket, after, hold).await {
             return Ok(Json(resolution));
         }
+        // Ended, with its outcome no longer kept (folded into a snapshot before a restart):
+        // the WAIT at once, and a poll of the ticket says TICKET_ENDED.
     }
     Ok(Json(to_json(&verdict)))
 }
@@ -77,12 +91,12 @@ async fn resolve_ticket(
     hold: Duration,
 ) -> Option<Value> {
     let deadline = tokio::time::Instant::now() + hold;
-    let stream = Stream::Session(session);
+    let reader = api.engine.events().follow(Stream::Session(session));
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let batch = api.engine.events().wait_after(&stream, after, left).await;
+        let batch = reader.wait_after(after, left).await;
         for stamped in &batch.events {
-            let resolves = match &stamped.event {
+            let resolves = match stamped.event() {
                 Event::Granted { ticket: t, .. }
                 | Event::WaitTimeout { ticket: t, .. }
                 | Event::Died { ticket: t, .. } => *t == ticket,
@@ -90,14 +104,16 @@ async fn resolve_ticket(
                 _ => false,
             };
             if resolves {
-                let mut v = to_json(&stamped.event);
+                let mut v = to_json(stamped.event());
                 v["ticket"] = json!(ticket);
-                v["event_id"] = json!(stamped.id);
+                v["event_id"] = json!(stamped.id().to_string());
                 return Some(v);
             }
         }
         after = EventId::parse(&batch.next).unwrap_or(after);
-        if left.is_zero() || batch.events.is_empty() {
+        // A read with nothing in it came back only at the deadline (or the session closed);
+        // one that brought events or a gap may have more behind it: read on at once.
+        if batch.ended || (batch.events.is_empty() && !batch.gap) {
             return None;
         }
     }

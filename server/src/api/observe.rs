@@ -172,7 +172,8 @@ pub(super) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError
     metrics
         .idempotency_bytes
         .store(bytes as u64, std::sync::atomic::Ordering::Relaxed);
-    let text = metrics.render(&stats);
+    let mut text = metrics.render(&stats);
+    api.engine.events().render_metrics(&mut text);
     let kind = [("content-type", "text/plain; version=0.0.4")];
     Ok((kind, text).into_response())
 }

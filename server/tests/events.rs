@@ -1,0 +1,421 @@
+//! Event streams under load and across restarts (issue 22, items 9, 10, 14, 15, 16), each on a
+//! real `klock serve`: an SSE stream holds one of its token's waiting slots until it closes; a
+//! publish wakes only the readers of the streams it concerns; retained event bytes stay
+//! within `--event-bytes` (the server's RSS, measured in a bounded loop that stops early);
+//! rings no session needs are freed, and a reader behind them learns of the gap; after a
+//! restart from a snapshot the watch carries every session and a reader from before the
+//! snapshot learns of the gap; a retried held acquire answers its ended ticket's outcome.
+
+mod support;
+
+use klock_server::http_client::request;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use support::{open, sha256_of, Agent, Server};
+
+fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Value) {
+    s.call(
+        method,
+        &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
+        &[("klock-session-token", &a.token)],
+        &body.to_string(),
+    )
+}
+
+/// A metric's value (`None`: the server has no such series).
+fn metric(port: u16, name: &str) -> Option<f64> {
+    let answer = request(port, "GET", "/metrics", &[], b"").unwrap();
+    let text = String::from_utf8(answer.raw).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Opens an SSE stream; returns the status and the reader, past the answer's head.
+fn sse(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, BufReader<TcpStream>) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut req = format!(
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\naccept: text/event-stream\r\n"
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line.split(' ').nth(1).unwrap().parse().unwrap();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    (status, reader)
+}
+
+/// The next SSE event of a stream: (event name, id).
+fn next_event(reader: &mut BufReader<TcpStream>) -> (String, String) {
+    let (mut name, mut id, mut line) = (String::new(), String::new(), String::new());
+    loop {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended");
+        let l = line.trim_end();
+        if let Some(v) = l.strip_prefix("event: ") {
+            name = v.to_owned();
+        } else if let Some(v) = l.strip_prefix("id: ") {
+            id = v.to_owned();
+        } else if l.is_empty() && !name.is_empty() {
+            return (name, id);
+        }
+    }
+}
+
+#[test]
+fn an_sse_stream_holds_a_waiting_slot_of_its_token_until_it_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens.json");
+    let tokens = json!({"tokens": [
+        {"name": "bot", "sha256": sha256_of("bot-secret"), "role": "agent", "namespaces": ["team"], "max_long_polls": 2},
+    ]});
+    std::fs::write(&file, tokens.to_string()).unwrap();
+    let s = Server::start(&["--memory", "--tokens", file.to_str().unwrap()]);
+    let bot = ("authorization", "Bearer bot-secret");
+    let (status, v) = s.call(
+        "POST",
+        "/v1/ns/team/sessions",
+        &[bot],
+        r#"{"agent_id": "a"}"#,
+    );
+    assert_eq!(status, 200, "{v}");
+    let a = Agent {
+        ns: String::from("team"),
+        id: v["session_id"].as_u64().unwrap(),
+        token: v["session_token"].as_str().unwrap().to_owned(),
+    };
+    let with_token = [bot, ("klock-session-token", a.token.as_str())];
+    let events = format!("/v1/ns/team/sessions/{}/events", a.id);
+    let (first, watching) = sse(s.port(), "/v1/ns/team/watch", &[bot]);
+    let (second, _following) = sse(s.port(), &events, &with_token);
+    assert_eq!((first, second), (200, 200));
+    // Both slots are held by open streams: a third stream, or a long-poll, is refused by name.
+    let (third, mut refused) = sse(s.port(), "/v1/ns/team/watch", &[bot]);
+    assert_eq!(third, 429, "a third stream was let in");
+    let mut body = String::new();
+    refused.read_to_string(&mut body).unwrap();
+    assert!(body.contains("TOO_MANY_WAITS"), "{body}");
+    let (status, v) = s.call("GET", "/v1/ns/team/watch?wait_ms=0", &[bot], "");
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (429, Some("TOO_MANY_WAITS")),
+        "{v}"
+    );
+    // The client closes one stream: its slot is free once the server notices (at the latest
+    // at its next write to it, so events are made in the namespace meanwhile).
+    drop(watching);
+    let mut freed = false;
+    for attempt in 0..50 {
+        let body = json!({"intents": [format!("MUTATES FILE:/n{attempt}")], "ttl_ms": 20});
+        let (status, v) = s.call(
+            "POST",
+            &format!("/v1/ns/team/sessions/{}/acquire", a.id),
+            &with_token,
+            &body.to_string(),
+        );
+        assert_eq!(status, 200, "{v}");
+        let (status, _) = s.call("GET", "/v1/ns/team/watch?wait_ms=0", &[bot], "");
+        if status == 200 {
+            freed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(freed, "the closed stream's slot was never freed");
+}
+
+#[test]
+fn a_publish_wakes_only_the_readers_of_the_streams_it_concerns() {
+    let s = Server::start(&["--memory"]);
+    // Wait-die: only an older session waits, so each waiter is opened before its holder.
+    let a = open(&s, "default", "ann");
+    let c = open(&s, "default", "cid");
+    let b = open(&s, "default", "bob");
+    let path = format!("/v1/ns/default/sessions/{}/events", a.id);
+    let token = [("klock-session-token", a.token.as_str())];
+    let mut readers: Vec<_> = (0..3).map(|_| sse(s.port(), &path, &token).1).collect();
+    let (status, _other) = sse(s.port(), "/v1/ns/elsewhere/watch", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(metric(s.port(), "klock_event_readers"), Some(4.0));
+    // Events of other sessions (a grant to cid after bob's release) wake none of them.
+    let x = json!({"intents": ["MUTATES FILE:/x"]});
+    let (_, v) = on(&s, &b, "POST", "acquire", x.clone());
+    let lease = v["leases"][0]["lease_id"].as_u64().unwrap();
+    assert_eq!(
+        on(&s, &c, "POST", "acquire", x.clone()).1["verdict"],
+        "WAIT"
+    );
+    on(&s, &b, "POST", "release", json!({"lease_ids": [lease]}));
+    let (_, v) = on(&s, &c, "GET", "events?wait_ms=5000", json!({}));
+    assert_eq!(v["events"][0]["event"], "GRANTED", "{v}");
+    let lease = v["events"][0]["leases"][0]["lease_id"].as_u64().unwrap();
+    assert_eq!(
+        metric(s.port(), "klock_event_wakeups_total"),
+        Some(0.0),
+        "a grant to another session woke ann's streams"
+    );
+    // An event of ann's wakes each of ann's three streams once.
+    assert_eq!(on(&s, &a, "POST", "acquire", x).1["verdict"], "WAIT");
+    on(&s, &c, "POST", "release", json!({"lease_ids": [lease]}));
+    for reader in &mut readers {
+        assert_eq!(next_event(reader).0, "GRANTED");
+    }
+    assert_eq!(metric(s.port(), "klock_event_wakeups_total"), Some(3.0));
+}
+
+/// A `klock serve` of our own, for its process id.
+struct Own {
+    child: Child,
+    port: u16,
+}
+
+impl Own {
+    fn start(args: &[&str]) -> Own {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().rsplit(':').next().unwrap().parse().unwrap();
+        Own { child, port }
+    }
+
+    /// The server's resident memory, in KiB.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    fn call(&self, method: &str, path: &str, token: &str, body: &Value) -> (u16, Value) {
+        let headers = [("klock-session-token", token)];
+        let body = body.to_string();
+        let a = request(self.port, method, path, &headers, body.as_bytes()).unwrap();
+        (a.status, a.body)
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn retained_event_bytes_stay_within_the_budget_while_large_grants_stream() {
+    // Each GRANTED carries 64 leases on 4 KB resource names (about 300 KB); the old rings kept
+    // 4096 of them per session and per namespace. With an 8 MiB budget the server's memory
+    // must level off: the loop stops as soon as it grows past the bound.
+    const CYCLES: usize = 150;
+    const BOUND_KIB: u64 = 48 * 1024;
+    let s = Own::start(&["--memory", "--event-bytes", "8388608"]);
+    let open = |agent: &str| {
+        let (status, v) = s.call(
+            "POST",
+            "/v1/ns/big/sessions",
+            "",
+            &json!({"agent_id": agent}),
+        );
+        assert_eq!(status, 200, "{v}");
+        let id = v["session_id"].as_u64().unwrap();
+        (id, v["session_token"].as_str().unwrap().to_owned())
+    };
+    let (b, a) = (open("bob"), open("ann"));
+    let pad = "x".repeat(4000);
+    let intents: Vec<String> = (0..64)
+        .map(|i| format!("MUTATES FILE:/big/{i}/{pad}"))
+        .collect();
+    let acquire = json!({"intents": intents, "ttl_ms": 600_000});
+    let path = |who: u64, what: &str| format!("/v1/ns/big/sessions/{who}/{what}");
+    let all = json!({"all": true});
+    let mut base = 0;
+    let mut peak = 0;
+    let mut cycles = 0;
+    // Bob starts each unit of work first (a small lease of its own), so it is the older one
+    // and waits for ann's grant (wait-die) instead of dying.
+    let own = json!({"intents": ["MUTATES FILE:/own"], "ttl_ms": 600_000});
+    while cycles < CYCLES {
+        let (status, v) = s.call("POST", &path(b.0, "acquire"), &b.1, &own);
+        assert_eq!((status, v["verdict"].as_str()), (200, Some("GRANTED")));
+        let (status, v) = s.call("POST", &path(a.0, "acquire"), &a.1, &acquire);
+        assert_eq!((status, v["verdict"].as_str()), (200, Some("GRANTED")));
+        let (status, v) = s.call("POST", &path(b.0, "acquire"), &b.1, &acquire);
+        assert_eq!((status, v["verdict"].as_str()), (200, Some("WAIT")));
+        s.call("POST", &path(a.0, "release"), &a.1, &all);
+        s.call("POST", &path(b.0, "release"), &b.1, &all);
+        cycles += 1;
+        let rss = s.rss_kib();
+        if cycles == 10 {
+            base = rss; // the allocator's working set for this load, before rings fill
+        }
+        peak = peak.max(rss);
+        if base > 0 && rss > base + BOUND_KIB {
+            break;
+        }
+    }
+    println!("RSS after 10 cycles {base} KiB, peak {peak} KiB over {cycles} cycles");
+    assert!(
+        peak <= base + BOUND_KIB,
+        "the server grew by {} KiB in {cycles} cycles",
+        peak - base
+    );
+    let bytes = metric(s.port, "klock_event_bytes").unwrap();
+    assert!(bytes <= 8388608.0, "{bytes} bytes retained");
+    assert!(metric(s.port, "klock_events_evicted_total").unwrap() > 0.0);
+    // A reader from the start of bob's stream learns that it missed the oldest grants.
+    let (_, v) = s.call("GET", &path(b.0, "events?wait_ms=0"), &b.1, &json!({}));
+    assert_eq!(v["gap"], true, "{}", &v["next"]);
+}
+
+#[test]
+fn a_namespace_ring_is_freed_when_its_sessions_closed_and_its_events_aged_out() {
+    let s = Server::start(&["--memory", "--event-bytes", "20000"]);
+    let t = open(&s, "tmp", "tia");
+    on(
+        &s,
+        &t,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/t"], "ttl_ms": 20}),
+    );
+    let (_, v) = s.call("GET", "/v1/ns/tmp/watch?wait_ms=5000", &[], "");
+    assert_eq!(v["events"][0]["event"], "LEASE_EXPIRED", "{v}");
+    let close = format!("/v1/ns/tmp/sessions/{}", t.id);
+    let token = [("klock-session-token", t.token.as_str())];
+    assert_eq!(s.call("DELETE", &close, &token, "").0, 200);
+    // Other namespaces' events age tmp's out of the budget (a bounded number of rounds).
+    let d = open(&s, "default", "dan");
+    let mut rounds = 0;
+    loop {
+        let intents: Vec<String> = (0..40)
+            .map(|i| format!("MUTATES FILE:/d/{rounds}/{i}"))
+            .collect();
+        on(
+            &s,
+            &d,
+            "POST",
+            "acquire",
+            json!({"intents": intents, "ttl_ms": 20}),
+        );
+        let (_, v) = on(&s, &d, "GET", "events?wait_ms=5000", json!({}));
+        assert!(!v["events"].as_array().unwrap().is_empty(), "{v}");
+        rounds += 1;
+        let (_, v) = s.call("GET", "/v1/ns/tmp/watch?wait_ms=0", &[], "");
+        if v["events"].as_array().unwrap().is_empty() {
+            // Freed, and what it held is still reported as missed, not as silence.
+            assert_eq!(v["gap"], true, "{v}");
+            break;
+        }
+        assert!(rounds < 20, "tmp's events never aged out: {v}");
+    }
+    // Left: dan's session ring and the default namespace's (tmp's two are freed).
+    assert_eq!(metric(s.port(), "klock_event_rings"), Some(2.0));
+}
+
+#[test]
+fn after_a_restart_from_a_snapshot_the_watch_keeps_every_session_and_reports_the_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("k.redb");
+    let data = data.to_str().unwrap();
+    let args = ["--data", data, "--snapshot-every", "3"];
+    let s = Server::start(&args);
+    let a = open(&s, "default", "ann");
+    on(
+        &s,
+        &a,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/a"], "ttl_ms": 20}),
+    );
+    let (_, v) = s.call("GET", "/v1/ns/default/watch?wait_ms=5000", &[], "");
+    assert_eq!(v["events"][0]["event"], "LEASE_EXPIRED", "{v}");
+    let seen = v["next"].as_str().unwrap().to_owned();
+    for _ in 0..4 {
+        on(&s, &a, "POST", "heartbeat", json!({})); // entries past a snapshot
+    }
+    s.kill();
+    let s = Server::start(&args);
+    // Item 15: the expiry was folded into the snapshot: a reader from before it learns of it.
+    let (_, v) = s.call("GET", "/v1/ns/default/watch?wait_ms=0", &[], "");
+    assert_eq!(
+        (v["gap"].as_bool(), v["events"].as_array().map(Vec::len)),
+        (Some(true), Some(0)),
+        "{v}"
+    );
+    let (_, v) = on(&s, &a, "GET", "events?wait_ms=0", json!({}));
+    assert_eq!(v["gap"], true, "{v}");
+    // Item 14: an event of ann, whose open is in the snapshot, reaches the namespace's watch.
+    let b = open(&s, "default", "bob");
+    let x = json!({"intents": ["MUTATES FILE:/x"]});
+    let (_, v) = on(&s, &b, "POST", "acquire", x.clone());
+    let lease = v["leases"][0]["lease_id"].as_u64().unwrap();
+    let (_, v) = on(&s, &a, "POST", "acquire", x);
+    assert_eq!(v["verdict"], "WAIT", "{v}");
+    on(&s, &b, "POST", "release", json!({"lease_ids": [lease]}));
+    let (_, v) = s.call(
+        "GET",
+        &format!("/v1/ns/default/watch?after={seen}&wait_ms=5000"),
+        &[],
+        "",
+    );
+    let granted: Vec<&Value> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "GRANTED")
+        .collect();
+    assert_eq!(granted.len(), 1, "{v}");
+    assert_eq!(granted[0]["session"], a.id, "{v}");
+}
+
+#[test]
+fn a_retried_held_acquire_answers_the_outcome_of_its_ended_ticket() {
+    let s = Server::start(&["--memory"]);
+    let b = open(&s, "default", "bob"); // older: it waits for ann
+    let a = open(&s, "default", "ann");
+    let x = json!({"intents": ["MUTATES FILE:/x"]});
+    let (_, v) = on(&s, &a, "POST", "acquire", x);
+    let lease = v["leases"][0]["lease_id"].as_u64().unwrap();
+    let held = json!({"intents": ["MUTATES FILE:/x"], "hold_ms": 300}).to_string();
+    let acquire = format!("/v1/ns/default/sessions/{}/acquire", b.id);
+    let headers = [
+        ("klock-session-token", b.token.as_str()),
+        ("idempotency-key", "held-1"),
+    ];
+    let (_, first) = s.call("POST", &acquire, &headers, &held);
+    assert_eq!(first["verdict"], "WAIT", "{first}");
+    on(&s, &a, "POST", "release", json!({"lease_ids": [lease]}));
+    // The ticket is granted now; the retry (same key, same body) answers that grant.
+    let (status, again) = s.call("POST", &acquire, &headers, &held);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(
+        (again["event"].as_str(), &again["ticket"]),
+        (Some("GRANTED"), &first["ticket"]),
+        "the retry answered {again}"
+    );
+}
