@@ -836,6 +836,7 @@ class RemoteSession {
     const decoder = new TextDecoder();
     let buffer = '';
     let id = null;
+    let kind = null;
     let data = [];
     for await (const chunk of body) {
       buffer += decoder.decode(chunk, { stream: true });
@@ -846,10 +847,16 @@ class RemoteSession {
         buffer = buffer.slice(newline + 1);
         if (line.endsWith('\r')) line = line.slice(0, -1);
         if (line === '') {
-          if (data.length > 0) {
+          if (kind === 'gap') {
+            // The server dropped events this reader never saw (evicted, or folded into a
+            // snapshot): what they said is learnt again as after a reconnect.
+            if (id !== null) this.lastEventId = id;
+            this.backend._resync();
+          } else if (data.length > 0) {
             took = this.backend._ingest(this, JSON.parse(data.join('\n')), id) || took;
           }
           id = null;
+          kind = null;
           data = [];
         } else if (line.startsWith(':')) continue;
         else {
@@ -857,6 +864,7 @@ class RemoteSession {
           const field = colon < 0 ? line : line.slice(0, colon);
           const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
           if (field === 'id') id = value;
+          else if (field === 'event') kind = value;
           else if (field === 'data') data.push(value);
         }
       }
