@@ -793,7 +793,16 @@ class RemoteSession {
             } catch (e) {
               error = e;
             }
-            if (error?.name === 'UNKNOWN_SESSION' || response.status === 401 || response.status === 404) {
+            const unknown = error?.name === 'UNKNOWN_SESSION' || response.status === 404;
+            if (unknown && this.tickets.size === 0) {
+              // The session is gone on the server (closed, which also ends its stream, or
+              // forgotten by a restart without its data), so no event will come. A held lease
+              // learns it from its next heartbeat or release, as in the process and in Python
+              // (tests/client-scenarios/kernel-close-behind-the-client.json).
+              return;
+            }
+            if (unknown || response.status === 401) {
+              // A waiting ticket would wait for an event that never comes: lost at once.
               b._lostSession(this, `the server no longer knows the session (${error?.message ?? response.status})`);
               b.onEvents();
               return;
