@@ -24,10 +24,11 @@
 // - Busy server: a 429 (`RATE_LIMITED`, `TOO_MANY_WAITS`: refused before it did anything) or
 //   a 503 is asked again after the server's `Retry-After` (delta-seconds), else the backoff,
 //   within the same budget; past it, the 429 is the server's error, a 503 `Unreachable`.
-// - Session token refused: a 401 to a request carrying a session token whose message names
-//   the session token means another client resumed the session (a resume issues a new
-//   token): `KlockError` `UNAUTHORIZED` with `sessionId` set, never retried; the friendly
-//   layer loses the session's leases at once (LEASE_RELEASED) and forgets the session.
+// - Session token refused: a 401 `SESSION_TOKEN_REFUSED` to a request naming a session means
+//   another client resumed the session (a resume issues a new token): `KlockError`
+//   `SESSION_TOKEN_REFUSED` with `sessionId` set, never retried; the friendly layer loses the
+//   session's leases at once (LEASE_RELEASED) and forgets the session. A resume without the
+//   session's current resume secret is `RESUME_SECRET_REFUSED`.
 // - Events: one Server-Sent Events reader per session (`Accept: text/event-stream`), resumed
 //   after the last event id it saw (`Last-Event-ID`). Events are queued in order, duplicates
 //   (by id) dropped, and the queue handed to the friendly layer's one dispatch (`onEvents`).
@@ -119,11 +120,6 @@ function retryAfter(response, backoff) {
   const seconds = raw === null || raw.trim() === '' ? NaN : Number(raw);
   if (!Number.isFinite(seconds) || seconds < 0) return backoff;
   return Math.max(FIRST_BACKOFF_MS, seconds * 1000);
-}
-
-/** Whether a 401 refused the session token (its message names it), not the bearer token. */
-function sessionTokenRefused(status, error) {
-  return status === 401 && /session[ -]token/i.test(error?.message ?? '');
 }
 
 class RemoteKernel {
@@ -712,16 +708,19 @@ class RemoteKernel {
     if (response.ok && json !== null) return json;
     const error = json?.error;
     const where = `klock serve at ${this.url} (${method} ${path.split('?')[0]})`;
-    if (session !== undefined && error?.name === 'UNAUTHORIZED' && sessionTokenRefused(response.status, error)) {
+    if (session !== undefined && response.status === 401 && error?.name === 'SESSION_TOKEN_REFUSED') {
       // Session token refused: another client resumed the session, which is its now.
       const refused = new KlockError(
         `${where} refused the session token of session ${session.id} (401: ${error.message}); another ` +
           "client resumed the session (a resume issues a new token), so it is no longer this client's",
         error.code ?? 0,
-        'UNAUTHORIZED',
+        'SESSION_TOKEN_REFUSED',
       );
       refused.sessionId = session.id;
       throw refused;
+    }
+    if (response.status === 401 && error?.name === 'RESUME_SECRET_REFUSED') {
+      throw new KlockError(`${where}: ${error.message}`, error.code ?? 0, error.name);
     }
     if (response.status === 401 || response.status === 403) {
       const name = response.status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN';
@@ -890,7 +889,7 @@ class RemoteSession {
     try {
       body = await b._request('GET', `${this.path}/events?${q}`, { session: this });
     } catch (e) {
-      if (e instanceof KlockError && ['UNKNOWN_SESSION', 'UNAUTHORIZED'].includes(e.name)) {
+      if (e instanceof KlockError && ['UNKNOWN_SESSION', 'UNAUTHORIZED', 'SESSION_TOKEN_REFUSED'].includes(e.name)) {
         b._lostSession(this, `the server no longer knows the session (${e.message})`);
         b.onEvents();
         return;

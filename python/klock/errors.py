@@ -36,7 +36,9 @@ The remote client (:func:`klock.connect`) adds two more, ``.code`` 0:
 * :class:`Unreachable` (``.name`` "UNREACHABLE"): ``klock serve`` could not be reached (refused,
   reset, timed out) within the reconnect budget; the message names the URL and what failed.
 * :class:`Unauthorized` (``.name`` "UNAUTHORIZED" or "FORBIDDEN"): the server refused the
-  bearer token (HTTP 401/403); the message names the URL. Never retried. With ``.session``
+  bearer token (HTTP 401/403); the message names the URL. Never retried. ``.name``
+  "RESUME_SECRET_REFUSED": a resume without the session's current resume secret (401). With
+  ``.name`` "SESSION_TOKEN_REFUSED" and ``.session``
   set (else ``None``): the server refused that session's token (401), because another client
   resumed the session (a resume issues a new token); a block holding one of its leases is
   lost (``LEASE_RELEASED``) at once, and the session is closed for this client.
@@ -156,7 +158,8 @@ class Unreachable(KlockError):
 
 class Unauthorized(KlockError):
     """The server refused the bearer token: 401 (``UNAUTHORIZED``) or 403 (``FORBIDDEN``); or
-    the session token of session ``.session`` (401: another client resumed the session)."""
+    the session token of session ``.session`` (401 ``SESSION_TOKEN_REFUSED``: another client
+    resumed the session); or a resume's secret (401 ``RESUME_SECRET_REFUSED``)."""
 
     code: int
     name: str

@@ -17,10 +17,11 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   ``Idempotency-Key`` of its own, reused by its retries, so a retry never acts twice.
 * **Errors.** The server's ``{"error": {code, name, message}}`` becomes the in-process class
   of its code (:mod:`klock.errors`); 401/403 :class:`~klock.Unauthorized` naming the URL.
-  *Session token refused*: a 401 to a request carrying a session token whose message names
-  the session token means another client resumed the session (a resume issues a new token):
+  *Session token refused*: a 401 ``SESSION_TOKEN_REFUSED`` to a request naming a session
+  means another client resumed the session (a resume issues a new token):
   :class:`~klock.Unauthorized` with ``.session`` set, never retried; the Klock loses the
-  session's blocks at once (``LEASE_RELEASED``) and forgets the session.
+  session's blocks at once (``LEASE_RELEASED``) and forgets the session. A resume without
+  the session's current resume secret is 401 ``RESUME_SECRET_REFUSED``.
 * **Bounded call.** ``reconnect_timeout`` (default 30 s) is every call's budget, counted from
   its start; one attempt waits at most ``request_timeout`` (default 10 s) and never past the
   budget, so a frozen server costs a call at most the budget.
@@ -430,20 +431,22 @@ class RemoteKernel:
             str(error.get("name")),
             str(error.get("message")),
         )
+        if response.status_code == 401 and name == "SESSION_TOKEN_REFUSED" and session is not None:
+            # The rule "session token refused": the session is no longer this client's
+            # (another client resumed it, which issues a new token): never retried, and
+            # the leases of it this client held are lost (klock.client). Its events are
+            # the other client's from now on.
+            self._forget_session(session)
+            raise Unauthorized(
+                name,
+                f"klock serve at {self.url} refused the session token of session {session} "
+                f"({response.status_code}: {message}): another client resumed the session "
+                "(a resume issues a new token), so it is no longer this client's",
+                session=session,
+            )
+        if response.status_code == 401 and name == "RESUME_SECRET_REFUSED":
+            raise Unauthorized(name, f"klock serve at {self.url}: {message}")
         if response.status_code in (401, 403) and name in ("UNAUTHORIZED", "FORBIDDEN"):
-            if session is not None and _session_token_refused(response.status_code, message):
-                # The rule "session token refused": the session is no longer this client's
-                # (another client resumed it, which issues a new token): never retried, and
-                # the leases of it this client held are lost (klock.client). Its events are
-                # the other client's from now on.
-                self._forget_session(session)
-                raise Unauthorized(
-                    name,
-                    f"klock serve at {self.url} refused the session token of session {session} "
-                    f"({response.status_code}: {message}): another client resumed the session "
-                    "(a resume issues a new token), so it is no longer this client's",
-                    session=session,
-                )
             given = (
                 "no bearer token was given"
                 if self._token is None
@@ -919,13 +922,6 @@ def _error(code: int, name: str, message: str) -> KlockError:
     err = cls(f"{name}: {message}")
     err.code, err.name, err.message = code, name, message
     return err
-
-
-def _session_token_refused(status: int, message: str) -> bool:
-    """Whether a 401 refused the session token (``Klock-Session-Token``), not the bearer token:
-    the server's message names the session token then (server/README.md)."""
-    lowered = message.lower()
-    return status == 401 and ("session token" in lowered or "session-token" in lowered)
 
 
 def _retry_after(response: httpx.Response, backoff: float) -> float:

@@ -20,7 +20,7 @@ def test_a_digest_resumes_in_another_client_only_with_its_secret(memory_server: 
             public = {k: v for k, v in digest.items() if k != "resume_secret"}
             with pytest.raises(klock.KlockError) as refused:
                 other.resume(public)
-            assert refused.value.name == "UNAUTHORIZED"
+            assert refused.value.name == "RESUME_SECRET_REFUSED"
             assert not lease.lost and lease.held
         # The holder's dict (with its secret) resumes it, from another client too.
         again = other.resume(digest)

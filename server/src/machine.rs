@@ -68,8 +68,12 @@ impl Entry {
 pub enum Refused {
     /// The kernel's answer (or, for another namespace's session, its words for an unknown one).
     Kernel(Error),
-    /// The caller did not carry the session's token (or, to resume, its resume secret).
-    Unauthorized(String),
+    /// The caller did not carry the session's token: 401 `SESSION_TOKEN_REFUSED`, a name of
+    /// its own so that a client tells "this session is no longer mine" (another client resumed
+    /// it) from a refused bearer token (`UNAUTHORIZED`) without reading the message.
+    SessionToken(String),
+    /// A resume without the session's current resume secret: 401 `RESUME_SECRET_REFUSED`.
+    ResumeSecret(String),
     /// An idempotency key already answered a request with another fingerprint (Stripe's rule:
     /// a key names one request, never two).
     KeyReused(String),
@@ -571,10 +575,10 @@ impl Machine {
             };
             return match self.resumes.get(&session) {
                 Some(expected) if crate::auth::constant_time_eq(given.as_bytes(), expected.as_bytes()) => Ok(()),
-                Some(_) => Err(Refused::Unauthorized(String::from(
+                Some(_) => Err(Refused::ResumeSecret(String::from(
                     "the resume secret does not match this session (each open or resume hands out a new one and the previous one stops working)",
                 ))),
-                None => Err(Refused::Unauthorized(String::from(
+                None => Err(Refused::ResumeSecret(String::from(
                     "this session has no resume secret (it was opened before the server handed them out): open a new session",
                 ))),
             };
@@ -582,10 +586,10 @@ impl Machine {
         let expected = self.tokens.get(&session).map(String::as_bytes);
         match (caller.token.as_deref().map(str::as_bytes), expected) {
             (Some(given), Some(expected)) if crate::auth::constant_time_eq(given, expected) => Ok(()),
-            (None, _) => Err(Refused::Unauthorized(String::from(
+            (None, _) => Err(Refused::SessionToken(String::from(
                 "this call names a session: send its token (from open or resume) in the Klock-Session-Token header",
             ))),
-            _ => Err(Refused::Unauthorized(String::from(
+            _ => Err(Refused::SessionToken(String::from(
                 "the session token does not match this session",
             ))),
         }

@@ -163,10 +163,13 @@ fn tokens_and_namespaces_guard_every_session() {
     let (status, v) = s.call("POST", &path, &[], "{}");
     assert_eq!(
         (status, v["error"]["name"].as_str()),
-        (401, Some("UNAUTHORIZED"))
+        (401, Some("SESSION_TOKEN_REFUSED"))
     );
-    let (status, _) = s.call("POST", &path, &[("klock-session-token", "0000")], "{}");
-    assert_eq!(status, 401);
+    let (status, v) = s.call("POST", &path, &[("klock-session-token", "0000")], "{}");
+    assert_eq!(
+        (status, v["error"]["name"].as_str()),
+        (401, Some("SESSION_TOKEN_REFUSED"))
+    );
     let other = format!("/v1/ns/team/sessions/{}/heartbeat", a.id);
     let (status, v) = s.call("POST", &other, &[("klock-session-token", &a.token)], "{}");
     assert_eq!(
@@ -501,7 +504,7 @@ fn a_batch_applies_its_operations_in_order_with_per_operation_answers() {
         r[1]["ok"]["verdict"], "DIE",
         "in order: a holds x when b asks"
     );
-    assert_eq!(r[2]["error"]["name"], "UNAUTHORIZED");
+    assert_eq!(r[2]["error"]["name"], "SESSION_TOKEN_REFUSED");
     assert_eq!(r[3]["ok"]["released"], 1);
     assert_eq!(
         r[4]["ok"]["verdict"], "GRANTED",

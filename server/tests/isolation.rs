@@ -104,7 +104,7 @@ fn a_forged_digest_cannot_take_a_session_over() {
         let (status, v) = resume(&s, "default", body);
         assert_eq!(
             (status, v["error"]["name"].as_str()),
-            (401, Some("UNAUTHORIZED")),
+            (401, Some("RESUME_SECRET_REFUSED")),
             "{v}"
         );
     }
@@ -833,7 +833,7 @@ fn logged_resumes_replay_as_answered_and_new_ones_need_the_secret() {
         &entry(3, resume(&d2), Some("cc"), Some(caller(Some("zz")))),
     );
     assert!(
-        matches!(none_bound.output, Err(Refused::Unauthorized(_))),
+        matches!(none_bound.output, Err(Refused::ResumeSecret(_))),
         "{:?}",
         none_bound.output
     );
@@ -851,7 +851,7 @@ fn logged_resumes_replay_as_answered_and_new_ones_need_the_secret() {
         &entry(3, resume(&d2), Some("ee"), Some(caller(Some("aa")))),
     );
     assert!(
-        matches!(reused.output, Err(Refused::Unauthorized(_))),
+        matches!(reused.output, Err(Refused::ResumeSecret(_))),
         "the secret was replaced: {:?}",
         reused.output
     );

@@ -107,7 +107,7 @@ impl fmt::Display for Failure {
                 message,
             } => {
                 write!(f, "the server refused ({status} {name}): {message}")?;
-                if *status == 401 {
+                if name == "UNAUTHORIZED" {
                     f.write_str(" (give the token with --token T or $KLOCK_TOKEN)")?;
                 }
                 Ok(())

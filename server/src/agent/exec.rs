@@ -255,12 +255,12 @@ async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Sessio
                 }
                 return Ok((session, true));
             }
-            // UNAUTHORIZED: the file's resume secret is not the session's (a file saved before
+            // RESUME_SECRET_REFUSED: the file's resume secret is not the session's (a file saved before
             // resume secrets, or a session resumed by another run since).
             Err(Failure::Refused { name, .. })
                 if name == "UNKNOWN_SESSION"
                     || name == "INVALID_DIGEST"
-                    || name == "UNAUTHORIZED" =>
+                    || name == "RESUME_SECRET_REFUSED" =>
             {
                 eprintln!(
                     "klock exec: the session saved in {} is gone ({name}); opening a new one, whose priority starts over",

@@ -192,13 +192,13 @@ impl ApiError {
         }
     }
 
-    fn unauthorized(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::UNAUTHORIZED,
-            code: 0,
-            name: "UNAUTHORIZED",
-            message: message.into(),
-        }
+    /// A resume without the session's current resume secret (401).
+    fn resume_refused(message: impl Into<String>) -> ApiError {
+        ApiError::other(
+            StatusCode::UNAUTHORIZED,
+            "RESUME_SECRET_REFUSED",
+            message.into(),
+        )
     }
 
     fn kernel(e: Error) -> ApiError {
@@ -391,7 +391,10 @@ fn named(ns: &str, sid: &str, headers: &HeaderMap) -> Result<(SessionId, Caller)
 fn refusal(refused: Refused) -> ApiError {
     match refused {
         Refused::Kernel(e) => ApiError::kernel(e),
-        Refused::Unauthorized(message) => ApiError::unauthorized(message),
+        Refused::SessionToken(message) => {
+            ApiError::other(StatusCode::UNAUTHORIZED, "SESSION_TOKEN_REFUSED", message)
+        }
+        Refused::ResumeSecret(message) => ApiError::resume_refused(message),
         Refused::KeyReused(message) => ApiError::other(
             StatusCode::UNPROCESSABLE_ENTITY,
             "IDEMPOTENCY_KEY_REUSED",

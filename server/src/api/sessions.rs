@@ -84,7 +84,7 @@ pub(super) async fn resume(
 ) -> Answer {
     let b: ResumeBody = body(&raw)?;
     let Some(secret) = b.resume_secret.filter(|s| !s.is_empty()) else {
-        return Err(ApiError::unauthorized(
+        return Err(ApiError::resume_refused(
             "a resume needs the session's resume_secret (answered by its open or its last \
              resume, beside session_token): a digest alone is public data",
         ));
