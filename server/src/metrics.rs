@@ -69,6 +69,8 @@ pub struct Metrics {
     pub commit_seconds: Histogram,
     pub commit_entries: AtomicU64,
     pub log_entries: AtomicU64,
+    /// Connections and requests refused before routing (`conn`, `guard`).
+    pub net: std::sync::Arc<crate::conn::NetMetrics>,
 }
 
 impl Default for Metrics {
@@ -79,6 +81,7 @@ impl Default for Metrics {
             commit_seconds: Histogram::new(LATENCY),
             commit_entries: AtomicU64::new(0),
             log_entries: AtomicU64::new(0),
+            net: Default::default(),
         }
     }
 }
@@ -155,6 +158,7 @@ impl Metrics {
             "klock_commit_seconds",
             "Time of one durable log write (one fsync per batch).",
         );
+        self.net.render(&mut out);
         out
     }
 }
