@@ -465,7 +465,8 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     let mut log_entries = 0;
     let (machine, store, history) = match &args.data {
         Some(path) => {
-            let store = Arc::new(Store::open(path).map_err(|e| e.to_string())?);
+            let store =
+                Arc::new(Store::open_with(path, args.accept_log_loss).map_err(|e| e.to_string())?);
             let recovered = recover(&store, &config, &hub)?;
             if let Some(torn) = recovered.torn {
                 eprintln!(

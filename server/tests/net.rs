@@ -559,13 +559,25 @@ fn lists_over_the_id_bound_are_refused_by_name_and_change_nothing() {
 
 // ---- item 12: --socket never deletes what is not a stale socket -------------------------------
 
+/// `klock serve --socket PATH ARGS` expected to refuse: its output once it exits (killed
+/// after 20 s if it does not, as the old code, which served after deleting the path).
 fn serve_on_socket(socket: &Path, data: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_klock"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
         .args(["serve", "--socket", socket.to_str().unwrap()])
         .args(data)
         .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
 }
 
 #[test]
