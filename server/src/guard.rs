@@ -3,11 +3,11 @@
 //!
 //! Contract:
 //! - Without `--tokens`, over TCP (the server then listens on loopback only: `klock serve`
-//!   refuses anything else without tokens), a request's `Host` must be a loopback name with
-//!   the server's port: `localhost`, `127.0.0.1`, `[::1]` (or the loopback address the server
-//!   listens on), e.g. `127.0.0.1:7300`; the port may be left out only when it is the
-//!   scheme's default. Anything else is `403 HOST_NOT_ALLOWED`: a page whose own name was
-//!   re-pointed at 127.0.0.1 (DNS rebinding) sends its own name, never one of these. With
+//!   refuses anything else without tokens), a request's `Host` must be a loopback name:
+//!   `localhost`, `127.0.0.1`, `[::1]` (or the loopback address the server listens on), with
+//!   any port or none (a loopback forwarder or an `ssh -L` tunnel presents its own port).
+//!   Anything else is `403 HOST_NOT_ALLOWED`: a page whose own name was re-pointed at
+//!   127.0.0.1 (DNS rebinding) sends its own name, never one of these. With
 //!   tokens, a page cannot send the bearer token, and a Unix socket is out of a browser's
 //!   reach: no Host check then.
 //! - On every server, a request that may change state (any method but GET, HEAD and OPTIONS)
@@ -43,14 +43,8 @@ impl RequestGuard {
         }
     }
 
-    /// Also accept only loopback Host names with `port` (`listen` is the address the server
-    /// listens on; `default_port` the scheme's, 80 or 443, which a Host may leave out).
-    pub fn loopback(
-        listen: std::net::IpAddr,
-        port: u16,
-        default_port: u16,
-        metrics: Arc<NetMetrics>,
-    ) -> RequestGuard {
+    /// Also accept only loopback Host names (`listen` is the address the server listens on).
+    pub fn loopback(listen: std::net::IpAddr, metrics: Arc<NetMetrics>) -> RequestGuard {
         let mut names = vec![
             String::from("localhost"),
             String::from("127.0.0.1"),
@@ -63,12 +57,8 @@ impl RequestGuard {
         if listen.is_loopback() && !names.contains(&own) {
             names.push(own);
         }
-        let mut hosts: Vec<String> = names.iter().map(|n| format!("{n}:{port}")).collect();
-        if port == default_port {
-            hosts.extend(names);
-        }
         RequestGuard {
-            hosts: Some(hosts.into()),
+            hosts: Some(names.into()),
             metrics,
         }
     }
@@ -77,6 +67,22 @@ impl RequestGuard {
 fn refuse(status: StatusCode, name: &str, message: String) -> Response {
     let body = serde_json::json!({"error": {"code": 0, "name": name, "message": message}});
     (status, Json(body)).into_response()
+}
+
+/// The name of a Host value, without its port (`[::1]:7300` is `[::1]`); `None` if what
+/// follows the name is not a port.
+fn host_name(host: &[u8]) -> Option<&[u8]> {
+    let end = if host.first() == Some(&b'[') {
+        host.iter().position(|b| *b == b']')? + 1
+    } else {
+        host.iter().position(|b| *b == b':').unwrap_or(host.len())
+    };
+    let (name, rest) = host.split_at(end);
+    match rest {
+        [] => Some(name),
+        [b':', port @ ..] if !port.is_empty() && port.iter().all(u8::is_ascii_digit) => Some(name),
+        _ => None,
+    }
 }
 
 /// Whether `value` names JSON: `application/json`, with parameters or not, any case.
@@ -89,8 +95,9 @@ fn is_json(value: &[u8]) -> bool {
 pub async fn guard(State(guard): State<RequestGuard>, request: Request, next: Next) -> Response {
     if let Some(hosts) = &guard.hosts {
         let host = request.headers().get(header::HOST).map(|h| h.as_bytes());
-        let allowed =
-            host.is_some_and(|h| hosts.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(h)));
+        let allowed = host
+            .and_then(host_name)
+            .is_some_and(|h| hosts.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(h)));
         if !allowed {
             guard.metrics.refused_host.fetch_add(1, Relaxed);
             let shown = host.map_or_else(

@@ -81,7 +81,7 @@ before it is in the log on disk; a restarted server resumes where its log ends.
                        let a page served from ORIGIN (exactly, e.g. http://127.0.0.1:8080)
                        read this server from a browser (CORS); repeat it. By default none.
                        Without --tokens, a TCP server answers only requests whose Host is
-                       localhost, 127.0.0.1 or [::1] with its port (403 HOST_NOT_ALLOWED);
+                       localhost, 127.0.0.1 or [::1] (403 HOST_NOT_ALLOWED);
                        a POST's body must be Content-Type: application/json (415).
   --max-connections N  connections at once (default 1024); at the cap the least recently
                        used idle one is closed, or a new one refused (503)
@@ -577,8 +577,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     let check = if args.tokens.is_some() {
         RequestGuard::any_host(Arc::clone(&net))
     } else {
-        let default_port = if tls.is_some() { 443 } else { 80 };
-        RequestGuard::loopback(local.ip(), local.port(), default_port, Arc::clone(&net))
+        RequestGuard::loopback(local.ip(), Arc::clone(&net))
     };
     let app = guarded(app, check);
     println!("klock serve: listening on {scheme}://{local}");

@@ -75,22 +75,25 @@ fn without_tokens_only_loopback_host_names_are_answered() {
             b"",
         )
     };
+    // Any port, or none: a loopback forwarder or an ssh tunnel presents its own.
     for host in [
         format!("127.0.0.1:{port}"),
         format!("localhost:{port}"),
         format!("LOCALHOST:{port}"),
         format!("[::1]:{port}"),
+        format!("127.0.0.1:{}", port.wrapping_add(1)),
+        String::from("localhost"),
     ] {
         let answer = get(&host);
         assert_eq!(status_of(&answer), 200, "{host}: {answer}");
     }
-    // A rebound name (a page of evil.example whose name now points at 127.0.0.1), another
-    // port, no port, and no Host at all.
+    // A rebound name (a page of evil.example whose name now points at 127.0.0.1), names that
+    // merely start like a loopback one, and no Host at all.
     for host in [
         format!("evil.example:{port}"),
-        format!("127.0.0.1:{}", port.wrapping_add(1)),
-        String::from("localhost"),
+        format!("localhost.evil.example:{port}"),
         String::from("127.0.0.1.evil.example"),
+        format!("[::1]evil:{port}"),
     ] {
         let answer = get(&host);
         assert_eq!(
