@@ -54,7 +54,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
                        Beyond loopback it needs --tokens, and TLS unless --insecure.
-  --socket PATH        serve on a Unix socket instead (file permissions guard it)
+  --socket PATH        serve on a Unix socket instead (file permissions guard it); only a
+                       stale socket at PATH is replaced, anything else is refused
   --tls-cert FILE, --tls-key FILE
                        serve HTTPS with this certificate chain and private key (PEM)
   --insecure           allow a non-loopback listener without TLS
@@ -364,6 +365,11 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
     }
     if memory {
         out.data = None;
+    }
+    if out.accept_log_loss && out.data.is_none() {
+        return Err(String::from(
+            "--accept-log-loss goes with a data file (--data), not --memory",
+        ));
     }
     if out.manual_clock && out.data.is_some() {
         return Err(String::from(
