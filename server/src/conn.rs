@@ -88,6 +88,8 @@ pub struct NetMetrics {
     /// Requests refused by [`crate::guard`]: a Host that is not loopback, a non-JSON body.
     pub refused_host: AtomicU64,
     pub refused_content_type: AtomicU64,
+    /// Requests refused for naming too many ids (`api::WorkLimits`).
+    pub refused_too_many_ids: AtomicU64,
 }
 
 impl NetMetrics {
@@ -125,11 +127,12 @@ impl NetMetrics {
         }
         let _ = writeln!(
             out,
-            "# HELP klock_requests_refused_total Requests refused before routing, by reason.\n# TYPE klock_requests_refused_total counter"
+            "# HELP klock_requests_refused_total Requests refused before reaching the engine, by reason.\n# TYPE klock_requests_refused_total counter"
         );
         for (reason, a) in [
             ("host_not_allowed", &self.refused_host),
             ("unsupported_media_type", &self.refused_content_type),
+            ("too_many_ids", &self.refused_too_many_ids),
         ] {
             let _ = writeln!(
                 out,

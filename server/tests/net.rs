@@ -240,6 +240,17 @@ fn idle_and_slow_connections_are_closed_and_a_holder_keeps_its_lease() {
             c
         })
         .collect();
+    // And 5 that send a whole head, then a body that never ends.
+    let mut trickled: Vec<TcpStream> = (0..5)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let head = format!(
+                "POST /v1/ns/default/sessions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"agent"
+            );
+            c.write_all(head.as_bytes()).unwrap();
+            c
+        })
+        .collect();
     // The holder's heartbeat still goes through, on a connection of its own.
     for _ in 0..5 {
         let (status, v) = on(&s, &holder, "heartbeat", json!({"lease_ids": [lease]}));
@@ -248,7 +259,11 @@ fn idle_and_slow_connections_are_closed_and_a_holder_keeps_its_lease() {
     }
     // Every idle and slow connection is closed by the server (the bound only ends a failing
     // run: on the old code they stayed open forever).
-    for c in slow.iter_mut().chain(idle.iter_mut()) {
+    for c in slow
+        .iter_mut()
+        .chain(idle.iter_mut())
+        .chain(trickled.iter_mut())
+    {
         assert!(
             closed_by_server(c, Duration::from_secs(20)),
             "a connection stayed open"
@@ -261,6 +276,10 @@ fn idle_and_slow_connections_are_closed_and_a_holder_keeps_its_lease() {
     );
     assert!(
         metrics.contains("klock_connections_closed_total{reason=\"header_timeout\"} 20"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("klock_connections_closed_total{reason=\"body_timeout\"} 5"),
         "{metrics}"
     );
 }
@@ -528,6 +547,11 @@ fn lists_over_the_id_bound_are_refused_by_name_and_change_nothing() {
         "{v}"
     );
     assert_eq!(state_hash(&s), before, "a refused request changed nothing");
+    let metrics = support_metrics(s.port());
+    assert!(
+        metrics.contains("klock_requests_refused_total{reason=\"too_many_ids\"} 4"),
+        "{metrics}"
+    );
     // At the bounds: accepted.
     for what in ["heartbeat", "reconcile"] {
         let (status, v) = s.call(

@@ -175,6 +175,7 @@ pub(super) async fn batch(
         | BatchOp::Reconcile { lease_ids: ids, .. } = op
         {
             WorkLimits::check(
+                &api,
                 ids.len(),
                 api.work.max_ids,
                 "a batch's heartbeat or reconcile",
@@ -182,7 +183,7 @@ pub(super) async fn batch(
         }
         items += op.items();
     }
-    WorkLimits::check(items, api.work.max_batch_items, "the batch")?;
+    WorkLimits::check(&api, items, api.work.max_batch_items, "the batch")?;
     let now = now_of(&headers)?;
     let key = header(&headers, "idempotency-key")?;
     let submissions = b

@@ -208,7 +208,7 @@ pub(super) async fn heartbeat(
         ));
     }
     if let Some(ids) = &b.lease_ids {
-        WorkLimits::check(ids.len(), api.work.max_ids, "a heartbeat")?;
+        WorkLimits::check(&api, ids.len(), api.work.max_ids, "a heartbeat")?;
     }
     let leases = b.lease_ids.map(lease_ids);
     let make = |session| Command::Heartbeat { session, leases };
@@ -269,7 +269,7 @@ pub(super) async fn reconcile(
             "reconcile takes {\"lease_ids\": [...]}",
         ));
     };
-    WorkLimits::check(ids.len(), api.work.max_ids, "a reconcile")?;
+    WorkLimits::check(&api, ids.len(), api.work.max_ids, "a reconcile")?;
     let leases = lease_ids(ids);
     let make = |session| Command::Reconcile { session, leases };
     let (_, out) = on_session(&api, &headers, &path, "reconcile", make).await?;

@@ -95,11 +95,13 @@ impl WorkLimits {
         }
     }
 
-    /// `count` ids of a `what` against `limit`, refused by name over it.
-    fn check(count: usize, limit: usize, what: &str) -> Result<(), ApiError> {
+    /// `count` ids of a `what` against `limit`, refused by name (and counted) over it.
+    fn check(api: &Api, count: usize, limit: usize, what: &str) -> Result<(), ApiError> {
         if count <= limit {
             return Ok(());
         }
+        let refused = &api.engine.metrics().net.refused_too_many_ids;
+        refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Err(ApiError::other(
             StatusCode::PAYLOAD_TOO_LARGE,
             "TOO_MANY_IDS",
