@@ -242,6 +242,34 @@ fn wall_now() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The first whole record of the log at `path`, `(index, payload)`: `None` if it has none
+/// (empty, or cut inside its first record).
+fn first_record(path: &Path) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+    let mut file = File::open(path)?;
+    let mut head = [0u8; HEADER];
+    let cut = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => Ok(None),
+        _ => Err(e),
+    };
+    if let Err(e) = file.read_exact(&mut head) {
+        return cut(e);
+    }
+    let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+    let (len, crc) = (word(0), word(4));
+    let index = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+    if len > MAX_ENTRY_BYTES {
+        return Ok(None);
+    }
+    let mut payload = vec![0u8; len as usize];
+    if let Err(e) = file.read_exact(&mut payload) {
+        return cut(e);
+    }
+    let mut check = crc32fast::Hasher::new();
+    check.update(&index.to_le_bytes());
+    check.update(&payload);
+    Ok((check.finalize() == crc).then_some((index, payload)))
+}
+
 /// Whole records of `bytes` and where they end: `(index, payload)` pairs.
 fn records(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     let mut out = Vec::new();
@@ -315,7 +343,8 @@ impl Store {
         };
         let log_path = log_path(path);
         let mut lost = None;
-        match std::fs::read(&log_path) {
+        // Only the first record is read here (a log can be large: `load` reads it once).
+        match first_record(&log_path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if has_history {
                     if !accept_log_loss {
@@ -338,9 +367,8 @@ impl Store {
                     log_path.display()
                 )))
             }
-            Ok(bytes) => {
-                let (whole, _) = records(&bytes);
-                let header = whole.first().filter(|(index, _)| *index == 0);
+            Ok(first) => {
+                let header = first.as_ref().filter(|(index, _)| *index == 0);
                 match header {
                     Some((_, payload)) => {
                         let header: Header = serde_json::from_slice(payload).map_err(|e| {
@@ -376,7 +404,7 @@ impl Store {
                             id = header.log_of;
                         }
                     }
-                    None if whole.is_empty() => {
+                    None if first.is_none() => {
                         // Cut short inside its header (or to nothing): a torn tail, which
                         // `load` reports and cuts; the header is written again then.
                     }
@@ -396,6 +424,7 @@ impl Store {
                     }
                     None => {
                         // A log from before headers: adopted whole, behind a header.
+                        let bytes = std::fs::read(&log_path).map_err(fail("read the log"))?;
                         let mut adopted = record_bytes(0, &header_of(&id, 0)?)?;
                         adopted.extend_from_slice(&bytes);
                         replace_log(&log_path, &adopted)?;

@@ -179,3 +179,53 @@ fn a_log_of_another_data_file_or_newer_than_the_data_file_is_refused_by_name() {
     let err = refused(&["--data", cd]);
     assert!(err.contains("LOG_NEWER_THAN_DATA"), "{err}");
 }
+
+/// A data file and log written before logs had headers (no id in the data file, no header
+/// record in the log) start as before: the log is adopted, behind a header naming the file.
+#[test]
+fn a_log_from_before_headers_is_adopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("k.redb");
+    let log = klock_server::store::log_path(&data);
+    let d = data.to_str().unwrap();
+    let first = {
+        let s = Server::start(&["--data", d, "--snapshot-every", "0"]);
+        let a = open(&s, "default", "a");
+        let (fence, _) = grant(&s, &a, "r");
+        s.kill();
+        fence
+    };
+    // Back to the old layout: the header record cut from the log, the id from the data file.
+    let bytes = std::fs::read(&log).unwrap();
+    assert_eq!(
+        &bytes[8..16],
+        &0u64.to_le_bytes(),
+        "the log starts with its header"
+    );
+    let header_len = 16 + u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
+    std::fs::write(&log, &bytes[header_len..]).unwrap();
+    {
+        let db = redb::Database::open(&data).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("meta");
+            let mut table = txn.open_table(meta).unwrap();
+            table.remove("id").unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let s = Server::start(&["--data", d]);
+    let a = open(&s, "default", "b");
+    let (fence, _) = grant(&s, &a, "r");
+    assert!(
+        fence > first,
+        "the history was kept: fence {fence} after {first}"
+    );
+    s.kill();
+    let bytes = std::fs::read(&log).unwrap();
+    assert_eq!(
+        &bytes[8..16],
+        &0u64.to_le_bytes(),
+        "adopted behind a header"
+    );
+}
