@@ -29,6 +29,7 @@ const RUN: Duration = Duration::from_secs(3);
 struct Conn {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
+    port: u16,
 }
 
 impl Conn {
@@ -38,6 +39,7 @@ impl Conn {
         Conn {
             reader: BufReader::new(s.try_clone().unwrap()),
             writer: s,
+            port,
         }
     }
 
@@ -49,7 +51,8 @@ impl Conn {
         body: &str,
     ) -> (u16, Value) {
         let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nhost: b\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            self.port,
             body.len()
         );
         for (k, v) in headers {
@@ -66,6 +69,7 @@ impl Conn {
             .and_then(|c| c.parse().ok())
             .expect("status");
         let mut length = 0;
+        let mut close = false;
         loop {
             line.clear();
             self.reader.read_line(&mut line).expect("header");
@@ -77,10 +81,15 @@ impl Conn {
                 if k.eq_ignore_ascii_case("content-length") {
                     length = v.trim().parse().expect("length");
                 }
+                // The server closes a connection after its request limit: open another.
+                close |= k.eq_ignore_ascii_case("connection") && v.trim() == "close";
             }
         }
         let mut payload = vec![0; length];
         self.reader.read_exact(&mut payload).expect("body");
+        if close {
+            *self = Conn::new(self.port);
+        }
         (
             status,
             serde_json::from_slice(&payload).unwrap_or(Value::Null),

@@ -51,7 +51,7 @@ pub fn request(
     s.set_read_timeout(Some(Duration::from_secs(40)))
         .map_err(fail)?;
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: klock\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {

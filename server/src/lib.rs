@@ -14,6 +14,8 @@
 //! - [`recovery`]: building the machine from the store on start.
 //! - [`api`]: the HTTP routes (`/v1`), translation only.
 //! - [`auth`]: bearer tokens, roles, namespaces and per-token limits.
+//! - [`conn`]: accepting and keeping connections within bounds (caps, timeouts).
+//! - [`guard`]: what a web page must not do (Host on loopback, JSON bodies only).
 //! - [`conformance`]: every vector through the HTTP API of a spawned manual-clock server.
 //! - [`agent`]: the tools agents run against a server: `klock exec`, `klock mcp`,
 //!   `klock status`, `klock reconcile`.
@@ -22,9 +24,11 @@ pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod conformance;
+pub mod conn;
 pub mod dashboard;
 pub mod engine;
 pub mod events;
+pub mod guard;
 pub mod history;
 pub mod http_client;
 pub mod machine;

@@ -13,16 +13,20 @@
 use klock_core::{Config, Policy};
 use klock_server::api::{self, Api};
 use klock_server::auth::{self, Auth};
+use klock_server::conn::{self, ConnLimits};
 use klock_server::engine::{self, Clock, EngineConfig};
 use klock_server::events::EventHub;
+use klock_server::guard::{self, RequestGuard};
 use klock_server::history::History;
 use klock_server::machine::Machine;
+use klock_server::metrics::Metrics;
 use klock_server::recovery::recover;
 use klock_server::store::Store;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 const USAGE: &str = "\
 usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and examples)
@@ -43,13 +47,18 @@ usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
                    [--max-sessions-per-token N] [--max-sessions-per-namespace N]
                    [--idempotency-bytes N]
                    [--event-bytes N]
+                   [--max-connections N] [--max-connections-per-peer N]
+                   [--header-timeout-ms MS] [--idle-timeout-ms MS]
+                   [--max-requests-per-connection N] [--max-request-ids N]
+                   [--max-batch-items N] [--accept-log-loss]
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
 
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
                        Beyond loopback it needs --tokens, and TLS unless --insecure.
-  --socket PATH        serve on a Unix socket instead (file permissions guard it)
+  --socket PATH        serve on a Unix socket instead (file permissions guard it); only a
+                       stale socket at PATH is replaced, anything else is refused
   --tls-cert FILE, --tls-key FILE
                        serve HTTPS with this certificate chain and private key (PEM)
   --insecure           allow a non-loopback listener without TLS
@@ -75,6 +84,25 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --allow-origin ORIGIN
                        let a page served from ORIGIN (exactly, e.g. http://127.0.0.1:8080)
                        read this server from a browser (CORS); repeat it. By default none.
+                       Without --tokens, a TCP server answers only requests whose Host is
+                       localhost, 127.0.0.1 or [::1] (403 HOST_NOT_ALLOWED);
+                       a POST's body must be Content-Type: application/json (415).
+  --max-connections N  connections at once (default 1024); at the cap the least recently
+                       used idle one is closed, or a new one refused (503)
+  --max-connections-per-peer N
+                       connections from one IP address (default 256)
+  --header-timeout-ms MS
+                       time a request's head, its body, or a TLS handshake may take
+                       (default 10000)
+  --idle-timeout-ms MS close a connection idle this long (default 60000)
+  --max-requests-per-connection N
+                       requests one connection serves before it is closed (default 10000)
+  --max-request-ids N  lease ids one heartbeat or reconcile may name (default: the kernel's
+                       max_leases_per_session); 413 TOO_MANY_IDS beyond
+  --max-batch-items N  lease ids and intents one batch may carry in all (default 4096)
+  --accept-log-loss    start from a data file whose log is missing or is another file's
+                       (refused otherwise): the history after its last snapshot is lost,
+                       but fences and server time still never go back
   --max-sessions-per-token N, --max-sessions-per-namespace N
                        open sessions at once per bearer token (default 1000) and per
                        namespace (default 10000); an open over either is 429
@@ -154,6 +182,12 @@ struct ServeArgs {
     idempotency_bytes: usize,
     /// `--event-bytes`: the byte budget of the events kept for the streams.
     event_bytes: usize,
+    /// How much work one request may give the engine (`--max-request-ids`, `--max-batch-items`).
+    work: api::WorkLimits,
+    /// Connection bounds (`--max-connections`, `--header-timeout-ms`, ...).
+    conn: ConnLimits,
+    /// `--accept-log-loss`: start from a data file whose log is missing (see recovery.rs).
+    accept_log_loss: bool,
 }
 
 /// Applies one `--config NAME=VALUE`: `policy`, or a numeric field, named as the kernel names
@@ -194,7 +228,11 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         },
         idempotency_bytes: klock_server::machine::DEFAULT_ANSWER_BYTES,
         event_bytes: klock_server::events::DEFAULT_BUDGET,
+        work: api::WorkLimits::for_config(&Config::default()),
+        conn: ConnLimits::default(),
+        accept_log_loss: false,
     };
+    let (mut max_ids, mut max_batch_items) = (None, None);
     let mut dashboard = false;
     let mut dashboard_pkg = None;
     let mut history = None;
@@ -308,12 +346,51 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                 }
                 i += 2;
             }
+            "--max-request-ids" => {
+                max_ids = Some(positive(flag, value()?)?);
+                i += 2;
+            }
+            "--max-batch-items" => {
+                max_batch_items = Some(positive(flag, value()?)?);
+                i += 2;
+            }
+            "--max-connections" => {
+                out.conn.max_total = positive(flag, value()?)?;
+                i += 2;
+            }
+            "--max-connections-per-peer" => {
+                out.conn.max_per_peer = positive(flag, value()?)?;
+                i += 2;
+            }
+            "--header-timeout-ms" => {
+                out.conn.header_timeout = Duration::from_millis(positive(flag, value()?)? as u64);
+                i += 2;
+            }
+            "--idle-timeout-ms" => {
+                out.conn.idle_timeout = Duration::from_millis(positive(flag, value()?)? as u64);
+                i += 2;
+            }
+            "--max-requests-per-connection" => {
+                out.conn.max_requests = positive(flag, value()?)? as u64;
+                i += 2;
+            }
+            "--accept-log-loss" => {
+                out.accept_log_loss = true;
+                i += 1;
+            }
             _ => return Err(format!("unknown argument {flag:?}")),
         }
     }
     out.config
         .validate()
         .map_err(|e| format!("--config: {}", e.message))?;
+    out.work = api::WorkLimits::for_config(&out.config);
+    if let Some(n) = max_ids {
+        out.work.max_ids = n;
+    }
+    if let Some(n) = max_batch_items {
+        out.work.max_batch_items = n;
+    }
     if dashboard_pkg.is_some() && !dashboard {
         return Err(String::from("--dashboard-pkg goes with --dashboard"));
     }
@@ -332,6 +409,11 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
     }
     if memory {
         out.data = None;
+    }
+    if out.accept_log_loss && out.data.is_none() {
+        return Err(String::from(
+            "--accept-log-loss goes with a data file (--data), not --memory",
+        ));
     }
     if out.manual_clock && out.data.is_some() {
         return Err(String::from(
@@ -363,6 +445,14 @@ fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         }
     }
     Ok(out)
+}
+
+/// A flag's whole number above 0.
+fn positive(flag: &str, v: &str) -> Result<usize, String> {
+    v.parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{flag} needs a whole number above 0, got {v:?}"))
 }
 
 fn main() -> ExitCode {
@@ -416,12 +506,17 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: ServeArgs) -> Result<(), String> {
+    // Before the data file is touched: a wrong --socket must change nothing.
+    if let Some(path) = &args.socket {
+        remove_stale_socket(path)?;
+    }
     let config = args.config.clone();
     let hub = Arc::new(EventHub::new(args.event_bytes));
     let mut log_entries = 0;
     let (machine, store, history) = match &args.data {
         Some(path) => {
-            let store = Arc::new(Store::open(path).map_err(|e| e.to_string())?);
+            let store =
+                Arc::new(Store::open_with(path, args.accept_log_loss).map_err(|e| e.to_string())?);
             let recovered = recover(&store, &config, &hub)?;
             if let Some(torn) = recovered.torn {
                 eprintln!(
@@ -452,6 +547,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     };
     let mut machine = machine;
     machine.set_answer_budget(args.idempotency_bytes);
+    let metrics = Arc::new(Metrics::default());
     let clock = if args.manual_clock {
         Clock::Manual
     } else {
@@ -464,7 +560,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
             clock,
             snapshot_every: args.snapshot_every,
             log_entries,
-            metrics: Default::default(),
+            metrics: Arc::clone(&metrics),
         },
         hub,
         history,
@@ -482,6 +578,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         engine,
         auth: Arc::clone(&auth),
         caps: args.caps,
+        work: args.work,
     });
     if let Some(pkg) = &args.dashboard {
         app = app.merge(klock_server::dashboard::router(pkg.clone(), auth));
@@ -498,58 +595,123 @@ async fn run(args: ServeArgs) -> Result<(), String> {
             eprintln!("klock serve: dashboard at {base}/dashboard/?live");
         }
     };
+    raise_fd_limit(args.conn.max_total);
+    let net = Arc::clone(&metrics.net);
+    let stop = || async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    // Host names are checked only where a browser's page could reach a tokenless server.
+    let guarded = |app: axum::Router, check: RequestGuard| {
+        app.layer(axum::middleware::from_fn_with_state(check, guard::guard))
+    };
     if let Some(path) = &args.socket {
-        // A stale socket file from an earlier run would make the bind fail.
-        if path.exists() {
-            std::fs::remove_file(path)
-                .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
-        }
         let listener = tokio::net::UnixListener::bind(path)
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
         println!("klock serve: listening on unix:{}", path.display());
-        return axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
+        let app = guarded(app, RequestGuard::any_host(Arc::clone(&net)));
+        return conn::serve(listener, app, None, args.conn, net, stop())
             .await
             .map_err(|e| format!("server error: {e}"));
     }
-    let Some((cert, key)) = &args.tls else {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-        let local = listener.local_addr().map_err(|e| e.to_string())?;
-        println!("klock serve: listening on http://{local}");
-        dashboard_note(&format!("http://{local}"));
-        return axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .map_err(|e| format!("server error: {e}"));
+    let tls = match &args.tls {
+        None => None,
+        Some((cert, key)) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+                .await
+                .map_err(|e| format!("cannot load the TLS certificate or key: {e}"))?;
+            Some(tokio_rustls::TlsAcceptor::from(config.get_inner()))
+        }
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+    let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .map_err(|e| format!("cannot load the TLS certificate or key: {e}"))?;
-    let listener = std::net::TcpListener::bind(args.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    let handle = axum_server::Handle::new();
-    let stopper = handle.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
-    });
-    println!("klock serve: listening on https://{local}");
-    dashboard_note(&format!("https://{local}"));
-    axum_server::from_tcp_rustls(listener, config)
-        .map_err(|e| e.to_string())?
-        .handle(handle)
-        .serve(app.into_make_service())
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let check = if args.tokens.is_some() {
+        RequestGuard::any_host(Arc::clone(&net))
+    } else {
+        RequestGuard::loopback(local.ip(), Arc::clone(&net))
+    };
+    let app = guarded(app, check);
+    println!("klock serve: listening on {scheme}://{local}");
+    dashboard_note(&format!("{scheme}://{local}"));
+    conn::serve(listener, app, tls, args.conn, net, stop())
         .await
         .map_err(|e| format!("server error: {e}"))
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime does: each
+/// connection is a descriptor, and a soft limit of 1,024 would stop accepting below
+/// `--max-connections`. Says so if even the hard limit is too low.
+fn raise_fd_limit(connections: usize) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    // Room for the data files, the runtime and a margin.
+    if (limit.rlim_cur as u128) < connections as u128 + 64 {
+        eprintln!(
+            "klock serve: the limit on open files ({}) is below --max-connections ({connections}) plus a margin; \
+             new connections will wait when it runs out (raise it with ulimit -n)",
+            limit.rlim_cur
+        );
+    }
+}
+
+fn remove_stale_socket(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("SOCKET_PATH_UNUSABLE: cannot inspect {shown}: {e}")),
+    };
+    if !meta.file_type().is_socket() {
+        let kind = if meta.is_file() {
+            "a regular file"
+        } else if meta.is_dir() {
+            "a directory"
+        } else if meta.file_type().is_symlink() {
+            "a symbolic link"
+        } else {
+            "not a socket"
+        };
+        return Err(format!(
+            "SOCKET_PATH_NOT_A_SOCKET: refusing --socket {shown}: it is {kind}, and only a stale \
+             socket is ever replaced; choose another path"
+        ));
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(format!(
+            "SOCKET_IN_USE: refusing --socket {shown}: a server answers on it; stop it first \
+             or choose another path"
+        )),
+        // Nothing listens: a socket left by a server that is gone.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .map_err(|e| {
+                format!("SOCKET_PATH_UNUSABLE: cannot remove the stale socket {shown}: {e}")
+            }),
+        Err(e) => Err(format!(
+            "SOCKET_PATH_UNUSABLE: refusing --socket {shown}: cannot tell whether a server \
+             answers on it ({e})"
+        )),
+    }
 }
 
 fn conformance(args: &[String]) -> ExitCode {

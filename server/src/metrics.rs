@@ -73,6 +73,8 @@ pub struct Metrics {
     pub sessions_refused: AtomicU64,
     /// Bytes of remembered idempotency answers, as of the last scrape.
     pub idempotency_bytes: AtomicU64,
+    /// Connections and requests refused before routing (`conn`, `guard`).
+    pub net: std::sync::Arc<crate::conn::NetMetrics>,
 }
 
 impl Default for Metrics {
@@ -85,6 +87,7 @@ impl Default for Metrics {
             log_entries: AtomicU64::new(0),
             sessions_refused: AtomicU64::new(0),
             idempotency_bytes: AtomicU64::new(0),
+            net: Default::default(),
         }
     }
 }
@@ -171,6 +174,7 @@ impl Metrics {
             out,
             "# HELP klock_idempotency_answer_bytes Bytes of remembered idempotency answers (budget: --idempotency-bytes).\n# TYPE klock_idempotency_answer_bytes gauge\nklock_idempotency_answer_bytes {bytes}"
         );
+        self.net.render(&mut out);
         out
     }
 }

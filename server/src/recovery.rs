@@ -14,12 +14,27 @@
 //! nothing in it was ever answered. A new file records the configuration it is created with;
 //! an existing file keeps its own, and a different one asked for is an error rather than a
 //! silent choice.
+//!
+//! A log lost and accepted (`--accept-log-loss`, see store.rs) starts from the data file's
+//! snapshot moved past anything the lost log can have issued (issue 22 item 13): the lost
+//! entries were written after the snapshot's wall-clock time, at most
+//! [`MAX_ISSUED_PER_MS`] log entries and leases a millisecond, and server time runs no faster
+//! than the wall clock (it stops while the server is down). So the next fence, the next log
+//! index and server time start past the snapshot's by the wall-clock time since it times
+//! that rate (time by the time since itself), and the raised state is stored at once as the
+//! new snapshot. A wall clock reading earlier than the snapshot bounds nothing and is refused
+//! (`LOG_LOSS_UNBOUNDED`).
 
 use crate::events::{EventHub, Membership};
 use crate::history::{History, Step, DEFAULT_CAPACITY};
 use crate::machine::{Entry, Machine};
-use crate::store::{Store, TornTail};
+use crate::store::{LogLoss, Store, TornTail};
 use klock_core::Config;
+
+/// More log entries, or leases, than one engine task can make in a millisecond (it makes
+/// well under a thousand: each costs a kernel step, and entries a durable write): the bound
+/// on what a lost log can have issued per millisecond of wall-clock time.
+pub const MAX_ISSUED_PER_MS: u64 = 10_000;
 
 /// The machine a data file describes, and what was done to get it.
 pub struct Recovered {
@@ -78,6 +93,9 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
         }
         None => Machine::new(config).map_err(|e| e.message)?,
     };
+    if let Some(loss) = &loaded.lost {
+        machine = past_the_loss(store, &machine, loss)?;
+    }
     let replayed = loaded.entries.len() as u64;
     let mut history = History::new(&machine, DEFAULT_CAPACITY);
     let mut step = |machine: &Machine, commands| {
@@ -118,4 +136,53 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
         torn: loaded.torn,
         history,
     })
+}
+
+/// The machine after an accepted log loss: `machine` (the data file's snapshot) with its next
+/// fence, log index and time moved past anything the lost log can have issued, stored as the
+/// new snapshot (see the module contract).
+fn past_the_loss(store: &Store, machine: &Machine, loss: &LogLoss) -> Result<Machine, String> {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let since = store.wall_ms().map_err(|e| e.to_string())?;
+    let Some(elapsed) = since.and_then(|at| wall.checked_sub(at)) else {
+        return Err(format!(
+            "LOG_LOSS_UNBOUNDED: {} accepted, but the wall clock reads earlier than the data \
+             file's last snapshot (or the file records no time): nothing bounds the fences the \
+             lost log issued; fix the clock, or restore the log",
+            loss.name()
+        ));
+    };
+    let issued = elapsed.saturating_mul(MAX_ISSUED_PER_MS).saturating_add(1);
+    let mut snapshot = machine.snapshot();
+    snapshot.state.next_lease = snapshot.state.next_lease.saturating_add(issued);
+    snapshot.applied = snapshot.applied.saturating_add(issued);
+    let now = snapshot
+        .last_now
+        .max(snapshot.state.clock)
+        .saturating_add(elapsed);
+    snapshot.last_now = now;
+    snapshot.state.clock = now;
+    snapshot.hash = snapshot.state.hash();
+    let raised = Machine::restore(&snapshot).map_err(|e| e.to_string())?;
+    store
+        .compact(&raised.snapshot())
+        .map_err(|e| e.to_string())?;
+    let aside = match loss {
+        LogLoss::Missing => String::new(),
+        LogLoss::Mismatch { moved_to } | LogLoss::Newer { moved_to, .. } => {
+            format!(" (the log was set aside as {})", moved_to.display())
+        }
+    };
+    eprintln!(
+        "klock serve: {} accepted (--accept-log-loss){aside}: started from the snapshot of entry \
+         {}, {elapsed} ms of wall-clock time ago; fences now start at {}, log indexes at {}, \
+         server time at {now} ms",
+        loss.name(),
+        machine.applied(),
+        snapshot.state.next_lease,
+        snapshot.applied + 1
+    );
+    Ok(raised)
 }

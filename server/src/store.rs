@@ -19,19 +19,36 @@
 //!   prefix and says so. Nothing in a torn tail was ever answered (answers wait for the sync).
 //! - Entries are JSON (`machine::Entry`): self-contained, readable, and the encoding a Raft log
 //!   will carry.
+//! - The two files belong together (issue 22 item 13). The redb file records a random id when
+//!   it is created; the log starts with a header record (index 0, which no entry has) naming
+//!   that id and the snapshot it follows. A log is only ever replaced whole (written beside,
+//!   synced, renamed over), so it always has its header. Opening refuses, by name, a data file
+//!   with history whose log is gone (`LOG_MISSING`), a log whose header names another data
+//!   file (`LOG_MISMATCH`), and a log that follows a later snapshot than the data file holds
+//!   (`LOG_NEWER_THAN_DATA`: the data file was restored from an older copy). With
+//!   `accept_log_loss` these start from the data file alone (a log that is not its own is
+//!   renamed aside, never deleted) and [`Loaded::lost`] says so; the caller must then move
+//!   fences, server time and log indexes past anything the lost log could have issued
+//!   ([`Store::wall_ms`]: the wall-clock time of the last snapshot bounds it). A log cut
+//!   short, even inside its header, is a torn tail as before; a log without any header is one
+//!   written before headers existed and is adopted (given the data file's id).
 
 use crate::machine::{Entry, MachineSnapshot};
 use klock_core::Config;
-use redb::{Database, ReadableDatabase, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const SNAPSHOT_KEY: &str = "snapshot";
 const CONFIG_KEY: &str = "config";
+/// The data file's id, which its log's header names.
+const ID_KEY: &str = "id";
+/// Wall-clock ms (Unix) when the snapshot (or, before any, the configuration) was stored.
+const WALL_KEY: &str = "wall_ms";
 /// Bytes before a record's entry: length, CRC, index.
 const HEADER: usize = 16;
 /// The largest entry a record may carry (a manifest of 256 long resources fits many times).
@@ -69,6 +86,44 @@ pub struct Loaded {
     pub entries: Vec<(u64, Entry)>,
     /// The torn tail the log ended in, if it did.
     pub torn: Option<TornTail>,
+    /// The log that was missing or not this file's, accepted (`accept_log_loss`): the
+    /// entries after the snapshot are lost.
+    pub lost: Option<LogLoss>,
+}
+
+/// A log that cannot continue the data file (see the module contract).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogLoss {
+    /// The data file has history but no log beside it.
+    Missing,
+    /// The log's header names another data file (renamed aside to `moved_to`).
+    Mismatch { moved_to: PathBuf },
+    /// The log follows the snapshot at entry `base`; the data file's ends at `applied`.
+    Newer {
+        base: u64,
+        applied: u64,
+        moved_to: PathBuf,
+    },
+}
+
+impl LogLoss {
+    /// The stable name of the condition.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LogLoss::Missing => "LOG_MISSING",
+            LogLoss::Mismatch { .. } => "LOG_MISMATCH",
+            LogLoss::Newer { .. } => "LOG_NEWER_THAN_DATA",
+        }
+    }
+}
+
+/// The header record that starts every log: the data file it belongs to and the snapshot it
+/// follows.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    log_of: String,
+    base: u64,
 }
 
 struct Log {
@@ -82,6 +137,11 @@ pub struct Store {
     db: Database,
     log_path: PathBuf,
     log: Mutex<Log>,
+    /// The data file's id, which the log's header names.
+    id: String,
+    accept_log_loss: bool,
+    /// A loss found (and accepted) on open, for [`Store::load`] to report.
+    lost: Mutex<Option<LogLoss>>,
 }
 
 /// The path of the log beside the redb file `data`.
@@ -93,19 +153,129 @@ pub fn log_path(data: &Path) -> PathBuf {
 
 fn record(index: u64, entry: &Entry) -> Result<Vec<u8>, StoreError> {
     let payload = serde_json::to_vec(entry).map_err(fail("encode an entry"))?;
+    record_bytes(index, &payload)
+}
+
+/// A record of `payload` at `index` (0: the header).
+fn record_bytes(index: u64, payload: &[u8]) -> Result<Vec<u8>, StoreError> {
     let len = u32::try_from(payload.len())
         .ok()
         .filter(|&n| n <= MAX_ENTRY_BYTES)
         .ok_or_else(|| StoreError(format!("entry {index} is too large to log")))?;
     let mut crc = crc32fast::Hasher::new();
     crc.update(&index.to_le_bytes());
-    crc.update(&payload);
+    crc.update(payload);
     let mut out = Vec::with_capacity(HEADER + payload.len());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&crc.finalize().to_le_bytes());
     out.extend_from_slice(&index.to_le_bytes());
-    out.extend_from_slice(&payload);
+    out.extend_from_slice(payload);
     Ok(out)
+}
+
+fn header_of(id: &str, base: u64) -> Result<Vec<u8>, StoreError> {
+    let header = Header {
+        log_of: id.to_owned(),
+        base,
+    };
+    serde_json::to_vec(&header).map_err(fail("encode the log's header"))
+}
+
+/// A fresh random id for a data file.
+fn new_id() -> Result<String, StoreError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(fail("draw a data file id"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Replaces the log at `path` with `bytes` whole: written beside it, synced, renamed over it,
+/// and the directory synced, so a crash leaves the old log or the new one, never a part.
+fn replace_log(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".new");
+    let beside = PathBuf::from(name);
+    // The log holds every agent's leases and the hashes of session secrets: a new one is
+    // readable by its owner only (0600); one that replaces a log keeps that log's mode (an
+    // operator may have chosen it). Made anew, so a stale `.new` passes on no other mode.
+    let mode = std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o777);
+    let _ = std::fs::remove_file(&beside);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&beside)
+        .map_err(|e| StoreError(format!("cannot write {}: {e}", beside.display())))?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(fail("set the new log's mode"))?;
+    file.write_all(bytes).map_err(fail("write the new log"))?;
+    file.sync_all().map_err(fail("sync the new log"))?;
+    std::fs::rename(&beside, path).map_err(fail("put the new log in place"))?;
+    sync_dir(path)
+}
+
+fn sync_dir(path: &Path) -> Result<(), StoreError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(fail("sync the data directory"))?;
+    }
+    Ok(())
+}
+
+/// A new log at `path`: only its header, naming data file `id` and the snapshot at `base`.
+fn start_log(path: &Path, id: &str, base: u64) -> Result<(), StoreError> {
+    replace_log(path, &record_bytes(0, &header_of(id, base)?)?)
+}
+
+/// Renames a log that is not the data file's out of the way (never deletes it).
+fn set_aside(path: &Path) -> Result<PathBuf, StoreError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".set-aside-{stamp}"));
+    let aside = PathBuf::from(name);
+    std::fs::rename(path, &aside).map_err(|e| {
+        StoreError(format!(
+            "cannot set the log aside to {}: {e}",
+            aside.display()
+        ))
+    })?;
+    Ok(aside)
+}
+
+fn wall_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The first whole record of the log at `path`, `(index, payload)`: `None` if it has none
+/// (empty, or cut inside its first record).
+fn first_record(path: &Path) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+    let mut file = File::open(path)?;
+    let mut head = [0u8; HEADER];
+    let cut = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => Ok(None),
+        _ => Err(e),
+    };
+    if let Err(e) = file.read_exact(&mut head) {
+        return cut(e);
+    }
+    let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+    let (len, crc) = (word(0), word(4));
+    let index = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+    if len > MAX_ENTRY_BYTES {
+        return Ok(None);
+    }
+    let mut payload = vec![0u8; len as usize];
+    if let Err(e) = file.read_exact(&mut payload) {
+        return cut(e);
+    }
+    let mut check = crc32fast::Hasher::new();
+    check.update(&index.to_le_bytes());
+    check.update(&payload);
+    Ok((check.finalize() == crc).then_some((index, payload)))
 }
 
 /// Whole records of `bytes` and where they end: `(index, payload)` pairs.
@@ -135,11 +305,22 @@ fn records(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
 }
 
 impl Store {
-    /// Opens the data files at `path` (and `path.log`), creating them if needed.
+    /// Opens the data files at `path` (and `path.log`), creating them if needed; a log that
+    /// is missing or not this file's is refused (see the module contract).
     ///
     /// # Errors
-    /// A file cannot be opened or created, or `path` is not a redb file.
+    /// A file cannot be opened or created, `path` is not a redb file, or the log is not the
+    /// data file's.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::open_with(path, false)
+    }
+
+    /// [`Store::open`], and with `accept_log_loss` a log that is missing or not this file's
+    /// is accepted as lost (see the module contract).
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with(path: &Path, accept_log_loss: bool) -> Result<Store, StoreError> {
         // Both files are created readable by their owner only (0600): they hold every
         // agent's leases and the hashes of session secrets. redb fills an empty file.
         if !path.exists() {
@@ -152,31 +333,147 @@ impl Store {
         let db = Database::create(path).map_err(|e| {
             StoreError(format!("cannot open the data file {}: {e}", path.display()))
         })?;
-        let txn = db.begin_write().map_err(fail("begin"))?;
-        txn.open_table(META).map_err(fail("open the meta table"))?;
-        txn.commit().map_err(fail("commit"))?;
+        let (mut id, has_history, has_id) = {
+            let txn = db.begin_write().map_err(fail("begin"))?;
+            let found = {
+                let mut meta = txn.open_table(META).map_err(fail("open the meta table"))?;
+                let history = meta
+                    .get(CONFIG_KEY)
+                    .map_err(fail("read the config"))?
+                    .is_some();
+                let id = meta
+                    .get(ID_KEY)
+                    .map_err(fail("read the data file's id"))?
+                    .map(|v| String::from_utf8_lossy(v.value()).into_owned());
+                match id {
+                    Some(id) => (id, history, true),
+                    None => {
+                        let id = new_id()?;
+                        meta.insert(ID_KEY, id.as_bytes())
+                            .map_err(fail("write the data file's id"))?;
+                        (id, history, false)
+                    }
+                }
+            };
+            txn.commit().map_err(fail("commit"))?;
+            found
+        };
         let log_path = log_path(path);
-        let created = !log_path.exists();
+        let mut lost = None;
+        // Only the first record is read here (a log can be large: `load` reads it once).
+        match first_record(&log_path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if has_history {
+                    if !accept_log_loss {
+                        return Err(StoreError(format!(
+                            "LOG_MISSING: the data file {} has history but its log {} is gone: \
+                             everything after its last snapshot would be lost and fences could \
+                             repeat. Restore the log beside it (the two are one backup), or \
+                             start with --accept-log-loss to go on from the snapshot",
+                            path.display(),
+                            log_path.display()
+                        )));
+                    }
+                    lost = Some(LogLoss::Missing);
+                }
+                start_log(&log_path, &id, 0)?;
+            }
+            Err(e) => {
+                return Err(StoreError(format!(
+                    "cannot read the log {}: {e}",
+                    log_path.display()
+                )))
+            }
+            Ok(first) => {
+                let header = first.as_ref().filter(|(index, _)| *index == 0);
+                match header {
+                    Some((_, payload)) => {
+                        let header: Header = serde_json::from_slice(payload).map_err(|e| {
+                            StoreError(format!("the log's header cannot be decoded: {e}"))
+                        })?;
+                        if header.log_of != id && (has_id || has_history) {
+                            if !accept_log_loss {
+                                return Err(StoreError(format!(
+                                    "LOG_MISMATCH: the log {} belongs to another data file than {} \
+                                     (its header names {}, the data file is {id}): put each log \
+                                     beside its own data file, or start with --accept-log-loss \
+                                     to set this log aside and go on from the data file's snapshot",
+                                    log_path.display(),
+                                    path.display(),
+                                    header.log_of
+                                )));
+                            }
+                            let moved_to = set_aside(&log_path)?;
+                            lost = Some(LogLoss::Mismatch { moved_to });
+                            start_log(&log_path, &id, 0)?;
+                        } else if header.log_of != id {
+                            // A data file just created beside a log with a header: the
+                            // recovery refuses a log with history and no configuration;
+                            // an empty one becomes this file's.
+                            let txn = db.begin_write().map_err(fail("begin"))?;
+                            {
+                                let mut meta =
+                                    txn.open_table(META).map_err(fail("open the meta table"))?;
+                                meta.insert(ID_KEY, header.log_of.as_bytes())
+                                    .map_err(fail("write the data file's id"))?;
+                            }
+                            txn.commit().map_err(fail("commit"))?;
+                            id = header.log_of;
+                        }
+                    }
+                    None if first.is_none() => {
+                        // Cut short inside its header (or to nothing): a torn tail, which
+                        // `load` reports and cuts; the header is written again then.
+                    }
+                    None if has_id && has_history => {
+                        if !accept_log_loss {
+                            return Err(StoreError(format!(
+                                "LOG_MISMATCH: the log {} has no header naming the data file {}: \
+                                 it is not this file's log. Put it beside its own data file, or \
+                                 start with --accept-log-loss to set it aside",
+                                log_path.display(),
+                                path.display()
+                            )));
+                        }
+                        let moved_to = set_aside(&log_path)?;
+                        lost = Some(LogLoss::Mismatch { moved_to });
+                        start_log(&log_path, &id, 0)?;
+                    }
+                    None => {
+                        // A log from before headers: adopted whole, behind a header.
+                        let bytes = std::fs::read(&log_path).map_err(fail("read the log"))?;
+                        let mut adopted = record_bytes(0, &header_of(&id, 0)?)?;
+                        adopted.extend_from_slice(&bytes);
+                        replace_log(&log_path, &adopted)?;
+                    }
+                }
+            }
+        }
         let file = OpenOptions::new()
             .read(true)
             .append(true)
-            .create(true)
-            .mode(0o600)
             .open(&log_path)
             .map_err(|e| StoreError(format!("cannot open the log {}: {e}", log_path.display())))?;
-        if created {
-            // The new file's name must be durable too.
-            if let Some(dir) = log_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(fail("sync the data directory"))?;
-            }
-        }
         Ok(Store {
             db,
             log_path,
             log: Mutex::new(Log { file, records: 0 }),
+            id,
+            accept_log_loss,
+            lost: Mutex::new(lost),
         })
+    }
+
+    /// Wall-clock ms (Unix) when the last snapshot was stored (or, before any, when the data
+    /// file got its configuration): what a lost log issued is bounded by the time since.
+    ///
+    /// # Errors
+    /// Any storage failure.
+    pub fn wall_ms(&self) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(fail("begin a read"))?;
+        let meta = txn.open_table(META).map_err(fail("open the meta table"))?;
+        let bytes = meta.get(WALL_KEY).map_err(fail("read the wall time"))?;
+        Ok(bytes.and_then(|b| b.value().try_into().ok().map(u64::from_le_bytes)))
     }
 
     /// The snapshot and the entries after it; a torn tail is cut off (see the module contract).
@@ -198,7 +495,7 @@ impl Store {
         File::open(&self.log_path)
             .and_then(|mut f| f.read_to_end(&mut bytes))
             .map_err(fail("read the log"))?;
-        let (whole, end) = records(&bytes);
+        let (mut whole, end) = records(&bytes);
         let torn = (end < bytes.len()).then(|| TornTail {
             at: end as u64,
             dropped: (bytes.len() - end) as u64,
@@ -207,8 +504,43 @@ impl Store {
             log.file.set_len(t.at).map_err(fail("cut the torn tail"))?;
             log.file.sync_data().map_err(fail("sync the log"))?;
         }
-        log.records = whole.len() as u64;
         let applied = snapshot.as_ref().map_or(0, |s| s.applied);
+        let mut lost = self.lost.lock().expect("lost lock").take();
+        let base = match whole.first() {
+            Some((0, payload)) => {
+                let header: Header = serde_json::from_slice(payload)
+                    .map_err(|e| StoreError(format!("the log's header cannot be decoded: {e}")))?;
+                whole.remove(0);
+                header.base
+            }
+            Some(_) => 0,
+            None => {
+                // Cut inside its header (or to nothing): it begins again with one.
+                self.restart_log(&mut log, applied)?;
+                applied
+            }
+        };
+        if base > applied {
+            if !self.accept_log_loss {
+                return Err(StoreError(format!(
+                    "LOG_NEWER_THAN_DATA: the log {} follows the snapshot of entry {base}, but \
+                     the data file's snapshot ends at entry {applied}: the data file is older \
+                     than its log (restored from an older copy?). Restore both from one \
+                     backup, or start with --accept-log-loss to set the log aside and go on \
+                     from the data file's snapshot",
+                    self.log_path.display()
+                )));
+            }
+            let moved_to = set_aside(&self.log_path)?;
+            self.restart_log(&mut log, applied)?;
+            lost = Some(LogLoss::Newer {
+                base,
+                applied,
+                moved_to,
+            });
+            whole.clear();
+        }
+        log.records = whole.len() as u64;
         let mut entries = Vec::new();
         for (index, payload) in whole.into_iter().filter(|(i, _)| *i > applied) {
             let expected = applied + 1 + entries.len() as u64;
@@ -225,7 +557,25 @@ impl Store {
             snapshot,
             entries,
             torn,
+            lost,
         })
+    }
+
+    /// Replaces the log with a new one holding only its header (after the snapshot at `base`).
+    fn restart_log(&self, log: &mut Log, base: u64) -> Result<(), StoreError> {
+        start_log(&self.log_path, &self.id, base)?;
+        log.file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| {
+                StoreError(format!(
+                    "cannot open the log {}: {e}",
+                    self.log_path.display()
+                ))
+            })?;
+        log.records = 0;
+        Ok(())
     }
 
     /// Appends `entries` (`(index, entry)`, dense, following the last stored index) and returns
@@ -256,13 +606,14 @@ impl Store {
             let mut meta = txn.open_table(META).map_err(fail("open the meta table"))?;
             meta.insert(SNAPSHOT_KEY, bytes.as_slice())
                 .map_err(fail("write the snapshot"))?;
+            meta.insert(WALL_KEY, wall_now().to_le_bytes().as_slice())
+                .map_err(fail("write the wall time"))?;
         }
         txn.commit().map_err(fail("commit the snapshot"))?;
+        // A new log after it, whole (a crash keeps the old one, whose covered entries a load
+        // skips).
         let mut log = self.log.lock().expect("log lock");
-        log.file.set_len(0).map_err(fail("empty the log"))?;
-        log.file.sync_data().map_err(fail("sync the log"))?;
-        log.records = 0;
-        Ok(())
+        self.restart_log(&mut log, snapshot.applied)
     }
 
     /// The configuration the file was created with, if any.
@@ -293,6 +644,8 @@ impl Store {
             let mut meta = txn.open_table(META).map_err(fail("open the meta table"))?;
             meta.insert(CONFIG_KEY, bytes.as_slice())
                 .map_err(fail("write the config"))?;
+            meta.insert(WALL_KEY, wall_now().to_le_bytes().as_slice())
+                .map_err(fail("write the wall time"))?;
         }
         txn.commit().map_err(fail("commit the config"))
     }

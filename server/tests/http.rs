@@ -408,8 +408,10 @@ fn sse_events(
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let mut req = format!(
-        "GET /v1/ns/default/sessions/{}/events HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\nklock-session-token: {}\r\n",
-        a.id, a.token
+        "GET /v1/ns/default/sessions/{}/events HTTP/1.1\r\nhost: 127.0.0.1:{}\r\naccept: text/event-stream\r\nklock-session-token: {}\r\n",
+        a.id,
+        s.port(),
+        a.token
     );
     if let Some(id) = last_event_id {
         req.push_str(&format!("last-event-id: {id}\r\n"));
@@ -761,7 +763,11 @@ fn a_slow_client_holding_a_connection_does_not_stop_the_server() {
     // Half a request, never finished, and a connection that sends nothing at all.
     let mut slow = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     slow.write_all(
-        b"POST /v1/ns/default/sessions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"agent",
+        format!(
+            "POST /v1/ns/default/sessions HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"agent",
+            s.port()
+        )
+        .as_bytes(),
     )
     .unwrap();
     let _idle = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
@@ -808,8 +814,11 @@ fn https_with_a_certificate_and_refusals_beyond_loopback() {
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
     let tcp = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
-    tls.write_all(b"GET /v1/health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
-        .unwrap();
+    let head = format!(
+        "GET /v1/health HTTP/1.1\r\nhost: localhost:{}\r\nconnection: close\r\n\r\n",
+        s.port()
+    );
+    tls.write_all(head.as_bytes()).unwrap();
     let mut answer = String::new();
     let _ = tls.read_to_string(&mut answer);
     assert!(
@@ -877,7 +886,11 @@ fn the_namespace_watch_streams_every_sessions_events_as_sse() {
         .unwrap();
     stream
         .write_all(
-            b"GET /v1/ns/default/watch HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n",
+            format!(
+                "GET /v1/ns/default/watch HTTP/1.1\r\nhost: 127.0.0.1:{}\r\naccept: text/event-stream\r\n\r\n",
+                s.port()
+            )
+            .as_bytes(),
         )
         .unwrap();
     let mut reader = BufReader::new(stream);

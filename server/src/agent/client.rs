@@ -166,8 +166,14 @@ impl Client {
         waits: Duration,
     ) -> Result<(Value, Option<u64>), Failure> {
         let body = body.map(Value::to_string).unwrap_or_default();
+        // The Host a tokenless server checks (a browser's page would send its own name); a
+        // Unix socket is out of a browser's reach and checks none.
+        let host = match &self.endpoint {
+            Endpoint::Tcp(addr) => addr.as_str(),
+            Endpoint::Unix(_) => "localhost",
+        };
         let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: klock\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
             body.len()
         );
         if let Some(token) = &self.token {

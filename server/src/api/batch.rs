@@ -45,6 +45,16 @@ pub(super) enum BatchOp {
 }
 
 impl BatchOp {
+    /// The lease ids and intents it names: its share of the engine's work.
+    fn items(&self) -> usize {
+        match self {
+            BatchOp::Acquire { intents, .. } => intents.len(),
+            BatchOp::Heartbeat { lease_ids, .. } => lease_ids.as_ref().map_or(0, Vec::len),
+            BatchOp::Reconcile { lease_ids, .. } => lease_ids.len(),
+            BatchOp::Release { .. } | BatchOp::ReleaseAll { .. } | BatchOp::CancelWait { .. } => 1,
+        }
+    }
+
     /// The command and the session token it carries.
     fn into_command(self) -> (Command, String) {
         let s = SessionId;
@@ -155,6 +165,25 @@ pub(super) async fn batch(
             b.operations.len()
         )));
     }
+    // Each operation is bounded as its own route bounds it, and the whole batch too.
+    let mut items = 0usize;
+    for op in &b.operations {
+        if let BatchOp::Heartbeat {
+            lease_ids: Some(ids),
+            ..
+        }
+        | BatchOp::Reconcile { lease_ids: ids, .. } = op
+        {
+            WorkLimits::check(
+                &api,
+                ids.len(),
+                api.work.max_ids,
+                "a batch's heartbeat or reconcile",
+            )?;
+        }
+        items += op.items();
+    }
+    WorkLimits::check(&api, items, api.work.max_batch_items, "the batch")?;
     let now = now_of(&headers)?;
     let mut submissions = Vec::with_capacity(b.operations.len());
     for (i, op) in b.operations.into_iter().enumerate() {

@@ -223,6 +223,9 @@ pub(super) async fn heartbeat(
             "heartbeat takes lease_ids, or nothing for every lease",
         ));
     }
+    if let Some(ids) = &b.lease_ids {
+        WorkLimits::check(&api, ids.len(), api.work.max_ids, "a heartbeat")?;
+    }
     let leases = b.lease_ids.map(lease_ids);
     let make = |session| Command::Heartbeat { session, leases };
     let (_, out) = on_session(&api, &headers, &path, "heartbeat", make).await?;
@@ -282,6 +285,7 @@ pub(super) async fn reconcile(
             "reconcile takes {\"lease_ids\": [...]}",
         ));
     };
+    WorkLimits::check(&api, ids.len(), api.work.max_ids, "a reconcile")?;
     let leases = lease_ids(ids);
     let make = |session| Command::Reconcile { session, leases };
     let (_, out) = on_session(&api, &headers, &path, "reconcile", make).await?;

@@ -76,6 +76,49 @@ pub struct Api {
     pub auth: Arc<Auth>,
     /// The session caps an open is logged with.
     pub caps: SessionCaps,
+    /// How much work one request may put on the engine (issue 22 item 11).
+    pub work: WorkLimits,
+}
+
+/// How much work one request may give the engine, which runs every command in turn: a
+/// request over a bound is refused (413 `TOO_MANY_IDS`) before anything reaches the kernel,
+/// so one client's huge lists cannot hold back another's heartbeats (issue 22 item 11).
+#[derive(Clone, Copy, Debug)]
+pub struct WorkLimits {
+    /// Most lease ids a heartbeat or reconcile names: no more than a session can hold
+    /// (the kernel's `max_leases_per_session`), unless `--max-request-ids` says otherwise.
+    pub max_ids: usize,
+    /// Most lease ids and intents one batch carries in all, over all its operations.
+    pub max_batch_items: usize,
+}
+
+impl WorkLimits {
+    /// The bounds for a kernel with `config`: ids up to what one session can hold; a batch
+    /// up to [`batch::MAX_BATCH`] operations' worth, or four sessions' worth if that is more.
+    pub fn for_config(config: &klock_core::Config) -> WorkLimits {
+        let max_ids = usize::try_from(config.max_leases_per_session.max(1)).unwrap_or(usize::MAX);
+        WorkLimits {
+            max_ids,
+            max_batch_items: max_ids.saturating_mul(4).max(batch::MAX_BATCH * 4),
+        }
+    }
+
+    /// `count` ids of a `what` against `limit`, refused by name (and counted) over it.
+    fn check(api: &Api, count: usize, limit: usize, what: &str) -> Result<(), ApiError> {
+        if count <= limit {
+            return Ok(());
+        }
+        let refused = &api.engine.metrics().net.refused_too_many_ids;
+        refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Err(ApiError::other(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TOO_MANY_IDS",
+            format!(
+                "{what} carries {count} lease ids or intents; at most {limit} per request \
+                 (split it: one request may not hold the engine for everyone)"
+            ),
+        ))
+    }
 }
 
 /// Open sessions per bearer token at most, by default (`--max-sessions-per-token`).

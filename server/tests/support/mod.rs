@@ -46,7 +46,8 @@ impl Server {
         let mut s = TcpStream::connect(("127.0.0.1", self.port())).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
         let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            self.port(),
             body.len()
         );
         for (k, v) in headers {
