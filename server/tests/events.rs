@@ -40,7 +40,7 @@ fn sse(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, BufReader<TcpSt
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let mut req = format!(
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\naccept: text/event-stream\r\n"
+        "GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\naccept: text/event-stream\r\n"
     );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));

@@ -627,15 +627,29 @@ fn the_document_and_the_dashboard_need_a_token_and_bearer_is_case_insensitive() 
 fn the_data_file_and_its_log_are_created_0600() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("k.redb");
-    let s = Server::start(&["--data", data.to_str().unwrap()]);
-    open(&s, "default", "ann");
+    // Snapshots every 2 entries: the log is replaced by a new one (compaction) while serving.
+    let args = ["--data", data.to_str().unwrap(), "--snapshot-every", "2"];
+    let s = Server::start(&args);
+    for agent in ["ann", "bob", "cy"] {
+        open(&s, "default", agent);
+    }
     s.kill();
     let mut log = data.as_os_str().to_owned();
     log.push(".log");
-    for file in [data.clone(), log.into()] {
-        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600, "{}", file.display());
+    let log = std::path::PathBuf::from(log);
+    let mode =
+        |file: &std::path::Path| std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+    for file in [&data, &log] {
+        assert_eq!(mode(file), 0o600, "{}", file.display());
     }
+    // A mode the operator chose is kept when a compaction replaces the log.
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let s = Server::start(&args);
+    for agent in ["dee", "eve", "fay"] {
+        open(&s, "default", agent);
+    }
+    s.kill();
+    assert_eq!(mode(&log), 0o640, "{}", log.display());
 }
 
 fn metric(s: &Server, name: &str) -> u64 {
