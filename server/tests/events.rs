@@ -14,24 +14,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::{open, sha256_of, Agent, Server};
-
-fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Value) {
-    s.call(
-        method,
-        &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
-        &[("klock-session-token", &a.token)],
-        &body.to_string(),
-    )
-}
-
-/// A metric's value (`None`: the server has no such series).
-fn metric(port: u16, name: &str) -> Option<f64> {
-    let answer = request(port, "GET", "/metrics", &[], b"").unwrap();
-    let text = String::from_utf8(answer.raw).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
+use support::{metric, on, open, sha256_of, Agent, Server};
 
 /// Opens an SSE stream; returns the status and the reader, past the answer's head.
 fn sse(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, BufReader<TcpStream>) {

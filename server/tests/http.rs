@@ -792,10 +792,7 @@ fn a_slow_client_holding_a_connection_does_not_stop_the_server() {
 #[test]
 fn https_with_a_certificate_and_refusals_beyond_loopback() {
     let dir = tempfile::tempdir().unwrap();
-    let certified = rcgen::generate_simple_self_signed(vec![String::from("localhost")]).unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let (certified, cert, key) = support::self_signed(dir.path());
     let s = Server::start(&[
         "--memory",
         "--tls-cert",

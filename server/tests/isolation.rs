@@ -10,17 +10,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{open, sha256_of, Agent, Server};
-
-/// A call on a session's route with its token.
-fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Value) {
-    s.call(
-        method,
-        &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
-        &[("klock-session-token", &a.token)],
-        &body.to_string(),
-    )
-}
+use support::{metric, on, open, sha256_of, Agent, Server};
 
 /// Opens a session and returns it with the resume secret its open answered.
 fn open_with_secret(s: &Server, ns: &str, agent: &str) -> (Agent, String) {
@@ -652,17 +642,6 @@ fn the_data_file_and_its_log_are_created_0600() {
     assert_eq!(mode(&log), 0o640, "{}", log.display());
 }
 
-fn metric(s: &Server, name: &str) -> u64 {
-    let answer = klock_server::http_client::request(s.port(), "GET", "/metrics", &[], b"").unwrap();
-    let text = String::from_utf8_lossy(&answer.raw).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// Item 10: sessions are capped per namespace and per bearer token (429 TOO_MANY_SESSIONS,
 /// counted); closing one makes room again.
 #[test]
@@ -685,7 +664,7 @@ fn sessions_are_capped_per_namespace_and_per_token() {
     );
     assert_eq!(status, 200);
     open(&s, "a", "three");
-    assert_eq!(metric(&s, "klock_sessions_refused_total"), 1);
+    assert_eq!(metric(s.port(), "klock_sessions_refused_total"), Some(1.0));
 
     let dir = tempfile::tempdir().unwrap();
     let tokens = token_file(
@@ -760,7 +739,7 @@ fn remembered_answers_stay_within_their_byte_budget() {
             break;
         }
     }
-    let kept = metric(&s, "klock_idempotency_answer_bytes");
+    let kept = metric(s.port(), "klock_idempotency_answer_bytes").expect("the gauge") as u64;
     assert!(
         kept <= budget,
         "{kept} bytes remembered over a budget of {budget}"

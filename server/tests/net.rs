@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::{open, Agent, Server};
+use support::{on, open, Agent, Server};
 
 /// Sends `head` (and `body`) on a new connection; the whole answer as text.
 fn exchange(port: u16, head: &str, body: &[u8]) -> String {
@@ -51,15 +51,6 @@ fn closed_by_server(s: &mut TcpStream, limit: Duration) -> bool {
             Err(_) => return false,
         }
     }
-}
-
-fn on(s: &Server, a: &Agent, what: &str, body: Value) -> (u16, Value) {
-    s.call(
-        "POST",
-        &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
-        &[("klock-session-token", &a.token)],
-        &body.to_string(),
-    )
 }
 
 // ---- item 5: Host and Content-Type -----------------------------------------------------------
@@ -223,6 +214,7 @@ fn idle_and_slow_connections_are_closed_and_a_holder_keeps_its_lease() {
     let (status, v) = on(
         &s,
         &holder,
+        "POST",
         "acquire",
         json!({"intents": ["MUTATES FILE:/held"]}),
     );
@@ -253,7 +245,13 @@ fn idle_and_slow_connections_are_closed_and_a_holder_keeps_its_lease() {
         .collect();
     // The holder's heartbeat still goes through, on a connection of its own.
     for _ in 0..5 {
-        let (status, v) = on(&s, &holder, "heartbeat", json!({"lease_ids": [lease]}));
+        let (status, v) = on(
+            &s,
+            &holder,
+            "POST",
+            "heartbeat",
+            json!({"lease_ids": [lease]}),
+        );
         assert_eq!(status, 200, "{v}");
         assert_eq!(v["results"][0]["status"], "OK", "{v}");
     }
@@ -332,7 +330,7 @@ fn the_connection_caps_make_room_from_idle_ones_and_refuse_by_name() {
     let idle: Vec<TcpStream> = (0..8)
         .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
         .collect();
-    let (status, v) = on(&s, &a, "heartbeat", json!({}));
+    let (status, v) = on(&s, &a, "POST", "heartbeat", json!({}));
     assert_eq!(status, 200, "{v}");
     let metrics = support_metrics(port);
     assert!(
@@ -407,10 +405,7 @@ fn a_connection_serves_a_bounded_number_of_requests() {
 #[test]
 fn idle_tls_and_unix_socket_connections_are_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let certified = rcgen::generate_simple_self_signed(vec![String::from("localhost")]).unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let (certified, cert, key) = support::self_signed(dir.path());
     let s = Server::start(&[
         "--memory",
         "--idle-timeout-ms",
@@ -574,13 +569,19 @@ fn lists_over_the_id_bound_are_refused_by_name_and_change_nothing() {
     // The bound is a flag.
     let s = Server::start(&["--memory", "--max-request-ids", "3"]);
     let a = open(&s, "default", "a");
-    let (status, v) = on(&s, &a, "reconcile", json!({"lease_ids": [1, 2, 3, 4]}));
+    let (status, v) = on(
+        &s,
+        &a,
+        "POST",
+        "reconcile",
+        json!({"lease_ids": [1, 2, 3, 4]}),
+    );
     assert_eq!(
         (status, v["error"]["name"].as_str()),
         (413, Some("TOO_MANY_IDS")),
         "{v}"
     );
-    let (status, _) = on(&s, &a, "reconcile", json!({"lease_ids": [1, 2, 3]}));
+    let (status, _) = on(&s, &a, "POST", "reconcile", json!({"lease_ids": [1, 2, 3]}));
     assert_eq!(status, 200);
 }
 

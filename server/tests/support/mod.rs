@@ -73,6 +73,40 @@ pub struct Agent {
     pub token: String,
 }
 
+/// A call on a session's route (`/v1/ns/{ns}/sessions/{id}/{what}`) with its session token.
+pub fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Value) {
+    s.call(
+        method,
+        &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
+        &[("klock-session-token", &a.token)],
+        &body.to_string(),
+    )
+}
+
+/// A metric's value from `/metrics` (`None`: the server has no such series).
+pub fn metric(port: u16, name: &str) -> Option<f64> {
+    let answer = request(port, "GET", "/metrics", &[], b"").unwrap();
+    let text = String::from_utf8(answer.raw).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A self-signed certificate for `localhost` and its key, written as PEM into `dir`: the
+/// certificate (for a client's roots) and the two files (for `--tls-cert`, `--tls-key`).
+pub fn self_signed(
+    dir: &std::path::Path,
+) -> (
+    rcgen::CertifiedKey<rcgen::KeyPair>,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let certified = rcgen::generate_simple_self_signed(vec![String::from("localhost")]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    (certified, cert, key)
+}
+
 pub fn open(s: &Server, ns: &str, agent: &str) -> Agent {
     let (status, v) = s.call(
         "POST",
