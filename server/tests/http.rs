@@ -801,14 +801,9 @@ fn https_with_a_certificate_and_refusals_beyond_loopback() {
         key.to_str().unwrap(),
     ]);
     // A TLS client that trusts this certificate gets an answer.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(certified.cert.der().clone()).unwrap();
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = support::trusting(&certified);
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let conn = rustls::ClientConnection::new(config, name).unwrap();
     let tcp = TcpStream::connect(("127.0.0.1", s.port())).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     let head = format!(

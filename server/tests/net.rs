@@ -415,14 +415,7 @@ fn idle_tls_and_unix_socket_connections_are_closed() {
         "--tls-key",
         key.to_str().unwrap(),
     ]);
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(certified.cert.der().clone()).unwrap();
-    let config = std::sync::Arc::new(
-        rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
+    let config = support::trusting(&certified);
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let mut conn = rustls::ClientConnection::new(config, name).unwrap();
     let mut tcp = TcpStream::connect(("127.0.0.1", s.port())).unwrap();

@@ -107,6 +107,20 @@ pub fn self_signed(
     (certified, cert, key)
 }
 
+/// A TLS client configuration that trusts `certified` only.
+pub fn trusting(
+    certified: &rcgen::CertifiedKey<rcgen::KeyPair>,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certified.cert.der().clone()).unwrap();
+    std::sync::Arc::new(
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
 pub fn open(s: &Server, ns: &str, agent: &str) -> Agent {
     let (status, v) = s.call(
         "POST",
