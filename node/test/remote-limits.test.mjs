@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
-import { startServer, klockBin } from './server.mjs';
+import { startServer, klockBin, within } from './server.mjs';
 
 const require = createRequire(import.meta.url);
 const { connect, KlockError, LeaseLost, Unreachable } = require('../client.js');
@@ -42,17 +42,6 @@ async function tokenServer(limits) {
     JSON.stringify({ tokens: [{ name: 'tiny', sha256, role: 'agent', namespaces: ['*'], ...limits }] }),
   );
   return server(['--memory', '--tokens', tokens]);
-}
-
-/** Rejects if `promise` takes longer than `ms` (a hang is a failure, not a timeout of the runner). */
-function within(ms, promise, what) {
-  let timer;
-  return Promise.race([
-    promise,
-    new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
 }
 
 /** The bound of a call whose budget is `ms`: the budget plus room for a loaded two-core machine. */

@@ -16,7 +16,7 @@ import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
-import { startServer, klockBin, openLink } from './server.mjs';
+import { startServer, klockBin, openLink, within } from './server.mjs';
 
 const require = createRequire(import.meta.url);
 const { connect, KlockError, LeaseLost, Unreachable, fencedWrite, StaleFence } = require('../client.js');
@@ -35,17 +35,6 @@ async function server(args = ['--memory'], options) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Rejects if `promise` takes longer than `ms` (a hang is a failure, not a timeout of the runner). */
-function within(ms, promise, what) {
-  let timer;
-  return Promise.race([
-    promise,
-    new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
-}
 
 test('a lease block, a wait granted by an event, and two clients of one server', async () => {
   const s = await server();

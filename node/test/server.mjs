@@ -112,3 +112,14 @@ export async function openLink(port) {
     },
   };
 }
+
+/** Rejects if `promise` takes longer than `ms` (a hang is a failure, not a timeout of the runner). */
+export function within(ms, promise, what) {
+  let timer;
+  return Promise.race([
+    promise,
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
