@@ -657,6 +657,14 @@ fn bearer_tokens_grant_a_role_on_namespaces_with_limits() {
         statuses.contains(&429) && statuses.contains(&200),
         "{statuses:?}"
     );
+    // A 429 says when to ask again: Retry-After, in whole seconds.
+    let refused = (0..20)
+        .map(|_| {
+            String::from_utf8_lossy(&s.raw("GET", "/v1/ns/x/stats", &slow, b"")).to_lowercase()
+        })
+        .find(|answer| answer.starts_with("http/1.1 429"))
+        .expect("the slow token is refused within 20 quick requests");
+    assert!(refused.contains("\r\nretry-after: 1\r\n"), "{refused}");
 }
 
 #[test]

@@ -115,6 +115,17 @@ fn refuse(status: StatusCode, name: &'static str, message: String) -> Response {
     .into_response()
 }
 
+/// A 429 before the handler (nothing was done): with `Retry-After: 1`, since a rate bucket
+/// refills and a waiting slot frees within about a second, and the clients ask again after
+/// what the server says (never sooner) within their budget.
+fn busy(name: &'static str, message: String) -> Response {
+    let mut refused = refuse(StatusCode::TOO_MANY_REQUESTS, name, message);
+    refused
+        .headers_mut()
+        .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+    refused
+}
+
 /// The namespace, role, server-wide and clock rules of the module contract for `caller`.
 fn check_scope(
     caller: &auth::Caller<'_>,
@@ -192,7 +203,7 @@ pub(super) async fn guard(
     let limits = caller.limits();
     if !limits.admit() {
         let message = String::from("over this token's rate of requests per second; slow down");
-        return refuse(StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED", message);
+        return busy("RATE_LIMITED", message);
     }
     let slots = limits.long_polls().clone();
     let _slot = if waits(&route) {
@@ -203,7 +214,7 @@ pub(super) async fn guard(
                     "at most {} waiting requests at once for this token",
                     slots.max()
                 );
-                return refuse(StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_WAITS", message);
+                return busy("TOO_MANY_WAITS", message);
             }
         }
     } else {
