@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::{on, open, Agent, Server};
+use support::{metric, on, open, Agent, Server};
 
 /// Sends `head` (and `body`) on a new connection; the whole answer as text.
 fn exchange(port: u16, head: &str, body: &[u8]) -> String {
@@ -332,11 +332,13 @@ fn the_connection_caps_make_room_from_idle_ones_and_refuse_by_name() {
         .collect();
     let (status, v) = on(&s, &a, "POST", "heartbeat", json!({}));
     assert_eq!(status, 200, "{v}");
-    let metrics = support_metrics(port);
-    assert!(
-        metrics.contains("klock_connections_closed_total{reason=\"evicted_idle\"} 1"),
-        "{metrics}"
+    // At least that one: the metrics request may find the cap still full (the heartbeat's
+    // connection not yet seen closed) and make room the same way.
+    let evicted = metric(
+        port,
+        "klock_connections_closed_total{reason=\"evicted_idle\"}",
     );
+    assert!(evicted >= Some(1.0), "{evicted:?}");
     // 8 event streams keep every connection busy (each evicts an idle one on its way in).
     let streams: Vec<TcpStream> = (0..8).map(|_| event_stream(port, &a)).collect();
     let answer = health(port);
