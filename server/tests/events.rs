@@ -78,11 +78,7 @@ fn an_sse_stream_holds_a_waiting_slot_of_its_token_until_it_closes() {
         r#"{"agent_id": "a"}"#,
     );
     assert_eq!(status, 200, "{v}");
-    let a = Agent {
-        ns: String::from("team"),
-        id: v["session_id"].as_u64().unwrap(),
-        token: v["session_token"].as_str().unwrap().to_owned(),
-    };
+    let a = Agent::of("team", &v);
     let with_token = [bot, ("klock-session-token", a.token.as_str())];
     let events = format!("/v1/ns/team/sessions/{}/events", a.id);
     let (first, watching) = sse(s.port(), "/v1/ns/team/watch", &[bot]);

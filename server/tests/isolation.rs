@@ -12,25 +12,6 @@ mod support;
 
 use support::{metric, on, open, sha256_of, Agent, Server};
 
-/// Opens a session and returns it with the resume secret its open answered.
-fn open_with_secret(s: &Server, ns: &str, agent: &str) -> (Agent, String) {
-    let (status, v) = s.call(
-        "POST",
-        &format!("/v1/ns/{ns}/sessions"),
-        &[],
-        &json!({ "agent_id": agent }).to_string(),
-    );
-    assert_eq!(status, 200, "{v}");
-    // Checked by the resumes that present it (a server without resume secrets answers none).
-    let secret = v["resume_secret"].as_str().unwrap_or_default();
-    let agent = Agent {
-        ns: ns.to_owned(),
-        id: v["session_id"].as_u64().unwrap(),
-        token: v["session_token"].as_str().unwrap().to_owned(),
-    };
-    (agent, secret.to_owned())
-}
-
 /// The digest anyone can build from `/overview`: agent, session and priority are public, and
 /// epoch 0 is never newer than the kernel's.
 fn forged_digest(s: &Server, ns: &str, session: u64) -> Value {
@@ -71,7 +52,8 @@ fn resume(s: &Server, ns: &str, body: Value) -> (u16, Value) {
 #[test]
 fn a_forged_digest_cannot_take_a_session_over() {
     let s = Server::start(&["--memory"]);
-    let (victim, secret) = open_with_secret(&s, "default", "victim");
+    let victim = open(&s, "default", "victim");
+    let secret = victim.secret.clone();
     let (status, v) = on(
         &s,
         &victim,
@@ -134,7 +116,8 @@ fn the_resume_secret_survives_a_snapshot_and_a_restart() {
     let data = dir.path().join("k.redb");
     let args = ["--data", data.to_str().unwrap(), "--snapshot-every", "2"];
     let s = Server::start(&args);
-    let (victim, secret) = open_with_secret(&s, "default", "victim");
+    let victim = open(&s, "default", "victim");
+    let secret = victim.secret.clone();
     for _ in 0..3 {
         let (status, _) = on(&s, &victim, "POST", "heartbeat", json!({}));
         assert_eq!(status, 200);

@@ -66,11 +66,25 @@ impl Server {
     }
 }
 
-/// An open session: its namespace, id and token.
+/// An open session: its namespace, id, token and resume secret.
 pub struct Agent {
     pub ns: String,
     pub id: u64,
     pub token: String,
+    /// Empty from a server that answers none (the isolation tests run on old code too).
+    pub secret: String,
+}
+
+impl Agent {
+    /// The session an open's (or a resume's) answer `v` in namespace `ns` describes.
+    pub fn of(ns: &str, v: &Value) -> Agent {
+        Agent {
+            ns: ns.to_owned(),
+            id: v["session_id"].as_u64().unwrap(),
+            token: v["session_token"].as_str().unwrap().to_owned(),
+            secret: v["resume_secret"].as_str().unwrap_or_default().to_owned(),
+        }
+    }
 }
 
 /// A call on a session's route (`/v1/ns/{ns}/sessions/{id}/{what}`) with its session token.
@@ -129,11 +143,7 @@ pub fn open(s: &Server, ns: &str, agent: &str) -> Agent {
         &json!({ "agent_id": agent }).to_string(),
     );
     assert_eq!(status, 200, "{v}");
-    Agent {
-        ns: ns.to_owned(),
-        id: v["session_id"].as_u64().unwrap(),
-        token: v["session_token"].as_str().unwrap().to_owned(),
-    }
+    Agent::of(ns, &v)
 }
 
 /// The digest a `--tokens` file holds for `secret`, from `klock token-hash`.
