@@ -22,7 +22,6 @@ use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -64,9 +63,9 @@ impl RequestGuard {
     }
 }
 
-fn refuse(status: StatusCode, name: &str, message: String) -> Response {
-    let body = serde_json::json!({"error": {"code": 0, "name": name, "message": message}});
-    (status, Json(body)).into_response()
+/// A refusal in the API's error shape (`{"error": {code, name, message}}`).
+fn refuse(status: StatusCode, name: &'static str, message: String) -> Response {
+    crate::api::ApiError::other(status, name, message).into_response()
 }
 
 /// The name of a Host value, without its port (`[::1]:7300` is `[::1]`); `None` if what

@@ -226,7 +226,7 @@ impl ApiError {
     }
 
     /// An error of the server's own (not a kernel error): its status and stable name.
-    fn other(status: StatusCode, name: &'static str, message: String) -> ApiError {
+    pub(crate) fn other(status: StatusCode, name: &'static str, message: String) -> ApiError {
         ApiError {
             status,
             code: 0,
