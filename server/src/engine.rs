@@ -1,28 +1,39 @@
-//! The one task that owns the machine (and so the kernel), its timer and its log.
+//! The engine: the proposer that stamps, batches and logs commands, and the applier that
+//! applies them once they are durable. Handlers call it through an [`EngineHandle`].
 //!
 //! Contract:
-//! - Handlers send [`Request`]s over a channel and await the [`Reply`]; nothing else touches
-//!   the kernel, so there is no lock around it.
-//! - Group commit: the task takes every request waiting in the channel as one batch, stamps
-//!   each command with the server's `now` (or the request's own, under the manual clock),
-//!   applies the batch, appends it to the store in one durable write, and only then answers
-//!   and publishes the batch's events (output commit). Requests that arrive meanwhile form the
-//!   next batch. A failed write stops the process: it never serves state the disk lacks.
-//! - The timer: when the kernel's `next_deadline` is due (monotonic clock only), the task
-//!   logs and applies an `advance`, so expiries and timeouts happen without any client call.
-//! - Every `snapshot_every` entries the task stores a snapshot and drops the entries it covers.
-//! - Events go to the [`EventHub`] only after they are durable, in log order.
+//! - Append, then apply (the replication seam): a command is stamped with the server's `now`
+//!   (or the request's own, under the manual clock), given the next log index, appended to
+//!   the log, and applied by the [`Applier`] only once the append is durable. Answers, events,
+//!   grants and fences are therefore derived from committed entries only, by the same applier
+//!   recovery replays with. A failed write stops the process: it never serves state the disk
+//!   lacks.
+//! - Durable (a log): group commit on one writer thread. Handlers send their commands to it;
+//!   it takes every command waiting as one batch, appends the batch with one write and one
+//!   sync on its own thread, applies it, then answers and publishes. Commands that arrive
+//!   meanwhile form the next batch. Every `snapshot_every` entries it stores a snapshot and
+//!   purges the entries it covers.
+//! - In memory (no log): nothing to wait for, so the handler's own task stamps and applies
+//!   its command under the applier's lock, without a hop to another task or thread.
+//! - Reads run on the handler's task under the same lock: they see the machine between
+//!   batches, after the last committed entry.
+//! - The timer (monotonic clock only): when the kernel's `next_deadline` is due, a task
+//!   proposes an `advance`, so expiries and timeouts happen without any client call. Each
+//!   batch re-arms it when it makes the next deadline earlier.
+//! - Events go to the [`EventHub`] in log order, only after their entry is durable.
 
-use crate::events::{EventHub, Membership};
-use crate::history::{History, Step};
-use crate::machine::{Applied, Caller, Entry, Machine, MachineSnapshot, Refused};
+use crate::applier::{self, Applier};
+use crate::events::EventHub;
+use crate::history::History;
+use crate::log::Log;
+use crate::machine::{Caller, Entry, Machine, MachineSnapshot, Refused};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use klock_core::{Command, Event, Output};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 /// A batch takes at most about this many entries (a request of many commands is never split).
 const MAX_BATCH_ENTRIES: usize = 1024;
@@ -67,27 +78,6 @@ pub struct Reply {
     pub events: Vec<Event>,
 }
 
-/// What a handler can ask of the engine.
-// Nearly every request is a command; boxing it would cost an allocation per command.
-#[allow(clippy::large_enum_variant)]
-pub enum Request {
-    /// A command to log and apply.
-    Command {
-        submission: Submission,
-        reply: Responder,
-    },
-    /// Several commands, applied in this order in one batch (the batch endpoint).
-    Many(Vec<(Submission, Responder)>),
-    /// A read of the machine as it stands (no time passes, nothing is logged).
-    Read(Box<dyn FnOnce(&Machine) + Send>),
-    /// Manual clock without a store only (conformance runs): start over with a fresh machine
-    /// and `config`, and empty event streams.
-    Reset {
-        config: klock_core::Config,
-        reply: oneshot::Sender<Result<(), String>>,
-    },
-}
-
 /// A client's command and what comes with it.
 pub struct Submission {
     pub command: Command,
@@ -123,13 +113,42 @@ impl Submission {
 /// Where a command's answer goes.
 pub type Responder = oneshot::Sender<Result<Reply, EngineError>>;
 
+/// Commands for the writer thread, answered in order once applied.
+type Proposal = Vec<(Submission, Responder)>;
+
 /// The handle handlers hold.
 #[derive(Clone)]
 pub struct EngineHandle {
-    requests: mpsc::Sender<Request>,
+    core: Arc<Core>,
     events: Arc<EventHub>,
     metrics: Arc<Metrics>,
     history: Arc<Mutex<History>>,
+}
+
+/// What every handle shares.
+struct Core {
+    state: Arc<Mutex<Applier>>,
+    clock: Clock,
+    /// The writer thread's inbox (durable engines only).
+    writer: Option<mpsc::Sender<Proposal>>,
+    timer: Arc<Timer>,
+    metrics: Arc<Metrics>,
+}
+
+/// The timer's arming: the deadline it sleeps until, and how to wake it for an earlier one.
+struct Timer {
+    /// The kernel time it is armed for (`u64::MAX`: none).
+    armed: AtomicU64,
+    wake: Notify,
+}
+
+impl Timer {
+    /// Wakes the timer if `deadline` is earlier than what it sleeps until.
+    fn rearm(&self, deadline: Option<u64>) {
+        if deadline.is_some_and(|d| d < self.armed.load(Ordering::Acquire)) {
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// Why a request got no answer.
@@ -155,12 +174,8 @@ impl EngineHandle {
     /// # Errors
     /// [`EngineError`].
     pub async fn submit(&self, submission: Submission) -> Result<Reply, EngineError> {
-        let (reply, answer) = oneshot::channel();
-        self.requests
-            .send(Request::Command { submission, reply })
-            .await
-            .map_err(|_| EngineError::Stopped)?;
-        answer.await.map_err(|_| EngineError::Stopped)?
+        let mut answers = self.core.propose(vec![submission]).await?;
+        answers.pop().unwrap_or(Err(EngineError::Stopped))
     }
 
     /// Logs and applies several commands in this order, in one batch (one durable write),
@@ -172,56 +187,40 @@ impl EngineHandle {
         &self,
         submissions: Vec<Submission>,
     ) -> Result<Vec<Result<Reply, EngineError>>, EngineError> {
-        let (many, answers): (Vec<_>, Vec<_>) = submissions
-            .into_iter()
-            .map(|s| {
-                let (reply, answer) = oneshot::channel();
-                ((s, reply), answer)
-            })
-            .unzip();
-        self.requests
-            .send(Request::Many(many))
-            .await
-            .map_err(|_| EngineError::Stopped)?;
-        let mut out = Vec::with_capacity(answers.len());
-        for answer in answers {
-            out.push(answer.await.map_err(|_| EngineError::Stopped)?);
-        }
-        Ok(out)
+        self.core.propose(submissions).await
     }
 
-    /// Runs `read` on the machine as it stands.
+    /// Runs `read` on the machine as it stands (after the last committed entry).
     ///
     /// # Errors
-    /// [`EngineError::Stopped`].
+    /// None today (kept for engines whose reads must wait).
     pub async fn read<T: Send + 'static>(
         &self,
         read: impl FnOnce(&Machine) -> T + Send + 'static,
     ) -> Result<T, EngineError> {
-        let (tx, rx) = oneshot::channel();
-        let job = Box::new(move |k: &Machine| {
-            let _ = tx.send(read(k));
-        });
-        self.requests
-            .send(Request::Read(job))
-            .await
-            .map_err(|_| EngineError::Stopped)?;
-        rx.await.map_err(|_| EngineError::Stopped)
+        Ok(read(lock(&self.core.state).machine()))
     }
 
-    /// Manual clock without a store only: starts over with `config` (see [`Request::Reset`]).
+    /// Manual clock without a store only (conformance runs): starts over with a fresh machine
+    /// and `config`, and empty event streams and history.
     ///
     /// # Errors
     /// The engine refuses (durable or monotonic), or the config is invalid.
     pub async fn reset(&self, config: klock_core::Config) -> Result<(), String> {
-        let (reply, answer) = oneshot::channel();
-        self.requests
-            .send(Request::Reset { config, reply })
-            .await
-            .map_err(|_| String::from("the engine stopped"))?;
-        answer
-            .await
-            .map_err(|_| String::from("the engine stopped"))?
+        if self.core.writer.is_some() || !matches!(self.core.clock, Clock::Manual) {
+            return Err(String::from(
+                "only a server started with --memory --clock manual can be reset",
+            ));
+        }
+        let mut state = lock(&self.core.state);
+        let mut machine = Machine::new(config).map_err(|e| e.message)?;
+        self.events.clear();
+        let mut history = applier::lock(&self.history);
+        machine.record_calls(history.capacity() > 0);
+        *history = History::new(&machine, history.capacity());
+        drop(history);
+        *state = Applier::new(machine, Arc::clone(&self.events), Arc::clone(&self.history));
+        Ok(())
     }
 
     /// What the server counts.
@@ -240,6 +239,53 @@ impl EngineHandle {
     }
 }
 
+impl Core {
+    /// Logs and applies `submissions` as one batch (see the module contract).
+    async fn propose(
+        &self,
+        submissions: Vec<Submission>,
+    ) -> Result<Vec<Result<Reply, EngineError>>, EngineError> {
+        let Some(writer) = &self.writer else {
+            return Ok(self.apply_now(submissions));
+        };
+        let (many, answers): (Vec<_>, Vec<_>) = submissions
+            .into_iter()
+            .map(|s| {
+                let (reply, answer) = oneshot::channel();
+                ((s, reply), answer)
+            })
+            .unzip();
+        writer.send(many).await.map_err(|_| EngineError::Stopped)?;
+        let mut out = Vec::with_capacity(answers.len());
+        for answer in answers {
+            out.push(answer.await.map_err(|_| EngineError::Stopped)?);
+        }
+        Ok(out)
+    }
+
+    /// In memory: stamps and applies `submissions` on the caller's task, under the lock.
+    fn apply_now(&self, submissions: Vec<Submission>) -> Vec<Result<Reply, EngineError>> {
+        let mut state = lock(&self.state);
+        let mut applied = 0;
+        let answers = submissions
+            .into_iter()
+            .map(|submission| {
+                let entry = stamp(&self.clock, submission)?;
+                applied += 1;
+                let index = state.machine().applied() + 1;
+                Ok(state.apply(index, &entry))
+            })
+            .collect();
+        let deadline = state.machine().kernel().next_deadline();
+        drop(state);
+        self.metrics
+            .commit_entries
+            .fetch_add(applied, Ordering::Relaxed);
+        self.timer.rearm(deadline);
+        answers
+    }
+}
+
 /// How the engine runs.
 pub struct EngineConfig {
     pub clock: Clock,
@@ -250,8 +296,8 @@ pub struct EngineConfig {
     pub metrics: Arc<Metrics>,
 }
 
-/// Starts the engine task on `machine` (already recovered) and returns its handle; its
-/// history starts at `machine` and keeps the default number of steps.
+/// Starts the engine on `machine` (already recovered) and returns its handle; its history
+/// starts at `machine` and keeps the default number of steps.
 pub fn spawn(
     machine: Machine,
     store: Option<Arc<Store>>,
@@ -262,7 +308,8 @@ pub fn spawn(
     spawn_with_history(machine, store, config, events, history)
 }
 
-/// [`spawn`] with a history that already holds what recovery replayed.
+/// [`spawn`] with a history that already holds what recovery replayed. Must be called inside
+/// a tokio runtime (the timer is a task on it).
 pub fn spawn_with_history(
     mut machine: Machine,
     store: Option<Arc<Store>>,
@@ -270,248 +317,193 @@ pub fn spawn_with_history(
     events: Arc<EventHub>,
     history: History,
 ) -> EngineHandle {
-    let (requests, inbox) = mpsc::channel(4096);
     let metrics = Arc::clone(&config.metrics);
     machine.record_calls(history.capacity() > 0);
     let history = Arc::new(Mutex::new(history));
-    let engine = Engine {
+    let next_deadline = machine.kernel().next_deadline();
+    let state = Arc::new(Mutex::new(Applier::new(
         machine,
-        store,
-        since_snapshot: config.log_entries,
-        config,
-        events: Arc::clone(&events),
-        history: Arc::clone(&history),
-    };
-    tokio::spawn(engine.run(inbox));
+        Arc::clone(&events),
+        Arc::clone(&history),
+    )));
+    let timer = Arc::new(Timer {
+        armed: AtomicU64::new(u64::MAX),
+        wake: Notify::new(),
+    });
+    let writer = store.map(|log| {
+        let (requests, inbox) = mpsc::channel(4096);
+        let writer = Writer {
+            log,
+            state: Arc::clone(&state),
+            clock: config.clock,
+            timer: Arc::clone(&timer),
+            metrics: Arc::clone(&metrics),
+            snapshot_every: config.snapshot_every,
+            since_snapshot: config.log_entries,
+        };
+        std::thread::Builder::new()
+            .name(String::from("klock-log-writer"))
+            .spawn(move || writer.run(inbox))
+            .unwrap_or_else(|e| fail_stop(&format!("cannot start the log writer: {e}")));
+        requests
+    });
+    let core = Arc::new(Core {
+        state,
+        clock: config.clock,
+        writer,
+        timer,
+        metrics: Arc::clone(&metrics),
+    });
+    if let Clock::Monotonic { start, at } = config.clock {
+        tokio::spawn(run_timer(Arc::downgrade(&core), start, at));
+        core.timer.rearm(next_deadline);
+    }
     EngineHandle {
-        requests,
+        core,
         events,
         metrics,
         history,
     }
 }
 
-struct Engine {
-    machine: Machine,
-    store: Option<Arc<Store>>,
-    config: EngineConfig,
+/// The timer task (see the module contract); it ends with the engine.
+async fn run_timer(core: Weak<Core>, start: u64, at: Instant) {
+    loop {
+        let Some(engine) = core.upgrade() else { return };
+        let timer = Arc::clone(&engine.timer);
+        let deadline = lock(&engine.state).machine().kernel().next_deadline();
+        timer
+            .armed
+            .store(deadline.unwrap_or(u64::MAX), Ordering::Release);
+        let now = engine.clock.read().unwrap_or(0);
+        if deadline.is_some_and(|d| d <= now) {
+            // Due: settle it (the answer is the batch's business: nobody waits on it).
+            let _ = engine
+                .propose(vec![Submission::new(Command::Advance, None)])
+                .await;
+            continue;
+        }
+        drop(engine);
+        let sleep = deadline.map(|d| at + std::time::Duration::from_millis(d - start.min(d)));
+        tokio::select! {
+            () = sleep_until(sleep) => {}
+            () = timer.wake.notified() => {}
+        }
+    }
+}
+
+/// The writer thread of a durable engine: group commit (see the module contract).
+struct Writer {
+    log: Arc<Store>,
+    state: Arc<Mutex<Applier>>,
+    clock: Clock,
+    timer: Arc<Timer>,
+    metrics: Arc<Metrics>,
+    snapshot_every: u64,
     since_snapshot: u64,
-    events: Arc<EventHub>,
-    history: Arc<Mutex<History>>,
 }
 
-impl Engine {
-    async fn run(mut self, mut inbox: mpsc::Receiver<Request>) {
-        loop {
-            let timer = self.timer();
-            let first = tokio::select! {
-                request = inbox.recv() => match request {
-                    Some(r) => Some(r),
-                    None => return,
-                },
-                () = sleep_until(timer) => None,
-            };
-            let mut batch: Vec<(Entry, Option<Responder>)> = Vec::new();
-            let mut next = first;
-            loop {
-                match next {
-                    Some(Request::Read(read)) => read(&self.machine),
-                    Some(Request::Reset { config, reply }) => {
-                        let _ = reply.send(self.reset(config));
-                    }
-                    Some(Request::Command { submission, reply }) => {
-                        self.admit(submission, reply, &mut batch);
-                    }
-                    Some(Request::Many(many)) => {
-                        for (submission, reply) in many {
-                            self.admit(submission, reply, &mut batch);
+impl Writer {
+    fn run(mut self, mut inbox: mpsc::Receiver<Proposal>) {
+        let mut next = lock(&self.state).machine().applied() + 1;
+        while let Some(first) = inbox.blocking_recv() {
+            let mut entries: Vec<(u64, Entry)> = Vec::new();
+            let mut responders = Vec::new();
+            let mut proposal = Some(first);
+            while let Some(many) = proposal.take() {
+                for (submission, reply) in many {
+                    match stamp(&self.clock, submission) {
+                        Ok(entry) => {
+                            entries.push((next, entry));
+                            responders.push(reply);
+                            next += 1;
                         }
-                    }
-                    None => {
-                        if let Some(now) = self.config.clock.read() {
-                            let command = Command::Advance;
-                            let entry = Entry::Command {
-                                now,
-                                command,
-                                key: None,
-                                token: None,
-                                caller: None,
-                                resume: None,
-                                fingerprint: None,
-                            };
-                            batch.push((entry, None));
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
                         }
                     }
                 }
-                // A full batch is committed before taking more: a request taken from the
-                // channel must not be left behind.
-                if batch.len() >= MAX_BATCH_ENTRIES {
-                    break;
-                }
-                match inbox.try_recv() {
-                    Ok(r) => next = Some(r),
-                    Err(_) => break,
+                // A full batch is committed before taking more.
+                if entries.len() < MAX_BATCH_ENTRIES {
+                    proposal = inbox.try_recv().ok();
                 }
             }
-            self.commit(batch).await;
-        }
-    }
-
-    /// When the timer fires: the kernel's next deadline on the monotonic clock.
-    fn timer(&self) -> Option<Instant> {
-        let Clock::Monotonic { start, at } = self.config.clock else {
-            return None;
-        };
-        let due = self.machine.kernel().next_deadline()?;
-        let after = due.saturating_sub(start);
-        Some(at + std::time::Duration::from_millis(after.min(u64::MAX / 2)))
-    }
-
-    fn reset(&mut self, config: klock_core::Config) -> Result<(), String> {
-        if self.store.is_some() || !matches!(self.config.clock, Clock::Manual) {
-            return Err(String::from(
-                "only a server started with --memory --clock manual can be reset",
-            ));
-        }
-        self.machine = Machine::new(config).map_err(|e| e.message)?;
-        self.events.clear();
-        let capacity = self.history.lock().expect("history lock").capacity();
-        self.machine.record_calls(capacity > 0);
-        *self.history.lock().expect("history lock") = History::new(&self.machine, capacity);
-        Ok(())
-    }
-
-    /// Stamps a submission and adds it to the batch being formed (or refuses it).
-    fn admit(
-        &self,
-        submission: Submission,
-        reply: Responder,
-        batch: &mut Vec<(Entry, Option<Responder>)>,
-    ) {
-        match self.stamp(submission.now) {
-            Ok(now) => {
-                let entry = Entry::Command {
-                    now,
-                    command: submission.command,
-                    key: submission.key,
-                    token: submission.token,
-                    caller: submission.caller,
-                    resume: submission.resume,
-                    fingerprint: submission.fingerprint,
-                };
-                batch.push((entry, Some(reply)));
-            }
-            Err(e) => {
-                let _ = reply.send(Err(e));
+            if !entries.is_empty() {
+                self.commit(&entries, responders);
             }
         }
     }
 
-    /// The `now` a command is applied at.
-    fn stamp(&self, now: Option<u64>) -> Result<u64, EngineError> {
-        match (self.config.clock.read(), now) {
-            (Some(now), None) => Ok(now),
-            (Some(_), Some(_)) => Err(EngineError::Clock(
-                "this server keeps its own time: a request may not carry `now` (only a server started with --clock manual takes it)",
-            )),
-            (None, Some(now)) => Ok(now),
-            (None, None) => Err(EngineError::Clock(
-                "this server runs on a manual clock: every request must carry `now`",
-            )),
+    /// Appends the batch durably, applies it, answers, and snapshots when due.
+    fn commit(&mut self, entries: &[(u64, Entry)], responders: Vec<Responder>) {
+        let started = Instant::now();
+        if let Err(e) = self.log.append(entries) {
+            fail_stop(&format!("storage failed: {e}"));
         }
-    }
-
-    /// Applies a batch, makes it durable, then answers and publishes (output commit).
-    async fn commit(&mut self, batch: Vec<(Entry, Option<Responder>)>) {
-        if batch.is_empty() {
-            return;
-        }
-        let mut entries = Vec::with_capacity(batch.len());
-        let mut answers = Vec::with_capacity(batch.len());
-        let mut steps = Vec::with_capacity(batch.len());
-        for (entry, responder) in batch {
-            let index = self.machine.applied() + 1;
-            let Applied {
-                output,
-                events,
-                repeat_of,
-                kernel_calls,
-            } = self.machine.apply(index, &entry);
-            steps.push(Step {
-                index,
-                now: self.machine.last_now(),
-                commands: kernel_calls,
-            });
-            let membership = Membership::of(&entry, &output, repeat_of.is_some());
-            entries.push((index, entry));
-            // A repeated request is answered as the first one was, at the first one's time.
-            let now = repeat_of.map_or(self.machine.last_now(), |(_, first_now)| first_now);
-            let reply = Reply {
-                index,
-                now,
-                output,
-                events,
-            };
-            answers.push((responder, reply, membership));
-        }
+        self.metrics.commit_seconds.observe(started.elapsed());
         let count = entries.len() as u64;
-        if let Some(store) = &self.store {
-            let store = Arc::clone(store);
-            let started = Instant::now();
-            let written = tokio::task::spawn_blocking(move || store.append(&entries)).await;
-            match written {
-                Ok(Ok(())) => self
-                    .config
-                    .metrics
-                    .commit_seconds
-                    .observe(started.elapsed()),
-                Ok(Err(e)) => fail_stop(&e.to_string()),
-                Err(e) => fail_stop(&format!("the log writer failed: {e}")),
-            }
-        }
-        {
-            // Durable now: the history may show it.
-            let mut history = self.history.lock().expect("history lock");
-            for step in steps {
-                history.push(step, &self.machine);
-            }
-        }
-        for (responder, reply, membership) in answers {
-            self.events.record(reply.index, &membership, &reply.events);
-            if let Some(responder) = responder {
-                let _ = responder.send(Ok(reply));
-            }
-        }
         self.since_snapshot += count;
-        let metrics = &self.config.metrics;
-        metrics.commit_entries.fetch_add(count, Ordering::Relaxed);
-        if self.config.snapshot_every > 0 && self.since_snapshot >= self.config.snapshot_every {
+        let snapshot_due = self.snapshot_every > 0 && self.since_snapshot >= self.snapshot_every;
+        let mut state = lock(&self.state);
+        let replies: Vec<Reply> = entries.iter().map(|(i, e)| state.apply(*i, e)).collect();
+        let deadline = state.machine().kernel().next_deadline();
+        let snapshot: Option<MachineSnapshot> = snapshot_due.then(|| state.machine().snapshot());
+        drop(state);
+        for (responder, reply) in responders.into_iter().zip(replies) {
+            let _ = responder.send(Ok(reply));
+        }
+        self.timer.rearm(deadline);
+        self.metrics
+            .commit_entries
+            .fetch_add(count, Ordering::Relaxed);
+        if let Some(snapshot) = snapshot {
             self.since_snapshot = 0;
-            if let Some(store) = &self.store {
-                let store = Arc::clone(store);
-                let snapshot: MachineSnapshot = self.machine.snapshot();
-                let written = tokio::task::spawn_blocking(move || store.compact(&snapshot)).await;
-                match written {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => fail_stop(&e.to_string()),
-                    Err(e) => fail_stop(&format!("the snapshot writer failed: {e}")),
-                }
+            if let Err(e) = self.log.compact(&snapshot) {
+                fail_stop(&format!("storage failed: {e}"));
             }
         }
-        if self.store.is_some() {
-            let len = self.since_snapshot;
-            self.config
-                .metrics
-                .log_entries
-                .store(len, Ordering::Relaxed);
-        }
+        self.metrics
+            .log_entries
+            .store(self.since_snapshot, Ordering::Relaxed);
     }
 }
 
-/// Stops the process after a storage failure: memory is ahead of the disk, and serving it
-/// could hand out a grant or a fence that a restart would forget.
+/// The entry a submission is logged as, stamped with the time it is applied at.
+fn stamp(clock: &Clock, submission: Submission) -> Result<Entry, EngineError> {
+    let now = match (clock.read(), submission.now) {
+        (Some(now), None) => now,
+        (Some(_), Some(_)) => return Err(EngineError::Clock(
+            "this server keeps its own time: a request may not carry `now` (only a server started with --clock manual takes it)",
+        )),
+        (None, Some(now)) => now,
+        (None, None) => return Err(EngineError::Clock(
+            "this server runs on a manual clock: every request must carry `now`",
+        )),
+    };
+    Ok(Entry::Command {
+        now,
+        command: submission.command,
+        key: submission.key,
+        token: submission.token,
+        caller: submission.caller,
+        resume: submission.resume,
+        fingerprint: submission.fingerprint,
+    })
+}
+
+/// The applier. A panic while it was held (a bug) may have left the machine half-applied:
+/// serving it could break a promise, so the process stops (a durable server recovers its
+/// committed entries on restart), as on a storage failure.
+fn lock(state: &Mutex<Applier>) -> MutexGuard<'_, Applier> {
+    state
+        .lock()
+        .unwrap_or_else(|_| fail_stop("the engine panicked while applying an entry"))
+}
+
+/// Stops the process after a storage failure (memory would be ahead of the disk, and serving
+/// it could hand out a grant or a fence that a restart would forget) or a broken machine.
 fn fail_stop(why: &str) -> ! {
-    eprintln!("klock serve: storage failed, stopping: {why}");
+    eprintln!("klock serve: stopping: {why}");
     std::process::exit(74)
 }
 

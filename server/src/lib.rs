@@ -22,6 +22,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod applier;
 pub mod auth;
 pub mod conformance;
 pub mod conn;
@@ -31,6 +32,7 @@ pub mod events;
 pub mod guard;
 pub mod history;
 pub mod http_client;
+pub mod log;
 pub mod machine;
 pub mod metrics;
 pub mod recovery;

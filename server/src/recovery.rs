@@ -25,11 +25,14 @@
 //! new snapshot. A wall clock reading earlier than the snapshot bounds nothing and is refused
 //! (`LOG_LOSS_UNBOUNDED`).
 
-use crate::events::{EventHub, Membership};
-use crate::history::{History, Step, DEFAULT_CAPACITY};
+use crate::applier::Applier;
+use crate::events::EventHub;
+use crate::history::{History, DEFAULT_CAPACITY};
+use crate::log::Log as _;
 use crate::machine::{Entry, Machine};
 use crate::store::{LogLoss, Store, TornTail};
 use klock_core::Config;
+use std::sync::{Arc, Mutex};
 
 /// More log entries, or leases, than one engine task can make in a millisecond (it makes
 /// well under a thousand: each costs a kernel step, and entries a durable write): the bound
@@ -54,7 +57,11 @@ pub struct Recovered {
 ///
 /// # Errors
 /// A storage failure, a damaged file, or a configuration that differs from the file's.
-pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Recovered, String> {
+pub fn recover(
+    store: &Store,
+    config: &Config,
+    events: &Arc<EventHub>,
+) -> Result<Recovered, String> {
     let stored = store.config().map_err(|e| e.to_string())?;
     let loaded = store.load().map_err(|e| e.to_string())?;
     let config = match stored {
@@ -97,38 +104,28 @@ pub fn recover(store: &Store, config: &Config, events: &EventHub) -> Result<Reco
         machine = past_the_loss(store, &machine, loss)?;
     }
     let replayed = loaded.entries.len() as u64;
-    let mut history = History::new(&machine, DEFAULT_CAPACITY);
-    let mut step = |machine: &Machine, commands| {
-        let (index, now) = (machine.applied(), machine.last_now());
-        history.push(
-            Step {
-                index,
-                now,
-                commands,
-            },
-            machine,
-        );
-    };
+    let history = Arc::new(Mutex::new(History::new(&machine, DEFAULT_CAPACITY)));
+    let mut applier = Applier::new(machine, Arc::clone(events), Arc::clone(&history));
     for (index, entry) in &loaded.entries {
-        let applied = machine.apply(*index, entry);
-        let membership = Membership::of(entry, &applied.output, applied.repeat_of.is_some());
-        events.record(*index, &membership, &applied.events);
-        step(&machine, applied.kernel_calls);
+        applier.apply(*index, entry);
     }
-    let restarted = machine.applied() > 0;
+    let restarted = applier.machine().applied() > 0;
     if restarted {
-        let index = machine.applied() + 1;
+        let index = applier.machine().applied() + 1;
         let entry = Entry::Recovered {
-            now: machine.last_now(),
+            now: applier.machine().last_now(),
         };
         store
             .append(&[(index, entry.clone())])
             .map_err(|e| e.to_string())?;
-        let applied = machine.apply(index, &entry);
-        let membership = Membership::of(&entry, &applied.output, false);
-        events.record(index, &membership, &applied.events);
-        step(&machine, applied.kernel_calls);
+        applier.apply(index, &entry);
     }
+    let machine = applier.into_machine();
+    // The applier held the only other handle, and is gone.
+    let history = Arc::try_unwrap(history)
+        .map_err(|_| String::from("the recovered history is still shared"))?
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
     Ok(Recovered {
         machine,
         replayed,

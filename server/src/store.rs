@@ -33,18 +33,21 @@
 //!   short, even inside its header, is a torn tail as before; a log without any header is one
 //!   written before headers existed and is adopted (given the data file's id).
 
+use crate::log::Log as _;
 use crate::machine::{Entry, MachineSnapshot};
 use klock_core::Config;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const SNAPSHOT_KEY: &str = "snapshot";
 const CONFIG_KEY: &str = "config";
+/// The consensus layer's vote (opaque bytes).
+const VOTE_KEY: &str = "vote";
 /// The data file's id, which its log's header names.
 const ID_KEY: &str = "id";
 /// Wall-clock ms (Unix) when the snapshot (or, before any, the configuration) was stored.
@@ -128,8 +131,71 @@ struct Header {
 
 struct Log {
     file: File,
-    /// Records in the file.
-    records: u64,
+    /// `(index, end offset)` of each whole record after the header, in file order; `None`
+    /// until the file is first scanned (by [`Store::load`], or by the first call needing it).
+    records: Option<Vec<(u64, u64)>>,
+    /// Where the header record ends (the first entry's record starts).
+    header_end: u64,
+    /// The snapshot index the log follows (its header's `base`).
+    base: u64,
+}
+
+impl Log {
+    /// The records, scanning the file if it has not been yet (a torn tail is left for
+    /// [`Store::load`] to report and cut).
+    fn scanned(&mut self) -> Result<&mut Vec<(u64, u64)>, StoreError> {
+        if self.records.is_none() {
+            let len = self
+                .file
+                .metadata()
+                .map_err(fail("read the log's size"))?
+                .len();
+            let mut bytes = vec![0u8; len as usize];
+            self.file
+                .read_exact_at(&mut bytes, 0)
+                .map_err(fail("read the log"))?;
+            let (whole, _) = records(&bytes);
+            self.index(&whole);
+        }
+        Ok(self.records.as_mut().expect("just scanned"))
+    }
+
+    /// Records the positions of `whole` (the file's records, the header first if it has one).
+    fn index(&mut self, whole: &[(u64, &[u8], usize)]) {
+        let (header_end, base, rest) = match whole.first() {
+            Some((0, payload, end)) => {
+                let base = serde_json::from_slice::<Header>(payload).map_or(0, |h| h.base);
+                (*end as u64, base, &whole[1..])
+            }
+            _ => (0, 0, whole),
+        };
+        self.header_end = header_end;
+        self.base = base;
+        self.records = Some(rest.iter().map(|(i, _, end)| (*i, *end as u64)).collect());
+    }
+
+    /// `(first, last)` as [`crate::log::Log::bounds`] defines them.
+    fn bounds(&mut self) -> Result<(u64, u64), StoreError> {
+        self.scanned()?;
+        let base = self.base;
+        let records = self.records.as_ref().expect("just scanned");
+        Ok(match (records.first(), records.last()) {
+            (Some((first, _)), Some((last, _))) => (*first, *last),
+            _ => (base + 1, base),
+        })
+    }
+
+    /// Where the record of entry `index` ends (the header's end for the entry before the first).
+    fn end_of(&mut self, index: u64) -> Result<Option<u64>, StoreError> {
+        self.scanned()?;
+        let header_end = self.header_end;
+        let records = self.records.as_ref().expect("just scanned");
+        Ok(match records.binary_search_by_key(&index, |(i, _)| *i) {
+            Ok(at) => Some(records[at].1),
+            Err(0) => (records.first().is_none_or(|(i, _)| index + 1 == *i)).then_some(header_end),
+            Err(_) => None,
+        })
+    }
 }
 
 /// The data files.
@@ -278,8 +344,8 @@ fn first_record(path: &Path) -> std::io::Result<Option<(u64, Vec<u8>)>> {
     Ok((check.finalize() == crc).then_some((index, payload)))
 }
 
-/// Whole records of `bytes` and where they end: `(index, payload)` pairs.
-fn records(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
+/// Whole records of `bytes` and where they end: `(index, payload, end offset)` triples.
+fn records(bytes: &[u8]) -> (Vec<(u64, &[u8], usize)>, usize) {
     let mut out = Vec::new();
     let mut at = 0;
     while bytes.len() - at >= HEADER {
@@ -298,7 +364,7 @@ fn records(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
         if check.finalize() != crc {
             break;
         }
-        out.push((index, payload));
+        out.push((index, payload, end));
         at = end;
     }
     (out, at)
@@ -457,7 +523,12 @@ impl Store {
         Ok(Store {
             db,
             log_path,
-            log: Mutex::new(Log { file, records: 0 }),
+            log: Mutex::new(Log {
+                file,
+                records: None,
+                header_end: 0,
+                base: 0,
+            }),
             id,
             accept_log_loss,
             lost: Mutex::new(lost),
@@ -481,16 +552,8 @@ impl Store {
     /// # Errors
     /// An unreadable file, an undecodable record, or a gap in the log.
     pub fn load(&self) -> Result<Loaded, StoreError> {
-        let txn = self.db.begin_read().map_err(fail("begin a read"))?;
-        let meta = txn.open_table(META).map_err(fail("open the meta table"))?;
-        let snapshot: Option<MachineSnapshot> =
-            match meta.get(SNAPSHOT_KEY).map_err(fail("read the snapshot"))? {
-                Some(bytes) => Some(serde_json::from_slice(bytes.value()).map_err(|e| {
-                    StoreError(format!("the stored snapshot cannot be decoded: {e}"))
-                })?),
-                None => None,
-            };
-        let mut log = self.log.lock().expect("log lock");
+        let snapshot = self.read_snapshot()?;
+        let mut log = self.lock_log();
         let mut bytes = Vec::new();
         File::open(&self.log_path)
             .and_then(|mut f| f.read_to_end(&mut bytes))
@@ -507,10 +570,9 @@ impl Store {
         let applied = snapshot.as_ref().map_or(0, |s| s.applied);
         let mut lost = self.lost.lock().expect("lost lock").take();
         let base = match whole.first() {
-            Some((0, payload)) => {
+            Some((0, payload, _)) => {
                 let header: Header = serde_json::from_slice(payload)
                     .map_err(|e| StoreError(format!("the log's header cannot be decoded: {e}")))?;
-                whole.remove(0);
                 header.base
             }
             Some(_) => 0,
@@ -540,18 +602,19 @@ impl Store {
             });
             whole.clear();
         }
-        log.records = whole.len() as u64;
+        if !whole.is_empty() {
+            log.index(&whole);
+        }
         let mut entries = Vec::new();
-        for (index, payload) in whole.into_iter().filter(|(i, _)| *i > applied) {
+        let after_header = whole.iter().filter(|(i, _, _)| *i > 0);
+        for (index, payload, _) in after_header.filter(|(i, _, _)| *i > applied) {
             let expected = applied + 1 + entries.len() as u64;
-            if index != expected {
+            if *index != expected {
                 return Err(StoreError(format!(
                     "the log has entry {index} where entry {expected} was expected"
                 )));
             }
-            let entry: Entry = serde_json::from_slice(payload)
-                .map_err(|e| StoreError(format!("log entry {index} cannot be decoded: {e}")))?;
-            entries.push((index, entry));
+            entries.push((*index, decode(*index, payload)?));
         }
         Ok(Loaded {
             snapshot,
@@ -564,6 +627,12 @@ impl Store {
     /// Replaces the log with a new one holding only its header (after the snapshot at `base`).
     fn restart_log(&self, log: &mut Log, base: u64) -> Result<(), StoreError> {
         start_log(&self.log_path, &self.id, base)?;
+        self.restart_file(log)
+    }
+
+    /// Opens the log file again after it was replaced; its records are scanned when next
+    /// needed.
+    fn restart_file(&self, log: &mut Log) -> Result<(), StoreError> {
         log.file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -574,46 +643,24 @@ impl Store {
                     self.log_path.display()
                 ))
             })?;
-        log.records = 0;
+        log.records = None;
         Ok(())
     }
 
-    /// Appends `entries` (`(index, entry)`, dense, following the last stored index) and returns
-    /// once they are durable.
-    ///
-    /// # Errors
-    /// Any storage failure; the caller must stop serving (see the module contract).
-    pub fn append(&self, entries: &[(u64, Entry)]) -> Result<(), StoreError> {
-        let mut buffer = Vec::new();
-        for (index, entry) in entries {
-            buffer.extend(record(*index, entry)?);
-        }
-        let mut log = self.log.lock().expect("log lock");
-        log.file.write_all(&buffer).map_err(fail("write the log"))?;
-        log.file.sync_data().map_err(fail("sync the log"))?;
-        log.records += entries.len() as u64;
-        Ok(())
+    fn lock_log(&self) -> std::sync::MutexGuard<'_, Log> {
+        // A panic while holding it leaves whole values behind (every change is a whole
+        // file operation followed by its bookkeeping).
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Stores `snapshot` (durably), then empties the log it covers.
+    /// Stores `snapshot` (durably), then empties the log it covers: `save_snapshot`, then
+    /// `purge_upto` its index ([`crate::log::Log`]).
     ///
     /// # Errors
     /// Any storage failure.
     pub fn compact(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(snapshot).map_err(fail("encode the snapshot"))?;
-        let txn = self.db.begin_write().map_err(fail("begin a write"))?;
-        {
-            let mut meta = txn.open_table(META).map_err(fail("open the meta table"))?;
-            meta.insert(SNAPSHOT_KEY, bytes.as_slice())
-                .map_err(fail("write the snapshot"))?;
-            meta.insert(WALL_KEY, wall_now().to_le_bytes().as_slice())
-                .map_err(fail("write the wall time"))?;
-        }
-        txn.commit().map_err(fail("commit the snapshot"))?;
-        // A new log after it, whole (a crash keeps the old one, whose covered entries a load
-        // skips).
-        let mut log = self.log.lock().expect("log lock");
-        self.restart_log(&mut log, snapshot.applied)
+        self.save_snapshot(snapshot)?;
+        self.purge_upto(snapshot.applied)
     }
 
     /// The configuration the file was created with, if any.
@@ -639,15 +686,23 @@ impl Store {
     /// Any storage failure.
     pub fn set_config(&self, config: &Config) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(config).map_err(fail("encode the config"))?;
+        self.put(CONFIG_KEY, &bytes, true)
+    }
+
+    /// Stores `bytes` under `key` in one redb commit, with the wall-clock time beside it when
+    /// `stamp_wall` (a snapshot or the configuration: what a lost log is bounded by).
+    fn put(&self, key: &str, bytes: &[u8], stamp_wall: bool) -> Result<(), StoreError> {
         let txn = self.db.begin_write().map_err(fail("begin a write"))?;
         {
             let mut meta = txn.open_table(META).map_err(fail("open the meta table"))?;
-            meta.insert(CONFIG_KEY, bytes.as_slice())
-                .map_err(fail("write the config"))?;
-            meta.insert(WALL_KEY, wall_now().to_le_bytes().as_slice())
-                .map_err(fail("write the wall time"))?;
+            meta.insert(key, bytes)
+                .map_err(fail("write the data file"))?;
+            if stamp_wall {
+                meta.insert(WALL_KEY, wall_now().to_le_bytes().as_slice())
+                    .map_err(fail("write the wall time"))?;
+            }
         }
-        txn.commit().map_err(fail("commit the config"))
+        txn.commit().map_err(fail("commit to the data file"))
     }
 
     /// How many entries the log holds (not counting those folded into the snapshot; after a
@@ -656,6 +711,136 @@ impl Store {
     /// # Errors
     /// None today; kept fallible for storage that must read to count.
     pub fn log_len(&self) -> Result<u64, StoreError> {
-        Ok(self.log.lock().expect("log lock").records)
+        Ok(self.lock_log().scanned()?.len() as u64)
+    }
+}
+
+/// An entry's JSON, decoded.
+fn decode(index: u64, payload: &[u8]) -> Result<Entry, StoreError> {
+    serde_json::from_slice(payload)
+        .map_err(|e| StoreError(format!("log entry {index} cannot be decoded: {e}")))
+}
+
+impl crate::log::Log for Store {
+    /// One `write` and one `fdatasync` for the whole batch.
+    fn append(&self, entries: &[(u64, Entry)]) -> Result<(), StoreError> {
+        let mut buffer = Vec::new();
+        let mut ends = Vec::with_capacity(entries.len());
+        for (index, entry) in entries {
+            buffer.extend(record(*index, entry)?);
+            ends.push((*index, buffer.len() as u64));
+        }
+        let mut log = self.lock_log();
+        let (_, last) = log.bounds()?;
+        crate::log::check_follows(last, entries)?;
+        let at = log
+            .file
+            .metadata()
+            .map_err(fail("read the log's size"))?
+            .len();
+        log.file.write_all(&buffer).map_err(fail("write the log"))?;
+        log.file.sync_data().map_err(fail("sync the log"))?;
+        let records = log.scanned()?;
+        records.extend(ends.into_iter().map(|(i, end)| (i, at + end)));
+        Ok(())
+    }
+
+    fn truncate_after(&self, index: u64) -> Result<(), StoreError> {
+        let mut log = self.lock_log();
+        let (first, last) = log.bounds()?;
+        if index >= last {
+            return Ok(());
+        }
+        let Some(end) = log.end_of(index)? else {
+            return Err(StoreError(format!(
+                "cannot truncate after entry {index}: the log holds {first}..={last}"
+            )));
+        };
+        log.file.set_len(end).map_err(fail("truncate the log"))?;
+        log.file.sync_data().map_err(fail("sync the log"))?;
+        log.scanned()?.retain(|(i, _)| *i <= index);
+        Ok(())
+    }
+
+    /// Writes a new log (the header, then the entries after `index`) beside the old one and
+    /// renames it over (see [`replace_log`]).
+    fn purge_upto(&self, index: u64) -> Result<(), StoreError> {
+        let mut log = self.lock_log();
+        let (_, last) = log.bounds()?;
+        if index >= last {
+            let base = index.max(log.base);
+            return self.restart_log(&mut log, base);
+        }
+        let Some(from) = log.end_of(index)? else {
+            return Ok(()); // already purged beyond it
+        };
+        let len = log
+            .file
+            .metadata()
+            .map_err(fail("read the log's size"))?
+            .len();
+        let mut rest = vec![0u8; (len - from) as usize];
+        log.file
+            .read_exact_at(&mut rest, from)
+            .map_err(fail("read the log"))?;
+        let mut bytes = record_bytes(0, &header_of(&self.id, index)?)?;
+        bytes.extend_from_slice(&rest);
+        replace_log(&self.log_path, &bytes)?;
+        self.restart_file(&mut log)
+    }
+
+    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, Entry)>, StoreError> {
+        let mut log = self.lock_log();
+        let bounds = log.bounds()?;
+        if from > to || (from < to && (from < bounds.0 || to > bounds.1 + 1)) {
+            return Err(crate::log::outside(from, to, bounds));
+        }
+        if from == to {
+            return Ok(Vec::new());
+        }
+        let start = log.end_of(from - 1)?.expect("inside the bounds");
+        let end = log.end_of(to - 1)?.expect("inside the bounds");
+        let mut bytes = vec![0u8; (end - start) as usize];
+        log.file
+            .read_exact_at(&mut bytes, start)
+            .map_err(fail("read the log"))?;
+        let (whole, _) = records(&bytes);
+        whole
+            .into_iter()
+            .map(|(index, payload, _)| Ok((index, decode(index, payload)?)))
+            .collect()
+    }
+
+    fn bounds(&self) -> (u64, u64) {
+        // A log that cannot be read has no entries to offer; `read` says why.
+        self.lock_log().bounds().unwrap_or((1, 0))
+    }
+
+    fn save_vote(&self, vote: &[u8]) -> Result<(), StoreError> {
+        self.put(VOTE_KEY, vote, false)
+    }
+
+    fn read_vote(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.db.begin_read().map_err(fail("begin a read"))?;
+        let meta = txn.open_table(META).map_err(fail("open the meta table"))?;
+        let bytes = meta.get(VOTE_KEY).map_err(fail("read the vote"))?;
+        Ok(bytes.map(|b| b.value().to_vec()))
+    }
+
+    fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(snapshot).map_err(fail("encode the snapshot"))?;
+        self.put(SNAPSHOT_KEY, &bytes, true)
+    }
+
+    fn read_snapshot(&self) -> Result<Option<MachineSnapshot>, StoreError> {
+        let txn = self.db.begin_read().map_err(fail("begin a read"))?;
+        let meta = txn.open_table(META).map_err(fail("open the meta table"))?;
+        let bytes = meta.get(SNAPSHOT_KEY).map_err(fail("read the snapshot"))?;
+        bytes
+            .map(|b| {
+                serde_json::from_slice(b.value())
+                    .map_err(|e| StoreError(format!("the stored snapshot cannot be decoded: {e}")))
+            })
+            .transpose()
     }
 }

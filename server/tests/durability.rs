@@ -5,6 +5,7 @@
 use klock_core::{AcquireOptions, Command, Config, Event, Output, SessionId, Verdict};
 use klock_server::engine::{self, Clock, EngineConfig, EngineError, Submission};
 use klock_server::events::{EventId, Stream};
+use klock_server::log::Log as _;
 use klock_server::machine::{Entry, Machine, MachineSnapshot};
 use klock_server::recovery::recover;
 use klock_server::store::Store;
@@ -150,10 +151,26 @@ fn a_damaged_or_mismatched_file_is_refused_by_name() {
         .err()
         .unwrap();
     assert!(err.contains("hashes to"), "{err}");
-    // A gap in the log.
+    // A gap in the log: appends refuse one, so the file is damaged by hand, cutting out the
+    // record of entry 1 (records are `[length u32][crc u32][index u64][entry]`, after the
+    // header record).
     let store2_path = dir.path().join("gap.redb");
     let store2 = Store::open(&store2_path).unwrap();
-    store2.append(&[(2, Entry::Recovered { now: 0 })]).unwrap();
+    write_history(&store2, &history()[..3]);
+    let err = store2
+        .append(&[(5, Entry::Recovered { now: 0 })])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("must follow the log's last entry 3"), "{err}");
+    drop(store2);
+    let log = klock_server::store::log_path(&store2_path);
+    let bytes = std::fs::read(&log).unwrap();
+    let record_end =
+        |at: usize| at + 16 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let (first, second) = (record_end(0), record_end(record_end(0)));
+    std::fs::write(&log, [&bytes[..first], &bytes[second..]].concat()).unwrap();
+    let store2 = Store::open(&store2_path).unwrap();
     let err = store2.load().err().unwrap().to_string();
     assert!(err.contains("where entry 1 was expected"), "{err}");
     // Not a redb file at all.

@@ -1,0 +1,86 @@
+//! The applier: committed log entries in; the machine's answers, the history and the event
+//! streams out. One applier serves recovery (replaying the log on start) and the live path
+//! (each batch once it is durable), so both derive exactly the same state, events and answers
+//! from the same entries.
+//!
+//! Contract: [`Applier::apply`] takes entries in log order, only once they are durable
+//! (committed); nothing else changes the machine. For each entry it applies the machine,
+//! adds the step to the history, and records the entry's events in the event streams, and
+//! returns the answer to release to the entry's sender.
+
+use crate::engine::Reply;
+use crate::events::{EventHub, Membership};
+use crate::history::{History, Step};
+use crate::machine::{Applied, Entry, Machine};
+use std::sync::{Arc, Mutex};
+
+/// The machine and what follows it (see the module contract).
+pub struct Applier {
+    machine: Machine,
+    events: Arc<EventHub>,
+    history: Arc<Mutex<History>>,
+}
+
+impl Applier {
+    /// An applier on `machine` (at its last applied entry), recording into `events` and
+    /// `history`.
+    pub fn new(machine: Machine, events: Arc<EventHub>, history: Arc<Mutex<History>>) -> Applier {
+        Applier {
+            machine,
+            events,
+            history,
+        }
+    }
+
+    /// Applies the committed entry `index` and returns its answer.
+    pub fn apply(&mut self, index: u64, entry: &Entry) -> Reply {
+        let Applied {
+            output,
+            events,
+            repeat_of,
+            kernel_calls,
+        } = self.machine.apply(index, entry);
+        let step = Step {
+            index,
+            now: self.machine.last_now(),
+            commands: kernel_calls,
+        };
+        lock(&self.history).push(step, &self.machine);
+        let membership = Membership::of(entry, &output, repeat_of.is_some());
+        self.events.record(index, &membership, &events);
+        // A repeated request is answered as the first one was, at the first one's time.
+        let now = repeat_of.map_or(self.machine.last_now(), |(_, first_now)| first_now);
+        Reply {
+            index,
+            now,
+            output,
+            events,
+        }
+    }
+
+    /// The machine as it stands (after the last applied entry).
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    /// The event streams it records into.
+    pub fn events(&self) -> &Arc<EventHub> {
+        &self.events
+    }
+
+    /// The history it records into.
+    pub fn history(&self) -> &Arc<Mutex<History>> {
+        &self.history
+    }
+
+    /// The machine, for the caller to keep (recovery hands it to the engine).
+    pub fn into_machine(self) -> Machine {
+        self.machine
+    }
+}
+
+/// The history, even after a panic elsewhere left its lock poisoned (each push leaves it
+/// whole).
+pub fn lock(history: &Mutex<History>) -> std::sync::MutexGuard<'_, History> {
+    history.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,199 @@
+//! The log interface the engine (and, later, a consensus layer) writes through, and its
+//! memory implementation. The file implementation is [`crate::store::Store`].
+//!
+//! Contract, for every implementation:
+//! - Entries are `(index, entry)` with dense indexes. [`Log::append`] takes entries that
+//!   follow the last one held (or the snapshot, when none is held) and returns only once they
+//!   are durable: nothing derived from an entry (an answer, an event, a grant, a fence) may
+//!   leave the process before that (output commit).
+//! - [`Log::truncate_after`] removes every entry after an index (a conflicting suffix a
+//!   leader overwrites); [`Log::purge_upto`] drops every entry up to an index (covered by a
+//!   snapshot). Neither touches the other end. Both are durable when they return.
+//! - [`Log::read`] returns the entries held in `from..to` (end exclusive), in order; asking
+//!   for purged or missing entries is an error naming them, never a shorter answer.
+//! - The vote is opaque bytes (the consensus layer encodes its own); the snapshot is the
+//!   machine's. Both are stored durably and read back whole.
+//! - Implementations are shared between threads (`Send + Sync`): the engine's writer appends
+//!   while readers read.
+
+use crate::machine::{Entry, MachineSnapshot};
+use crate::store::StoreError;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// Where the entries, the vote and the snapshot are kept (see the module contract).
+pub trait Log: Send + Sync {
+    /// Appends `entries` (dense, following the last index) durably.
+    ///
+    /// # Errors
+    /// A storage failure, or entries that do not follow the last index.
+    fn append(&self, entries: &[(u64, Entry)]) -> Result<(), StoreError>;
+
+    /// Removes every entry after `index`.
+    ///
+    /// # Errors
+    /// A storage failure, or `index` before the first entry held (purged).
+    fn truncate_after(&self, index: u64) -> Result<(), StoreError>;
+
+    /// Drops every entry up to and including `index`.
+    ///
+    /// # Errors
+    /// A storage failure.
+    fn purge_upto(&self, index: u64) -> Result<(), StoreError>;
+
+    /// The entries in `from..to`, in order.
+    ///
+    /// # Errors
+    /// A storage failure, or a range reaching outside the entries held.
+    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, Entry)>, StoreError>;
+
+    /// `(first, last)`: the indexes the log holds are `first..=last`; when it holds none,
+    /// `first == last + 1`, and `last` is the index of the last entry purged (0 for none).
+    fn bounds(&self) -> (u64, u64);
+
+    /// Stores the vote (durably).
+    ///
+    /// # Errors
+    /// A storage failure.
+    fn save_vote(&self, vote: &[u8]) -> Result<(), StoreError>;
+
+    /// The vote last stored, if any.
+    ///
+    /// # Errors
+    /// A storage failure.
+    fn read_vote(&self) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Stores `snapshot` (durably), replacing the one held. The entries it covers stay until
+    /// purged.
+    ///
+    /// # Errors
+    /// A storage failure.
+    fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError>;
+
+    /// The snapshot last stored, if any.
+    ///
+    /// # Errors
+    /// A storage failure, or a snapshot that cannot be decoded.
+    fn read_snapshot(&self) -> Result<Option<MachineSnapshot>, StoreError>;
+}
+
+/// The error for entries that do not follow the log's last index.
+pub(crate) fn not_following(last: u64, first: u64) -> StoreError {
+    StoreError(format!(
+        "entries must follow the log's last entry {last}: got {first}"
+    ))
+}
+
+/// The error for a read outside the entries held.
+pub(crate) fn outside(from: u64, to: u64, (first, last): (u64, u64)) -> StoreError {
+    StoreError(format!(
+        "entries {from}..{to} are not all in the log, which holds {first}..={last}"
+    ))
+}
+
+/// Checks that `entries` are dense and follow `last`.
+pub(crate) fn check_follows(last: u64, entries: &[(u64, Entry)]) -> Result<(), StoreError> {
+    for (offset, (index, _)) in entries.iter().enumerate() {
+        if *index != last + 1 + offset as u64 {
+            return Err(not_following(last + offset as u64, *index));
+        }
+    }
+    Ok(())
+}
+
+/// A log in memory: durable for as long as the process lives (tests, and a consensus
+/// layer's tests).
+#[derive(Default)]
+pub struct MemoryLog {
+    inner: Mutex<Memory>,
+}
+
+#[derive(Default)]
+struct Memory {
+    /// The index of the entry before the first one held.
+    before: u64,
+    entries: VecDeque<Entry>,
+    vote: Option<Vec<u8>>,
+    snapshot: Option<MachineSnapshot>,
+}
+
+impl Memory {
+    fn bounds(&self) -> (u64, u64) {
+        (self.before + 1, self.before + self.entries.len() as u64)
+    }
+}
+
+impl MemoryLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Memory> {
+        // A panic while holding it leaves whole values behind: the data is still good.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Log for MemoryLog {
+    fn append(&self, entries: &[(u64, Entry)]) -> Result<(), StoreError> {
+        let mut log = self.lock();
+        check_follows(log.bounds().1, entries)?;
+        log.entries.extend(entries.iter().map(|(_, e)| e.clone()));
+        Ok(())
+    }
+
+    fn truncate_after(&self, index: u64) -> Result<(), StoreError> {
+        let mut log = self.lock();
+        if index < log.before {
+            return Err(StoreError(format!(
+                "cannot truncate after entry {index}: entries up to {} are purged",
+                log.before
+            )));
+        }
+        let keep = (index - log.before) as usize;
+        log.entries.truncate(keep);
+        Ok(())
+    }
+
+    fn purge_upto(&self, index: u64) -> Result<(), StoreError> {
+        let mut log = self.lock();
+        if index <= log.before {
+            return Ok(());
+        }
+        let drop = ((index - log.before) as usize).min(log.entries.len());
+        log.entries.drain(..drop);
+        log.before = index;
+        Ok(())
+    }
+
+    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, Entry)>, StoreError> {
+        let log = self.lock();
+        let (first, last) = log.bounds();
+        if from > to || (from < to && (from < first || to > last + 1)) {
+            return Err(outside(from, to, (first, last)));
+        }
+        let skip = from.saturating_sub(first) as usize;
+        Ok((from..to)
+            .zip(log.entries.iter().skip(skip))
+            .map(|(i, e)| (i, e.clone()))
+            .collect())
+    }
+
+    fn bounds(&self) -> (u64, u64) {
+        self.lock().bounds()
+    }
+
+    fn save_vote(&self, vote: &[u8]) -> Result<(), StoreError> {
+        self.lock().vote = Some(vote.to_vec());
+        Ok(())
+    }
+
+    fn read_vote(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.lock().vote.clone())
+    }
+
+    fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
+        self.lock().snapshot = Some(snapshot.clone());
+        Ok(())
+    }
+
+    fn read_snapshot(&self) -> Result<Option<MachineSnapshot>, StoreError> {
+        Ok(self.lock().snapshot.clone())
+    }
+}
