@@ -161,7 +161,7 @@ impl Log {
     }
 
     /// Records the positions of `whole` (the file's records, the header first if it has one).
-    fn index(&mut self, whole: &[(u64, &[u8], usize)]) {
+    fn index(&mut self, whole: &[Found<'_>]) {
         let (header_end, base, rest) = match whole.first() {
             Some((0, payload, end)) => {
                 let base = serde_json::from_slice::<Header>(payload).map_or(0, |h| h.base);
@@ -344,8 +344,11 @@ fn first_record(path: &Path) -> std::io::Result<Option<(u64, Vec<u8>)>> {
     Ok((check.finalize() == crc).then_some((index, payload)))
 }
 
-/// Whole records of `bytes` and where they end: `(index, payload, end offset)` triples.
-fn records(bytes: &[u8]) -> (Vec<(u64, &[u8], usize)>, usize) {
+/// A whole record found in the log's bytes: `(index, payload, end offset)`.
+type Found<'a> = (u64, &'a [u8], usize);
+
+/// Whole records of `bytes`, and where the last one ends.
+fn records(bytes: &[u8]) -> (Vec<Found<'_>>, usize) {
     let mut out = Vec::new();
     let mut at = 0;
     while bytes.len() - at >= HEADER {
