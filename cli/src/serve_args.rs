@@ -7,8 +7,8 @@
 //! numeric kernel settings the kernel's own.
 
 use klock_core::{Config, Policy};
-use klock_server::{api, dashboard, history};
 use klock_server::serve::ServeConfig;
+use klock_server::{api, dashboard, history};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -303,8 +303,7 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
         0
     });
     if dashboard {
-        out.dashboard =
-            Some(dashboard_pkg.unwrap_or_else(dashboard::default_pkg_dir));
+        out.dashboard = Some(dashboard_pkg.unwrap_or_else(dashboard::default_pkg_dir));
     }
     if memory && data_given {
         return Err(String::from("--memory and --data exclude each other"));
@@ -356,4 +355,3 @@ fn positive(flag: &str, v: &str) -> Result<usize, String> {
         .filter(|n| *n > 0)
         .ok_or_else(|| format!("{flag} needs a whole number above 0, got {v:?}"))
 }
-

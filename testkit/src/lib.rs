@@ -6,6 +6,7 @@
 //! - [`server`]: "start a server" for a Rust test, in process through the library's `serve`,
 //!   or as a `klock serve` process ([`process`]).
 //! - [`support`]: sessions, metrics, certificates and token digests the HTTP tests share.
+//! - [`history`]: the work, export and kernel replay the history tests share.
 //! - [`http_client`]: a blocking loopback HTTP client.
 //! - [`link`]: a TCP link a fault test can cut and restore.
 //! - [`manual`]: the resettable manual-clock server (`klock-testkit serve`), which the
@@ -14,6 +15,7 @@
 //!   conformance PATH...`).
 
 pub mod conformance;
+pub mod history;
 pub mod http_client;
 pub mod link;
 pub mod manual;

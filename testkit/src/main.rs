@@ -68,7 +68,9 @@ fn serve(args: &[String]) -> Result<ExitCode, String> {
 
 fn run_conformance(paths: &[String]) -> Result<ExitCode, String> {
     if paths.is_empty() {
-        return Err(String::from("conformance: name vector files or directories"));
+        return Err(String::from(
+            "conformance: name vector files or directories",
+        ));
     }
     match conformance::run(paths) {
         Ok(summary) => {

@@ -52,7 +52,8 @@ impl ManualServer {
                 .await
                 .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
             let addr = listener.local_addr().map_err(|e| e.to_string())?;
-            let current: Current = Arc::new(Mutex::new(fresh(klock_core::Config::default()).await?));
+            let current: Current =
+                Arc::new(Mutex::new(fresh(klock_core::Config::default()).await?));
             let net = Arc::new(NetMetrics::default());
             let front = Router::new()
                 .route("/v1/reset", axum::routing::post(reset))
