@@ -32,7 +32,7 @@ pub struct ManualServer {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     /// Dropped last: cancels what is left of the server.
-    _runtime: tokio::runtime::Runtime,
+    runtime: tokio::runtime::Runtime,
 }
 
 impl ManualServer {
@@ -79,7 +79,7 @@ impl ManualServer {
         Ok(ManualServer {
             addr,
             stop: Some(stop),
-            _runtime: runtime,
+            runtime,
         })
     }
 
@@ -90,7 +90,7 @@ impl ManualServer {
 
     /// Serves until this process is stopped (Ctrl-C, or a signal that ends it).
     pub fn serve_until_interrupted(self) {
-        let _ = self._runtime.block_on(tokio::signal::ctrl_c());
+        let _ = self.runtime.block_on(tokio::signal::ctrl_c());
     }
 }
 
