@@ -23,7 +23,7 @@
 // and by 16 concurrent clients (each its own session and resource; remotely each its own
 // `connect()`), for a fixed time. Remote is `klock serve --memory` (release build), started
 // here on a free loopback port and stopped at the end: $KLOCK_RELEASE_BIN, else
-// target/release/klock, built with `cargo build --release -p klock-server --bin klock` when
+// target/release/klock, built with `cargo build --release -p klock-cli --bin klock` when
 // missing. `--no-remote` leaves that part out.
 import { createRequire } from 'node:module';
 import { spawn, execFileSync } from 'node:child_process';
@@ -161,7 +161,7 @@ function releaseKlock() {
   const root = fileURLToPath(new URL('..', import.meta.url));
   const bin = process.env.KLOCK_RELEASE_BIN ?? `${root}target/release/klock`;
   if (!existsSync(bin)) {
-    execFileSync('cargo', ['build', '--release', '-p', 'klock-server', '--bin', 'klock'], {
+    execFileSync('cargo', ['build', '--release', '-p', 'klock-cli', '--bin', 'klock'], {
       cwd: root,
       stdio: 'inherit',
     });

@@ -14,7 +14,7 @@ Reports, with 0, 1k and 100k other active leases in the kernel:
   (no bookkeeping at all), as a ratio to the raw pair;
 - friendly lease blocks per second in-process vs remote (``klock.connect`` to a ``klock serve
   --memory`` the bench starts itself from the release build, ``--klock PATH``; build it with
-  ``cargo build --release -p klock-server --bin klock``), with 1 client and with 16 concurrent
+  ``cargo build --release -p klock-cli --bin klock``), with 1 client and with 16 concurrent
   ones (16 threads, each its own session and resource; in-process they share one Klock, remotely
   each has its own connection, as 16 agent processes would).
 
@@ -257,7 +257,7 @@ def main() -> None:
     if not os.access(args.klock, os.X_OK):
         raise SystemExit(
             f"{args.klock} is not an executable klock: build it with "
-            "`cargo build --release -p klock-server --bin klock`, or pass --klock PATH"
+            "`cargo build --release -p klock-cli --bin klock`, or pass --klock PATH"
         )
     print(f"# klock Python host benchmark\n\nMachine: {machine()}\n")
     print(

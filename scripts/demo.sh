@@ -9,6 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(bash scripts/python-env.sh | tail -n1)
 bash scripts/node-env.sh
-cargo build --quiet --release -p klock-server --bin klock
+cargo build --quiet --release -p klock-cli --bin klock
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 exec "$py" examples/fleet/run.py --klock "$target_dir/release/klock" --python "$py" --node node "$@"

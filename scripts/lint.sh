@@ -17,7 +17,7 @@ if [ ! -x scripts/lint/node_modules/.bin/eslint ] || [ ! -x scripts/lint/node_mo
   (cd scripts/lint && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-py_paths=(python server/tests examples)
+py_paths=(python cli/tests examples)
 echo "ruff check, ruff format --check (${py_paths[*]})"
 "$venv/bin/ruff" check --config python/ruff.toml "${py_paths[@]}"
 "$venv/bin/ruff" format --check --config python/ruff.toml "${py_paths[@]}"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The MCP sidecar (`klock mcp`) driven by the official Python MCP client against a real
-# `klock serve`: server/tests/mcp_client.py. Installs the pinned client in target/agents-venv
+# `klock serve`: cli/tests/mcp_client.py. Installs the pinned client in target/agents-venv
 # when it is missing (idempotent). `klock exec`, `klock status` and `klock reconcile` are
-# tested by cargo nextest (server/tests/exec.rs, server/tests/overview.rs).
+# tested by cargo nextest (cli/tests/exec.rs, cli/tests/overview.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +15,4 @@ if [ "$installed" != "$mcp_version" ]; then
 fi
 
 klock=$(bash scripts/klock-bin.sh | tail -n1)
-"$venv/bin/python" server/tests/mcp_client.py "$klock"
+"$venv/bin/python" cli/tests/mcp_client.py "$klock"

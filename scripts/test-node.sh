@@ -11,7 +11,8 @@
 #   5. `node --test` with a bound per test (the replay and its mutants, the one JS API's
 #      contract, friendly client on both backends (in process, and connect() to real
 #      `klock serve` processes the tests start: KLOCK_BIN, from scripts/klock-bin.sh unless the
-#      caller set it), the fence helper, stress, types: the usage file and node/index.d.ts held
+#      caller set it; the scenarios' manual clock on `klock-testkit serve`: KLOCK_TESTKIT_BIN,
+#      likewise), the fence helper, stress, types: the usage file and node/index.d.ts held
 #      to bindings/js-api/kernel.d.ts by tsc).
 # Nothing is downloaded at run time beyond the npm install of step 1.
 set -euo pipefail
@@ -50,10 +51,12 @@ step "resolved scripts replayed through the addon"
 scripts=${KLOCK_SCRIPTS:-$(bash scripts/resolve-vectors.sh | tail -n1)}
 node bindings/js-replay/replay.mjs node/index.js "$scripts" | grep -v '^ok '
 
-step "the klock binary the remote tests start"
+step "the klock and klock-testkit binaries the remote tests start"
 KLOCK_BIN=${KLOCK_BIN:-$(bash scripts/klock-bin.sh | tail -n1)}
-export KLOCK_BIN
+KLOCK_TESTKIT_BIN=${KLOCK_TESTKIT_BIN:-$(bash scripts/klock-bin.sh klock-testkit | tail -n1)}
+export KLOCK_BIN KLOCK_TESTKIT_BIN
 echo "$KLOCK_BIN"
+echo "$KLOCK_TESTKIT_BIN"
 
 step "node --test (two files at a time, 60 s per test at most)"
 # Node 20 runs one test file at a time on two cores; the files wait on servers and timers

@@ -10,7 +10,8 @@
 #     third of their time waiting on real time and on servers, so two workers on two cores
 #     take about 50 s instead of 80); it reuses the scripts made here, and the client tests run on both
 #     backends: in-process and remote, against `klock serve` processes they start from the
-#     binary scripts/klock-bin.sh names (passed as KLOCK_BIN),
+#     binary scripts/klock-bin.sh names (passed as KLOCK_BIN), and the test kit's resettable
+#     manual-clock server (`klock-testkit serve`, passed as KLOCK_TESTKIT_BIN),
 #   - mypy's stubtest (python/klock/_core.pyi against the built module),
 #   - mypy --strict over the klock package.
 set -euo pipefail
@@ -46,13 +47,15 @@ if [ "$status" -eq 0 ] || grep -q '^ok ' <<<"$report" || ! grep -q '^0 passed, [
   exit 1
 fi
 
-step "the klock binary for the remote tests (scripts/klock-bin.sh)"
+step "the klock and klock-testkit binaries for the remote tests (scripts/klock-bin.sh)"
 KLOCK=$(bash scripts/klock-bin.sh | tail -n1)
+TESTKIT=$(bash scripts/klock-bin.sh klock-testkit | tail -n1)
 echo "$KLOCK"
+echo "$TESTKIT"
 
 step "pytest -W error -n 2 python/tests"
 set +e
-KLOCK_SCRIPTS="$scripts" KLOCK_BIN="$KLOCK" "$py" -m pytest -W error -q -rs -n 2 python/tests
+KLOCK_SCRIPTS="$scripts" KLOCK_BIN="$KLOCK" KLOCK_TESTKIT_BIN="$TESTKIT" "$py" -m pytest -W error -q -rs -n 2 python/tests
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -48,9 +48,10 @@ cargo test -p klock-core --doc
 # Every crate is formatted, clippy-clean and tested now: the host scripts below skip their
 # own crate's cargo fmt, clippy and tests (they run them when run on their own).
 export KLOCK_WORKSPACE_CHECKED=1
-# The `klock` those tests built, for every later step that starts a server.
+# The `klock` and `klock-testkit` those tests built, for every later step that starts a server.
 KLOCK_BIN=$(bash scripts/klock-bin.sh | tail -n1)
-export KLOCK_BIN
+KLOCK_TESTKIT_BIN=$(bash scripts/klock-bin.sh klock-testkit | tail -n1)
+export KLOCK_BIN KLOCK_TESTKIT_BIN
 
 step "resolved scripts of every vector, and their mutants, for the hosts' replayers"
 KLOCK_SCRIPTS=$(bash scripts/resolve-vectors.sh | tail -n1)

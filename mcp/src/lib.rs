@@ -7,7 +7,7 @@
 //!
 //! Contract: [`serve`] answers MCP on stdin/stdout until stdin ends, forwarding every tool call
 //! to a [`Coordinator`] (the session logic lives with the caller, `klock mcp` in
-//! `klock-server`) and every notice it sends on the channel to the client as an MCP log
+//! `klock-agent`) and every notice it sends on the channel to the client as an MCP log
 //! message. The tools' names, parameter schemas and descriptions are [`tools`]'s; what a tool
 //! answers is the coordinator's [`Reply`], shown to the model as text.
 

@@ -4,8 +4,8 @@
 // same files on the Python client.
 //
 // Two backends, one runner: `inprocess` (new Klock, the native kernel) and `remote`
-// (connect() to a `klock serve --memory --clock manual` this file starts, reset to each
-// scenario's config; every request carries the ManualClock's time in Klock-Now). Remotely
+// (connect() to the test kit's `klock-testkit serve` this file starts, a `klock serve --memory
+// --clock manual` reset to each scenario's config; every request carries the ManualClock's time in Klock-Now). Remotely
 // "let the client react" also waits until no request is in flight and every event has been
 // taken in, and the expectations read the server (resource state, stats, session digests).
 // What a remote client cannot do is listed in REMOTE_CANNOT, with the reason, and counted.
@@ -16,7 +16,7 @@ import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 const { Klock, ManualClock, KlockError, Kernel, connect } = require('../client.js');
-const { startServer } = await import('./server.mjs');
+const { startManualServer } = await import('./server.mjs');
 
 /** Scenarios the remote backend cannot run, and why (counted in a test of their own). */
 const REMOTE_CANNOT = {
@@ -69,7 +69,7 @@ after(async () => server?.stop());
 
 /** The shared manual-clock server, reset to `config`. */
 async function remoteServer(config) {
-  server ??= await startServer(['--memory', '--clock', 'manual']);
+  server ??= await startManualServer();
   const response = await fetch(`${server.url}/v1/reset`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'klock-now': '0' },

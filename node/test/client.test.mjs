@@ -2,9 +2,9 @@
 // matter and on the real clock where it must.
 //
 // One suite, two backends: the tests of the first part run on the in-process kernel and on
-// `connect()` to a real `klock serve` this file starts (a `--memory --clock manual` one reset
-// to the test's config for the fake clock, a `--memory --config ...` one per config for the
-// real clock). The awaits they add (release, resourceState, ...) cost nothing in process. The
+// `connect()` to a real server this file starts (the test kit's `klock-testkit serve`, a
+// `klock serve --memory --clock manual` that resets to the test's config, for the fake clock;
+// a `klock serve --memory --config ...` per config for the real clock). The awaits they add (release, resourceState, ...) cost nothing in process. The
 // tests after them drive what only the in-process client has (the kernel object itself, its
 // snapshot, garbage collection, the process exiting with a Klock alive, a clock function);
 // INPROCESS_ONLY names each with the reason, and a test counts them.
@@ -14,7 +14,7 @@ import { createRequire } from 'node:module';
 import { readFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { startServer } from './server.mjs';
+import { startManualServer, startServer } from './server.mjs';
 
 const require = createRequire(import.meta.url);
 const {
@@ -57,7 +57,7 @@ async function makeKlock(backend, config = {}, { fake = false } = {}) {
     return new Klock({ seed: 1, ...config, clock: () => clock.t });
   }
   if (fake) {
-    manualServer ??= await startServer(['--memory', '--clock', 'manual']);
+    manualServer ??= await startManualServer();
     const defaults = Object.fromEntries(Object.entries(new Kernel().config).map(([k, v]) => [snake(k), v]));
     const body = { ...defaults, seed: 1, ...Object.fromEntries(Object.entries(config).map(([k, v]) => [snake(k), v])) };
     const response = await fetch(`${manualServer.url}/v1/reset`, {

@@ -1,6 +1,8 @@
 // Test harness: a real `klock serve` on a free loopback port, started by the test and stopped
 // by it. The binary is $KLOCK_BIN (scripts/test-node.sh sets it from scripts/klock-bin.sh),
-// else the one scripts/klock-bin.sh names (building it if needed). And `openLink`, a loopback
+// else the one scripts/klock-bin.sh names (building it if needed). `startManualServer` starts
+// the test kit's resettable manual-clock server instead (`klock-testkit serve`:
+// $KLOCK_TESTKIT_BIN, else `scripts/klock-bin.sh klock-testkit`). And `openLink`, a loopback
 // TCP link to it that a test can cut and restore.
 import { spawn, execFileSync } from 'node:child_process';
 import { createServer as createNetServer, connect as connectNet } from 'node:net';
@@ -8,18 +10,32 @@ import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 
-let binary = process.env.KLOCK_BIN;
+const binaries = { klock: process.env.KLOCK_BIN, 'klock-testkit': process.env.KLOCK_TESTKIT_BIN };
 
-/** The path of the `klock` binary (resolved once). */
-export function klockBin() {
-  binary ??= execFileSync('bash', [`${root}scripts/klock-bin.sh`], {
+/** The path of binary `name` (resolved once): $KLOCK_BIN or $KLOCK_TESTKIT_BIN, else built. */
+function binaryPath(name) {
+  binaries[name] ??= execFileSync('bash', [`${root}scripts/klock-bin.sh`, name], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'inherit'],
   })
     .trim()
     .split('\n')
     .pop();
-  return binary;
+  return binaries[name];
+}
+
+/** The path of the `klock` binary (resolved once). */
+export function klockBin() {
+  return binaryPath('klock');
+}
+
+/**
+ * Starts `klock-testkit serve`: what `klock serve --memory --clock manual` serves, plus
+ * `POST /v1/reset` (a whole kernel config) to start over with that config. Same handle as
+ * `startServer`.
+ */
+export function startManualServer() {
+  return startServer([], { bin: binaryPath('klock-testkit') });
 }
 
 /**

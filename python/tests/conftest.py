@@ -3,8 +3,8 @@
 ``make_klock`` makes Klocks on one of two backends (klock.backend), and every test that uses
 it runs on both: ``inprocess`` (the Rust kernel in this process) and ``remote``
 (klock.connect to a real ``klock serve --memory`` started for the test, one per kernel
-configuration, so its counters are the test's own; or the ``--clock manual`` one reset to the
-configuration when the test gives a ManualClock). A test that cannot run remotely is named in ``REMOTE_CANNOT`` with the reason,
+configuration, so its counters are the test's own; or the test kit's manual-clock server,
+``klock-testkit serve``, reset to the configuration when the test gives a ManualClock). A test that cannot run remotely is named in ``REMOTE_CANNOT`` with the reason,
 and shows as skipped with it (never counted as a pass)."""
 
 from __future__ import annotations
@@ -81,11 +81,12 @@ def make_klock(
 
 @pytest.fixture(scope="session")
 def manual_server() -> Iterator[Any]:
-    """One ``klock serve --memory --clock manual`` for the deterministic remote runs (each
-    resets it to its configuration with ``POST /v1/reset``)."""
-    from server import Server
+    """One ``klock-testkit serve`` (``klock serve --memory --clock manual`` that can start
+    over) for the deterministic remote runs (each resets it to its configuration with
+    ``POST /v1/reset``)."""
+    from server import Server, testkit_bin
 
-    server = Server("--memory", "--clock", "manual")
+    server = Server(program=testkit_bin())
     yield server
     server.stop()
 

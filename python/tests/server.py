@@ -1,6 +1,8 @@
 """A real ``klock serve`` for the remote tests: started on a free loopback port, stopped (and
 waited for) at the end. The binary is ``$KLOCK_BIN`` (scripts/test-python.sh passes the one
-``scripts/klock-bin.sh`` names), else whatever ``scripts/klock-bin.sh`` prints. And
+``scripts/klock-bin.sh`` names), else whatever ``scripts/klock-bin.sh`` prints. The
+resettable manual-clock server is the test kit's ``klock-testkit serve`` (``$KLOCK_TESTKIT_BIN``,
+else ``scripts/klock-bin.sh klock-testkit``): ``Server(program=testkit_bin())``. And
 :class:`Link`, a loopback TCP link to it that a test can cut and restore."""
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ from collections.abc import Sequence
 
 from support import REPO
 
-_bin: str | None = None
+_bins: dict[str, str] = {}
 
 
-def klock_bin() -> str:
-    global _bin
-    if _bin is None:
-        _bin = (
-            os.environ.get("KLOCK_BIN")
+def _binary(name: str, variable: str) -> str:
+    """``$variable``, else the path ``scripts/klock-bin.sh name`` prints (resolved once)."""
+    if name not in _bins:
+        _bins[name] = (
+            os.environ.get(variable)
             or subprocess.run(
-                ["bash", str(REPO / "scripts" / "klock-bin.sh")],
+                ["bash", str(REPO / "scripts" / "klock-bin.sh"), name],
                 check=True,
                 capture_output=True,
                 text=True,
@@ -31,22 +33,38 @@ def klock_bin() -> str:
             .stdout.strip()
             .splitlines()[-1]
         )
-    return _bin
+    return _bins[name]
+
+
+def klock_bin() -> str:
+    return _binary("klock", "KLOCK_BIN")
+
+
+def testkit_bin() -> str:
+    return _binary("klock-testkit", "KLOCK_TESTKIT_BIN")
 
 
 class Server:
-    """``klock serve ARGS --listen 127.0.0.1:PORT`` (port 0: a free one); ``url`` once up."""
+    """``PROGRAM serve ARGS --listen 127.0.0.1:PORT`` (port 0: a free one); ``url`` once up.
+    PROGRAM is ``klock`` unless given (``testkit_bin()``: the resettable manual-clock server)."""
 
-    def __init__(self, *args: str, port: int = 0) -> None:
+    def __init__(self, *args: str, port: int = 0, program: str | None = None) -> None:
         self.args: Sequence[str] = args
         self.port = port
+        self.program = program
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
         self.start()
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [klock_bin(), "serve", *self.args, "--listen", f"127.0.0.1:{self.port}"],
+            [
+                self.program or klock_bin(),
+                "serve",
+                *self.args,
+                "--listen",
+                f"127.0.0.1:{self.port}",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -4,8 +4,8 @@ ManualClock so that time moves only when a step says so. node/test/client-scenar
 runs the same files on the Node client.
 
 Two backends (klock.backend): ``inprocess`` (the Rust kernel in this process) and ``remote``
-(klock.connect to a real ``klock serve --memory --clock manual``, reset to the scenario's
-configuration; every request carries the clock's time, so the run is as deterministic as
+(klock.connect to the test kit's ``klock-testkit serve``, what ``klock serve --memory --clock
+manual`` serves, reset to the scenario's configuration; every request carries the clock's time, so the run is as deterministic as
 in-process). Remotely, the expectation's session priorities are read from each session's
 digest (the server has no snapshot route)."""
 

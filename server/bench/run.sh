@@ -7,5 +7,5 @@ cd "$(dirname "$0")/../.."
 if ! command -v redis-server >/dev/null; then
   if [ "$(id -u)" = 0 ]; then apt-get install -y redis-server >&2; else sudo apt-get install -y redis-server >&2; fi
 fi
-cargo build --release -p klock-server --bin klock --example http_bench >&2
+cargo build --release -p klock-cli --bin klock -p klock-server --example http_bench >&2
 target/release/examples/http_bench target/release/klock server/bench/REPORT.md

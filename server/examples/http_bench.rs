@@ -14,7 +14,7 @@
 //!
 //! A benchmark, not a test: it asserts nothing and prints what it measured.
 
-use klock_server::http_client::Spawned;
+use klock_testkit::process::Spawned;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -8,7 +8,7 @@
 //!   secrets are compared as digests, in constant time, against every entry.
 //! - A token grants a role on a set of namespaces (`"*"`: all). `observer` reads (watch,
 //!   stats, resource state, deadline, version, metrics); `agent` also opens sessions and
-//!   works with leases; `admin` also settles time (`/v1/advance`) and resets a test server.
+//!   works with leases; `admin` also settles time (`/v1/advance`).
 //!   The path's namespace is checked before any kernel call.
 //! - Per token: at most `max_long_polls` requests that wait (held acquires, ticket and event
 //!   long-polls, streams) at once, and at most `rate_per_second` requests a second (a token

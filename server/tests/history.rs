@@ -1,9 +1,10 @@
-//! The replay endpoints against a real `klock serve`: the history export replayed by the kernel
-//! gives the server's state hash at every sampled log index (also across a SIGKILL and a
-//! restart), the namespace overview, `--dashboard`, and every bad input as a clear 4xx.
+//! The replay endpoints against a server in this process: the history export replayed by the
+//! kernel gives the server's state hash at every sampled log index (across a SIGKILL and a
+//! restart: cli/tests/history.rs), the namespace overview, `--dashboard`, and every bad input
+//! as a clear 4xx.
 
-use klock_core::{Command, Kernel, KernelState};
-use klock_server::http_client::request;
+use klock_testkit::history::{export, live_hash, replay, work};
+use klock_testkit::http_client::request;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -19,94 +20,6 @@ fn on(s: &Server, a: &Agent, what: &str, body: Value) -> Value {
         &body.to_string(),
     );
     assert!(status < 500, "{status} {v}");
-    v
-}
-
-/// The live state hash: `(index, hash)`.
-fn live_hash(s: &Server) -> (u64, String) {
-    let (status, v) = s.get("/v1/state/hash");
-    assert_eq!(status, 200, "{v}");
-    (
-        v["index"].as_u64().unwrap(),
-        v["hash"].as_str().unwrap().to_owned(),
-    )
-}
-
-/// Some contended work in two namespaces: grants, WAITs, DIEs, releases, a refused call (a
-/// wrong session token) and an error (a bad intent), sampling the live hash as it goes.
-fn work(s: &Server, samples: &mut BTreeMap<u64, String>, rounds: usize) {
-    let agents: Vec<Agent> = (0..4)
-        .flat_map(|i| {
-            [
-                open(s, "team", &format!("t{i}")),
-                open(s, "other", &format!("o{i}")),
-            ]
-        })
-        .collect();
-    for round in 0..rounds {
-        for (k, a) in agents.iter().enumerate() {
-            let file = format!("MUTATES FILE:/f{}", (round + k) % 3);
-            on(
-                s,
-                a,
-                "acquire",
-                json!({"intents": [file, "CONSUMES FILE:/readme"], "ttl_ms": 60_000}),
-            );
-        }
-        // A caller without the session's token is refused by the machine, not the kernel.
-        let (status, _) = s.call(
-            "POST",
-            &format!("/v1/ns/team/sessions/{}/release", agents[0].id),
-            &[("klock-session-token", "wrong")],
-            &json!({"all": true}).to_string(),
-        );
-        assert_eq!(status, 401);
-        on(
-            s,
-            &agents[1],
-            "acquire",
-            json!({"intents": ["BOGUS FILE:/x"]}),
-        );
-        let (index, hash) = live_hash(s);
-        samples.insert(index, hash);
-        for a in agents.iter().skip(round % 2).step_by(2) {
-            on(s, a, "release", json!({"all": true}));
-        }
-        let (index, hash) = live_hash(s);
-        samples.insert(index, hash);
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct Step {
-    index: u64,
-    now: u64,
-    commands: Vec<Command>,
-}
-
-/// Replays an export with the kernel alone, as the dashboard's wasm does: the hash after each
-/// step, by log index (the start's too).
-fn replay(export: &Value) -> BTreeMap<u64, String> {
-    let state: KernelState = serde_json::from_value(export["start"]["state"].clone()).unwrap();
-    let mut kernel = Kernel::import_state(&state).unwrap();
-    let mut hashes = BTreeMap::new();
-    let hash = |k: &Kernel| format!("{:016x}", k.export_state().hash());
-    hashes.insert(export["start"]["index"].as_u64().unwrap(), hash(&kernel));
-    let steps: Vec<Step> = serde_json::from_value(export["steps"].clone()).unwrap();
-    for step in steps {
-        kernel.advance(step.now);
-        for command in &step.commands {
-            let _ = kernel.apply(command, step.now);
-        }
-        while kernel.poll_event().is_some() {}
-        hashes.insert(step.index, hash(&kernel));
-    }
-    hashes
-}
-
-fn export(s: &Server, ns: &str) -> Value {
-    let (status, v) = s.get(&format!("/v1/ns/{ns}/history"));
-    assert_eq!(status, 200, "{v}");
     v
 }
 
@@ -166,48 +79,6 @@ fn the_history_replays_to_the_servers_state_hash_at_every_sampled_index() {
     for (index, hash) in &again {
         assert_eq!(replayed.get(index), Some(hash), "ranged replay at {index}");
     }
-}
-
-#[test]
-fn after_a_sigkill_the_history_restarts_at_the_latest_snapshot() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("k.redb");
-    let data = data.to_str().unwrap();
-    let args = [
-        "--data",
-        data,
-        "--snapshot-every",
-        "30",
-        "--history",
-        "100000",
-    ];
-    let s = Server::start(&args);
-    let mut samples = BTreeMap::new();
-    work(&s, &mut samples, 4);
-    s.0.kill();
-    let s = Server::start(&args);
-    let mut later = BTreeMap::new();
-    let (index, hash) = live_hash(&s);
-    later.insert(index, hash);
-    work(&s, &mut later, 2);
-    let v = export(&s, "team");
-    let start = v["start"]["index"].as_u64().unwrap();
-    assert!(start > 0, "the log before the latest snapshot is gone");
-    let replayed = replay(&v);
-    for (index, hash) in samples.iter().chain(&later).filter(|(i, _)| **i >= start) {
-        assert_eq!(replayed.get(index), Some(hash), "entry {index}");
-    }
-    // Before the kept history: 410 with what is kept.
-    let (status, e) = s.get("/v1/state/hash?index=1");
-    assert_eq!(status, 410, "{e}");
-    assert_eq!(e["error"]["name"], "HISTORY_NOT_KEPT");
-    assert!(
-        e["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("keeps entries"),
-        "{e}"
-    );
 }
 
 #[test]
@@ -434,7 +305,7 @@ fn dashboard_serves_the_page_and_names_a_missing_wasm_package() {
         "--dashboard-pkg",
         missing.to_str().unwrap(),
     ]);
-    let port = s.0.port;
+    let port = s.port();
     let page = request(port, "GET", "/dashboard/", &[], b"").unwrap();
     assert_eq!(page.status, 200);
     assert!(page
@@ -469,21 +340,12 @@ fn dashboard_serves_the_page_and_names_a_missing_wasm_package() {
         request(port, "GET", "/nothing", &[], b"").unwrap().status,
         404
     );
-
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
-        .args(["serve", "--memory", "--dashboard-pkg", "x"])
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("--dashboard-pkg goes with --dashboard")
-    );
 }
 
 #[test]
 fn only_an_allowed_origin_may_read_the_server_from_a_browser() {
     let s = Server::start(&["--memory", "--allow-origin", "http://127.0.0.1:8080"]);
-    let port = s.0.port;
+    let port = s.port();
     let preflight = request(
         port,
         "OPTIONS",
@@ -534,7 +396,7 @@ fn only_an_allowed_origin_may_read_the_server_from_a_browser() {
     // Without --allow-origin, no origin is granted.
     let plain = Server::start(&["--memory"]);
     let none = request(
-        plain.0.port,
+        plain.port(),
         "GET",
         "/v1/health",
         &[("origin", "http://127.0.0.1:8080")],
@@ -542,15 +404,4 @@ fn only_an_allowed_origin_may_read_the_server_from_a_browser() {
     )
     .unwrap();
     assert_eq!(none.header("access-control-allow-origin"), None);
-    for bad in ["*", "http://x/path", "example.test"] {
-        let refused = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
-            .args(["serve", "--memory", "--allow-origin", bad])
-            .output()
-            .unwrap();
-        assert!(!refused.status.success(), "{bad}");
-        assert!(
-            String::from_utf8_lossy(&refused.stderr).contains("exact origin"),
-            "{bad}"
-        );
-    }
 }

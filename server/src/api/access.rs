@@ -23,7 +23,7 @@ fn global(route: &str) -> bool {
 fn role_for(route: &str) -> Option<Role> {
     match route {
         "/v1/health" => None,
-        "/v1/advance" | "/v1/reset" => Some(Role::Admin),
+        "/v1/advance" => Some(Role::Admin),
         r if r.starts_with("/v1/ns/{ns}/sessions") || r == "/v1/ns/{ns}/batch" => Some(Role::Agent),
         _ => Some(Role::Observer),
     }

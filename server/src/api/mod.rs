@@ -179,7 +179,6 @@ pub fn documented() -> OpenApiRouter<Api> {
         .routes(routes!(batch::batch))
         .routes(routes!(observe::deadline))
         .routes(routes!(observe::advance))
-        .routes(routes!(observe::reset))
         .routes(routes!(observe::metrics))
         .routes(routes!(replay::history))
         .routes(routes!(replay::state_hash))

@@ -1,5 +1,5 @@
 //! Reads and server routes: health, version, resource state, stats, the next deadline,
-//! metrics; settling time (admin) and resetting a manual-clock server in memory.
+//! metrics; settling time (admin).
 
 use super::access::Reach;
 use super::*;
@@ -133,25 +133,6 @@ pub(super) async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answe
 pub(super) async fn deadline(State(api): State<Api>) -> Answer {
     let next = api.engine.read(|m| m.kernel().next_deadline()).await?;
     Ok(Json(json!({ "deadline": next })))
-}
-
-/// Manual clock without a data file only: starts over with the kernel config in the body.
-#[utoipa::path(
-    post,
-    path = "/v1/reset",
-    tag = "server",
-    summary = "Start over with a kernel config (--memory --clock manual only)",
-    params(),
-    request_body = Object,
-    responses((status = 200, description = "Start over with a kernel config (--memory --clock manual only)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
-)]
-pub(super) async fn reset(State(api): State<Api>, raw: Bytes) -> Answer {
-    let config: klock_core::Config = body(&raw)?;
-    api.engine
-        .reset(config)
-        .await
-        .map_err(ApiError::bad_request)?;
-    Ok(Json(json!({ "reset": true })))
 }
 
 /// Prometheus text metrics.

@@ -1,15 +1,14 @@
-//! `klock conformance --spawn` runs vectors through a server it starts itself, and fails a
+//! `klock-testkit conformance` runs vectors through a server it starts itself, and fails a
 //! vector whose expectations the server does not meet (so a green run means something).
 
 use std::process::Command;
 
 fn run(paths: &[&std::path::Path]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_klock"))
+    let out = Command::new(env!("CARGO_BIN_EXE_klock-testkit"))
         .arg("conformance")
-        .arg("--spawn")
         .args(paths)
         .output()
-        .expect("run klock conformance");
+        .expect("run klock-testkit conformance");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     (out.status.success(), text)
 }

@@ -1,15 +1,16 @@
-//! `klock conformance --spawn PATH...`: every vector through the HTTP API.
+//! `klock-testkit conformance PATH...`: every vector through the HTTP API.
 //!
-//! Contract: [`run`] starts this binary as `klock serve --memory --clock manual` on a free
-//! loopback port, and for each vector resets it to the vector's configuration and replays the
-//! steps through the public routes ([`HttpHost`]), checked by the same runner as the kernel's
+//! Contract: [`run`] starts the resettable manual-clock server ([`crate::manual`]) in this
+//! process on a free loopback port, and for each vector resets it to the vector's
+//! configuration and replays the steps through the public routes ([`HttpHost`]), checked by the same runner as the kernel's
 //! (`klock-conformance`). The events of a step are read back from the namespace watch streams
 //! and matched to the step by the `Klock-Index` of its answer. The host cannot clone the
 //! server, so the "a failed call changes nothing" proof and the resume-priority check are left
 //! to the kernel's own run; everything else is compared exactly. The server is stopped at the
 //! end, also on failure.
 
-use crate::http_client::{self, percent_encode as encode, request, Spawned};
+use crate::http_client::{self, percent_encode as encode, request};
+use crate::manual::ManualServer;
 use klock_conformance::run::{Answer, Host};
 use klock_conformance::vector::Vector;
 use klock_core::{
@@ -325,14 +326,14 @@ impl Host for HttpHost {
     }
 }
 
-/// Runs every vector the paths stand for through a spawned server; prints the usual lines.
+/// Runs every vector the paths stand for through a server of its own; the summary has the
+/// usual lines.
 ///
 /// # Errors
 /// The server could not be started.
 pub fn run(paths: &[String]) -> Result<klock_conformance::Summary, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find klock itself: {e}"))?;
-    let server = Spawned::start(&exe, &["--memory", "--clock", "manual"])?;
-    let port = server.port;
+    let server = ManualServer::start(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let port = server.addr().port();
     let mut each = |_: &str, v: &Vector| -> Result<(), String> {
         let host = HttpHost::new(port, &v.config)?;
         klock_conformance::run::run_on(host, v)

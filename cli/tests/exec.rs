@@ -2,7 +2,7 @@
 //! a real `klock serve --memory` on a free loopback port. Each test bounds every wait and
 //! kills what it started.
 
-use klock_server::http_client::Spawned;
+use klock_testkit::process::Spawned;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -528,7 +528,7 @@ fn a_bearer_token_comes_from_the_flag_or_the_environment() {
 
 #[test]
 fn a_wound_from_an_older_session_stops_the_command_with_107() {
-    use klock_server::http_client::request;
+    use klock_testkit::http_client::request;
     let server = Spawned::start(klock(), &["--memory", "--config", "policy=wound_wait"])
         .expect("start klock serve");
     // The older session opens first; the wrapper's session is younger.
@@ -727,7 +727,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
 
 /// Opens a session over HTTP; its id and token.
 fn open_session(server: &Spawned, agent: &str) -> (u64, String) {
-    use klock_server::http_client::request;
+    use klock_testkit::http_client::request;
     let body = format!(r#"{{"agent_id": "{agent}"}}"#);
     let opened = request(
         server.port,
@@ -747,7 +747,7 @@ fn open_session(server: &Spawned, agent: &str) -> (u64, String) {
 
 /// `POST .../sessions/{id}/{what}` with the session's token; the answer's JSON.
 fn session_call(server: &Spawned, (id, token): &(u64, String), what: &str, body: &str) -> Value {
-    use klock_server::http_client::request;
+    use klock_testkit::http_client::request;
     let answer = request(
         server.port,
         "POST",
@@ -762,7 +762,7 @@ fn session_call(server: &Spawned, (id, token): &(u64, String), what: &str, body:
 
 /// Who holds and who waits on `FILE:/x` now.
 fn state_of_x(server: &Spawned) -> Value {
-    use klock_server::http_client::request;
+    use klock_testkit::http_client::request;
     let answer = request(
         server.port,
         "GET",

@@ -8,12 +8,12 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{open, Agent, Server};
+use support::{klock, open, Agent, Server};
 
 /// Acquires and releases `resource` once: the grant's fence and server time.
 fn grant(s: &Server, a: &Agent, resource: &str) -> (u64, u64) {
     let path = format!("/v1/ns/{}/sessions/{}", a.ns, a.id);
-    let answer = klock_server::http_client::request(
+    let answer = klock_testkit::http_client::request(
         s.port(),
         "POST",
         &format!("{path}/acquire"),
@@ -76,7 +76,7 @@ fn a_data_file_restored_without_its_log_is_refused_and_with_the_flag_never_repea
     let d = data.to_str().unwrap();
     let mut highest = (0, 0);
     {
-        let s = Server::start(&["--data", d, "--snapshot-every", "2"]);
+        let s = Server::spawn(klock(), &["--data", d, "--snapshot-every", "2"]);
         let a = open(&s, "default", "a");
         for i in 0..3 {
             highest = highest.max(grant(&s, &a, &format!("r{i}")));
@@ -86,7 +86,7 @@ fn a_data_file_restored_without_its_log_is_refused_and_with_the_flag_never_repea
     // The data file alone is copied aside (its snapshot is a few entries old by then)...
     copy(&data, &backup);
     {
-        let s = Server::start(&["--data", d, "--snapshot-every", "1000"]);
+        let s = Server::spawn(klock(), &["--data", d, "--snapshot-every", "1000"]);
         let a = open(&s, "default", "b");
         for i in 0..5 {
             let (fence, now) = grant(&s, &a, &format!("s{i}"));
@@ -102,7 +102,7 @@ fn a_data_file_restored_without_its_log_is_refused_and_with_the_flag_never_repea
     assert!(err.contains("LOG_MISSING"), "{err}");
     assert!(!log.exists(), "a refused start writes no log");
     // With the flag: it starts, and the next fence and time are past all issued before.
-    let s = Server::start(&["--data", d, "--accept-log-loss"]);
+    let s = Server::spawn(klock(), &["--data", d, "--accept-log-loss"]);
     let a = open(&s, "default", "c");
     let (fence, now) = grant(&s, &a, "after");
     assert!(
@@ -117,7 +117,7 @@ fn a_data_file_restored_without_its_log_is_refused_and_with_the_flag_never_repea
     );
     s.kill();
     // The raised state was stored: a plain restart (the log is its own now) continues it.
-    let s = Server::start(&["--data", d]);
+    let s = Server::spawn(klock(), &["--data", d]);
     let a = open(&s, "default", "d");
     let (again, _) = grant(&s, &a, "again");
     assert!(again > fence);
@@ -132,7 +132,7 @@ fn a_log_of_another_data_file_or_newer_than_the_data_file_is_refused_by_name() {
         klock_server::store::log_path(&b),
     );
     for data in [&a, &b] {
-        let s = Server::start(&["--data", data.to_str().unwrap()]);
+        let s = Server::spawn(klock(), &["--data", data.to_str().unwrap()]);
         let agent = open(&s, "default", "x");
         grant(&s, &agent, "r");
         s.kill();
@@ -142,7 +142,10 @@ fn a_log_of_another_data_file_or_newer_than_the_data_file_is_refused_by_name() {
     copy(&b_log, &a_log);
     let err = refused(&["--data", a.to_str().unwrap()]);
     assert!(err.contains("LOG_MISMATCH"), "{err}");
-    let s = Server::start(&["--data", a.to_str().unwrap(), "--accept-log-loss"]);
+    let s = Server::spawn(
+        klock(),
+        &["--data", a.to_str().unwrap(), "--accept-log-loss"],
+    );
     drop(s);
     let aside: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -161,14 +164,14 @@ fn a_log_of_another_data_file_or_newer_than_the_data_file_is_refused_by_name() {
     let c_old = dir.path().join("c-old.redb");
     let cd = c.to_str().unwrap();
     {
-        let s = Server::start(&["--data", cd, "--snapshot-every", "2"]);
+        let s = Server::spawn(klock(), &["--data", cd, "--snapshot-every", "2"]);
         let agent = open(&s, "default", "x");
         grant(&s, &agent, "r");
         s.kill();
     }
     copy(&c, &c_old);
     {
-        let s = Server::start(&["--data", cd, "--snapshot-every", "2"]);
+        let s = Server::spawn(klock(), &["--data", cd, "--snapshot-every", "2"]);
         let agent = open(&s, "default", "y");
         for i in 0..3 {
             grant(&s, &agent, &format!("r{i}"));
@@ -189,7 +192,7 @@ fn a_log_from_before_headers_is_adopted() {
     let log = klock_server::store::log_path(&data);
     let d = data.to_str().unwrap();
     let first = {
-        let s = Server::start(&["--data", d, "--snapshot-every", "0"]);
+        let s = Server::spawn(klock(), &["--data", d, "--snapshot-every", "0"]);
         let a = open(&s, "default", "a");
         let (fence, _) = grant(&s, &a, "r");
         s.kill();
@@ -214,7 +217,7 @@ fn a_log_from_before_headers_is_adopted() {
         }
         txn.commit().unwrap();
     }
-    let s = Server::start(&["--data", d]);
+    let s = Server::spawn(klock(), &["--data", d]);
     let a = open(&s, "default", "b");
     let (fence, _) = grant(&s, &a, "r");
     assert!(

@@ -1,7 +1,7 @@
 //! `klock status` and `klock reconcile --digest FILE` as a user runs them, against a real
 //! `klock serve --memory` on a free loopback port, with leases held by real `klock exec` runs.
 
-use klock_server::http_client::Spawned;
+use klock_testkit::process::Spawned;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

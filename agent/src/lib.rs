@@ -1,5 +1,10 @@
-//! The agent side of the control plane: the tools an agent runs against `klock serve`.
+//! # klock-agent
 //!
+//! The agent side of the control plane: the tools an agent runs against `klock serve`. A
+//! client only: it talks to a server over HTTP and depends on nothing of `klock-server`
+//! (`cli/tests/crate_graph.rs` holds both apart).
+//!
+//! - [`http`]: reading one HTTP answer, and percent-encoding.
 //! - [`client`]: where the server is, and one bounded request to it (TCP or Unix socket).
 //! - [`session`]: one session's routes as typed calls.
 //! - [`keeper`]: background renewals, and the report of a lost lease.
@@ -14,6 +19,7 @@ pub mod args;
 pub mod child;
 pub mod client;
 pub mod exec;
+pub mod http;
 pub mod keeper;
 pub mod overview;
 pub mod replies;

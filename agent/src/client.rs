@@ -7,7 +7,7 @@
 //! HTTP/1.1 request on a new connection, bounded in time, and returns the JSON body of a 2xx
 //! answer, or a [`Failure`] that tells an unreachable server from one that said no.
 
-use crate::http_client::parse;
+use crate::http::parse;
 use serde_json::Value;
 use std::fmt;
 use std::path::PathBuf;

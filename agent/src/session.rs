@@ -8,7 +8,7 @@
 //! retries or sleeps: the callers decide what a DIE or an unreachable server means to them.
 
 use super::client::{Client, Failure};
-use crate::http_client::percent_encode;
+use crate::http::percent_encode;
 use klock_core::{Event, Lease, ResourceState, SessionInfo, StateDigest, Stats, Verdict};
 use serde::Deserialize;
 use serde_json::{json, Value};

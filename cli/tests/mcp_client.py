@@ -1,6 +1,6 @@
 """`klock mcp` driven by the official Python MCP client, against a real `klock serve`.
 
-Usage: python server/tests/mcp_client.py PATH/TO/klock (scripts/test-agents.sh runs it with the
+Usage: python cli/tests/mcp_client.py PATH/TO/klock (scripts/test-agents.sh runs it with the
 pinned `mcp` package). Each scenario starts its own `klock serve --memory` on a free loopback
 port and real `klock mcp` sidecars, bounds every wait with a timeout, and stops every process
 it started. Exit status 0 when every scenario passed.

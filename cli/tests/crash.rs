@@ -16,7 +16,8 @@
 //! ticket ended answers that outcome, not the old WAIT after holding (checked by asking the
 //! ticket after every WAIT: an outcome logged before the WAIT's own entry is a stale answer).
 
-use klock_server::http_client::{request, Spawned};
+use klock_testkit::http_client::request;
+use klock_testkit::process::Spawned;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};

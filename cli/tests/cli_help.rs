@@ -1,5 +1,6 @@
 //! Every `klock` subcommand answers `--help` with its usage and at least one example, and an
-//! unknown flag is refused (exit 2) with a pointer to that help.
+//! unknown flag is refused (exit 2) with a pointer to that help; `klock token-hash` prints
+//! the digest the test kit puts in token files.
 
 use std::process::Command;
 
@@ -15,15 +16,7 @@ fn klock(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-const SUBCOMMANDS: [&str; 7] = [
-    "serve",
-    "exec",
-    "mcp",
-    "status",
-    "reconcile",
-    "conformance",
-    "token-hash",
-];
+const SUBCOMMANDS: [&str; 6] = ["serve", "exec", "mcp", "status", "reconcile", "token-hash"];
 
 #[test]
 fn every_subcommand_has_help_with_an_example() {
@@ -55,4 +48,21 @@ fn an_unknown_flag_is_refused_and_names_the_help() {
         assert!(err.contains("--no-such-flag"), "klock {sub}: {err}");
         assert!(err.contains("--help"), "klock {sub}: {err}");
     }
+}
+
+#[test]
+fn token_hash_prints_the_digest_a_token_file_lists() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_klock"))
+        .arg("token-hash")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"s3cret").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(printed.trim(), klock_testkit::support::sha256_of("s3cret"));
 }

@@ -1,0 +1,9 @@
+//! # klock-cli
+//!
+//! The `klock` command (`src/main.rs`) parses its arguments and composes the server library
+//! (`klock-server`) and the agent tools (`klock-agent`); it holds nothing else.
+//!
+//! - [`serve_args`]: `klock serve`'s flags and help; the test kit starts in-process servers
+//!   from the same flags with it.
+
+pub mod serve_args;

@@ -1,0 +1,199 @@
+//! `klock`: the control plane's command line. It parses arguments and composes: `serve` is
+//! the server library's [`klock_server::serve::serve`], the agent tools are `klock-agent`'s.
+//!
+//! ```text
+//! klock serve [--listen 127.0.0.1:7300] [--data FILE | --memory] [--clock manual]
+//!             [--snapshot-every N]
+//! klock token-hash < SECRET
+//! klock exec [flags] --intent I... -- COMMAND...
+//! klock mcp [flags]
+//! klock status [flags]
+//! klock reconcile --digest FILE [flags]
+//! ```
+
+use klock_cli::serve_args;
+use klock_server::auth;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and examples)
+
+  serve         the control plane: the kernel behind an HTTP API, durable in a redb file
+  exec          run a command holding leases, like flock(1) but shared and deadlock-free
+  mcp           an MCP server on stdio for one LLM agent
+  status        who holds what, queues, most contended resources, ghost agents
+  reconcile     the server's truth about a session saved with --digest
+  token-hash    the sha256 a token file lists for a secret";
+
+const TOKEN_HASH_HELP: &str = "\
+usage: klock token-hash < SECRET
+
+Reads a secret on standard input and prints the hex SHA-256 to put in a token file's
+`sha256` field (the server never stores the secret itself).
+
+Example:
+  printf %s \"$AGENT_TOKEN\" | klock token-hash";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let help = |text: &str| {
+        println!("{text}");
+        ExitCode::SUCCESS
+    };
+    match args.first().map(String::as_str) {
+        Some("serve") if wants_help(&args[1..]) => return help(&serve_args::help()),
+        Some("token-hash") if wants_help(&args[1..]) => return help(TOKEN_HASH_HELP),
+        Some("serve") => {}
+        Some("token-hash") => return token_hash(),
+        Some("exec") => return exec(&args[1..]),
+        Some("mcp") => return mcp(&args[1..]),
+        Some("status") => return overview("status", &args[1..]),
+        Some("reconcile") => return overview("reconcile", &args[1..]),
+        Some("--help" | "-h" | "help") | None => return help(USAGE),
+        Some(other) => {
+            eprintln!("klock: unknown command {other:?}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    let serve = match serve_args::parse(&args[1..]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("klock serve: {e}\n(klock serve --help shows every flag)");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("klock serve: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(klock_server::serve::serve(serve)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("klock serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads a secret on standard input and prints the SHA-256 a token file lists for it.
+fn token_hash() -> ExitCode {
+    let mut secret = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut secret) {
+        eprintln!("klock token-hash: cannot read the secret: {e}");
+        return ExitCode::FAILURE;
+    }
+    let secret = secret.trim_end_matches(['\n', '\r']);
+    if secret.is_empty() {
+        eprintln!("klock token-hash: give the secret on standard input\n{TOKEN_HASH_HELP}");
+        return ExitCode::from(2);
+    }
+    println!("{}", auth::hex(&auth::digest(secret)));
+    ExitCode::SUCCESS
+}
+
+/// A runtime for one agent tool.
+fn tool_runtime(tool: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("klock {tool}: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn wants_help(args: &[String]) -> bool {
+    let flags = args.split(|a| a == "--").next().unwrap_or_default();
+    flags.iter().any(|a| a == "--help" || a == "-h")
+}
+
+fn exec(args: &[String]) -> ExitCode {
+    use klock_agent::exec;
+    if wants_help(args) {
+        println!("{}", exec::help());
+        return ExitCode::SUCCESS;
+    }
+    let parsed = match exec::parse(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("klock exec: {e}\n(klock exec --help shows every flag)");
+            return ExitCode::from(exec::EXIT_USAGE);
+        }
+    };
+    match tool_runtime("exec") {
+        Ok(runtime) => ExitCode::from(runtime.block_on(exec::run(parsed))),
+        Err(code) => code,
+    }
+}
+
+fn overview(tool: &str, args: &[String]) -> ExitCode {
+    use klock_agent::overview;
+    if wants_help(args) {
+        let text = if tool == "status" {
+            overview::STATUS_HELP
+        } else {
+            overview::RECONCILE_HELP
+        };
+        println!("{}", overview::help(text));
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tool_runtime(tool) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let done = runtime.block_on(async {
+        if tool == "status" {
+            overview::status(args).await
+        } else {
+            overview::reconcile(args).await
+        }
+    });
+    match done {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err((code, message)) => {
+            eprintln!("klock {tool}: {message}\n(klock {tool} --help shows every flag)");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn mcp(args: &[String]) -> ExitCode {
+    use klock_agent::sidecar;
+    if wants_help(args) {
+        println!("{}", sidecar::help());
+        return ExitCode::SUCCESS;
+    }
+    let (parsed, notices) = match sidecar::parse(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("klock mcp: {e}\n(klock mcp --help shows every flag)");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tool_runtime("mcp") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let served = runtime.block_on(sidecar::run(parsed, notices));
+    // The MCP transport's read of stdin may still block a worker (a host that signals without
+    // closing stdin): exit without waiting for it (issue 22, item 21).
+    runtime.shutdown_background();
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("klock mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! `klock serve`'s flags: the parser from the command line to the server library's
+//! [`ServeConfig`], and the help text.
+//!
+//! Contract: [`parse`] gives a [`ServeConfig`] only for flags that go together (a manual clock
+//! only in memory, beyond loopback only with tokens and TLS or `--insecure`, ...); every
+//! refusal is a message naming the flag. [`help`] is `klock serve --help`, its list of
+//! numeric kernel settings the kernel's own.
+
+use klock_core::{Config, Policy};
+use klock_server::serve::ServeConfig;
+use klock_server::{api, dashboard, history};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SERVE_HELP: &str = "\
+usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
+                   [--config NAME=VALUE]... [--tokens FILE] [--tls-cert FILE --tls-key FILE]
+                   [--insecure] [--clock manual] [--snapshot-every N] [--history N]
+                   [--dashboard [--dashboard-pkg DIR]] [--allow-origin ORIGIN]...
+                   [--max-sessions-per-token N] [--max-sessions-per-namespace N]
+                   [--idempotency-bytes N]
+                   [--event-bytes N]
+                   [--max-connections N] [--max-connections-per-peer N]
+                   [--header-timeout-ms MS] [--idle-timeout-ms MS]
+                   [--max-requests-per-connection N] [--max-request-ids N]
+                   [--max-batch-items N] [--accept-log-loss]
+
+Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
+before it is in the log on disk; a restarted server resumes where its log ends.
+
+  --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
+                       Beyond loopback it needs --tokens, and TLS unless --insecure.
+  --socket PATH        serve on a Unix socket instead (file permissions guard it); only a
+                       stale socket at PATH is replaced, anything else is refused
+  --tls-cert FILE, --tls-key FILE
+                       serve HTTPS with this certificate chain and private key (PEM)
+  --insecure           allow a non-loopback listener without TLS
+  --tokens FILE        bearer tokens (JSON: name, sha256, role, namespaces, limits); without
+                       it the server asks for none
+  --data FILE          the redb data file (log + snapshot), created if missing
+                       (default ./klock.redb)
+  --memory             keep everything in memory: nothing survives a restart
+  --config NAME=VALUE  a kernel setting instead of its default (docs/SPEC.md); repeat it.
+                       A data file keeps the settings it was created with and refuses
+                       others. NAME is policy (wait_die, wound_wait or lanes) or a number:
+{numeric_fields}
+  --clock manual       every request carries Klock-Now (conformance runs; needs --memory)
+  --snapshot-every N   store a snapshot and drop the log behind it every N entries
+                       (default 10000; 0 never)
+  --history N          keep about the last N kernel steps in memory for replay
+                       (GET /v1/ns/{ns}/history); default: 200000 with --dashboard,
+                       none otherwise (keeping it costs batch throughput)
+  --dashboard          serve the dashboard page at /dashboard/ (live view: /dashboard/?live)
+  --dashboard-pkg DIR  the wasm package the page's simulation and replay load (default:
+                       bindings/wasm/pkg-web of the source tree this binary was built from;
+                       built by bash bindings/wasm/build.sh)
+  --allow-origin ORIGIN
+                       let a page served from ORIGIN (exactly, e.g. http://127.0.0.1:8080)
+                       read this server from a browser (CORS); repeat it. By default none.
+                       Without --tokens, a TCP server answers only requests whose Host is
+                       localhost, 127.0.0.1 or [::1] (403 HOST_NOT_ALLOWED);
+                       a POST's body must be Content-Type: application/json (415).
+  --max-connections N  connections at once (default 1024); at the cap the least recently
+                       used idle one is closed, or a new one refused (503)
+  --max-connections-per-peer N
+                       connections from one IP address (default 256)
+  --header-timeout-ms MS
+                       time a request's head, its body, or a TLS handshake may take
+                       (default 10000)
+  --idle-timeout-ms MS close a connection idle this long (default 60000)
+  --max-requests-per-connection N
+                       requests one connection serves before it is closed (default 10000)
+  --max-request-ids N  lease ids one heartbeat or reconcile may name (default: the kernel's
+                       max_leases_per_session); 413 TOO_MANY_IDS beyond
+  --max-batch-items N  lease ids and intents one batch may carry in all (default 4096)
+  --accept-log-loss    start from a data file whose log is missing or is another file's
+                       (refused otherwise): the history after its last snapshot is lost,
+                       but fences and server time still never go back
+  --max-sessions-per-token N, --max-sessions-per-namespace N
+                       open sessions at once per bearer token (default 1000) and per
+                       namespace (default 10000); an open over either is 429
+  --idempotency-bytes N
+                       bytes of remembered idempotency answers (default 67108864); past it
+                       the oldest answers are dropped and their retries are 409
+  --event-bytes N      bytes of events kept for the event streams, oldest dropped first
+                       (a reader behind them is told of the gap; default 67108864, 64 MiB)
+
+Examples:
+  klock serve                                   # loopback, ./klock.redb
+  klock serve --data /var/lib/klock/klock.redb --socket /run/klock.sock
+  klock serve --config policy=wound_wait --config default_ttl_ms=30000
+  klock serve --listen 0.0.0.0:7300 --tokens tokens.json --tls-cert c.pem --tls-key k.pem";
+
+/// `klock serve --help`, with the kernel's own list of numeric settings.
+pub fn help() -> String {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for name in Config::NUMERIC_FIELDS {
+        if !line.is_empty() && line.len() + 1 + name.len() > 66 {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(name);
+    }
+    lines.push(line);
+    let indented: Vec<String> = lines.iter().map(|l| format!("{:23}{l}", "")).collect();
+    SERVE_HELP.replace("{numeric_fields}", &indented.join("\n"))
+}
+
+/// Applies one `--config NAME=VALUE`: `policy`, or a numeric field, named as the kernel names
+/// them (the list is the core's, so a new field needs no change here).
+fn set_config(config: &mut Config, assignment: &str) -> Result<(), String> {
+    let Some((name, value)) = assignment.split_once('=') else {
+        return Err(format!("--config needs NAME=VALUE, got {assignment:?}"));
+    };
+    if name == "policy" {
+        config.policy = Policy::parse(value).map_err(|e| format!("--config: {}", e.message))?;
+        return Ok(());
+    }
+    let number = value
+        .parse::<u64>()
+        .map_err(|_| format!("--config {name} needs a whole number, got {value:?}"))?;
+    config
+        .set_number(name, number)
+        .map_err(|e| format!("--config: {}", e.message))
+}
+
+/// Parses `klock serve`'s flags (without the `serve`) into a [`ServeConfig`].
+///
+/// # Errors
+/// A flag is unknown, lacks its value or has a bad one, or the flags do not go together; the
+/// message names the flag.
+pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
+    let mut out = ServeConfig::default();
+    let (mut max_ids, mut max_batch_items) = (None, None);
+    let mut dashboard = false;
+    let mut dashboard_pkg = None;
+    let mut history = None;
+    let mut memory = false;
+    let (mut cert, mut key) = (None, None);
+    let mut data_given = false;
+    let mut i = 0;
+    while i < args.len() {
+        let flag = args[i].as_str();
+        let value = || {
+            args.get(i + 1)
+                .map(String::as_str)
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag {
+            "--listen" => {
+                let v = value()?;
+                out.listen = v
+                    .parse()
+                    .map_err(|_| format!("--listen needs ADDR:PORT, got {v:?}"))?;
+                i += 2;
+            }
+            "--data" => {
+                out.data = Some(PathBuf::from(value()?));
+                data_given = true;
+                i += 2;
+            }
+            "--tls-cert" => {
+                cert = Some(PathBuf::from(value()?));
+                i += 2;
+            }
+            "--tls-key" => {
+                key = Some(PathBuf::from(value()?));
+                i += 2;
+            }
+            "--insecure" => {
+                out.insecure = true;
+                i += 1;
+            }
+            "--socket" => {
+                out.socket = Some(PathBuf::from(value()?));
+                i += 2;
+            }
+            "--tokens" => {
+                out.tokens = Some(PathBuf::from(value()?));
+                i += 2;
+            }
+            "--memory" => {
+                memory = true;
+                i += 1;
+            }
+            "--clock" => match value()? {
+                "manual" => {
+                    out.manual_clock = true;
+                    i += 2;
+                }
+                "monotonic" => i += 2,
+                v => return Err(format!("--clock is manual or monotonic, got {v:?}")),
+            },
+            "--config" => {
+                set_config(&mut out.config, value()?)?;
+                i += 2;
+            }
+            "--snapshot-every" => {
+                let v = value()?;
+                out.snapshot_every = v
+                    .parse()
+                    .map_err(|_| format!("--snapshot-every needs a whole number, got {v:?}"))?;
+                i += 2;
+            }
+            "--history" => {
+                let v = value()?;
+                history =
+                    Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("--history needs a whole number above 0, got {v:?}")
+                    })?);
+                i += 2;
+            }
+            "--event-bytes" => {
+                let v = value()?;
+                out.event_bytes = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("--event-bytes needs a whole number of bytes above 0, got {v:?}")
+                })?;
+                i += 2;
+            }
+            "--dashboard" => {
+                dashboard = true;
+                i += 1;
+            }
+            "--allow-origin" => {
+                let v = value()?;
+                dashboard::check_origin(v)?;
+                out.origins.push(v.to_owned());
+                i += 2;
+            }
+            "--dashboard-pkg" => {
+                dashboard_pkg = Some(PathBuf::from(value()?));
+                i += 2;
+            }
+            "--max-sessions-per-token" | "--max-sessions-per-namespace" | "--idempotency-bytes" => {
+                let v = value()?;
+                let n: u32 = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{flag} needs a whole number above 0, got {v:?}"))?;
+                match flag {
+                    "--max-sessions-per-token" => out.caps.per_owner = n,
+                    "--max-sessions-per-namespace" => out.caps.per_namespace = n,
+                    _ => out.idempotency_bytes = n as usize,
+                }
+                i += 2;
+            }
+            "--max-request-ids" => {
+                max_ids = Some(positive(flag, value()?)?);
+                i += 2;
+            }
+            "--max-batch-items" => {
+                max_batch_items = Some(positive(flag, value()?)?);
+                i += 2;
+            }
+            "--max-connections" => {
+                out.conn.max_total = positive(flag, value()?)?;
+                i += 2;
+            }
+            "--max-connections-per-peer" => {
+                out.conn.max_per_peer = positive(flag, value()?)?;
+                i += 2;
+            }
+            "--header-timeout-ms" => {
+                out.conn.header_timeout = Duration::from_millis(positive(flag, value()?)? as u64);
+                i += 2;
+            }
+            "--idle-timeout-ms" => {
+                out.conn.idle_timeout = Duration::from_millis(positive(flag, value()?)? as u64);
+                i += 2;
+            }
+            "--max-requests-per-connection" => {
+                out.conn.max_requests = positive(flag, value()?)? as u64;
+                i += 2;
+            }
+            "--accept-log-loss" => {
+                out.accept_log_loss = true;
+                i += 1;
+            }
+            _ => return Err(format!("unknown argument {flag:?}")),
+        }
+    }
+    out.config
+        .validate()
+        .map_err(|e| format!("--config: {}", e.message))?;
+    out.work = api::WorkLimits::for_config(&out.config);
+    if let Some(n) = max_ids {
+        out.work.max_ids = n;
+    }
+    if let Some(n) = max_batch_items {
+        out.work.max_batch_items = n;
+    }
+    if dashboard_pkg.is_some() && !dashboard {
+        return Err(String::from("--dashboard-pkg goes with --dashboard"));
+    }
+    // Keeping a history costs throughput (history.rs): by default only for the dashboard.
+    out.history = history.unwrap_or(if dashboard {
+        history::DEFAULT_CAPACITY
+    } else {
+        0
+    });
+    if dashboard {
+        out.dashboard = Some(dashboard_pkg.unwrap_or_else(dashboard::default_pkg_dir));
+    }
+    if memory && data_given {
+        return Err(String::from("--memory and --data exclude each other"));
+    }
+    if memory {
+        out.data = None;
+    }
+    if out.accept_log_loss && out.data.is_none() {
+        return Err(String::from(
+            "--accept-log-loss goes with a data file (--data), not --memory",
+        ));
+    }
+    if out.manual_clock && out.data.is_some() {
+        return Err(String::from(
+            "--clock manual needs --memory: a log of hand-set times is no history to keep",
+        ));
+    }
+    if out.socket.is_some() && (cert.is_some() || key.is_some()) {
+        return Err(String::from(
+            "--socket serves plain HTTP to local users: it does not take --tls-cert",
+        ));
+    }
+    out.tls = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => return Err(String::from("--tls-cert and --tls-key go together")),
+    };
+    if !out.listen.ip().is_loopback() {
+        if out.tokens.is_none() {
+            return Err(format!(
+                "refusing to listen on {} without --tokens: beyond loopback every caller needs a bearer token",
+                out.listen
+            ));
+        }
+        if out.tls.is_none() && !out.insecure {
+            return Err(format!(
+                "refusing to listen on {} without TLS: give --tls-cert and --tls-key (or --insecure to send tokens in the clear)",
+                out.listen
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// A flag's whole number above 0.
+fn positive(flag: &str, v: &str) -> Result<usize, String> {
+    v.parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{flag} needs a whole number above 0, got {v:?}"))
+}

@@ -1,0 +1,119 @@
+//! The test kit itself: the cuttable link cuts and restores, the resettable server starts over
+//! with the config it is given and refuses a bad one by name, and an in-process server killed
+//! on its data file lets the next one open it.
+
+use klock_testkit::http_client::request;
+use klock_testkit::link::Link;
+use klock_testkit::manual::ManualServer;
+use klock_testkit::server::Server;
+use klock_testkit::support::open;
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// A request through `port` on a connection of its own: the status, or the error.
+fn health(port: u16) -> Result<u16, String> {
+    request(port, "GET", "/v1/health", &[], b"").map(|a| a.status)
+}
+
+#[test]
+fn a_link_forwards_and_cut_closes_every_connection_until_restored() {
+    let s = Server::start(&["--memory"]);
+    let link = Link::open(s.port()).unwrap();
+    assert_eq!(health(link.port()), Ok(200));
+    // A kept-alive connection through the link, then the cut.
+    let mut kept = TcpStream::connect(("127.0.0.1", link.port())).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let head = "GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n";
+    kept.write_all(head.as_bytes()).unwrap();
+    let mut buf = [0u8; 512];
+    assert!(kept.read(&mut buf).unwrap() > 0);
+    link.cut();
+    let mut rest = Vec::new();
+    let read = kept.read_to_end(&mut rest);
+    assert!(
+        matches!(read, Ok(0)) || read.is_err(),
+        "the kept connection is closed: {read:?} {rest:?}"
+    );
+    assert!(health(link.port()).is_err(), "a new connection is closed");
+    // The server itself stayed up.
+    assert_eq!(health(s.port()), Ok(200));
+    link.restore();
+    assert_eq!(health(link.port()), Ok(200));
+}
+
+#[test]
+fn the_manual_server_starts_over_with_each_config_and_refuses_a_bad_one() {
+    let server = ManualServer::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let port = server.addr().port();
+    let now = [("klock-now", "0")];
+    let open = |agent: &str| {
+        let body = json!({ "agent_id": agent }).to_string();
+        request(
+            port,
+            "POST",
+            "/v1/ns/default/sessions",
+            &now,
+            body.as_bytes(),
+        )
+        .unwrap()
+    };
+    assert_eq!(open("a").body["session_id"], 1);
+    assert_eq!(open("b").body["session_id"], 2);
+    // Without Klock-Now the manual clock refuses: the kit serves `--clock manual`.
+    let body = json!({ "agent_id": "c" }).to_string();
+    let refused = request(
+        port,
+        "POST",
+        "/v1/ns/default/sessions",
+        &[],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(refused.status, 400, "{:?}", refused.body);
+    // A reset with a whole config starts over: session ids begin again.
+    let mut config = serde_json::to_value(klock_core::Config::default()).unwrap();
+    config["default_ttl_ms"] = json!(1234);
+    let reset = request(
+        port,
+        "POST",
+        "/v1/reset",
+        &now,
+        config.to_string().as_bytes(),
+    )
+    .unwrap();
+    assert_eq!((reset.status, &reset.body), (200, &json!({"reset": true})));
+    let a = open("a");
+    assert_eq!(a.body["session_id"], 1, "{:?}", a.body);
+    // A body that is not a kernel config is refused by name, and changes nothing.
+    let bad = request(port, "POST", "/v1/reset", &now, br#"{"policy": "fifo"}"#).unwrap();
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.body["error"]["name"], "BAD_REQUEST", "{:?}", bad.body);
+    assert_eq!(open("b").body["session_id"], 2);
+}
+
+#[test]
+fn an_in_process_server_killed_on_its_data_file_lets_the_next_one_open_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("k.redb");
+    let data = data.to_str().unwrap();
+    let s = Server::start(&["--data", data]);
+    let a = open(&s, "default", "ann");
+    s.kill();
+    let s = Server::start(&["--data", data]);
+    let (status, v) = s.call(
+        "POST",
+        &format!("/v1/ns/default/sessions/{}/heartbeat", a.id),
+        &[("klock-session-token", &a.token)],
+        "{}",
+    );
+    assert_eq!(status, 200, "the session survived: {v}");
+    // And a refusal is the message `klock serve` prints.
+    let err = Server::try_start(&["--memory", "--data", data]).err();
+    assert_eq!(
+        err.as_deref(),
+        Some("--memory and --data exclude each other")
+    );
+}
