@@ -22,7 +22,7 @@
 //!   batch re-arms it when it makes the next deadline earlier.
 //! - Events go to the [`EventHub`] in log order, only after their entry is durable.
 
-use crate::applier::{self, Applier};
+use crate::applier::Applier;
 use crate::events::EventHub;
 use crate::history::History;
 use crate::log::Log;
@@ -125,12 +125,29 @@ pub struct EngineHandle {
     history: Arc<Mutex<History>>,
 }
 
+/// The writer thread of a durable engine, to wait for once every handle is gone (it ends when
+/// the last handle drops, after answering what it was sent): then the log is closed.
+#[derive(Default)]
+pub struct Stopped(Option<std::thread::JoinHandle<()>>);
+
+impl Stopped {
+    /// Waits for the writer thread to end (at once for an engine in memory). Call it only
+    /// after dropping every [`EngineHandle`] (or the runtime holding them): it waits for that.
+    pub fn wait(self) {
+        if let Some(thread) = self.0 {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// What every handle shares.
 struct Core {
     state: Arc<Mutex<Applier>>,
     clock: Clock,
     /// The writer thread's inbox (durable engines only).
     writer: Option<mpsc::Sender<Proposal>>,
+    /// The writer thread, until [`EngineHandle::take_stopped`] takes it.
+    thread: Mutex<Stopped>,
     timer: Arc<Timer>,
     metrics: Arc<Metrics>,
 }
@@ -201,26 +218,10 @@ impl EngineHandle {
         Ok(read(lock(&self.core.state).machine()))
     }
 
-    /// Manual clock without a store only (conformance runs): starts over with a fresh machine
-    /// and `config`, and empty event streams and history.
-    ///
-    /// # Errors
-    /// The engine refuses (durable or monotonic), or the config is invalid.
-    pub async fn reset(&self, config: klock_core::Config) -> Result<(), String> {
-        if self.core.writer.is_some() || !matches!(self.core.clock, Clock::Manual) {
-            return Err(String::from(
-                "only a server started with --memory --clock manual can be reset",
-            ));
-        }
-        let mut state = lock(&self.core.state);
-        let mut machine = Machine::new(config).map_err(|e| e.message)?;
-        self.events.clear();
-        let mut history = applier::lock(&self.history);
-        machine.record_calls(history.capacity() > 0);
-        *history = History::new(&machine, history.capacity());
-        drop(history);
-        *state = Applier::new(machine, Arc::clone(&self.events), Arc::clone(&self.history));
-        Ok(())
+    /// The writer thread, to wait for once the handles are gone (taken once; later calls get
+    /// one that waits for nothing).
+    pub fn take_stopped(&self) -> Stopped {
+        std::mem::take(&mut *self.core.thread.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// What the server counts.
@@ -330,6 +331,7 @@ pub fn spawn_with_history(
         armed: AtomicU64::new(u64::MAX),
         wake: Notify::new(),
     });
+    let mut thread = Stopped::default();
     let writer = store.map(|log| {
         let (requests, inbox) = mpsc::channel(4096);
         let writer = Writer {
@@ -341,16 +343,18 @@ pub fn spawn_with_history(
             snapshot_every: config.snapshot_every,
             since_snapshot: config.log_entries,
         };
-        std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name(String::from("klock-log-writer"))
             .spawn(move || writer.run(inbox))
             .unwrap_or_else(|e| fail_stop(&format!("cannot start the log writer: {e}")));
+        thread = Stopped(Some(spawned));
         requests
     });
     let core = Arc::new(Core {
         state,
         clock: config.clock,
         writer,
+        thread: Mutex::new(thread),
         timer,
         metrics: Arc::clone(&metrics),
     });

@@ -122,6 +122,9 @@ pub struct App {
     pub router: axum::Router,
     /// The connection counters `/metrics` shows: the listener serving `router` counts into it.
     pub net: Arc<NetMetrics>,
+    /// The engine's writer thread: once the router and every task serving it are dropped, it
+    /// ends, and with it the hold on the data file.
+    pub engine: engine::Stopped,
 }
 
 /// Builds the [`App`] of `config` (module contract).
@@ -174,6 +177,16 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
     } else {
         Clock::monotonic(machine.last_now())
     };
+    // Refusals come before the engine starts: once it has, its writer holds the data file.
+    let auth = match &config.tokens {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+            Auth::from_json(&text)?
+        }
+        None => Auth::open(),
+    };
+    let auth = Arc::new(auth);
     let engine = engine::spawn_with_history(
         machine,
         store,
@@ -186,15 +199,7 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
         hub,
         history,
     );
-    let auth = match &config.tokens {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
-            Auth::from_json(&text)?
-        }
-        None => Auth::open(),
-    };
-    let auth = Arc::new(auth);
+    let stopped = engine.take_stopped();
     let mut router = api::router(Api {
         engine,
         auth: Arc::clone(&auth),
@@ -214,6 +219,7 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
     Ok(App {
         router,
         net: Arc::clone(&metrics.net),
+        engine: stopped,
     })
 }
 
@@ -244,12 +250,19 @@ pub struct Server {
     bound: Bound,
     stop: Option<oneshot::Sender<()>>,
     served: Option<JoinHandle<std::io::Result<()>>>,
+    engine: engine::Stopped,
 }
 
 impl Server {
     /// Where it listens.
     pub fn bound(&self) -> &Bound {
         &self.bound
+    }
+
+    /// The engine's writer thread, to wait for after the runtime serving this server is
+    /// dropped (taken once): then the data file is closed.
+    pub fn take_engine(&mut self) -> engine::Stopped {
+        std::mem::take(&mut self.engine)
     }
 
     /// The TCP address it listens on (`None` on a Unix socket).
@@ -294,12 +307,16 @@ type Serving = Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>;
 async fn bind(
     config: ServeConfig,
     stop: impl Future<Output = ()> + Send + 'static,
-) -> Result<(Bound, Serving), String> {
+) -> Result<(Bound, Serving, engine::Stopped), String> {
     // Before the data file is touched: a wrong --socket must change nothing.
     if let Some(path) = &config.socket {
         remove_stale_socket(path)?;
     }
-    let App { router, net } = app(&config).await?;
+    let App {
+        router,
+        net,
+        engine,
+    } = app(&config).await?;
     raise_fd_limit(config.conn.max_total);
     // Host names are checked only where a browser's page could reach a tokenless server.
     let guarded = |check: RequestGuard| {
@@ -310,7 +327,7 @@ async fn bind(
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
         let app = guarded(RequestGuard::any_host(Arc::clone(&net)));
         let serving = conn::serve(listener, app, None, config.conn, net, stop);
-        return Ok((Bound::Unix(path.clone()), Box::pin(serving)));
+        return Ok((Bound::Unix(path.clone()), Box::pin(serving), engine));
     }
     let tls = match &config.tls {
         None => None,
@@ -336,7 +353,7 @@ async fn bind(
         tls: tls.is_some(),
     };
     let serving = conn::serve(listener, guarded(check), tls, config.conn, net, stop);
-    Ok((bound, Box::pin(serving)))
+    Ok((bound, Box::pin(serving), engine))
 }
 
 /// Starts a server on the current runtime (module contract).
@@ -346,7 +363,7 @@ async fn bind(
 /// address cannot be bound.
 pub async fn start(config: ServeConfig) -> Result<Server, String> {
     let (stop, stopped) = oneshot::channel::<()>();
-    let (bound, serving) = bind(config, async {
+    let (bound, serving, engine) = bind(config, async {
         let _ = stopped.await;
     })
     .await?;
@@ -354,6 +371,7 @@ pub async fn start(config: ServeConfig) -> Result<Server, String> {
         bound,
         stop: Some(stop),
         served: Some(tokio::spawn(serving)),
+        engine,
     })
 }
 
@@ -363,7 +381,9 @@ pub async fn start(config: ServeConfig) -> Result<Server, String> {
 /// As [`start`], and a failure of the server while serving.
 pub async fn serve(config: ServeConfig) -> Result<(), String> {
     let dashboard = config.dashboard.is_some();
-    let (bound, serving) = bind(config, async {
+    // The process ends when serving does: every answer given was durable, so the writer
+    // thread is not waited for.
+    let (bound, serving, _engine) = bind(config, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await?;

@@ -149,9 +149,16 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Running::InProcess { runtime, server } = &mut self.running {
             // No graceful stop: dropping the runtime cancels every task; it returns once they
-            // are gone, and with them the engine's hold on the data file.
+            // are gone, and with them every handle to the engine, so its writer thread ends
+            // and lets go of the data file.
+            let engine = server
+                .as_mut()
+                .map(klock_server::serve::Server::take_engine);
             drop(server.take());
             drop(runtime.take());
+            if let Some(engine) = engine {
+                engine.wait();
+            }
         }
     }
 }
