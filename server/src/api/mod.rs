@@ -48,7 +48,7 @@ use klock_core::{
     TicketId, Verdict,
 };
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +62,7 @@ mod observe;
 mod replay;
 mod sessions;
 
-use access::{ASKER, INDEX};
+use access::ASKER;
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -142,11 +142,7 @@ pub fn router(api: Api) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),
-            access::guard,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            api.clone(),
-            access::with_index,
+            access::access,
         ))
         .with_state(api)
 }
@@ -277,15 +273,43 @@ impl From<EngineError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body =
-            json!({"error": {"code": self.code, "name": self.name, "message": self.message}});
-        (self.status, Json(body)).into_response()
+/// The fields of an error answer, serialized as they are (no `Value` tree).
+#[derive(Serialize)]
+struct ErrorFields {
+    code: u32,
+    name: &'static str,
+    message: String,
+}
+
+/// `{"error": {...}}`.
+#[derive(Serialize)]
+struct ErrorAnswer {
+    error: ErrorFields,
+}
+
+impl ApiError {
+    /// Its `{"code", "name", "message"}` fields, for an answer or a batch's result.
+    fn into_fields(self) -> ErrorFields {
+        ErrorFields {
+            code: self.code,
+            name: self.name,
+            message: self.message,
+        }
     }
 }
 
-type Answer = Result<Json<Value>, ApiError>;
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status;
+        let body = ErrorAnswer {
+            error: self.into_fields(),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// A route's answer: its JSON (a `Value` by default, a typed answer on the busy routes).
+type Answer<T = Value> = Result<Json<T>, ApiError>;
 
 async fn not_found() -> ApiError {
     ApiError {
@@ -347,7 +371,7 @@ fn new_token() -> Result<String, ApiError> {
         name: "UNAVAILABLE",
         message: format!("no randomness for a session token: {e}"),
     })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(auth::hex(&bytes))
 }
 
 /// For reads that make no command (event streams, ticket polls): checks that `sid` is an open
@@ -366,12 +390,61 @@ async fn authorize(
     Ok(session)
 }
 
+/// Where an idempotency key applies: namespace, session and route (`-` for none), joined with
+/// `\0` after who asks and before the key. Keys are stored in the log with these bytes, so
+/// they never change; they are rendered only for a request that carries a key.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    ns: &'a str,
+    session: Option<u64>,
+    /// The route, and an item of it (`cancel/{ticket}`, `batch/{i}`).
+    what: &'a str,
+    item: Option<&'a (dyn std::fmt::Display + Sync)>,
+}
+
+impl<'a> Scope<'a> {
+    /// `what` in the namespace `ns`, for no session.
+    fn of(ns: &'a str, what: &'a str) -> Scope<'a> {
+        Scope {
+            ns,
+            session: None,
+            what,
+            item: None,
+        }
+    }
+
+    /// The scoped key: `who \0 ns \0 session \0 what[/item] \0 key`.
+    fn key(&self, who: &str, key: &str) -> String {
+        use std::fmt::Write as _;
+        let mut out =
+            String::with_capacity(who.len() + self.ns.len() + self.what.len() + key.len() + 32);
+        out.push_str(who);
+        out.push('\0');
+        out.push_str(self.ns);
+        out.push('\0');
+        match self.session {
+            Some(session) => {
+                let _ = write!(out, "{session}");
+            }
+            None => out.push('-'),
+        }
+        out.push('\0');
+        out.push_str(self.what);
+        if let Some(item) = self.item {
+            let _ = write!(out, "/{item}");
+        }
+        out.push('\0');
+        out.push_str(key);
+        out
+    }
+}
+
 /// The engine command, scoped idempotency key included; `token` is bound to the session an
 /// open or resume creates.
 async fn run(
     api: &Api,
     headers: &HeaderMap,
-    scope: &str,
+    scope: Scope<'_>,
     command: Command,
     token: Option<String>,
 ) -> Result<Reply, ApiError> {
@@ -382,7 +455,7 @@ async fn run(
 async fn run_as(
     api: &Api,
     headers: &HeaderMap,
-    scope: &str,
+    scope: Scope<'_>,
     command: Command,
     caller: Caller,
 ) -> Result<Reply, ApiError> {
@@ -392,7 +465,7 @@ async fn run_as(
 async fn submit(
     api: &Api,
     headers: &HeaderMap,
-    scope: &str,
+    scope: Scope<'_>,
     command: Command,
     token: Option<String>,
     caller: Option<Caller>,
@@ -402,20 +475,25 @@ async fn submit(
     submission.token = token;
     submission.caller = caller;
     let reply = api.engine.submit(submission).await?;
-    let _ = INDEX.try_with(|cell| cell.set(Some((reply.index, reply.now))));
+    access::note_index(reply.index, reply.now);
     Ok(reply)
 }
 
 /// Sets the submission's idempotency key, scoped to who asks (the bearer token's name) and
-/// `scope` (namespace, session and route, `\0`-separated), and its request's fingerprint.
-fn keyed(submission: &mut Submission, headers: &HeaderMap, scope: &str) -> Result<(), ApiError> {
+/// `scope`, and its request's fingerprint.
+fn keyed(
+    submission: &mut Submission,
+    headers: &HeaderMap,
+    scope: Scope<'_>,
+) -> Result<(), ApiError> {
     let Some(key) = header(headers, "idempotency-key")? else {
         return Ok(());
     };
-    let asker = ASKER.try_with(Clone::clone).unwrap_or_default();
-    let who = asker.who.as_deref().unwrap_or("");
-    submission.key = Some(format!("{who}\u{0}{scope}\u{0}{key}"));
-    submission.fingerprint = asker.fingerprint;
+    let (who, fingerprint) = ASKER
+        .try_with(|a| (a.who.clone(), a.fingerprint.clone()))
+        .unwrap_or_default();
+    submission.key = Some(scope.key(who.as_deref().unwrap_or(""), key));
+    submission.fingerprint = fingerprint;
     Ok(())
 }
 
@@ -462,20 +540,33 @@ fn to_json<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).expect("API values serialize")
 }
 
-/// The JSON of a lease command's answer, the same on its own route and in a batch.
-fn render(output: &Output) -> Value {
-    match output {
-        Output::Verdict { verdict } => to_json(verdict),
-        Output::Released { released } => json!({ "released": released }),
-        Output::ReleasedAll { count } => json!({ "released": count }),
-        Output::Done => json!({ "done": true }),
-        // The kernel's own shape (per-lease objects named by `lease_id`), without the tag.
-        other => {
-            let mut value = to_json(other);
-            if let Some(fields) = value.as_object_mut() {
-                fields.remove("output");
+/// `{key: value}`.
+fn one<S: serde::Serializer, V: Serialize>(s: S, key: &str, value: &V) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(1))?;
+    map.serialize_entry(key, value)?;
+    map.end()
+}
+
+/// The JSON of a lease command's answer, the same on its own route and in a batch,
+/// serialized straight from the kernel's values on the busy routes (acquire, release).
+struct Rendered(Output);
+
+impl Serialize for Rendered {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Output::Verdict { verdict } => verdict.serialize(s),
+            Output::Released { released } => one(s, "released", released),
+            Output::ReleasedAll { count } => one(s, "released", count),
+            Output::Done => one(s, "done", &true),
+            // The kernel's own shape (per-lease objects named by `lease_id`), without the tag.
+            other => {
+                let mut value = to_json(other);
+                if let Some(fields) = value.as_object_mut() {
+                    fields.remove("output");
+                }
+                value.serialize(s)
             }
-            value
         }
     }
 }
@@ -550,17 +641,23 @@ struct ClockHeader {
 }
 
 /// Runs the command `make` builds for the session in the path, as the request's caller (the
-/// idempotency scope is the session and `what`); its entry's index and output.
+/// idempotency scope is the session and `what`, with `item`); its entry's index and output.
 async fn on_session(
     api: &Api,
     headers: &HeaderMap,
     (ns, sid): &(String, String),
     what: &str,
+    item: Option<&(dyn std::fmt::Display + Sync)>,
     make: impl FnOnce(SessionId) -> Command,
 ) -> Result<(u64, Output), ApiError> {
     let (session, caller) = named(ns, sid, headers)?;
-    let scope = format!("{ns}\u{0}{session}\u{0}{what}");
-    let reply = run_as(api, headers, &scope, make(session), caller).await?;
+    let scope = Scope {
+        ns,
+        session: Some(session.0),
+        what,
+        item,
+    };
+    let reply = run_as(api, headers, scope, make(session), caller).await?;
     Ok((reply.index, output(reply)?))
 }
 

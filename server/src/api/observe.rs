@@ -53,12 +53,12 @@ pub(super) async fn resource_state(
     Query(q): Query<ResourceQuery>,
     headers: HeaderMap,
 ) -> Answer {
-    let scope = format!("{ns}\u{0}-\u{0}resource_state");
     let command = Command::ResourceState {
         resource: q.resource,
-        namespace: ns,
+        namespace: ns.clone(),
     };
-    match output(run(&api, &headers, &scope, command, None).await?)? {
+    let scope = Scope::of(&ns, "resource_state");
+    match output(run(&api, &headers, scope, command, None).await?)? {
         Output::ResourceState { state } => Ok(Json(to_json(&state))),
         other => Err(unexpected("resource_state", &other)),
     }
@@ -111,7 +111,7 @@ pub(super) async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answe
     let reply = run(
         &api,
         &headers,
-        "-\u{0}-\u{0}advance",
+        Scope::of("-", "advance"),
         Command::Advance,
         None,
     )

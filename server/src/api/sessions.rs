@@ -115,14 +115,13 @@ async fn start_session(
 ) -> Answer {
     let token = new_token()?;
     let resume_secret = new_token()?;
-    let scope = format!("{ns}\u{0}-\u{0}{what}");
     let mut submission = Submission::new(command, now_of(headers)?);
-    keyed(&mut submission, headers, &scope)?;
+    keyed(&mut submission, headers, Scope::of(ns, what))?;
     submission.token = Some(digest_of(&token));
     submission.resume = Some(digest_of(&resume_secret));
     submission.caller = caller;
     let reply = api.engine.submit(submission).await?;
-    let _ = INDEX.try_with(|cell| cell.set(Some((reply.index, reply.now))));
+    access::note_index(reply.index, reply.now);
     let now = reply.now;
     match output(reply)? {
         Output::Session { session } => {
@@ -150,8 +149,8 @@ pub(super) async fn close(
     headers: HeaderMap,
 ) -> Answer {
     let session = session_id(&path.1)?;
-    on_session(&api, &headers, &path, "close", |session| Command::Close {
-        session,
+    on_session(&api, &headers, &path, "close", None, |session| {
+        Command::Close { session }
     })
     .await?;
     api.engine.events().forget(session);
@@ -171,7 +170,7 @@ pub(super) async fn suspend(
     Path(path): SessionPath,
     headers: HeaderMap,
 ) -> Answer {
-    on_session(&api, &headers, &path, "suspend", |session| {
+    on_session(&api, &headers, &path, "suspend", None, |session| {
         Command::Suspend { session }
     })
     .await?;
@@ -192,7 +191,10 @@ pub(super) async fn digest(
     headers: HeaderMap,
 ) -> Answer {
     let make = |session| Command::Digest { session };
-    match on_session(&api, &headers, &path, "digest", make).await?.1 {
+    match on_session(&api, &headers, &path, "digest", None, make)
+        .await?
+        .1
+    {
         Output::Digest { digest } => Ok(Json(to_json(&digest))),
         other => Err(unexpected("digest", &other)),
     }
