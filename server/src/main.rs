@@ -16,7 +16,7 @@ use klock_server::auth::{self, Auth};
 use klock_server::conn::{self, ConnLimits};
 use klock_server::engine::{self, Clock, EngineConfig};
 use klock_server::events::EventHub;
-use klock_server::guard::{self, RequestGuard};
+use klock_server::guard::RequestGuard;
 use klock_server::history::History;
 use klock_server::machine::Machine;
 use klock_server::metrics::Metrics;
@@ -601,9 +601,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         let _ = tokio::signal::ctrl_c().await;
     };
     // Host names are checked only where a browser's page could reach a tokenless server.
-    let guarded = |app: axum::Router, check: RequestGuard| {
-        app.layer(axum::middleware::from_fn_with_state(check, guard::guard))
-    };
+    let guarded = |app: axum::Router, check: RequestGuard| app.layer(check);
     if let Some(path) = &args.socket {
         let listener = tokio::net::UnixListener::bind(path)
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
