@@ -706,3 +706,68 @@ impl WaitQuery {
 fn lease_ids(ids: Vec<u64>) -> Vec<LeaseId> {
     ids.into_iter().map(LeaseId).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are stored in the log: the scoped key must keep the bytes the routes always
+    /// built (`format!("{who}\0{ns}\0{session}\0{what}\0{key}")`).
+    #[test]
+    fn scoped_keys_keep_their_bytes() {
+        let on_session = Scope {
+            ns: "team",
+            session: Some(7),
+            what: "acquire",
+            item: None,
+        };
+        assert_eq!(on_session.key("ci", "k1"), "ci\0team\07\0acquire\0k1");
+        let cancel = Scope {
+            item: Some(&"12"),
+            what: "cancel",
+            ..on_session
+        };
+        assert_eq!(cancel.key("", "k"), "\0team\07\0cancel/12\0k");
+        let batch = Scope {
+            ns: "team",
+            session: Some(0),
+            what: "batch",
+            item: Some(&3usize),
+        };
+        assert_eq!(batch.key("", "k"), "\0team\00\0batch/3\0k");
+        assert_eq!(Scope::of("team", "open").key("", "k"), "\0team\0-\0open\0k");
+        assert_eq!(
+            Scope::of("-", "advance").key("a", "k"),
+            "a\0-\0-\0advance\0k"
+        );
+    }
+
+    /// The typed answers serialize as the `Value` rendering did.
+    #[test]
+    fn rendered_answers_are_the_route_shapes() {
+        let json = |o: Output| serde_json::to_value(Rendered(o)).unwrap();
+        assert_eq!(
+            json(Output::Released { released: true }),
+            json!({"released": true})
+        );
+        assert_eq!(
+            json(Output::ReleasedAll { count: 2 }),
+            json!({"released": 2})
+        );
+        assert_eq!(json(Output::Done), json!({"done": true}));
+        let verdict = Verdict::Die {
+            retry_after_ms: 5,
+            held_by: Vec::new(),
+        };
+        assert_eq!(
+            json(Output::Verdict {
+                verdict: verdict.clone()
+            }),
+            to_json(&verdict)
+        );
+        let heartbeat = Output::Heartbeat {
+            results: Vec::new(),
+        };
+        assert_eq!(json(heartbeat), json!({"results": []}));
+    }
+}
