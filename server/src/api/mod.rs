@@ -712,7 +712,7 @@ mod tests {
     use super::*;
 
     /// Keys are stored in the log: the scoped key must keep the bytes the routes always
-    /// built (`format!("{who}\0{ns}\0{session}\0{what}\0{key}")`).
+    /// built (`format!("{who}\u{0}{ns}\u{0}{session}\u{0}{what}\u{0}{key}")`).
     #[test]
     fn scoped_keys_keep_their_bytes() {
         let on_session = Scope {
@@ -721,24 +721,30 @@ mod tests {
             what: "acquire",
             item: None,
         };
-        assert_eq!(on_session.key("ci", "k1"), "ci\0team\07\0acquire\0k1");
+        assert_eq!(
+            on_session.key("ci", "k1"),
+            "ci\u{0}team\u{0}7\u{0}acquire\u{0}k1"
+        );
         let cancel = Scope {
             item: Some(&"12"),
             what: "cancel",
             ..on_session
         };
-        assert_eq!(cancel.key("", "k"), "\0team\07\0cancel/12\0k");
+        assert_eq!(cancel.key("", "k"), "\u{0}team\u{0}7\u{0}cancel/12\u{0}k");
         let batch = Scope {
             ns: "team",
             session: Some(0),
             what: "batch",
             item: Some(&3usize),
         };
-        assert_eq!(batch.key("", "k"), "\0team\00\0batch/3\0k");
-        assert_eq!(Scope::of("team", "open").key("", "k"), "\0team\0-\0open\0k");
+        assert_eq!(batch.key("", "k"), "\u{0}team\u{0}0\u{0}batch/3\u{0}k");
+        assert_eq!(
+            Scope::of("team", "open").key("", "k"),
+            "\u{0}team\u{0}-\u{0}open\u{0}k"
+        );
         assert_eq!(
             Scope::of("-", "advance").key("a", "k"),
-            "a\0-\0-\0advance\0k"
+            "a\u{0}-\u{0}-\u{0}advance\u{0}k"
         );
     }
 
