@@ -187,7 +187,7 @@ fn check_scope(
 /// task-local: each middleware layer costs a boxed future and a clone of the route per
 /// request.)
 pub(super) async fn access(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {

@@ -153,7 +153,7 @@ pub(super) struct BatchBody {
     responses((status = 200, description = "Up to 1,000 lease commands, in order, in one durable batch", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn batch(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     headers: HeaderMap,
     raw: Bytes,

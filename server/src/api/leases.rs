@@ -23,7 +23,7 @@ pub(super) struct AcquireBody {
     responses((status = 200, description = "Ask for a manifest: GRANTED, WAIT or DIE; with hold_ms a WAIT is held for its outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn acquire(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     slots: Option<axum::Extension<PollSlots>>,
     headers: HeaderMap,
@@ -134,7 +134,7 @@ fn ticket_id(tid: &str) -> Result<TicketId, ApiError> {
     responses((status = 200, description = "Long-poll a ticket's outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn ticket(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path((ns, sid, tid)): Path<(String, String, String)>,
     Query(q): Query<WaitQuery>,
     headers: HeaderMap,
@@ -185,7 +185,7 @@ pub(super) async fn ticket(
     responses((status = 200, description = "Withdraw a waiting ticket", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn cancel(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path((ns, sid, tid)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Answer {
@@ -212,7 +212,7 @@ pub(super) struct LeasesBody {
     responses((status = 200, description = "Renew the chosen leases, or all of them", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn heartbeat(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
@@ -242,7 +242,7 @@ pub(super) async fn heartbeat(
     responses((status = 200, description = "Release one lease, or all of them (idempotent)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn release(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
@@ -276,7 +276,7 @@ pub(super) async fn release(
     responses((status = 200, description = "The kernel's truth about each lease", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn reconcile(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,

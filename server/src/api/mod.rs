@@ -80,6 +80,10 @@ pub struct Api {
     pub work: WorkLimits,
 }
 
+/// The routes' state: one [`Api`] behind an `Arc`, so a request clones one pointer, not the
+/// engine handle's channel sender and `Arc`s (contended counters shared by every worker).
+type Shared = Arc<Api>;
+
 /// How much work one request may give the engine, which runs every command in turn: a
 /// request over a bound is refused (413 `TOO_MANY_IDS`) before anything reaches the kernel,
 /// so one client's huge lists cannot hold back another's heartbeats (issue 22 item 11).
@@ -128,6 +132,7 @@ pub const DEFAULT_SESSIONS_PER_NAMESPACE: u32 = 10_000;
 
 /// The router of `/v1`.
 pub fn router(api: Api) -> Router {
+    let api: Shared = Arc::new(api);
     let (routes, doc) = documented().split_for_parts();
     let doc = Arc::new(doc);
     routes
@@ -149,7 +154,7 @@ pub fn router(api: Api) -> Router {
 
 /// Every route with its OpenAPI description: the router and the document come from this one
 /// list, so they cannot drift apart (`routes!` takes only handlers that describe themselves).
-pub fn documented() -> OpenApiRouter<Api> {
+pub fn documented() -> OpenApiRouter<Shared> {
     let mut info = utoipa::openapi::Info::new("klock serve", env!("CARGO_PKG_VERSION"));
     info.description = Some(String::from(
         "The Klock control plane: sessions, leases and their events over HTTP. See server/README.md.",

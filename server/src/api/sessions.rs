@@ -25,7 +25,7 @@ pub(super) struct OpenBody {
     responses((status = 200, description = "Open a session: its id, priority, token and the server time", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn open(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     headers: HeaderMap,
     raw: Bytes,
@@ -77,7 +77,7 @@ pub(super) struct ResumeBody {
     responses((status = 200, description = "Resume a session from its StateDigest, with a new token", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn resume(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     headers: HeaderMap,
     raw: Bytes,
@@ -144,7 +144,7 @@ async fn start_session(
     responses((status = 200, description = "Close a session: release every lease, cancel every wait", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn close(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
 ) -> Answer {
@@ -166,7 +166,7 @@ pub(super) async fn close(
     responses((status = 200, description = "Mark a session as restarting: its leases keep the grace", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn suspend(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
 ) -> Answer {
@@ -186,7 +186,7 @@ pub(super) async fn suspend(
     responses((status = 200, description = "The session's StateDigest", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn digest(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
 ) -> Answer {
