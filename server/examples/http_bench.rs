@@ -1,16 +1,22 @@
 //! The control plane's benchmark report: `bash server/bench/run.sh` (or this program with the
 //! path of a release `klock` binary) writes `server/bench/REPORT.md`.
 //!
-//! Everything is measured in one run on one machine, as ratios where a peer is involved:
+//! Everything is measured in one run on one machine, each row once in each of [`ROUNDS`]
+//! rounds (figures are medians; a ratio is the median of each round's ratio, so the drift of
+//! a shared machine hits both sides of it alike), as ratios where a peer is involved:
 //! - acquire+release pairs/s over loopback HTTP (one request per operation) with 1 and 64
 //!   client threads, against `klock serve --memory` and a durable server (group commit), with
 //!   p50/p99 request latency;
 //! - the same client against a bare axum JSON echo endpoint in this process: the floor of the
 //!   transport on this machine;
 //! - the batch endpoint (50 acquire + release_all pairs per request);
-//! - Redis (`SET NX PX` + `DEL`) with the same thread counts, when `redis-server` is on PATH;
+//! - Redis (`SET NX PX` + `DEL`) with the same thread counts, when `redis-server` is on PATH,
+//!   without persistence and durable (`--appendonly yes --appendfsync always`: a sync before
+//!   each answer, the peer of the durable server);
 //! - restart time of a durable server with a log of 1M entries, and from a snapshot holding
 //!   100k active leases.
+//!
+//! - the issue's targets, computed from the same run (64 clients).
 //!
 //! A benchmark, not a test: it asserts nothing and prints what it measured.
 
@@ -282,23 +288,25 @@ fn redis(port: u16, threads: usize) -> Tally {
     })
 }
 
-fn start_redis() -> Option<(Child, u16)> {
+/// Starts `redis-server` on a free port: without persistence, or (`aof_dir`) with an
+/// append-only file in that directory, synced before each answer (`appendfsync always`).
+fn start_redis(aof_dir: Option<&std::path::Path>) -> Option<(Child, u16)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .ok()?
         .local_addr()
         .ok()?
         .port();
+    let port_text = port.to_string();
+    let mut args = vec!["--port", &port_text, "--bind", "127.0.0.1", "--save", ""];
+    match aof_dir {
+        None => args.extend(["--appendonly", "no"]),
+        Some(dir) => {
+            args.extend(["--appendonly", "yes", "--appendfsync", "always", "--dir"]);
+            args.push(dir.to_str()?);
+        }
+    }
     let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
+        .args(&args)
         .stdout(Stdio::null())
         .spawn()
         .ok()?;
@@ -357,14 +365,253 @@ fn hold_leases(port: u16, leases: usize) {
     }
 }
 
+/// Rounds of the report: each row is measured once per round.
+const ROUNDS: usize = 3;
+
+// The rows of the report, in its order.
+const ECHO: &str = "bare axum JSON echo (the floor)";
+const MEMORY: &str = "klock serve, memory";
+const MEMORY_BATCH: &str = "klock serve, memory, batch endpoint (50 pairs a request)";
+const DURABLE: &str = "klock serve, durable (group commit)";
+const DURABLE_BATCH: &str =
+    "klock serve, durable (group commit), batch endpoint (50 pairs a request)";
+const REDIS: &str = "Redis 7, SET NX PX + DEL (no persistence)";
+const REDIS_DURABLE: &str = "Redis 7, SET NX PX + DEL (appendfsync always)";
+const ROWS: [&str; 7] = [
+    ECHO,
+    MEMORY,
+    MEMORY_BATCH,
+    DURABLE,
+    DURABLE_BATCH,
+    REDIS,
+    REDIS_DURABLE,
+];
+
+/// One measurement of a row.
+#[derive(Clone, Copy)]
+struct Sample {
+    pairs: f64,
+    requests: f64,
+    p50: f64,
+    p99: f64,
+}
+
+/// The measurements of a run: per (row, clients), one sample per round, in round order.
+#[derive(Default)]
+struct Samples(std::collections::BTreeMap<(&'static str, usize), Vec<Sample>>);
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+impl Samples {
+    fn add(&mut self, row: &'static str, threads: usize, mut t: Tally) {
+        let sample = Sample {
+            pairs: t.per_sec(t.pairs),
+            requests: t.per_sec(t.requests),
+            p50: t.percentile(0.5),
+            p99: t.percentile(0.99),
+        };
+        eprintln!(
+            "  {row}, {threads} clients: {:.0} pairs/s, {:.0} requests/s",
+            sample.pairs, sample.requests
+        );
+        self.0.entry((row, threads)).or_default().push(sample);
+    }
+
+    /// The median of `f` over a row's rounds.
+    fn median(&self, row: &str, threads: usize, f: impl Fn(&Sample) -> f64) -> Option<f64> {
+        let v = self.0.get(&(row, threads))?;
+        Some(median(v.iter().map(f).collect()))
+    }
+
+    /// The median over rounds of `f(a) ÷ f(b)` taken within each round.
+    fn ratio(
+        &self,
+        (a, a_threads): (&str, usize),
+        (b, b_threads): (&str, usize),
+        f: impl Fn(&Sample) -> f64,
+    ) -> Option<f64> {
+        let (a, b) = (self.0.get(&(a, a_threads))?, self.0.get(&(b, b_threads))?);
+        Some(median(a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect()))
+    }
+
+    /// The table of one request per operation (and the batch rows beside it).
+    fn table(&self) -> String {
+        let mut out = String::from(
+            "## One request per operation\n\n| server | clients | pairs/s | requests/s | ÷ echo floor (same clients) | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for row in ROWS {
+            for threads in [1, 64] {
+                let Some(requests) = self.median(row, threads, |s| s.requests) else {
+                    continue;
+                };
+                let pairs = match self.median(row, threads, |s| s.pairs) {
+                    Some(p) if row != ECHO => format!("{p:.0}"),
+                    _ => String::from("–"),
+                };
+                let floor = if row == MEMORY_BATCH || row == DURABLE_BATCH {
+                    String::from("–")
+                } else {
+                    let r = self.ratio((row, threads), (ECHO, threads), |s| s.requests);
+                    format!("{:.2}", r.unwrap_or(f64::NAN))
+                };
+                out.push_str(&format!(
+                    "| {row} | {threads} | {pairs} | {requests:.0} | {floor} | {:.2} | {:.2} |\n",
+                    self.median(row, threads, |s| s.p50).unwrap_or(f64::NAN),
+                    self.median(row, threads, |s| s.p99).unwrap_or(f64::NAN),
+                ));
+            }
+        }
+        if !self.0.contains_key(&(REDIS, 64)) {
+            out.push_str("| Redis | – | not measured: `redis-server` is not on PATH | | | | |\n");
+        }
+        out
+    }
+
+    /// The issue's targets (64 clients, this run), met or not, and the durable path beside
+    /// its peer.
+    fn targets(&self) -> String {
+        let met = |ok: bool| if ok { "met" } else { "missed" };
+        let mut out = String::from(
+            "\n## Targets\n\nAll at 64 clients, from the rounds above (a ratio is the median of each round's ratio).\n\n| target | measured | |\n|---|---:|---|\n",
+        );
+        for (what, row, floor) in [("memory", MEMORY, 0.70), ("durable", DURABLE, 0.50)] {
+            if let Some(r) = self.ratio((row, 64), (ECHO, 64), |s| s.requests) {
+                out.push_str(&format!(
+                    "| one request per operation, {what}: ≥ {floor:.2}× the echo floor | {r:.2}× | {} |\n",
+                    met(r >= floor)
+                ));
+            }
+        }
+        match self.ratio((MEMORY, 64), (REDIS, 64), |s| s.pairs) {
+            Some(r) => out.push_str(&format!(
+                "| per-request pairs/s, memory: ≥ 0.5× Redis's SET NX PX + DEL pairs/s | {r:.2}× | {} |\n",
+                met(r >= 0.5)
+            )),
+            None => out.push_str(
+                "| per-request pairs/s, memory: ≥ 0.5× Redis's SET NX PX + DEL pairs/s | not measured (no redis-server) | |\n",
+            ),
+        }
+        if let Some(batch) = self.median(DURABLE_BATCH, 64, |s| s.pairs) {
+            out.push_str(&format!(
+                "| batch endpoint, durable: ≥ 100,000 pairs/s | {batch:.0} pairs/s | {} |\n",
+                met(batch >= 100_000.0)
+            ));
+        }
+        out.push_str("\nBeside them (no target):\n\n| what | measured |\n|---|---:|\n");
+        if let Some(r) = self.ratio((DURABLE, 64), (REDIS_DURABLE, 64), |s| s.pairs) {
+            out.push_str(&format!(
+                "| per-request pairs/s, durable ÷ Redis with appendfsync always | {r:.2}× |\n"
+            ));
+        }
+        if let Some(r) = self.ratio((MEMORY_BATCH, 64), (REDIS, 64), |s| s.pairs) {
+            out.push_str(&format!(
+                "| batch endpoint pairs/s, memory ÷ Redis per request (no persistence) | {r:.2}× |\n"
+            ));
+        }
+        if let Some(r) = self.ratio((DURABLE_BATCH, 64), (REDIS_DURABLE, 64), |s| s.pairs) {
+            out.push_str(&format!(
+                "| batch endpoint pairs/s, durable ÷ Redis per request (appendfsync always) | {r:.2}× |\n"
+            ));
+        }
+        out
+    }
+}
+
 /// Removes a data file and the log beside it.
 fn remove_data(data: &std::path::Path) {
     let _ = std::fs::remove_file(data);
     let _ = std::fs::remove_file(klock_server::store::log_path(data));
 }
 
+/// A/B mode (`http_bench ab KLOCK_A KLOCK_B [KLOCK_C ...] [--rounds N]`): the 64-client
+/// one-request-per-operation pairs/s of several binaries, memory and durable, in rotating
+/// order each round (A B C, then B C A, ...) so that the machine's drift hits each alike;
+/// prints each round's ratio to A and the median ratio per binary and row.
+fn ab(binaries: &[String], rounds: usize) {
+    let dir = std::env::temp_dir().join(format!("klock-ab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("ab.redb");
+    let rows: [(&str, Vec<&str>); 2] = [
+        ("memory", vec!["--memory"]),
+        ("durable", vec!["--data", data.to_str().unwrap()]),
+    ];
+    let n = binaries.len();
+    // ratios[row][binary]: each round's pairs/s of that binary ÷ binary A's.
+    let mut ratios = vec![vec![Vec::new(); n]; rows.len()];
+    for round in 0..rounds {
+        for (r, (label, args)) in rows.iter().enumerate() {
+            let mut measured = vec![0.0f64; n];
+            for k in 0..n {
+                let which = (round + k) % n;
+                let (server, _) = start(&binaries[which], args);
+                let t = pairs(server.port, 64);
+                measured[which] = t.per_sec(t.pairs);
+                drop(server);
+                remove_data(&data);
+            }
+            let shown: Vec<String> = measured.iter().map(|m| format!("{m:.0}")).collect();
+            eprintln!("round {round} {label}: pairs/s {}", shown.join(" "));
+            for (k, m) in measured.iter().enumerate() {
+                ratios[r][k].push(m / measured[0]);
+            }
+        }
+    }
+    for (r, (label, _)) in rows.iter().enumerate() {
+        for (k, binary) in binaries.iter().enumerate().skip(1) {
+            let v = &mut ratios[r][k];
+            v.sort_by(f64::total_cmp);
+            let median = if v.len() % 2 == 1 {
+                v[v.len() / 2]
+            } else {
+                (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+            };
+            let shown: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+            println!(
+                "{label}, 64 clients: {binary} ÷ {}: median {median:.3} over {rounds} rounds (sorted: {})",
+                binaries[0],
+                shown.join(" ")
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("ab") {
+        let mut binaries: Vec<String> = args[1..].to_vec();
+        let mut rounds = 6;
+        if let Some(at) = binaries.iter().position(|a| a == "--rounds") {
+            rounds = binaries
+                .get(at + 1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            binaries.drain(at..(at + 2).min(binaries.len()));
+        }
+        if binaries.len() < 2 || rounds == 0 {
+            eprintln!("usage: http_bench ab KLOCK_A KLOCK_B [KLOCK_C ...] [--rounds N]");
+            std::process::exit(2);
+        }
+        ab(&binaries, rounds);
+        return;
+    }
+    // Load only (for a profiler attached to a server started by hand).
+    if args.first().map(String::as_str) == Some("load") {
+        let Some(port) = args.get(1).and_then(|p| p.parse().ok()) else {
+            eprintln!("usage: http_bench load PORT");
+            std::process::exit(2);
+        };
+        let t = pairs(port, 64);
+        println!("{:.0} pairs/s", t.per_sec(t.pairs));
+        return;
+    }
     let (Some(binary), Some(out)) = (args.first(), args.get(1)) else {
         eprintln!("usage: http_bench KLOCK_BINARY REPORT.md   (see server/bench/run.sh)");
         std::process::exit(2);
@@ -376,99 +623,56 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     report.push_str(&format!(
         "Written by `bash server/bench/run.sh`. Loopback HTTP/1.1 keep-alive, one connection per client \
-         thread, {} s per measurement, all in one run on this machine ({} CPUs; load average at start {}). \
-         Ratios compare measurements of this run.\n\n",
+         thread, {} s per measurement, every row measured once in each of {ROUNDS} rounds in one run on this \
+         machine ({} CPUs; load average at start {}). Figures are medians over the rounds; a ratio is the \
+         median of the ratios taken within each round.\n\n",
         RUN.as_secs(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     ));
     let echo_port = echo_server();
-    report.push_str("## One request per operation\n\n| server | clients | pairs/s | requests/s | ÷ echo floor (same clients) | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|\n");
-    // The floor of this transport for each client count: a bare axum JSON echo.
-    let mut floors = std::collections::BTreeMap::new();
-    for threads in [1, 64] {
-        eprintln!("echo floor, {threads} clients");
-        let mut floor = echo(echo_port, threads);
-        let rps = floor.per_sec(floor.requests);
-        report.push_str(&format!(
-            "| bare axum JSON echo (the floor) | {threads} | – | {rps:.0} | 1.00 | {:.2} | {:.2} |\n",
-            floor.percentile(0.5),
-            floor.percentile(0.99)
-        ));
-        floors.insert(threads, rps);
-    }
-    let mut rows = Vec::new();
-    for (label, args) in [
-        ("memory", vec!["--memory"]),
-        (
-            "durable (group commit)",
-            vec!["--data", data.to_str().unwrap()],
-        ),
-    ] {
-        let (server, _) = start(binary, &args);
+    let aof_dir = dir.join("redis");
+    std::fs::create_dir_all(&aof_dir).unwrap();
+    // Every row is measured once a round, rounds one after another, so that the machine's
+    // drift (other jobs on a shared host) hits every row alike; a row's figures are medians
+    // over the rounds, and a ratio is the median of the same round's ratios.
+    let mut samples = Samples::default();
+    for round in 0..ROUNDS {
+        eprintln!("round {} of {ROUNDS}", round + 1);
         for threads in [1, 64] {
-            eprintln!("{label}, {threads} clients");
-            let at = Instant::now();
-            let mut t = pairs(server.port, threads);
-            eprintln!(
-                "  took {:.1} s, {} requests",
-                at.elapsed().as_secs_f64(),
-                t.requests
-            );
-            let rps = t.per_sec(t.requests);
-            let floor_rps = floors[&threads];
-            report.push_str(&format!(
-                "| klock serve, {label} | {threads} | {:.0} | {rps:.0} | {:.2} | {:.2} | {:.2} |\n",
-                t.per_sec(t.pairs),
-                rps / floor_rps,
-                t.percentile(0.5),
-                t.percentile(0.99)
-            ));
-            rows.push((label, threads, rps / floor_rps));
+            samples.add(ECHO, threads, echo(echo_port, threads));
         }
-        let mut b = batched(server.port, 64);
-        report.push_str(&format!(
-            "| klock serve, {label}, batch endpoint ({PER_BATCH} pairs a request) | 64 | {:.0} | {:.0} | – | {:.2} | {:.2} |\n",
-            b.per_sec(b.pairs),
-            b.per_sec(b.requests),
-            b.percentile(0.5),
-            b.percentile(0.99)
-        ));
-        rows.push((
-            if label == "memory" {
-                "memory batch"
-            } else {
-                "durable batch"
-            },
-            64,
-            b.per_sec(b.pairs),
-        ));
-        drop(server);
-        remove_data(&data);
-    }
-    match start_redis() {
-        Some((mut child, port)) => {
+        for (row, args) in [
+            (MEMORY, vec!["--memory"]),
+            (DURABLE, vec!["--data", data.to_str().unwrap()]),
+        ] {
+            let (server, _) = start(binary, &args);
             for threads in [1, 64] {
-                eprintln!("redis, {threads} clients");
-                let mut t = redis(port, threads);
-                let rps = t.per_sec(t.requests);
-                let floor_rps = floors[&threads];
-                report.push_str(&format!(
-                    "| Redis 7, SET NX PX + DEL (no persistence) | {threads} | {:.0} | {rps:.0} | {:.2} | {:.2} | {:.2} |\n",
-                    t.per_sec(t.pairs),
-                    rps / floor_rps,
-                    t.percentile(0.5),
-                    t.percentile(0.99)
-                ));
-                rows.push(("redis", threads, t.per_sec(t.pairs)));
+                samples.add(row, threads, pairs(server.port, threads));
+            }
+            let batch_row = if row == MEMORY {
+                MEMORY_BATCH
+            } else {
+                DURABLE_BATCH
+            };
+            samples.add(batch_row, 64, batched(server.port, 64));
+            drop(server);
+            remove_data(&data);
+        }
+        for (row, aof) in [(REDIS, None), (REDIS_DURABLE, Some(aof_dir.as_path()))] {
+            let Some((mut child, port)) = start_redis(aof) else {
+                continue;
+            };
+            for threads in [1, 64] {
+                samples.add(row, threads, redis(port, threads));
             }
             let _ = child.kill();
             let _ = child.wait();
-        }
-        None => {
-            report.push_str("| Redis | – | not measured: `redis-server` is not on PATH | | | | |\n")
+            let _ = std::fs::remove_dir_all(&aof_dir);
+            std::fs::create_dir_all(&aof_dir).unwrap();
         }
     }
+    report.push_str(&samples.table());
     report.push_str("\n## Restart\n\n| what | restart to listening |\n|---|---:|\n");
     eprintln!("restart with a log of 1M entries");
     let (server, _) = start(
@@ -514,17 +718,7 @@ fn main() {
     ));
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
-    report.push_str("\n## Targets\n\n| target | measured |\n|---|---:|\n");
-    for (label, threads, value) in &rows {
-        let line = match *label {
-            "memory" => format!("| one request per operation, memory, {threads} clients: ≥ 70% of the echo floor | {:.0}% |\n", value * 100.0),
-            "durable (group commit)" => format!("| one request per operation, durable, {threads} clients: ≥ 50% of the echo floor | {:.0}% |\n", value * 100.0),
-            "memory batch" | "durable batch" => format!("| batch endpoint, {label}: ≥ 100,000 pairs/s | {value:.0} pairs/s |\n"),
-            "redis" => format!("| Redis, {threads} clients, pairs/s (target: ours ≥ Redis with the batch endpoint) | {value:.0} |\n"),
-            _ => String::new(),
-        };
-        report.push_str(&line);
-    }
+    report.push_str(&samples.targets());
     std::fs::write(out, &report).expect("write the report");
     println!("{report}");
 }

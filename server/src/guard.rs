@@ -16,14 +16,18 @@
 //!   `415 UNSUPPORTED_MEDIA_TYPE` and nothing is parsed. A page can send a cross-origin POST
 //!   without asking only as `text/plain`, a form or multipart, never as JSON, so none of its
 //!   bodies is ever acted on.
+//!
+//! [`RequestGuard`] is a tower layer (`router.layer(guard)`): the checks read only headers, so
+//! they run in the route's `call` with no future, task or clone of their own per request.
 
 use crate::conn::NetMetrics;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::future::Either;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 /// The checks of one server.
 #[derive(Clone)]
@@ -90,55 +94,96 @@ fn is_json(value: &[u8]) -> bool {
     media.trim_ascii().eq_ignore_ascii_case(b"application/json")
 }
 
-/// The middleware (see the module contract).
-pub async fn guard(State(guard): State<RequestGuard>, request: Request, next: Next) -> Response {
-    if let Some(hosts) = &guard.hosts {
-        let host = request.headers().get(header::HOST).map(|h| h.as_bytes());
-        let allowed = host
-            .and_then(host_name)
-            .is_some_and(|h| hosts.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(h)));
-        if !allowed {
-            guard.metrics.refused_host.fetch_add(1, Relaxed);
-            let shown = host.map_or_else(
-                || String::from("none"),
-                |h| format!("{:?}", String::from_utf8_lossy(h)),
-            );
-            return refuse(
+impl RequestGuard {
+    /// The module contract's checks of `request`: a refusal, or `None` to serve it.
+    fn refusal(&self, request: &Request) -> Option<Response> {
+        let guard = self;
+        if let Some(hosts) = &guard.hosts {
+            let host = request.headers().get(header::HOST).map(|h| h.as_bytes());
+            let allowed = host
+                .and_then(host_name)
+                .is_some_and(|h| hosts.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(h)));
+            if !allowed {
+                guard.metrics.refused_host.fetch_add(1, Relaxed);
+                let shown = host.map_or_else(
+                    || String::from("none"),
+                    |h| format!("{:?}", String::from_utf8_lossy(h)),
+                );
+                return Some(refuse(
                 StatusCode::FORBIDDEN,
                 "HOST_NOT_ALLOWED",
                 format!(
                     "Host {shown} is not this server: without --tokens it answers only to {} (a web page reaching it under another name is refused)",
                     hosts.join(", ")
                 ),
-            );
+            ));
+            }
         }
-    }
-    let method = request.method();
-    if method != Method::GET && method != Method::HEAD && method != Method::OPTIONS {
-        let headers = request.headers();
-        let kind = headers.get(header::CONTENT_TYPE);
-        let has_body = headers
-            .get(header::CONTENT_LENGTH)
-            .is_some_and(|n| n.as_bytes() != b"0")
-            || headers.contains_key(header::TRANSFER_ENCODING);
-        let refused = match kind {
-            Some(kind) => !is_json(kind.as_bytes()),
-            None => has_body,
-        };
-        if refused {
-            guard.metrics.refused_content_type.fetch_add(1, Relaxed);
-            let shown = kind.map_or_else(
-                || String::from("none"),
-                |k| format!("{:?}", String::from_utf8_lossy(k.as_bytes())),
-            );
-            return refuse(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "UNSUPPORTED_MEDIA_TYPE",
-                format!(
+        let method = request.method();
+        if method != Method::GET && method != Method::HEAD && method != Method::OPTIONS {
+            let headers = request.headers();
+            let kind = headers.get(header::CONTENT_TYPE);
+            let has_body = headers
+                .get(header::CONTENT_LENGTH)
+                .is_some_and(|n| n.as_bytes() != b"0")
+                || headers.contains_key(header::TRANSFER_ENCODING);
+            let refused = match kind {
+                Some(kind) => !is_json(kind.as_bytes()),
+                None => has_body,
+            };
+            if refused {
+                guard.metrics.refused_content_type.fetch_add(1, Relaxed);
+                let shown = kind.map_or_else(
+                    || String::from("none"),
+                    |k| format!("{:?}", String::from_utf8_lossy(k.as_bytes())),
+                );
+                return Some(refuse(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UNSUPPORTED_MEDIA_TYPE",
+                    format!(
                     "a {method} with a body must send Content-Type: application/json, got {shown}"
                 ),
-            );
+                ));
+            }
+        }
+        None
+    }
+}
+
+impl<S> tower_layer::Layer<S> for RequestGuard {
+    type Service = Guarded<S>;
+
+    fn layer(&self, inner: S) -> Guarded<S> {
+        Guarded {
+            guard: self.clone(),
+            inner,
         }
     }
-    next.run(request).await
+}
+
+/// A route behind the [`RequestGuard`].
+#[derive(Clone)]
+pub struct Guarded<S> {
+    guard: RequestGuard,
+    inner: S,
+}
+
+impl<S> tower_service::Service<Request> for Guarded<S>
+where
+    S: tower_service::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Either<std::future::Ready<Result<Response, S::Error>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        match self.guard.refusal(&request) {
+            Some(refused) => Either::Left(std::future::ready(Ok(refused))),
+            None => Either::Right(self.inner.call(request)),
+        }
+    }
 }

@@ -64,7 +64,9 @@ const LATENCY: &[f64] = &[
 
 /// Everything the server counts itself.
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    /// Requests by route template, then status: looked up by `&str`, so counting a request
+    /// of a route already seen allocates nothing.
+    requests: Mutex<BTreeMap<String, BTreeMap<u16, u64>>>,
     pub request_seconds: Histogram,
     pub commit_seconds: Histogram,
     pub commit_entries: AtomicU64,
@@ -96,7 +98,11 @@ impl Metrics {
     /// Counts a finished request.
     pub fn request(&self, route: &str, status: u16, took: Duration) {
         let mut requests = self.requests.lock().expect("metrics lock");
-        *requests.entry((route.to_owned(), status)).or_insert(0) += 1;
+        let by_status = match requests.get_mut(route) {
+            Some(by_status) => by_status,
+            None => requests.entry(route.to_owned()).or_default(),
+        };
+        *by_status.entry(status).or_insert(0) += 1;
         drop(requests);
         self.request_seconds.observe(took);
     }
@@ -108,11 +114,13 @@ impl Metrics {
             out,
             "# HELP klock_requests_total HTTP requests by route and status.\n# TYPE klock_requests_total counter"
         );
-        for ((route, status), n) in self.requests.lock().expect("metrics lock").iter() {
-            let _ = writeln!(
-                out,
-                "klock_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
-            );
+        for (route, by_status) in self.requests.lock().expect("metrics lock").iter() {
+            for (status, n) in by_status {
+                let _ = writeln!(
+                    out,
+                    "klock_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                );
+            }
         }
         self.request_seconds
             .render(&mut out, "klock_request_seconds", "HTTP request latency.");

@@ -19,7 +19,7 @@ use crate::auth::Auth;
 use crate::conn::{self, ConnLimits, NetMetrics};
 use crate::engine::{self, Clock, EngineConfig};
 use crate::events::EventHub;
-use crate::guard::{self, RequestGuard};
+use crate::guard::RequestGuard;
 use crate::history::History;
 use crate::machine::{Machine, SessionCaps};
 use crate::metrics::Metrics;
@@ -319,9 +319,7 @@ async fn bind(
     } = app(&config).await?;
     raise_fd_limit(config.conn.max_total);
     // Host names are checked only where a browser's page could reach a tokenless server.
-    let guarded = |check: RequestGuard| {
-        router.layer(axum::middleware::from_fn_with_state(check, guard::guard))
-    };
+    let guarded = |check: RequestGuard| router.layer(check);
     if let Some(path) = &config.socket {
         let listener = tokio::net::UnixListener::bind(path)
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;

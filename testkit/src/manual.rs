@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use klock_server::conn::{self, ConnLimits, NetMetrics};
-use klock_server::guard::{self, RequestGuard};
+use klock_server::guard::RequestGuard;
 use klock_server::serve::{self, ServeConfig};
 use serde_json::json;
 use std::net::SocketAddr;
@@ -59,10 +59,7 @@ impl ManualServer {
                 .route("/v1/reset", axum::routing::post(reset))
                 .fallback(forward)
                 .with_state(current)
-                .layer(axum::middleware::from_fn_with_state(
-                    RequestGuard::loopback(addr.ip(), Arc::clone(&net)),
-                    guard::guard,
-                ));
+                .layer(RequestGuard::loopback(addr.ip(), Arc::clone(&net)));
             let stopped = async {
                 let _ = stopped.await;
             };

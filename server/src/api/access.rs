@@ -73,17 +73,25 @@ fn path_namespace(path: &str) -> Result<Option<std::borrow::Cow<'_, str>>, Strin
         .map_err(|_| bad())
 }
 
-/// Who asks, for the request being handled: the token's name (none without a token file)
-/// and, with an `Idempotency-Key`, the fingerprint of the request.
-#[derive(Clone, Default)]
+/// What the request being handled carries through its handler: who asks (the token's name;
+/// none without a token file), with an `Idempotency-Key` the fingerprint of the request, and
+/// the log index and time of the command it made (for the `Klock-Index` and `Klock-Now`
+/// headers). One task-local per request, set by [`access`].
+#[derive(Default)]
 pub(super) struct Asker {
     pub who: Option<Arc<str>>,
     pub fingerprint: Option<String>,
+    pub index: std::cell::Cell<Option<(u64, u64)>>,
 }
 
 tokio::task_local! {
-    /// The [`Asker`] of the current request (set by [`guard`]).
+    /// The [`Asker`] of the current request.
     pub(super) static ASKER: Asker;
+}
+
+/// Notes the log index and time of the command the current request made.
+pub(super) fn note_index(index: u64, now: u64) {
+    let _ = ASKER.try_with(|a| a.index.set(Some((index, now))));
 }
 
 /// The fingerprint of a request: SHA-256 (hex) of its query and body.
@@ -173,21 +181,73 @@ fn check_scope(
     Ok(())
 }
 
-/// Bearer token, role, namespace, rate and long-poll slots, before any handler runs.
-pub(super) async fn guard(
-    State(api): State<Api>,
-    mut request: axum::extract::Request,
+/// The one layer around every route: bearer token, role, namespace, rate and long-poll slots
+/// before the handler; after it, the `Klock-Index` and `Klock-Now` headers of a request that
+/// made a command, and the request counted by route template and status. (One layer and one
+/// task-local: each middleware layer costs a boxed future and a clone of the route per
+/// request.)
+pub(super) async fn access(
+    State(api): State<Shared>,
+    request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map(|m| m.as_str().to_owned());
-    let Some(route) = route else {
-        return next.run(request).await; // the 404 fallback
+        .cloned();
+    let started = std::time::Instant::now();
+    let response = match admit(&api, route.as_ref(), request).await {
+        Err(refused) => refused,
+        Ok(Admitted {
+            request,
+            asker,
+            slot,
+        }) => {
+            let response = ASKER
+                .scope(asker, async move {
+                    let mut response = next.run(request).await;
+                    if let Some((index, now)) = ASKER.with(|a| a.index.get()) {
+                        let headers = response.headers_mut();
+                        headers.insert("klock-index", index.into());
+                        headers.insert("klock-now", now.into());
+                    }
+                    response
+                })
+                .await;
+            drop(slot); // held while the handler ran
+            response
+        }
     };
-    let Some(needed) = role_for(&route) else {
-        return next.run(request).await;
+    let route = route.as_ref().map_or("unmatched", |m| m.as_str());
+    api.engine
+        .metrics()
+        .request(route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// A request let through: who asks, and the long-poll slot it holds while it runs.
+struct Admitted {
+    request: axum::extract::Request,
+    asker: Asker,
+    slot: Option<auth::LongPoll>,
+}
+
+/// The checks before any handler (the module contract); a refusal is the answer.
+async fn admit(
+    api: &Api,
+    route: Option<&axum::extract::MatchedPath>,
+    mut request: axum::extract::Request,
+) -> Result<Admitted, Response> {
+    let pass = |request| Admitted {
+        request,
+        asker: Asker::default(),
+        slot: None,
+    };
+    let Some(route) = route.map(axum::extract::MatchedPath::as_str) else {
+        return Ok(pass(request)); // the 404 fallback
+    };
+    let Some(needed) = role_for(route) else {
+        return Ok(pass(request));
     };
     let authorization = request
         .headers()
@@ -195,18 +255,24 @@ pub(super) async fn guard(
         .and_then(|v| v.to_str().ok());
     let caller = match api.auth.identify(authorization) {
         Ok(caller) => caller,
-        Err(why) => return refuse(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", why.to_owned()),
+        Err(why) => {
+            return Err(refuse(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHORIZED",
+                why.to_owned(),
+            ))
+        }
     };
-    if let Err(refused) = check_scope(&caller, needed, &route, &request) {
-        return refused.into_response();
+    if let Err(refused) = check_scope(&caller, needed, route, &request) {
+        return Err(refused.into_response());
     }
     let limits = caller.limits();
     if !limits.admit() {
         let message = String::from("over this token's rate of requests per second; slow down");
-        return busy("RATE_LIMITED", message);
+        return Err(busy("RATE_LIMITED", message));
     }
     let slots = limits.long_polls().clone();
-    let _slot = if waits(&route) {
+    let slot = if waits(route) {
         match slots.take() {
             Some(slot) => Some(slot),
             None => {
@@ -214,7 +280,7 @@ pub(super) async fn guard(
                     "at most {} waiting requests at once for this token",
                     slots.max()
                 );
-                return busy("TOO_MANY_WAITS", message);
+                return Err(busy("TOO_MANY_WAITS", message));
             }
         }
     } else {
@@ -238,60 +304,24 @@ pub(super) async fn guard(
     };
     request.extensions_mut().insert(slots);
     request.extensions_mut().insert(reach);
-    let keyed = request.headers().contains_key("idempotency-key");
     let mut asker = Asker {
         who,
-        fingerprint: None,
+        ..Asker::default()
     };
-    if keyed {
+    if request.headers().contains_key("idempotency-key") {
         // Read here (the handler reads the same bytes again) only for keyed requests: the
         // fingerprint binds the key to this request.
         let (parts, body) = request.into_parts();
-        let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-            Ok(bytes) => bytes,
-            Err(_) => {
-                let message = format!("the request body is over {MAX_BODY_BYTES} bytes");
-                return refuse(StatusCode::PAYLOAD_TOO_LARGE, "TOO_LARGE", message);
-            }
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+            let message = format!("the request body is over {MAX_BODY_BYTES} bytes");
+            return Err(refuse(StatusCode::PAYLOAD_TOO_LARGE, "TOO_LARGE", message));
         };
         asker.fingerprint = Some(fingerprint(parts.uri.query(), &bytes));
         request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     }
-    ASKER.scope(asker, next.run(request)).await
-}
-
-tokio::task_local! {
-    /// The log index and time of the command the current request made, for the
-    /// `Klock-Index` and `Klock-Now` headers.
-    pub(super) static INDEX: std::cell::Cell<Option<(u64, u64)>>;
-}
-
-/// Adds `Klock-Index` and `Klock-Now` to the answer of a request that made a command, and
-/// counts the request by route template and status.
-pub(super) async fn with_index(
-    State(api): State<Api>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let route = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map_or("unmatched", |m| m.as_str())
-        .to_owned();
-    let started = std::time::Instant::now();
-    INDEX
-        .scope(std::cell::Cell::new(None), async move {
-            let mut response = next.run(request).await;
-            let status = response.status().as_u16();
-            api.engine
-                .metrics()
-                .request(&route, status, started.elapsed());
-            if let Some((index, now)) = INDEX.with(std::cell::Cell::get) {
-                let headers = response.headers_mut();
-                headers.insert("klock-index", index.to_string().parse().expect("digits"));
-                headers.insert("klock-now", now.to_string().parse().expect("digits"));
-            }
-            response
-        })
-        .await
+    Ok(Admitted {
+        request,
+        asker,
+        slot,
+    })
 }

@@ -153,11 +153,11 @@ pub(super) struct BatchBody {
     responses((status = 200, description = "Up to 1,000 lease commands, in order, in one durable batch", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn batch(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     headers: HeaderMap,
     raw: Bytes,
-) -> Answer {
+) -> Answer<BatchAnswer> {
     let b: BatchBody = body(&raw)?;
     if b.operations.is_empty() || b.operations.len() > MAX_BATCH {
         return Err(ApiError::bad_request(format!(
@@ -190,13 +190,14 @@ pub(super) async fn batch(
         let (command, token) = op.into_command();
         // Each operation's key is scoped to its own session too: a key never answers one
         // session with another's lease.
-        let session = command.session().map_or(0, |s| s.0);
+        let scope = Scope {
+            ns: &ns,
+            session: Some(command.session().map_or(0, |s| s.0)),
+            what: "batch",
+            item: Some(&i),
+        };
         let mut submission = Submission::new(command, now);
-        keyed(
-            &mut submission,
-            &headers,
-            &format!("{ns}\u{0}{session}\u{0}batch/{i}"),
-        )?;
+        keyed(&mut submission, &headers, scope)?;
         submission.caller = Some(Caller {
             namespace: ns.clone(),
             token: Some(digest_of(&token)),
@@ -205,16 +206,28 @@ pub(super) async fn batch(
         submissions.push(submission);
     }
     let replies = api.engine.submit_many(submissions).await?;
-    let results: Vec<Value> = replies
+    let results = replies
         .into_iter()
         .map(
             |reply| match reply.map_err(ApiError::from).and_then(output) {
-                Ok(out) => json!({ "ok": render(&out) }),
-                Err(e) => {
-                    json!({ "error": {"code": e.code, "name": e.name, "message": e.message} })
-                }
+                Ok(out) => BatchResult::Ok(Rendered(out)),
+                Err(e) => BatchResult::Error(e.into_fields()),
             },
         )
         .collect();
-    Ok(Json(json!({ "results": results })))
+    Ok(Json(BatchAnswer { results }))
+}
+
+/// The answer of a batch: one result per operation, in order.
+#[derive(Serialize)]
+pub(super) struct BatchAnswer {
+    results: Vec<BatchResult>,
+}
+
+/// `{"ok": answer}` or `{"error": {code, name, message}}`.
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum BatchResult {
+    Ok(Rendered),
+    Error(ErrorFields),
 }

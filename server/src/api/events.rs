@@ -14,7 +14,7 @@ use super::*;
     responses((status = 200, description = "The session's events: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn events(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path((ns, sid)): SessionPath,
     Query(q): Query<WaitQuery>,
     slots: Option<axum::Extension<PollSlots>>,
@@ -27,7 +27,7 @@ pub(super) async fn events(
 /// A stream of events: Server-Sent Events when the request accepts `text/event-stream`
 /// (resumed after `Last-Event-ID`, or `?after=`), otherwise the JSON long-poll.
 async fn follow(
-    api: Api,
+    api: Shared,
     stream: Stream,
     q: &WaitQuery,
     slots: Option<axum::Extension<PollSlots>>,
@@ -105,7 +105,7 @@ fn sse(
     responses((status = 200, description = "Every session's events in the namespace: SSE with Accept text/event-stream (Last-Event-ID resumes), else a JSON long-poll", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn watch(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     Query(q): Query<WaitQuery>,
     slots: Option<axum::Extension<PollSlots>>,

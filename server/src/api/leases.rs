@@ -23,12 +23,12 @@ pub(super) struct AcquireBody {
     responses((status = 200, description = "Ask for a manifest: GRANTED, WAIT or DIE; with hold_ms a WAIT is held for its outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn acquire(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     slots: Option<axum::Extension<PollSlots>>,
     headers: HeaderMap,
     raw: Bytes,
-) -> Answer {
+) -> Result<Response, ApiError> {
     let b: AcquireBody = body(&raw)?;
     let hold = hold_of(b.hold_ms, "hold_ms")?;
     // A held acquire waits: it takes one of the caller's long-poll slots for its whole time.
@@ -54,7 +54,7 @@ pub(super) async fn acquire(
         intents: b.intents,
         options,
     };
-    let (index, verdict) = match on_session(&api, &headers, &path, "acquire", make).await? {
+    let (index, verdict) = match on_session(&api, &headers, &path, "acquire", None, make).await? {
         (index, Output::Verdict { verdict }) => (index, verdict),
         (_, other) => return Err(unexpected("acquire", &other)),
     };
@@ -74,12 +74,12 @@ pub(super) async fn acquire(
             _ => (EventId::default(), Duration::ZERO),
         };
         if let Some(resolution) = resolve_ticket(&api, session, ticket, after, hold).await {
-            return Ok(Json(resolution));
+            return Ok(Json(resolution).into_response());
         }
         // Ended, with its outcome no longer kept (folded into a snapshot before a restart):
         // the WAIT at once, and a poll of the ticket says TICKET_ENDED.
     }
-    Ok(Json(to_json(&verdict)))
+    Ok(Json(verdict).into_response())
 }
 
 /// The event that resolved `ticket` after `after`, waiting up to `hold`, as a final answer.
@@ -134,7 +134,7 @@ fn ticket_id(tid: &str) -> Result<TicketId, ApiError> {
     responses((status = 200, description = "Long-poll a ticket's outcome", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn ticket(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path((ns, sid, tid)): Path<(String, String, String)>,
     Query(q): Query<WaitQuery>,
     headers: HeaderMap,
@@ -185,13 +185,13 @@ pub(super) async fn ticket(
     responses((status = 200, description = "Withdraw a waiting ticket", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn cancel(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path((ns, sid, tid)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Answer {
     let ticket = ticket_id(&tid)?;
     let make = |session| Command::CancelWait { session, ticket };
-    on_session(&api, &headers, &(ns, sid), &format!("cancel/{tid}"), make).await?;
+    on_session(&api, &headers, &(ns, sid), "cancel", Some(&tid), make).await?;
     Ok(Json(json!({"cancelled": true})))
 }
 
@@ -212,11 +212,11 @@ pub(super) struct LeasesBody {
     responses((status = 200, description = "Renew the chosen leases, or all of them", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn heartbeat(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
-) -> Answer {
+) -> Answer<Rendered> {
     let b: LeasesBody = body(&raw)?;
     if b.all.is_some() {
         return Err(ApiError::bad_request(
@@ -228,8 +228,8 @@ pub(super) async fn heartbeat(
     }
     let leases = b.lease_ids.map(lease_ids);
     let make = |session| Command::Heartbeat { session, leases };
-    let (_, out) = on_session(&api, &headers, &path, "heartbeat", make).await?;
-    Ok(Json(render(&out)))
+    let (_, out) = on_session(&api, &headers, &path, "heartbeat", None, make).await?;
+    Ok(Json(Rendered(out)))
 }
 
 #[utoipa::path(
@@ -242,26 +242,28 @@ pub(super) async fn heartbeat(
     responses((status = 200, description = "Release one lease, or all of them (idempotent)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn release(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
-) -> Answer {
+) -> Answer<Rendered> {
     let b: LeasesBody = body(&raw)?;
-    let make: Box<dyn FnOnce(SessionId) -> Command + Send> = match (b.lease_ids, b.all) {
-        (None, Some(true)) => Box::new(|session| Command::ReleaseAll { session }),
-        (Some(ids), None) if ids.len() == 1 => Box::new(move |session| Command::Release {
-            session,
-            lease: LeaseId(ids[0]),
-        }),
+    // `None`: every lease of the session.
+    let lease = match (b.lease_ids.as_deref(), b.all) {
+        (None, Some(true)) => None,
+        (Some(&[id]), None) => Some(LeaseId(id)),
         _ => {
             return Err(ApiError::bad_request(
                 "release takes {\"lease_ids\": [one id]} or {\"all\": true}",
             ))
         }
     };
-    let (_, out) = on_session(&api, &headers, &path, "release", make).await?;
-    Ok(Json(render(&out)))
+    let make = |session| match lease {
+        None => Command::ReleaseAll { session },
+        Some(lease) => Command::Release { session, lease },
+    };
+    let (_, out) = on_session(&api, &headers, &path, "release", None, make).await?;
+    Ok(Json(Rendered(out)))
 }
 
 #[utoipa::path(
@@ -274,11 +276,11 @@ pub(super) async fn release(
     responses((status = 200, description = "The kernel's truth about each lease", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn reconcile(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
     raw: Bytes,
-) -> Answer {
+) -> Answer<Rendered> {
     let b: LeasesBody = body(&raw)?;
     let (Some(ids), None) = (b.lease_ids, b.all) else {
         return Err(ApiError::bad_request(
@@ -288,6 +290,6 @@ pub(super) async fn reconcile(
     WorkLimits::check(&api, ids.len(), api.work.max_ids, "a reconcile")?;
     let leases = lease_ids(ids);
     let make = |session| Command::Reconcile { session, leases };
-    let (_, out) = on_session(&api, &headers, &path, "reconcile", make).await?;
-    Ok(Json(render(&out)))
+    let (_, out) = on_session(&api, &headers, &path, "reconcile", None, make).await?;
+    Ok(Json(Rendered(out)))
 }

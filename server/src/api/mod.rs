@@ -48,7 +48,7 @@ use klock_core::{
     TicketId, Verdict,
 };
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +62,7 @@ mod observe;
 mod replay;
 mod sessions;
 
-use access::{ASKER, INDEX};
+use access::ASKER;
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -79,6 +79,10 @@ pub struct Api {
     /// How much work one request may put on the engine (issue 22 item 11).
     pub work: WorkLimits,
 }
+
+/// The routes' state: one [`Api`] behind an `Arc`, so a request clones one pointer, not the
+/// engine handle's channel sender and `Arc`s (contended counters shared by every worker).
+type Shared = Arc<Api>;
 
 /// How much work one request may give the engine, which runs every command in turn: a
 /// request over a bound is refused (413 `TOO_MANY_IDS`) before anything reaches the kernel,
@@ -128,6 +132,7 @@ pub const DEFAULT_SESSIONS_PER_NAMESPACE: u32 = 10_000;
 
 /// The router of `/v1`.
 pub fn router(api: Api) -> Router {
+    let api: Shared = Arc::new(api);
     let (routes, doc) = documented().split_for_parts();
     let doc = Arc::new(doc);
     routes
@@ -142,18 +147,14 @@ pub fn router(api: Api) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),
-            access::guard,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            api.clone(),
-            access::with_index,
+            access::access,
         ))
         .with_state(api)
 }
 
 /// Every route with its OpenAPI description: the router and the document come from this one
 /// list, so they cannot drift apart (`routes!` takes only handlers that describe themselves).
-pub fn documented() -> OpenApiRouter<Api> {
+pub fn documented() -> OpenApiRouter<Shared> {
     let mut info = utoipa::openapi::Info::new("klock serve", env!("CARGO_PKG_VERSION"));
     info.description = Some(String::from(
         "The Klock control plane: sessions, leases and their events over HTTP. See server/README.md.",
@@ -276,15 +277,43 @@ impl From<EngineError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body =
-            json!({"error": {"code": self.code, "name": self.name, "message": self.message}});
-        (self.status, Json(body)).into_response()
+/// The fields of an error answer, serialized as they are (no `Value` tree).
+#[derive(Serialize)]
+struct ErrorFields {
+    code: u32,
+    name: &'static str,
+    message: String,
+}
+
+/// `{"error": {...}}`.
+#[derive(Serialize)]
+struct ErrorAnswer {
+    error: ErrorFields,
+}
+
+impl ApiError {
+    /// Its `{"code", "name", "message"}` fields, for an answer or a batch's result.
+    fn into_fields(self) -> ErrorFields {
+        ErrorFields {
+            code: self.code,
+            name: self.name,
+            message: self.message,
+        }
     }
 }
 
-type Answer = Result<Json<Value>, ApiError>;
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status;
+        let body = ErrorAnswer {
+            error: self.into_fields(),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// A route's answer: its JSON (a `Value` by default, a typed answer on the busy routes).
+type Answer<T = Value> = Result<Json<T>, ApiError>;
 
 async fn not_found() -> ApiError {
     ApiError {
@@ -346,7 +375,7 @@ fn new_token() -> Result<String, ApiError> {
         name: "UNAVAILABLE",
         message: format!("no randomness for a session token: {e}"),
     })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(auth::hex(&bytes))
 }
 
 /// For reads that make no command (event streams, ticket polls): checks that `sid` is an open
@@ -365,12 +394,61 @@ async fn authorize(
     Ok(session)
 }
 
+/// Where an idempotency key applies: namespace, session and route (`-` for none), joined with
+/// `\0` after who asks and before the key. Keys are stored in the log with these bytes, so
+/// they never change; they are rendered only for a request that carries a key.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    ns: &'a str,
+    session: Option<u64>,
+    /// The route, and an item of it (`cancel/{ticket}`, `batch/{i}`).
+    what: &'a str,
+    item: Option<&'a (dyn std::fmt::Display + Sync)>,
+}
+
+impl<'a> Scope<'a> {
+    /// `what` in the namespace `ns`, for no session.
+    fn of(ns: &'a str, what: &'a str) -> Scope<'a> {
+        Scope {
+            ns,
+            session: None,
+            what,
+            item: None,
+        }
+    }
+
+    /// The scoped key: `who \0 ns \0 session \0 what[/item] \0 key`.
+    fn key(&self, who: &str, key: &str) -> String {
+        use std::fmt::Write as _;
+        let mut out =
+            String::with_capacity(who.len() + self.ns.len() + self.what.len() + key.len() + 32);
+        out.push_str(who);
+        out.push('\0');
+        out.push_str(self.ns);
+        out.push('\0');
+        match self.session {
+            Some(session) => {
+                let _ = write!(out, "{session}");
+            }
+            None => out.push('-'),
+        }
+        out.push('\0');
+        out.push_str(self.what);
+        if let Some(item) = self.item {
+            let _ = write!(out, "/{item}");
+        }
+        out.push('\0');
+        out.push_str(key);
+        out
+    }
+}
+
 /// The engine command, scoped idempotency key included; `token` is bound to the session an
 /// open or resume creates.
 async fn run(
     api: &Api,
     headers: &HeaderMap,
-    scope: &str,
+    scope: Scope<'_>,
     command: Command,
     token: Option<String>,
 ) -> Result<Reply, ApiError> {
@@ -381,7 +459,7 @@ async fn run(
 async fn run_as(
     api: &Api,
     headers: &HeaderMap,
-    scope: &str,
+    scope: Scope<'_>,
     command: Command,
     caller: Caller,
 ) -> Result<Reply, ApiError> {
@@ -391,7 +469,7 @@ async fn run_as(
 async fn submit(
     api: &Api,
     headers: &HeaderMap,
-    scope: &str,
+    scope: Scope<'_>,
     command: Command,
     token: Option<String>,
     caller: Option<Caller>,
@@ -401,20 +479,25 @@ async fn submit(
     submission.token = token;
     submission.caller = caller;
     let reply = api.engine.submit(submission).await?;
-    let _ = INDEX.try_with(|cell| cell.set(Some((reply.index, reply.now))));
+    access::note_index(reply.index, reply.now);
     Ok(reply)
 }
 
 /// Sets the submission's idempotency key, scoped to who asks (the bearer token's name) and
-/// `scope` (namespace, session and route, `\0`-separated), and its request's fingerprint.
-fn keyed(submission: &mut Submission, headers: &HeaderMap, scope: &str) -> Result<(), ApiError> {
+/// `scope`, and its request's fingerprint.
+fn keyed(
+    submission: &mut Submission,
+    headers: &HeaderMap,
+    scope: Scope<'_>,
+) -> Result<(), ApiError> {
     let Some(key) = header(headers, "idempotency-key")? else {
         return Ok(());
     };
-    let asker = ASKER.try_with(Clone::clone).unwrap_or_default();
-    let who = asker.who.as_deref().unwrap_or("");
-    submission.key = Some(format!("{who}\u{0}{scope}\u{0}{key}"));
-    submission.fingerprint = asker.fingerprint;
+    let (who, fingerprint) = ASKER
+        .try_with(|a| (a.who.clone(), a.fingerprint.clone()))
+        .unwrap_or_default();
+    submission.key = Some(scope.key(who.as_deref().unwrap_or(""), key));
+    submission.fingerprint = fingerprint;
     Ok(())
 }
 
@@ -461,20 +544,33 @@ fn to_json<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).expect("API values serialize")
 }
 
-/// The JSON of a lease command's answer, the same on its own route and in a batch.
-fn render(output: &Output) -> Value {
-    match output {
-        Output::Verdict { verdict } => to_json(verdict),
-        Output::Released { released } => json!({ "released": released }),
-        Output::ReleasedAll { count } => json!({ "released": count }),
-        Output::Done => json!({ "done": true }),
-        // The kernel's own shape (per-lease objects named by `lease_id`), without the tag.
-        other => {
-            let mut value = to_json(other);
-            if let Some(fields) = value.as_object_mut() {
-                fields.remove("output");
+/// `{key: value}`.
+fn one<S: serde::Serializer, V: Serialize>(s: S, key: &str, value: &V) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(1))?;
+    map.serialize_entry(key, value)?;
+    map.end()
+}
+
+/// The JSON of a lease command's answer, the same on its own route and in a batch,
+/// serialized straight from the kernel's values on the busy routes (acquire, release).
+struct Rendered(Output);
+
+impl Serialize for Rendered {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Output::Verdict { verdict } => verdict.serialize(s),
+            Output::Released { released } => one(s, "released", released),
+            Output::ReleasedAll { count } => one(s, "released", count),
+            Output::Done => one(s, "done", &true),
+            // The kernel's own shape (per-lease objects named by `lease_id`), without the tag.
+            other => {
+                let mut value = to_json(other);
+                if let Some(fields) = value.as_object_mut() {
+                    fields.remove("output");
+                }
+                value.serialize(s)
             }
-            value
         }
     }
 }
@@ -549,17 +645,23 @@ struct ClockHeader {
 }
 
 /// Runs the command `make` builds for the session in the path, as the request's caller (the
-/// idempotency scope is the session and `what`); its entry's index and output.
+/// idempotency scope is the session and `what`, with `item`); its entry's index and output.
 async fn on_session(
     api: &Api,
     headers: &HeaderMap,
     (ns, sid): &(String, String),
     what: &str,
+    item: Option<&(dyn std::fmt::Display + Sync)>,
     make: impl FnOnce(SessionId) -> Command,
 ) -> Result<(u64, Output), ApiError> {
     let (session, caller) = named(ns, sid, headers)?;
-    let scope = format!("{ns}\u{0}{session}\u{0}{what}");
-    let reply = run_as(api, headers, &scope, make(session), caller).await?;
+    let scope = Scope {
+        ns,
+        session: Some(session.0),
+        what,
+        item,
+    };
+    let reply = run_as(api, headers, scope, make(session), caller).await?;
     Ok((reply.index, output(reply)?))
 }
 
@@ -607,4 +709,75 @@ impl WaitQuery {
 
 fn lease_ids(ids: Vec<u64>) -> Vec<LeaseId> {
     ids.into_iter().map(LeaseId).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are stored in the log: the scoped key must keep the bytes the routes always
+    /// built (`format!("{who}\u{0}{ns}\u{0}{session}\u{0}{what}\u{0}{key}")`).
+    #[test]
+    fn scoped_keys_keep_their_bytes() {
+        let on_session = Scope {
+            ns: "team",
+            session: Some(7),
+            what: "acquire",
+            item: None,
+        };
+        assert_eq!(
+            on_session.key("ci", "k1"),
+            "ci\u{0}team\u{0}7\u{0}acquire\u{0}k1"
+        );
+        let cancel = Scope {
+            item: Some(&"12"),
+            what: "cancel",
+            ..on_session
+        };
+        assert_eq!(cancel.key("", "k"), "\u{0}team\u{0}7\u{0}cancel/12\u{0}k");
+        let batch = Scope {
+            ns: "team",
+            session: Some(0),
+            what: "batch",
+            item: Some(&3usize),
+        };
+        assert_eq!(batch.key("", "k"), "\u{0}team\u{0}0\u{0}batch/3\u{0}k");
+        assert_eq!(
+            Scope::of("team", "open").key("", "k"),
+            "\u{0}team\u{0}-\u{0}open\u{0}k"
+        );
+        assert_eq!(
+            Scope::of("-", "advance").key("a", "k"),
+            "a\u{0}-\u{0}-\u{0}advance\u{0}k"
+        );
+    }
+
+    /// The typed answers serialize as the `Value` rendering did.
+    #[test]
+    fn rendered_answers_are_the_route_shapes() {
+        let json = |o: Output| serde_json::to_value(Rendered(o)).unwrap();
+        assert_eq!(
+            json(Output::Released { released: true }),
+            json!({"released": true})
+        );
+        assert_eq!(
+            json(Output::ReleasedAll { count: 2 }),
+            json!({"released": 2})
+        );
+        assert_eq!(json(Output::Done), json!({"done": true}));
+        let verdict = Verdict::Die {
+            retry_after_ms: 5,
+            held_by: Vec::new(),
+        };
+        assert_eq!(
+            json(Output::Verdict {
+                verdict: verdict.clone()
+            }),
+            to_json(&verdict)
+        );
+        let heartbeat = Output::Heartbeat {
+            results: Vec::new(),
+        };
+        assert_eq!(json(heartbeat), json!({"results": []}));
+    }
 }

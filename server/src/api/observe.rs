@@ -48,17 +48,17 @@ pub(super) struct ResourceQuery {
     responses((status = 200, description = "Holders, waiters and covering holders of one resource", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn resource_state(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     Query(q): Query<ResourceQuery>,
     headers: HeaderMap,
 ) -> Answer {
-    let scope = format!("{ns}\u{0}-\u{0}resource_state");
     let command = Command::ResourceState {
         resource: q.resource,
-        namespace: ns,
+        namespace: ns.clone(),
     };
-    match output(run(&api, &headers, &scope, command, None).await?)? {
+    let scope = Scope::of(&ns, "resource_state");
+    match output(run(&api, &headers, scope, command, None).await?)? {
         Output::ResourceState { state } => Ok(Json(to_json(&state))),
         other => Err(unexpected("resource_state", &other)),
     }
@@ -73,7 +73,7 @@ pub(super) async fn resource_state(
     responses((status = 200, description = "Counters, live totals, top contended resources, ghost agents", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn stats(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     reach: Option<axum::Extension<Reach>>,
 ) -> Answer {
@@ -107,11 +107,11 @@ pub(super) fn server_wide_only_to(stats: &mut klock_core::Stats, reach: Option<&
     params(ClockHeader),
     responses((status = 200, description = "Settle time now (admin)", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
-pub(super) async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answer {
+pub(super) async fn advance(State(api): State<Shared>, headers: HeaderMap) -> Answer {
     let reply = run(
         &api,
         &headers,
-        "-\u{0}-\u{0}advance",
+        Scope::of("-", "advance"),
         Command::Advance,
         None,
     )
@@ -130,7 +130,7 @@ pub(super) async fn advance(State(api): State<Api>, headers: HeaderMap) -> Answe
     params(),
     responses((status = 200, description = "The kernel's next deadline", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
-pub(super) async fn deadline(State(api): State<Api>) -> Answer {
+pub(super) async fn deadline(State(api): State<Shared>) -> Answer {
     let next = api.engine.read(|m| m.kernel().next_deadline()).await?;
     Ok(Json(json!({ "deadline": next })))
 }
@@ -144,7 +144,7 @@ pub(super) async fn deadline(State(api): State<Api>) -> Answer {
     params(),
     responses((status = 200, description = "Prometheus text metrics", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
-pub(super) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
+pub(super) async fn metrics(State(api): State<Shared>) -> Result<Response, ApiError> {
     let (stats, bytes) = api
         .engine
         .read(|m| (m.kernel().stats(), m.answer_bytes()))

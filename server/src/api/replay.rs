@@ -114,7 +114,7 @@ fn known(ns: &str, state: &KernelState, steps: &[Step]) -> bool {
     responses((status = 200, description = "{namespace, from, to, kept, config, start: {index, now, hash, state}, steps: [{index, now, commands}], end: {index, now, hash}}", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn history(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     RawQuery(raw): RawQuery,
     reach: Option<axum::Extension<Reach>>,
@@ -232,7 +232,7 @@ pub(super) async fn history(
     params(("index" = Option<u64>, Query, description = "the log index (default: the last applied entry)")),
     responses((status = 200, description = "{index, now, hash}: hash is 16 hex digits", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
-pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) -> Answer {
+pub(super) async fn state_hash(State(api): State<Shared>, RawQuery(raw): RawQuery) -> Answer {
     let params = numbers(raw, &["index"])?;
     let Some(index) = get(&params, "index") else {
         let (index, now, hash) = api
@@ -282,7 +282,7 @@ pub(super) async fn state_hash(State(api): State<Api>, RawQuery(raw): RawQuery) 
     responses((status = 200, description = "{index, now, snapshot}", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn overview(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     reach: Option<axum::Extension<Reach>>,
 ) -> Answer {

@@ -25,7 +25,7 @@ pub(super) struct OpenBody {
     responses((status = 200, description = "Open a session: its id, priority, token and the server time", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn open(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     headers: HeaderMap,
     raw: Bytes,
@@ -77,7 +77,7 @@ pub(super) struct ResumeBody {
     responses((status = 200, description = "Resume a session from its StateDigest, with a new token", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn resume(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(ns): Path<String>,
     headers: HeaderMap,
     raw: Bytes,
@@ -115,14 +115,13 @@ async fn start_session(
 ) -> Answer {
     let token = new_token()?;
     let resume_secret = new_token()?;
-    let scope = format!("{ns}\u{0}-\u{0}{what}");
     let mut submission = Submission::new(command, now_of(headers)?);
-    keyed(&mut submission, headers, &scope)?;
+    keyed(&mut submission, headers, Scope::of(ns, what))?;
     submission.token = Some(digest_of(&token));
     submission.resume = Some(digest_of(&resume_secret));
     submission.caller = caller;
     let reply = api.engine.submit(submission).await?;
-    let _ = INDEX.try_with(|cell| cell.set(Some((reply.index, reply.now))));
+    access::note_index(reply.index, reply.now);
     let now = reply.now;
     match output(reply)? {
         Output::Session { session } => {
@@ -145,13 +144,13 @@ async fn start_session(
     responses((status = 200, description = "Close a session: release every lease, cancel every wait", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn close(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
 ) -> Answer {
     let session = session_id(&path.1)?;
-    on_session(&api, &headers, &path, "close", |session| Command::Close {
-        session,
+    on_session(&api, &headers, &path, "close", None, |session| {
+        Command::Close { session }
     })
     .await?;
     api.engine.events().forget(session);
@@ -167,11 +166,11 @@ pub(super) async fn close(
     responses((status = 200, description = "Mark a session as restarting: its leases keep the grace", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn suspend(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
 ) -> Answer {
-    on_session(&api, &headers, &path, "suspend", |session| {
+    on_session(&api, &headers, &path, "suspend", None, |session| {
         Command::Suspend { session }
     })
     .await?;
@@ -187,12 +186,15 @@ pub(super) async fn suspend(
     responses((status = 200, description = "The session's StateDigest", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn digest(
-    State(api): State<Api>,
+    State(api): State<Shared>,
     Path(path): SessionPath,
     headers: HeaderMap,
 ) -> Answer {
     let make = |session| Command::Digest { session };
-    match on_session(&api, &headers, &path, "digest", make).await?.1 {
+    match on_session(&api, &headers, &path, "digest", None, make)
+        .await?
+        .1
+    {
         Output::Digest { digest } => Ok(Json(to_json(&digest))),
         other => Err(unexpected("digest", &other)),
     }
