@@ -98,7 +98,7 @@ impl PollSlots {
     }
 
     /// A slot for a stream that outlives its request (SSE): taken without a check while the
-    /// request still holds the slot the guard took for it, which is freed when the handler
+    /// request still holds the slot the access layer took for it, which is freed when the handler
     /// returns, so the stream keeps counting against the limit for as long as it is open.
     pub fn hand_over(&self) -> LongPoll {
         self.taken.fetch_add(1, Ordering::SeqCst);

@@ -47,7 +47,7 @@ async fn follow(
         })?;
     }
     // The stream outlives this handler: it keeps the caller's long-poll slot while it is open
-    // (the guard's own slot for this request is freed when the handler returns).
+    // (the access layer's own slot for this request is freed when the handler returns).
     let slot = slots.map(|axum::Extension(slots)| slots.hand_over());
     Ok(sse(&api, stream, after, slot).into_response())
 }
