@@ -13,8 +13,10 @@
 //!   sync on its own thread, applies it, then answers and publishes. Commands that arrive
 //!   meanwhile form the next batch. Every `snapshot_every` entries it stores a snapshot and
 //!   purges the entries it covers.
-//! - In memory (no log): nothing to wait for, so the handler's own task stamps and applies
-//!   its command under the applier's lock, without a hop to another task or thread.
+//! - In memory (no log): nothing to wait for, so handlers apply commands on their own tasks,
+//!   without a hop to an engine task: a handler queues its commands and, if no other task is
+//!   applying, applies everything queued (flat combining); otherwise the task applying does,
+//!   and the handler waits for its answers. No thread blocks on the applier.
 //! - Reads run on the handler's task under the same lock: they see the machine between
 //!   batches, after the last committed entry.
 //! - The timer (monotonic clock only): when the kernel's `next_deadline` is due, a task
@@ -146,6 +148,8 @@ struct Core {
     clock: Clock,
     /// The writer thread's inbox (durable engines only).
     writer: Option<mpsc::Sender<Proposal>>,
+    /// In memory: commands waiting for the task applying (see [`Core::combine`]).
+    pending: Mutex<Proposal>,
     /// The writer thread, until [`EngineHandle::take_stopped`] takes it.
     thread: Mutex<Stopped>,
     timer: Arc<Timer>,
@@ -246,9 +250,6 @@ impl Core {
         &self,
         submissions: Vec<Submission>,
     ) -> Result<Vec<Result<Reply, EngineError>>, EngineError> {
-        let Some(writer) = &self.writer else {
-            return Ok(self.apply_now(submissions));
-        };
         let (many, answers): (Vec<_>, Vec<_>) = submissions
             .into_iter()
             .map(|s| {
@@ -256,7 +257,10 @@ impl Core {
                 ((s, reply), answer)
             })
             .unzip();
-        writer.send(many).await.map_err(|_| EngineError::Stopped)?;
+        match &self.writer {
+            Some(writer) => writer.send(many).await.map_err(|_| EngineError::Stopped)?,
+            None => self.combine(many),
+        }
         let mut out = Vec::with_capacity(answers.len());
         for answer in answers {
             out.push(answer.await.map_err(|_| EngineError::Stopped)?);
@@ -264,26 +268,54 @@ impl Core {
         Ok(out)
     }
 
-    /// In memory: stamps and applies `submissions` on the caller's task, under the lock.
-    fn apply_now(&self, submissions: Vec<Submission>) -> Vec<Result<Reply, EngineError>> {
-        let mut state = lock(&self.state);
+    /// In memory: queues `many`, then, if no other task is applying, applies everything
+    /// queued on this task (flat combining). A task that finds the applier busy leaves its
+    /// commands to the one applying and waits for their answers: no thread ever blocks on the
+    /// applier, and under load one task applies many commands per turn of the lock.
+    fn combine(&self, many: Proposal) {
+        lock(&self.pending).extend(many);
+        loop {
+            let mut state = match self.state.try_lock() {
+                Ok(state) => state,
+                Err(std::sync::TryLockError::WouldBlock) => return,
+                Err(std::sync::TryLockError::Poisoned(_)) => fail_stop(POISONED),
+            };
+            loop {
+                let batch = std::mem::take(&mut *lock(&self.pending));
+                if batch.is_empty() {
+                    break;
+                }
+                self.apply_now(&mut state, batch);
+            }
+            drop(state);
+            // Commands queued after the last look but before the unlock found the applier
+            // busy and left: look again now that it is free.
+            if lock(&self.pending).is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Stamps and applies `batch` (the applier's lock held), then answers it.
+    fn apply_now(&self, state: &mut Applier, batch: Proposal) {
         let mut applied = 0;
-        let answers = submissions
-            .into_iter()
-            .map(|submission| {
-                let entry = stamp(&self.clock, submission)?;
+        let mut replies = Vec::with_capacity(batch.len());
+        for (submission, reply) in batch {
+            let answer = stamp(&self.clock, submission).map(|entry| {
                 applied += 1;
                 let index = state.machine().applied() + 1;
-                Ok(state.apply(index, &entry))
-            })
-            .collect();
+                state.apply(index, &entry)
+            });
+            replies.push((reply, answer));
+        }
         let deadline = state.machine().kernel().next_deadline();
-        drop(state);
+        for (reply, answer) in replies {
+            let _ = reply.send(answer);
+        }
         self.metrics
             .commit_entries
             .fetch_add(applied, Ordering::Relaxed);
         self.timer.rearm(deadline);
-        answers
     }
 }
 
@@ -354,6 +386,7 @@ pub fn spawn_with_history(
         state,
         clock: config.clock,
         writer,
+        pending: Mutex::new(Vec::new()),
         thread: Mutex::new(thread),
         timer,
         metrics: Arc::clone(&metrics),
@@ -495,14 +528,14 @@ fn stamp(clock: &Clock, submission: Submission) -> Result<Entry, EngineError> {
     })
 }
 
-/// The applier. A panic while it was held (a bug) may have left the machine half-applied:
-/// serving it could break a promise, so the process stops (a durable server recovers its
-/// committed entries on restart), as on a storage failure.
-fn lock(state: &Mutex<Applier>) -> MutexGuard<'_, Applier> {
-    state
-        .lock()
-        .unwrap_or_else(|_| fail_stop("the engine panicked while applying an entry"))
+/// The applier (or the queue in front of it). A panic while the applier was held (a bug) may
+/// have left the machine half-applied: serving it could break a promise, so the process stops
+/// (a durable server recovers its committed entries on restart), as on a storage failure.
+fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
+    state.lock().unwrap_or_else(|_| fail_stop(POISONED))
 }
+
+const POISONED: &str = "the engine panicked while applying an entry";
 
 /// Stops the process after a storage failure (memory would be ahead of the disk, and serving
 /// it could hand out a grant or a fence that a restart would forget) or a broken machine.
