@@ -8,16 +8,12 @@
 //!   grants and fences are therefore derived from committed entries only, by the same applier
 //!   recovery replays with. A failed write stops the process: it never serves state the disk
 //!   lacks.
-//! - Durable (a log): group commit on one writer thread. Handlers send their commands to it;
-//!   it takes every command waiting as one batch, appends the batch with one write and one
-//!   sync on its own thread, applies it, then answers and publishes. Commands that arrive
-//!   meanwhile form the next batch. Every `snapshot_every` entries it stores a snapshot and
-//!   purges the entries it covers.
-//! - In memory (no log): nothing to wait for, so handlers apply commands on their own tasks,
-//!   without a hop to an engine task: a handler queues its commands and, if no other task is
-//!   applying, applies everything queued (flat combining); otherwise the task applying does,
-//!   and the handler waits for its answers. No thread blocks on the applier.
-//! - Reads run on the handler's task under the same lock: they see the machine between
+//! - Group commit on the engine's own thread. Handlers send their commands to it; it takes
+//!   every command waiting as one batch, appends the batch (durable: one write and one sync,
+//!   on this thread; in memory there is no log), applies it, then answers and publishes.
+//!   Commands that arrive meanwhile form the next batch. Every `snapshot_every` entries a
+//!   durable engine stores a snapshot and purges the entries it covers.
+//! - Reads run on the handler's task under the applier's lock: they see the machine between
 //!   batches, after the last committed entry.
 //! - The timer (monotonic clock only): when the kernel's `next_deadline` is due, a task
 //!   proposes an `advance`, so expiries and timeouts happen without any client call. Each
@@ -115,7 +111,7 @@ impl Submission {
 /// Where a command's answer goes.
 pub type Responder = oneshot::Sender<Result<Reply, EngineError>>;
 
-/// Commands for the writer thread, answered in order once applied.
+/// Commands for the engine's thread, answered in order once applied.
 type Proposal = Vec<(Submission, Responder)>;
 
 /// The handle handlers hold.
@@ -127,13 +123,13 @@ pub struct EngineHandle {
     history: Arc<Mutex<History>>,
 }
 
-/// The writer thread of a durable engine, to wait for once every handle is gone (it ends when
-/// the last handle drops, after answering what it was sent): then the log is closed.
+/// The engine's thread, to wait for once every handle is gone (it ends when the last handle
+/// drops, after answering what it was sent): then the log is closed.
 #[derive(Default)]
 pub struct Stopped(Option<std::thread::JoinHandle<()>>);
 
 impl Stopped {
-    /// Waits for the writer thread to end (at once for an engine in memory). Call it only
+    /// Waits for the engine's thread to end. Call it only
     /// after dropping every [`EngineHandle`] (or the runtime holding them): it waits for that.
     pub fn wait(self) {
         if let Some(thread) = self.0 {
@@ -146,14 +142,11 @@ impl Stopped {
 struct Core {
     state: Arc<Mutex<Applier>>,
     clock: Clock,
-    /// The writer thread's inbox (durable engines only).
-    writer: Option<mpsc::Sender<Proposal>>,
-    /// In memory: commands waiting for the task applying (see [`Core::combine`]).
-    pending: Mutex<Proposal>,
-    /// The writer thread, until [`EngineHandle::take_stopped`] takes it.
+    /// The engine's thread's inbox.
+    writer: mpsc::Sender<Proposal>,
+    /// The engine's thread, until [`EngineHandle::take_stopped`] takes it.
     thread: Mutex<Stopped>,
     timer: Arc<Timer>,
-    metrics: Arc<Metrics>,
 }
 
 /// The timer's arming: the deadline it sleeps until, and how to wake it for an earlier one.
@@ -222,7 +215,7 @@ impl EngineHandle {
         Ok(read(lock(&self.core.state).machine()))
     }
 
-    /// The writer thread, to wait for once the handles are gone (taken once; later calls get
+    /// The engine's thread, to wait for once the handles are gone (taken once; later calls get
     /// one that waits for nothing).
     pub fn take_stopped(&self) -> Stopped {
         std::mem::take(&mut *self.core.thread.lock().unwrap_or_else(|e| e.into_inner()))
@@ -245,7 +238,9 @@ impl EngineHandle {
 }
 
 impl Core {
-    /// Logs and applies `submissions` as one batch (see the module contract).
+    /// Logs and applies `submissions` as one batch, on the engine's thread (see the module
+    /// contract). Applying on the handler's own task instead measured slower in memory on
+    /// two cores (docs/DECISIONS.md, "Where the work runs").
     async fn propose(
         &self,
         submissions: Vec<Submission>,
@@ -257,65 +252,15 @@ impl Core {
                 ((s, reply), answer)
             })
             .unzip();
-        match &self.writer {
-            Some(writer) => writer.send(many).await.map_err(|_| EngineError::Stopped)?,
-            None => self.combine(many),
-        }
+        self.writer
+            .send(many)
+            .await
+            .map_err(|_| EngineError::Stopped)?;
         let mut out = Vec::with_capacity(answers.len());
         for answer in answers {
             out.push(answer.await.map_err(|_| EngineError::Stopped)?);
         }
         Ok(out)
-    }
-
-    /// In memory: queues `many`, then, if no other task is applying, applies everything
-    /// queued on this task (flat combining). A task that finds the applier busy leaves its
-    /// commands to the one applying and waits for their answers: no thread ever blocks on the
-    /// applier, and under load one task applies many commands per turn of the lock.
-    fn combine(&self, many: Proposal) {
-        lock(&self.pending).extend(many);
-        loop {
-            let mut state = match self.state.try_lock() {
-                Ok(state) => state,
-                Err(std::sync::TryLockError::WouldBlock) => return,
-                Err(std::sync::TryLockError::Poisoned(_)) => fail_stop(POISONED),
-            };
-            loop {
-                let batch = std::mem::take(&mut *lock(&self.pending));
-                if batch.is_empty() {
-                    break;
-                }
-                self.apply_now(&mut state, batch);
-            }
-            drop(state);
-            // Commands queued after the last look but before the unlock found the applier
-            // busy and left: look again now that it is free.
-            if lock(&self.pending).is_empty() {
-                return;
-            }
-        }
-    }
-
-    /// Stamps and applies `batch` (the applier's lock held), then answers it.
-    fn apply_now(&self, state: &mut Applier, batch: Proposal) {
-        let mut applied = 0;
-        let mut replies = Vec::with_capacity(batch.len());
-        for (submission, reply) in batch {
-            let answer = stamp(&self.clock, submission).map(|entry| {
-                applied += 1;
-                let index = state.machine().applied() + 1;
-                state.apply(index, &entry)
-            });
-            replies.push((reply, answer));
-        }
-        let deadline = state.machine().kernel().next_deadline();
-        for (reply, answer) in replies {
-            let _ = reply.send(answer);
-        }
-        self.metrics
-            .commit_entries
-            .fetch_add(applied, Ordering::Relaxed);
-        self.timer.rearm(deadline);
     }
 }
 
@@ -363,11 +308,10 @@ pub fn spawn_with_history(
         armed: AtomicU64::new(u64::MAX),
         wake: Notify::new(),
     });
-    let mut thread = Stopped::default();
-    let writer = store.map(|log| {
-        let (requests, inbox) = mpsc::channel(4096);
+    let (writer, inbox) = mpsc::channel(4096);
+    let thread = {
         let writer = Writer {
-            log,
+            log: store,
             state: Arc::clone(&state),
             clock: config.clock,
             timer: Arc::clone(&timer),
@@ -376,20 +320,17 @@ pub fn spawn_with_history(
             since_snapshot: config.log_entries,
         };
         let spawned = std::thread::Builder::new()
-            .name(String::from("klock-log-writer"))
+            .name(String::from("klock-engine"))
             .spawn(move || writer.run(inbox))
-            .unwrap_or_else(|e| fail_stop(&format!("cannot start the log writer: {e}")));
-        thread = Stopped(Some(spawned));
-        requests
-    });
+            .unwrap_or_else(|e| fail_stop(&format!("cannot start the engine's thread: {e}")));
+        Stopped(Some(spawned))
+    };
     let core = Arc::new(Core {
         state,
         clock: config.clock,
         writer,
-        pending: Mutex::new(Vec::new()),
         thread: Mutex::new(thread),
         timer,
-        metrics: Arc::clone(&metrics),
     });
     if let Clock::Monotonic { start, at } = config.clock {
         tokio::spawn(run_timer(Arc::downgrade(&core), start, at));
@@ -429,9 +370,10 @@ async fn run_timer(core: Weak<Core>, start: u64, at: Instant) {
     }
 }
 
-/// The writer thread of a durable engine: group commit (see the module contract).
+/// The engine's thread: group commit (see the module contract).
 struct Writer {
-    log: Arc<Store>,
+    /// `None` in memory: nothing to write.
+    log: Option<Arc<Store>>,
     state: Arc<Mutex<Applier>>,
     clock: Clock,
     timer: Arc<Timer>,
@@ -474,13 +416,17 @@ impl Writer {
     /// Appends the batch durably, applies it, answers, and snapshots when due.
     fn commit(&mut self, entries: &[(u64, Entry)], responders: Vec<Responder>) {
         let started = Instant::now();
-        if let Err(e) = self.log.append(entries) {
-            fail_stop(&format!("storage failed: {e}"));
+        if let Some(log) = &self.log {
+            if let Err(e) = log.append(entries) {
+                fail_stop(&format!("storage failed: {e}"));
+            }
+            self.metrics.commit_seconds.observe(started.elapsed());
         }
-        self.metrics.commit_seconds.observe(started.elapsed());
         let count = entries.len() as u64;
         self.since_snapshot += count;
-        let snapshot_due = self.snapshot_every > 0 && self.since_snapshot >= self.snapshot_every;
+        let snapshot_due = self.log.is_some()
+            && self.snapshot_every > 0
+            && self.since_snapshot >= self.snapshot_every;
         let mut state = lock(&self.state);
         let replies: Vec<Reply> = entries.iter().map(|(i, e)| state.apply(*i, e)).collect();
         let deadline = state.machine().kernel().next_deadline();
@@ -495,7 +441,11 @@ impl Writer {
             .fetch_add(count, Ordering::Relaxed);
         if let Some(snapshot) = snapshot {
             self.since_snapshot = 0;
-            if let Err(e) = self.log.compact(&snapshot) {
+            let compacted = self
+                .log
+                .as_ref()
+                .map_or(Ok(()), |log| log.compact(&snapshot));
+            if let Err(e) = compacted {
                 fail_stop(&format!("storage failed: {e}"));
             }
         }

@@ -122,7 +122,7 @@ pub struct App {
     pub router: axum::Router,
     /// The connection counters `/metrics` shows: the listener serving `router` counts into it.
     pub net: Arc<NetMetrics>,
-    /// The engine's writer thread: once the router and every task serving it are dropped, it
+    /// The engine's thread: once the router and every task serving it are dropped, it
     /// ends, and with it the hold on the data file.
     pub engine: engine::Stopped,
 }
@@ -259,7 +259,7 @@ impl Server {
         &self.bound
     }
 
-    /// The engine's writer thread, to wait for after the runtime serving this server is
+    /// The engine's thread, to wait for after the runtime serving this server is
     /// dropped (taken once): then the data file is closed.
     pub fn take_engine(&mut self) -> engine::Stopped {
         std::mem::take(&mut self.engine)

@@ -149,7 +149,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Running::InProcess { runtime, server } = &mut self.running {
             // No graceful stop: dropping the runtime cancels every task; it returns once they
-            // are gone, and with them every handle to the engine, so its writer thread ends
+            // are gone, and with them every handle to the engine, so its thread ends
             // and lets go of the data file.
             let engine = server
                 .as_mut()
