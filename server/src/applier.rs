@@ -3,10 +3,10 @@
 //! (each batch once it is durable), so both derive exactly the same state, events and answers
 //! from the same entries.
 //!
-//! Contract: [`Applier::apply`] takes entries in log order, only once they are durable
-//! (committed); nothing else changes the machine. For each entry it applies the machine,
-//! adds the step to the history, and records the entry's events in the event streams, and
-//! returns the answer to release to the entry's sender.
+//! Contract: [`Applier::apply`] and [`Applier::apply_batch`] take entries in log order, only
+//! once they are durable (committed); nothing else changes the machine. For each entry they
+//! apply the machine, add the step to the history, record the entry's events in the event
+//! streams, and return the answer to release to the entry's sender.
 
 use crate::engine::Reply;
 use crate::events::{EventHub, Membership};
@@ -34,6 +34,42 @@ impl Applier {
 
     /// Applies the committed entry `index` and returns its answer.
     pub fn apply(&mut self, index: u64, entry: &Entry) -> Reply {
+        let (reply, step, membership) = self.apply_one(index, entry);
+        lock(&self.history).push(step, &self.machine);
+        self.events.record(index, &membership, &reply.events);
+        reply
+    }
+
+    /// Applies a batch of committed entries (in log order) and returns their answers. The
+    /// history gets the batch's steps once the whole batch is applied, so a checkpoint is only
+    /// ever taken at the end of a batch (as when every entry is its own batch); then the
+    /// events are recorded, in log order.
+    pub fn apply_batch(&mut self, entries: &[(u64, Entry)]) -> Vec<Reply> {
+        let mut steps = Vec::with_capacity(entries.len());
+        let mut applied = Vec::with_capacity(entries.len());
+        for (index, entry) in entries {
+            let (reply, step, membership) = self.apply_one(*index, entry);
+            steps.push(step);
+            applied.push((reply, membership));
+        }
+        {
+            let mut history = lock(&self.history);
+            for step in steps {
+                history.push(step, &self.machine);
+            }
+        }
+        applied
+            .into_iter()
+            .map(|(reply, membership)| {
+                self.events.record(reply.index, &membership, &reply.events);
+                reply
+            })
+            .collect()
+    }
+
+    /// Applies one entry to the machine: its answer, its history step and whose streams its
+    /// events go to.
+    fn apply_one(&mut self, index: u64, entry: &Entry) -> (Reply, Step, Membership) {
         let Applied {
             output,
             events,
@@ -45,17 +81,16 @@ impl Applier {
             now: self.machine.last_now(),
             commands: kernel_calls,
         };
-        lock(&self.history).push(step, &self.machine);
         let membership = Membership::of(entry, &output, repeat_of.is_some());
-        self.events.record(index, &membership, &events);
         // A repeated request is answered as the first one was, at the first one's time.
         let now = repeat_of.map_or(self.machine.last_now(), |(_, first_now)| first_now);
-        Reply {
+        let reply = Reply {
             index,
             now,
             output,
             events,
-        }
+        };
+        (reply, step, membership)
     }
 
     /// The machine as it stands (after the last applied entry).

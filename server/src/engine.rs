@@ -428,7 +428,7 @@ impl Writer {
             && self.snapshot_every > 0
             && self.since_snapshot >= self.snapshot_every;
         let mut state = lock(&self.state);
-        let replies: Vec<Reply> = entries.iter().map(|(i, e)| state.apply(*i, e)).collect();
+        let replies = state.apply_batch(entries);
         let deadline = state.machine().kernel().next_deadline();
         let snapshot: Option<MachineSnapshot> = snapshot_due.then(|| state.machine().snapshot());
         drop(state);
