@@ -33,10 +33,13 @@ fn busy(policy: Policy) -> Kernel {
     if policy != Policy::Lanes {
         let verdict = k.acquire(a, &["MUTATES FILE:/z"], opts, 20);
         assert!(matches!(verdict, Ok(Verdict::Granted { .. })));
-        // a is older than b: it waits (wait_die) or wounds b and is granted (wound_wait).
+        // a is older than b: it waits (wait_die, detect) or wounds b and is granted
+        // (wound_wait).
         let verdict = k.acquire(a, &["MUTATES FILE:/z", "MUTATES FILE:/src"], opts, 30);
         match policy {
-            Policy::WaitDie => assert!(matches!(verdict, Ok(Verdict::Wait { .. }))),
+            Policy::WaitDie | Policy::Detect => {
+                assert!(matches!(verdict, Ok(Verdict::Wait { .. })))
+            }
             _ => assert!(matches!(verdict, Ok(Verdict::Granted { .. }))),
         }
     }
@@ -58,7 +61,7 @@ fn reject(state: &KernelState, expected: &str) {
 
 #[test]
 fn a_busy_state_round_trips_under_every_policy() {
-    for policy in [Policy::WaitDie, Policy::WoundWait, Policy::Lanes] {
+    for policy in Policy::ALL {
         let k = busy(policy);
         let state = k.export_state();
         assert!(!state.leases.is_empty() && !state.sessions.is_empty());
@@ -238,7 +241,7 @@ proptest! {
 
     #[test]
     fn corrupted_states_never_panic(
-        policy in prop::sample::select(vec![Policy::WaitDie, Policy::WoundWait, Policy::Lanes]),
+        policy in prop::sample::select(Policy::ALL.to_vec()),
         changes in prop::collection::vec((any::<u8>(), any::<usize>(), any::<u64>()), 1..4),
     ) {
         let mut state = busy(policy).export_state();
