@@ -255,3 +255,36 @@ proptest! {
         }
     }
 }
+
+/// Under `detect`, a state whose waiters form a cycle is refused: the kernel breaks every
+/// cycle before a request is queued (docs/SPEC.md §6.1, §13.6), so no kernel reaches one.
+#[test]
+fn a_detect_state_with_a_wait_cycle_is_refused() {
+    let mut k = Kernel::new(Config {
+        policy: Policy::Detect,
+        ..Config::default()
+    })
+    .unwrap();
+    let a = k.open_session("alice", "default", 0).unwrap().session_id;
+    let b = k.open_session("bob", "default", 0).unwrap().session_id;
+    let opts = AcquireOptions::default();
+    for (s, r) in [(a, "MUTATES FILE:/a"), (b, "MUTATES FILE:/b")] {
+        assert!(matches!(
+            k.acquire(s, &[r], opts, 1),
+            Ok(Verdict::Granted { .. })
+        ));
+    }
+    let verdict = k.acquire(a, &["MUTATES FILE:/b"], opts, 2);
+    assert!(matches!(verdict, Ok(Verdict::Wait { .. })), "{verdict:?}");
+    let good = k.export_state();
+    Kernel::import_state(&good).unwrap();
+    // b waiting for what a holds closes the cycle a → b → a.
+    let mut s = good.clone();
+    let mut closing = s.tickets[0].clone();
+    closing.ticket = TicketId(s.next_ticket);
+    closing.session_id = b;
+    closing.intents[0].resource = String::from("FILE:/a");
+    s.next_ticket += 1;
+    s.tickets.push(closing);
+    reject(&s, "cycle");
+}
