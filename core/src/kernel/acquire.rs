@@ -303,6 +303,9 @@ impl Kernel {
                 return self.die(session, current, members);
             };
             self.die_ticket(ticket, members);
+            // The grants this unblocks are never the requester's: a ticket of it that the
+            // victim blocked, with the victim on a cycle back to it, would have been a cycle
+            // already. So the request's reused leases are as validation found them.
             self.after_frees();
             let queued = intents
                 .iter()
