@@ -840,6 +840,7 @@ impl World {
         tally(match &kr {
             Ok(Verdict::Granted { .. }) => "verdict GRANTED".into(),
             Ok(Verdict::Wait { .. }) => "verdict WAIT".into(),
+            Ok(Verdict::Die { cycle, .. }) if !cycle.is_empty() => "verdict DIE (cycle)".into(),
             Ok(Verdict::Die { .. }) => "verdict DIE".into(),
             Err(c) => format!("acquire {c}"),
         });
@@ -876,7 +877,10 @@ impl World {
         }
         check_eq!(ke, me, "{at}: events");
         for e in &ke {
-            tally(format!("event {}", e.name()));
+            match e {
+                Event::Died { cycle, .. } if !cycle.is_empty() => tally("event DIED (cycle)"),
+                _ => tally(format!("event {}", e.name())),
+            }
         }
         // The leases a GRANTED creates (not those it reuses: SPEC §6 lets a ticket reuse a
         // lease the session already holds, even one granted earlier in the same drain) carry
