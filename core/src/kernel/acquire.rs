@@ -137,7 +137,7 @@ impl Kernel {
             });
         }
         self.count_contention(request.namespace, &found);
-        Ok(self.decide(session, &request, ticket_intents, found))
+        Ok(self.decide(session, &request, ticket_intents, &found))
     }
 
     /// Checks the whole request in the contract's error order, changing nothing.
@@ -245,9 +245,8 @@ impl Kernel {
         session: SessionId,
         request: &Request,
         intents: Intents,
-        found: Blockers,
+        found: &Blockers,
     ) -> Verdict {
-        let found = &found;
         let priority = self.sessions[&session].priority;
         let all_younger = found.sessions.iter().all(|b| b.priority > priority);
         let (ttl_ms, wait_timeout_ms) = (request.ttl_ms, request.wait_timeout_ms);

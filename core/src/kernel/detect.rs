@@ -5,14 +5,15 @@
 //!   would close a cycle in the wait-for graph (an edge from each waiting session to every
 //!   session blocking one of its tickets, [`Kernel::find_blockers`]), and if so returns the
 //!   shortest such cycle: breadth-first from the blockers back to the requester, blockers and
-//!   each session's edges in ascending session id, a session's tickets in ticket order, so
-//!   every host finds the same cycle.
+//!   each session's edges in ascending session id, each edge standing for the session's first
+//!   ticket (in ticket order) that the other session blocks, so every host finds the same
+//!   cycle.
 //! - The search visits only waiting sessions reachable from the new edges, each once, and for
 //!   each runs one blocker search per waiting ticket: its cost is bounded by the tickets the
 //!   requester transitively waits for, never a scan of the kernel. A session that waits for
 //!   nothing ends its branch at once.
-//! - [`Kernel::has_wait_cycle`] checks the whole graph (an imported state), for tests and
-//!   import only.
+//! - [`Kernel::has_wait_cycle`] checks the whole graph, for an imported state (a scan, which
+//!   only import may afford).
 //!
 //! Only new requests add wait-for edges (docs/SPEC.md §6.1), so checking each request before
 //! it is queued keeps the graph acyclic; the acquire path breaks a cycle found here by killing
