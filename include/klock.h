@@ -189,7 +189,8 @@ enum klock_event_kind
      */
     KLOCK_EVENT_WAIT_TIMEOUT = 2,
     /**
-     * A waiting ticket was withdrawn (counts as a DIE): `ticket`, `session`, `retry_after_ms`.
+     * A waiting ticket was withdrawn (counts as a DIE): `ticket`, `session`, `retry_after_ms`,
+     * and under `detect` the wait-for cycle it was the victim of, `cycle`.
      */
     KLOCK_EVENT_DIED = 3,
     /**
@@ -462,6 +463,12 @@ typedef struct klock_event {
      * SESSION_CLOSED.
      */
     klock_close_reason close_reason;
+    /**
+     * DIED under the `detect` policy: the session ids of the wait-for cycle this ticket was the
+     * victim of, this session first (SPEC.md §6.1); empty (NULL, 0) for any other reason.
+     */
+    const uint64_t *cycle;
+    size_t cycle_len;
 } klock_event;
 
 /**
@@ -562,6 +569,12 @@ typedef struct klock_verdict {
      */
     const struct klock_blocker *held_by;
     size_t held_by_len;
+    /**
+     * DIE under the `detect` policy: the session ids of the wait-for cycle this request was
+     * the victim of, this session first (SPEC.md §6.1); empty (NULL, 0) otherwise.
+     */
+    const uint64_t *cycle;
+    size_t cycle_len;
 } klock_verdict;
 
 /**
@@ -758,6 +771,12 @@ typedef struct klock_stats {
  */
 #define KLOCK_POLICY_LANES 2
 
+/**
+ * Everyone waits; only a cycle of waiters is broken, by its youngest unit of work (SPEC.md
+ * §6.1).
+ */
+#define KLOCK_POLICY_DETECT 3
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -803,7 +822,8 @@ klock_status klock_acquire_options_default(struct klock_acquire_options *out_opt
 klock_status klock_config_set_number(struct klock_config *config, const char *name, uint64_t value);
 
 /**
- * Sets `config->policy` from its configuration name ("wait_die", "wound_wait" or "lanes").
+ * Sets `config->policy` from its configuration name ("wait_die", "wound_wait", "lanes" or
+ * "detect").
  *
  * Errors: KLOCK_NULL_POINTER, KLOCK_INVALID_UTF8, KLOCK_INVALID_CONFIG (another name). On
  * failure `*config` is unchanged. Thread-safety: any thread.
@@ -1239,7 +1259,8 @@ const char *klock_lease_status_name(uint32_t status);
 const char *klock_close_reason_name(uint32_t reason);
 
 /**
- * The configuration name of a policy ("wait_die", "wound_wait", "lanes"), or "unknown".
+ * The configuration name of a policy ("wait_die", "wound_wait", "lanes", "detect"), or
+ * "unknown".
  * Static: never free it. Thread-safety: any thread.
  */
 const char *klock_policy_name(uint32_t policy);

@@ -6,7 +6,7 @@
 export type Predicate = 'PROVIDES' | 'CONSUMES' | 'MUTATES' | 'DELETES' | 'DEPENDS_ON' | 'RENAMES'
 
 /** The deadlock-prevention policy (SPEC.md §6). */
-export type Policy = 'wait_die' | 'wound_wait' | 'lanes'
+export type Policy = 'wait_die' | 'wound_wait' | 'lanes' | 'detect'
 
 /** The stable names of the kernel's errors (SPEC.md §11). */
 export type KlockErrorName =
@@ -264,7 +264,7 @@ export interface DigestRecovery {
 export type Event =
   | { event: 'GRANTED'; ticket: number; session: number; leases: Array<Lease> }
   | { event: 'WAIT_TIMEOUT'; ticket: number; session: number }
-  | { event: 'DIED'; ticket: number; session: number; retryAfterMs: number }
+  | { event: 'DIED'; ticket: number; session: number; retryAfterMs: number; cycle?: Array<number> }
   | { event: 'LEASE_EXPIRED'; lease: number; session: number }
   | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number>; retryAfterMs: number }
   | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' }
@@ -448,7 +448,7 @@ export interface TicketView {
 export type Verdict =
   | { verdict: 'GRANTED'; leases: Array<Lease> }
   | { verdict: 'WAIT'; ticket: number; heldBy: Array<Blocker> }
-  | { verdict: 'DIE'; retryAfterMs: number; heldBy: Array<Blocker> }
+  | { verdict: 'DIE'; retryAfterMs: number; heldBy: Array<Blocker>; cycle?: Array<number> }
 
 /** A queued intent on a node. */
 export interface Waiter {

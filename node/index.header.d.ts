@@ -6,7 +6,7 @@
 export type Predicate = 'PROVIDES' | 'CONSUMES' | 'MUTATES' | 'DELETES' | 'DEPENDS_ON' | 'RENAMES'
 
 /** The deadlock-prevention policy (SPEC.md §6). */
-export type Policy = 'wait_die' | 'wound_wait' | 'lanes'
+export type Policy = 'wait_die' | 'wound_wait' | 'lanes' | 'detect'
 
 /** The stable names of the kernel's errors (SPEC.md §11). */
 export type KlockErrorName =

@@ -347,6 +347,7 @@ async fn acquire(
             Acquired::Verdict(Verdict::Die {
                 retry_after_ms,
                 held_by,
+                ..
             }) => {
                 blockers = held_by;
                 (None, Outcome::Died(retry_after_ms))

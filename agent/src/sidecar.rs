@@ -391,6 +391,7 @@ impl Sidecar {
                 Verdict::Die {
                     retry_after_ms,
                     held_by,
+                    ..
                 } => {
                     let held = live.keeper.held();
                     let retry = Instant::now() + Duration::from_millis(retry_after_ms);

@@ -11,7 +11,7 @@
 export type Predicate = 'PROVIDES' | 'CONSUMES' | 'MUTATES' | 'DELETES' | 'DEPENDS_ON' | 'RENAMES'
 
 /** The deadlock-prevention policy (SPEC.md §6). */
-export type Policy = 'wait_die' | 'wound_wait' | 'lanes'
+export type Policy = 'wait_die' | 'wound_wait' | 'lanes' | 'detect'
 
 /** The stable names of the kernel's errors (SPEC.md §11). */
 export type KlockErrorName =
@@ -270,18 +270,20 @@ export interface Blocker {
 /**
  * The immediate answer to an acquire. `retryAfterMs` (DIE verdicts, DIED and WOUNDED
  * events, which all count as a DIE) is how long to back off before retrying: use it, never
- * a formula of your own (SPEC.md §8).
+ * a formula of your own (SPEC.md §8). `cycle` (DIE verdicts and DIED events under the
+ * `detect` policy only) names the sessions of the wait-for cycle whose victim this was, the
+ * victim first (SPEC.md §6.1).
  */
 export type Verdict =
   | { verdict: 'GRANTED'; leases: Array<Lease> }
   | { verdict: 'WAIT'; ticket: number; heldBy: Array<Blocker> }
-  | { verdict: 'DIE'; retryAfterMs: number; heldBy: Array<Blocker> }
+  | { verdict: 'DIE'; retryAfterMs: number; heldBy: Array<Blocker>; cycle?: Array<number> }
 
 /** Something that happened other than as the direct answer of a call (SPEC.md §9). */
 export type Event =
   | { event: 'GRANTED'; ticket: number; session: number; leases: Array<Lease> }
   | { event: 'WAIT_TIMEOUT'; ticket: number; session: number }
-  | { event: 'DIED'; ticket: number; session: number; retryAfterMs: number }
+  | { event: 'DIED'; ticket: number; session: number; retryAfterMs: number; cycle?: Array<number> }
   | { event: 'LEASE_EXPIRED'; lease: number; session: number }
   | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number>; retryAfterMs: number }
   | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' }

@@ -42,7 +42,7 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --memory             keep everything in memory: nothing survives a restart
   --config NAME=VALUE  a kernel setting instead of its default (docs/SPEC.md); repeat it.
                        A data file keeps the settings it was created with and refuses
-                       others. NAME is policy (wait_die, wound_wait or lanes) or a number:
+                       others. NAME is policy (wait_die, wound_wait, lanes, detect) or a number:
 {numeric_fields}
   --clock manual       every request carries Klock-Now (conformance runs; needs --memory)
   --snapshot-every N   store a snapshot and drop the log behind it every N entries

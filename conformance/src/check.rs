@@ -242,6 +242,7 @@ fn verdict(expect: &Expect, v: &Verdict, aliases: &mut Aliases) -> Check {
             forbid(expect.ticket.is_some(), "ticket", &answer)?;
             forbid(expect.held_by.is_some(), "held_by", &answer)?;
             forbid(expect.retry_after_ms.is_some(), "retry_after_ms", &answer)?;
+            forbid(expect.cycle.is_some(), "cycle", &answer)?;
             if let Some(exp) = &expect.leases {
                 match_leases("leases", exp, got, aliases)?;
             }
@@ -249,13 +250,21 @@ fn verdict(expect: &Expect, v: &Verdict, aliases: &mut Aliases) -> Check {
         Verdict::Wait { ticket, .. } => {
             forbid(expect.leases.is_some(), "leases", &answer)?;
             forbid(expect.retry_after_ms.is_some(), "retry_after_ms", &answer)?;
+            forbid(expect.cycle.is_some(), "cycle", &answer)?;
             if let Some(alias) = &expect.ticket {
                 aliases.bind_ticket(alias, *ticket)?;
             }
         }
-        Verdict::Die { retry_after_ms, .. } => {
+        Verdict::Die {
+            retry_after_ms,
+            cycle,
+            ..
+        } => {
             forbid(expect.leases.is_some(), "leases", &answer)?;
             forbid(expect.ticket.is_some(), "ticket", &answer)?;
+            if let Some(exp) = &expect.cycle {
+                session_list("cycle", exp, cycle, aliases)?;
+            }
             if let Some((lo, hi)) = expect.retry_after_ms {
                 if !(lo..=hi).contains(retry_after_ms) {
                     return Err(format!(
@@ -268,6 +277,33 @@ fn verdict(expect: &Expect, v: &Verdict, aliases: &mut Aliases) -> Check {
     if let (Some(exp), Some(held)) = (&expect.held_by, held) {
         let got: Vec<SessionId> = held.iter().map(|b| b.session_id).collect();
         session_set("held_by", exp, &got, aliases)?;
+    }
+    Ok(())
+}
+
+/// Compares a list of session aliases, in order, with the sessions that came back.
+fn session_list(
+    what: &str,
+    expected: &[String],
+    got: &[SessionId],
+    aliases: &mut Aliases,
+) -> Check {
+    let want = expected
+        .iter()
+        .map(|a| aliases.session(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    if want != got {
+        let show = |ids: &[SessionId]| {
+            ids.iter()
+                .map(|s| aliases.session_label(*s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(format!(
+            "{what}: expected [{}], got [{}]",
+            show(&want),
+            show(got)
+        ));
     }
     Ok(())
 }
@@ -498,6 +534,7 @@ pub fn events(expected: &[EventExpect], got: &[Event], aliases: &mut Aliases) ->
 
 fn event(e: &EventExpect, g: &Event, aliases: &mut Aliases) -> Check {
     same("event", e.event.as_deref(), g.name())?;
+    let mut cycle = None;
     let (ticket, lease, by, leases, retry, lost) = match g {
         Event::Granted { ticket, leases, .. } => {
             (Some(*ticket), None, None, Some(leases), None, None)
@@ -506,8 +543,12 @@ fn event(e: &EventExpect, g: &Event, aliases: &mut Aliases) -> Check {
         Event::Died {
             ticket,
             retry_after_ms,
+            cycle: members,
             ..
-        } => (Some(*ticket), None, None, None, Some(*retry_after_ms), None),
+        } => {
+            cycle = Some(members);
+            (Some(*ticket), None, None, None, Some(*retry_after_ms), None)
+        }
         Event::LeaseExpired { lease, .. } => (None, Some(*lease), None, None, None, None),
         Event::Wounded {
             by,
@@ -600,6 +641,9 @@ fn event(e: &EventExpect, g: &Event, aliases: &mut Aliases) -> Check {
             aliases.ticket_label(klock_core::TicketId(i))
         })?;
     }
+    if let Some(exp) = &e.cycle {
+        session_list("cycle", exp, cycle.ok_or_else(|| absent("cycle"))?, aliases)?;
+    }
     Ok(())
 }
 
@@ -646,11 +690,22 @@ fn describe_verdict(v: &Verdict, aliases: &Aliases) -> String {
         Verdict::Die {
             retry_after_ms,
             held_by,
+            cycle,
         } => format!(
-            "DIE retry_after_ms={retry_after_ms} held_by={{{}}}",
-            blockers(held_by)
+            "DIE retry_after_ms={retry_after_ms} held_by={{{}}}{}",
+            blockers(held_by),
+            describe_cycle(cycle, aliases)
         ),
     }
+}
+
+/// ` cycle=[A, B]` for a detect victim's members, nothing when there are none.
+fn describe_cycle(cycle: &[SessionId], aliases: &Aliases) -> String {
+    if cycle.is_empty() {
+        return String::new();
+    }
+    let members: Vec<String> = cycle.iter().map(|s| aliases.session_label(*s)).collect();
+    format!(" cycle=[{}]", members.join(", "))
 }
 
 /// A successful answer, for "expected an error" messages.
@@ -683,11 +738,13 @@ fn describe_event(e: &Event, aliases: &Aliases) -> String {
         Event::Died {
             ticket,
             retry_after_ms,
+            cycle,
             ..
         } => {
             format!(
-                "DIED{{ticket={} session={s} retry_after_ms={retry_after_ms}}}",
-                aliases.ticket_label(*ticket)
+                "DIED{{ticket={} session={s} retry_after_ms={retry_after_ms}{}}}",
+                aliases.ticket_label(*ticket),
+                describe_cycle(cycle, aliases)
             )
         }
         Event::LeaseExpired { lease, .. } => format!(

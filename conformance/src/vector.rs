@@ -187,6 +187,8 @@ pub struct EventExpect {
     pub retry_after_ms: Option<(u64, u64)>,
     pub lost_leases: Option<Vec<String>>,
     pub lost_tickets: Option<Vec<String>>,
+    /// DIED under `detect`: the cycle's members as session aliases, in order.
+    pub cycle: Option<Vec<String>>,
 }
 
 /// A step's `expect`.
@@ -198,6 +200,8 @@ pub struct Expect {
     pub ticket: Option<String>,
     pub held_by: Option<Vec<String>>,
     pub retry_after_ms: Option<(u64, u64)>,
+    /// DIE under `detect`: the cycle's members as session aliases, in order.
+    pub cycle: Option<Vec<String>>,
     /// (lease alias, outcome), in the file's key order.
     pub results: Option<Vec<(String, OutcomeExpect)>>,
     pub released: Option<bool>,
@@ -238,7 +242,7 @@ const LEASE_KEYS: &[&str] = &[
 const EVENT_KINDS: &[(&str, &[&str])] = &[
     ("GRANTED", &["ticket", "session", "leases"]),
     ("WAIT_TIMEOUT", &["ticket", "session"]),
-    ("DIED", &["ticket", "session", "retry_after_ms"]),
+    ("DIED", &["ticket", "session", "retry_after_ms", "cycle"]),
     ("LEASE_EXPIRED", &["lease", "session"]),
     (
         "WOUNDED",
@@ -262,6 +266,7 @@ const EVENT_KEYS: &[&str] = &[
     "retry_after_ms",
     "lost_leases",
     "lost_tickets",
+    "cycle",
 ];
 const STATUSES: &[&str] = &["ACTIVE", "EXPIRED", "RELEASED", "NOT_OWNER", "UNKNOWN"];
 const VERDICTS: &[&str] = &["GRANTED", "WAIT", "DIE"];
@@ -341,7 +346,14 @@ fn keys_for(action: &str) -> Option<(&'static [&'static str], &'static [&'static
         "resume" => (&["digest", "tamper"], &["epoch"]),
         "acquire" => (
             &["session", "intents", "ttl_ms", "wait", "wait_timeout_ms"],
-            &["verdict", "leases", "ticket", "held_by", "retry_after_ms"],
+            &[
+                "verdict",
+                "leases",
+                "ticket",
+                "held_by",
+                "retry_after_ms",
+                "cycle",
+            ],
         ),
         "heartbeat" => (&["session", "leases"], &["results"]),
         "release" => (&["session", "lease"], &["released"]),
@@ -551,6 +563,7 @@ fn parse_expect(value: &Value, action: &str, specific: &[&str]) -> Result<Expect
     e.ticket = f.str("ticket")?;
     e.held_by = f.str_list("held_by")?;
     e.retry_after_ms = f.range("retry_after_ms")?;
+    e.cycle = f.str_list("cycle")?;
     if let Some(map) = f.object("results")? {
         let mut results = Vec::new();
         for (alias, v) in map {
@@ -649,12 +662,14 @@ fn check_verdict_fields(ctx: &str, e: &Expect) -> Result<(), String> {
             ("ticket", e.ticket.is_some()),
             ("held_by", e.held_by.is_some()),
             ("retry_after_ms", e.retry_after_ms.is_some()),
+            ("cycle", e.cycle.is_some()),
         ]
         .into_iter()
         .find(|(_, present)| *present),
         "WAIT" => [
             ("leases", e.leases.is_some()),
             ("retry_after_ms", e.retry_after_ms.is_some()),
+            ("cycle", e.cycle.is_some()),
         ]
         .into_iter()
         .find(|(_, p)| *p),
@@ -764,5 +779,6 @@ fn parse_event(value: &Value, ctx: &str) -> Result<EventExpect, String> {
         retry_after_ms: f.range("retry_after_ms")?,
         lost_leases: f.str_list("lost_leases")?,
         lost_tickets: f.str_list("lost_tickets")?,
+        cycle: f.str_list("cycle")?,
     })
 }

@@ -21,7 +21,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: swarm [--agents N] [--seconds S] [--steps N] [--policy wait_die|wound_wait|lanes|all]
+usage: swarm [--agents N] [--seconds S] [--steps N] [--policy wait_die|wound_wait|lanes|detect|all]
              [--seed S] [--stall PER_MILLE] [--check-every N] [--verbose]
 
   --agents N        agents (sessions) contending, default 64
@@ -46,7 +46,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
         check_every: 500,
         ..SimConfig::default()
     };
-    let mut policies = vec![Policy::WaitDie, Policy::WoundWait, Policy::Lanes];
+    let mut policies = Policy::ALL.to_vec();
     let mut verbose = false;
     let mut i = 0;
     while i < args.len() {
@@ -162,18 +162,20 @@ fn main() -> ExitCode {
 fn print_table(outcomes: &[Outcome]) {
     println!();
     println!(
-        "| policy | commits | commits per agent (min–max) | waits | deaths (DIE+DIED) | timeouts | wounds (holds lost) | expired | max ticket wait (virtual ms) | worst task wait (virtual ms) | commits / virtual s | commits / wall s | checks | deadlocks |"
+        "| policy | commits | commits per agent (min–max) | waits | deaths (DIE+DIED) | deaths per commit | timeouts | wounds (holds lost) | expired | max ticket wait (virtual ms) | worst task wait (virtual ms) | commits / virtual s | commits / wall s | checks | deadlocks |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for o in outcomes {
         println!(
-            "| {} | {} | {}–{} | {} | {} | {} | {} ({}) | {} | {} | {} | {:.1} | {:.0} | {} | {} |",
+            "| {} | {} | {}–{} | {} | {} | {:.3} | {} | {} ({}) | {} | {} | {} | {:.1} | {:.0} | {} | {} |",
             o.policy.map_or("?", Policy::name),
             o.commits,
             o.agent_commits.iter().min().unwrap_or(&0),
             o.agent_commits.iter().max().unwrap_or(&0),
             o.waits,
             o.dies + o.died_events,
+            // What a retry costs an agent (issue 26: detect kills only on a real cycle).
+            (o.dies + o.died_events) as f64 / o.commits.max(1) as f64,
             o.timeouts,
             o.wounds,
             o.aborted_holds,

@@ -20,30 +20,43 @@ pub enum Policy {
     WoundWait,
     /// One all-or-nothing FIFO lane per request; no hold-and-wait.
     Lanes,
+    /// Everyone waits; only a cycle of waiters is broken, by its youngest unit of work
+    /// (docs/SPEC.md §6.1).
+    Detect,
 }
 
 impl Policy {
-    /// The configuration name: `wait_die`, `wound_wait` or `lanes`.
+    /// Every policy, the default first.
+    pub const ALL: [Policy; 4] = [
+        Policy::WaitDie,
+        Policy::WoundWait,
+        Policy::Lanes,
+        Policy::Detect,
+    ];
+
+    /// The configuration name: `wait_die`, `wound_wait`, `lanes` or `detect`.
     pub const fn name(self) -> &'static str {
         match self {
             Policy::WaitDie => "wait_die",
             Policy::WoundWait => "wound_wait",
             Policy::Lanes => "lanes",
+            Policy::Detect => "detect",
         }
     }
 
     /// Parses a configuration name.
     ///
     /// # Errors
-    /// `INVALID_CONFIG` for anything but `wait_die`, `wound_wait`, `lanes`.
+    /// `INVALID_CONFIG` for anything but `wait_die`, `wound_wait`, `lanes`, `detect`.
     pub fn parse(text: &str) -> Result<Policy, Error> {
         match text {
             "wait_die" => Ok(Policy::WaitDie),
             "wound_wait" => Ok(Policy::WoundWait),
             "lanes" => Ok(Policy::Lanes),
+            "detect" => Ok(Policy::Detect),
             _ => Err(Error::new(
                 ErrorCode::InvalidConfig,
-                format!("unknown policy {text:?}: expected wait_die, wound_wait or lanes"),
+                format!("unknown policy {text:?}: expected wait_die, wound_wait, lanes or detect"),
             )),
         }
     }

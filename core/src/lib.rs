@@ -2,8 +2,8 @@
 //!
 //! A `no_std`, clock-injected coordination kernel for multi-agent systems: sessions, leases
 //! with TTLs and heartbeats, fencing tokens, intent conflicts over hierarchical resources,
-//! FIFO wait queues and deadlock prevention (Wait-Die, Wound-Wait or FIFO lanes). The
-//! normative behaviour is the project's SPEC (`docs/SPEC.md`, revision 4).
+//! FIFO wait queues and deadlock prevention (Wait-Die, Wound-Wait or FIFO lanes) or detection
+//! (`detect`). The normative behaviour is the project's SPEC (`docs/SPEC.md`, revision 5).
 //!
 //! ## The drive loop
 //!

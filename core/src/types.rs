@@ -155,6 +155,14 @@ pub enum Verdict {
         retry_after_ms: u64,
         /// The blockers at the time of the verdict, by ascending session id.
         held_by: Vec<Blocker>,
+        /// Under `detect`, when the request was the victim of the wait-for cycle it would have
+        /// closed: the cycle's members, this session first, following the edges
+        /// (docs/SPEC.md §6.1); empty otherwise.
+        #[cfg_attr(
+            feature = "serde",
+            serde(default, skip_serializing_if = "Vec::is_empty")
+        )]
+        cycle: Vec<SessionId>,
     },
 }
 
@@ -201,8 +209,9 @@ pub enum Event {
         /// The session that waited.
         session: SessionId,
     },
-    /// A waiting ticket was withdrawn because a lease it reused ended, or by the defensive
-    /// repair; it counts as a DIE (docs/SPEC.md §6, §8).
+    /// A waiting ticket was withdrawn because a lease it reused ended, by the defensive
+    /// repair, or as the victim of a wait-for cycle under `detect`; it counts as a DIE
+    /// (docs/SPEC.md §6, §6.1, §8).
     Died {
         /// The withdrawn ticket.
         ticket: TicketId,
@@ -210,6 +219,13 @@ pub enum Event {
         session: SessionId,
         /// Milliseconds to wait at least before asking again (docs/SPEC.md §8).
         retry_after_ms: u64,
+        /// The members of the cycle it was the victim of, this session first, following the
+        /// wait-for edges (docs/SPEC.md §6.1); empty for any other reason.
+        #[cfg_attr(
+            feature = "serde",
+            serde(default, skip_serializing_if = "Vec::is_empty")
+        )]
+        cycle: Vec<SessionId>,
     },
     /// A lease reached its effective expiry; it is never resurrected (docs/SPEC.md §7).
     LeaseExpired {

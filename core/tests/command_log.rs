@@ -75,7 +75,7 @@ proptest! {
 
     #[test]
     fn replaying_a_command_log_reproduces_everything(
-        policy in prop::sample::select(vec![Policy::WaitDie, Policy::WoundWait, Policy::Lanes]),
+        policy in prop::sample::select(Policy::ALL.to_vec()),
         seed in any::<u64>(),
         steps in prop::collection::vec((command(), 0u64..150), 1..60),
     ) {

@@ -840,6 +840,7 @@ impl World {
         tally(match &kr {
             Ok(Verdict::Granted { .. }) => "verdict GRANTED".into(),
             Ok(Verdict::Wait { .. }) => "verdict WAIT".into(),
+            Ok(Verdict::Die { cycle, .. }) if !cycle.is_empty() => "verdict DIE (cycle)".into(),
             Ok(Verdict::Die { .. }) => "verdict DIE".into(),
             Err(c) => format!("acquire {c}"),
         });
@@ -876,7 +877,10 @@ impl World {
         }
         check_eq!(ke, me, "{at}: events");
         for e in &ke {
-            tally(format!("event {}", e.name()));
+            match e {
+                Event::Died { cycle, .. } if !cycle.is_empty() => tally("event DIED (cycle)"),
+                _ => tally(format!("event {}", e.name())),
+            }
         }
         // The leases a GRANTED creates (not those it reuses: SPEC §6 lets a ticket reuse a
         // lease the session already holds, even one granted earlier in the same drain) carry
@@ -949,6 +953,7 @@ impl World {
                 check!(!clash, "{at}: conflicting holders {a:?} and {b:?}");
             }
         }
+        let mut waits_for: BTreeMap<SessionId, Vec<SessionId>> = BTreeMap::new();
         for (i, t) in snap.tickets.iter().enumerate() {
             let mut blockers: Vec<SessionId> = Vec::new();
             for want in &t.intents {
@@ -976,6 +981,7 @@ impl World {
                 t.ticket
             );
             let me = prio[&t.session_id];
+            waits_for.entry(t.session_id).or_default().extend(&blockers);
             for b in blockers {
                 match self.policy {
                     Policy::WaitDie => check!(
@@ -988,10 +994,15 @@ impl World {
                         "{at}: wound_wait ticket {} waits for younger {b}",
                         t.ticket
                     ),
-                    Policy::Lanes => {}
+                    // Detect: no order; the graph must be acyclic instead (below).
+                    Policy::Lanes | Policy::Detect => {}
                 }
             }
         }
+        check!(
+            !has_cycle(&waits_for),
+            "{at}: the waiters form a cycle (SPEC §6.1): {waits_for:?}"
+        );
         if self.policy == Policy::Lanes {
             for s in &snap.sessions {
                 check!(
@@ -1002,6 +1013,35 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// Whether the session graph has a cycle (depth-first, a session on the current path reached
+/// again).
+fn has_cycle(edges: &BTreeMap<SessionId, Vec<SessionId>>) -> bool {
+    fn visit(
+        s: SessionId,
+        edges: &BTreeMap<SessionId, Vec<SessionId>>,
+        path: &mut Vec<SessionId>,
+        done: &mut Vec<SessionId>,
+    ) -> bool {
+        if path.contains(&s) {
+            return true;
+        }
+        if done.contains(&s) {
+            return false;
+        }
+        path.push(s);
+        let cyclic = edges
+            .get(&s)
+            .is_some_and(|out| out.iter().any(|&b| visit(b, edges, path, done)));
+        path.pop();
+        done.push(s);
+        cyclic
+    }
+    let mut done = Vec::new();
+    edges
+        .keys()
+        .any(|&s| visit(s, edges, &mut Vec::new(), &mut done))
 }
 
 fn run_case(case: Case) -> Result<(), TestCaseError> {
@@ -1031,6 +1071,11 @@ fn differential_wound_wait() {
 #[test]
 fn differential_lanes() {
     run_policy(Policy::Lanes);
+}
+
+#[test]
+fn differential_detect() {
+    run_policy(Policy::Detect);
 }
 
 /// Regression: a WAIT whose manifest names one resource with two predicates queues two intents
@@ -1227,7 +1272,7 @@ fn junk_config() -> impl Strategy<Value = Config> {
         ]
     };
     (
-        prop::sample::select(vec![Policy::WaitDie, Policy::WoundWait, Policy::Lanes]),
+        prop::sample::select(Policy::ALL.to_vec()),
         any::<u64>(),
         n(),
         n(),

@@ -45,3 +45,8 @@ fn long_lived_agents_do_not_starve_under_wound_wait() {
 fn long_lived_agents_do_not_starve_under_lanes() {
     check(Policy::Lanes);
 }
+
+#[test]
+fn long_lived_agents_do_not_starve_under_detect() {
+    check(Policy::Detect);
+}

@@ -17,7 +17,8 @@
 //! Checked in every reachable state: no two sessions hold conflicting leases on overlapping
 //! resources; fences strictly increase in grant order; every waiting ticket has a blocker (no
 //! lost wake-up); the policy's waiting order (wait_die: a waiter is older than every blocker,
-//! wound_wait: younger; lanes: nobody holds and waits); no defensive repair was ever needed;
+//! wound_wait: younger; lanes: nobody holds and waits; detect: no order, only the cycle check);
+//! no defensive repair was ever needed;
 //! the wait-for graph has no cycle; nobody is stuck without a pending deadline. On every
 //! transition: new fences exceed every earlier fence, and nothing is granted past a conflicting
 //! ticket queued ahead (no barging). Over the whole graph: from every reachable state, a state
@@ -1121,6 +1122,9 @@ fn check_state<B: Backend>(model: &Model, w: &World<B>, view: &View) -> Result<(
                     ));
                 }
             }
+            // Detect: any waiter may wait for anyone; the cycle check below is its invariant
+            // (docs/SPEC.md §6.1: no cycle of waiters is ever left unbroken).
+            Some(Policy::Detect) => {}
             Some(Policy::Lanes) => {
                 if view.leases.iter().any(|l| l.session == t.session) {
                     return Err(format!(
@@ -1405,6 +1409,9 @@ fn expected_outcomes(policy: Policy) -> (Seen, Seen) {
         Policy::WoundWait => (common | SEEN_WOUNDED, SEEN_DIE),
         // Lanes: no waiting request ever dies, nobody is wounded.
         Policy::Lanes => (common, SEEN_DIE | SEEN_DIED | SEEN_WOUNDED),
+        // Detect: a cycle's youngest member dies, as the requester (DIE) or as a waiter
+        // (DIED); nobody is wounded.
+        Policy::Detect => (common | SEEN_DIE | SEEN_DIED, SEEN_WOUNDED),
     }
 }
 
@@ -1485,6 +1492,11 @@ fn exhaustive_lanes() {
     check_policy(Policy::Lanes);
 }
 
+#[test]
+fn exhaustive_detect() {
+    check_policy(Policy::Detect);
+}
+
 /// The negative control: naive blocking locks over the A-B / B-A programs must be reported
 /// as a wait-for cycle by the same checker.
 #[test]
@@ -1558,7 +1570,7 @@ fn checker_helpers() {
 /// must be able to wait like any other.
 #[test]
 fn two_predicates_on_one_resource_can_wait() {
-    for policy in [Policy::WaitDie, Policy::WoundWait, Policy::Lanes] {
+    for policy in Policy::ALL {
         let mut k = Kernel::new(Config {
             policy,
             ..Config::default()

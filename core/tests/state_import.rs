@@ -33,10 +33,13 @@ fn busy(policy: Policy) -> Kernel {
     if policy != Policy::Lanes {
         let verdict = k.acquire(a, &["MUTATES FILE:/z"], opts, 20);
         assert!(matches!(verdict, Ok(Verdict::Granted { .. })));
-        // a is older than b: it waits (wait_die) or wounds b and is granted (wound_wait).
+        // a is older than b: it waits (wait_die, detect) or wounds b and is granted
+        // (wound_wait).
         let verdict = k.acquire(a, &["MUTATES FILE:/z", "MUTATES FILE:/src"], opts, 30);
         match policy {
-            Policy::WaitDie => assert!(matches!(verdict, Ok(Verdict::Wait { .. }))),
+            Policy::WaitDie | Policy::Detect => {
+                assert!(matches!(verdict, Ok(Verdict::Wait { .. })))
+            }
             _ => assert!(matches!(verdict, Ok(Verdict::Granted { .. }))),
         }
     }
@@ -58,7 +61,7 @@ fn reject(state: &KernelState, expected: &str) {
 
 #[test]
 fn a_busy_state_round_trips_under_every_policy() {
-    for policy in [Policy::WaitDie, Policy::WoundWait, Policy::Lanes] {
+    for policy in Policy::ALL {
         let k = busy(policy);
         let state = k.export_state();
         assert!(!state.leases.is_empty() && !state.sessions.is_empty());
@@ -238,7 +241,7 @@ proptest! {
 
     #[test]
     fn corrupted_states_never_panic(
-        policy in prop::sample::select(vec![Policy::WaitDie, Policy::WoundWait, Policy::Lanes]),
+        policy in prop::sample::select(Policy::ALL.to_vec()),
         changes in prop::collection::vec((any::<u8>(), any::<usize>(), any::<u64>()), 1..4),
     ) {
         let mut state = busy(policy).export_state();
@@ -251,4 +254,37 @@ proptest! {
             exercise(&mut k);
         }
     }
+}
+
+/// Under `detect`, a state whose waiters form a cycle is refused: the kernel breaks every
+/// cycle before a request is queued (docs/SPEC.md §6.1, §13.6), so no kernel reaches one.
+#[test]
+fn a_detect_state_with_a_wait_cycle_is_refused() {
+    let mut k = Kernel::new(Config {
+        policy: Policy::Detect,
+        ..Config::default()
+    })
+    .unwrap();
+    let a = k.open_session("alice", "default", 0).unwrap().session_id;
+    let b = k.open_session("bob", "default", 0).unwrap().session_id;
+    let opts = AcquireOptions::default();
+    for (s, r) in [(a, "MUTATES FILE:/a"), (b, "MUTATES FILE:/b")] {
+        assert!(matches!(
+            k.acquire(s, &[r], opts, 1),
+            Ok(Verdict::Granted { .. })
+        ));
+    }
+    let verdict = k.acquire(a, &["MUTATES FILE:/b"], opts, 2);
+    assert!(matches!(verdict, Ok(Verdict::Wait { .. })), "{verdict:?}");
+    let good = k.export_state();
+    Kernel::import_state(&good).unwrap();
+    // b waiting for what a holds closes the cycle a → b → a.
+    let mut s = good.clone();
+    let mut closing = s.tickets[0].clone();
+    closing.ticket = TicketId(s.next_ticket);
+    closing.session_id = b;
+    closing.intents[0].resource = String::from("FILE:/a");
+    s.next_ticket += 1;
+    s.tickets.push(closing);
+    reject(&s, "cycle");
 }

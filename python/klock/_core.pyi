@@ -184,6 +184,10 @@ class Verdict:
     @property
     def held_by(self) -> list[Blocker]:
         """WAIT and DIE: the blocking sessions; empty when GRANTED."""
+    @property
+    def cycle(self) -> list[int]:
+        """DIE under ``detect``: the session ids of the wait-for cycle this request was the
+        victim of, this session first (SPEC.md §6.1); else empty."""
 
 @final
 class Event:
@@ -194,7 +198,8 @@ class Event:
     ============== ==========================================================
     GRANTED        ``session``, ``ticket``, ``leases``
     WAIT_TIMEOUT   ``session``, ``ticket``
-    DIED           ``session``, ``ticket``, ``retry_after_ms``
+    DIED           ``session``, ``ticket``, ``retry_after_ms``, ``cycle`` (empty unless
+                   the victim of a wait-for cycle under ``detect``)
     LEASE_EXPIRED  ``session``, ``lease``
     WOUNDED        ``session``, ``by``, ``lost_leases``, ``lost_tickets``, ``retry_after_ms``
     SESSION_CLOSED ``session``, ``reason`` (``"IDLE"``)
@@ -221,14 +226,18 @@ class Event:
     @property
     def lost_tickets(self) -> list[int] | None: ...
     @property
+    def cycle(self) -> list[int] | None:
+        """DIED: the session ids of the wait-for cycle it was the victim of under ``detect``,
+        this session first (SPEC.md §6.1); empty for another reason."""
+    @property
     def reason(self) -> Literal["IDLE"] | None: ...
 
 @final
 class Kernel:
     """The coordination kernel (SPEC.md). Every state-changing call takes ``now`` last.
 
-    ``policy`` is ``"wait_die"`` (default), ``"wound_wait"`` or ``"lanes"``; the numeric
-    settings are named as in :data:`CONFIG_FIELDS`, and each takes SPEC.md's default when not
+    ``policy`` is ``"wait_die"`` (default), ``"wound_wait"``, ``"lanes"`` or ``"detect"``; the
+    numeric settings are named as in :data:`CONFIG_FIELDS`, and each takes SPEC.md's default when not
     given or ``None``. An unknown setting or an unusable configuration raises
     :class:`InvalidInput` (INVALID_CONFIG).
     """

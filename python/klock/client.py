@@ -303,8 +303,8 @@ class Klock:
     """One kernel, its clock and its timer thread. Thread-safe; use one per process (or per
     coordination domain) and share it among threads and tasks.
 
-    ``policy`` is ``"wait_die"`` (default), ``"wound_wait"`` or ``"lanes"``; the other
-    settings are the kernel's (SPEC.md defaults when ``None``). ``clock`` is where every time
+    ``policy`` is ``"wait_die"`` (default), ``"wound_wait"``, ``"lanes"`` or ``"detect"``; the
+    other settings are the kernel's (SPEC.md defaults when ``None``). ``clock`` is where every time
     comes from (see :mod:`klock.clock`): by default a :class:`~klock.SystemClock` the Klock
     makes and closes; a :class:`~klock.ManualClock` for tests in virtual time; or a function
     returning integer milliseconds (a :class:`~klock.SystemClock` with that ``now``).

@@ -54,6 +54,8 @@ EVENT = {
     "SESSION_CLOSED": ("session", "reason"),
 }
 TAGGED = {_core.Verdict: ("verdict", VERDICT), _core.Event: ("event", EVENT)}
+# Fields the kernel writes only when they are not empty: a detect victim's `cycle` (DIE, DIED).
+SPARSE = ("cycle",)
 # The fields of the binding's tuples: the rows of a heartbeat's or a reconcile's answer (by op)
 # and a Blocker's intents (by field).
 ROWS = {
@@ -111,7 +113,7 @@ def plain(value: Any, names: tuple[str, ...] = ()) -> Any:
         tag, kinds = TAGGED[type(value)]
         kind = getattr(value, tag)
         shown = {tag: kind}
-        for name in sorted({n for fields in kinds.values() for n in fields}):
+        for name in sorted({n for fields in kinds.values() for n in fields} | set(SPARSE)):
             field = getattr(value, name)
             if name in kinds.get(kind, ()) or field not in (None, []):
                 shown[name] = plain(field)

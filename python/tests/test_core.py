@@ -219,6 +219,31 @@ def test_wound_wait_and_session_closed_events() -> None:
     assert [(e.session, e.reason) for e in closed] == [(young, "IDLE")]
 
 
+def test_detect_names_the_cycle_on_die_and_died() -> None:
+    # SPEC rev 5 §6.1: the youngest member of the cycle dies, and both answers name the cycle.
+    k = Kernel("detect")
+    old = k.open_session("old", "default", 0).session_id
+    young = k.open_session("young", "default", 0).session_id
+    k.acquire(old, ["MUTATES FILE:/a"], 1)
+    k.acquire(young, ["MUTATES FILE:/b"], 2)
+    waiting = k.acquire(old, ["MUTATES FILE:/b"], 3)
+    assert waiting.verdict == "WAIT" and waiting.cycle == []
+    died = k.acquire(young, ["MUTATES FILE:/a"], 4)
+    assert died.verdict == "DIE" and died.cycle == [young, old]
+    assert f"cycle={[young, old]}" in repr(died)
+    assert k.snapshot(5)["policy"] == "detect"
+    # The other way round: the younger waits, the older closes the cycle, the waiter dies.
+    k = Kernel("detect")
+    old = k.open_session("old", "default", 0).session_id
+    young = k.open_session("young", "default", 0).session_id
+    k.acquire(young, ["MUTATES FILE:/a"], 1)
+    k.acquire(old, ["MUTATES FILE:/b"], 2)
+    t = k.acquire(young, ["MUTATES FILE:/b"], 3).ticket
+    assert k.acquire(old, ["MUTATES FILE:/a"], 4).verdict == "WAIT"
+    (victim,) = k.drain_events()
+    assert victim.event == "DIED" and victim.ticket == t and victim.cycle == [young, old]
+
+
 def test_observability_is_json_ready() -> None:
     k = Kernel()
     a = k.open_session("a", "default", 0).session_id

@@ -770,6 +770,7 @@ mod tests {
             ticket: TicketId(1),
             session: SessionId(2),
             retry_after_ms: 1,
+            cycle: Vec::new(),
         };
         hub.record(4, &Membership::Unchanged, &[died]);
         let rings = hub.lock();

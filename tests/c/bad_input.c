@@ -356,6 +356,7 @@ static void messages_and_buffers(void) {
     CHECK(strcmp(klock_verdict_kind_name(KLOCK_VERDICT_DIE), "DIE") == 0);
     CHECK(strcmp(klock_lease_status_name(KLOCK_LEASE_STATUS_NOT_OWNER), "NOT_OWNER") == 0);
     CHECK(strcmp(klock_policy_name(KLOCK_POLICY_LANES), "lanes") == 0);
+    CHECK(strcmp(klock_policy_name(KLOCK_POLICY_DETECT), "detect") == 0);
     CHECK(strcmp(klock_close_reason_name(KLOCK_CLOSE_REASON_IDLE), "IDLE") == 0);
     CHECK(strcmp(klock_close_reason_name(KLOCK_CLOSE_REASON_NONE), "UNKNOWN") == 0);
     CHECK(strlen(klock_version()) > 0);

@@ -112,14 +112,16 @@ CONVERT(blocker, klock_blocker, NUM(session_id), STR(agent_id), ITEMS(intents, i
 #define VERDICT(k) (x->kind == KLOCK_VERDICT_##k)
 CONVERT(verdict, klock_verdict, "verdict", str(klock_verdict_kind_name(x->kind)),
         IF(VERDICT(GRANTED), ITEMS(leases, lease)), IF(VERDICT(WAIT), NUM(ticket)),
-        IF(VERDICT(DIE), NUM(retry_after_ms)), IF(VERDICT(WAIT) || VERDICT(DIE), ITEMS(held_by, blocker)))
+        IF(VERDICT(DIE), NUM(retry_after_ms)), IF(VERDICT(WAIT) || VERDICT(DIE), ITEMS(held_by, blocker)),
+        IF(x->cycle_len > 0, ITEMS(cycle, id))) /* a detect victim's cycle, written only when there is one */
 #define EVENT(k) (x->kind == KLOCK_EVENT_##k)
 CONVERT(event, klock_event, "event", str(klock_event_kind_name(x->kind)), NUM(session),
         IF(EVENT(GRANTED) || EVENT(WAIT_TIMEOUT) || EVENT(DIED), NUM(ticket)), IF(EVENT(GRANTED), ITEMS(leases, lease)),
         IF(EVENT(DIED) || EVENT(WOUNDED), NUM(retry_after_ms)), IF(EVENT(LEASE_EXPIRED), NUM(lease)),
         IF(EVENT(WOUNDED), NUM(by)), IF(EVENT(WOUNDED), ITEMS(lost_leases, id)),
         IF(EVENT(WOUNDED), ITEMS(lost_tickets, id)),
-        IF(EVENT(SESSION_CLOSED), "reason", str(klock_close_reason_name(x->close_reason))))
+        IF(EVENT(SESSION_CLOSED), "reason", str(klock_close_reason_name(x->close_reason))),
+        IF(x->cycle_len > 0, ITEMS(cycle, id)))
 CONVERT(session, klock_session_info, NUM(session_id), STR(agent_id), "namespace", str(x->namespace_name),
         NUM(priority), NUM(epoch))
 CONVERT(beat, klock_heartbeat_result, NUM(lease_id), "status", str(klock_status_name(x->status)),

@@ -111,7 +111,7 @@ fn core_config(c: &klock_config) -> Outcome<Config> {
     let policy = *POLICIES.get(c.policy as usize).ok_or_else(|| {
         Failure::new(
             klock_status::KLOCK_INVALID_CONFIG,
-            format!("unknown policy {}: expected KLOCK_POLICY_WAIT_DIE (0), KLOCK_POLICY_WOUND_WAIT (1) or KLOCK_POLICY_LANES (2)", c.policy),
+            format!("unknown policy {}: expected KLOCK_POLICY_WAIT_DIE (0), KLOCK_POLICY_WOUND_WAIT (1), KLOCK_POLICY_LANES (2) or KLOCK_POLICY_DETECT (3)", c.policy),
         )
     })?;
     Ok(Config {
@@ -150,7 +150,8 @@ pub unsafe extern "C" fn klock_config_set_number(
     })
 }
 
-/// Sets `config->policy` from its configuration name ("wait_die", "wound_wait" or "lanes").
+/// Sets `config->policy` from its configuration name ("wait_die", "wound_wait", "lanes" or
+/// "detect").
 ///
 /// Errors: KLOCK_NULL_POINTER, KLOCK_INVALID_UTF8, KLOCK_INVALID_CONFIG (another name). On
 /// failure `*config` is unchanged. Thread-safety: any thread.
@@ -1044,7 +1045,7 @@ mod tests {
             );
             assert_eq!(core_config(&c).unwrap().policy, policy);
         }
-        c.policy = 3;
+        c.policy = POLICIES.len() as u32;
         assert_eq!(
             core_config(&c).unwrap_err().status,
             klock_status::KLOCK_INVALID_CONFIG

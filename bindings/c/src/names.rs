@@ -10,7 +10,7 @@
 use crate::status::ffi_void;
 use crate::types::{
     klock_close_reason, klock_event_kind, klock_lease_status, klock_policy, klock_predicate,
-    KLOCK_POLICY_LANES, KLOCK_POLICY_WAIT_DIE, KLOCK_POLICY_WOUND_WAIT,
+    KLOCK_POLICY_DETECT, KLOCK_POLICY_LANES, KLOCK_POLICY_WAIT_DIE, KLOCK_POLICY_WOUND_WAIT,
 };
 use klock_core::{CloseReason, ErrorCode, Event, LeaseStatus, Policy, Predicate};
 use std::ffi::c_char;
@@ -164,7 +164,12 @@ const _: &[klock_close_reason] = in_core_order!(
 );
 
 /// The policies by their C number (`KLOCK_POLICY_*`).
-pub(crate) const POLICIES: [Policy; 3] = [Policy::WaitDie, Policy::WoundWait, Policy::Lanes];
+pub(crate) const POLICIES: [Policy; 4] = [
+    Policy::WaitDie,
+    Policy::WoundWait,
+    Policy::Lanes,
+    Policy::Detect,
+];
 
 /// The C number of a policy (exhaustive: a new policy fails to compile here).
 pub const fn policy_number(policy: Policy) -> klock_policy {
@@ -172,6 +177,7 @@ pub const fn policy_number(policy: Policy) -> klock_policy {
         Policy::WaitDie => KLOCK_POLICY_WAIT_DIE,
         Policy::WoundWait => KLOCK_POLICY_WOUND_WAIT,
         Policy::Lanes => KLOCK_POLICY_LANES,
+        Policy::Detect => KLOCK_POLICY_DETECT,
     }
 }
 
@@ -189,8 +195,12 @@ static PREDICATE_C_NAMES: [CName; PREDICATE_NAMES.len()] = c_names(PREDICATE_NAM
 static EVENT_KIND_C_NAMES: [CName; Event::KINDS.len()] = c_names(Event::KINDS);
 static LEASE_STATUS_C_NAMES: [CName; LEASE_STATUS_NAMES.len()] = c_names(LEASE_STATUS_NAMES);
 static CLOSE_REASON_C_NAMES: [CName; CLOSE_REASON_NAMES.len()] = c_names(CLOSE_REASON_NAMES);
-static POLICY_C_NAMES: [CName; POLICIES.len()] =
-    c_names([POLICIES[0].name(), POLICIES[1].name(), POLICIES[2].name()]);
+static POLICY_C_NAMES: [CName; POLICIES.len()] = c_names([
+    POLICIES[0].name(),
+    POLICIES[1].name(),
+    POLICIES[2].name(),
+    POLICIES[3].name(),
+]);
 static ERROR_C_NAMES: [CName; ErrorCode::ALL.len()] = {
     let mut names = [[0; NAME_BYTES]; ErrorCode::ALL.len()];
     let mut i = 0;
@@ -270,7 +280,8 @@ pub extern "C" fn klock_close_reason_name(reason: u32) -> *const c_char {
     })
 }
 
-/// The configuration name of a policy ("wait_die", "wound_wait", "lanes"), or "unknown".
+/// The configuration name of a policy ("wait_die", "wound_wait", "lanes", "detect"), or
+/// "unknown".
 /// Static: never free it. Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn klock_policy_name(policy: u32) -> *const c_char {
@@ -301,6 +312,7 @@ mod tests {
             Verdict::Die {
                 retry_after_ms: 1,
                 held_by: vec![],
+                cycle: vec![],
             },
         ];
         for (kind, verdict) in (1..).zip(verdicts) {
@@ -324,6 +336,7 @@ mod tests {
         assert_eq!(text(klock_close_reason_name(1)), "IDLE");
         assert_eq!(text(klock_lease_status_name(4)), "NOT_OWNER");
         assert_eq!(text(klock_policy_name(1)), "wound_wait");
+        assert_eq!(text(klock_policy_name(3)), "detect");
         for code in ErrorCode::ALL {
             assert_eq!(text(error_name(code.code()).unwrap()), code.name());
         }

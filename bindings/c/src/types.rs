@@ -10,8 +10,8 @@ use crate::convert::{array, free_array, free_boxed, free_string, string};
 use crate::status::ffi_void;
 use klock_core::{
     Blocker, CloseReason, Contention, Counters, DigestIdentity, DigestRecovery, Event, GhostAgent,
-    Holder, Intent, Lease, LeaseStatus, Predicate, ResourceState, SessionInfo, StateDigest, Stats,
-    Verdict, Waiter,
+    Holder, Intent, Lease, LeaseStatus, Predicate, ResourceState, SessionId, SessionInfo,
+    StateDigest, Stats, Verdict, Waiter,
 };
 use std::ffi::c_char;
 use std::ptr;
@@ -28,6 +28,9 @@ pub const KLOCK_POLICY_WAIT_DIE: klock_policy = 0;
 pub const KLOCK_POLICY_WOUND_WAIT: klock_policy = 1;
 /// One all-or-nothing FIFO lane per request; a session holds or waits, never both.
 pub const KLOCK_POLICY_LANES: klock_policy = 2;
+/// Everyone waits; only a cycle of waiters is broken, by its youngest unit of work (SPEC.md
+/// §6.1).
+pub const KLOCK_POLICY_DETECT: klock_policy = 3;
 
 /// What an agent intends to do to a resource (SPEC.md §4).
 #[repr(u32)]
@@ -68,7 +71,8 @@ pub enum klock_event_kind {
     KLOCK_EVENT_GRANTED = 1,
     /// A waiting ticket timed out: `ticket`, `session`.
     KLOCK_EVENT_WAIT_TIMEOUT = 2,
-    /// A waiting ticket was withdrawn (counts as a DIE): `ticket`, `session`, `retry_after_ms`.
+    /// A waiting ticket was withdrawn (counts as a DIE): `ticket`, `session`, `retry_after_ms`,
+    /// and under `detect` the wait-for cycle it was the victim of, `cycle`.
     KLOCK_EVENT_DIED = 3,
     /// A lease expired: `lease`, `session`.
     KLOCK_EVENT_LEASE_EXPIRED = 4,
@@ -376,6 +380,12 @@ impl Drop for klock_blocker {
     }
 }
 
+/// Session ids as a library-owned array (NULL, 0 when empty).
+fn session_ids(ids: Vec<SessionId>) -> (*const u64, usize) {
+    let (p, n) = array(ids.into_iter().map(|s| s.0).collect());
+    (p.cast_const(), n)
+}
+
 /// The answer to klock_session_acquire(). Owned by the library: free with klock_verdict_free().
 /// Which fields are set depends on `kind`; the others are 0 / NULL.
 #[repr(C)]
@@ -392,6 +402,10 @@ pub struct klock_verdict {
     /// WAIT and DIE: the blocking sessions at the time of the verdict.
     pub held_by: *const klock_blocker,
     pub held_by_len: usize,
+    /// DIE under the `detect` policy: the session ids of the wait-for cycle this request was
+    /// the victim of, this session first (SPEC.md §6.1); empty (NULL, 0) otherwise.
+    pub cycle: *const u64,
+    pub cycle_len: usize,
 }
 
 impl From<Verdict> for klock_verdict {
@@ -404,6 +418,8 @@ impl From<Verdict> for klock_verdict {
             retry_after_ms: 0,
             held_by: ptr::null(),
             held_by_len: 0,
+            cycle: ptr::null(),
+            cycle_len: 0,
         };
         let blockers = |held: Vec<Blocker>| {
             let (p, n) = array(held.into_iter().map(klock_blocker::from).collect());
@@ -419,10 +435,12 @@ impl From<Verdict> for klock_verdict {
             Verdict::Die {
                 retry_after_ms,
                 held_by,
+                cycle,
             } => {
                 out.kind = klock_verdict_kind::KLOCK_VERDICT_DIE;
                 out.retry_after_ms = retry_after_ms;
                 (out.held_by, out.held_by_len) = blockers(held_by);
+                (out.cycle, out.cycle_len) = session_ids(cycle);
             }
         }
         out
@@ -435,6 +453,7 @@ impl Drop for klock_verdict {
         unsafe {
             free_array(self.leases.cast_mut(), self.leases_len);
             free_array(self.held_by.cast_mut(), self.held_by_len);
+            free_array(self.cycle.cast_mut(), self.cycle_len);
         }
     }
 }
@@ -468,6 +487,10 @@ pub struct klock_event {
     pub lost_tickets_len: usize,
     /// SESSION_CLOSED.
     pub close_reason: klock_close_reason,
+    /// DIED under the `detect` policy: the session ids of the wait-for cycle this ticket was the
+    /// victim of, this session first (SPEC.md §6.1); empty (NULL, 0) for any other reason.
+    pub cycle: *const u64,
+    pub cycle_len: usize,
 }
 
 impl From<Event> for klock_event {
@@ -486,6 +509,8 @@ impl From<Event> for klock_event {
             lost_tickets: ptr::null(),
             lost_tickets_len: 0,
             close_reason: klock_close_reason::KLOCK_CLOSE_REASON_NONE,
+            cycle: ptr::null(),
+            cycle_len: 0,
         };
         match e {
             Event::Granted {
@@ -503,11 +528,13 @@ impl From<Event> for klock_event {
             Event::Died {
                 ticket,
                 retry_after_ms,
+                cycle,
                 ..
             } => {
                 out.kind = klock_event_kind::KLOCK_EVENT_DIED;
                 out.ticket = ticket.0;
                 out.retry_after_ms = retry_after_ms;
+                (out.cycle, out.cycle_len) = session_ids(cycle);
             }
             Event::LeaseExpired { lease, .. } => {
                 out.kind = klock_event_kind::KLOCK_EVENT_LEASE_EXPIRED;
@@ -546,6 +573,7 @@ impl Drop for klock_event {
             free_array(self.leases.cast_mut(), self.leases_len);
             free_array(self.lost_leases.cast_mut(), self.lost_leases_len);
             free_array(self.lost_tickets.cast_mut(), self.lost_tickets_len);
+            free_array(self.cycle.cast_mut(), self.cycle_len);
         }
     }
 }

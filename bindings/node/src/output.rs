@@ -114,9 +114,12 @@ pub enum Verdict {
     /// Queued; resolved later by a GRANTED, WAIT_TIMEOUT, DIED or WOUNDED event.
     Wait { ticket: f64, held_by: Vec<Blocker> },
     /// Nothing held or queued; retry after `retryAfterMs` (the session keeps its priority).
+    /// `cycle`: under `detect`, the session ids of the wait-for cycle this request was the
+    /// victim of, this session first (SPEC.md §6.1); absent otherwise.
     Die {
         retry_after_ms: f64,
         held_by: Vec<Blocker>,
+        cycle: Option<Vec<f64>>,
     },
 }
 
@@ -139,10 +142,13 @@ pub enum Event {
         ticket: f64,
         session: f64,
     },
+    /// A waiting ticket was withdrawn (counts as a DIE); `cycle`: under `detect`, the session
+    /// ids of the wait-for cycle it was the victim of, this session first; absent otherwise.
     Died {
         ticket: f64,
         session: f64,
         retry_after_ms: f64,
+        cycle: Option<Vec<f64>>,
     },
     LeaseExpired {
         lease: f64,
@@ -198,6 +204,15 @@ impl ToNapiValue for LeaseJs {
     }
 }
 
+/// Session ids as a JS array of numbers.
+unsafe fn session_ids(
+    env: sys::napi_env,
+    ids: Vec<klock_core::SessionId>,
+) -> Result<sys::napi_value> {
+    let ids: Vec<f64> = ids.into_iter().map(|s| num(s.0)).collect();
+    unsafe { Vec::to_napi_value(env, ids) }
+}
+
 fn lease_list(list: Vec<klock_core::Lease>) -> Vec<LeaseJs> {
     list.into_iter().map(LeaseJs).collect()
 }
@@ -229,12 +244,26 @@ impl ToNapiValue for VerdictJs {
                 klock_core::Verdict::Die {
                     retry_after_ms,
                     held_by,
-                } => shapes::call(
+                    cycle,
+                } if cycle.is_empty() => shapes::call(
                     env,
                     Shape::Die,
                     &[
                         number(env, retry_after_ms)?,
                         Vec::to_napi_value(env, blockers(held_by))?,
+                    ],
+                ),
+                klock_core::Verdict::Die {
+                    retry_after_ms,
+                    held_by,
+                    cycle,
+                } => shapes::call(
+                    env,
+                    Shape::DieInCycle,
+                    &[
+                        number(env, retry_after_ms)?,
+                        Vec::to_napi_value(env, blockers(held_by))?,
+                        session_ids(env, cycle)?,
                     ],
                 ),
             }
@@ -277,7 +306,8 @@ impl ToNapiValue for EventJs {
                     ticket,
                     session,
                     retry_after_ms,
-                } => shapes::call(
+                    cycle,
+                } if cycle.is_empty() => shapes::call(
                     env,
                     Shape::EventDied,
                     &[
@@ -285,6 +315,22 @@ impl ToNapiValue for EventJs {
                         number(env, ticket.0)?,
                         number(env, session.0)?,
                         number(env, retry_after_ms)?,
+                    ],
+                ),
+                E::Died {
+                    ticket,
+                    session,
+                    retry_after_ms,
+                    cycle,
+                } => shapes::call(
+                    env,
+                    Shape::EventDiedInCycle,
+                    &[
+                        kind,
+                        number(env, ticket.0)?,
+                        number(env, session.0)?,
+                        number(env, retry_after_ms)?,
+                        session_ids(env, cycle)?,
                     ],
                 ),
                 E::LeaseExpired { lease, session } => shapes::call(

@@ -37,6 +37,8 @@ const SOURCE: &str = concat!(
     (event, lease, session) => ({ event, lease, session }),
     (event, session, by, lostLeases, lostTickets, retryAfterMs) => ({ event, session, by, lostLeases, lostTickets, retryAfterMs }),
     (event, session, reason) => ({ event, session, reason }),
+    (retryAfterMs, heldBy, cycle) => ({ verdict: 'DIE', retryAfterMs, heldBy, cycle }),
+    (event, ticket, session, retryAfterMs, cycle) => ({ event, ticket, session, retryAfterMs, cycle }),
   ];
 })"#
 );
@@ -56,9 +58,13 @@ pub enum Shape {
     EventLeaseExpired,
     EventWounded,
     EventSessionClosed,
+    /// A DIE or DIED of a wait-for cycle's victim (`detect`): the others plus `cycle`, which
+    /// is present only then (docs/SPEC.md §6.1), so the common objects keep their shape.
+    DieInCycle,
+    EventDiedInCycle,
 }
 
-const COUNT: usize = Shape::EventSessionClosed as usize + 1;
+const COUNT: usize = Shape::EventDiedInCycle as usize + 1;
 
 /// What the module keeps per JS environment.
 pub struct Shapes {

@@ -174,9 +174,9 @@ fn digest_arg(obj: &Bound<'_, PyAny>) -> PyResult<StateDigest> {
 
 #[pymethods]
 impl PyKernel {
-    /// A kernel with the given policy (`"wait_die"`, `"wound_wait"` or `"lanes"`) and numeric
-    /// settings by name (`Config::NUMERIC_FIELDS`); every setting not given, or given as
-    /// `None`, takes SPEC.md's default.
+    /// A kernel with the given policy (`"wait_die"`, `"wound_wait"`, `"lanes"` or
+    /// `"detect"`) and numeric settings by name (`Config::NUMERIC_FIELDS`); every setting not
+    /// given, or given as `None`, takes SPEC.md's default.
     #[new]
     #[pyo3(signature = (policy = None, **config))]
     fn new(

@@ -194,6 +194,15 @@ impl PyVerdict {
             _ => None,
         }
     }
+    /// DIE under `detect`: the members of the wait-for cycle this request was the victim of,
+    /// as session ids, this session first (SPEC.md §6.1); empty otherwise.
+    #[getter]
+    fn cycle(&self) -> Vec<u64> {
+        match &self.0 {
+            Verdict::Die { cycle, .. } => cycle.iter().map(|s| s.0).collect(),
+            _ => Vec::new(),
+        }
+    }
     /// The blocking sessions (empty when GRANTED).
     #[getter]
     fn held_by<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -217,9 +226,13 @@ impl PyVerdict {
             Verdict::Die {
                 retry_after_ms,
                 held_by,
+                cycle,
             } => {
                 let by: Vec<u64> = held_by.iter().map(|b| b.session_id.0).collect();
-                format!("Verdict(DIE, retry_after_ms={retry_after_ms}, held_by={by:?})")
+                let members: Vec<u64> = cycle.iter().map(|s| s.0).collect();
+                format!(
+                    "Verdict(DIE, retry_after_ms={retry_after_ms}, held_by={by:?}, cycle={members:?})"
+                )
             }
         }
     }
@@ -267,6 +280,15 @@ impl PyEvent {
             Event::Died { retry_after_ms, .. } | Event::Wounded { retry_after_ms, .. } => {
                 Some(retry_after_ms)
             }
+            _ => None,
+        }
+    }
+    /// DIED: the members of the wait-for cycle this ticket was the victim of under `detect`,
+    /// this session first (SPEC.md §6.1); empty when it died for another reason.
+    #[getter]
+    fn cycle(&self) -> Option<Vec<u64>> {
+        match &self.0 {
+            Event::Died { cycle, .. } => Some(cycle.iter().map(|s| s.0).collect()),
             _ => None,
         }
     }
@@ -320,8 +342,12 @@ impl PyEvent {
             Event::Died {
                 ticket,
                 retry_after_ms,
+                cycle,
                 ..
-            } => format!("ticket={ticket}, retry_after_ms={retry_after_ms}"),
+            } => {
+                let members: Vec<u64> = cycle.iter().map(|s| s.0).collect();
+                format!("ticket={ticket}, retry_after_ms={retry_after_ms}, cycle={members:?}")
+            }
             Event::LeaseExpired { lease, .. } => format!("lease={lease}"),
             Event::Wounded {
                 by,

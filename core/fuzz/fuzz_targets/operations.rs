@@ -111,7 +111,7 @@ fn trace() -> bool {
 
 fn config(u: &mut Unstructured) -> Result<Config> {
     Ok(Config {
-        policy: *u.choose(&[Policy::WaitDie, Policy::WoundWait, Policy::Lanes])?,
+        policy: *u.choose(&Policy::ALL)?,
         seed: u.arbitrary()?,
         default_ttl_ms: number(u)?,
         max_ttl_ms: number(u)?,

@@ -1,4 +1,4 @@
-//! Acquire (docs/SPEC.md §6): validation, idempotent re-acquire, and the three policies.
+//! Acquire (docs/SPEC.md §6): validation, idempotent re-acquire, and the four policies.
 //!
 //! Contract: the request is validated completely before any state changes (error precedence
 //! UNKNOWN_SESSION, INVALID_MANIFEST, per intent INVALID_PREDICATE then INVALID_RESOURCE,
@@ -261,14 +261,62 @@ impl Kernel {
             Policy::WoundWait if request.wait || all_younger => {
                 self.wound_wait(session, priority, all_younger, request, intents, found)
             }
-            _ => {
-                let held_by = self.describe_blockers(found.sessions.iter());
-                self.counters.died += 1;
-                Verdict::Die {
-                    retry_after_ms: self.die_backoff(session),
-                    held_by,
-                }
+            Policy::Detect if request.wait => self.detect(session, request, intents, found),
+            _ => self.die(session, found, Vec::new()),
+        }
+    }
+
+    /// A DIE verdict for `session`, which `found` blocks; `cycle` names the wait-for cycle it
+    /// was the victim of under `detect` (empty otherwise).
+    fn die(&mut self, session: SessionId, found: &Blockers, cycle: Vec<SessionId>) -> Verdict {
+        let held_by = self.describe_blockers(found.sessions.iter());
+        self.counters.died += 1;
+        Verdict::Die {
+            retry_after_ms: self.die_backoff(session),
+            held_by,
+            cycle,
+        }
+    }
+
+    /// Detect (docs/SPEC.md §6.1): the request waits unless it would close a wait-for cycle.
+    /// Then the cycle's youngest member dies: the requester with DIE, or a waiter's ticket on
+    /// the cycle with DIED, after which the request is decided again (the withdrawn ticket may
+    /// have been one of its blockers, or on another cycle it closes).
+    fn detect(
+        &mut self,
+        session: SessionId,
+        request: &Request,
+        intents: Intents,
+        found: &Blockers,
+    ) -> Verdict {
+        let mut again: Option<Blockers> = None;
+        loop {
+            let current = again.as_ref().unwrap_or(found);
+            let Some(cycle) = self.find_cycle(session, current) else {
+                let (ttl_ms, timeout) = (request.ttl_ms, request.wait_timeout_ms);
+                return self.wait(session, intents, ttl_ms, timeout, current, |_| true);
+            };
+            let (victim, ticket) = cycle.victim(self);
+            let members = cycle.starting_at(victim);
+            let Some(ticket) = ticket else {
+                return self.die(session, current, members);
+            };
+            self.die_ticket(ticket, members);
+            // The grants this unblocks are never the requester's: a ticket of it that the
+            // victim blocked, with the victim on a cycle back to it, would have been a cycle
+            // already. So the request's reused leases are as validation found them.
+            self.after_frees();
+            let queued = intents
+                .iter()
+                .filter(|i| i.reuse.is_none())
+                .map(|i| (i.node, i.predicate));
+            let blockers = self.find_blockers(session, queued, TicketId(u64::MAX));
+            if blockers.is_empty() {
+                return Verdict::Granted {
+                    leases: self.grant(session, &intents, request.ttl_ms),
+                };
             }
+            again = Some(blockers);
         }
     }
 

@@ -8,12 +8,13 @@
 //! clock, never does I/O and never draws randomness other than its seeded [`Jitter`].
 //!
 //! The work is split by concern: [`sessions`] (open/close/suspend/resume/digest/idle),
-//! [`acquire`] (validation and the three policies), [`scheduler`] (blockers, queues, grants,
-//! wounds), [`leases`] (heartbeat, release, reconcile), [`time`] (settlement),
+//! [`acquire`] (validation and the four policies), [`detect`] (wait-for cycles, for `detect`),
+//! [`scheduler`] (blockers, queues, grants, wounds), [`leases`] (heartbeat, release, reconcile), [`time`] (settlement),
 //! [`observe`] (resource_state, stats, snapshot), [`state`] (export and import of the whole
 //! state, for a host's snapshots), [`lease_store`] (the active lease records, by id).
 
 pub(crate) mod acquire;
+mod detect;
 mod lease_store;
 mod leases;
 mod observe;

@@ -397,8 +397,9 @@ impl Kernel {
         record
     }
 
-    /// Withdraws a ticket with a DIED event (counts as a DIE for backoff).
-    fn die_ticket(&mut self, ticket: TicketId) {
+    /// Withdraws a ticket with a DIED event (counts as a DIE for backoff); `cycle` names the
+    /// wait-for cycle it was the victim of under `detect` (empty for any other reason).
+    pub(super) fn die_ticket(&mut self, ticket: TicketId, cycle: Vec<SessionId>) {
         let record = self.withdraw_ticket(ticket);
         self.counters.died += 1;
         let retry_after_ms = self.die_backoff(record.session);
@@ -406,6 +407,7 @@ impl Kernel {
             ticket,
             session: record.session,
             retry_after_ms,
+            cycle,
         });
     }
 
@@ -501,7 +503,8 @@ impl Kernel {
         match self.config.policy {
             Policy::WaitDie => blocker < waiter,
             Policy::WoundWait => blocker > waiter,
-            Policy::Lanes => false,
+            // Cycles are broken before a request is queued (docs/SPEC.md §6.1).
+            Policy::Lanes | Policy::Detect => false,
         }
     }
 
@@ -526,7 +529,7 @@ impl Kernel {
         orphaned.dedup();
         for &t in &orphaned {
             if self.tickets.contains_key(&t) {
-                self.die_ticket(t);
+                self.die_ticket(t, Vec::new());
             }
         }
         // The buffer goes back for the next operation (a DIED withdraws, never orphans).
@@ -563,7 +566,7 @@ impl Kernel {
                 continue;
             }
             self.counters.defensive_repairs += 1;
-            self.die_ticket(ticket);
+            self.die_ticket(ticket, Vec::new());
             while seen < self.freed.len() {
                 let mut more = BTreeSet::new();
                 self.collect_candidates(self.freed[seen], &mut more);

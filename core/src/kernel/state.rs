@@ -702,10 +702,17 @@ fn check_locks(k: &Kernel) -> Result<(), StateError> {
             Policy::WaitDie => found.sessions.iter().all(|b| b.priority > waiter.priority),
             Policy::WoundWait => found.sessions.iter().all(|b| b.priority < waiter.priority),
             Policy::Lanes => waiter.leases.is_empty() && waiter.tickets.len() == 1,
+            // Checked for the whole graph below.
+            Policy::Detect => true,
         };
         if !in_order {
             return invalid(format!("ticket {id} breaks the policy's waiting order"));
         }
+    }
+    if k.config.policy == Policy::Detect && k.has_wait_cycle() {
+        return invalid(String::from(
+            "the waiters form a cycle (detect breaks every cycle)",
+        ));
     }
     Ok(())
 }

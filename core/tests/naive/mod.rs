@@ -650,6 +650,7 @@ impl Model {
                     ticket: TicketId(t),
                     session: SessionId(session),
                     retry_after_ms,
+                    cycle: Vec::new(),
                 });
             }
         }
@@ -1032,16 +1033,126 @@ impl Model {
                 self.grant_pass();
                 v
             }
-            _ => {
-                let held_by = self.describe(&found.iter().collect::<Vec<_>>());
-                self.counters.died += 1;
-                Verdict::Die {
-                    retry_after_ms: self.backoff(sid),
-                    held_by,
-                }
-            }
+            Policy::Detect if wait => self.detect(sid, intents, ttl, wait_timeout, found),
+            _ => self.die(sid, &found, Vec::new()),
         };
         Ok(verdict)
+    }
+
+    fn die(&mut self, sid: u64, found: &[MBlocker], cycle: Vec<SessionId>) -> Verdict {
+        let held_by = self.describe(&found.iter().collect::<Vec<_>>());
+        self.counters.died += 1;
+        Verdict::Die {
+            retry_after_ms: self.backoff(sid),
+            held_by,
+            cycle,
+        }
+    }
+
+    /// SPEC §6.1: wait unless the request closes a wait-for cycle; then the cycle's youngest
+    /// member dies (DIE for the requester; DIED for another member's ticket on the cycle, and
+    /// the request is decided again).
+    fn detect(
+        &mut self,
+        sid: u64,
+        intents: Vec<MIntent>,
+        ttl: u64,
+        wait_timeout: u64,
+        mut found: Vec<MBlocker>,
+    ) -> Verdict {
+        let new: Vec<(Predicate, String)> = intents
+            .iter()
+            .filter(|i| i.reuse.is_none())
+            .map(|i| (i.pred, i.res.clone()))
+            .collect();
+        loop {
+            if found.is_empty() {
+                return Verdict::Granted {
+                    leases: self.grant(sid, &intents, ttl),
+                };
+            }
+            let Some(cycle) = self.find_cycle(sid, &found) else {
+                let held_by = self.describe(&found.iter().collect::<Vec<_>>());
+                return Verdict::Wait {
+                    ticket: self.enqueue(sid, intents, ttl, wait_timeout),
+                    held_by,
+                };
+            };
+            let (at, &(victim, ticket)) = cycle
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, (s, _))| self.sess(*s).map(|s| s.priority).unwrap())
+                .unwrap();
+            let members: Vec<SessionId> = cycle[at..]
+                .iter()
+                .chain(&cycle[..at])
+                .map(|&(s, _)| SessionId(s))
+                .collect();
+            let Some(t) = ticket else {
+                return self.die(sid, &found, members);
+            };
+            self.withdraw(t);
+            self.counters.died += 1;
+            let retry_after_ms = self.backoff(victim);
+            self.events.push_back(Event::Died {
+                ticket: TicketId(t),
+                session: SessionId(victim),
+                retry_after_ms,
+                cycle: members,
+            });
+            self.grant_pass();
+            found = self.blockers(sid, &new, u64::MAX).0;
+        }
+    }
+
+    /// SPEC §6.1: the sessions blocking a waiting ticket of `session`, ascending, each with the
+    /// first such ticket.
+    fn wait_edges(&self, session: u64) -> Vec<(u64, u64)> {
+        let mut edges: Vec<(u64, u64)> = Vec::new();
+        for t in self.waiting_tickets_of(session) {
+            let tk = self.ticket(t);
+            for b in self.blockers(session, &Self::new_intents(tk), t).0 {
+                if !edges.iter().any(|&(s, _)| s == b.session) {
+                    edges.push((b.session, t));
+                }
+            }
+        }
+        edges.sort();
+        edges
+    }
+
+    /// SPEC §13.6: the shortest cycle back to `requester` from its blockers, breadth-first in
+    /// ascending session id; each member with its ticket toward the next (`None`: the
+    /// requester, whose edge is the new request).
+    fn find_cycle(&self, requester: u64, found: &[MBlocker]) -> Option<Vec<(u64, Option<u64>)>> {
+        let mut from: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        let mut queue: VecDeque<u64> = VecDeque::new();
+        let mut starts: Vec<u64> = found.iter().map(|b| b.session).collect();
+        starts.sort();
+        for b in starts {
+            from.push((b, requester, None));
+            queue.push_back(b);
+        }
+        while let Some(x) = queue.pop_front() {
+            for (next, t) in self.wait_edges(x) {
+                if next == requester {
+                    let mut cycle = vec![(x, Some(t))];
+                    let mut at = x;
+                    while at != requester {
+                        let &(_, prev, ticket) = from.iter().find(|e| e.0 == at).unwrap();
+                        cycle.push((prev, ticket));
+                        at = prev;
+                    }
+                    cycle.reverse();
+                    return Some(cycle);
+                }
+                if !from.iter().any(|e| e.0 == next) {
+                    from.push((next, x, Some(t)));
+                    queue.push_back(next);
+                }
+            }
+        }
+        None
     }
 
     fn enqueue(
