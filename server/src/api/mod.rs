@@ -765,16 +765,19 @@ mod tests {
             json!({"released": 2})
         );
         assert_eq!(json(Output::Done), json!({"done": true}));
-        let verdict = Verdict::Die {
-            retry_after_ms: 5,
-            held_by: Vec::new(),
-        };
-        assert_eq!(
-            json(Output::Verdict {
-                verdict: verdict.clone()
-            }),
-            to_json(&verdict)
-        );
+        for cycle in [Vec::new(), vec![SessionId(3), SessionId(1)]] {
+            let verdict = Verdict::Die {
+                retry_after_ms: 5,
+                held_by: Vec::new(),
+                cycle,
+            };
+            assert_eq!(
+                json(Output::Verdict {
+                    verdict: verdict.clone()
+                }),
+                to_json(&verdict)
+            );
+        }
         let heartbeat = Output::Heartbeat {
             results: Vec::new(),
         };
