@@ -2,23 +2,14 @@
 //! SIGKILL followed by a restart from the data file, a Unix socket, and what `klock serve`
 //! refuses to start with (exit status and message).
 
-use serde_json::{json, Value};
+use serde_json::json;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
 mod support;
 
-use support::{klock, open, Agent, Server};
-
-fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Value) {
-    s.call(
-        method,
-        &format!("/v1/ns/default/sessions/{}/{what}", a.id),
-        &[("klock-session-token", &a.token)],
-        &body.to_string(),
-    )
-}
+use support::{klock, on, open, Server};
 
 #[test]
 fn a_killed_server_restarts_from_its_file_with_every_lease_and_token() {

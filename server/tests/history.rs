@@ -3,25 +3,14 @@
 //! restart: cli/tests/history.rs), the namespace overview, `--dashboard`, and every bad input
 //! as a clear 4xx.
 
-use klock_testkit::history::{export, live_hash, replay, work};
+use klock_testkit::history::{export, live_hash, on, replay, work};
 use klock_testkit::http_client::request;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 mod support;
 
-use support::{open, sha256_of, Agent, Server};
-
-fn on(s: &Server, a: &Agent, what: &str, body: Value) -> Value {
-    let (status, v) = s.call(
-        "POST",
-        &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
-        &[("klock-session-token", &a.token)],
-        &body.to_string(),
-    );
-    assert!(status < 500, "{status} {v}");
-    v
-}
+use support::{open, sha256_of, Server};
 
 #[test]
 fn the_history_replays_to_the_servers_state_hash_at_every_sampled_index() {

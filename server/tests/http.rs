@@ -10,16 +10,7 @@ use std::time::Duration;
 
 mod support;
 
-use support::{open, sha256_of, Agent, Server};
-
-fn on(s: &Server, a: &Agent, method: &str, what: &str, body: Value) -> (u16, Value) {
-    s.call(
-        method,
-        &format!("/v1/ns/default/sessions/{}/{what}", a.id),
-        &[("klock-session-token", &a.token)],
-        &body.to_string(),
-    )
-}
+use support::{on, open, sha256_of, Agent, Server};
 
 /// A ticket poll answers for the session's own tickets only: WAIT while one waits, its outcome
 /// from the stream once it ends, 410 TICKET_ENDED when that outcome is no longer in the stream

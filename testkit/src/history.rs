@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// A call on a session's route that the server did not fail (below 500); the body.
-fn on(s: &Server, a: &Agent, what: &str, body: Value) -> Value {
+pub fn on(s: &Server, a: &Agent, what: &str, body: Value) -> Value {
     let (status, v) = s.call(
         "POST",
         &format!("/v1/ns/{}/sessions/{}/{what}", a.ns, a.id),
