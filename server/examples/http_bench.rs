@@ -530,54 +530,69 @@ fn remove_data(data: &std::path::Path) {
     let _ = std::fs::remove_file(klock_server::store::log_path(data));
 }
 
-/// A/B mode (`http_bench ab KLOCK_A KLOCK_B [KLOCK_C ...] [--rounds N]`): the 64-client
-/// one-request-per-operation pairs/s of several binaries, memory and durable, in rotating
-/// order each round (A B C, then B C A, ...) so that the machine's drift hits each alike;
-/// prints each round's ratio to A and the median ratio per binary and row.
+/// A/B mode (`http_bench ab KLOCK_A KLOCK_B [KLOCK_C ...] [--rounds N]`): at 64 clients, the
+/// one-request-per-operation pairs/s and the batch endpoint's pairs/s of several binaries,
+/// memory and durable, in rotating order each round (A B C, then B C A, ...) so that the
+/// machine's drift hits each alike; prints each round's figures and the median ratio to A per
+/// binary and row.
 fn ab(binaries: &[String], rounds: usize) {
     let dir = std::env::temp_dir().join(format!("klock-ab-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let data = dir.join("ab.redb");
-    let rows: [(&str, Vec<&str>); 2] = [
+    let modes: [(&str, Vec<&str>); 2] = [
         ("memory", vec!["--memory"]),
         ("durable", vec!["--data", data.to_str().unwrap()]),
     ];
     let n = binaries.len();
-    // ratios[row][binary]: each round's pairs/s of that binary ÷ binary A's.
-    let mut ratios = vec![vec![Vec::new(); n]; rows.len()];
+    // ratios[mode][0 per request, 1 batch][binary]: each round's pairs/s ÷ binary A's.
+    let mut ratios = vec![vec![vec![Vec::new(); n]; 2]; modes.len()];
     for round in 0..rounds {
-        for (r, (label, args)) in rows.iter().enumerate() {
-            let mut measured = vec![0.0f64; n];
+        for (m, (label, args)) in modes.iter().enumerate() {
+            let mut measured = vec![[0.0f64; 2]; n];
             for k in 0..n {
                 let which = (round + k) % n;
                 let (server, _) = start(&binaries[which], args);
                 let t = pairs(server.port, 64);
-                measured[which] = t.per_sec(t.pairs);
+                let b = batched(server.port, 64);
+                measured[which] = [t.per_sec(t.pairs), b.per_sec(b.pairs)];
                 drop(server);
                 remove_data(&data);
             }
-            let shown: Vec<String> = measured.iter().map(|m| format!("{m:.0}")).collect();
-            eprintln!("round {round} {label}: pairs/s {}", shown.join(" "));
-            for (k, m) in measured.iter().enumerate() {
-                ratios[r][k].push(m / measured[0]);
+            let shown: Vec<String> = measured
+                .iter()
+                .map(|[t, b]| format!("{t:.0}/{b:.0}"))
+                .collect();
+            eprintln!(
+                "round {round} {label}: pairs/s per request/batch {}",
+                shown.join(" ")
+            );
+            for (k, got) in measured.iter().enumerate() {
+                for way in 0..2 {
+                    ratios[m][way][k].push(got[way] / measured[0][way]);
+                }
             }
         }
     }
-    for (r, (label, _)) in rows.iter().enumerate() {
-        for (k, binary) in binaries.iter().enumerate().skip(1) {
-            let v = &mut ratios[r][k];
-            v.sort_by(f64::total_cmp);
-            let median = if v.len() % 2 == 1 {
-                v[v.len() / 2]
-            } else {
-                (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-            };
-            let shown: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
-            println!(
-                "{label}, 64 clients: {binary} ÷ {}: median {median:.3} over {rounds} rounds (sorted: {})",
-                binaries[0],
-                shown.join(" ")
-            );
+    for (m, (label, _)) in modes.iter().enumerate() {
+        for (way, name) in ["one request per operation", "batch endpoint"]
+            .iter()
+            .enumerate()
+        {
+            for (k, binary) in binaries.iter().enumerate().skip(1) {
+                let v = &mut ratios[m][way][k];
+                v.sort_by(f64::total_cmp);
+                let median = if v.len() % 2 == 1 {
+                    v[v.len() / 2]
+                } else {
+                    (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+                };
+                let shown: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+                println!(
+                    "{label}, {name}, 64 clients: {binary} ÷ {}: median {median:.3} over {rounds} rounds (sorted: {})",
+                    binaries[0],
+                    shown.join(" ")
+                );
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
