@@ -150,7 +150,7 @@ test('a frozen server costs close() at most reconnectTimeoutMs, not the request 
   try {
     const session = await k.session('frozen');
     await session.lease('MUTATES FILE:/frozen', { ttlMs: 60_000 });
-    s.child.kill('SIGSTOP');
+    await s.freeze();
     let started = Date.now();
     await assert.rejects(within(bound(1000) + 5000, k.resourceState('FILE:/frozen'), 'the read'), (e) => {
       assert.ok(e instanceof Unreachable, String(e));

@@ -7,6 +7,7 @@
 import { spawn, execFileSync } from 'node:child_process';
 import { createServer as createNetServer, connect as connectNet } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { readdirSync, readFileSync } from 'node:fs';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -72,6 +73,29 @@ export async function startServer(args = ['--memory'], { port = 0, bin = klockBi
     kill(signal = 'SIGKILL') {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       return exited;
+    },
+    /**
+     * SIGSTOP, and wait until every thread of the process has stopped: `kill` returns before
+     * the stop reaches the other threads, which can still answer a request sent meanwhile.
+     */
+    async freeze() {
+      child.kill('SIGSTOP');
+      const tasks = `/proc/${child.pid}/task`;
+      const deadline = Date.now() + 5000;
+      while (Date.now() < deadline) {
+        const states = [];
+        for (const task of readdirSync(tasks)) {
+          try {
+            // The state follows the command name in parentheses.
+            states.push(readFileSync(`${tasks}/${task}/stat`, 'utf8').split(')').pop().trim()[0]);
+          } catch {
+            // a thread that ended meanwhile
+          }
+        }
+        if (states.length > 0 && states.every((state) => state === 'T' || state === 't')) return;
+        await new Promise((resolve) => setTimeout(resolve, 1));
+      }
+      throw new Error(`klock serve (pid ${child.pid}) did not stop within 5 s`);
     },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');

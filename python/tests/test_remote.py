@@ -153,7 +153,7 @@ def test_a_lease_is_lost_at_its_local_deadline_when_renewals_cannot_get_through(
         block.__enter__()
         sent = k.now()
         assert server.proc is not None
-        server.proc.send_signal(signal.SIGSTOP)
+        server.freeze()
         try:
             deadline = time.monotonic() + 5
             while not block.lost and time.monotonic() < deadline:

@@ -220,7 +220,7 @@ def test_a_frozen_server_costs_a_call_at_most_its_budget() -> None:
     try:
         k = klock.connect(server.url, reconnect_timeout=1.0)
         s = k.session("frozen")
-        server.proc.send_signal(signal.SIGSTOP)
+        server.freeze()
         try:
             started = time.monotonic()
             s.close()  # its leases end at their TTL on a server that never answers
