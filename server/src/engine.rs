@@ -349,10 +349,18 @@ async fn run_timer(core: Weak<Core>, start: u64, at: Instant) {
     loop {
         let Some(engine) = core.upgrade() else { return };
         let timer = Arc::clone(&engine.timer);
-        let deadline = lock(&engine.state).machine().kernel().next_deadline();
-        timer
-            .armed
-            .store(deadline.unwrap_or(u64::MAX), Ordering::Release);
+        // Armed under the applier's lock: a batch applied after this re-arms (once it has
+        // released the lock) against this arming, and wakes the timer for an earlier deadline;
+        // a batch applied before is in the deadline read here. Arming after releasing the lock
+        // could miss a deadline a batch added in between, until the next batch.
+        let deadline = {
+            let state = lock(&engine.state);
+            let deadline = state.machine().kernel().next_deadline();
+            timer
+                .armed
+                .store(deadline.unwrap_or(u64::MAX), Ordering::Release);
+            deadline
+        };
         let now = engine.clock.read().unwrap_or(0);
         if deadline.is_some_and(|d| d <= now) {
             // Due: settle it (the answer is the batch's business: nobody waits on it).
