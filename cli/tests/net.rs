@@ -9,22 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::{open, Server};
-
-/// Waits until the other end closes `s` (EOF or reset), reading whatever comes first;
-/// false if it stays open for `limit` (a bound for a failing test, not a timing claim).
-fn closed_by_server(s: &mut TcpStream, limit: Duration) -> bool {
-    s.set_read_timeout(Some(limit)).unwrap();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
-}
+use support::{closed_by_server, open, Server};
 
 // ---- item 5: Host and Content-Type -----------------------------------------------------------
 

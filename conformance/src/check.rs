@@ -293,19 +293,21 @@ fn session_list(
         .map(|a| aliases.session(a))
         .collect::<Result<Vec<_>, _>>()?;
     if want != got {
-        let show = |ids: &[SessionId]| {
-            ids.iter()
-                .map(|s| aliases.session_label(*s))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         return Err(format!(
             "{what}: expected [{}], got [{}]",
-            show(&want),
-            show(got)
+            labels(aliases, &want),
+            labels(aliases, got)
         ));
     }
     Ok(())
+}
+
+/// The sessions' labels (alias and id), comma-separated.
+fn labels(aliases: &Aliases, ids: &[SessionId]) -> String {
+    ids.iter()
+        .map(|s| aliases.session_label(*s))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Compares a set of session aliases with the sessions that came back.
@@ -325,16 +327,10 @@ fn session_set(what: &str, expected: &[String], got: &[SessionId], aliases: &mut
     let mut have = got.to_vec();
     have.sort_unstable();
     if want != have {
-        let show = |ids: &[SessionId]| {
-            ids.iter()
-                .map(|s| aliases.session_label(*s))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         return Err(format!(
             "{what}: expected {{{}}}, got {{{}}}",
-            show(&want),
-            show(&have)
+            labels(aliases, &want),
+            labels(aliases, &have)
         ));
     }
     Ok(())

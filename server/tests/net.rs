@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-use support::{metric, on, open, Agent, Server};
+use support::{closed_by_server, metric, on, open, Agent, Server};
 
 /// Sends `head` (and `body`) on a new connection; the whole answer as text.
 fn exchange(port: u16, head: &str, body: &[u8]) -> String {
@@ -33,21 +33,6 @@ fn status_of(answer: &str) -> u16 {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
-}
-
-/// Waits until the other end closes `s` (EOF or reset), reading whatever comes first;
-/// false if it stays open for `limit` (a bound for a failing test, not a timing claim).
-fn closed_by_server(s: &mut TcpStream, limit: Duration) -> bool {
-    s.set_read_timeout(Some(limit)).unwrap();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
 }
 
 // ---- item 5: Host and Content-Type -----------------------------------------------------------

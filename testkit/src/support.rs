@@ -92,3 +92,18 @@ pub fn open(s: &Server, ns: &str, agent: &str) -> Agent {
 pub fn sha256_of(secret: &str) -> String {
     klock_server::auth::hex(&klock_server::auth::digest(secret))
 }
+
+/// Waits until the other end closes `s` (EOF or reset), reading whatever comes first;
+/// false if it stays open for `limit` (a bound for a failing test, not a timing claim).
+pub fn closed_by_server(s: &mut std::net::TcpStream, limit: std::time::Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match std::io::Read::read(s, &mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
