@@ -82,13 +82,17 @@ pub fn help() -> String {
     HELP.replace("CONNECTION_FLAGS", CONNECTION_HELP)
 }
 
-/// What `klock exec` was asked to do.
+/// What `klock exec` (or `klock elect`, the same run for one election's lease) was asked to do.
 #[derive(Debug)]
 pub struct ExecArgs {
     connection: Connection,
-    intents: Vec<String>,
-    ttl: Duration,
-    wait: Duration,
+    pub(crate) intents: Vec<String>,
+    /// `klock elect`'s election: the run campaigns for `LEADER:/NAME`, and the command also
+    /// sees `KLOCK_TERM` and `KLOCK_ELECTION`. `None` for `klock exec`.
+    pub(crate) election: Option<String>,
+    pub(crate) ttl: Duration,
+    /// How long to wait for the grant; `None`: as long as it takes (`klock elect`'s default).
+    pub(crate) wait: Option<Duration>,
     kill_after: Duration,
     digest: Option<PathBuf>,
     verbose: bool,
@@ -100,11 +104,30 @@ pub struct ExecArgs {
 /// # Errors
 /// A flag this tool does not know, a missing value, no intent or no command.
 pub fn parse(args: &[String]) -> Result<ExecArgs, String> {
+    parse_as(args, Tool::Exec)
+}
+
+/// Which tool's command line [`parse_as`] reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tool {
+    Exec,
+    /// `klock elect`: one positional NAME (checked by [`super::elect::canonical`]) instead of
+    /// `--intent`, a 15 s TTL and no time limit on the campaign unless the flags say otherwise.
+    Elect,
+}
+
+/// [`parse`] for either tool.
+pub(crate) fn parse_as(args: &[String], tool: Tool) -> Result<ExecArgs, String> {
+    let (ttl, wait) = match tool {
+        Tool::Exec => (Duration::from_secs(60), Some(Duration::from_secs(30))),
+        Tool::Elect => (super::elect::DEFAULT_TTL, None),
+    };
     let mut out = ExecArgs {
         connection: Connection::default(),
         intents: Vec::new(),
-        ttl: Duration::from_secs(60),
-        wait: Duration::from_secs(30),
+        election: None,
+        ttl,
+        wait,
         kill_after: Duration::from_secs(10),
         digest: None,
         verbose: false,
@@ -120,12 +143,24 @@ pub fn parse(args: &[String]) -> Result<ExecArgs, String> {
                 out.command = flags.rest().to_vec();
                 break;
             }
-            "--intent" => out.intents.push(flags.value(flag, inline)?.to_owned()),
+            "--intent" if tool == Tool::Exec => {
+                out.intents.push(flags.value(flag, inline)?.to_owned());
+            }
             "--ttl" => out.ttl = duration(flag, flags.value(flag, inline)?)?,
-            "--wait" => out.wait = duration(flag, flags.value(flag, inline)?)?,
+            "--wait" => out.wait = Some(duration(flag, flags.value(flag, inline)?)?),
             "--kill-after" => out.kill_after = duration(flag, flags.value(flag, inline)?)?,
             "--digest" => out.digest = Some(PathBuf::from(flags.value(flag, inline)?)),
             "-v" | "--verbose" => out.verbose = true,
+            name if tool == Tool::Elect && out.election.is_none() && !name.starts_with('-') => {
+                let name = super::elect::canonical(name)?;
+                out.intents.push(format!("MUTATES LEADER:/{name}"));
+                out.election = Some(name);
+            }
+            other if tool == Tool::Elect => {
+                return Err(format!(
+                    "unknown argument {other:?} (the command goes after --: klock elect NAME ... -- COMMAND)"
+                ))
+            }
             other => {
                 return Err(format!(
                     "unknown argument {other:?} (the command goes after --: klock exec --intent ... -- COMMAND)"
@@ -133,14 +168,20 @@ pub fn parse(args: &[String]) -> Result<ExecArgs, String> {
             }
         }
     }
+    if tool == Tool::Elect && out.election.is_none() {
+        return Err(String::from(
+            "name the election: klock elect [flags] NAME -- COMMAND",
+        ));
+    }
     if out.intents.is_empty() {
         return Err(String::from(
             "name at least one --intent, like --intent \"MUTATES FILE:/path\"",
         ));
     }
     if out.command.is_empty() {
-        return Err(String::from(
-            "name the command after --, like: klock exec --intent ... -- make deploy",
+        return Err(format!(
+            "name the command after --, like: {} ... -- make deploy",
+            out.tool()
         ));
     }
     if out.ttl < Duration::from_millis(3) {
@@ -151,12 +192,23 @@ pub fn parse(args: &[String]) -> Result<ExecArgs, String> {
     Ok(out)
 }
 
-/// Runs `klock exec` and returns its exit status.
+impl ExecArgs {
+    /// The command's name in messages: `klock exec` or `klock elect`.
+    fn tool(&self) -> &'static str {
+        if self.election.is_some() {
+            "klock elect"
+        } else {
+            "klock exec"
+        }
+    }
+}
+
+/// Runs `klock exec` (or `klock elect`) and returns its exit status.
 pub async fn run(args: ExecArgs) -> u8 {
     match run_inner(&args).await {
         Ok(code) => code,
         Err((code, message)) => {
-            eprintln!("klock exec: {message}");
+            eprintln!("{}: {message}", args.tool());
             code
         }
     }
@@ -197,7 +249,8 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
         let how = if resumed { "resumed" } else { "opened" };
         let info = &session.info;
         eprintln!(
-            "klock exec: session {} (agent {:?}, priority {}, {how}) holds {}",
+            "{}: session {} (agent {:?}, priority {}, {how}) holds {}",
+            args.tool(),
             info.session_id,
             info.agent_id,
             info.priority,
@@ -251,7 +304,10 @@ async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Sessio
                 // after this run is killed (SIGKILL leaves no time to save) still resumes it.
                 let path = args.digest.as_deref().unwrap_or(Path::new(""));
                 if let Err(e) = write_digest(path, &saved.digest, session.resume_secret()) {
-                    eprintln!("klock exec: warning: {e}; a rerun cannot resume this session");
+                    eprintln!(
+                        "{}: warning: {e}; a rerun cannot resume this session",
+                        args.tool()
+                    );
                 }
                 return Ok((session, true));
             }
@@ -263,7 +319,8 @@ async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Sessio
                     || name == "RESUME_SECRET_REFUSED" =>
             {
                 eprintln!(
-                    "klock exec: the session saved in {} is gone ({name}); opening a new one, whose priority starts over",
+                    "{}: the session saved in {} is gone ({name}); opening a new one, whose priority starts over",
+                    args.tool(),
                     args.digest.as_deref().unwrap_or(Path::new("")).display()
                 );
             }
@@ -326,13 +383,15 @@ async fn acquire(
     keeper: &Keeper,
     signals: &mut child::Interrupts,
 ) -> Result<Vec<Lease>, Stop> {
-    let give_up = Instant::now() + args.wait;
+    // No limit: the kernel's wait deadline saturates at the end of its clock.
+    let give_up = args.wait.map(|wait| Instant::now() + wait);
     let ttl_ms = args.ttl.as_millis() as u64;
     let mut blockers: Vec<Blocker> = Vec::new();
     loop {
-        let left = give_up.saturating_duration_since(Instant::now());
         let sent = Instant::now();
-        let left_ms = left.as_millis() as u64;
+        let left_ms = give_up.map_or(u64::MAX, |at| {
+            at.saturating_duration_since(sent).as_millis() as u64
+        });
         // Not held open by the server (no hold_ms): a held WAIT answers with its outcome
         // only, and the WAIT verdict is what names the holders for the message at exit 75.
         let answer = session
@@ -382,10 +441,9 @@ async fn acquire(
                 // Never retry sooner than the kernel said; if that is past --wait, wait out
                 // --wait and give up.
                 let retry = Instant::now() + Duration::from_millis(retry_after_ms);
-                let (until, last) = if retry >= give_up {
-                    (give_up, true)
-                } else {
-                    (retry, false)
+                let (until, last) = match give_up {
+                    Some(give_up) if retry >= give_up => (give_up, true),
+                    _ => (retry, false),
                 };
                 tokio::select! {
                     () = tokio::time::sleep_until(until) => {}
@@ -400,11 +458,14 @@ async fn acquire(
     }
 }
 
-/// Long-polls a ticket until it resolves; the kernel times it out at `give_up`.
-async fn follow(session: &Session, ticket: u64, give_up: Instant) -> Result<Outcome, Stop> {
+/// Long-polls a ticket until it resolves; the kernel times it out at `give_up` (never, for
+/// `None`: each poll is then one server hold long).
+async fn follow(session: &Session, ticket: u64, give_up: Option<Instant>) -> Result<Outcome, Stop> {
     loop {
         // A second past `give_up` lets the kernel's WAIT_TIMEOUT arrive rather than race it.
-        let left = (give_up + Duration::from_secs(1)).saturating_duration_since(Instant::now());
+        let left = give_up.map_or(Duration::MAX, |give_up| {
+            (give_up + Duration::from_secs(1)).saturating_duration_since(Instant::now())
+        });
         let outcome = session.ticket(ticket, left).await.map_err(refused)?;
         if outcome != Outcome::Waiting || left.is_zero() {
             if outcome == Outcome::Waiting {
@@ -425,14 +486,14 @@ fn gave_up(args: &ExecArgs, blockers: &[Blocker]) -> Stop {
         EXIT_CONFLICT,
         format!(
             "gave up after --wait {}: {who}. Try again later, or wait longer with --wait",
-            show(args.wait)
+            show(args.wait.unwrap_or_default())
         ),
     )
 }
 
 fn spawn(args: &ExecArgs, session: &Session, leases: &[Lease]) -> Result<Child, Stop> {
     let fence = leases.iter().map(|l| l.fence).max().unwrap_or_default();
-    let env = [
+    let mut env = vec![
         ("KLOCK_SESSION", session.info.session_id.to_string()),
         (
             "KLOCK_LEASES",
@@ -440,6 +501,12 @@ fn spawn(args: &ExecArgs, session: &Session, leases: &[Lease]) -> Result<Child, 
         ),
         ("KLOCK_FENCE", fence.to_string()),
     ];
+    if let Some(name) = &args.election {
+        // The term is the election lease's fence: it grows with every new leader, so a store
+        // that remembers the largest term it saw refuses a deposed one.
+        env.push(("KLOCK_TERM", fence.to_string()));
+        env.push(("KLOCK_ELECTION", name.clone()));
+    }
     child::spawn(&args.command, &env).map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             127
@@ -532,7 +599,10 @@ pub fn write_digest(path: &Path, digest: &StateDigest, resume_secret: &str) -> R
 /// After the command ended on its own: release everything, close, forget the digest.
 async fn finish(args: &ExecArgs, session: &Session) {
     if let Err(e) = session.close().await {
-        eprintln!("klock exec: could not close the session ({e}); its leases end at their TTL");
+        eprintln!(
+            "{}: could not close the session ({e}); its leases end at their TTL",
+            args.tool()
+        );
     }
     if let Some(path) = &args.digest {
         let _ = std::fs::remove_file(path);
@@ -567,6 +637,6 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(ok.command, ["echo", "--intent"]);
-        assert_eq!(ok.wait, Duration::ZERO);
+        assert_eq!(ok.wait, Some(Duration::ZERO));
     }
 }

@@ -10,6 +10,7 @@
 //! - [`keeper`]: background renewals, and the report of a lost lease.
 //! - [`args`]: the flags the tools share.
 //! - [`exec`]: `klock exec`, a command run under leases.
+//! - [`elect`]: `klock elect`, a command run while this process leads an election.
 //! - [`child`]: that command's process group, its signals, and stopping it.
 //! - [`sidecar`]: `klock mcp`, one session per agent behind the MCP tools of `klock-mcp`.
 //! - [`replies`]: what it tells the model about its requests.
@@ -18,6 +19,7 @@
 pub mod args;
 pub mod child;
 pub mod client;
+pub mod elect;
 pub mod exec;
 pub mod http;
 pub mod keeper;

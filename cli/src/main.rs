@@ -6,6 +6,7 @@
 //!             [--snapshot-every N]
 //! klock token-hash < SECRET
 //! klock exec [flags] --intent I... -- COMMAND...
+//! klock elect NAME [flags] -- COMMAND...
 //! klock mcp [flags]
 //! klock status [flags]
 //! klock reconcile --digest FILE [flags]
@@ -25,6 +26,7 @@ usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and
 
   serve         the control plane: the kernel behind an HTTP API, durable in a redb file
   exec          run a command holding leases, like flock(1) but shared and deadlock-free
+  elect         run a command only while this process leads an election
   mcp           an MCP server on stdio for one LLM agent
   status        who holds what, queues, most contended resources, ghost agents
   reconcile     the server's truth about a session saved with --digest
@@ -50,7 +52,8 @@ fn main() -> ExitCode {
         Some("token-hash") if wants_help(&args[1..]) => return help(TOKEN_HASH_HELP),
         Some("serve") => {}
         Some("token-hash") => return token_hash(),
-        Some("exec") => return exec(&args[1..]),
+        Some("exec") => return exec("exec", &args[1..]),
+        Some("elect") => return exec("elect", &args[1..]),
         Some("mcp") => return mcp(&args[1..]),
         Some("status") => return overview("status", &args[1..]),
         Some("reconcile") => return overview("reconcile", &args[1..]),
@@ -120,20 +123,31 @@ fn wants_help(args: &[String]) -> bool {
     flags.iter().any(|a| a == "--help" || a == "-h")
 }
 
-fn exec(args: &[String]) -> ExitCode {
-    use klock_agent::exec;
+/// `klock exec`, or `klock elect` (the same run, for one election's lease).
+fn exec(tool: &str, args: &[String]) -> ExitCode {
+    use klock_agent::{elect, exec};
     if wants_help(args) {
-        println!("{}", exec::help());
+        let text = if tool == "elect" {
+            elect::help()
+        } else {
+            exec::help()
+        };
+        println!("{text}");
         return ExitCode::SUCCESS;
     }
-    let parsed = match exec::parse(args) {
+    let parsed = if tool == "elect" {
+        elect::parse(args)
+    } else {
+        exec::parse(args)
+    };
+    let parsed = match parsed {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("klock exec: {e}\n(klock exec --help shows every flag)");
+            eprintln!("klock {tool}: {e}\n(klock {tool} --help shows every flag)");
             return ExitCode::from(exec::EXIT_USAGE);
         }
     };
-    match tool_runtime("exec") {
+    match tool_runtime(tool) {
         Ok(runtime) => ExitCode::from(runtime.block_on(exec::run(parsed))),
         Err(code) => code,
     }

@@ -16,7 +16,15 @@ fn klock(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-const SUBCOMMANDS: [&str; 6] = ["serve", "exec", "mcp", "status", "reconcile", "token-hash"];
+const SUBCOMMANDS: [&str; 7] = [
+    "serve",
+    "exec",
+    "elect",
+    "mcp",
+    "status",
+    "reconcile",
+    "token-hash",
+];
 
 #[test]
 fn every_subcommand_has_help_with_an_example() {
@@ -42,7 +50,7 @@ fn every_subcommand_has_help_with_an_example() {
 
 #[test]
 fn an_unknown_flag_is_refused_and_names_the_help() {
-    for sub in ["serve", "exec", "mcp", "status", "reconcile"] {
+    for sub in ["serve", "exec", "elect", "mcp", "status", "reconcile"] {
         let (code, _, err) = klock(&[sub, "--no-such-flag"]);
         assert_eq!(code, 2, "klock {sub} --no-such-flag: {err}");
         assert!(err.contains("--no-such-flag"), "klock {sub}: {err}");
