@@ -152,11 +152,15 @@ class Column:
         return sum((a.done or {}).get(key, 0) for a in self.agents)
 
     def lost(self) -> int:
+        return len(self.lost_edits())
+
+    def lost_edits(self) -> list[str]:
+        """The ids of edits an agent reported written that no file holds."""
         present: set[str] = set()
         for path in self.files:
             with open(path, encoding="utf-8") as f:
                 present.update(json.load(f)["edits"])
-        return sum(1 for a in self.agents for edit in a.written if edit not in present)
+        return [edit for a in self.agents for edit in a.written if edit not in present]
 
     def survived(self) -> str:
         """Of the agents running when the server was killed, how many finished cleanly."""
@@ -459,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             print(f"FAILED: the Klock run lost {lost} edits, failed or did not finish")
+            for c in guarded:
+                if c.lost():
+                    # Which edits (agent-unit.file): enough to tell a frozen agent's from others'.
+                    print(f"lost ({c.title}): {', '.join(c.lost_edits())}")
         return 0 if ok else 1
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the cleanup
