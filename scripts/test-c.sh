@@ -155,11 +155,12 @@ cmp "$lib_dir/libklock.a" "$prefix/lib/libklock.a" || fail "the installed libklo
 library_soname=$(readelf -d "$prefix/lib/libklock.so.$version" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$library_soname" = "$soname" ] || fail "libklock.so.$version has SONAME '$library_soname', not $soname"
 echo "$prefix: include/klock.h, lib/libklock.a, lib/libklock.so -> $soname -> libklock.so.$version (SONAME $soname), klock.pc, the CMake package"
-[ "$(pkg-config --variable=prefix klock)" = "$prefix" ] || fail "klock.pc's prefix is not $prefix"
-[ "$(pkg-config --cflags klock)" = "-I$prefix/include" ] || fail "pkg-config --cflags klock: $(pkg-config --cflags klock)"
-[ "$(pkg-config --libs klock)" = "-L$prefix/lib -lklock" ] || fail "pkg-config --libs klock: $(pkg-config --libs klock)"
-[ "$(pkg-config --static --libs klock)" = "-L$prefix/lib -lklock -lpthread -ldl -lm" ] ||
-  fail "pkg-config --static --libs klock: $(pkg-config --static --libs klock)"
+# pkg-config ARGS: its answer for klock, without the trailing space pkgconf writes.
+pc() { pkg-config "$@" klock | sed 's/ *$//'; }
+[ "$(pc --variable=prefix)" = "$prefix" ] || fail "klock.pc's prefix is not $prefix"
+[ "$(pc --cflags)" = "-I$prefix/include" ] || fail "pkg-config --cflags klock: $(pc --cflags)"
+[ "$(pc --libs)" = "-L$prefix/lib -lklock" ] || fail "pkg-config --libs klock: $(pc --libs)"
+[ "$(pc --static --libs)" = "-L$prefix/lib -lklock -lpthread -ldl -lm" ] || fail "pkg-config --static --libs klock: $(pc --static --libs)"
 echo "pkg-config: klock $version, --cflags -I$prefix/include, --libs -L$prefix/lib -lklock (--static adds -lpthread -ldl -lm)"
 pass
 
@@ -189,6 +190,8 @@ CMAKE
 probe() { # prefix wanted-version...: configures the probe project, its output in $scratch/probe.out
   timeout 120 cmake -S "$scratch/probe" -B "$scratch/probe/build" -DCMAKE_PREFIX_PATH="$1" -DWANTED="$2" >"$scratch/probe.out" 2>&1
 }
+# What the probe said, on one line (CMake wraps its messages).
+probe_said() { tr -s ' \n' ' ' <"$scratch/probe.out"; }
 for wanted in "" "0.$minor" "$version" "$version EXACT"; do
   probe "$prefix" "$wanted" || { cat "$scratch/probe.out" >&2; fail "find_package(klock $wanted) refused klock $version"; }
   grep -q "found klock $version" "$scratch/probe.out" || fail "find_package(klock $wanted) did not set klock_VERSION"
@@ -197,7 +200,7 @@ refused=("0.$((minor + 1))" "1.0" "0.$minor.$((patch + 1))")
 ((minor == 0)) || refused+=("0.$((minor - 1))")
 for wanted in "${refused[@]}"; do
   if probe "$prefix" "$wanted"; then fail "find_package(klock $wanted) accepted klock $version"; fi
-  grep -q "compatible with requested version \"$wanted\"" "$scratch/probe.out" ||
+  grep -qF "compatible with requested version \"$wanted\"" <<<"$(probe_said)" ||
     { cat "$scratch/probe.out" >&2; fail "find_package(klock $wanted) failed for another reason"; }
 done
 echo "find_package(klock V) accepts V in (none, 0.$minor, $version, $version EXACT), refuses ${refused[*]}"
@@ -213,7 +216,7 @@ make_c install DESTDIR="$stage" PREFIX=/opt/klock >"$scratch/stage.out" 2>&1 ||
 grep -qx "prefix=/opt/klock" "$stage/opt/klock/lib/pkgconfig/klock.pc" || fail "the staged klock.pc does not say prefix=/opt/klock"
 grep -rq "$stage" "$stage/opt/klock/lib/pkgconfig" "$stage/opt/klock/lib/cmake" && fail "a staged package file names DESTDIR"
 if probe "$stage/opt/klock" ""; then fail "find_package(klock) accepted a package whose files are not at /opt/klock"; fi
-grep -qF "names /opt/klock/lib/libklock.so.$version, which does not exist" "$scratch/probe.out" ||
+grep -qF "names /opt/klock/lib/libklock.so.$version, which does not exist" <<<"$(probe_said)" ||
   { cat "$scratch/probe.out" >&2; fail "a package whose files are missing failed without saying which"; }
 make_c uninstall DESTDIR="$stage" PREFIX=/opt/klock >"$scratch/stage.out" 2>&1 ||
   { cat "$scratch/stage.out" >&2; fail "make uninstall failed"; }
