@@ -122,7 +122,7 @@ build quickstart examples/c/quickstart.c
 for pid in "${compiles[@]}"; do wait "$pid" || fail "a compile failed (see above)"; done
 echo "built replay, bad_input, bad_digests and quickstart, each static and -dynamic (against $prefix), in $out"
 # The library exports exactly the functions klock.h declares: nothing test-only, nothing hidden.
-nm -D --defined-only "$prefix/lib/$soname" | awk '$2 == "T" && $3 ~ /^klock_/ {print $3}' | sort >"$scratch/exported"
+nm -D --defined-only "$prefix/lib/libklock.so.$version" | awk '$2 == "T" && $3 ~ /^klock_/ {print $3}' | sort >"$scratch/exported"
 grep -E '^[a-z].*klock_[a-z_]+\(' include/klock.h | grep -oE 'klock_[a-z_]+\(' | tr -d '(' | sort >"$scratch/declared"
 diff "$scratch/declared" "$scratch/exported" >&2 || fail "libklock.so exports other functions than include/klock.h declares (< declared, > exported)"
 echo "libklock.so exports the $(wc -l <"$scratch/exported") functions klock.h declares, and no other"
