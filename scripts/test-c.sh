@@ -208,10 +208,11 @@ pass
 
 # A staged install (DESTDIR, as packagers make one): the files go under DESTDIR, the package
 # files name the final prefix; a package whose files are not there is not found, saying why;
-# uninstall removes every file and link it wrote.
+# uninstall removes every file and link it wrote. Made with CARGO=false: once built, install
+# runs no cargo (`make && sudo make install`, where root has no Rust toolchain).
 stage="$scratch/stage"
-make_c install DESTDIR="$stage" PREFIX=/opt/klock >"$scratch/stage.out" 2>&1 ||
-  { cat "$scratch/stage.out" >&2; fail "make install DESTDIR=... failed"; }
+make_c install DESTDIR="$stage" PREFIX=/opt/klock CARGO=false >"$scratch/stage.out" 2>&1 ||
+  { cat "$scratch/stage.out" >&2; fail "make install DESTDIR=... CARGO=false failed (did it run cargo?)"; }
 (cd "$stage/opt/klock" && find . | sort) | cmp -s - "$scratch/installed" || fail "the staged install holds other files than the prefix"
 grep -qx "prefix=/opt/klock" "$stage/opt/klock/lib/pkgconfig/klock.pc" || fail "the staged klock.pc does not say prefix=/opt/klock"
 grep -rq "$stage" "$stage/opt/klock/lib/pkgconfig" "$stage/opt/klock/lib/cmake" && fail "a staged package file names DESTDIR"
@@ -222,7 +223,7 @@ make_c uninstall DESTDIR="$stage" PREFIX=/opt/klock >"$scratch/stage.out" 2>&1 |
   { cat "$scratch/stage.out" >&2; fail "make uninstall failed"; }
 left=$(find "$stage" -type f -o -type l)
 [ -z "$left" ] || fail "make uninstall left: $left"
-echo "DESTDIR: files under it, package files naming /opt/klock, found only where the files are; uninstall removed them all"
+echo "DESTDIR (no cargo run): files under it, package files naming /opt/klock, found only where the files are; uninstall removed them all"
 # A relative prefix cannot be written into klock.pc: refused before anything is built or written.
 if make_c install PREFIX=relative/prefix >"$scratch/relative.out" 2>&1; then fail "make install took a relative PREFIX"; fi
 grep -q 'PREFIX must be an absolute path, got "relative/prefix"' "$scratch/relative.out" ||
