@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Tests of the C API (bindings/c, include/klock.h), idempotent on a fresh machine:
-#  1. installs gcc, valgrind and libcjson-dev when missing;
+# Tests of the C API (bindings/c, include/klock.h) and of its installed copy, idempotent on a
+# fresh machine:
+#  1. installs gcc, valgrind, libcjson-dev, pkg-config and cmake when missing;
 #  2. runs the unit tests of bindings/c (cargo test -p klock-c: the panic boundary, the C lists
 #     checked against the core's, and include/klock.h against what the pinned cbindgen makes
 #     of the sources), and proves that a stale header fails that check;
 #  3. builds libklock (cargo build --release -p klock-c; the build writes nothing outside
-#     target/), checks it exports exactly the functions klock.h declares, and compiles, all at once, the replayer (tests/c/replay.c), the bad-input tests,
-#     the shared bad-digest cases' runner and the quickstart example with gcc -std=c11 -Wall
-#     -Wextra -Werror, each linked statically (libklock.a) and dynamically (libklock.so, rpath);
-#  4. runs every program at once under valgrind (errors and definite/indirect leaks fail): the
+#     target/), installs it with `make -C bindings/c install` into a prefix under target/,
+#     checks the installed library exports exactly the functions klock.h declares, and
+#     compiles, all at once, the replayer (tests/c/replay.c), the bad-input tests, the shared
+#     bad-digest cases' runner and the quickstart example with gcc -std=c11 -Wall -Wextra
+#     -Werror, each linked statically (the built libklock.a, -Iinclude) and dynamically against
+#     the installed copy (pkg-config --cflags --libs klock, rpath), each dynamic program
+#     needing the library by its SONAME;
+#  4. checks the installed copy: its files and links, the SONAME (readelf -d), klock.pc, the
+#     CMake package (find_package(klock) takes compatible versions only; a package whose files
+#     are gone is not found, saying which), examples/c built with CMake (klock::klock and
+#     klock::klock_static), a staged install (DESTDIR) and its uninstall, a relative PREFIX
+#     refused;
+#  5. runs every program at once under valgrind (errors and definite/indirect leaks fail): the
 #     replayer over every resolved script in both linkings (all must pass), over every mutant
 #     and over broken scripts (all must fail, saying why); the bad-input tests, every case of
-#     tests/bad-digests.json and the quickstart in both linkings; and the replayer over zero
+#     tests/bad-digests.json and the quickstart in both linkings, the quickstart's two CMake
+#     builds too (each must print what the static one prints); and the replayer over zero
 #     scripts (it must fail).
 # Every program runs under `timeout`. The resolved scripts come from scripts/resolve-vectors.sh,
 # rerun here when missing or older than the kernel, the checker or the vectors.
@@ -30,18 +41,21 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 target_dir="${CARGO_TARGET_DIR:-target}"
 
-step "system packages (gcc, valgrind, libcjson-dev)"
+step "system packages (gcc, valgrind, libcjson-dev, pkg-config, cmake)"
 missing=()
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 dpkg -s libcjson-dev >/dev/null 2>&1 || missing+=(libcjson-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   timeout 600 $sudo apt-get update
   timeout 600 $sudo apt-get install -y "${missing[@]}"
 fi
-echo "present: gcc $(gcc -dumpversion), $(valgrind --version), libcjson-dev $(dpkg-query -W -f='${Version}' libcjson-dev)"
+echo "present: gcc $(gcc -dumpversion), $(valgrind --version), libcjson-dev $(dpkg-query -W -f='${Version}' libcjson-dev)," \
+  "pkg-config $(pkg-config --version), $(cmake --version | head -n1)"
 
 step "unit tests of bindings/c, include/klock.h against the sources"
 timeout 900 cargo test -q -p klock-c
@@ -67,14 +81,30 @@ mutant_count=$(find "$mutants_dir" -name '*.json' | wc -l)
 ((script_count > 0 && mutant_count > 0)) || fail "no resolved scripts or no mutants in $target_dir/conformance"
 echo "$script_count scripts in $scripts_dir, $mutant_count mutants in $mutants_dir"
 
-step "build libklock and compile (gcc -std=c11 -Wall -Wextra -Werror), static and dynamic"
+step "build libklock, install it into a prefix, compile (gcc -std=c11 -Wall -Wextra -Werror), static and dynamic"
 timeout 900 cargo build -q --release -p klock-c
 lib_dir="$(cd "$target_dir/release" && pwd)"
 out="$target_dir/klock-c"
 mkdir -p "$out"
-cflags=(-std=c11 -Wall -Wextra -Werror -O1 -g -Iinclude)
-static_libs=("$lib_dir/libklock.a" -lpthread -ldl -lm)
-dynamic_libs=(-L"$lib_dir" -lklock -Wl,-rpath,"$lib_dir" -lpthread)
+# The install under test, made afresh (a file left from an earlier run must not pass for one).
+prefix="$(cd "$out" && pwd)/prefix"
+rm -rf "$prefix"
+# bindings/c/Makefile, given an absolute target directory (it runs cargo from bindings/c).
+make_c() { CARGO_TARGET_DIR="$(cd "$target_dir" && pwd)" timeout 900 make -s -C bindings/c "$@"; }
+make_c install PREFIX="$prefix" >"$scratch/install.out" 2>&1 ||
+  { cat "$scratch/install.out" >&2; fail "make -C bindings/c install failed"; }
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+version=$(pkg-config --modversion klock)
+# The SONAME rule (bindings/c/build.rs): libklock.so.0.MINOR while 0.x, libklock.so.MAJOR after.
+case $version in
+  0.*) soname=libklock.so.${version%.*} ;;
+  *) soname=libklock.so.${version%%.*} ;;
+esac
+cflags=(-std=c11 -Wall -Wextra -Werror -O1 -g)
+static_libs=(-Iinclude "$lib_dir/libklock.a" -lpthread -ldl -lm)
+read -ra installed_cflags <<<"$(pkg-config --cflags klock)"
+read -ra installed_libs <<<"$(pkg-config --libs klock)"
+dynamic_libs=("${installed_cflags[@]}" "${installed_libs[@]}" -Wl,-rpath,"$(pkg-config --variable=libdir klock)" -lpthread)
 # Every compile runs at once (the machine has few cores, and each is short).
 compiles=()
 build() { # name source extra-libs...
@@ -90,16 +120,116 @@ build bad_input tests/c/bad_input.c
 build bad_digests tests/c/bad_digests.c -lcjson
 build quickstart examples/c/quickstart.c
 for pid in "${compiles[@]}"; do wait "$pid" || fail "a compile failed (see above)"; done
-echo "built replay, bad_input, bad_digests and quickstart, each static and -dynamic, in $out"
+echo "built replay, bad_input, bad_digests and quickstart, each static and -dynamic (against $prefix), in $out"
 # The library exports exactly the functions klock.h declares: nothing test-only, nothing hidden.
-nm -D --defined-only "$lib_dir/libklock.so" | awk '$2 == "T" && $3 ~ /^klock_/ {print $3}' | sort >"$scratch/exported"
+nm -D --defined-only "$prefix/lib/libklock.so.$version" | awk '$2 == "T" && $3 ~ /^klock_/ {print $3}' | sort >"$scratch/exported"
 grep -E '^[a-z].*klock_[a-z_]+\(' include/klock.h | grep -oE 'klock_[a-z_]+\(' | tr -d '(' | sort >"$scratch/declared"
 diff "$scratch/declared" "$scratch/exported" >&2 || fail "libklock.so exports other functions than include/klock.h declares (< declared, > exported)"
 echo "libklock.so exports the $(wc -l <"$scratch/exported") functions klock.h declares, and no other"
-# The dynamic builds really load libklock.so.
-# (Captured first: under pipefail, `ldd | grep -q` fails when grep stops reading early.)
-dependencies=$(ldd "$out/replay-dynamic")
-grep -q "libklock.so" <<<"$dependencies" || fail "replay-dynamic does not load libklock.so"
+# needs NAME PROGRAM: PROGRAM's only libklock dependency is NAME, found in the prefix. A program
+# linked against a library without a SONAME would need the unversioned libklock.so instead.
+needs() {
+  local needed loaded
+  needed=$(readelf -d "$2" | sed -n 's/.*(NEEDED).*\[\(libklock[^]]*\)\]/\1/p')
+  [ "$needed" = "$1" ] || fail "$2 needs '$needed', not '$1'"
+  # (Captured first: under pipefail, `ldd | grep -q` fails when grep stops reading early.)
+  loaded=$(ldd "$2")
+  grep -qF "$1 => $prefix/lib/$1" <<<"$loaded" || { echo "$loaded" >&2; fail "$2 does not load $prefix/lib/$1"; }
+}
+for program in replay bad_input bad_digests quickstart; do needs "$soname" "$out/$program-dynamic"; done
+echo "each -dynamic program needs $soname (NEEDED) and loads it from $prefix/lib"
+pass
+
+step "the installed copy: files and links, SONAME, klock.pc, the CMake package, DESTDIR, uninstall"
+[ "$version" = "$(cargo pkgid -p klock-c | sed 's/.*[#@]//')" ] || fail "klock.pc says version $version, the crate is not that"
+(cd "$prefix" && find . | sort) >"$scratch/installed"
+printf '%s\n' . ./include ./include/klock.h ./lib ./lib/cmake ./lib/cmake/klock ./lib/cmake/klock/klockConfig.cmake \
+  ./lib/cmake/klock/klockConfigVersion.cmake ./lib/libklock.a ./lib/libklock.so "./lib/$soname" "./lib/libklock.so.$version" \
+  ./lib/pkgconfig ./lib/pkgconfig/klock.pc | sort >"$scratch/expected"
+diff "$scratch/expected" "$scratch/installed" >&2 || fail "the prefix holds other files than expected (< expected, > installed)"
+[ "$(readlink "$prefix/lib/libklock.so")" = "$soname" ] || fail "lib/libklock.so does not link to $soname"
+[ "$(readlink "$prefix/lib/$soname")" = "libklock.so.$version" ] || fail "lib/$soname does not link to libklock.so.$version"
+[ ! -L "$prefix/lib/libklock.so.$version" ] || fail "lib/libklock.so.$version is a link, not the library"
+cmp include/klock.h "$prefix/include/klock.h" || fail "the installed klock.h differs from include/klock.h"
+cmp "$lib_dir/libklock.a" "$prefix/lib/libklock.a" || fail "the installed libklock.a differs from the built one"
+library_soname=$(readelf -d "$prefix/lib/libklock.so.$version" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$library_soname" = "$soname" ] || fail "libklock.so.$version has SONAME '$library_soname', not $soname"
+echo "$prefix: include/klock.h, lib/libklock.a, lib/libklock.so -> $soname -> libklock.so.$version (SONAME $soname), klock.pc, the CMake package"
+# pkg-config ARGS: its answer for klock, without the trailing space pkgconf writes.
+pc() { pkg-config "$@" klock | sed 's/ *$//'; }
+[ "$(pc --variable=prefix)" = "$prefix" ] || fail "klock.pc's prefix is not $prefix"
+[ "$(pc --cflags)" = "-I$prefix/include" ] || fail "pkg-config --cflags klock: $(pc --cflags)"
+[ "$(pc --libs)" = "-L$prefix/lib -lklock" ] || fail "pkg-config --libs klock: $(pc --libs)"
+[ "$(pc --static --libs)" = "-L$prefix/lib -lklock -lpthread -ldl -lm" ] || fail "pkg-config --static --libs klock: $(pc --static --libs)"
+echo "pkg-config: klock $version, --cflags -I$prefix/include, --libs -L$prefix/lib -lklock (--static adds -lpthread -ldl -lm)"
+pass
+
+# examples/c with CMake: find_package(klock), klock::klock and klock::klock_static.
+cmake_build="$out/cmake-build"
+rm -rf "$cmake_build"
+timeout 300 cmake -S examples/c -B "$cmake_build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror -O1 -g" \
+  >"$scratch/cmake.out" 2>&1 || { cat "$scratch/cmake.out" >&2; fail "cmake could not configure examples/c"; }
+timeout 300 cmake --build "$cmake_build" >>"$scratch/cmake.out" 2>&1 || { cat "$scratch/cmake.out" >&2; fail "cmake could not build examples/c"; }
+needs "$soname" "$cmake_build/quickstart"
+static_needs=$(readelf -d "$cmake_build/quickstart-static")
+grep -q "libklock" <<<"$static_needs" && fail "quickstart-static needs a shared libklock"
+echo "examples/c built with CMake: quickstart needs $soname from $prefix/lib, quickstart-static no shared libklock"
+pass
+
+# The version file: the SONAME's rule, compatible within one 0.MINOR (only 0.x is written here).
+[[ $version == 0.* ]] || fail "version $version: write the 1.x cases of the CMake version checks"
+IFS=. read -r _ minor patch <<<"$version"
+mkdir -p "$scratch/probe"
+cat >"$scratch/probe/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(probe LANGUAGES C)
+separate_arguments(wanted UNIX_COMMAND "${WANTED}")
+find_package(klock ${wanted} REQUIRED)
+message(STATUS "found klock ${klock_VERSION}")
+CMAKE
+probe() { # prefix wanted-version...: configures the probe project, its output in $scratch/probe.out
+  timeout 120 cmake -S "$scratch/probe" -B "$scratch/probe/build" -DCMAKE_PREFIX_PATH="$1" -DWANTED="$2" >"$scratch/probe.out" 2>&1
+}
+# What the probe said, on one line (CMake wraps its messages).
+probe_said() { tr -s ' \n' ' ' <"$scratch/probe.out"; }
+for wanted in "" "0.$minor" "$version" "$version EXACT"; do
+  probe "$prefix" "$wanted" || { cat "$scratch/probe.out" >&2; fail "find_package(klock $wanted) refused klock $version"; }
+  grep -q "found klock $version" "$scratch/probe.out" || fail "find_package(klock $wanted) did not set klock_VERSION"
+done
+refused=("0.$((minor + 1))" "1.0" "0.$minor.$((patch + 1))")
+((minor == 0)) || refused+=("0.$((minor - 1))")
+for wanted in "${refused[@]}"; do
+  if probe "$prefix" "$wanted"; then fail "find_package(klock $wanted) accepted klock $version"; fi
+  grep -qF "compatible with requested version \"$wanted\"" <<<"$(probe_said)" ||
+    { cat "$scratch/probe.out" >&2; fail "find_package(klock $wanted) failed for another reason"; }
+done
+echo "find_package(klock V) accepts V in (none, 0.$minor, $version, $version EXACT), refuses ${refused[*]}"
+pass
+
+# A staged install (DESTDIR, as packagers make one): the files go under DESTDIR, the package
+# files name the final prefix; a package whose files are not there is not found, saying why;
+# uninstall removes every file and link it wrote. Made with CARGO=false: once built, install
+# runs no cargo (`make && sudo make install`, where root has no Rust toolchain).
+stage="$scratch/stage"
+make_c install DESTDIR="$stage" PREFIX=/opt/klock CARGO=false >"$scratch/stage.out" 2>&1 ||
+  { cat "$scratch/stage.out" >&2; fail "make install DESTDIR=... CARGO=false failed (did it run cargo?)"; }
+(cd "$stage/opt/klock" && find . | sort) | cmp -s - "$scratch/installed" || fail "the staged install holds other files than the prefix"
+grep -qx "prefix=/opt/klock" "$stage/opt/klock/lib/pkgconfig/klock.pc" || fail "the staged klock.pc does not say prefix=/opt/klock"
+grep -rq "$stage" "$stage/opt/klock/lib/pkgconfig" "$stage/opt/klock/lib/cmake" && fail "a staged package file names DESTDIR"
+if probe "$stage/opt/klock" ""; then fail "find_package(klock) accepted a package whose files are not at /opt/klock"; fi
+grep -qF "names /opt/klock/lib/libklock.so.$version, which does not exist" <<<"$(probe_said)" ||
+  { cat "$scratch/probe.out" >&2; fail "a package whose files are missing failed without saying which"; }
+make_c uninstall DESTDIR="$stage" PREFIX=/opt/klock >"$scratch/stage.out" 2>&1 ||
+  { cat "$scratch/stage.out" >&2; fail "make uninstall failed"; }
+left=$(find "$stage" -type f -o -type l)
+[ -z "$left" ] || fail "make uninstall left: $left"
+echo "DESTDIR (no cargo run): files under it, package files naming /opt/klock, found only where the files are; uninstall removed them all"
+# A relative prefix cannot be written into klock.pc: refused before anything is built or written.
+if make_c install PREFIX=relative/prefix >"$scratch/relative.out" 2>&1; then fail "make install took a relative PREFIX"; fi
+grep -q 'PREFIX must be an absolute path, got "relative/prefix"' "$scratch/relative.out" ||
+  { cat "$scratch/relative.out" >&2; fail "a relative PREFIX failed without saying so"; }
+[ ! -e bindings/c/relative ] || fail "make install wrote under a relative PREFIX"
+echo "a relative PREFIX is refused, naming it"
 pass
 
 step "broken scripts for the replayer"
@@ -131,6 +261,8 @@ step "every C program under valgrind, static and dynamic, side by side"
 # mutant and the broken scripts, each line saying which file it is about.
 spawn replay "$out/replay" "$scripts_dir" "$mutants_dir" "$scratch/broken" "$scratch/absent.json"
 spawn replay-dynamic "$out/replay-dynamic" "$scripts_dir"
+spawn quickstart-cmake "$cmake_build/quickstart"
+spawn quickstart-cmake-static "$cmake_build/quickstart-static"
 for program in bad_input bad_digests quickstart; do
   args=()
   [ "$program" = bad_digests ] && args=(tests/bad-digests.json)
@@ -171,12 +303,20 @@ grep -qx "$script_count passed, $((mutant_count + 5)) failed" "$scratch/replay.o
 echo "zero scripts, text that is not JSON, an unknown format, an unknown op, a missing key and a missing file all fail"
 pass
 
-step "bad input at the C boundary, tests/bad-digests.json, examples/c/quickstart.c"
+step "bad input at the C boundary, tests/bad-digests.json, examples/c/quickstart.c (in-tree, installed, CMake)"
 for program in bad_input bad_digests quickstart; do
   expect "$program" 0
   expect "$program-dynamic" 0
   tail -n 1 "$scratch/$program.out"
   pass
 done
+expect quickstart-cmake 0
+expect quickstart-cmake-static 0
+for name in quickstart-dynamic quickstart-cmake quickstart-cmake-static; do
+  cmp -s "$scratch/quickstart.out" "$scratch/$name.out" ||
+    { diff "$scratch/quickstart.out" "$scratch/$name.out" >&2; fail "$name printed other lines than the in-tree static quickstart"; }
+done
+echo "the quickstart built against the installed copy (pkg-config, CMake shared and static) prints what the in-tree one prints"
+pass
 
 printf '\ntest-c: %d passed, 0 failed\n' "$checks"

@@ -2,7 +2,11 @@
  * Klock from C in one page: open a session, acquire, handle WAIT by driving advance and
  * draining events, release.
  *
- * Build (after `cargo build --release -p klock-c`):
+ * Build against an installed libklock (`make -C bindings/c install PREFIX=...`, see
+ * bindings/c/README.md), with pkg-config or with CMake (examples/c/CMakeLists.txt):
+ *   cc -std=c11 examples/c/quickstart.c $(pkg-config --cflags --libs klock)
+ *   cmake -S examples/c -B build -DCMAKE_PREFIX_PATH=PREFIX && cmake --build build
+ * or from the checkout, statically (after `cargo build --release -p klock-c`):
  *   gcc -std=c11 -Iinclude examples/c/quickstart.c target/release/libklock.a -lpthread -ldl -lm
  *
  * The kernel never reads a clock: the host passes `now` (milliseconds, any epoch) on every call.
