@@ -26,7 +26,7 @@ checkout=$work/checkout
 export CARGO_TARGET_DIR=$work/cargo
 mkdir -p "$work/tools"
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> [%4d s] %s\n' "$SECONDS" "$*"; }
 fail() { echo "test-install: $*" >&2; exit 1; }
 for tool in cargo python3 node npm git tar; do
   command -v "$tool" >/dev/null || fail "$tool is not installed"
@@ -37,7 +37,8 @@ for copy in core/LICENSE python/LICENSE node/LICENSE; do
   cmp -s LICENSE "$copy" || fail "$copy differs from LICENSE (copy LICENSE over it)"
 done
 grep -q "Apache License" LICENSE && grep -q "Version 2.0, January 2004" LICENSE || fail "LICENSE is not the Apache-2.0 text"
-echo "same text in core/, python/, node/"
+cargo package --list --allow-dirty --locked -p klock-core | grep -qx LICENSE || fail "the klock-core crate would not carry LICENSE"
+echo "same text in core/, python/, node/; the klock-core crate carries it"
 
 step "a clean checkout of the tree at $checkout"
 rm -rf "$checkout"
