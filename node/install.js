@@ -49,7 +49,9 @@ function fail(message) {
 
 const suffix = platformSuffix();
 if (loads()) process.exit(0);
-if (path.resolve(process.env.npm_config_local_prefix || '') === here) {
+// npm names the project being installed; when it is this folder, the package is being developed.
+const project = process.env.npm_config_local_prefix;
+if (project && path.resolve(project) === here) {
   console.error('klock: development install; build the addon with `npm run build`');
   process.exit(0);
 }
