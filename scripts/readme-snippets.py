@@ -213,6 +213,9 @@ def main() -> int:
     parser.add_argument("--workdir", required=True, help="scratch space for the blocks")
     parser.add_argument("readmes", nargs="+", type=Path)
     args = parser.parse_args()
+    # Absolute, not resolved: a venv's python is a symlink that must stay inside the venv.
+    for name in ("python", "node_project", "klock", "checkout", "workdir"):
+        setattr(args, name, os.path.abspath(getattr(args, name)))
 
     blocks = [block for readme in args.readmes for block in blocks_of(readme)]
     wrong = [b for b in blocks if b.tag not in RUNNERS + NOT_CODE]
