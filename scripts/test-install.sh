@@ -53,8 +53,9 @@ step "cargo install --locked --path cli"
 klock=$work/root/bin/klock
 # `klock --version` arrives with the operator's server (issue 25 item 4); until then --help.
 klock_answers=(--help)
-"$klock" "${klock_answers[@]}" | head -n1
-"$klock" "${klock_answers[@]}" >/dev/null
+# Read whole (a `| head` would close the pipe early: klock then panics on a broken pipe).
+answer=$("$klock" "${klock_answers[@]}")
+echo "${answer%%$'\n'*}"
 
 step "pip install ./python into a clean venv"
 venv=$work/venv
