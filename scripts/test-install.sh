@@ -116,7 +116,7 @@ no_cargo_path=$(tr ':' '\n' <<<"$PATH" | while read -r dir; do [ -x "$dir/cargo"
 if out=$(cd "$project" && PATH=${no_cargo_path%:} npm install --no-audit --no-fund "$checkout/node" 2>&1); then
   fail "npm install without cargo succeeded, yet no addon was built"
 fi
-grep -q "klock: the native addon for linux-x64-gnu is not built, and cargo is not on PATH" <<<"$out" \
+grep -Eq "klock: the native addon for [a-z0-9]+-[a-z0-9]+(-[a-z]+)? is not built, and cargo is not on PATH: install Rust" <<<"$out" \
   || { echo "$out" >&2; fail "npm install without cargo did not say what to run"; }
 echo "without cargo: $(grep -o 'klock: the native addon.*' <<<"$out" | head -n1)"
 rm -rf "$project/node_modules" "$project/package-lock.json"
@@ -125,8 +125,9 @@ rm -rf "$project/node_modules" "$project/package-lock.json"
 packed=$(cd "$checkout/node" && npm pack --dry-run --json 2>/dev/null)
 node -e '
   const files = JSON.parse(process.argv[1])[0].files.map((f) => f.path);
-  for (const wanted of ["LICENSE", "README.md", "install.js", "klock.linux-x64-gnu.node", "client.js"]) {
-    if (!files.includes(wanted)) { console.error(`npm pack: ${wanted} missing from ${files}`); process.exit(1); }
+  for (const wanted of ["LICENSE", "README.md", "install.js", "client.js", /^klock\.[a-z0-9-]+\.node$/]) {
+    const found = typeof wanted === "string" ? files.includes(wanted) : files.some((f) => wanted.test(f));
+    if (!found) { console.error(`npm pack: ${wanted} missing from ${files}`); process.exit(1); }
   }
   console.log(`npm pack: ${files.length} files, LICENSE and the addon among them`);
 ' "$packed"
