@@ -75,6 +75,9 @@ bash scripts/test-agents.sh
 step "the main job: the fleet demo's Python and Node agent processes through a server crash"
 bash scripts/test-fleet.sh
 
+step "install paths from a clean checkout, every README snippet as written, the API reference"
+bash scripts/test-install.sh
+
 step "the run left the source tree as it found it"
 tree_after=$(bash scripts/tree-state.sh)
 if [ "$tree_before" != "$tree_after" ]; then
