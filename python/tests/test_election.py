@@ -308,3 +308,24 @@ def test_async_campaign_observe_and_loss(make_klock: MakeKlock) -> None:
         await changes.aclose()
 
     asyncio.run(main())
+
+
+def test_a_campaign_waiting_longer_than_its_ttl_leads_with_a_valid_lease(
+    make_klock: MakeKlock,
+) -> None:
+    # Remotely a grant after a wait dates from the last moment the ticket was known to wait
+    # (klock.remote, "long waits"): without the refreshes it would date from the acquire and
+    # be lost on arrival, and every queued campaigner after it too.
+    k = make_klock("detect")
+    a = Election(k, "x", agent_id="a", ttl=0.3)
+    b = Election(k, "x", agent_id="b", ttl=0.3)
+    a.campaign()
+    t, out = campaign_in_thread(b)
+    wait_until(lambda: queued(k, a) == 1)
+    time.sleep(1.0)  # more than three TTLs in the queue
+    a.resign()
+    t.join(10)
+    assert isinstance(out[0], int)
+    time.sleep(0.5)  # and it keeps it
+    assert b.is_leader() and not b.lost
+    b.resign()
