@@ -1774,6 +1774,7 @@ function connect(url, options = {}) {
 module.exports = {
   Klock,
   connect,
+  Election: require('./election.js').Election,
   fencedWrite,
   fencedWriteAsync,
   StaleFence,
