@@ -108,7 +108,8 @@ class Election {
     }
     const { agentId, ttlMs = 15_000, namespace, onLost, pollMs = DEFAULT_POLL_MS } = options;
     if (agentId !== undefined && typeof agentId !== 'string') throw typeError('`options.agentId` must be a string');
-    if (namespace !== undefined && typeof namespace !== 'string') throw typeError('`options.namespace` must be a string');
+    if (namespace !== undefined && typeof namespace !== 'string')
+      throw typeError('`options.namespace` must be a string');
     if (onLost !== undefined && typeof onLost !== 'function') throw typeError('`options.onLost` must be a function');
     this.ttlMs = checkPositiveMs(ttlMs, 'options.ttlMs');
     this.pollMs = checkPositiveMs(pollMs, 'options.pollMs');

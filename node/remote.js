@@ -377,7 +377,8 @@ class RemoteKernel {
     }
     for (const s of this._manual ? [] : this._sessions.values()) {
       for (const [ticket, due] of s.refresh) {
-        if (!s.tickets.has(ticket)) s.refresh.delete(ticket); // resolved or withdrawn
+        if (!s.tickets.has(ticket))
+          s.refresh.delete(ticket); // resolved or withdrawn
         else if (due.at <= now) {
           due.at = now + due.every;
           this._background(s.refreshTicket(ticket, now));

@@ -14,8 +14,18 @@ import { createRequire } from 'node:module';
 import { startServer, freezeProcess, within } from './server.mjs';
 
 const require = createRequire(import.meta.url);
-const { Klock, connect, Election, ManualClock, KlockError, LeaseLost, Timeout, Closed, fencedWrite, StaleFence } =
-  require('../client.js');
+const {
+  Klock,
+  connect,
+  Election,
+  ManualClock,
+  KlockError,
+  LeaseLost,
+  Timeout,
+  Closed,
+  fencedWrite,
+  StaleFence,
+} = require('../client.js');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -35,7 +45,8 @@ if (process.env.KLOCK_ELECTION_CHILD !== undefined) {
 
 /** One campaigner process: campaigns, acts while it leads, resigns on SIGUSR2; JSON lines out. */
 async function campaigner({ url, name, agent, register, ttlMs }) {
-  const log = (fields) => process.stdout.write(JSON.stringify({ ...fields, agent, t: Number(process.hrtime.bigint()) / 1e6 }) + '\n');
+  const log = (fields) =>
+    process.stdout.write(JSON.stringify({ ...fields, agent, t: Number(process.hrtime.bigint()) / 1e6 }) + '\n');
   const k = connect(url);
   const e = new Election(k, name, { agentId: agent, ttlMs, onLost: (error) => log({ ev: 'lost', name: error.name }) });
   let resign = false;
@@ -262,7 +273,10 @@ function tests() {
         await leader.resign();
         const terms = await Promise.all(pending);
         assert.deepEqual(order, ['c0', 'c1', 'c2', 'c3', 'c4']);
-        assert.deepEqual(terms, [...terms].sort((x, y) => x - y));
+        assert.deepEqual(
+          terms,
+          [...terms].sort((x, y) => x - y),
+        );
       } finally {
         k.close();
       }
@@ -313,107 +327,138 @@ function tests() {
       assert.throws(() => new Election(k, 3), /`name` must be a string/);
       assert.throws(() => new Election({}, 'x'), /`klock` must be a Klock/);
       for (const ttlMs of [0, -1, 1.5, NaN, Infinity]) {
-        assert.throws(() => new Election(k, 'x', { ttlMs }), /`options.ttlMs` must be an integer number of milliseconds > 0/);
+        assert.throws(
+          () => new Election(k, 'x', { ttlMs }),
+          /`options.ttlMs` must be an integer number of milliseconds > 0/,
+        );
       }
       assert.throws(() => new Election(k, 'x', { ttl: 3 }), /unknown option `ttl`/);
       assert.throws(() => new Election(k, 'x', { onLost: 1 }), /`options.onLost` must be a function/);
-      assert.throws(() => new Election(k, 'x').check(), (error) => error.name === 'STATE_ERROR');
+      assert.throws(
+        () => new Election(k, 'x').check(),
+        (error) => error.name === 'STATE_ERROR',
+      );
     } finally {
       k.close();
     }
   });
 
-  test('three campaigner processes through klock serve: SIGKILL, SIGSTOP past the TTL, resign', { timeout: 120_000 }, async () => {
-    const ttlMs = 1000;
-    const retryMs = 450; // backoff cap 400 + base 50: the longest retry delay (SPEC.md §8)
-    const slackMs = 1500; // scheduling, round trips and the event stream on a busy machine
-    const server = await startServer(['--memory', '--config', 'policy=detect', '--config', 'backoff_base_ms=50', '--config', 'backoff_cap_ms=400']);
-    const register = join(dir, 'register');
-    const events = [];
-    const children = [];
-    const now = () => Number(process.hrtime.bigint()) / 1e6;
-    const waitFor = async (predicate, ms) => {
-      await until(() => events.some(predicate), ms);
-      return events.find(predicate);
-    };
-    const k = connect(server.url);
-    try {
-      for (const agent of ['p0', 'p1', 'p2']) {
-        const child = spawn(process.execPath, [fileURLToPath(import.meta.url)], {
-          env: { ...process.env, KLOCK_ELECTION_CHILD: JSON.stringify({ url: server.url, name: 'e2e', agent, register, ttlMs }) },
-          stdio: ['ignore', 'pipe', 'inherit'],
-        });
-        let buffer = '';
-        child.stdout.on('data', (d) => {
-          buffer += d;
-          let nl;
-          while ((nl = buffer.indexOf('\n')) >= 0) {
-            events.push(JSON.parse(buffer.slice(0, nl)));
-            buffer = buffer.slice(nl + 1);
-          }
-        });
-        children.push(child);
-        await waitFor((e) => e.ev === 'campaigning' && e.agent === agent, 30_000);
-        await until(async () => (await k.resourceState('LEADER:/e2e')).waiting.length === children.length - 1);
+  test(
+    'three campaigner processes through klock serve: SIGKILL, SIGSTOP past the TTL, resign',
+    { timeout: 120_000 },
+    async () => {
+      const ttlMs = 1000;
+      const retryMs = 450; // backoff cap 400 + base 50: the longest retry delay (SPEC.md §8)
+      const slackMs = 1500; // scheduling, round trips and the event stream on a busy machine
+      const server = await startServer([
+        '--memory',
+        '--config',
+        'policy=detect',
+        '--config',
+        'backoff_base_ms=50',
+        '--config',
+        'backoff_cap_ms=400',
+      ]);
+      const register = join(dir, 'register');
+      const events = [];
+      const children = [];
+      const now = () => Number(process.hrtime.bigint()) / 1e6;
+      const waitFor = async (predicate, ms) => {
+        await until(() => events.some(predicate), ms);
+        return events.find(predicate);
+      };
+      const k = connect(server.url);
+      try {
+        for (const agent of ['p0', 'p1', 'p2']) {
+          const child = spawn(process.execPath, [fileURLToPath(import.meta.url)], {
+            env: {
+              ...process.env,
+              KLOCK_ELECTION_CHILD: JSON.stringify({ url: server.url, name: 'e2e', agent, register, ttlMs }),
+            },
+            stdio: ['ignore', 'pipe', 'inherit'],
+          });
+          let buffer = '';
+          child.stdout.on('data', (d) => {
+            buffer += d;
+            let nl;
+            while ((nl = buffer.indexOf('\n')) >= 0) {
+              events.push(JSON.parse(buffer.slice(0, nl)));
+              buffer = buffer.slice(nl + 1);
+            }
+          });
+          children.push(child);
+          await waitFor((e) => e.ev === 'campaigning' && e.agent === agent, 30_000);
+          await until(async () => (await k.resourceState('LEADER:/e2e')).waiting.length === children.length - 1);
+        }
+        const byAgent = (agent) => children[Number(agent.slice(1))];
+        const leadAfter = (t) => waitFor((e) => e.ev === 'lead' && e.t > t, 30_000);
+        const first = await waitFor((e) => e.ev === 'lead', 10_000);
+        await sleep(300);
+
+        const killedAt = now();
+        byAgent(first.agent).kill('SIGKILL');
+        const second = await leadAfter(killedAt);
+        assert.ok(second.t - killedAt <= ttlMs + retryMs + slackMs, `successor after ${second.t - killedAt} ms`);
+        await sleep(300);
+
+        const stoppedAt = now();
+        await freezeProcess(byAgent(second.agent));
+        const third = await leadAfter(stoppedAt);
+        assert.ok(third.t - stoppedAt <= ttlMs + retryMs + slackMs, `successor after ${third.t - stoppedAt} ms`);
+        await sleep(300);
+        const resumedAt = now();
+        byAgent(second.agent).kill('SIGCONT');
+        const told = await waitFor((e) => e.agent === second.agent && e.ev === 'lost' && e.t > resumedAt, 10_000);
+        assert.equal(told.name, 'LEASE_EXPIRED');
+        await sleep(300);
+
+        const askedAt = now();
+        byAgent(third.agent).kill('SIGUSR2');
+        const fourth = await leadAfter(askedAt);
+        assert.ok(fourth.t - askedAt <= retryMs + slackMs, `successor after ${fourth.t - askedAt} ms`);
+        assert.equal(fourth.agent, second.agent); // the resumed one campaigned again, first in the queue
+        await sleep(300);
+      } finally {
+        for (const child of children) {
+          child.kill('SIGCONT');
+          child.kill('SIGKILL');
+        }
+        await k.close();
+        await server.stop();
       }
-      const byAgent = (agent) => children[Number(agent.slice(1))];
-      const leadAfter = (t) => waitFor((e) => e.ev === 'lead' && e.t > t, 30_000);
-      const first = await waitFor((e) => e.ev === 'lead', 10_000);
-      await sleep(300);
-
-      const killedAt = now();
-      byAgent(first.agent).kill('SIGKILL');
-      const second = await leadAfter(killedAt);
-      assert.ok(second.t - killedAt <= ttlMs + retryMs + slackMs, `successor after ${second.t - killedAt} ms`);
-      await sleep(300);
-
-      const stoppedAt = now();
-      await freezeProcess(byAgent(second.agent));
-      const third = await leadAfter(stoppedAt);
-      assert.ok(third.t - stoppedAt <= ttlMs + retryMs + slackMs, `successor after ${third.t - stoppedAt} ms`);
-      await sleep(300);
-      const resumedAt = now();
-      byAgent(second.agent).kill('SIGCONT');
-      const told = await waitFor((e) => e.agent === second.agent && e.ev === 'lost' && e.t > resumedAt, 10_000);
-      assert.equal(told.name, 'LEASE_EXPIRED');
-      await sleep(300);
-
-      const askedAt = now();
-      byAgent(third.agent).kill('SIGUSR2');
-      const fourth = await leadAfter(askedAt);
-      assert.ok(fourth.t - askedAt <= retryMs + slackMs, `successor after ${fourth.t - askedAt} ms`);
-      assert.equal(fourth.agent, second.agent); // the resumed one campaigned again, first in the queue
-      await sleep(300);
-    } finally {
-      for (const child of children) {
-        child.kill('SIGCONT');
-        child.kill('SIGKILL');
+      const leads = events.filter((e) => e.ev === 'lead');
+      const terms = leads.map((e) => e.term);
+      assert.deepEqual(
+        terms,
+        [...new Set(terms)].sort((x, y) => x - y),
+      ); // strictly increasing
+      assert.deepEqual(
+        leads.slice(0, 3).map((e) => e.agent),
+        ['p0', 'p1', 'p2'],
+      ); // campaign order (detect)
+      // Never two leaders at once: every act of a term ends before the first act of a later one,
+      // and only acts of a term still valid were accepted by the fenced file.
+      const acts = new Map();
+      for (const e of events.filter((x) => x.ev === 'act')) {
+        if (!acts.has(e.term)) acts.set(e.term, []);
+        acts.get(e.term).push(e);
       }
-      await k.close();
-      await server.stop();
-    }
-    const leads = events.filter((e) => e.ev === 'lead');
-    const terms = leads.map((e) => e.term);
-    assert.deepEqual(terms, [...new Set(terms)].sort((x, y) => x - y)); // strictly increasing
-    assert.deepEqual(leads.slice(0, 3).map((e) => e.agent), ['p0', 'p1', 'p2']); // campaign order (detect)
-    // Never two leaders at once: every act of a term ends before the first act of a later one,
-    // and only acts of a term still valid were accepted by the fenced file.
-    const acts = new Map();
-    for (const e of events.filter((x) => x.ev === 'act')) {
-      if (!acts.has(e.term)) acts.set(e.term, []);
-      acts.get(e.term).push(e);
-    }
-    const acted = [...acts.keys()].sort((x, y) => x - y);
-    assert.deepEqual(acted, terms.slice(0, acted.length));
-    for (let i = 0; i + 1 < acted.length; i++) {
-      const last = Math.max(...acts.get(acted[i]).map((a) => a.t1));
-      const next = Math.min(...acts.get(acted[i + 1]).map((a) => a.t0));
-      assert.ok(last < next, `term ${acted[i]} acted until ${last}, term ${acted[i + 1]} from ${next}`);
-    }
-    for (const [term, list] of acts) {
-      const refused = list.filter((a) => !a.accepted);
-      // A refusal is an ex-leader's write checked before a pause and sent after it.
-      for (const r of refused) assert.ok(acted.some((t) => t > term && acts.get(t)[0].t0 < r.t), JSON.stringify(r));
-    }
-  });
+      const acted = [...acts.keys()].sort((x, y) => x - y);
+      assert.deepEqual(acted, terms.slice(0, acted.length));
+      for (let i = 0; i + 1 < acted.length; i++) {
+        const last = Math.max(...acts.get(acted[i]).map((a) => a.t1));
+        const next = Math.min(...acts.get(acted[i + 1]).map((a) => a.t0));
+        assert.ok(last < next, `term ${acted[i]} acted until ${last}, term ${acted[i + 1]} from ${next}`);
+      }
+      for (const [term, list] of acts) {
+        const refused = list.filter((a) => !a.accepted);
+        // A refusal is an ex-leader's write checked before a pause and sent after it.
+        for (const r of refused)
+          assert.ok(
+            acted.some((t) => t > term && acts.get(t)[0].t0 < r.t),
+            JSON.stringify(r),
+          );
+      }
+    },
+  );
 }

@@ -167,9 +167,7 @@ class Election:
             raise TypeError(f"on_lost must be callable, got {type(on_lost).__name__}")
         self.klock = klock
         self.namespace = klock.namespace if namespace is None else namespace
-        self.agent_id = (
-            f"{socket.gethostname()}/{os.getpid()}" if agent_id is None else agent_id
-        )
+        self.agent_id = f"{socket.gethostname()}/{os.getpid()}" if agent_id is None else agent_id
         # The kernel's parser decides what a valid name is: one read of the resource.
         state = klock.resource_state(f"LEADER:/{name}", self.namespace)
         self.resource: str = state["resource"]

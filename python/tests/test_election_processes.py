@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -123,7 +122,10 @@ class Proc:
 
     def __init__(self, args: list[str], events: list[dict[str, Any]], cond: threading.Condition):
         self.popen = subprocess.Popen(
-            [sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, __file__, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.pid = self.popen.pid
         self._events, self._cond = events, cond
@@ -186,7 +188,9 @@ def test_five_campaigner_processes(policy: str, tmp_path: Path) -> None:
     procs: list[Proc] = []
     k = klock.connect(server.url)
 
-    def wait_for(pred: Callable[[dict[str, Any]], bool], timeout: float, start: int = 0) -> dict[str, Any]:
+    def wait_for(
+        pred: Callable[[dict[str, Any]], bool], timeout: float, start: int = 0
+    ) -> dict[str, Any]:
         end = time.monotonic() + timeout
         with cond:
             while True:
@@ -286,8 +290,8 @@ def test_five_campaigner_processes(policy: str, tmp_path: Path) -> None:
         if e["ev"] == "act":
             acts.setdefault(e["term"], []).append(e)
     acted = sorted(acts)
-    assert acted[:4] == terms[:4], (acted, terms)
-    for earlier, later in zip(acted, acted[1:]):
+    assert acted[:4] == terms[:4], story()
+    for earlier, later in zip(acted, acted[1:], strict=False):
         assert max(a["t1"] for a in acts[earlier]) < min(a["t0"] for a in acts[later]), (
             earlier,
             later,
