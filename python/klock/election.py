@@ -90,9 +90,8 @@ def _invalid_resource(message: str) -> InvalidInput:
     return err
 
 
-def _check_seconds(what: str, value: object, *, allow_none: bool) -> float | None:
-    if value is None and allow_none:
-        return None
+def _check_seconds(what: str, value: object) -> float:
+    """A finite number of seconds > 0 (``ttl``, ``poll``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
     if math.isnan(value) or value <= 0 or value == math.inf:
@@ -101,26 +100,26 @@ def _check_seconds(what: str, value: object, *, allow_none: bool) -> float | Non
 
 
 class _Changes:
-    """Which reads of :meth:`Election.leader` are changes: a new term or a vacancy after a
-    term; never a term older than one already reported (terms only grow)."""
+    """Which reads of :meth:`Election.leader` are changes: another term, or a vacancy after a
+    term (terms only grow, so the changes come in term order)."""
 
     def __init__(self) -> None:
         self._last: int | None | str = "start"
-        self._largest = -1
 
     def is_new(self, leader: Leader | None) -> bool:
         term = None if leader is None else leader.term
-        if term == self._last or (term is not None and term < self._largest):
+        if term == self._last:
             return False
         self._last = term
-        if term is not None:
-            self._largest = term
         return True
 
 
 class _LeaderLease(Lease):
     """The campaign's lease block: a :class:`~klock.Lease` that tells its election when a
     lease of it is lost (called by the client under the Klock's lock)."""
+
+    #: The election to tell (weakly), ``None`` once it resigned: a resign is not a loss.
+    election: weakref.ref[Election] | None
 
     def _lost_locked(self, name: str, message: str, lease_id: int) -> None:
         first = self._lost is None
@@ -161,8 +160,8 @@ class Election:
             raise TypeError(f"klock must be a klock.Klock, got {type(klock).__name__}")
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
-        self.ttl = _check_seconds("ttl", ttl, allow_none=False)
-        self.poll = _check_seconds("poll", poll, allow_none=False)
+        self.ttl = _check_seconds("ttl", ttl)
+        self.poll = _check_seconds("poll", poll)
         if on_lost is not None and not callable(on_lost):
             raise TypeError(f"on_lost must be callable, got {type(on_lost).__name__}")
         self.klock = klock
@@ -341,9 +340,13 @@ class Election:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
+        def set_done() -> None:
+            if not done.done():
+                done.set_result(None)
+
         def wake() -> None:
             try:
-                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+                loop.call_soon_threadsafe(set_done)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 pass
 

@@ -47,8 +47,9 @@ def queued(k: Klock, e: Election) -> int:
 
 def test_campaign_returns_the_fence_as_term_and_resign_hands_over(make_klock: MakeKlock) -> None:
     k = make_klock("detect")
-    a = Election(k, "indexer", agent_id="a", ttl=5)
-    b = Election(k, "indexer", agent_id="b", ttl=5)
+    told: list[klock.LeaseLost] = []
+    a = Election(k, "indexer", agent_id="a", ttl=5, on_lost=told.append)
+    b = Election(k, "indexer", agent_id="b", ttl=5, on_lost=told.append)
     assert a.resource == "LEADER:/indexer" and a.name == "indexer"
     assert a.leader() is None and a.term is None and not a.is_leader()
     term = a.campaign()
@@ -75,6 +76,7 @@ def test_campaign_returns_the_fence_as_term_and_resign_hands_over(make_klock: Ma
     a.resign()  # idempotent
     b.resign()
     assert a.leader() is None
+    assert told == [] and not a.lost and not b.lost  # a resign is not a loss
     # A resigned campaign's session is closed: nothing of it is left in the kernel.
     assert k.resource_state("LEADER:/indexer") == {
         "covering": [],
@@ -212,7 +214,8 @@ def test_a_pause_past_the_ttl_is_noticed_before_any_timer_runs(make_klock: MakeK
 
 @pytest.mark.parametrize("policy", ["detect", "lanes", "wound_wait"])
 def test_successors_are_served_in_campaign_order(make_klock: MakeKlock, policy: str) -> None:
-    k = make_klock(policy)
+    # Short kernel waits: a campaign that re-asked when its wait timed out would lose its place.
+    k = make_klock(policy, default_wait_timeout_ms=100)
     first = Election(k, "x", agent_id="c0")
     first.campaign()
     others = [Election(k, "x", agent_id=f"c{i}") for i in range(1, 5)]
@@ -220,6 +223,7 @@ def test_successors_are_served_in_campaign_order(make_klock: MakeKlock, policy: 
     for i, e in enumerate(others, start=1):
         runs.append(campaign_in_thread(e))
         wait_until(lambda i=i: queued(k, first) == i)  # queued in this order
+    time.sleep(0.3)  # past the kernel's wait timeout
     order = ["c0"]
     leader: Election = first
     for _ in others:
