@@ -118,17 +118,15 @@ class _LeaderLease(Lease):
     """The campaign's lease block: a :class:`~klock.Lease` that tells its election when a
     lease of it is lost (called by the client under the Klock's lock)."""
 
-    #: The election to tell (weakly), ``None`` once it resigned: a resign is not a loss.
-    election: weakref.ref[Election] | None
+    #: The election to tell (weakly).
+    election: weakref.ref[Election]
 
     def _lost_locked(self, name: str, message: str, lease_id: int) -> None:
         first = self._lost is None
         super()._lost_locked(name, message, lease_id)
-        election = self.__dict__.get("election")
-        if first and election is not None:
-            target = election()
-            if target is not None:
-                target._lost_locked(LeaseLost(name, message, [lease_id]))
+        target = self.election()
+        if first and target is not None:  # once per term
+            target._lost_locked(LeaseLost(name, message, [lease_id]))
 
 
 class Election:
@@ -280,13 +278,12 @@ class Election:
         self._block = self._session = None
         self._term = None
         try:
-            if block is not None:
-                block.election = None  # a resign is not a loss
-                if block._state == "held":
-                    try:
-                        block.__exit__(None, None, None)
-                    except LeaseLost:
-                        pass  # lost before the resign: on_lost was told
+            # (Released first, so closing the session loses nothing: a resign is not a loss.)
+            if block is not None and block._state == "held":
+                try:
+                    block.__exit__(None, None, None)
+                except LeaseLost:
+                    pass  # lost before the resign: on_lost was told
         finally:
             if session is not None:
                 session.close()
