@@ -208,10 +208,10 @@ function tests() {
         assert.equal(await queued(k, b), 0);
         assert.equal(b.isLeader(), false);
         // resign() abandons a campaign in progress.
-        const again = b.campaign();
+        const again = assert.rejects(b.campaign(), Closed); // handled before it rejects
         await until(async () => (await queued(k, b)) === 1);
         await b.resign();
-        await assert.rejects(again, Closed);
+        await again;
         assert.equal(await queued(k, b), 0);
         await assert.rejects(a.campaign(), (error) => error.name === 'STATE_ERROR');
         await a.resign();
@@ -347,9 +347,9 @@ function tests() {
     'three campaigner processes through klock serve: SIGKILL, SIGSTOP past the TTL, resign',
     { timeout: 120_000 },
     async () => {
-      const ttlMs = 1000;
+      const ttlMs = 2000;
       const retryMs = 450; // backoff cap 400 + base 50: the longest retry delay (SPEC.md §8)
-      const slackMs = 1500; // scheduling, round trips and the event stream on a busy machine
+      const slackMs = 3000; // scheduling, round trips and the event stream on a busy machine
       const server = await startServer([
         '--memory',
         '--config',
@@ -370,9 +370,12 @@ function tests() {
       const k = connect(server.url);
       try {
         for (const agent of ['p0', 'p1', 'p2']) {
+          // A plain process, not a test file of `node --test` (which tells its files so).
+          const env = { ...process.env };
+          delete env.NODE_TEST_CONTEXT;
           const child = spawn(process.execPath, [fileURLToPath(import.meta.url)], {
             env: {
-              ...process.env,
+              ...env,
               KLOCK_ELECTION_CHILD: JSON.stringify({ url: server.url, name: 'e2e', agent, register, ttlMs }),
             },
             stdio: ['ignore', 'pipe', 'inherit'],
@@ -391,32 +394,35 @@ function tests() {
           await until(async () => (await k.resourceState('LEADER:/e2e')).waiting.length === children.length - 1);
         }
         const byAgent = (agent) => children[Number(agent.slice(1))];
-        const leadAfter = (t) => waitFor((e) => e.ev === 'lead' && e.t > t, 30_000);
-        const first = await waitFor((e) => e.ev === 'lead', 10_000);
-        await sleep(300);
+        await waitFor((e) => e.ev === 'lead', 10_000);
+        // Does `act` to the leader the server reports (a loaded machine may change leaders on
+        // its own) and waits for the successor, which must be the first one the server had
+        // queued (detect: campaign order): [the leader, the successor's lead, when act began].
+        const disrupt = async (act) => {
+          await sleep(300); // the leader acts a little
+          const state = await k.resourceState('LEADER:/e2e');
+          const leader = state.holders[0].agentId;
+          const queue = state.waiting.map((w) => w.agentId);
+          const at = now();
+          await act(byAgent(leader));
+          const successor = await waitFor((e) => e.ev === 'lead' && e.t > at, 30_000);
+          assert.equal(successor.agent, queue[0], JSON.stringify(events.filter((e) => e.ev !== 'act')));
+          return [leader, successor, at];
+        };
 
-        const killedAt = now();
-        byAgent(first.agent).kill('SIGKILL');
-        const second = await leadAfter(killedAt);
+        const [, second, killedAt] = await disrupt((child) => child.kill('SIGKILL'));
         assert.ok(second.t - killedAt <= ttlMs + retryMs + slackMs, `successor after ${second.t - killedAt} ms`);
-        await sleep(300);
 
-        const stoppedAt = now();
-        await freezeProcess(byAgent(second.agent));
-        const third = await leadAfter(stoppedAt);
+        const [stopped, third, stoppedAt] = await disrupt((child) => freezeProcess(child));
         assert.ok(third.t - stoppedAt <= ttlMs + retryMs + slackMs, `successor after ${third.t - stoppedAt} ms`);
         await sleep(300);
         const resumedAt = now();
-        byAgent(second.agent).kill('SIGCONT');
-        const told = await waitFor((e) => e.agent === second.agent && e.ev === 'lost' && e.t > resumedAt, 10_000);
+        byAgent(stopped).kill('SIGCONT');
+        const told = await waitFor((e) => e.agent === stopped && e.ev === 'lost' && e.t > resumedAt, 10_000);
         assert.equal(told.name, 'LEASE_EXPIRED');
-        await sleep(300);
 
-        const askedAt = now();
-        byAgent(third.agent).kill('SIGUSR2');
-        const fourth = await leadAfter(askedAt);
+        const [, fourth, askedAt] = await disrupt((child) => child.kill('SIGUSR2'));
         assert.ok(fourth.t - askedAt <= retryMs + slackMs, `successor after ${fourth.t - askedAt} ms`);
-        assert.equal(fourth.agent, second.agent); // the resumed one campaigned again, first in the queue
         await sleep(300);
       } finally {
         for (const child of children) {
@@ -432,10 +438,6 @@ function tests() {
         terms,
         [...new Set(terms)].sort((x, y) => x - y),
       ); // strictly increasing
-      assert.deepEqual(
-        leads.slice(0, 3).map((e) => e.agent),
-        ['p0', 'p1', 'p2'],
-      ); // campaign order (detect)
       // Never two leaders at once: every act of a term ends before the first act of a later one,
       // and only acts of a term still valid were accepted by the fenced file.
       const acts = new Map();
@@ -444,7 +446,11 @@ function tests() {
         acts.get(e.term).push(e);
       }
       const acted = [...acts.keys()].sort((x, y) => x - y);
-      assert.deepEqual(acted, terms.slice(0, acted.length));
+      for (const term of acted) {
+        // One campaigner per term: the one that led it.
+        const leader = leads.find((e) => e.term === term);
+        assert.ok(leader !== undefined && acts.get(term).every((a) => a.agent === leader.agent), `term ${term}`);
+      }
       for (let i = 0; i + 1 < acted.length; i++) {
         const last = Math.max(...acts.get(acted[i]).map((a) => a.t1));
         const next = Math.min(...acts.get(acted[i + 1]).map((a) => a.t0));
