@@ -252,7 +252,8 @@ function tests() {
 
   for (const policy of ['detect', 'lanes', 'wound_wait']) {
     test(`inprocess: successors are served in campaign order under ${policy}`, async () => {
-      const k = new Klock({ policy });
+      // Short kernel waits: a campaign that re-asked when its wait timed out would lose its place.
+      const k = new Klock({ policy, defaultWaitTimeoutMs: 100 });
       try {
         const first = new Election(k, 'x', { agentId: 'c0' });
         await first.campaign();
@@ -262,6 +263,7 @@ function tests() {
           pending.push(e.campaign());
           await until(async () => (await queued(k, first)) === i + 1);
         }
+        await sleep(300); // past the kernel's wait timeout
         const order = ['c0'];
         let leader = first;
         for (let i = 0; i < others.length; i++) {
