@@ -250,6 +250,24 @@ function tests() {
     });
   }
 
+  test('remote: an abort while the acquire is on its way withdraws the wait', async () => {
+    // What a campaign's AbortSignal meets when it aborts before the server's WAIT arrives: the
+    // wait must still be withdrawn and the promise rejected (it used to wait forever).
+    const k = await makeKlock('remote', 'detect');
+    try {
+      const holder = await k.session('holder');
+      await holder.lease('MUTATES LEADER:/y');
+      const waiter = await k.session('waiter');
+      const controller = new AbortController();
+      const pending = waiter.lease('MUTATES LEADER:/y', { signal: controller.signal });
+      controller.abort(new Error('stop')); // the acquire is in flight
+      await within(10_000, assert.rejects(pending, /stop/), 'the abort');
+      await until(async () => (await k.resourceState('LEADER:/y')).waiting.length === 0);
+    } finally {
+      await k.close();
+    }
+  });
+
   for (const policy of ['detect', 'lanes', 'wound_wait']) {
     test(`inprocess: successors are served in campaign order under ${policy}`, async () => {
       // Short kernel waits: a campaign that re-asked when its wait timed out would lose its place.
