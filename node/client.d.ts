@@ -437,3 +437,67 @@ export declare class Lease {
   /** `release()`: what `using` calls. */
   [Symbol.dispose](): void;
 }
+
+/** Who leads an election (`Election.leader()`): times in the kernel's milliseconds. */
+export interface Leader {
+  /** The campaigner's identity. */
+  agentId: string;
+  sessionId: number;
+  /** The term: the lease's fence. */
+  term: number;
+  /** The lease's `acquiredAt` (the server's milliseconds remotely). */
+  since: number;
+  expiresAt: number;
+  leaseId: number;
+}
+
+export interface ElectionOptions {
+  /** The candidate's identity (default `HOST/PID`). */
+  agentId?: string;
+  /** The leader's lease TTL (default 15 000). */
+  ttlMs?: number;
+  /** The Klock's by default. */
+  namespace?: string;
+  /** Told when a term is lost (not resigned), in a microtask. */
+  onLost?: (error: LeaseLost) => void;
+  /** `observe()`'s pace (default 250). */
+  pollMs?: number;
+}
+
+/**
+ * Leader election on the resource `LEADER:/NAME` (node/election.js): the term is the lease's
+ * fence; `signal` aborts, `whenLost()` resolves and `onLost` is called when a term is lost.
+ */
+export declare class Election {
+  constructor(klock: Klock | RemoteKlock, name: string, options?: ElectionOptions);
+  readonly klock: Klock | RemoteKlock;
+  /** `LEADER:/NAME` in the kernel's normal form. */
+  readonly resource: string;
+  readonly name: string;
+  readonly agentId: string;
+  readonly namespace: string;
+  readonly ttlMs: number;
+  readonly pollMs: number;
+  onLost: ((error: LeaseLost) => void) | null;
+  /** The current term while this candidate leads (or led until an unresigned loss), else null. */
+  readonly term: number | null;
+  /** The `LeaseLost` that ended the last campaign's term (not resigned), else null. */
+  readonly lost: LeaseLost | null;
+  /** Aborts with the `LeaseLost` when the term of the last campaign is lost. */
+  readonly signal: AbortSignal;
+  /** Resolves with the term once this candidate leads (`Timeout`, `signal.reason`, `Closed`). */
+  campaign(options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<number>;
+  /** Releases (the next campaigner is granted) and closes the campaign's session. */
+  resign(): Promise<void>;
+  /** Whether this candidate leads now with a valid lease (settles the clock first). */
+  isLeader(): boolean;
+  /** The term, or throws the `LeaseLost` (`STATE_ERROR` when not campaigning). */
+  check(): number;
+  /** Resolves with the `LeaseLost` when the term of the last campaign is lost. */
+  whenLost(): Promise<LeaseLost>;
+  /** Who leads now, or null. */
+  leader(): Promise<Leader | null>;
+  /** Every change of `leader()` in term order, re-read every `pollMs`; ends on abort or close. */
+  observe(options?: { signal?: AbortSignal }): AsyncGenerator<Leader | null, void, undefined>;
+  [Symbol.asyncDispose](): Promise<void>;
+}

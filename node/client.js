@@ -1695,7 +1695,10 @@ class LeaseCore {
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       stop.addEventListener('abort', onStop, { once: true });
+      // Either may have aborted while a remote acquire's answer was on its way (a listener
+      // added to an aborted signal never runs).
       if (stop.aborted) onStop();
+      else if (signal?.aborted) onAbort();
       else k._adopt(ticket);
     });
   }
@@ -1774,6 +1777,7 @@ function connect(url, options = {}) {
 module.exports = {
   Klock,
   connect,
+  Election: require('./election.js').Election,
   fencedWrite,
   fencedWriteAsync,
   StaleFence,

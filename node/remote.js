@@ -36,7 +36,10 @@
 //   the client's monotonic clock, the send time of the request that granted or last renewed it
 //   plus its TTL, never later than the server's expiry. A lease granted later to a WAIT (by
 //   its GRANTED event or a ticket poll) counts from the *acquire's* send time and is renewed
-//   at once. A lease whose local deadline passes, whose renewal answers anything but OK, or
+//   at once. Long waits: every third of the asked TTL a waiting ticket is polled (`GET
+//   …/tickets/{tid}?wait_ms=0`), and each WAIT answer moves that send time to the poll's (the
+//   grant comes after it), so a lease granted after a wait longer than its TTL (an election's
+//   campaign) is not lost on arrival. A lease whose local deadline passes, whose renewal answers anything but OK, or
 //   for which LEASE_EXPIRED / WOUNDED / SESSION_CLOSED arrives, is reported lost at once (a
 //   `LEASE_LOST` event of this module, routed like the kernel's). `nextDeadline()` is the
 //   earliest local deadline, so the friendly layer's timer fires on it and `advance(now)`
@@ -67,6 +70,10 @@ class Unreachable extends KlockError {
 
 const FIRST_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 1000;
+/** A wait is refreshed every third of its TTL (the rule "long waits"), at most this often. */
+const REFRESH_MIN_MS = 50;
+/** The kernel's ttl_ms when an acquire gives none (SPEC.md §6). */
+const DEFAULT_TTL_MS = 60_000;
 /** The default of `requestTimeoutMs`: an attempt (not a stream) that takes longer is a network failure. */
 const REQUEST_TIMEOUT_MS = 10_000;
 /** A 429 or 503: the server is reachable but did not take the request ("busy server"). */
@@ -260,6 +267,10 @@ class RemoteKernel {
     if (verdict.verdict === 'GRANTED') this._hold(sessionId, verdict.leases, sentAt);
     else if (verdict.verdict === 'WAIT' && !s.resolved.has(verdict.ticket)) {
       s.tickets.set(verdict.ticket, sentAt);
+      if (!this._manual) {
+        const every = Math.max(REFRESH_MIN_MS, Math.floor((options?.ttlMs ?? DEFAULT_TTL_MS) / 3));
+        s.refresh.set(verdict.ticket, { at: sentAt + every, every });
+      }
     }
     s.resolved.delete(verdict.ticket);
     return verdict;
@@ -364,6 +375,16 @@ class RemoteKernel {
           '(its local deadline passed); the server may have let it expire',
       });
     }
+    for (const s of this._manual ? [] : this._sessions.values()) {
+      for (const [ticket, due] of s.refresh) {
+        if (!s.tickets.has(ticket))
+          s.refresh.delete(ticket); // resolved or withdrawn
+        else if (due.at <= now) {
+          due.at = now + due.every;
+          this._background(s.refreshTicket(ticket, now));
+        }
+      }
+    }
     if (server && this._manual && !this._closed) {
       this._serverDeadline = null; // until the advance is answered: never re-armed in the past
       this._background(this._request('POST', '/v1/advance', { body: {}, now }).then(() => this._refreshDeadline()));
@@ -373,7 +394,10 @@ class RemoteKernel {
   /** The earliest local deadline of a held lease (and, under a test clock, the server's). */
   nextDeadline() {
     let next = this._serverDeadline ?? Infinity;
-    if (!this._manual) for (const held of this._leases.values()) if (held.deadline < next) next = held.deadline;
+    if (!this._manual) {
+      for (const held of this._leases.values()) if (held.deadline < next) next = held.deadline;
+      for (const s of this._sessions.values()) for (const due of s.refresh.values()) if (due.at < next) next = due.at;
+    }
     return next === Infinity ? null : next;
   }
 
@@ -757,8 +781,13 @@ class RemoteSession {
     this.namespace = body.namespace;
     this.path = `/v1/ns/${enc(body.namespace)}/sessions/${body.session_id}`;
     this.lastEventId = null;
-    /** @type {Map<number, number>} open ticket -> its acquire's send time */
+    /**
+     * @type {Map<number, number>} open ticket -> the latest send time it was known to wait at:
+     * its acquire's, then each refresh's that answered WAIT (the rule "long waits")
+     */
     this.tickets = new Map();
+    /** @type {Map<number, { at: number, every: number }>} open ticket -> its next refresh */
+    this.refresh = new Map();
     /** Tickets whose outcome came before their acquire's answer. */
     this.resolved = new Set();
     /** Send times of the acquires whose answer has not come yet (oldest first). */
@@ -921,6 +950,24 @@ class RemoteSession {
     }
     if (body.event === undefined || !this.tickets.has(ticket)) return;
     if (b._ingest(this, body, body.event_id)) b.onEvents();
+  }
+
+  /**
+   * Asks whether a long wait still waits (the rule "long waits"), the request sent at `now`:
+   * a WAIT answer moves the ticket's send time to `now`, an outcome is taken in as its event.
+   * A failure changes nothing (the next refresh asks again; a reconnect polls the tickets).
+   */
+  async refreshTicket(ticket, now) {
+    const b = this.backend;
+    let body;
+    try {
+      body = await b._request('GET', `${this.path}/tickets/${ticket}?wait_ms=0`, { session: this });
+    } catch {
+      return;
+    }
+    if (!this.tickets.has(ticket)) return; // resolved meanwhile by the event reader
+    if (body.event === undefined) this.tickets.set(ticket, Math.max(now, this.tickets.get(ticket)));
+    else if (b._ingest(this, body, body.event_id)) b.onEvents();
   }
 }
 

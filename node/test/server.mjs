@@ -31,6 +31,31 @@ export function klockBin() {
 }
 
 /**
+ * SIGSTOP `child` (a ChildProcess), and wait until every thread of the process has stopped:
+ * `kill` returns before the stop reaches the other threads, which can still answer a request
+ * sent meanwhile.
+ */
+export async function freezeProcess(child) {
+  child.kill('SIGSTOP');
+  const tasks = `/proc/${child.pid}/task`;
+  const deadline = Date.now() + 5000;
+  while (Date.now() < deadline) {
+    const states = [];
+    for (const task of readdirSync(tasks)) {
+      try {
+        // The state follows the command name in parentheses.
+        states.push(readFileSync(`${tasks}/${task}/stat`, 'utf8').split(')').pop().trim()[0]);
+      } catch {
+        // a thread that ended meanwhile
+      }
+    }
+    if (states.length > 0 && states.every((state) => state === 'T' || state === 't')) return;
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+  throw new Error(`process ${child.pid} did not stop within 5 s`);
+}
+
+/**
  * Starts `klock-testkit serve`: what `klock serve --memory --clock manual` serves, plus
  * `POST /v1/reset` (a whole kernel config) to start over with that config. Same handle as
  * `startServer`.
@@ -79,23 +104,7 @@ export async function startServer(args = ['--memory'], { port = 0, bin = klockBi
      * the stop reaches the other threads, which can still answer a request sent meanwhile.
      */
     async freeze() {
-      child.kill('SIGSTOP');
-      const tasks = `/proc/${child.pid}/task`;
-      const deadline = Date.now() + 5000;
-      while (Date.now() < deadline) {
-        const states = [];
-        for (const task of readdirSync(tasks)) {
-          try {
-            // The state follows the command name in parentheses.
-            states.push(readFileSync(`${tasks}/${task}/stat`, 'utf8').split(')').pop().trim()[0]);
-          } catch {
-            // a thread that ended meanwhile
-          }
-        }
-        if (states.length > 0 && states.every((state) => state === 'T' || state === 't')) return;
-        await new Promise((resolve) => setTimeout(resolve, 1));
-      }
-      throw new Error(`klock serve (pid ${child.pid}) did not stop within 5 s`);
+      await freezeProcess(child);
     },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');

@@ -3,8 +3,8 @@
 
 import { Kernel, KlockError, ERROR_CODES, parseIntent } from '../index'
 import type { Event, Verdict, Snapshot, HeartbeatResult, KlockErrorName } from '../index'
-import { Klock, LeaseLost, Died, Timeout, Closed, connect, fencedWrite, fencedWriteAsync, StaleFence, Unreachable, ManualClock } from '../client'
-import type { Lease, Session, LeaseInfo, RemoteKlock, RemoteLease, ConnectOptions } from '../client'
+import { Klock, LeaseLost, Died, Timeout, Closed, connect, fencedWrite, fencedWriteAsync, StaleFence, Unreachable, ManualClock, Election } from '../client'
+import type { Lease, Session, LeaseInfo, RemoteKlock, RemoteLease, ConnectOptions, Leader } from '../client'
 
 // ---- the native kernel, driven by hand --------------------------------------------------
 const kernel = new Kernel({ policy: 'wait_die', seed: 1, defaultTtlMs: 1_000 })
@@ -161,3 +161,19 @@ async function remote(): Promise<void> {
   await klock.close()
 }
 void remote
+
+// ---- leader election --------------------------------------------------------------------
+async function elect(klock: Klock | RemoteKlock): Promise<void> {
+  const election = new Election(klock, 'indexer', { agentId: 'worker-3', ttlMs: 10_000, onLost: (e: LeaseLost) => void e.name })
+  const term: number = await election.campaign({ timeoutMs: 5_000, signal: AbortSignal.timeout(10_000) })
+  if (election.isLeader()) fencedWrite('/tmp/index.json', '{}', term)
+  election.signal.addEventListener('abort', () => void election.lost?.name)
+  const who: Leader | null = await election.leader()
+  void who?.since
+  for await (const change of election.observe({ signal: AbortSignal.timeout(1_000) })) void change?.term
+  void election.whenLost().then((e: LeaseLost) => e.leaseIds)
+  await election.resign()
+  // @ts-expect-error ttlMs is milliseconds, ttl does not exist
+  new Election(klock, 'x', { ttl: 10 })
+}
+void elect

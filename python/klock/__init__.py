@@ -32,6 +32,7 @@ from .client import (
     current_session,
 )
 from .clock import Clock, ManualClock, SystemClock
+from .election import Election, Leader
 from .errors import (
     ERROR_CODES,
     Closed,
@@ -55,6 +56,8 @@ __version__ = _core.__version__
 __all__ = [
     "Klock",
     "connect",
+    "Election",
+    "Leader",
     "fenced_write",
     "StaleFence",
     "Session",

@@ -41,8 +41,11 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
 * **Lost-lease safety.** On the system clock, each lease has a local deadline on the Klock's
   monotonic clock: the send time of the request that granted or last renewed it, plus its TTL
   (never later than the server's expiry). A lease granted after a WAIT takes the *acquire's*
-  send time (the grant may predate the event) and is renewed at once. Heartbeats are due a
-  third of the way to the deadline; when a deadline passes without a renewal the lease is lost
+  send time (the grant may predate the event) and is renewed at once. *Long waits*: every
+  third of the asked TTL a waiting ticket is polled (``GET …/tickets/{tid}?wait_ms=0``), and
+  each WAIT answer moves that send time to the poll's (the grant comes after it), so a lease
+  granted after a wait longer than its TTL (an election's campaign) is not lost on arrival.
+  Heartbeats are due a third of the way to the deadline; when a deadline passes without a renewal the lease is lost
   (``LEASE_EXPIRED``) at once, whatever the server says later. ``Lease.expires_at`` shows the
   server's value (server milliseconds).
 * **Manual clock (tests).** With a :class:`~klock.ManualClock` the server must run
@@ -90,6 +93,10 @@ _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
 # The longest a best-effort request (giving back a lease lost locally) may take.
 _ONCE_TIMEOUT_S = 1.0
+# A wait is refreshed every third of its TTL (the rule "long waits"), at most this often.
+_REFRESH_MIN_MS = 50
+# The kernel's ttl_ms when an acquire gives none (SPEC.md §6).
+_DEFAULT_TTL_MS = 60_000
 # How long one event long-poll waits on the server (it answers earlier when events come).
 _WATCH_WAIT_MS = 10_000
 _ERROR_CLASSES: dict[int, type[KlockError]] = {
@@ -278,7 +285,11 @@ class RemoteKernel:
         self._resume_secrets: dict[int, str] = {}
         self._ns: dict[int, str] = {}  # session id -> namespace
         self._local: dict[int, _Local] = {}  # lease id -> local deadline (system clock only)
-        self._tickets: dict[int, tuple[int, int]] = {}  # ticket -> (acquire's send time, session)
+        # ticket -> (the latest send time it was known to wait at: its acquire's, then each
+        # refresh's that answered WAIT; session)
+        self._tickets: dict[int, tuple[int, int]] = {}
+        # ticket -> (when to refresh it next, every how many ms): see "Long waits" above.
+        self._refresh: dict[int, tuple[int, int]] = {}
         self._events: collections.deque[RemoteEvent] = collections.deque()
         self._cursor: dict[str, str] = {}  # namespace -> last event id seen
         self._readers: dict[str, tuple[threading.Thread, httpx.Client]] = {}
@@ -597,6 +608,9 @@ class RemoteKernel:
         with self._state_lock:
             if verdict.verdict == "WAIT" and verdict.ticket is not None:
                 self._tickets[verdict.ticket] = (now, session)
+                if not self.manual:
+                    every = max(_REFRESH_MIN_MS, (ttl_ms or _DEFAULT_TTL_MS) // 3)
+                    self._refresh[verdict.ticket] = (now + every, every)
             elif verdict.verdict == "GRANTED" and not self.manual:
                 for lease in leases:
                     self._local[lease.lease_id] = _Local(
@@ -703,6 +717,13 @@ class RemoteKernel:
             for lease_id, rec in due:
                 del self._local[lease_id]
                 self._events.append(RemoteEvent("LEASE_EXPIRED", rec.session, lease=lease_id))
+            for ticket in [t for t in self._refresh if t not in self._tickets]:
+                del self._refresh[ticket]  # resolved or withdrawn
+            refresh = [t for t, (at, _) in self._refresh.items() if at <= now]
+            for ticket in refresh:
+                self._refresh[ticket] = (now + self._refresh[ticket][1], self._refresh[ticket][1])
+        for ticket in refresh:
+            self._refresh_ticket(ticket, now)
         for lease_id, rec in due:
             # The server may still hold it (extended, or renewals lost on the way): give it
             # back, in one attempt; if the server cannot be reached it ends at its TTL there.
@@ -723,7 +744,38 @@ class RemoteKernel:
         if self.manual:
             return self._request("GET", "/v1/deadline").get("deadline")  # type: ignore[no-any-return]
         with self._state_lock:
-            return min((rec.deadline for rec in self._local.values()), default=None)
+            return min(
+                [rec.deadline for rec in self._local.values()]
+                + [at for at, _ in self._refresh.values()],
+                default=None,
+            )
+
+    def _refresh_ticket(self, ticket: int, now: int) -> None:
+        """Asks whether a long wait still waits (the rule "long waits"): a WAIT answer moves
+        the ticket's send time to this request's, an outcome is noted as its event would be.
+        A failure changes nothing (the next refresh asks again; a reconnect re-polls)."""
+        with self._state_lock:
+            known = self._tickets.get(ticket)
+        if known is None:
+            return
+        session = known[1]
+        try:
+            d = self._request(
+                "GET",
+                self._path(session, f"/tickets/{ticket}"),
+                session=session,
+                params={"wait_ms": 0},
+                now=now,
+                once=True,
+            )
+        except KlockError:
+            return
+        if isinstance(d, dict) and "event" in d:
+            self._note(_event(d))
+            return
+        with self._state_lock:
+            if ticket in self._tickets:  # not resolved meanwhile by the event reader
+                self._tickets[ticket] = (max(now, self._tickets[ticket][0]), session)
 
     def _heartbeat_due(self, lease_id: int) -> int:
         """A third of the way from the last renewal's send time to the local deadline; at
