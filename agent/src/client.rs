@@ -133,6 +133,11 @@ impl Client {
         Client { endpoint, token }
     }
 
+    /// The bearer token this client shows, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     /// Sends one request and returns the JSON of a 2xx answer. `waits` is how long the
     /// server may hold it (a long poll); the whole exchange is bounded by that plus a slack.
     ///

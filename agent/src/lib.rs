@@ -21,6 +21,7 @@ pub mod client;
 pub mod exec;
 pub mod http;
 pub mod keeper;
+pub mod names;
 pub mod overview;
 pub mod replies;
 pub mod session;
