@@ -1016,8 +1016,9 @@ def _lease_ttl_ms(ttl: float | None, ttl_ms: int | None) -> int | None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
         raise TypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
-    if not (0 < ttl < math.inf) or _timeout_ms(ttl) > U64_MAX:
-        raise ValueError(f"ttl must be a finite number of seconds above 0, got {ttl!r}")
+    # 0 is the kernel's to refuse (INVALID_TTL), as it refuses ttl_ms=0.
+    if not (0 <= ttl < math.inf) or _timeout_ms(ttl) > U64_MAX:
+        raise ValueError(f"ttl must be a finite number of seconds, got {ttl!r}")
     return _timeout_ms(ttl)
 
 

@@ -45,9 +45,11 @@ def test_ttl_is_in_seconds_and_ttl_ms_is_deprecated() -> None:
             s.lease("MUTATES FILE:/x", ttl=1, ttl_ms=1_000)
         with pytest.raises(TypeError, match="not both"):
             k.lease("MUTATES FILE:/x", ttl=1, ttl_ms=1_000)
-        for bad in (0, -1, float("nan"), float("inf")):
+        for bad in (-1, float("nan"), float("inf"), 2.0**64):
             with pytest.raises(ValueError, match="ttl must be"):
                 s.lease("MUTATES FILE:/x", ttl=bad)
+        with pytest.raises(klock.InvalidInput, match="INVALID_TTL"), s.lease("MUTATES FILE:/x", ttl=0):
+            pass
         for wrong in ("5", True, None.__class__):
             with pytest.raises(TypeError, match="ttl must be"):
                 s.lease("MUTATES FILE:/x", ttl=wrong)  # type: ignore[arg-type]
