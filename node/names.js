@@ -97,7 +97,10 @@ function file(p, options = {}) {
       `${JSON.stringify(p)} resolves to ${JSON.stringify(full)}, outside the root ${JSON.stringify(base)}: it has no resource name under this root`,
     );
   }
-  const name = `FILE:/${rel.split(path.sep).filter((s) => s !== '').join('/')}`;
+  const name = `FILE:/${rel
+    .split(path.sep)
+    .filter((s) => s !== '')
+    .join('/')}`;
   const bad = UNPRINTABLE.exec(name);
   if (bad !== null) {
     const code = bad[0].codePointAt(0).toString(16).toUpperCase().padStart(4, '0');

@@ -44,7 +44,13 @@ async function withEnv(vars, fn) {
   }
 }
 
-const NO_ENV = { KLOCK_SERVER: undefined, KLOCK_TOKEN: undefined, KLOCK_NAMESPACE: undefined, KLOCK_NS: undefined, KLOCK_ROOT: undefined };
+const NO_ENV = {
+  KLOCK_SERVER: undefined,
+  KLOCK_TOKEN: undefined,
+  KLOCK_NAMESPACE: undefined,
+  KLOCK_NS: undefined,
+  KLOCK_ROOT: undefined,
+};
 
 test('file(): relative paths from the current directory, absolute ones inside the root', async () => {
   const cwd = process.cwd();
@@ -99,7 +105,10 @@ test('file(): case and Unicode form are kept; unprintable characters are refused
   const lower = b._lease(`MUTATES ${file(join(repo, 'src', 'auth.ts'), { root: repo })}`, { timeoutMs: 0 });
   upper.release();
   lower.release();
-  assert.throws(() => a._lease('MUTATES FILE:/a\u200bb'), (e) => e instanceof KlockError && e.name === 'INVALID_RESOURCE');
+  assert.throws(
+    () => a._lease('MUTATES FILE:/a\u200bb'),
+    (e) => e instanceof KlockError && e.name === 'INVALID_RESOURCE',
+  );
   k.close();
 });
 
@@ -167,7 +176,10 @@ test('a program run by `klock exec` reaches the same server, token and namespace
   const secret = 'node-exec-secret';
   const digest = createHash('sha256').update(secret).digest('hex');
   const tokens = join(dir, 'tokens.json');
-  writeFileSync(tokens, JSON.stringify({ tokens: [{ name: 't', sha256: digest, role: 'agent', namespaces: ['team'] }] }));
+  writeFileSync(
+    tokens,
+    JSON.stringify({ tokens: [{ name: 't', sha256: digest, role: 'agent', namespaces: ['team'] }] }),
+  );
   const s = await startServer(['--memory', '--tokens', tokens]);
   servers.push(s);
   const child = `
@@ -181,8 +193,27 @@ test('a program run by `klock exec` reaches the same server, token and namespace
     })().catch((e) => { console.error(e); process.exit(1); });`;
   const out = execFileSync(
     klockBin(),
-    ['exec', '--server', s.url, '--ns', 'team', '--root', repo, '--file', 'MUTATES src/app.js', '--', process.execPath, '-e', child],
-    { cwd: repo, env: { ...process.env, ...{ KLOCK_NAMESPACE: '', KLOCK_NS: '' }, KLOCK_TOKEN: secret }, encoding: 'utf8', timeout: 60_000 },
+    [
+      'exec',
+      '--server',
+      s.url,
+      '--ns',
+      'team',
+      '--root',
+      repo,
+      '--file',
+      'MUTATES src/app.js',
+      '--',
+      process.execPath,
+      '-e',
+      child,
+    ],
+    {
+      cwd: repo,
+      env: { ...process.env, ...{ KLOCK_NAMESPACE: '', KLOCK_NS: '' }, KLOCK_TOKEN: secret },
+      encoding: 'utf8',
+      timeout: 60_000,
+    },
   );
   const seen = JSON.parse(out);
   assert.equal(seen.namespace, 'team');

@@ -72,7 +72,9 @@ def file(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = Non
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{text!r}: the path is not valid UTF-8, which a resource must be") from None
+        raise ValueError(
+            f"{text!r}: the path is not valid UTF-8, which a resource must be"
+        ) from None
     for c in name:
         if unicodedata.category(c) in _UNPRINTABLE:
             raise ValueError(

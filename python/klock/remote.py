@@ -204,7 +204,9 @@ def _tls_verify(
     except FileNotFoundError:
         raise ValueError(f"ca {os.fspath(ca)!r}: no such file") from None
     except (ssl.SSLError, OSError) as e:
-        raise ValueError(f"ca {os.fspath(ca)!r} is not a PEM bundle of CA certificates: {e}") from None
+        raise ValueError(
+            f"ca {os.fspath(ca)!r} is not a PEM bundle of CA certificates: {e}"
+        ) from None
 
 
 def _refused_certificate(e: BaseException) -> ssl.SSLCertVerificationError | None:

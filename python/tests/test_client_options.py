@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from server import Server, klock_bin
 
 import klock
+from server import Server, klock_bin
 
 # ---- ttl in seconds -------------------------------------------------------------------------
 
@@ -48,7 +48,10 @@ def test_ttl_is_in_seconds_and_ttl_ms_is_deprecated() -> None:
         for bad in (-1, float("nan"), float("inf"), 2.0**64):
             with pytest.raises(ValueError, match="ttl must be"):
                 s.lease("MUTATES FILE:/x", ttl=bad)
-        with pytest.raises(klock.InvalidInput, match="INVALID_TTL"), s.lease("MUTATES FILE:/x", ttl=0):
+        with (
+            pytest.raises(klock.InvalidInput, match="INVALID_TTL"),
+            s.lease("MUTATES FILE:/x", ttl=0),
+        ):
             pass
         for wrong in ("5", True, None.__class__):
             with pytest.raises(TypeError, match="ttl must be"):
@@ -168,7 +171,9 @@ def test_a_refused_certificate_fails_at_once_and_by_name(
         assert not isinstance(info.value, klock.Unreachable)
 
 
-def test_bad_tls_options_are_named(tls: tuple[Server, pathlib.Path], tmp_path: pathlib.Path) -> None:
+def test_bad_tls_options_are_named(
+    tls: tuple[Server, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
     server, d = tls
     with pytest.raises(ValueError, match="no such file"):
         klock.connect(server.url, ca=tmp_path / "missing.pem")

@@ -103,6 +103,8 @@ def test_unprintable_characters_and_bad_input_are_named_errors(
                 pass
 
 
-def test_the_root_comes_from_klock_root(repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_root_comes_from_klock_root(
+    repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KLOCK_ROOT", str(repo))
     assert klock.file(repo / "src" / "auth.ts") == "FILE:/src/auth.ts"
