@@ -89,7 +89,7 @@ test('file(): symbolic links are resolved, so two agents get one name', () => {
   assert.throws(() => file(join(repo, 'out', 'x'), { root: repo }), /outside the root/);
 });
 
-test('file(): case and Unicode form are kept; unprintable characters are refused', () => {
+test('file(): case and Unicode form are kept; unprintable characters are refused', async () => {
   assert.equal(file(join(repo, 'src', 'Auth.ts'), { root: repo }), 'FILE:/src/Auth.ts');
   assert.notEqual(file(join(repo, 'caf\u00e9'), { root: repo }), file(join(repo, 'cafe\u0301'), { root: repo }));
   assert.throws(() => file(join(repo, 'a\u200bb'), { root: repo }), /U\+200B/);
@@ -99,14 +99,14 @@ test('file(): case and Unicode form are kept; unprintable characters are refused
   assert.throws(() => file('x', { root: repo, base: 1 }), TypeError);
   // The kernel keeps case-different names apart, and refuses the unprintable ones too.
   const k = new Klock();
-  const a = k.session('a');
-  const b = k.session('b');
-  const upper = a._lease(`MUTATES ${file(join(repo, 'src', 'Auth.ts'), { root: repo })}`);
-  const lower = b._lease(`MUTATES ${file(join(repo, 'src', 'auth.ts'), { root: repo })}`, { timeoutMs: 0 });
+  const a = await k.session('a');
+  const b = await k.session('b');
+  const upper = await a.lease(`MUTATES ${file(join(repo, 'src', 'Auth.ts'), { root: repo })}`);
+  const lower = await b.lease(`MUTATES ${file(join(repo, 'src', 'auth.ts'), { root: repo })}`, { timeoutMs: 0 });
   upper.release();
   lower.release();
-  assert.throws(
-    () => a._lease('MUTATES FILE:/a\u200bb'),
+  await assert.rejects(
+    a.lease('MUTATES FILE:/a\u200bb'),
     (e) => e instanceof KlockError && e.name === 'INVALID_RESOURCE',
   );
   k.close();
@@ -218,4 +218,80 @@ test('a program run by `klock exec` reaches the same server, token and namespace
   const seen = JSON.parse(out);
   assert.equal(seen.namespace, 'team');
   assert.deepEqual(seen.held, [seen.session]);
+});
+
+/** A CA of the test's own and a certificate it signed for localhost and 127.0.0.1 (openssl). */
+function certificates() {
+  const d = join(dir, 'tls');
+  mkdirSync(d);
+  const run = (...args) => execFileSync('openssl', args, { cwd: d, stdio: 'ignore', timeout: 30_000 });
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  run(
+    'req',
+    '-x509',
+    ...ec,
+    '-days',
+    '2',
+    '-subj',
+    '/CN=klock test CA',
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.pem',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign',
+  );
+  run('req', ...ec, '-subj', '/CN=localhost', '-keyout', 'key.pem', '-out', 'leaf.csr');
+  writeFileSync(join(d, 'ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  run(
+    'x509',
+    '-req',
+    '-in',
+    'leaf.csr',
+    '-CA',
+    'ca.pem',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-days',
+    '2',
+    '-out',
+    'cert.pem',
+    '-extfile',
+    'ext',
+  );
+  return d;
+}
+
+test('a refused TLS certificate fails at once, named; the CA from NODE_EXTRA_CA_CERTS is trusted', async () => {
+  const d = certificates();
+  const s = await startServer(['--memory', '--tls-cert', join(d, 'cert.pem'), '--tls-key', join(d, 'key.pem')]);
+  servers.push(s);
+  const k = connect(s.url, { reconnectTimeoutMs: 30_000 });
+  const started = Date.now();
+  await assert.rejects(k.session('tls'), (e) => {
+    assert.ok(e instanceof KlockError && e.name === 'CERTIFICATE', String(e));
+    assert.match(e.message, /NODE_EXTRA_CA_CERTS/);
+    return true;
+  });
+  assert.ok(Date.now() - started < 5_000, 'not retried for the reconnect budget');
+  await k.close();
+  // Node reads NODE_EXTRA_CA_CERTS when it starts: a process of its own.
+  const child = `
+    const { connect } = require(${JSON.stringify(require.resolve('../client.js'))});
+    (async () => {
+      const k = connect(${JSON.stringify(s.url)});
+      const lease = await (await k.session('tls')).lease('MUTATES FILE:/tls');
+      console.log(lease.fence);
+      await lease.release();
+      await k.close();
+    })().catch((e) => { console.error(e); process.exit(1); });`;
+  const out = execFileSync(process.execPath, ['-e', child], {
+    env: { ...process.env, NODE_EXTRA_CA_CERTS: join(d, 'ca.pem') },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  assert.ok(Number(out) >= 1);
 });
