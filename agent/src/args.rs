@@ -91,13 +91,17 @@ pub struct Connection {
     token: Option<String>,
     ns: Option<String>,
     agent: Option<String>,
+    ca: Option<PathBuf>,
 }
 
 /// The warning a `--token` on the command line gets (issue 22, item 7).
 pub const TOKEN_ON_COMMAND_LINE: &str = "klock: warning: --token on the command line is visible to every user of this machine (ps, /proc); set KLOCK_TOKEN in the environment instead";
 
 /// The connection flags, as shown in every tool's help.
-pub const CONNECTION_HELP: &str = "  --server URL     the server, http://HOST:PORT (default $KLOCK_SERVER, else http://127.0.0.1:7300)
+pub const CONNECTION_HELP: &str = "  --server URL     the server, http://HOST:PORT or https://HOST:PORT (default $KLOCK_SERVER,
+                   else http://127.0.0.1:7300)
+  --ca PATH        for an https:// server: the CA certificates (PEM) to trust (default
+                   $KLOCK_CA); a certificate they do not vouch for stops the tool at once
   --socket PATH    the server's Unix socket instead (default $KLOCK_SOCKET)
   --token T        bearer token, if the server asks for one (default $KLOCK_TOKEN, which
                    `ps` does not show: prefer it)
@@ -129,6 +133,10 @@ impl Connection {
                 self.socket = Some(PathBuf::from(flags.value(flag, inline)?));
                 return Ok(true);
             }
+            "--ca" => {
+                self.ca = Some(PathBuf::from(flags.value(flag, inline)?));
+                return Ok(true);
+            }
             _ => return Ok(false),
         };
         *slot = Some(flags.value(flag, inline)?.to_owned());
@@ -141,7 +149,7 @@ impl Connection {
     /// Both a URL and a socket, or a URL this client cannot use.
     pub fn client(&self) -> Result<Client, String> {
         let endpoint = Endpoint::choose(self.server.clone(), self.socket.clone())?;
-        Ok(Client::new(endpoint, self.token.clone()))
+        Client::new(endpoint, self.token.clone()).with_ca(self.ca.clone())
     }
 
     /// The namespace: `--ns`, else `$KLOCK_NAMESPACE` (the clients' name for it), else
@@ -164,8 +172,8 @@ impl Connection {
     }
 
     /// What a command started for this connection needs to reach the same server as the
-    /// same agent: `KLOCK_SERVER` or `KLOCK_SOCKET`, `KLOCK_NAMESPACE`, and `KLOCK_TOKEN`
-    /// when there is one (the clients read them when not told otherwise).
+    /// same agent: `KLOCK_SERVER` or `KLOCK_SOCKET`, `KLOCK_NAMESPACE`, and `KLOCK_TOKEN` and
+    /// `KLOCK_CA` when there are (the clients read them when not told otherwise).
     ///
     /// # Errors
     /// As [`Connection::client`] and [`Connection::ns`].
@@ -178,6 +186,9 @@ impl Connection {
         env.push(("KLOCK_NAMESPACE", self.ns()?));
         if let Some(token) = client.token() {
             env.push(("KLOCK_TOKEN", token.to_owned()));
+        }
+        if let Some(ca) = client.ca() {
+            env.push(("KLOCK_CA", ca.display().to_string()));
         }
         Ok(env)
     }

@@ -263,3 +263,33 @@ def test_a_program_run_by_klock_exec_reaches_the_same_server(
         assert seen["root"] == str(repo.resolve())
     finally:
         server.stop()
+
+
+def test_the_cli_reaches_a_tls_server_with_ca_and_hands_it_to_its_command(
+    tls: tuple[Server, pathlib.Path], clean_env: pytest.MonkeyPatch
+) -> None:
+    """``klock status --ca`` and ``klock exec --ca`` against the real TLS server: the right CA
+    works, none is a usage error naming ``--ca``, another CA's fails at once by name; the
+    command exec runs connects with the CA it was handed (``KLOCK_CA``)."""
+    server, d = tls
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [klock_bin(), *args], capture_output=True, text=True, timeout=60, env=dict(os.environ)
+        )
+
+    ok = run("status", "--server", server.url, "--ca", str(d / "ca.pem"))
+    assert ok.returncode == 0, ok.stderr
+    missing = run("status", "--server", server.url)
+    assert missing.returncode == 2 and "--ca PATH" in missing.stderr
+    started = time.monotonic()
+    other = run("status", "--server", server.url, "--ca", str(d / "other.pem"))
+    assert other.returncode == 69 and "CERTIFICATE" in other.stderr, other.stderr
+    assert time.monotonic() - started < 5
+    child = "import klock\nwith klock.connect() as k:\n    print(k.stats()['active_leases'])"
+    exec_run = run(
+        "exec", "--server", server.url, "--ca", str(d / "ca.pem"),
+        "--intent", "MUTATES FILE:/tls-exec", "--", sys.executable, "-c", child,
+    )  # fmt: skip
+    assert exec_run.returncode == 0, exec_run.stderr
+    assert exec_run.stdout.strip() == "1"
