@@ -98,7 +98,8 @@ pub struct Connection {
 pub const TOKEN_ON_COMMAND_LINE: &str = "klock: warning: --token on the command line is visible to every user of this machine (ps, /proc); set KLOCK_TOKEN in the environment instead";
 
 /// The connection flags, as shown in every tool's help.
-pub const CONNECTION_HELP: &str = "  --server URL     the server, http://HOST:PORT or https://HOST:PORT (default $KLOCK_SERVER,
+pub const CONNECTION_HELP: &str =
+    "  --server URL     the server, http://HOST:PORT or https://HOST:PORT (default $KLOCK_SERVER,
                    else http://127.0.0.1:7300)
   --ca PATH        for an https:// server: the CA certificates (PEM) to trust (default
                    $KLOCK_CA); a certificate they do not vouch for stops the tool at once

@@ -32,8 +32,8 @@ impl Root {
     /// `dir` is not an existing directory.
     pub fn new(dir: &Path) -> Result<Root, String> {
         let given = absolute(dir)?;
-        let real = std::fs::canonicalize(dir)
-            .map_err(|e| format!("--root {}: {e}", dir.display()))?;
+        let real =
+            std::fs::canonicalize(dir).map_err(|e| format!("--root {}: {e}", dir.display()))?;
         if !real.is_dir() {
             return Err(format!("--root {}: not a directory", dir.display()));
         }
@@ -205,18 +205,36 @@ mod tests {
     fn files_are_named_from_the_root() {
         let (dir, root) = tree();
         let repo = dir.0.join("repo");
-        assert_eq!(root.file(&repo.join("src/auth.ts")), Ok("FILE:/src/auth.ts".into()));
+        assert_eq!(
+            root.file(&repo.join("src/auth.ts")),
+            Ok("FILE:/src/auth.ts".into())
+        );
         assert_eq!(root.file(&repo), Ok("FILE:/".into()));
         // Not created yet, with `.` and `..` in the part that does not exist.
         assert_eq!(
             root.file(&repo.join("src/new/./x/../y.ts")),
             Ok("FILE:/src/new/y.ts".into())
         );
-        assert_eq!(root.file(&repo.join("src/../src/auth.ts")), Ok("FILE:/src/auth.ts".into()));
+        assert_eq!(
+            root.file(&repo.join("src/../src/auth.ts")),
+            Ok("FILE:/src/auth.ts".into())
+        );
         // Case is kept.
-        assert_eq!(root.file(&repo.join("src/Auth.ts")), Ok("FILE:/src/Auth.ts".into()));
-        for outside in [repo.join(".."), repo.join("src/../../x"), PathBuf::from("/etc/passwd")] {
-            assert!(root.file(&outside).unwrap_err().contains("outside the root"), "{outside:?}");
+        assert_eq!(
+            root.file(&repo.join("src/Auth.ts")),
+            Ok("FILE:/src/Auth.ts".into())
+        );
+        for outside in [
+            repo.join(".."),
+            repo.join("src/../../x"),
+            PathBuf::from("/etc/passwd"),
+        ] {
+            assert!(
+                root.file(&outside)
+                    .unwrap_err()
+                    .contains("outside the root"),
+                "{outside:?}"
+            );
         }
         assert!(root
             .file(&repo.join("a\u{200b}b"))
@@ -229,11 +247,17 @@ mod tests {
         let (dir, root) = tree();
         let repo = dir.0.join("repo");
         std::os::unix::fs::symlink(repo.join("src"), dir.0.join("elsewhere")).unwrap();
-        assert_eq!(root.file(&dir.0.join("elsewhere/auth.ts")), Ok("FILE:/src/auth.ts".into()));
+        assert_eq!(
+            root.file(&dir.0.join("elsewhere/auth.ts")),
+            Ok("FILE:/src/auth.ts".into())
+        );
         // A root reached through a link names the same files.
         std::os::unix::fs::symlink(&repo, dir.0.join("link-to-repo")).unwrap();
         let linked = Root::new(&dir.0.join("link-to-repo")).unwrap();
-        assert_eq!(linked.file(&repo.join("src/auth.ts")), Ok("FILE:/src/auth.ts".into()));
+        assert_eq!(
+            linked.file(&repo.join("src/auth.ts")),
+            Ok("FILE:/src/auth.ts".into())
+        );
         // A link inside the root leading out names a file outside it.
         std::os::unix::fs::symlink("/etc", repo.join("out")).unwrap();
         assert!(root.file(&repo.join("out/passwd")).is_err());
@@ -247,7 +271,11 @@ mod tests {
         let err = root.check_intent(&inside).unwrap_err();
         assert!(err.contains("its resource is FILE:/src/auth.ts"), "{err}");
         let outside = format!("MUTATES FILE:{}", dir.0.display());
-        assert!(root.check_intent(&outside).unwrap().unwrap().contains("not under --root"));
+        assert!(root
+            .check_intent(&outside)
+            .unwrap()
+            .unwrap()
+            .contains("not under --root"));
         assert_eq!(root.check_intent("MUTATES FILE:/src/auth.ts"), Ok(None));
         assert_eq!(root.check_intent("MUTATES FILE:/src/not-yet.ts"), Ok(None));
         assert_eq!(root.check_intent("MUTATES DB:/etc"), Ok(None));
