@@ -1462,12 +1462,12 @@ class _TtlLease(Lease):
     __slots__ = ("_asked_ttl_ms",)
     _asked_ttl_ms: int
 
-    def __enter__(self) -> Lease:
+    def __enter__(self) -> _TtlLease:
         super().__enter__()
         self._warn_if_capped()
         return self
 
-    async def __aenter__(self) -> Lease:
+    async def __aenter__(self) -> _TtlLease:
         await super().__aenter__()
         self._warn_if_capped()
         return self
