@@ -78,7 +78,10 @@ pub(crate) fn canonical(text: &str) -> Result<Cow<'_, str>, Error> {
     // Only text with a candidate byte pays for decoding characters: ASCII text without a
     // control byte (nearly every path) is checked eight bytes at a time.
     if may_hold_unprintable(text.as_bytes()) {
-        if let Some(c) = text.chars().find(|&c| may_be_unprintable(c) && is_unprintable(c)) {
+        if let Some(c) = text
+            .chars()
+            .find(|&c| may_be_unprintable(c) && is_unprintable(c))
+        {
             let why = format!(
                 "contains the unprintable character U+{:04X} (a control, format or separator character: it would make the name shown differ from the name compared)",
                 c as u32
