@@ -293,3 +293,31 @@ def test_the_cli_reaches_a_tls_server_with_ca_and_hands_it_to_its_command(
     )  # fmt: skip
     assert exec_run.returncode == 0, exec_run.stderr
     assert exec_run.stdout.strip() == "1"
+
+
+def test_klock_exec_refuses_a_host_path_inside_its_root_and_warns_of_one_outside(
+    tmp_path: pathlib.Path, memory_server: Any, clean_env: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "a.py").write_text("")
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("")
+
+    def run(intent: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [klock_bin(), "exec", "--server", memory_server.url, "--root", str(repo),
+             "--intent", intent, "--", "true"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    inside = run(f"MUTATES FILE:{repo / 'src' / 'a.py'}")
+    assert inside.returncode == 2 and "its resource is FILE:/src/a.py" in inside.stderr
+    outside = run(f"MUTATES FILE:{elsewhere}")
+    assert (
+        outside.returncode == 0
+        and "warning" in outside.stderr
+        and "not under --root" in (outside.stderr)
+    )
+    plain = run("MUTATES FILE:/src/a.py")
+    assert plain.returncode == 0 and plain.stderr == ""
