@@ -121,11 +121,22 @@ export declare function fencedWriteAsync(
   fence: number,
 ): Promise<void>;
 
+/**
+ * The resource name of the file at `path`: `FILE:/` + its path under the root the agents share
+ * (`options.root`, else `$KLOCK_ROOT`), links resolved; e.g. `'FILE:/src/auth.ts'`. A relative
+ * path is relative to the current directory. A path outside the root, or holding a character a
+ * resource cannot hold (Unicode Cc, Cf, Zl, Zp), is a `RangeError` (docs/SPEC.md §3).
+ */
+export declare function file(path: string, options?: { root?: string }): string;
+
 /** Options of `connect()`. */
 export interface ConnectOptions {
-  /** The server's bearer token (`Authorization: Bearer`); session tokens are handled inside. */
+  /**
+   * The server's bearer token (`Authorization: Bearer`); session tokens are handled inside.
+   * Default `$KLOCK_TOKEN`.
+   */
   token?: string;
-  /** Where sessions open by default (`'default'`). */
+  /** Where sessions open by default: `$KLOCK_NAMESPACE`, else `$KLOCK_NS`, else `'default'`. */
   namespace?: string;
   /**
    * As `new Klock()`'s. A `ManualClock` also drives a server started with `--clock manual`
@@ -156,7 +167,7 @@ export interface ConnectOptions {
  * its event streams, polls its open tickets, reconciles and renews its leases. Call
  * `close()` when done: the event streams keep the process alive until then.
  */
-export declare function connect(url: string, options?: ConnectOptions): RemoteKlock;
+export declare function connect(url?: string | null, options?: ConnectOptions): RemoteKlock;
 
 /**
  * A Klock made by `connect()`: what reaches the server answers a Promise where the in-process
@@ -344,7 +355,9 @@ export interface LeaseOptions {
   /**
    * Lease TTL (default: the kernel's `defaultTtlMs`); heartbeats renew it a third of the way
    * through the lease's current TTL. Asking again for a lease the session holds never
-   * shortens it (the larger TTL wins).
+   * shortens it (the larger TTL wins). Above the kernel's cap (`maxTtlMs`, 5 minutes by
+   * default) the kernel cuts it, and the grant emits a process warning
+   * (`TtlCappedWarning`, code `KLOCK_TTL_CAPPED`).
    */
   ttlMs?: number;
   /**

@@ -70,6 +70,7 @@
 const native = require('./index.js');
 const { RemoteKernel, Unreachable } = require('./remote.js');
 const { fencedWrite, fencedWriteAsync, StaleFence } = require('./fence.js');
+const { file } = require('./names.js');
 
 const { Kernel, KlockError, ERROR_CODES } = native;
 
@@ -965,6 +966,7 @@ class Session {
 
   /** The Lease handle of an acquired `core`. */
   _held(core) {
+    if (core.ttlMs !== undefined) warnIfCapped(core);
     const lease = new Lease(core);
     // Collected unreleased: what it holds is released (`Klock._collected`).
     if (core._state === 'held') this.klock._track(lease);
@@ -1221,6 +1223,21 @@ class Lease {
   release() {
     return this._core.release();
   }
+}
+
+/**
+ * A grant whose TTL the kernel cut to its cap (`maxTtlMs`, 5 minutes by default; SPEC.md §6) is
+ * never silent: a process warning (`KLOCK_TTL_CAPPED`), not an error, since the lease is held
+ * and renewed and the cap is the kernel's (a server's) configuration, learned from the grant.
+ */
+function warnIfCapped(core) {
+  let got = Infinity;
+  for (const l of core.leases) got = Math.min(got, l.ttlMs);
+  if (got >= core.ttlMs) return;
+  process.emitWarning(
+    `asked for a TTL of ${core.ttlMs} ms for ${JSON.stringify(core.intents)}; the kernel granted ${got} ms, its cap (maxTtlMs)`,
+    { type: 'TtlCappedWarning', code: 'KLOCK_TTL_CAPPED' },
+  );
 }
 
 /**
@@ -1725,11 +1742,16 @@ if (typeof Symbol.dispose === 'symbol') {
  * `stats()`, `resourceState()` (`withLease` and `await using` await them). Call
  * `klock.close()` when done: the event streams keep the process alive until then.
  *
- * @param {string} url e.g. `http://127.0.0.1:7300`
+ * What is not given comes from the environment, as for the `klock` CLI (so a program started
+ * by `klock exec` reaches the same server): `url` from `KLOCK_SERVER` (else
+ * `http://127.0.0.1:7300`), `token` from `KLOCK_TOKEN`, `namespace` from `KLOCK_NAMESPACE` (or
+ * the CLI's older `KLOCK_NS`; both set and different is an error; else `'default'`).
+ *
+ * @param {string} [url] e.g. `http://127.0.0.1:7300`
  * @param {object} [options]
  * @param {string} [options.token] the server's bearer token (`Authorization: Bearer`); the
  *   session tokens are handled inside
- * @param {string} [options.namespace] where sessions open by default (`'default'`)
+ * @param {string} [options.namespace] where sessions open by default
  * @param {object} [options.clock] as `new Klock`'s; a `ManualClock` also drives a server
  *   started with `--clock manual` (tests): every request carries `Klock-Now` from it
  * @param {number} [options.reconnectTimeoutMs] every call's budget: how long connection
@@ -1740,9 +1762,10 @@ if (typeof Symbol.dispose === 'symbol') {
  *   answer (never past the budget) before it counts as a network failure (default 10 000)
  */
 function connect(url, options = {}) {
+  if (url === undefined || url === null) url = process.env.KLOCK_SERVER || 'http://127.0.0.1:7300';
   const {
-    token,
-    namespace = 'default',
+    token = process.env.KLOCK_TOKEN || undefined,
+    namespace = envNamespace(),
     clock,
     reconnectTimeoutMs = RECONNECT_TIMEOUT_MS,
     requestTimeoutMs = REQUEST_TIMEOUT_MS,
@@ -1774,10 +1797,23 @@ function connect(url, options = {}) {
   return new Klock({ ...(clock !== undefined && { clock }), [BACKEND]: backend });
 }
 
+/** `KLOCK_NAMESPACE`, else `KLOCK_NS` (the CLI's older name), else `'default'`. */
+function envNamespace() {
+  const long = process.env.KLOCK_NAMESPACE || undefined;
+  const short = process.env.KLOCK_NS || undefined;
+  if (long !== undefined && short !== undefined && long !== short) {
+    throw new RangeError(
+      `KLOCK_NAMESPACE=${JSON.stringify(long)} and KLOCK_NS=${JSON.stringify(short)} disagree: set one of them`,
+    );
+  }
+  return long ?? short ?? 'default';
+}
+
 module.exports = {
   Klock,
   connect,
   Election: require('./election.js').Election,
+  file,
   fencedWrite,
   fencedWriteAsync,
   StaleFence,

@@ -18,6 +18,9 @@
 //   `Unreachable`, naming the URL and what failed. Every mutating request carries an
 //   `Idempotency-Key` made once per logical request and reused on its retries, so a retry
 //   after a lost answer never acts twice.
+// - A TLS certificate the handshake refuses (unknown CA, expired, another host) is `KlockError`
+//   `CERTIFICATE` at once, never retried as a network failure. Node's built-in fetch takes no
+//   CA option; a private CA is trusted with `NODE_EXTRA_CA_CERTS=PATH` when node starts.
 // - Bounded call: the budget counts from the call's start, not from its first failure, and
 //   each attempt waits at most `requestTimeoutMs` (default 10 000) and never past the budget,
 //   so a frozen server (SIGSTOP) costs a call at most `reconnectTimeoutMs`.
@@ -117,6 +120,30 @@ function describeFailure(error, timeoutMs) {
   if (error?.name === 'TimeoutError') return `no answer within ${timeoutMs ?? REQUEST_TIMEOUT_MS} ms`;
   if (code !== undefined) return words[code] ?? `${code}${cause?.message ? ` (${cause.message})` : ''}`;
   return cause?.message ?? error?.message ?? String(error);
+}
+
+// The codes OpenSSL (through Node's tls) gives a certificate it refused: unknown CA, expired,
+// issued for another name. Waiting does not fix them.
+const CERTIFICATE_CODES = new Set([
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+  'CERT_SIGNATURE_FAILURE',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
+/** The certificate failure behind a fetch failure, if that is what it is. */
+function refusedCertificate(error) {
+  for (let e = error; e !== undefined && e !== null; e = e.cause) {
+    if (CERTIFICATE_CODES.has(e.code)) return e;
+  }
+  return undefined;
 }
 
 const sleepReal = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -667,6 +694,16 @@ class RemoteKernel {
             signal: AbortSignal.timeout(attemptMs),
           });
         } catch (error) {
+          const refused = refusedCertificate(error);
+          if (refused !== undefined) {
+            // Not a network failure: said at once, not after the whole reconnect budget.
+            throw new KlockError(
+              `klock serve at ${this.url}: its TLS certificate was refused (${refused.code}: ${refused.message}); ` +
+                'trust the CA that signed it: NODE_EXTRA_CA_CERTS=PATH when starting node',
+              0,
+              'CERTIFICATE',
+            );
+          }
           const what = describeFailure(error, attemptMs);
           const t = Date.now();
           this._failing = true;

@@ -91,17 +91,23 @@ pub struct Connection {
     token: Option<String>,
     ns: Option<String>,
     agent: Option<String>,
+    ca: Option<PathBuf>,
 }
 
 /// The warning a `--token` on the command line gets (issue 22, item 7).
 pub const TOKEN_ON_COMMAND_LINE: &str = "klock: warning: --token on the command line is visible to every user of this machine (ps, /proc); set KLOCK_TOKEN in the environment instead";
 
 /// The connection flags, as shown in every tool's help.
-pub const CONNECTION_HELP: &str = "  --server URL     the server, http://HOST:PORT (default $KLOCK_SERVER, else http://127.0.0.1:7300)
+pub const CONNECTION_HELP: &str =
+    "  --server URL     the server, http://HOST:PORT or https://HOST:PORT (default $KLOCK_SERVER,
+                   else http://127.0.0.1:7300)
+  --ca PATH        for an https:// server: the CA certificates (PEM) to trust (default
+                   $KLOCK_CA); a certificate they do not vouch for stops the tool at once
   --socket PATH    the server's Unix socket instead (default $KLOCK_SOCKET)
   --token T        bearer token, if the server asks for one (default $KLOCK_TOKEN, which
                    `ps` does not show: prefer it)
-  --ns NS          namespace (default $KLOCK_NS, else \"default\")
+  --ns NS          namespace (default $KLOCK_NAMESPACE, or its older name $KLOCK_NS, else
+                   \"default\")
   --agent ID       agent id shown to the others (default $KLOCK_AGENT, else USER@HOST)";
 
 impl Connection {
@@ -128,6 +134,10 @@ impl Connection {
                 self.socket = Some(PathBuf::from(flags.value(flag, inline)?));
                 return Ok(true);
             }
+            "--ca" => {
+                self.ca = Some(PathBuf::from(flags.value(flag, inline)?));
+                return Ok(true);
+            }
             _ => return Ok(false),
         };
         *slot = Some(flags.value(flag, inline)?.to_owned());
@@ -140,15 +150,48 @@ impl Connection {
     /// Both a URL and a socket, or a URL this client cannot use.
     pub fn client(&self) -> Result<Client, String> {
         let endpoint = Endpoint::choose(self.server.clone(), self.socket.clone())?;
-        Ok(Client::new(endpoint, self.token.clone()))
+        Client::new(endpoint, self.token.clone()).with_ca(self.ca.clone())
     }
 
-    /// The namespace.
-    pub fn ns(&self) -> String {
-        self.ns
-            .clone()
-            .or_else(|| std::env::var("KLOCK_NS").ok())
-            .unwrap_or_else(|| String::from("default"))
+    /// The namespace: `--ns`, else `$KLOCK_NAMESPACE` (the clients' name for it), else
+    /// `$KLOCK_NS` (this tool's older name), else `default`.
+    ///
+    /// # Errors
+    /// `$KLOCK_NAMESPACE` and `$KLOCK_NS` both set, to different namespaces.
+    pub fn ns(&self) -> Result<String, String> {
+        if let Some(ns) = &self.ns {
+            return Ok(ns.clone());
+        }
+        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        match (var("KLOCK_NAMESPACE"), var("KLOCK_NS")) {
+            (Some(long), Some(short)) if long != short => Err(format!(
+                "$KLOCK_NAMESPACE ({long:?}) and $KLOCK_NS ({short:?}) disagree: set one of them, or give --ns"
+            )),
+            (Some(ns), _) | (None, Some(ns)) => Ok(ns),
+            (None, None) => Ok(String::from("default")),
+        }
+    }
+
+    /// What a command started for this connection needs to reach the same server as the
+    /// same agent: `KLOCK_SERVER` or `KLOCK_SOCKET`, `KLOCK_NAMESPACE`, and `KLOCK_TOKEN` and
+    /// `KLOCK_CA` when there are (the clients read them when not told otherwise).
+    ///
+    /// # Errors
+    /// As [`Connection::client`] and [`Connection::ns`].
+    pub fn child_env(&self) -> Result<Vec<(&'static str, String)>, String> {
+        let client = self.client()?;
+        let mut env = vec![match &client.endpoint {
+            Endpoint::Unix(path) => ("KLOCK_SOCKET", path.display().to_string()),
+            tcp => ("KLOCK_SERVER", tcp.to_string()),
+        }];
+        env.push(("KLOCK_NAMESPACE", self.ns()?));
+        if let Some(token) = client.token() {
+            env.push(("KLOCK_TOKEN", token.to_owned()));
+        }
+        if let Some(ca) = client.ca() {
+            env.push(("KLOCK_CA", ca.display().to_string()));
+        }
+        Ok(env)
     }
 
     /// The agent id.

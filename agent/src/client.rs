@@ -2,15 +2,18 @@
 //! `klock status` and `klock reconcile`.
 //!
 //! Contract: [`Endpoint::choose`] turns `--server URL` / `--socket PATH` (or `KLOCK_SERVER` /
-//! `KLOCK_SOCKET`, or the default `http://127.0.0.1:7300`) into an endpoint, refusing what
-//! this client cannot speak (HTTPS) with a message naming the fix. [`Client::call`] sends one
-//! HTTP/1.1 request on a new connection, bounded in time, and returns the JSON body of a 2xx
-//! answer, or a [`Failure`] that tells an unreachable server from one that said no.
+//! `KLOCK_SOCKET`, or the default `http://127.0.0.1:7300`) into an endpoint. An `https://`
+//! server needs `--ca PATH` (or `KLOCK_CA`): the PEM certificates to trust, since this client
+//! carries no system trust store. [`Client::call`] sends one HTTP/1.1 request on a new
+//! connection, bounded in time, and returns the JSON body of a 2xx answer, or a [`Failure`]
+//! that tells an unreachable server from one that said no; a certificate the handshake
+//! refuses is `Refused` with the name `CERTIFICATE` (never retried as if unreachable).
 
 use crate::http::parse;
 use serde_json::Value;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -19,6 +22,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub enum Endpoint {
     /// `host:port` over TCP.
     Tcp(String),
+    /// `host:port` over TLS; `host` is the name the certificate must carry.
+    Tls { addr: String, host: String },
     /// A Unix socket (`klock serve --socket PATH`).
     Unix(PathBuf),
 }
@@ -27,6 +32,7 @@ impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Endpoint::Tcp(addr) => write!(f, "http://{addr}"),
+            Endpoint::Tls { addr, .. } => write!(f, "https://{addr}"),
             Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
         }
     }
@@ -58,19 +64,26 @@ impl Endpoint {
     }
 
     fn from_url(url: &str) -> Result<Endpoint, String> {
-        if url.starts_with("https://") {
-            return Err(format!(
-                "{url}: this client speaks plain HTTP only; reach a TLS server through a local proxy, or run the tools on the server's machine with --socket PATH"
-            ));
-        }
-        let rest = url.strip_prefix("http://").unwrap_or(url);
+        let (tls, rest) = match url.strip_prefix("https://") {
+            Some(rest) => (true, rest),
+            None => (false, url.strip_prefix("http://").unwrap_or(url)),
+        };
         let addr = rest.trim_end_matches('/');
         if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
             return Err(format!(
-                "--server needs http://HOST:PORT (like http://127.0.0.1:7300), got {url:?}"
+                "--server needs http://HOST:PORT or https://HOST:PORT (like http://127.0.0.1:7300), got {url:?}"
             ));
         }
-        Ok(Endpoint::Tcp(addr.to_owned()))
+        if !tls {
+            return Ok(Endpoint::Tcp(addr.to_owned()));
+        }
+        let host = addr[..addr.rfind(':').expect("checked above")]
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        Ok(Endpoint::Tls {
+            addr: addr.to_owned(),
+            host: host.to_owned(),
+        })
     }
 }
 
@@ -105,6 +118,11 @@ impl fmt::Display for Failure {
                 status,
                 name,
                 message,
+            } if *status == 0 => write!(f, "{name}: {message}"), // refused before any answer
+            Failure::Refused {
+                status,
+                name,
+                message,
             } => {
                 write!(f, "the server refused ({status} {name}): {message}")?;
                 if name == "UNAUTHORIZED" {
@@ -117,10 +135,54 @@ impl fmt::Display for Failure {
 }
 
 /// A server and the bearer token to show it.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Client {
     pub endpoint: Endpoint,
     token: Option<String>,
+    /// For an `https://` endpoint: what trusts its certificate.
+    tls: Option<tokio_rustls::TlsConnector>,
+    /// The CA bundle it was made from, for a command started with this connection.
+    ca: Option<PathBuf>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.endpoint)
+            .field("ca", &self.ca)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A TLS connector trusting the PEM certificates in `ca` only.
+fn connector(ca: &Path) -> Result<tokio_rustls::TlsConnector, String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let bad = |why: String| format!("--ca {}: {why}", ca.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))? {
+        let cert = cert.map_err(|e| bad(e.to_string()))?;
+        roots.add(cert).map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad(String::from("no PEM certificate in it")));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// The certificate error behind a failed TLS handshake, if that is what it is.
+fn refused_certificate(e: &std::io::Error) -> Option<&rustls::Error> {
+    let inner = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    matches!(
+        inner,
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+    )
+    .then_some(inner)
 }
 
 /// What every request may take beyond what it asks the server to wait.
@@ -130,7 +192,56 @@ impl Client {
     /// A client; `token` (else `KLOCK_TOKEN`) goes out as `Authorization: Bearer`.
     pub fn new(endpoint: Endpoint, token: Option<String>) -> Client {
         let token = token.or_else(|| std::env::var("KLOCK_TOKEN").ok());
-        Client { endpoint, token }
+        Client {
+            endpoint,
+            token,
+            tls: None,
+            ca: None,
+        }
+    }
+
+    /// The client trusting the CA bundle `ca` (else `KLOCK_CA`) for an `https://` endpoint.
+    ///
+    /// # Errors
+    /// An `https://` endpoint without a bundle, a bundle for a plain one, or a file that is
+    /// not a PEM bundle of certificates.
+    pub fn with_ca(mut self, ca: Option<PathBuf>) -> Result<Client, String> {
+        let tls = matches!(self.endpoint, Endpoint::Tls { .. });
+        let ca = match ca {
+            Some(ca) if !tls => {
+                return Err(format!(
+                    "--ca {} is for an https:// server, and {} is not one",
+                    ca.display(),
+                    self.endpoint
+                ))
+            }
+            Some(ca) => Some(ca),
+            None if tls => std::env::var_os("KLOCK_CA")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            None => None,
+        };
+        if tls {
+            let Some(ca) = ca else {
+                return Err(format!(
+                    "{}: give the CA certificates to trust with --ca PATH (or $KLOCK_CA); this client has no system trust store",
+                    self.endpoint
+                ));
+            };
+            self.tls = Some(connector(&ca)?);
+            self.ca = Some(ca);
+        }
+        Ok(self)
+    }
+
+    /// The CA bundle an `https://` endpoint is trusted with.
+    pub fn ca(&self) -> Option<&Path> {
+        self.ca.as_deref()
+    }
+
+    /// The bearer token this client shows, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     /// Sends one request and returns the JSON of a 2xx answer. `waits` is how long the
@@ -169,7 +280,7 @@ impl Client {
         // The Host a tokenless server checks (a browser's page would send its own name); a
         // Unix socket is out of a browser's reach and checks none.
         let host = match &self.endpoint {
-            Endpoint::Tcp(addr) => addr.as_str(),
+            Endpoint::Tcp(addr) | Endpoint::Tls { addr, .. } => addr.as_str(),
             Endpoint::Unix(_) => "localhost",
         };
         let mut head = format!(
@@ -192,6 +303,13 @@ impl Client {
                 Endpoint::Unix(path) => {
                     exchange(tokio::net::UnixStream::connect(path).await?, &head).await
                 }
+                Endpoint::Tls { addr, host } => {
+                    let tls = self.tls.as_ref().expect("with_ca made the connector");
+                    let name = rustls::pki_types::ServerName::try_from(host.clone())
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                    let tcp = tokio::net::TcpStream::connect(addr).await?;
+                    exchange(tls.connect(name, tcp).await?, &head).await
+                }
             }
         };
         let unreachable = |why: String| {
@@ -202,7 +320,20 @@ impl Client {
         };
         let bytes = match tokio::time::timeout(waits + SLACK, exchange).await {
             Err(_) => return Err(unreachable(format!("no answer to {method} {path} in time"))),
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Err(e)) => {
+                if let Some(refused) = refused_certificate(&e) {
+                    // Waiting does not fix a certificate: say so now, never retried.
+                    return Err(Failure::Refused {
+                        status: 0,
+                        name: String::from("CERTIFICATE"),
+                        message: format!(
+                            "the TLS certificate of {} was refused ({refused}); give the CA that signed it with --ca PATH",
+                            self.endpoint
+                        ),
+                    });
+                }
+                return Err(unreachable(e.to_string()));
+            }
             Ok(Ok(bytes)) => bytes,
         };
         let answer = parse(&bytes)
@@ -228,7 +359,14 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> std::io::Result<Vec<u8>> {
     stream.write_all(request.as_bytes()).await?;
     let mut bytes = Vec::new();
-    stream.read_to_end(&mut bytes).await?;
+    match stream.read_to_end(&mut bytes).await {
+        // A TLS peer that closes without close_notify after a whole answer: the bytes are
+        // there (parse checks they are an answer).
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !bytes.is_empty() => {}
+        other => {
+            other?;
+        }
+    }
     Ok(bytes)
 }
 
@@ -240,9 +378,15 @@ mod tests {
     fn urls_are_checked() {
         let tcp = Endpoint::from_url("http://127.0.0.1:9/").unwrap();
         assert_eq!(tcp.to_string(), "http://127.0.0.1:9");
-        assert!(Endpoint::from_url("https://x:1")
-            .unwrap_err()
-            .contains("plain HTTP"));
+        let tls = Endpoint::from_url("https://localhost:9/").unwrap();
+        assert_eq!(tls.to_string(), "https://localhost:9");
+        assert!(matches!(&tls, Endpoint::Tls { host, .. } if host == "localhost"));
+        assert!(Client::new(tls, None)
+            .with_ca(None)
+            .is_err_and(|e| e.contains("--ca")));
+        assert!(Client::new(Endpoint::from_url("http://x:1").unwrap(), None)
+            .with_ca(Some(PathBuf::from("/nonexistent.pem")))
+            .is_err_and(|e| e.contains("https://")));
         assert!(Endpoint::from_url("http://x/v1")
             .unwrap_err()
             .contains("HOST:PORT"));

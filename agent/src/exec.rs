@@ -22,6 +22,7 @@ use super::args::{duration, show, Connection, Flags, CONNECTION_HELP};
 use super::child;
 use super::client::Failure;
 use super::keeper::Keeper;
+use super::names::Root;
 use super::overview::{describe_blockers, describe_leases};
 use super::session::{Acquired, Outcome, Saved, Session};
 use klock_core::{
@@ -42,8 +43,9 @@ pub const EXIT_LOST: u8 = 107;
 pub const EXIT_USAGE: u8 = 2;
 
 pub const HELP: &str = "\
-usage: klock exec [connection flags] --intent \"PREDICATE TYPE:/path\"... [--ttl 60s]
-                  [--wait 30s] [--kill-after 10s] [--digest FILE] [-v] -- COMMAND [ARGS...]
+usage: klock exec [connection flags] --intent \"PREDICATE TYPE:/path\"... [--root DIR]
+                  [--file \"PREDICATE PATH\"]... [--ttl 60s] [--wait 30s] [--kill-after 10s]
+                  [--digest FILE] [-v] -- COMMAND [ARGS...]
 
 Runs COMMAND while holding every intent as a lease, renewed in the background. Like
 flock(1), but shared through a Klock server, deadlock-free, with a fencing token.
@@ -51,6 +53,14 @@ flock(1), but shared through a Klock server, deadlock-free, with a fencing token
   --intent I       what the command will do, e.g. \"MUTATES FILE:/src/app.py\"; repeat it.
                    Predicates: PROVIDES CONSUMES MUTATES DELETES DEPENDS_ON RENAMES.
                    All intents are granted together or not at all.
+  --root DIR       the directory the agents share (the repository's top; default
+                   $KLOCK_ROOT): files are named FILE:/ + their path under it. An --intent
+                   naming FILE:/ + an absolute path inside DIR is refused (the name is
+                   the part below DIR); one whose path exists on this machine but not under
+                   DIR gets a warning. COMMAND sees KLOCK_ROOT (DIR, links resolved).
+  --file \"P PATH\"  an intent on the file at PATH (relative to the current directory, or
+                   absolute; links resolved; it must be inside --root), e.g.
+                   --file \"MUTATES src/app.py\" is --intent \"MUTATES FILE:/src/app.py\"
   --ttl D          lease TTL (default 60s); renewed every TTL/3 while COMMAND runs
   --wait D         give up after waiting this long for other holders (default 30s; 0: don't
                    wait): exit 75, naming who holds what
@@ -66,14 +76,16 @@ COMMAND runs in its own process group (as with timeout(1)): forwarded signals an
 after a lost lease reach every process it started; it cannot read from the terminal.
 COMMAND sees KLOCK_SESSION (the session id), KLOCK_LEASES (the leases as JSON: lease_id,
 resource, predicate, fence, expires_at, ttl_ms) and KLOCK_FENCE (the largest fence of the
-grant: a store that remembers the largest fence it saw can refuse a stale writer).
+grant: a store that remembers the largest fence it saw can refuse a stale writer), and
+KLOCK_SERVER (or KLOCK_SOCKET), KLOCK_NAMESPACE and KLOCK_TOKEN (if any): the Python and
+Node clients read them, so a program COMMAND starts reaches the same server.
 
 Exit status: COMMAND's own (128+N if killed by signal N); 75 --wait ran out; 107 a lease was
 lost while COMMAND ran (it was stopped); 128+N interrupted by signal N (INT, TERM, HUP) while
 waiting; 69 the server is unreachable or refused; 2 bad usage; 126/127 COMMAND could not be run.
 
 Examples:
-  klock exec --intent \"MUTATES FILE:/repo/Cargo.lock\" -- cargo update
+  klock exec --root . --file \"MUTATES Cargo.lock\" -- cargo update
   klock exec --ns ci --wait 5m --intent \"MUTATES DB:/staging\" -- ./migrate.sh
   klock exec --digest .klock/deploy.json --intent \"MUTATES SERVICE:/api\" -- ./deploy.sh";
 
@@ -90,6 +102,10 @@ pub struct ExecArgs {
     /// `klock elect`'s election: the run campaigns for `LEADER:/NAME`, and the command also
     /// sees `KLOCK_TERM` and `KLOCK_ELECTION`. `None` for `klock exec`.
     pub(crate) election: Option<String>,
+    /// `--root DIR` (else `$KLOCK_ROOT`), as given.
+    root: Option<PathBuf>,
+    /// `--file "PREDICATE PATH"`, as given: made into intents once the root is known.
+    files: Vec<String>,
     pub(crate) ttl: Duration,
     /// How long to wait for the grant; `None`: as long as it takes (`klock elect`'s default).
     pub(crate) wait: Option<Duration>,
@@ -126,6 +142,8 @@ pub(crate) fn parse_as(args: &[String], tool: Tool) -> Result<ExecArgs, String> 
         connection: Connection::default(),
         intents: Vec::new(),
         election: None,
+        root: None,
+        files: Vec::new(),
         ttl,
         wait,
         kill_after: Duration::from_secs(10),
@@ -146,6 +164,10 @@ pub(crate) fn parse_as(args: &[String], tool: Tool) -> Result<ExecArgs, String> 
             "--intent" if tool == Tool::Exec => {
                 out.intents.push(flags.value(flag, inline)?.to_owned());
             }
+            "--root" if tool == Tool::Exec => {
+                out.root = Some(PathBuf::from(flags.value(flag, inline)?));
+            }
+            "--file" if tool == Tool::Exec => out.files.push(flags.value(flag, inline)?.to_owned()),
             "--ttl" => out.ttl = duration(flag, flags.value(flag, inline)?)?,
             "--wait" => out.wait = Some(duration(flag, flags.value(flag, inline)?)?),
             "--kill-after" => out.kill_after = duration(flag, flags.value(flag, inline)?)?,
@@ -173,9 +195,9 @@ pub(crate) fn parse_as(args: &[String], tool: Tool) -> Result<ExecArgs, String> 
             "name the election: klock elect [flags] NAME -- COMMAND",
         ));
     }
-    if out.intents.is_empty() {
+    if out.intents.is_empty() && out.files.is_empty() {
         return Err(String::from(
-            "name at least one --intent, like --intent \"MUTATES FILE:/path\"",
+            "name at least one --intent, like --intent \"MUTATES FILE:/path\" (or --file \"MUTATES PATH\")",
         ));
     }
     if out.command.is_empty() {
@@ -223,14 +245,53 @@ fn refused(failure: Failure) -> Stop {
     }
 }
 
+/// The intents to ask for: the `--intent`s, checked against the root, then the `--file`s
+/// named from it; and what the command's environment says about the root.
+fn intents(args: &ExecArgs) -> Result<(Vec<String>, Option<Root>), String> {
+    let root = match &args.root {
+        Some(dir) => Some(Root::new(dir)?),
+        None => match std::env::var_os("KLOCK_ROOT").filter(|v| !v.is_empty()) {
+            Some(dir) => Some(Root::new(Path::new(&dir)).map_err(|e| format!("$KLOCK_ROOT: {e}"))?),
+            None => None,
+        },
+    };
+    let mut out = args.intents.clone();
+    if let Some(root) = &root {
+        for intent in &args.intents {
+            if let Some(warning) = root.check_intent(intent)? {
+                eprintln!("klock exec: warning: {warning}");
+            }
+        }
+    }
+    for file in &args.files {
+        let Some((predicate, path)) = file.split_once(' ') else {
+            return Err(format!(
+                "--file takes \"PREDICATE PATH\", like --file \"MUTATES src/app.py\"; got {file:?}"
+            ));
+        };
+        let Some(root) = &root else {
+            return Err(String::from(
+                "--file needs the root the agents share: give --root DIR or set $KLOCK_ROOT",
+            ));
+        };
+        out.push(format!("{predicate} {}", root.file(Path::new(path))?));
+    }
+    Ok((out, root))
+}
+
 async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
+    let (intents, root) = intents(args).map_err(|e| (EXIT_USAGE, e))?;
+    let mut env = args.connection.child_env().map_err(|e| (EXIT_USAGE, e))?;
+    if let Some(root) = &root {
+        env.push(("KLOCK_ROOT", root.path().display().to_string()));
+    }
     let client = args.connection.client().map_err(|e| (EXIT_USAGE, e))?;
     let (session, resumed) = start(args, client).await?;
     let (keeper, mut losses) = Keeper::start(session.clone());
     // Listening from before the first request: a signal during a request is kept for the
     // next wait, which then withdraws what the request queued.
     let mut signals = child::Interrupts::new();
-    let mut acquired = acquire(args, &session, &keeper, &mut signals).await;
+    let mut acquired = acquire(args, &intents, &session, &keeper, &mut signals).await;
     if let (Ok(_), Some(sig)) = (&acquired, signals.pending()) {
         // Granted, but interrupted meanwhile: the command must not start.
         let _ = session.release(None).await;
@@ -257,7 +318,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
             describe_leases(&leases)
         );
     }
-    let mut child = match spawn(args, &session, &leases) {
+    let mut child = match spawn(args, &env, &session, &leases) {
         Ok(child) => child,
         Err(stop) => {
             drop(keeper);
@@ -295,7 +356,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
 
 /// Opens a session, or resumes the one `--digest FILE` names; `true` when resumed.
 async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Session, bool), Stop> {
-    let ns = args.connection.ns();
+    let ns = args.connection.ns().map_err(|e| (EXIT_USAGE, e))?;
     let agent = args.connection.agent();
     if let Some(saved) = read_digest(args.digest.as_deref())? {
         match Session::resume(client.clone(), &saved.digest, &saved.resume_secret).await {
@@ -379,6 +440,7 @@ async fn withdraw(session: &Session, ticket: Option<u64>, sig: i32) -> Stop {
 /// a ticket or after a DIE) withdraws the request and ends the run.
 async fn acquire(
     args: &ExecArgs,
+    intents: &[String],
     session: &Session,
     keeper: &Keeper,
     signals: &mut child::Interrupts,
@@ -395,7 +457,7 @@ async fn acquire(
         // Not held open by the server (no hold_ms): a held WAIT answers with its outcome
         // only, and the WAIT verdict is what names the holders for the message at exit 75.
         let answer = session
-            .acquire(&args.intents, ttl_ms, left_ms, Duration::ZERO)
+            .acquire(intents, ttl_ms, left_ms, Duration::ZERO)
             .await
             .map_err(refused)?;
         let (ticket, outcome) = match answer {
@@ -491,16 +553,22 @@ fn gave_up(args: &ExecArgs, blockers: &[Blocker]) -> Stop {
     )
 }
 
-fn spawn(args: &ExecArgs, session: &Session, leases: &[Lease]) -> Result<Child, Stop> {
+fn spawn(
+    args: &ExecArgs,
+    connection_env: &[(&'static str, String)],
+    session: &Session,
+    leases: &[Lease],
+) -> Result<Child, Stop> {
     let fence = leases.iter().map(|l| l.fence).max().unwrap_or_default();
-    let mut env = vec![
+    let mut env = connection_env.to_vec();
+    env.extend([
         ("KLOCK_SESSION", session.info.session_id.to_string()),
         (
             "KLOCK_LEASES",
             serde_json::to_string(leases).expect("leases serialize"),
         ),
         ("KLOCK_FENCE", fence.to_string()),
-    ];
+    ]);
     if let Some(name) = &args.election {
         // The term is the election lease's fence: it grows with every new leader, so a store
         // that remembers the largest term it saw refuses a deposed one.

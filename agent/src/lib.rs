@@ -23,6 +23,7 @@ pub mod elect;
 pub mod exec;
 pub mod http;
 pub mod keeper;
+pub mod names;
 pub mod overview;
 pub mod replies;
 pub mod session;

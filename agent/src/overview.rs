@@ -292,7 +292,7 @@ pub async fn status(args: &[String]) -> Result<String, (u8, String)> {
         types.push(String::from("FILE"));
     }
     let client = connection.client().map_err(usage)?;
-    let ns = connection.ns();
+    let ns = connection.ns().map_err(usage)?;
     if let Some(resource) = resource {
         let (state, now) = resource_state(&client, &ns, resource)
             .await

@@ -121,7 +121,7 @@ pub fn parse(args: &[String]) -> Result<(Sidecar, mpsc::UnboundedReceiver<String
     let (notices, rx) = mpsc::unbounded_channel();
     let sidecar = Sidecar {
         client: connection.client()?,
-        ns: connection.ns(),
+        ns: connection.ns()?,
         agent: connection.agent(),
         live: tokio::sync::Mutex::default(),
         types: Mutex::new(types),

@@ -8,6 +8,7 @@
 //! canonical instead of copying it (the common case, and an allocation per intent otherwise).
 
 use crate::error::{Error, ErrorCode};
+use crate::kernel::sessions::is_unprintable;
 use alloc::{borrow::Cow, format, string::String};
 
 /// Longest accepted resource text, in bytes, as given (before normalisation).
@@ -36,8 +37,8 @@ impl ResourceName {
     /// Validates and normalises `text`.
     ///
     /// # Errors
-    /// `INVALID_RESOURCE` naming the problem: length over 4096 bytes, a control character, a
-    /// TYPE outside `[A-Z][A-Z0-9_]{0,31}`, a path not starting with `/`, or a `..` segment.
+    /// `INVALID_RESOURCE` naming the problem: length over 4096 bytes, an unprintable character
+    /// (Unicode Cc, Cf, Zl or Zp, as for ids), a TYPE outside `[A-Z][A-Z0-9_]{0,31}`, a path not starting with `/`, or a `..` segment.
     pub fn parse(text: &str) -> Result<ResourceName, Error> {
         let text = canonical(text)?.into_owned();
         let type_len = text.find(':').expect("canonical text has a ':'");
@@ -74,9 +75,19 @@ pub(crate) fn canonical(text: &str) -> Result<Cow<'_, str>, Error> {
     if text.len() > MAX_RESOURCE_BYTES {
         return Err(invalid(text, "longer than 4096 bytes"));
     }
-    // Only text with a candidate byte pays for decoding characters.
-    if may_hold_control(text.as_bytes()) && text.chars().any(char::is_control) {
-        return Err(invalid(text, "contains a control character"));
+    // Only text with a candidate byte pays for decoding characters: ASCII text without a
+    // control byte (nearly every path) is checked eight bytes at a time.
+    if may_hold_unprintable(text.as_bytes()) {
+        if let Some(c) = text
+            .chars()
+            .find(|&c| may_be_unprintable(c) && is_unprintable(c))
+        {
+            let why = format!(
+                "contains the unprintable character U+{:04X} (a control, format or separator character: it would make the name shown differ from the name compared)",
+                c as u32
+            );
+            return Err(invalid(text, &why));
+        }
     }
     let Some(colon) = text.bytes().position(|b| b == b':') else {
         return Err(invalid(text, "missing ':' between TYPE and path"));
@@ -136,10 +147,10 @@ pub(crate) fn canonical(text: &str) -> Result<Cow<'_, str>, Error> {
     Ok(Cow::Owned(out))
 }
 
-/// Whether `bytes` may hold a control character: a C0 byte, DEL, or 0xC2 (in UTF-8 the lead
-/// byte of every C1 control, U+0080..U+009F). Eight bytes at a time; it never misses one, and
-/// the caller decodes characters to confirm.
-fn may_hold_control(bytes: &[u8]) -> bool {
+/// Whether `bytes` may hold an unprintable character (Cc, Cf, Zl, Zp): a C0 byte, DEL, or any
+/// non-ASCII byte (every C1 control, format and separator character is outside ASCII). Eight
+/// bytes at a time; it never misses one, and the caller decodes characters to confirm.
+fn may_hold_unprintable(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     // Whether a byte of `x` is below `n` (n <= 128), and whether one equals `b`.
@@ -147,14 +158,32 @@ fn may_hold_control(bytes: &[u8]) -> bool {
     let equal = |x: u64, b: u8| below(x ^ (ONES * u64::from(b)), 1);
     let candidate = |word: &[u8]| {
         let x = u64::from_ne_bytes(word.try_into().expect("8 bytes"));
-        below(x, 0x20) || equal(x, 0x7f) || equal(x, 0xc2)
+        below(x, 0x20) || equal(x, 0x7f) || x & HIGH != 0
     };
     if bytes.len() < 8 {
-        return (bytes.iter()).any(|&b| b < 0x20 || b == 0x7f || b == 0xc2);
+        return (bytes.iter()).any(|&b| b < 0x20 || b == 0x7f || b >= 0x80);
     }
     // Whole words, then the last 8 bytes (overlapping the last whole word: the check is the
     // same for a byte seen twice).
     bytes.chunks_exact(8).any(candidate) || candidate(&bytes[bytes.len() - 8..])
+}
+
+/// Whether `c` may be unprintable: a superset of the code points of categories Cc, Cf, Zl and
+/// Zp that costs a comparison or two, so that letters (CJK, accented Latin, ...) skip the
+/// category lookup, a search of the Unicode tables (about 8× the parse of a short name without
+/// it). `the_prefilter_covers_every_unprintable_character` holds it to the tables.
+fn may_be_unprintable(c: char) -> bool {
+    matches!(
+        c as u32,
+        0..=0x1F
+            | 0x7F..=0xAD
+            | 0x600..=0x8FF
+            | 0x180E
+            | 0x2000..=0x206F
+            | 0xFEFF
+            | 0xFFF0..=0xFFFF
+            | 0x1_0000..
+    )
 }
 
 /// The parent of a canonical resource text, or `None` for a root (`TYPE:/`).
@@ -195,6 +224,11 @@ mod tests {
         assert_eq!(norm("FILE:/"), "FILE:/");
         assert_eq!(norm("FILE://./"), "FILE:/");
         assert_eq!(norm("X_1:/a b/ü"), "X_1:/a b/ü");
+        // Printable non-ASCII is ordinary, compared as bytes: no case folding, no Unicode
+        // normalisation (a precomposed é and e + U+0301 are two names).
+        assert_eq!(norm("FILE:/a\u{a0}b/漢字/🤖"), "FILE:/a\u{a0}b/漢字/🤖");
+        assert_ne!(norm("FILE:/caf\u{e9}"), norm("FILE:/cafe\u{301}"));
+        assert_ne!(norm("FILE:/A"), norm("FILE:/a"));
     }
 
     #[test]
@@ -211,6 +245,13 @@ mod tests {
             "1F:/x",
             "FILE:/a\0b",
             "FILE:/a\u{7f}",
+            "FILE:/a\u{85}b",
+            "FILE:/a\u{200b}b",
+            "FILE:/evil\u{202e}st.ts",
+            "FILE:/a\u{ad}b",
+            "FILE:/a\u{2028}b",
+            "FILE:/a\u{feff}",
+            "FILE:/long/enough/to/scan/words/\u{200d}",
             ":/x",
             "ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG:/x",
             long.as_str(),
@@ -251,19 +292,30 @@ mod tests {
     /// The word-at-a-time scan against the byte-wise rule, at every position of a word and
     /// in the remainder, for every byte value.
     #[test]
-    fn the_control_scan_finds_every_candidate_byte_and_nothing_else() {
+    fn the_unprintable_scan_finds_every_candidate_byte_and_nothing_else() {
         for len in 1..=19 {
             for at in 0..len {
                 for b in 0..=255u8 {
                     let mut bytes = alloc::vec![b'a'; len];
                     bytes[at] = b;
-                    let expected = b < 0x20 || b == 0x7f || b == 0xc2;
+                    let expected = b < 0x20 || b == 0x7f || b >= 0x80;
                     assert_eq!(
-                        may_hold_control(&bytes),
+                        may_hold_unprintable(&bytes),
                         expected,
                         "byte {b:#x} at {at} of {len}"
                     );
                 }
+            }
+        }
+    }
+
+    /// Every character the kernel refuses passes the prefilter (checked against the Unicode
+    /// tables of the crate in use, so a new Unicode version cannot slip one past it).
+    #[test]
+    fn the_prefilter_covers_every_unprintable_character() {
+        for c in (0..=0x10_FFFF).filter_map(char::from_u32) {
+            if is_unprintable(c) {
+                assert!(may_be_unprintable(c), "U+{:04X}", c as u32);
             }
         }
     }

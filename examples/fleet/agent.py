@@ -143,11 +143,11 @@ def main() -> int:
         done = False
         while not done:
             try:
-                with session.lease(intent(unit[0]), ttl_ms=args.ttl_ms, timeout=120) as outer:
+                with session.lease(intent(unit[0]), ttl=args.ttl_ms / 1000, timeout=120) as outer:
                     ok = edit(unit[0], serial, 0, outer.fence)
                     if len(unit) == 2:
                         with session.lease(
-                            intent(unit[1]), ttl_ms=args.ttl_ms, timeout=120
+                            intent(unit[1]), ttl=args.ttl_ms / 1000, timeout=120
                         ) as inner:
                             ok = edit(unit[1], serial, 1, inner.fence) and ok
                     done = ok

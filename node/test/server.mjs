@@ -87,7 +87,7 @@ export async function startServer(args = ['--memory'], { port = 0, bin = klockBi
     child.once('exit', (code) => reject(new Error(`klock serve exited (${code}) before listening: ${stderr}`)));
     setTimeout(() => reject(new Error(`klock serve did not start within 20 s: ${stderr}`)), 20_000).unref();
   });
-  const m = /listening on (http:\/\/[^\s]+)/.exec(line);
+  const m = /listening on (https?:\/\/[^\s]+)/.exec(line);
   if (m === null) throw new Error(`unexpected first line of klock serve: ${line}`);
   const url = m[1];
   return {

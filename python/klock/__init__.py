@@ -6,7 +6,7 @@ thread-safe and asyncio client on top of it::
     import klock
 
     with klock.Klock() as k, k.session("agent-1") as s:
-        with s.lease("MUTATES FILE:/src/a.ts", "CONSUMES FILE:/README.md", ttl_ms=30_000) as lease:
+        with s.lease("MUTATES FILE:/src/a.ts", "CONSUMES FILE:/README.md", ttl=30) as lease:
             write_file("/src/a.ts", data, fence=lease.fence)
 
     @klock.protected("MUTATES FILE:{path}")
@@ -15,6 +15,10 @@ thread-safe and asyncio client on top of it::
 The same client works against ``klock serve`` (agents in many processes, any language)::
 
     k = klock.connect("http://127.0.0.1:7300", token=None, namespace="default")
+
+A file's resource is its path under a root the agents share (docs/SPEC.md §3)::
+
+    s.lease(f"MUTATES {klock.file('src/auth.ts', root=repo)}")   # "MUTATES FILE:/src/auth.ts"
 
 A lease alone is not mutual exclusion when a holder can pause (GC, swap, a stopped VM) past
 its expiry: the protected resource must remember the largest fence it has accepted and refuse
@@ -29,12 +33,14 @@ from .client import (
     LeaseInfo,
     OwnSessionLease,
     Session,
+    TtlCapped,
     current_session,
 )
 from .clock import Clock, ManualClock, SystemClock
 from .election import Election, Leader
 from .errors import (
     ERROR_CODES,
+    CertificateError,
     Closed,
     Died,
     InvalidInput,
@@ -48,6 +54,7 @@ from .errors import (
     Unreachable,
 )
 from .fence import StaleFence, fenced_write
+from .names import file
 from .protect import default_klock, protected
 from .remote import connect
 
@@ -59,6 +66,8 @@ __all__ = [
     "Election",
     "Leader",
     "fenced_write",
+    "file",
+    "TtlCapped",
     "StaleFence",
     "Session",
     "Lease",
@@ -82,6 +91,7 @@ __all__ = [
     "Closed",
     "Unreachable",
     "Unauthorized",
+    "CertificateError",
     "ERROR_CODES",
     "__version__",
 ]

@@ -56,6 +56,7 @@ import asyncio
 import contextvars
 import math
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
@@ -77,7 +78,15 @@ from .errors import (
     Unreachable,
 )
 
-__all__ = ["Klock", "Session", "Lease", "LeaseInfo", "ClientCounters", "current_session"]
+__all__ = [
+    "Klock",
+    "Session",
+    "Lease",
+    "LeaseInfo",
+    "ClientCounters",
+    "current_session",
+    "TtlCapped",
+]
 
 U64_MAX = 2**64 - 1
 # The largest finite `timeout` (seconds) whose milliseconds fit the kernel's u64.
@@ -666,12 +675,14 @@ class Klock:
         *intents: str,
         agent_id: str = "anonymous",
         namespace: str | None = None,
-        ttl_ms: int | None = None,
+        ttl: float | None = None,
         timeout: float | None = None,
+        ttl_ms: int | None = None,
     ) -> OwnSessionLease:
-        """A lease block with a session of its own, opened on entry and closed on exit."""
+        """A lease block with a session of its own, opened on entry and closed on exit
+        (``ttl`` and ``timeout`` as for :meth:`Session.lease`)."""
         ns = self.namespace if namespace is None else namespace
-        return OwnSessionLease(self, intents, agent_id, ns, ttl_ms, timeout)
+        return OwnSessionLease(self, intents, agent_id, ns, _lease_ttl_ms(ttl, ttl_ms), timeout)
 
     def _renewed_locked(self, session: Session) -> None:
         """A resume renewed every lease of the session in the kernel (SPEC.md §5): read the
@@ -851,10 +862,20 @@ class Session:
         return self.klock._ledger.holds_leases(self._id)
 
     def lease(
-        self, *intents: str, ttl_ms: int | None = None, timeout: float | None = None
+        self,
+        *intents: str,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        ttl_ms: int | None = None,
     ) -> Lease:
         """A block holding every intent (``"PREDICATE TYPE:/path"``) at once; use it with
-        ``with`` or ``async with``. ``ttl_ms`` is each lease's TTL.
+        ``with`` or ``async with``.
+
+        ``ttl`` (seconds, rounded up to whole milliseconds) is each lease's TTL; ``None``
+        takes the kernel's ``default_ttl_ms``. A TTL above the kernel's cap (``max_ttl_ms``,
+        5 minutes by default) is cut to it by the kernel, and the grant then warns with
+        :class:`TtlCapped`. ``ttl_ms`` is the deprecated spelling in milliseconds
+        (``DeprecationWarning``); giving both is a ``TypeError``.
 
         ``timeout`` (seconds) bounds the whole acquisition, waits and DIE/WOUNDED backoffs
         included, and raises :class:`Timeout` when it passes: ``0`` is a try-lock;
@@ -862,7 +883,16 @@ class Session:
         ``None`` also has no client-side limit, but each wait uses the kernel's
         ``default_wait_timeout_ms`` and the block asks again when it passes. NaN, a negative
         value or a finite value above ``(2**64-1)/1000`` seconds is a ``ValueError``."""
-        return Lease(self, self._handle, intents, ttl_ms, timeout)
+        return self._lease_ms(intents, _lease_ttl_ms(ttl, ttl_ms), timeout)
+
+    def _lease_ms(
+        self, intents: tuple[str, ...], asked: int | None, timeout: float | None
+    ) -> Lease:
+        if asked is None:
+            return Lease(self, self._handle, intents, None, timeout)
+        lease = _TtlLease(self, self._handle, intents, asked, timeout)
+        lease._asked_ttl_ms = asked
+        return lease
 
     def _check_open(self) -> None:
         self.klock._check_open()
@@ -960,6 +990,36 @@ class Session:
             else f"{len(self.klock._ledger.session_leases(self._id))} leases"
         )
         return f"Session(session_id={self.session_id}, agent_id={self.agent_id!r}, priority={self.priority}, {state})"
+
+
+class TtlCapped(UserWarning):
+    """A lease was granted with a shorter TTL than asked: the kernel cut it to its cap
+    (``max_ttl_ms``, 5 minutes by default; SPEC.md §6). The lease is held and heartbeats keep
+    it alive; only how long it outlives a stalled holder is shorter. A warning, not an error:
+    the cap is the kernel's (a server's) configuration, which the client learns from the
+    grant."""
+
+
+def _lease_ttl_ms(ttl: float | None, ttl_ms: int | None) -> int | None:
+    """The TTL in the kernel's milliseconds from ``ttl`` (seconds) or the deprecated
+    ``ttl_ms``; ``None`` for the kernel's default."""
+    if ttl_ms is not None:
+        if ttl is not None:
+            raise TypeError("give ttl (seconds) or the deprecated ttl_ms, not both")
+        warnings.warn(
+            f"ttl_ms is deprecated: give ttl in seconds (ttl={ttl_ms / 1000:g} for ttl_ms={ttl_ms})",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return ttl_ms  # checked as an integer by the native block, as before
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise TypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
+    # 0 is the kernel's to refuse (INVALID_TTL), as it refuses ttl_ms=0.
+    if not (0 <= ttl < math.inf) or _timeout_ms(ttl) > U64_MAX:
+        raise ValueError(f"ttl must be a finite number of seconds, got {ttl!r}")
+    return _timeout_ms(ttl)
 
 
 def _timeout_ms(timeout: float) -> int:
@@ -1393,6 +1453,43 @@ class Lease(_core.Block):
         return f"Lease({self.intents}, {self._state})"
 
 
+class _TtlLease(Lease):
+    """A :class:`Lease` given a ``ttl``: once granted it compares what the kernel granted
+    with what it asked and warns with :class:`TtlCapped` when the kernel's cap cut it (the
+    blocks without a ``ttl`` take the kernel's default, which its configuration caps, and
+    pay nothing for the check)."""
+
+    __slots__ = ("_asked_ttl_ms",)
+    _asked_ttl_ms: int
+
+    def __enter__(self) -> _TtlLease:
+        super().__enter__()
+        self._warn_if_capped()
+        return self
+
+    async def __aenter__(self) -> _TtlLease:
+        await super().__aenter__()
+        self._warn_if_capped()
+        return self
+
+    def _warn_if_capped(self) -> None:
+        got = min(lease.ttl_ms for lease in self._leases())
+        if got >= self._asked_ttl_ms:
+            return
+        try:
+            warnings.warn(
+                TtlCapped(
+                    f"asked for a TTL of {self._asked_ttl_ms / 1000:g} s for {self.intents}; "
+                    f"the kernel granted {got / 1000:g} s, its cap (max_ttl_ms)"
+                ),
+                stacklevel=3,
+            )
+        except BaseException as e:
+            # Warnings raised as errors (-W error): the block never starts, so it holds nothing.
+            self.__exit__(type(e), e, e.__traceback__)
+            raise
+
+
 async def _ready(value: Any) -> Any:
     """An awaitable ready at once with ``value`` (a native ``async with`` edge that did not
     wait)."""
@@ -1428,7 +1525,7 @@ class OwnSessionLease:
     def _open(self) -> Lease:
         intents, agent_id, namespace, ttl_ms, timeout = self._args
         self.session = self._klock.session(agent_id, namespace)
-        self.lease = self.session.lease(*intents, ttl_ms=ttl_ms, timeout=timeout)
+        self.lease = self.session._lease_ms(intents, ttl_ms, timeout)
         return self.lease
 
     def __enter__(self) -> Lease:

@@ -31,7 +31,7 @@ The friendly client adds conditions of its own, also :class:`KlockError`\\ s:
   session is closed"). An acquisition in progress (waiting or backing off) ends with it and
   withdraws its ticket. ``.code`` is 0, ``.name`` "CLOSED".
 
-The remote client (:func:`klock.connect`) adds two more, ``.code`` 0:
+The remote client (:func:`klock.connect`) adds three more, ``.code`` 0:
 
 * :class:`Unreachable` (``.name`` "UNREACHABLE"): ``klock serve`` could not be reached (refused,
   reset, timed out) within the reconnect budget; the message names the URL and what failed.
@@ -42,6 +42,8 @@ The remote client (:func:`klock.connect`) adds two more, ``.code`` 0:
   set (else ``None``): the server refused that session's token (401), because another client
   resumed the session (a resume issues a new token); a block holding one of its leases is
   lost (``LEASE_RELEASED``) at once, and the session is closed for this client.
+* :class:`CertificateError` (``.name`` "CERTIFICATE"): the server's TLS certificate was
+  refused; raised at once, never retried as if the server were unreachable.
 
 Every other error answer of the server (``{"error": {code, name, message}}``) becomes the
 class of its code, as in-process: 1xx :class:`InvalidInput`, 2xx :class:`UnknownId`, 3xx
@@ -72,6 +74,7 @@ __all__ = [
     "Closed",
     "Unreachable",
     "Unauthorized",
+    "CertificateError",
     "ERROR_CODES",
 ]
 
@@ -172,3 +175,20 @@ class Unauthorized(KlockError):
         self.name = name
         self.message = message
         self.session = session
+
+
+class CertificateError(KlockError):
+    """The server's TLS certificate was refused (remote client): not signed by a trusted CA
+    (``connect(ca=PATH)`` names the bundle to trust), expired, or issued for another host.
+    ``.name`` is "CERTIFICATE". Raised at once, never retried: waiting does not fix a
+    certificate, and retrying would spend the whole reconnect budget before saying why."""
+
+    code: int
+    name: str
+    message: str
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"CERTIFICATE: {message}")
+        self.code = 0
+        self.name = "CERTIFICATE"
+        self.message = message

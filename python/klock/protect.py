@@ -17,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from .client import Klock, Session, current_session
+from .client import Klock, OwnSessionLease, Session, _lease_ttl_ms, current_session
 
 __all__ = ["protected", "default_klock"]
 
@@ -42,10 +42,14 @@ def protected(
     session: Session | None = None,
     agent_id: str | None = None,
     namespace: str = "default",
-    ttl_ms: int | None = None,
+    ttl: float | None = None,
     timeout: float | None = None,
+    ttl_ms: int | None = None,
 ) -> Callable[[F], F]:
-    """Decorates a function so each call holds ``templates`` (e.g. ``"MUTATES FILE:{path}"``)."""
+    """Decorates a function so each call holds ``templates`` (e.g. ``"MUTATES FILE:{path}"``).
+    ``ttl`` and ``timeout`` are in seconds, as for :meth:`klock.Session.lease` (``ttl_ms`` is
+    the deprecated spelling of ``ttl``)."""
+    asked = _lease_ttl_ms(ttl, ttl_ms)
     if not templates:
         raise TypeError(
             "protected() needs at least one intent template, e.g. 'MUTATES FILE:{path}'"
@@ -58,10 +62,10 @@ def protected(
         signature = inspect.signature(fn)
         name = agent_id or str(getattr(fn, "__qualname__", "protected"))
 
-        def intents_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+        def intents_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, ...]:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            return [t.format(**bound.arguments) for t in templates]
+            return tuple(t.format(**bound.arguments) for t in templates)
 
         def session_for() -> Session | None:
             if session is not None:
@@ -83,12 +87,10 @@ def protected(
                 intents = intents_for(args, kwargs)
                 s = session_for()
                 if s is not None:
-                    async with s.lease(*intents, ttl_ms=ttl_ms, timeout=timeout):
+                    async with s._lease_ms(intents, asked, timeout):
                         return await async_fn(*args, **kwargs)
                 k = klock or default_klock()
-                async with k.lease(
-                    *intents, agent_id=name, namespace=namespace, ttl_ms=ttl_ms, timeout=timeout
-                ):
+                async with OwnSessionLease(k, intents, name, namespace, asked, timeout):
                     return await async_fn(*args, **kwargs)
 
             return cast(F, async_wrapper)
@@ -98,12 +100,10 @@ def protected(
             intents = intents_for(args, kwargs)
             s = session_for()
             if s is not None:
-                with s.lease(*intents, ttl_ms=ttl_ms, timeout=timeout):
+                with s._lease_ms(intents, asked, timeout):
                     return fn(*args, **kwargs)
             k = klock or default_klock()
-            with k.lease(
-                *intents, agent_id=name, namespace=namespace, ttl_ms=ttl_ms, timeout=timeout
-            ):
+            with OwnSessionLease(k, intents, name, namespace, asked, timeout):
                 return fn(*args, **kwargs)
 
         return cast(F, wrapper)

@@ -60,6 +60,8 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import ssl
 import threading
 import time
 import uuid
@@ -74,6 +76,7 @@ import httpx
 from .clock import Clock, ManualClock
 from .errors import (
     ERROR_CODES,
+    CertificateError,
     Closed,
     InvalidInput,
     KlockError,
@@ -107,19 +110,35 @@ _ERROR_CLASSES: dict[int, type[KlockError]] = {
 }
 
 
+_DEFAULT_URL = "http://127.0.0.1:7300"
+
+
 def connect(
-    url: str,
+    url: str | None = None,
     token: str | None = None,
-    namespace: str = "default",
+    namespace: str | None = None,
     *,
     clock: Clock | Callable[[], int] | None = None,
     reconnect_timeout: float = 30.0,
     request_timeout: float = 10.0,
+    ca: str | os.PathLike[str] | None = None,
+    verify: bool | ssl.SSLContext = True,
 ) -> Klock:
     """A :class:`~klock.Klock` on ``klock serve`` at ``url`` (e.g. ``http://127.0.0.1:7300``).
 
+    What is not given comes from the environment, as for the ``klock`` CLI (so a program
+    started by ``klock exec`` reaches the same server): ``url`` from ``KLOCK_SERVER`` (else
+    ``http://127.0.0.1:7300``), ``token`` from ``KLOCK_TOKEN``, ``namespace`` from
+    ``KLOCK_NAMESPACE`` (or the CLI's older ``KLOCK_NS``; both set and different is a
+    ``ValueError``; else ``"default"``), ``ca`` from ``KLOCK_CA`` (for ``https://`` only).
+
     ``token``: the server's bearer token (``--tokens``), if it asks for one. ``namespace``: of
-    the sessions opened without one. ``clock``: as for :class:`~klock.Klock`; a
+    the sessions opened without one. ``ca``: a PEM bundle of the CA certificates to trust for
+    an ``https://`` server (a private CA, a self-signed certificate), instead of the default
+    roots. ``verify``: ``True`` (the default roots), an ``ssl.SSLContext`` of your own, or
+    ``False`` to skip verification (tests only: anyone on the path can then read the token).
+    A refused certificate raises :class:`~klock.CertificateError` at once, never retried.
+    ``clock``: as for :class:`~klock.Klock`; a
     :class:`~klock.ManualClock` needs a server started with ``--clock manual``.
     ``reconnect_timeout`` (seconds): every call's budget, from its start: how long it, or the
     event reader, keeps retrying an unreachable or busy (429, 503) server before raising
@@ -130,8 +149,15 @@ def connect(
     """
     from .client import Klock
 
+    if url is None:
+        url = os.environ.get("KLOCK_SERVER") or _DEFAULT_URL
+    if token is None:
+        token = os.environ.get("KLOCK_TOKEN") or None
+    if namespace is None:
+        namespace = _env_namespace()
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ValueError(f"url must be an http:// or https:// URL of klock serve, got {url!r}")
+    tls = _tls_verify(url, ca, verify)
     for name, value in (
         ("reconnect_timeout", reconnect_timeout),
         ("request_timeout", request_timeout),
@@ -144,6 +170,7 @@ def connect(
         manual=isinstance(clock, ManualClock),
         reconnect_timeout=float(reconnect_timeout),
         request_timeout=float(request_timeout),
+        verify=tls,
     )
     try:
         backend.check()
@@ -151,6 +178,52 @@ def connect(
     except BaseException:
         backend.close()
         raise
+
+
+def _env_namespace() -> str:
+    """``KLOCK_NAMESPACE``, else ``KLOCK_NS`` (the CLI's older name), else ``"default"``."""
+    long, short = os.environ.get("KLOCK_NAMESPACE") or None, os.environ.get("KLOCK_NS") or None
+    if long is not None and short is not None and long != short:
+        raise ValueError(
+            f"KLOCK_NAMESPACE={long!r} and KLOCK_NS={short!r} disagree: set one of them"
+        )
+    return long or short or "default"
+
+
+def _tls_verify(
+    url: str, ca: str | os.PathLike[str] | None, verify: bool | ssl.SSLContext
+) -> bool | ssl.SSLContext:
+    """What httpx verifies the server's certificate with (``verify=``)."""
+    if not isinstance(verify, (bool, ssl.SSLContext)):
+        raise TypeError(f"verify must be True, False or an ssl.SSLContext, got {verify!r}")
+    if ca is not None and verify is not True:
+        raise ValueError("give ca=PATH or verify=..., not both")
+    if ca is not None and not url.startswith("https://"):
+        raise ValueError(f"ca= is for an https:// server, and {url!r} is not one")
+    if ca is None and verify is True and url.startswith("https://"):
+        ca = os.environ.get("KLOCK_CA") or None
+    if ca is None:
+        return verify
+    if isinstance(ca, bytes) or not isinstance(ca, (str, os.PathLike)):
+        raise TypeError(f"ca must be the path of a PEM file, got {type(ca).__name__}")
+    try:
+        return ssl.create_default_context(cafile=os.fspath(ca))
+    except FileNotFoundError:
+        raise ValueError(f"ca {os.fspath(ca)!r}: no such file") from None
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(
+            f"ca {os.fspath(ca)!r} is not a PEM bundle of CA certificates: {e}"
+        ) from None
+
+
+def _refused_certificate(e: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind a transport error, if that is what it is."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 @dataclass(frozen=True)
@@ -266,8 +339,10 @@ class RemoteKernel:
         manual: bool,
         reconnect_timeout: float,
         request_timeout: float,
+        verify: bool | ssl.SSLContext = True,
     ) -> None:
         self.url = url.rstrip("/")
+        self._verify = verify
         self._token = token
         self.manual = manual
         # Blocking calls leave the event loop, except in deterministic manual-clock runs.
@@ -277,7 +352,9 @@ class RemoteKernel:
         self._timeout = httpx.Timeout(request_timeout)
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         self._headers = headers
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self._timeout)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=self._timeout, verify=verify
+        )
         self._klock: Callable[[], Klock | None] = lambda: None
         self._now: Callable[[], int] = lambda: 0
         self._tokens: dict[int, str] = {}  # session id -> session token
@@ -357,7 +434,7 @@ class RemoteKernel:
             headers["Content-Type"] = "application/json"
         if self._closed:  # a read after close (stats, resource state): a connection of its own
             with httpx.Client(
-                base_url=self.url, headers=self._headers, timeout=self._timeout
+                base_url=self.url, headers=self._headers, timeout=self._timeout, verify=self._verify
             ) as one_off:
                 return self._answer(
                     one_off.request(method, path, params=params, headers=headers), session
@@ -398,6 +475,14 @@ class RemoteKernel:
                 )
                 pause = _retry_after(response, pause)
             except httpx.TransportError as e:
+                refused = _refused_certificate(e)
+                if refused is not None:
+                    # Waiting does not fix a certificate: say so now, not after the budget.
+                    raise CertificateError(
+                        f"klock serve at {self.url}: its TLS certificate was refused "
+                        f"({refused.verify_message or refused}); trust the CA that signed it "
+                        "with connect(ca=PATH) or $KLOCK_CA"
+                    ) from None
                 failure = _describe(e)
             except RuntimeError:  # httpx: the client was closed meanwhile (Klock.close)
                 if self._closed:
@@ -835,7 +920,9 @@ class RemoteKernel:
     # ---- the event reader (system clock) ------------------------------------------------------
 
     def _start_reader(self, namespace: str) -> None:
-        client = httpx.Client(base_url=self.url, headers=self._headers, timeout=self._timeout)
+        client = httpx.Client(
+            base_url=self.url, headers=self._headers, timeout=self._timeout, verify=self._verify
+        )
         thread = threading.Thread(
             target=self._read,
             args=(namespace, client),

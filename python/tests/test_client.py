@@ -71,7 +71,7 @@ def test_session_is_a_context_manager_and_current(make_klock: MakeKlock) -> None
 def test_lease_grants_exposes_fences_and_releases(make_klock: MakeKlock) -> None:
     k = make_klock()
     with k.session("a") as s:
-        with s.lease("MUTATES FILE:/src/a.ts", "CONSUMES FILE://README.md", ttl_ms=30_000) as lease:
+        with s.lease("MUTATES FILE:/src/a.ts", "CONSUMES FILE://README.md", ttl=30) as lease:
             assert lease.held and not lease.lost and s.holds_leases()
             first, second = lease.leases
             assert (first.resource, first.predicate, second.resource) == (
@@ -127,7 +127,7 @@ def test_invalid_intents_raise_the_kernel_error(make_klock: MakeKlock) -> None:
         with pytest.raises(TypeError):
             s.lease("MUTATES FILE:/x", timeout="5")  # type: ignore[arg-type]
         with pytest.raises(TypeError):
-            with s.lease("MUTATES FILE:/x", ttl_ms=1.5):  # type: ignore[arg-type]
+            with s.lease("MUTATES FILE:/x", ttl="1.5"):  # type: ignore[arg-type]
                 pass
         with pytest.raises(ValueError):
             with s.lease("MUTATES FILE:/\udc80"):
@@ -249,7 +249,7 @@ def test_timeout_and_try_lock(make_klock: MakeKlock) -> None:
 
 def test_heartbeats_keep_a_short_lease_alive(make_klock: MakeKlock) -> None:
     k = make_klock()
-    with k.session("a") as s, s.lease("MUTATES FILE:/x", ttl_ms=600) as lease:
+    with k.session("a") as s, s.lease("MUTATES FILE:/x", ttl=0.6) as lease:
         first_expiry = lease.leases[0].expires_at
         time.sleep(2.0)  # over three times the TTL: only the timer thread's heartbeats keep it
         lease.check()
@@ -261,7 +261,7 @@ def test_lease_lost_when_heartbeats_cannot_run(make_klock: MakeKlock) -> None:
     k = make_klock()
     with k.session("a") as s:
         with pytest.raises(klock.LeaseLost) as lost:
-            with s.lease("MUTATES FILE:/x", ttl_ms=60) as lease:
+            with s.lease("MUTATES FILE:/x", ttl=0.06) as lease:
                 with k._lock:  # stall the timer thread past the TTL (a paused process)
                     time.sleep(0.2)
                 wait_until(lambda: lease.lost)
@@ -275,7 +275,7 @@ def test_lease_lost_when_heartbeats_cannot_run(make_klock: MakeKlock) -> None:
         assert k.counters.lost == 1
         # The loss does not hide the body's own exception; it is noted on it.
         with pytest.raises(KeyError) as other:
-            with s.lease("MUTATES FILE:/y", ttl_ms=60) as lease2:
+            with s.lease("MUTATES FILE:/y", ttl=0.06) as lease2:
                 with k._lock:
                     time.sleep(0.2)
                 wait_until(lambda: lease2.lost)
@@ -507,7 +507,7 @@ def test_timer_wakes_for_an_earlier_deadline(make_klock: MakeKlock) -> None:
     time out on time: the call wakes the timer."""
     k = make_klock()
     holder = k.session("holder")
-    with k.session("far") as far, far.lease("MUTATES FILE:/far", ttl_ms=300_000):
+    with k.session("far") as far, far.lease("MUTATES FILE:/far", ttl=300):
         time.sleep(0.05)  # the timer now sleeps for ~100 s (the heartbeat)
         young = k.session("young")
         with young.lease("MUTATES FILE:/x"):
@@ -720,7 +720,7 @@ def test_a_failing_timer_is_exposed_and_tries_again_later() -> None:
     try:
         s = k.session("a")
         k.kernel = FailingOnce()  # type: ignore[assignment]
-        with s.lease("MUTATES FILE:/x", ttl_ms=300) as lease:
+        with s.lease("MUTATES FILE:/x", ttl=0.3) as lease:
             clock.advance(100)  # the heartbeat's timer fires; settling time raises (a bug)
             assert isinstance(k.timer_error, RuntimeError) and lease.expires_at == 300
             assert clock.next_timer() == 150  # tried again 50 ms later, not in a busy loop

@@ -104,7 +104,9 @@ class Run:
                 float("inf") if timeout == "inf" else None if timeout is None else timeout / 1000
             )
             lease = self.sessions[step["session"]].lease(
-                *step["intents"], ttl_ms=step.get("ttl_ms"), timeout=timeout_s
+                *step["intents"],
+                ttl=None if step.get("ttl_ms") is None else step["ttl_ms"] / 1000,
+                timeout=timeout_s,
             )
             block = self.blocks[step["enter"]] = Block(lease)
             self.tasks.append(asyncio.ensure_future(self.enter(block)))

@@ -156,7 +156,7 @@ CHILD = textwrap.dedent(
     import threading, time, klock
     k = klock.Klock(backoff_base_ms=200, backoff_cap_ms=200)
     old, young = k.session("old"), k.session("young")
-    old.lease("MUTATES FILE:/x", ttl_ms=120_000).__enter__()  # held for good
+    old.lease("MUTATES FILE:/x", ttl=120).__enter__()  # held for good
 
     def agent():  # not a daemon: the process cannot exit while it runs
         try:

@@ -115,7 +115,7 @@ def test_the_lease_fence_protects_a_file_through_the_client(tmp_path: pathlib.Pa
     clock = klock.ManualClock()
     with klock.Klock(clock=clock) as k:
         a, b = k.session("a"), k.session("b")
-        first = a.lease("MUTATES FILE:/shared.txt", ttl_ms=300)
+        first = a.lease("MUTATES FILE:/shared.txt", ttl=0.3)
         first.__enter__()
         clock.jump(1_000)  # a is paused past its TTL
         with b.lease("MUTATES FILE:/shared.txt") as second:

@@ -88,7 +88,7 @@ def test_a_lease_survives_a_server_restart(tmp_path: pathlib.Path) -> None:
     server = Server("--data", str(tmp_path / "klock.redb"))
     try:
         with klock.connect(server.url, reconnect_timeout=15) as k, k.session("survivor") as s:
-            with s.lease("MUTATES FILE:/r", ttl_ms=3_000) as lease:
+            with s.lease("MUTATES FILE:/r", ttl=3) as lease:
                 fence, ids = lease.fence, lease.lease_ids
                 server.kill()
                 time.sleep(0.5)
@@ -113,7 +113,7 @@ def test_a_server_killed_while_a_block_waits_is_a_clear_error() -> None:
         waiter = threading.Thread()
         # Leaving the held block tries to release on the dead server: a clear error too.
         with pytest.raises(klock.Unreachable, match="cannot reach klock serve at"):
-            with young.lease("MUTATES FILE:/w", ttl_ms=60_000):
+            with young.lease("MUTATES FILE:/w", ttl=60):
 
                 def wait() -> None:
                     try:
@@ -149,7 +149,7 @@ def test_a_lease_is_lost_at_its_local_deadline_when_renewals_cannot_get_through(
     try:
         k = klock.connect(server.url, reconnect_timeout=30, request_timeout=0.2)
         s = k.session("frozen")
-        block = s.lease("MUTATES FILE:/f", ttl_ms=900)
+        block = s.lease("MUTATES FILE:/f", ttl=0.9)
         block.__enter__()
         sent = k.now()
         assert server.proc is not None
@@ -192,7 +192,7 @@ def test_a_lease_the_exit_finds_ended_is_lost_before_its_event_arrives(
         s = k.session("paused")
         try:
             with pytest.raises(klock.LeaseLost) as lost:
-                with s.lease("MUTATES FILE:/paused", ttl_ms=300):
+                with s.lease("MUTATES FILE:/paused", ttl=0.3):
                     with k._lock:  # the timer can neither renew the lease nor give it up
                         time.sleep(1.0)  # past the server's expiry
         finally:
@@ -217,7 +217,7 @@ def test_async_blocks_wait_without_blocking_the_loop(memory_server: Any) -> None
         async with klock.connect(memory_server.url) as k:
             old, young = k.session("a-old"), k.session("a-young")
             tick_task = asyncio.ensure_future(ticker())
-            async with young.lease("MUTATES FILE:/async", ttl_ms=5_000):
+            async with young.lease("MUTATES FILE:/async", ttl=5):
 
                 async def waiter() -> None:
                     async with old.lease("MUTATES FILE:/async", timeout=10):
@@ -249,7 +249,7 @@ def test_protected_and_resume_work_remotely(memory_server: Any) -> None:
         edit("/p")
         assert calls == [1]
         s = k.session("resumable")
-        with s.lease("MUTATES FILE:/digest", ttl_ms=5_000) as lease:
+        with s.lease("MUTATES FILE:/digest", ttl=5) as lease:
             digest = s.digest()
             s.suspend()
             again = k.resume(digest)
@@ -307,7 +307,7 @@ def test_a_grant_after_a_wait_is_renewed_at_once(memory_server: Any) -> None:
 
         http.request = spy
         got: list[float] = []
-        with young.lease("MUTATES FILE:/renew", ttl_ms=30_000):
+        with young.lease("MUTATES FILE:/renew", ttl=30):
             t = threading.Thread(
                 target=lambda: _hold_and_note(old, "MUTATES FILE:/renew", got), daemon=True
             )
@@ -325,7 +325,7 @@ def test_a_grant_after_a_wait_is_renewed_at_once(memory_server: Any) -> None:
 
 
 def _hold_and_note(session: klock.Session, intent: str, got: list[float]) -> None:
-    with session.lease(intent, ttl_ms=30_000):
+    with session.lease(intent, ttl=30):
         got.append(time.monotonic())
         time.sleep(0.5)
 
@@ -343,7 +343,7 @@ def test_a_grant_heard_of_after_its_local_deadline_is_lost_at_once(memory_server
 
         def wait_then_hold() -> None:
             try:
-                with waiter.lease("MUTATES FILE:/late", ttl_ms=1_000, timeout=20):
+                with waiter.lease("MUTATES FILE:/late", ttl=1, timeout=20):
                     time.sleep(0.3)
                 outcome.append("exited cleanly")
             except BaseException as e:  # the test inspects it
@@ -413,7 +413,7 @@ def test_a_wait_whose_outcome_the_server_no_longer_has_asks_again(tmp_path: path
         ):
             waiting = k.session("ended-old")  # the older: under wait_die it waits
             holder = other.session("ended-young")
-            held = holder.lease("MUTATES FILE:/ended", ttl_ms=60_000)
+            held = holder.lease("MUTATES FILE:/ended", ttl=60)
             held.__enter__()
             waiter = _waiting_block(
                 k,
@@ -456,7 +456,7 @@ def test_a_wait_survives_a_server_restart(tmp_path: pathlib.Path) -> None:
     try:
         with klock.connect(server.url, reconnect_timeout=15) as k:
             old, young = k.session("restart-old"), k.session("restart-young")
-            with young.lease("MUTATES FILE:/restart", ttl_ms=5_000) as held:
+            with young.lease("MUTATES FILE:/restart", ttl=5) as held:
                 waiter = _waiting_block(
                     k, old, "MUTATES FILE:/restart", 20, outcome, lambda got: got.fence
                 )

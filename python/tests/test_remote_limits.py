@@ -52,7 +52,7 @@ def test_a_session_resumed_by_another_client_loses_the_block_at_once(memory_serv
     with klock.connect(memory_server.url) as k, klock.connect(memory_server.url) as other:
         s = k.session("taken")
         with pytest.raises(klock.LeaseLost) as lost:
-            with s.lease("MUTATES FILE:/taken", ttl_ms=60_000) as block:
+            with s.lease("MUTATES FILE:/taken", ttl=60) as block:
                 taken = other.resume(s.digest())
                 block.heartbeat()
         assert lost.value.name == "LEASE_RELEASED", lost.value
@@ -70,7 +70,7 @@ def test_the_timer_loses_a_taken_session_block_before_its_deadline(memory_server
     LEASE_EXPIRED."""
     with klock.connect(memory_server.url) as k, klock.connect(memory_server.url) as other:
         s = k.session("taken-by-timer")
-        block = s.lease("MUTATES FILE:/taken-by-timer", ttl_ms=6_000)
+        block = s.lease("MUTATES FILE:/taken-by-timer", ttl=6)
         block.__enter__()
         other.resume(s.digest())
         deadline = time.monotonic() + 5
@@ -89,7 +89,7 @@ def test_a_session_closed_by_another_request_loses_the_block(memory_server: Any)
     with klock.connect(memory_server.url) as k:
         s = k.session("closed-elsewhere")
         with pytest.raises(klock.LeaseLost) as lost:
-            with s.lease("MUTATES FILE:/closed-elsewhere", ttl_ms=60_000) as block:
+            with s.lease("MUTATES FILE:/closed-elsewhere", ttl=60) as block:
                 token = k.kernel._tokens[s.session_id]  # type: ignore[attr-defined]
                 answer = httpx.delete(
                     f"{memory_server.url}/v1/ns/default/sessions/{s.session_id}",

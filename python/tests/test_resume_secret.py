@@ -14,7 +14,7 @@ import klock
 def test_a_digest_resumes_in_another_client_only_with_its_secret(memory_server: Any) -> None:
     with klock.connect(memory_server.url) as owner, klock.connect(memory_server.url) as other:
         s = owner.session("holder")
-        with s.lease("MUTATES FILE:/resume-secret", ttl_ms=30_000) as lease:
+        with s.lease("MUTATES FILE:/resume-secret", ttl=30) as lease:
             digest = s.digest()
             assert isinstance(digest.get("resume_secret"), str) and digest["resume_secret"]
             public = {k: v for k, v in digest.items() if k != "resume_secret"}

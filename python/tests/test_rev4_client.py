@@ -78,8 +78,8 @@ def test_a_nested_block_with_a_shorter_ttl_never_shortens_the_outer_lease(
     k = make_klock()
     s = k.session("outer-agent")
     other = k.session("other-agent")
-    with s.lease("MUTATES FILE:/x", ttl_ms=5_000) as outer:
-        with s.lease("MUTATES FILE:/x", ttl_ms=200) as inner:
+    with s.lease("MUTATES FILE:/x", ttl=5) as outer:
+        with s.lease("MUTATES FILE:/x", ttl=0.2) as inner:
             assert inner.leases[0].lease_id == outer.leases[0].lease_id
             assert inner.leases[0].ttl_ms == 5_000  # the kernel kept the larger TTL
         # The outer body keeps running five times longer than the inner TTL; nobody else may
@@ -104,7 +104,7 @@ def test_expires_at_and_ttl_follow_the_kernel_after_heartbeat_reacquire_and_resu
 ) -> None:
     k = make_klock()
     s = k.session("a")
-    with s.lease("MUTATES FILE:/x", ttl_ms=10_000) as lease:
+    with s.lease("MUTATES FILE:/x", ttl=10) as lease:
         first = lease.leases[0].expires_at
         time.sleep(0.05)
         lease.heartbeat()
@@ -113,7 +113,7 @@ def test_expires_at_and_ttl_follow_the_kernel_after_heartbeat_reacquire_and_resu
         assert lease.leases[0].expires_at == status[2] == lease.expires_at
         # A nested block asking again with a longer TTL renews the lease for the outer
         # block too: both report what the kernel now holds.
-        with s.lease("MUTATES FILE:/x", ttl_ms=20_000) as inner:
+        with s.lease("MUTATES FILE:/x", ttl=20) as inner:
             assert inner.leases[0].ttl_ms == 20_000
             assert lease.leases[0].ttl_ms == 20_000
             assert lease.leases[0].expires_at == inner.leases[0].expires_at
@@ -146,7 +146,7 @@ def test_a_grant_settled_late_is_heartbeaten_by_its_expiry_not_by_the_time_it_wa
     seen: list[Any] = []
 
     def wait_then_hold() -> None:
-        with waiter.lease("MUTATES FILE:/x", ttl_ms=1_000, timeout=20) as lease:
+        with waiter.lease("MUTATES FILE:/x", ttl=1, timeout=20) as lease:
             seen.append(lease.leases[0])
             granted.set()
             done.wait(10)
@@ -248,7 +248,7 @@ def test_a_release_that_settles_the_expiry_raises_lease_lost(make_klock: MakeKlo
     with k.session("a") as s:
         with pytest.raises(klock.LeaseLost) as lost:
             with k._lock:  # a long synchronous callback: the timer thread cannot run
-                with s.lease("MUTATES FILE:/x", ttl_ms=50) as lease:
+                with s.lease("MUTATES FILE:/x", ttl=0.05) as lease:
                     time.sleep(0.2)
                     assert not lease.lost  # nobody has settled the expiry yet
         assert lost.value.name == "LEASE_EXPIRED" and lost.value.lease_ids == lease.lease_ids
@@ -262,10 +262,10 @@ def test_a_release_that_settles_the_expiry_of_a_shared_lease_raises_lease_lost(
     k = make_klock()
     s = k.session("a")
     with pytest.raises(klock.LeaseLost) as outer_lost:
-        with s.lease("MUTATES FILE:/x", ttl_ms=50) as outer:
+        with s.lease("MUTATES FILE:/x", ttl=0.05) as outer:
             with pytest.raises(klock.LeaseLost):
                 with k._lock:
-                    with s.lease("MUTATES FILE:/x", ttl_ms=50):
+                    with s.lease("MUTATES FILE:/x", ttl=0.05):
                         time.sleep(0.2)
             assert outer.lost
     assert outer_lost.value.name == "LEASE_EXPIRED"
@@ -277,7 +277,7 @@ STOPPED_CHILD = textwrap.dedent(
     import sys, klock
     with klock.Klock() as k, k.session("a") as s:
         try:
-            with s.lease("MUTATES FILE:/x", ttl_ms=300) as lease:
+            with s.lease("MUTATES FILE:/x", ttl=0.3) as lease:
                 print("held", flush=True)
                 sys.stdin.readline()  # the parent stops us past the TTL, then writes a line
         except klock.LeaseLost as e:

@@ -88,7 +88,7 @@ def test_threads_no_lost_update_no_deadlock(make_klock: MakeKlock, policy: str) 
                     while True:
                         written = False
                         try:
-                            with s.lease(*intents, ttl_ms=10_000, timeout=60) as lease:
+                            with s.lease(*intents, ttl=10, timeout=60) as lease:
                                 fence = lease.fences[f"COUNTER:/r{r}"]
                                 value = counters[r].read(fence)
                                 time.sleep(0)  # let another thread in between read and write
