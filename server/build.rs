@@ -34,5 +34,8 @@ fn main() {
             git(&["rev-parse", "--short=12", "HEAD"])
         }
     };
-    println!("cargo:rustc-env=KLOCK_BUILD_COMMIT={}", commit.unwrap_or_default());
+    println!(
+        "cargo:rustc-env=KLOCK_BUILD_COMMIT={}",
+        commit.unwrap_or_default()
+    );
 }

@@ -7,8 +7,8 @@
 //! numeric kernel settings the kernel's own.
 
 use klock_core::{Config, Policy};
-use klock_server::serve::ServeConfig;
 use klock_server::logging::{self, LogFormat};
+use klock_server::serve::ServeConfig;
 use klock_server::{api, dashboard, history};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -134,6 +134,12 @@ fn set_config(config: &mut Config, assignment: &str) -> Result<(), String> {
         config.policy = Policy::parse(value).map_err(|e| format!("--config: {}", e.message))?;
         return Ok(());
     }
+    if !Config::NUMERIC_FIELDS.contains(&name) {
+        return Err(format!(
+            "--config: unknown kernel setting {name:?} (known: policy, {})",
+            Config::NUMERIC_FIELDS.join(", ")
+        ));
+    }
     let number = value
         .parse::<u64>()
         .map_err(|_| format!("--config {name} needs a whole number, got {value:?}"))?;
@@ -156,9 +162,8 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
         let entries = crate::config_file::load(path)?;
         for entry in &entries {
             // Each value checked alone first, so a bad one is named by its key.
-            read_flags(&entry.args).map_err(|e| {
-                format!("config file {}: key {}: {e}", path.display(), entry.key)
-            })?;
+            read_flags(&entry.args)
+                .map_err(|e| format!("config file {}: key {}: {e}", path.display(), entry.key))?;
         }
         all = crate::config_file::beneath(entries, &command_line);
     }

@@ -74,7 +74,9 @@ impl Backup {
         let value: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| invalid(format!("not JSON: {e}")))?;
         if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
-            return Err(invalid(format!("not a Klock backup (no \"format\": \"{FORMAT}\")")));
+            return Err(invalid(format!(
+                "not a Klock backup (no \"format\": \"{FORMAT}\")"
+            )));
         }
         let version = value.get("format_version").and_then(|v| v.as_u64());
         if version != Some(u64::from(FORMAT_VERSION)) {

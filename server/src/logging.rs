@@ -57,15 +57,12 @@ pub struct LogConfig {
 /// # Errors
 /// It does not parse; the message says what is accepted.
 pub fn check_filter(filter: &str) -> Result<(), String> {
-    EnvFilter::builder()
-        .parse(filter)
-        .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "--log-level takes a level (error, warn, info, debug, trace) or directives like \
+    EnvFilter::builder().parse(filter).map(|_| ()).map_err(|e| {
+        format!(
+            "--log-level takes a level (error, warn, info, debug, trace) or directives like \
                  info,klock::request=debug; {filter:?}: {e}"
-            )
-        })
+        )
+    })
 }
 
 /// Installs the process's subscriber (module contract). Once per process.

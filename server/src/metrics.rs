@@ -63,8 +63,14 @@ impl Histogram {
         } else {
             format!("{{{labels}}}")
         };
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "{name}_sum{braced} {sum}\n{name}_count{braced} {cumulative}");
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+        );
+        let _ = writeln!(
+            out,
+            "{name}_sum{braced} {sum}\n{name}_count{braced} {cumulative}"
+        );
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {

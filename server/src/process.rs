@@ -32,7 +32,10 @@ fn sysconf(name: libc::c_int) -> Option<u64> {
 
 fn gauge(out: &mut String, name: &str, kind: &str, help: &str, value: Option<f64>) {
     if let Some(v) = value {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
     }
 }
 
@@ -44,17 +47,58 @@ pub fn render(out: &mut String) {
     let page = sysconf(libc::_SC_PAGESIZE);
     // Fields 14 and 15 (utime, stime), 22 (starttime), 23 (vsize), 24 (rss): indexes - 3.
     let cpu = (|| Some((field(11)? + field(12)?) as f64 / ticks? as f64))();
-    gauge(out, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", cpu);
+    gauge(
+        out,
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+        cpu,
+    );
     let rss = (|| Some((field(21)? * page?) as f64))();
-    gauge(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", rss);
-    gauge(out, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", field(20).map(|v| v as f64));
-    let fds = std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as f64);
-    gauge(out, "process_open_fds", "gauge", "Number of open file descriptors.", fds);
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    gauge(
+        out,
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+        rss,
+    );
+    gauge(
+        out,
+        "process_virtual_memory_bytes",
+        "gauge",
+        "Virtual memory size in bytes.",
+        field(20).map(|v| v as f64),
+    );
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as f64);
+    gauge(
+        out,
+        "process_open_fds",
+        "gauge",
+        "Number of open file descriptors.",
+        fds,
+    );
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit only writes the struct given.
     let max = (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0)
         .then_some(limit.rlim_cur as f64);
-    gauge(out, "process_max_fds", "gauge", "Maximum number of open file descriptors.", max);
+    gauge(
+        out,
+        "process_max_fds",
+        "gauge",
+        "Maximum number of open file descriptors.",
+        max,
+    );
     let start = (|| Some(boot_time()? as f64 + field(19)? as f64 / ticks? as f64))();
-    gauge(out, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.", start);
+    gauge(
+        out,
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+        start,
+    );
 }

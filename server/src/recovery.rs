@@ -209,7 +209,9 @@ pub fn config_mismatch(stored: &Config, asked: &Config) -> String {
         .iter()
         .filter(|(name, value)| asked.get(*name) != Some(value))
         .map(|(name, value)| {
-            let other = asked.get(name).map_or(String::from("nothing"), |v| v.to_string());
+            let other = asked
+                .get(name)
+                .map_or(String::from("nothing"), |v| v.to_string());
             format!("{name}: the data file has {value}, the flags ask for {other}")
         })
         .collect();

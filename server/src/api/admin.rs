@@ -21,7 +21,13 @@ pub(super) async fn backup(State(api): State<Shared>) -> Result<Response, ApiErr
     let encoded = tokio::task::spawn_blocking(move || serde_json::to_vec(&Backup::of(snapshot)))
         .await
         .map_err(|e| ApiError::other(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e.to_string()))?
-        .map_err(|e| ApiError::other(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e.to_string()))?;
-    tracing::info!(index, bytes = encoded.len(), "backup taken at entry {index}");
+        .map_err(|e| {
+            ApiError::other(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e.to_string())
+        })?;
+    tracing::info!(
+        index,
+        bytes = encoded.len(),
+        "backup taken at entry {index}"
+    );
     Ok(([("content-type", "application/json")], encoded).into_response())
 }
