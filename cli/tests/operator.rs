@@ -520,7 +520,7 @@ fn an_online_backup_under_load_is_a_committed_prefix_and_restores_into_a_new_ser
                     assert_eq!(status, 200, "{v}");
                     granted.fetch_add(1, Ordering::Relaxed);
                     // Every third lease is kept: the backup holds leases.
-                    if i % 3 != 0 {
+                    if !i.is_multiple_of(3) {
                         let lease = v["leases"][0]["lease_id"].clone();
                         let (status, v) = call(
                             "POST",
