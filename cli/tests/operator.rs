@@ -103,7 +103,8 @@ impl Drop for Proc {
     }
 }
 
-/// `klock ARGS` with `env`, to its end.
+/// `klock ARGS` with `env`, to its end (30 s at most: a command that should have refused to
+/// start fails the test instead of serving on).
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(klock());
     command
@@ -113,7 +114,21 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         command.env(k, v);
     }
-    command.output().unwrap()
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("klock {args:?} did not end in 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -255,7 +270,19 @@ default_ttl_ms = 30000
     ] {
         let bad = dir.path().join("bad.toml");
         std::fs::write(&bad, body).unwrap();
-        let out = run(&["serve", "--config", bad.to_str().unwrap()], &[]);
+        // A free port in memory, should a broken parser accept the file and serve.
+        let file = bad.to_str().unwrap();
+        let out = run(
+            &[
+                "serve",
+                "--config",
+                file,
+                "--listen",
+                "127.0.0.1:0",
+                "--memory",
+            ],
+            &[],
+        );
         assert_eq!(out.status.code(), Some(2), "{body}");
         let err = text(&out.stderr);
         assert!(
@@ -823,7 +850,17 @@ fn metrics_follow_prometheus_conventions_with_build_info_routes_and_the_process(
     assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
     assert!(value("process_open_fds") >= 3.0);
     assert!(value("process_max_fds") >= value("process_open_fds"));
-    assert!(value("process_cpu_seconds_total") > 0.0);
+    // CPU time as the kernel counts it for the process, read after the scrape: at most that.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", p.child.id())).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    // SAFETY: sysconf reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let after = (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / ticks;
+    let cpu = value("process_cpu_seconds_total");
+    assert!(
+        (0.0..=after).contains(&cpu),
+        "{cpu} s of CPU, {after} s after the scrape"
+    );
     let start = value("process_start_time_seconds");
     assert!(
         start <= started + 1.0 && start > started - 120.0,
