@@ -74,6 +74,7 @@ Example:
   printf %s \"$AGENT_TOKEN\" | klock token-hash";
 
 fn main() -> ExitCode {
+    klock_server::about::set_commit(env!("KLOCK_BUILD_COMMIT"));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let help = |text: &str| {
         println!("{text}");

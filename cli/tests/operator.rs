@@ -131,7 +131,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn text(bytes: &[u8]) -> String {
+fn text_of(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -155,7 +155,7 @@ fn version_names_the_crate_version_and_the_commit() {
     for flag in ["--version", "-V"] {
         let out = run(&[flag], &[]);
         assert!(out.status.success());
-        let line = text(&out.stdout);
+        let line = text_of(&out.stdout);
         let expected = format!("klock {}", env!("CARGO_PKG_VERSION"));
         assert!(line.starts_with(&expected), "{line}");
         // Built from a git checkout (the tests run in one): the commit is there, 12 hex digits.
@@ -284,14 +284,14 @@ default_ttl_ms = 30000
             &[],
         );
         assert_eq!(out.status.code(), Some(2), "{body}");
-        let err = text(&out.stderr);
+        let err = text_of(&out.stderr);
         assert!(
             err.contains("bad.toml") && err.contains(expected),
             "{body}: {err}"
         );
     }
     let out = run(&["serve", "--config", "/nonexistent/klock.toml"], &[]);
-    assert!(text(&out.stderr).contains("cannot read the config file /nonexistent/klock.toml"));
+    assert!(text_of(&out.stderr).contains("cannot read the config file /nonexistent/klock.toml"));
 }
 
 #[test]
@@ -438,9 +438,9 @@ fn logs_say_the_lifecycle_at_info_and_each_request_at_debug_as_json() {
     );
     let out = run(&["serve", "--log-level", "loud=="], &[]);
     assert!(
-        text(&out.stderr).contains("--log-level takes a level"),
+        text_of(&out.stderr).contains("--log-level takes a level"),
         "{}",
-        text(&out.stderr)
+        text_of(&out.stderr)
     );
 }
 
@@ -571,18 +571,18 @@ fn an_online_backup_under_load_is_a_committed_prefix_and_restores_into_a_new_ser
     let out = run(&["backup", "--server", &p.url(), file], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("401 UNAUTHORIZED"),
+        text_of(&out.stderr).contains("401 UNAUTHORIZED"),
         "{}",
-        text(&out.stderr)
+        text_of(&out.stderr)
     );
     let out = run(
         &["backup", "--server", &p.url(), file],
         &[("KLOCK_TOKEN", "bot-secret")],
     );
     assert!(
-        text(&out.stderr).contains("403 FORBIDDEN"),
+        text_of(&out.stderr).contains("403 FORBIDDEN"),
         "{}",
-        text(&out.stderr)
+        text_of(&out.stderr)
     );
     assert!(!Path::new(file).exists());
     let (status, _) = p.call(
@@ -598,11 +598,11 @@ fn an_online_backup_under_load_is_a_committed_prefix_and_restores_into_a_new_ser
         &["backup", "--server", &p.url(), file],
         &[("KLOCK_TOKEN", "root-secret")],
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
     assert!(
-        text(&out.stdout).contains("klock backup: wrote"),
+        text_of(&out.stdout).contains("klock backup: wrote"),
         "{}",
-        text(&out.stdout)
+        text_of(&out.stdout)
     );
     let mode = std::fs::metadata(file).unwrap();
     assert_eq!(
@@ -656,20 +656,20 @@ fn an_online_backup_under_load_is_a_committed_prefix_and_restores_into_a_new_ser
         out
     };
     assert!(
-        text(&out.stderr).contains("RESTORE_TARGET_EXISTS"),
+        text_of(&out.stderr).contains("RESTORE_TARGET_EXISTS"),
         "{}",
-        text(&out.stderr)
+        text_of(&out.stderr)
     );
     let restored = dir.path().join("restored.redb");
     let out = run(
         &["restore", "--data", restored.to_str().unwrap(), file],
         &[],
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.status.success(), "{}", text_of(&out.stderr));
     assert!(
-        text(&out.stdout).contains(&format!("the state after entry {index}")),
+        text_of(&out.stdout).contains(&format!("the state after entry {index}")),
         "{}",
-        text(&out.stdout)
+        text_of(&out.stdout)
     );
     let q = Proc::start(
         dir.path(),
@@ -723,9 +723,9 @@ fn an_online_backup_under_load_is_a_committed_prefix_and_restores_into_a_new_ser
         &[],
     );
     assert!(
-        text(&out.stderr).contains("BACKUP_INVALID"),
+        text_of(&out.stderr).contains("BACKUP_INVALID"),
         "{}",
-        text(&out.stderr)
+        text_of(&out.stderr)
     );
     assert!(!target.exists());
 }
@@ -752,7 +752,7 @@ fn a_config_mismatch_names_each_setting_and_both_values() {
         &[],
     );
     assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
+    let err = text_of(&out.stderr);
     assert!(err.contains("CONFIG_MISMATCH"), "{err}");
     assert!(
         err.contains("policy: the data file has \"wound_wait\", the flags ask for \"wait_die\""),
@@ -791,15 +791,21 @@ fn metrics_follow_prometheus_conventions_with_build_info_routes_and_the_process(
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
     };
     let version = env!("CARGO_PKG_VERSION");
-    let info = text
-        .lines()
-        .find(|l| l.starts_with("klock_build_info{"))
-        .unwrap();
-    assert!(
-        info.starts_with(&format!(
-            "klock_build_info{{version=\"{version}\",commit=\""
-        )) && info.ends_with("\"} 1"),
-        "{info}"
+    // The same version and commit as `klock --version` and GET /v1/version.
+    let long = text_of(&run(&["--version"], &[]).stdout);
+    let commit = long
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .trim_end_matches(')');
+    assert_eq!(commit.len(), 12, "{long}");
+    let info = format!("\nklock_build_info{{version=\"{version}\",commit=\"{commit}\"}} 1\n");
+    assert!(text.contains(&info), "no {info} in\n{text}");
+    let (_, about) = p.call("GET", "/v1/version", &[], Value::Null);
+    assert_eq!(
+        (about["server"].as_str(), about["commit"].as_str()),
+        (Some(version), Some(commit))
     );
     // The route template, never the raw path; a histogram per route.
     let events = "route=\"/v1/ns/{ns}/sessions/{sid}/digest\"";

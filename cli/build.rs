@@ -1,5 +1,6 @@
-//! Records the git commit the server is built from, for `klock --version` and the
-//! `klock_build_info` metric (src/about.rs).
+//! Records the git commit the `klock` binary is built from, for `klock --version` and the
+//! server's `klock_build_info` metric (main.rs hands it to `klock_server::about`). Here, not
+//! in the server library, so that a new commit rebuilds only this small crate.
 //!
 //! Contract: `KLOCK_BUILD_COMMIT` set in the build's environment wins (a container or a
 //! package build without `.git`); else `git rev-parse --short=12 HEAD` when the source is a git
