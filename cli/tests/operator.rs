@@ -292,6 +292,34 @@ default_ttl_ms = 30000
     }
     let out = run(&["serve", "--config", "/nonexistent/klock.toml"], &[]);
     assert!(text_of(&out.stderr).contains("cannot read the config file /nonexistent/klock.toml"));
+    // One file at most.
+    let out = run(&["serve", "--config", file, "--config", file], &[]);
+    assert!(
+        text_of(&out.stderr).contains("--config FILE given twice"),
+        "{}",
+        text_of(&out.stderr)
+    );
+    // A repeated flag on the command line replaces the file's list; without it the file's
+    // list stands.
+    let origins = dir.path().join("origins.toml");
+    std::fs::write(
+        &origins,
+        "allow-origin = [\"http://a.test:1\", \"http://b.test:2\"]\n",
+    )
+    .unwrap();
+    let origins = origins.to_str().unwrap();
+    let args = |extra: &[&str]| -> Vec<String> {
+        ["--config", origins]
+            .iter()
+            .chain(extra)
+            .map(|a| a.to_string())
+            .collect()
+    };
+    let parsed = klock_cli::serve_args::parse(&args(&[])).unwrap();
+    assert_eq!(parsed.origins, ["http://a.test:1", "http://b.test:2"]);
+    let parsed =
+        klock_cli::serve_args::parse(&args(&["--allow-origin", "http://c.test:3"])).unwrap();
+    assert_eq!(parsed.origins, ["http://c.test:3"]);
 }
 
 #[test]
@@ -724,6 +752,25 @@ fn an_online_backup_under_load_is_a_committed_prefix_and_restores_into_a_new_ser
     );
     assert!(
         text_of(&out.stderr).contains("BACKUP_INVALID"),
+        "{}",
+        text_of(&out.stderr)
+    );
+    assert!(!target.exists());
+    // A backup from the future bounds nothing: refused, nothing made.
+    let mut future = backup.clone();
+    future["wall_ms"] = json!(u64::MAX / 2);
+    std::fs::write(&bad, future.to_string()).unwrap();
+    let out = run(
+        &[
+            "restore",
+            "--data",
+            target.to_str().unwrap(),
+            bad.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        text_of(&out.stderr).contains("BACKUP_IN_THE_FUTURE"),
         "{}",
         text_of(&out.stderr)
     );
