@@ -72,6 +72,9 @@ bash scripts/test-wasm.sh
 step "agent tools: klock exec and klock mcp with the official Python MCP client"
 bash scripts/test-agents.sh
 
+step "deploy/: the systemd unit (systemd-analyze verify) and the example configs on the real binary"
+bash deploy/check.sh
+
 step "the main job: the fleet demo's Python and Node agent processes through a server crash"
 bash scripts/test-fleet.sh
 

@@ -2,8 +2,10 @@
 //! the server library's [`klock_server::serve::serve`], the agent tools are `klock-agent`'s.
 //!
 //! ```text
-//! klock serve [--listen 127.0.0.1:7300] [--data FILE | --memory] [--clock manual]
-//!             [--snapshot-every N]
+//! klock --version
+//! klock serve [--config FILE] [--listen 127.0.0.1:7300] [--data FILE | --memory] ...
+//! klock backup [--server URL | --socket PATH] FILE
+//! klock restore --data FILE BACKUP
 //! klock token-hash < SECRET
 //! klock exec [flags] --intent I... -- COMMAND...
 //! klock elect NAME [flags] -- COMMAND...
@@ -25,12 +27,44 @@ const USAGE: &str = "\
 usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and examples)
 
   serve         the control plane: the kernel behind an HTTP API, durable in a redb file
+  backup        an online backup of a running server into a file (admin token)
+  restore       a new data file from a backup, for klock serve --data
   exec          run a command holding leases, like flock(1) but shared and deadlock-free
   elect         run a command only while this process leads an election
   mcp           an MCP server on stdio for one LLM agent
   status        who holds what, queues, most contended resources, ghost agents
   reconcile     the server's truth about a session saved with --digest
-  token-hash    the sha256 a token file lists for a secret";
+  token-hash    the sha256 a token file lists for a secret
+
+klock --version (or -V) prints the version and the git commit it was built from.";
+
+const BACKUP_HELP: &str = "\
+usage: klock backup [--server URL | --socket PATH] [--token T] FILE
+
+Writes an online backup of a running server to FILE (readable by its owner only): the state
+after the last committed entry, taken while the server keeps serving (GET /v1/backup). A
+server with a token file needs an admin token ($KLOCK_TOKEN, or --token).
+
+  --server URL     the server, http://HOST:PORT (default $KLOCK_SERVER, else http://127.0.0.1:7300)
+  --socket PATH    the server's Unix socket instead (default $KLOCK_SOCKET)
+  --token T        bearer token (default $KLOCK_TOKEN, which `ps` does not show: prefer it)
+
+Restore with: klock restore --data NEW.redb FILE, then klock serve --data NEW.redb
+
+Example:
+  KLOCK_TOKEN=$ADMIN klock backup --server http://127.0.0.1:7300 klock-$(date +%F).backup";
+
+const RESTORE_HELP: &str = "\
+usage: klock restore --data FILE BACKUP
+
+Makes the new data file FILE (and FILE.log) from BACKUP, a file `klock backup` wrote; FILE
+must not exist. The state is the backup's, with fences, log indexes and server time moved
+past anything the server it came from can have issued since it was taken (a fence is never
+given out twice). Then serve it with klock serve --data FILE and the backup's kernel
+settings (a different --config is refused, naming each setting).
+
+Example:
+  klock restore --data /var/lib/klock/klock.redb klock-2026-11-28.backup";
 
 const TOKEN_HASH_HELP: &str = "\
 usage: klock token-hash < SECRET
@@ -42,13 +76,19 @@ Example:
   printf %s \"$AGENT_TOKEN\" | klock token-hash";
 
 fn main() -> ExitCode {
+    klock_server::about::set_commit(env!("KLOCK_BUILD_COMMIT"));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let help = |text: &str| {
         println!("{text}");
         ExitCode::SUCCESS
     };
     match args.first().map(String::as_str) {
+        Some("--version" | "-V") => return help(&klock_server::about::long_version()),
         Some("serve") if wants_help(&args[1..]) => return help(&serve_args::help()),
+        Some("backup") if wants_help(&args[1..]) => return help(BACKUP_HELP),
+        Some("restore") if wants_help(&args[1..]) => return help(RESTORE_HELP),
+        Some("backup") => return backup(&args[1..]),
+        Some("restore") => return restore(&args[1..]),
         Some("token-hash") if wants_help(&args[1..]) => return help(TOKEN_HASH_HELP),
         Some("serve") => {}
         Some("token-hash") => return token_hash(),
@@ -70,6 +110,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = klock_server::logging::init(&serve.log) {
+        eprintln!("klock serve: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -212,6 +256,121 @@ fn mcp(args: &[String]) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("klock mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `klock backup`: fetches `GET /v1/backup` and writes it to FILE whole.
+fn backup(args: &[String]) -> ExitCode {
+    use klock_agent::args::{Connection, Flags};
+    let usage = |message: String| {
+        eprintln!("klock backup: {message}\n(klock backup --help shows every flag)");
+        ExitCode::from(2)
+    };
+    let mut flags = Flags::new(args);
+    let mut connection = Connection::default();
+    let mut file = None;
+    while let Some((flag, inline)) = flags.next_flag() {
+        let taken = match flag {
+            "--server" | "--socket" | "--token" => connection.take(&mut flags, flag, inline),
+            f if f.starts_with('-') => return usage(format!("unknown flag {f:?}")),
+            path if file.is_none() => {
+                file = Some(std::path::PathBuf::from(path));
+                Ok(true)
+            }
+            extra => return usage(format!("one FILE only, got {extra:?} too")),
+        };
+        if let Err(e) = taken {
+            return usage(e);
+        }
+    }
+    let Some(file) = file else {
+        return usage(String::from("give the FILE to write the backup to"));
+    };
+    let client = match connection.client() {
+        Ok(client) => client,
+        Err(e) => return usage(e),
+    };
+    let runtime = match tool_runtime("backup") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let wait = std::time::Duration::from_secs(120);
+    let answer = runtime.block_on(client.call("GET", "/v1/backup", None, None, wait));
+    let body = match answer {
+        Ok(body) => body,
+        Err(e) => {
+            eprintln!("klock backup: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let bytes = body.to_string().into_bytes();
+    let checked = klock_server::backup::Backup::decode(&bytes)
+        .and_then(|backup| klock_server::backup::write_private(&file, &bytes).map(|()| backup));
+    match checked {
+        Ok(backup) => {
+            println!(
+                "klock backup: wrote {} ({} bytes): the state after entry {}, hash {:016x}",
+                file.display(),
+                bytes.len(),
+                backup.snapshot.applied,
+                backup.snapshot.hash
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("klock backup: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `klock restore --data FILE BACKUP`.
+fn restore(args: &[String]) -> ExitCode {
+    let usage = |message: &str| {
+        eprintln!("klock restore: {message}\n{RESTORE_HELP}");
+        ExitCode::from(2)
+    };
+    let (mut data, mut backup) = (None, None);
+    let mut i = 0;
+    while i < args.len() {
+        match (args[i].as_str(), args.get(i + 1)) {
+            ("--data", Some(v)) => {
+                data = Some(std::path::PathBuf::from(v));
+                i += 2;
+            }
+            ("--data", None) => return usage("--data needs a value"),
+            (f, _) if f.starts_with('-') => return usage(&format!("unknown flag {f:?}")),
+            (path, _) if backup.is_none() => {
+                backup = Some(std::path::PathBuf::from(path));
+                i += 1;
+            }
+            (extra, _) => return usage(&format!("one BACKUP only, got {extra:?} too")),
+        }
+    }
+    let (Some(data), Some(backup)) = (data, backup) else {
+        return usage("give --data FILE (the new data file) and the BACKUP file");
+    };
+    match klock_server::backup::restore(&backup, &data) {
+        Ok(r) => {
+            println!(
+                "klock restore: wrote {} from the state after entry {} (hash {:016x}), taken {} ms ago; \
+                 fences start at {}, log indexes at {}, server time at {} ms. Serve it with: \
+                 klock serve --data {}",
+                data.display(),
+                r.applied,
+                r.hash,
+                r.age_ms,
+                r.next_fence,
+                r.next_index,
+                r.server_time_ms,
+                data.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("klock restore: {e}");
             ExitCode::FAILURE
         }
     }

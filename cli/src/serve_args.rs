@@ -7,13 +7,14 @@
 //! numeric kernel settings the kernel's own.
 
 use klock_core::{Config, Policy};
+use klock_server::logging::{self, LogFormat};
 use klock_server::serve::ServeConfig;
 use klock_server::{api, dashboard, history};
 use std::path::PathBuf;
 use std::time::Duration;
 
 const SERVE_HELP: &str = "\
-usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
+usage: klock serve [--config FILE] [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
                    [--config NAME=VALUE]... [--tokens FILE] [--tls-cert FILE --tls-key FILE]
                    [--insecure] [--clock manual] [--snapshot-every N] [--history N]
                    [--dashboard [--dashboard-pkg DIR]] [--allow-origin ORIGIN]...
@@ -24,10 +25,16 @@ usage: klock serve [--listen ADDR:PORT | --socket PATH] [--data FILE | --memory]
                    [--header-timeout-ms MS] [--idle-timeout-ms MS]
                    [--max-requests-per-connection N] [--max-request-ids N]
                    [--max-batch-items N] [--accept-log-loss]
+                   [--log-level FILTER] [--log-format text|json]
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
 
+  --config FILE        read flags from a TOML file: each key is a flag's name without the
+                       dashes (listen = \"127.0.0.1:7300\", memory = true, allow-origin = [..]),
+                       kernel settings in a [kernel] table; a flag on the command line wins.
+                       Unknown keys and bad values are errors naming the key
+                       (example: deploy/klock.toml)
   --listen ADDR:PORT   where to listen (default 127.0.0.1:7300; port 0 picks a free one).
                        Beyond loopback it needs --tokens, and TLS unless --insecure.
   --socket PATH        serve on a Unix socket instead (file permissions guard it); only a
@@ -41,6 +48,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
                        (default ./klock.redb)
   --memory             keep everything in memory: nothing survives a restart
   --config NAME=VALUE  a kernel setting instead of its default (docs/SPEC.md); repeat it.
+                       (A value NAME=VALUE with NAME in [a-z_] is a setting; anything else
+                       is a config file: write ./a=b for a file named so.)
                        A data file keeps the settings it was created with and refuses
                        others. NAME is policy (wait_die, wound_wait, lanes, detect) or a number:
 {numeric_fields}
@@ -85,8 +94,14 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --event-bytes N      bytes of events kept for the event streams, oldest dropped first
                        (a reader behind them is told of the gap; default 67108864, 64 MiB)
 
+  --log-level FILTER   what to log: error, warn, info (default), debug (adds one line per
+                       request), trace, or directives like info,klock::request=debug
+                       (default $RUST_LOG, else info); logs go to stderr
+  --log-format F       text (default) or json (one object a line)
+
 Examples:
   klock serve                                   # loopback, ./klock.redb
+  klock serve --config /etc/klock/klock.toml --log-format json
   klock serve --data /var/lib/klock/klock.redb --socket /run/klock.sock
   klock serve --config policy=wound_wait --config default_ttl_ms=30000
   klock serve --listen 0.0.0.0:7300 --tokens tokens.json --tls-cert c.pem --tls-key k.pem";
@@ -119,6 +134,12 @@ fn set_config(config: &mut Config, assignment: &str) -> Result<(), String> {
         config.policy = Policy::parse(value).map_err(|e| format!("--config: {}", e.message))?;
         return Ok(());
     }
+    if !Config::NUMERIC_FIELDS.contains(&name) {
+        return Err(format!(
+            "--config: unknown kernel setting {name:?} (known: policy, {})",
+            Config::NUMERIC_FIELDS.join(", ")
+        ));
+    }
     let number = value
         .parse::<u64>()
         .map_err(|_| format!("--config {name} needs a whole number, got {value:?}"))?;
@@ -127,20 +148,59 @@ fn set_config(config: &mut Config, assignment: &str) -> Result<(), String> {
         .map_err(|e| format!("--config: {}", e.message))
 }
 
-/// Parses `klock serve`'s flags (without the `serve`) into a [`ServeConfig`].
+/// Parses `klock serve`'s flags (without the `serve`) into a [`ServeConfig`]. A
+/// `--config FILE` (crate::config_file) stands for the flags its keys name, placed before the
+/// command line's own, so a flag given on the command line wins.
 ///
 /// # Errors
 /// A flag is unknown, lacks its value or has a bad one, or the flags do not go together; the
-/// message names the flag.
+/// message names the flag (and the file and key, for a value from the config file).
 pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
-    let mut out = ServeConfig::default();
-    let (mut max_ids, mut max_batch_items) = (None, None);
-    let mut dashboard = false;
-    let mut dashboard_pkg = None;
-    let mut history = None;
-    let mut memory = false;
-    let (mut cert, mut key) = (None, None);
-    let mut data_given = false;
+    let (file, command_line) = crate::config_file::split(args)?;
+    let mut all = Vec::new();
+    if let Some(path) = &file {
+        let entries = crate::config_file::load(path)?;
+        for entry in &entries {
+            // Each value checked alone first, so a bad one is named by its key.
+            read_flags(&entry.args)
+                .map_err(|e| format!("config file {}: key {}: {e}", path.display(), entry.key))?;
+        }
+        all = crate::config_file::beneath(entries, &command_line);
+    }
+    all.extend(command_line);
+    finish(read_flags(&all)?)
+}
+
+/// The flags read, before they are checked together.
+#[derive(Default)]
+struct Read {
+    out: ServeConfig,
+    max_ids: Option<usize>,
+    max_batch_items: Option<usize>,
+    dashboard: bool,
+    dashboard_pkg: Option<PathBuf>,
+    history: Option<usize>,
+    memory: bool,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    data_given: bool,
+}
+
+/// Reads each flag and its value (checking the value alone).
+fn read_flags(args: &[String]) -> Result<Read, String> {
+    let mut read = Read::default();
+    let Read {
+        out,
+        max_ids,
+        max_batch_items,
+        dashboard,
+        dashboard_pkg,
+        history,
+        memory,
+        cert,
+        key,
+        data_given,
+    } = &mut read;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -159,15 +219,15 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
             }
             "--data" => {
                 out.data = Some(PathBuf::from(value()?));
-                data_given = true;
+                *data_given = true;
                 i += 2;
             }
             "--tls-cert" => {
-                cert = Some(PathBuf::from(value()?));
+                *cert = Some(PathBuf::from(value()?));
                 i += 2;
             }
             "--tls-key" => {
-                key = Some(PathBuf::from(value()?));
+                *key = Some(PathBuf::from(value()?));
                 i += 2;
             }
             "--insecure" => {
@@ -183,7 +243,7 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
                 i += 2;
             }
             "--memory" => {
-                memory = true;
+                *memory = true;
                 i += 1;
             }
             "--clock" => match value()? {
@@ -195,6 +255,7 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
                 v => return Err(format!("--clock is manual or monotonic, got {v:?}")),
             },
             "--config" => {
+                // Only settings reach here: crate::config_file::split took the file.
                 set_config(&mut out.config, value()?)?;
                 i += 2;
             }
@@ -207,7 +268,7 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
             }
             "--history" => {
                 let v = value()?;
-                history =
+                *history =
                     Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                         format!("--history needs a whole number above 0, got {v:?}")
                     })?);
@@ -221,7 +282,7 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
                 i += 2;
             }
             "--dashboard" => {
-                dashboard = true;
+                *dashboard = true;
                 i += 1;
             }
             "--allow-origin" => {
@@ -231,7 +292,7 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
                 i += 2;
             }
             "--dashboard-pkg" => {
-                dashboard_pkg = Some(PathBuf::from(value()?));
+                *dashboard_pkg = Some(PathBuf::from(value()?));
                 i += 2;
             }
             "--max-sessions-per-token" | "--max-sessions-per-namespace" | "--idempotency-bytes" => {
@@ -249,11 +310,11 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
                 i += 2;
             }
             "--max-request-ids" => {
-                max_ids = Some(positive(flag, value()?)?);
+                *max_ids = Some(positive(flag, value()?)?);
                 i += 2;
             }
             "--max-batch-items" => {
-                max_batch_items = Some(positive(flag, value()?)?);
+                *max_batch_items = Some(positive(flag, value()?)?);
                 i += 2;
             }
             "--max-connections" => {
@@ -280,9 +341,36 @@ pub fn parse(args: &[String]) -> Result<ServeConfig, String> {
                 out.accept_log_loss = true;
                 i += 1;
             }
+            "--log-level" => {
+                let v = value()?;
+                logging::check_filter(v)?;
+                out.log.filter = Some(v.to_owned());
+                i += 2;
+            }
+            "--log-format" => {
+                out.log.format = LogFormat::parse(value()?)?;
+                i += 2;
+            }
             _ => return Err(format!("unknown argument {flag:?}")),
         }
     }
+    Ok(read)
+}
+
+/// Checks the flags together and fills in what depends on several.
+fn finish(read: Read) -> Result<ServeConfig, String> {
+    let Read {
+        mut out,
+        max_ids,
+        max_batch_items,
+        dashboard,
+        dashboard_pkg,
+        history,
+        memory,
+        cert,
+        key,
+        data_given,
+    } = read;
     out.config
         .validate()
         .map_err(|e| format!("--config: {}", e.message))?;

@@ -263,7 +263,9 @@ fn the_kernel_settings_come_from_config_flags_and_stay_with_the_data_file() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && err.contains("another kernel configuration"),
+        !out.status.success()
+            && err.contains("CONFIG_MISMATCH")
+            && err.contains("policy: the data file has \"lanes\", the flags ask for \"wait_die\""),
         "{err}"
     );
     drop(Server::start(&["--data", data, "--config", "policy=lanes"]));

@@ -456,6 +456,11 @@ impl Writer {
             if let Err(e) = compacted {
                 fail_stop(&format!("storage failed: {e}"));
             }
+            tracing::info!(
+                index = snapshot.applied,
+                "snapshot stored at entry {}; the log before it compacted away",
+                snapshot.applied
+            );
         }
         self.metrics
             .log_entries
@@ -498,7 +503,12 @@ const POISONED: &str = "the engine panicked while applying an entry";
 /// Stops the process after a storage failure (memory would be ahead of the disk, and serving
 /// it could hand out a grant or a fence that a restart would forget) or a broken machine.
 fn fail_stop(why: &str) -> ! {
-    eprintln!("klock serve: stopping: {why}");
+    tracing::error!("stopping: {why}");
+    // Also said plainly: the process is about to end, and a host without a logger would
+    // otherwise not say why.
+    if !tracing::enabled!(tracing::Level::ERROR) {
+        eprintln!("klock serve: stopping: {why}");
+    }
     std::process::exit(74)
 }
 

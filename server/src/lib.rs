@@ -13,7 +13,10 @@
 //! - [`dashboard`]: `klock serve --dashboard`, the page served by the server itself.
 //! - [`events`]: per-session streams of the durable events.
 //! - [`history`]: the recent kernel calls and checkpoints, for replay (the dashboard).
-//! - [`metrics`]: the Prometheus text at `/metrics`.
+//! - [`metrics`]: the Prometheus text at `/metrics`; [`process`]: its `process_*` series.
+//! - [`about`]: the version and git commit of this build.
+//! - [`logging`]: the server's structured logs (`--log-level`, `--log-format`).
+//! - [`backup`]: the online backup (`GET /v1/backup`) and the restore of one into a data file.
 //! - [`recovery`]: building the machine from the store on start.
 //! - [`api`]: the HTTP routes (`/v1`), translation only.
 //! - [`auth`]: bearer tokens, roles, namespaces and per-token limits.
@@ -25,9 +28,11 @@
 //! A library only: the `klock` command is `cli/`, the agent tools `agent/`, the test
 //! harness `testkit/` (docs/DECISIONS.md, "One crate per program").
 
+pub mod about;
 pub mod api;
 pub mod applier;
 pub mod auth;
+pub mod backup;
 pub mod conn;
 pub mod dashboard;
 pub mod engine;
@@ -35,8 +40,10 @@ pub mod events;
 pub mod guard;
 pub mod history;
 pub mod log;
+pub mod logging;
 pub mod machine;
 pub mod metrics;
+pub mod process;
 pub mod recovery;
 pub mod serve;
 pub mod store;

@@ -29,7 +29,7 @@ use crate::applier::Applier;
 use crate::events::EventHub;
 use crate::history::{History, DEFAULT_CAPACITY};
 use crate::log::Log as _;
-use crate::machine::{Entry, Machine};
+use crate::machine::{Entry, Machine, MachineSnapshot};
 use crate::store::{LogLoss, Store, TornTail};
 use klock_core::Config;
 use std::sync::{Arc, Mutex};
@@ -65,12 +65,7 @@ pub fn recover(
     let stored = store.config().map_err(|e| e.to_string())?;
     let loaded = store.load().map_err(|e| e.to_string())?;
     let config = match stored {
-        Some(stored) if stored != *config => {
-            return Err(format!(
-                "the data file was created with another kernel configuration ({stored:?}); \
-                 start with the same settings, or with a new data file"
-            ))
-        }
+        Some(stored) if stored != *config => return Err(config_mismatch(&stored, config)),
         Some(stored) => stored,
         None if loaded.snapshot.is_some() || !loaded.entries.is_empty() => {
             // A log without the data file it was written with (say the data file was removed
@@ -151,17 +146,7 @@ fn past_the_loss(store: &Store, machine: &Machine, loss: &LogLoss) -> Result<Mac
             loss.name()
         ));
     };
-    let issued = elapsed.saturating_mul(MAX_ISSUED_PER_MS).saturating_add(1);
-    let mut snapshot = machine.snapshot();
-    snapshot.state.next_lease = snapshot.state.next_lease.saturating_add(issued);
-    snapshot.applied = snapshot.applied.saturating_add(issued);
-    let now = snapshot
-        .last_now
-        .max(snapshot.state.clock)
-        .saturating_add(elapsed);
-    snapshot.last_now = now;
-    snapshot.state.clock = now;
-    snapshot.hash = snapshot.state.hash();
+    let snapshot = raised_past(&machine.snapshot(), elapsed);
     let raised = Machine::restore(&snapshot).map_err(|e| e.to_string())?;
     store
         .compact(&raised.snapshot())
@@ -172,14 +157,68 @@ fn past_the_loss(store: &Store, machine: &Machine, loss: &LogLoss) -> Result<Mac
             format!(" (the log was set aside as {})", moved_to.display())
         }
     };
-    eprintln!(
-        "klock serve: {} accepted (--accept-log-loss){aside}: started from the snapshot of entry \
-         {}, {elapsed} ms of wall-clock time ago; fences now start at {}, log indexes at {}, \
-         server time at {now} ms",
+    tracing::warn!(
+        loss = loss.name(),
+        snapshot_index = machine.applied(),
+        elapsed_ms = elapsed,
+        next_fence = snapshot.state.next_lease,
+        next_index = snapshot.applied + 1,
+        server_time_ms = snapshot.last_now,
+        "{} accepted (--accept-log-loss){aside}: started from the snapshot of entry {}, \
+         {elapsed} ms of wall-clock time ago; fences now start at {}, log indexes at {}, \
+         server time at {} ms",
         loss.name(),
         machine.applied(),
         snapshot.state.next_lease,
-        snapshot.applied + 1
+        snapshot.applied + 1,
+        snapshot.last_now
     );
     Ok(raised)
+}
+
+/// `snapshot` moved past anything a server can have issued in `elapsed_ms` of wall-clock
+/// time after it (see the module contract): the next fence and the next log index by
+/// [`MAX_ISSUED_PER_MS`] a millisecond, server time by the time itself. Used for an accepted
+/// log loss and for a restored backup (a backup lags the server it was taken from).
+pub fn raised_past(snapshot: &MachineSnapshot, elapsed_ms: u64) -> MachineSnapshot {
+    let issued = elapsed_ms
+        .saturating_mul(MAX_ISSUED_PER_MS)
+        .saturating_add(1);
+    let mut snapshot = snapshot.clone();
+    snapshot.state.next_lease = snapshot.state.next_lease.saturating_add(issued);
+    snapshot.applied = snapshot.applied.saturating_add(issued);
+    let now = snapshot
+        .last_now
+        .max(snapshot.state.clock)
+        .saturating_add(elapsed_ms);
+    snapshot.last_now = now;
+    snapshot.state.clock = now;
+    snapshot.hash = snapshot.state.hash();
+    snapshot
+}
+
+/// `CONFIG_MISMATCH`: each kernel setting in which `asked` differs from the data file's
+/// `stored` one, with both values (named as `--config` names them).
+pub fn config_mismatch(stored: &Config, asked: &Config) -> String {
+    let fields = |c: &Config| match serde_json::to_value(c) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    let (stored, asked) = (fields(stored), fields(asked));
+    let differing: Vec<String> = stored
+        .iter()
+        .filter(|(name, value)| asked.get(*name) != Some(value))
+        .map(|(name, value)| {
+            let other = asked
+                .get(name)
+                .map_or(String::from("nothing"), |v| v.to_string());
+            format!("{name}: the data file has {value}, the flags ask for {other}")
+        })
+        .collect();
+    format!(
+        "CONFIG_MISMATCH: the data file was created with other kernel settings ({}); start \
+         with the data file's settings (--config NAME=VALUE, or the [kernel] table of the \
+         config file), or with a new data file",
+        differing.join("; ")
+    )
 }

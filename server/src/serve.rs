@@ -6,13 +6,14 @@
 //!   server must not run with (beyond loopback without tokens, a manual clock on a data file).
 //! - [`app`] builds what answers requests: opens the data file and recovers from it (or
 //!   starts in memory), spawns the engine, loads the token file, and composes the API, the
-//!   dashboard and CORS into one router. It says on stderr what recovery found.
+//!   dashboard and CORS into one router. It logs what recovery found (crate::logging).
 //! - [`start`] also binds (TCP, TLS or a Unix socket; only a stale socket is replaced, before
 //!   the data file is touched), applies the request guard of that listener, and serves in a
 //!   task; the [`Server`] it returns says where it listens and stops it ([`Server::shutdown`],
 //!   or on drop). A test starts one on `127.0.0.1:0` in its own process.
 //! - [`serve`] is `klock serve`: [`start`], print `klock serve: listening on URL` on stdout
-//!   (the line the process's starters read), serve until Ctrl-C, then stop.
+//!   (the line the process's starters read), serve until SIGINT (Ctrl-C) or SIGTERM, then
+//!   stop: no new connections, requests in flight finish (5 s at most). Each step is logged.
 
 use crate::api::{self, Api, WorkLimits};
 use crate::auth::Auth;
@@ -75,6 +76,8 @@ pub struct ServeConfig {
     pub conn: ConnLimits,
     /// `--accept-log-loss`: start from a data file whose log is missing (see recovery.rs).
     pub accept_log_loss: bool,
+    /// `--log-level`, `--log-format`: installed by the `klock` command (crate::logging).
+    pub log: crate::logging::LogConfig,
 }
 
 impl Default for ServeConfig {
@@ -101,6 +104,7 @@ impl Default for ServeConfig {
             work: WorkLimits::for_config(&Config::default()),
             conn: ConnLimits::default(),
             accept_log_loss: false,
+            log: crate::logging::LogConfig::default(),
         }
     }
 }
@@ -143,16 +147,22 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
             );
             let recovered = recover(&store, &kernel_config, &hub)?;
             if let Some(torn) = recovered.torn {
-                eprintln!(
-                    "klock serve: the log ended in a torn record after byte {} ({} bytes cut, never answered); recovered to entry {}",
+                tracing::warn!(
+                    at = torn.at,
+                    dropped_bytes = torn.dropped,
+                    index = recovered.machine.applied(),
+                    "the log ended in a torn record after byte {} ({} bytes cut, never answered); recovered to entry {}",
                     torn.at,
                     torn.dropped,
                     recovered.machine.applied()
                 );
             }
             if recovered.restarted {
-                eprintln!(
-                    "klock serve: recovered {} from {} ({} entries replayed after the snapshot); every session has its grace to reconnect",
+                tracing::info!(
+                    index = recovered.machine.applied(),
+                    data = %path.display(),
+                    replayed = recovered.replayed,
+                    "recovered entry {} from {} ({} entries replayed after the snapshot); every session has its grace to reconnect",
                     recovered.machine.applied(),
                     path.display(),
                     recovered.replayed
@@ -325,7 +335,9 @@ async fn bind(
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
         let app = guarded(RequestGuard::any_host(Arc::clone(&net)));
         let serving = conn::serve(listener, app, None, config.conn, net, stop);
-        return Ok((Bound::Unix(path.clone()), Box::pin(serving), engine));
+        let bound = Bound::Unix(path.clone());
+        log_start(&bound, &config);
+        return Ok((bound, Box::pin(serving), engine));
     }
     let tls = match &config.tls {
         None => None,
@@ -351,7 +363,26 @@ async fn bind(
         tls: tls.is_some(),
     };
     let serving = conn::serve(listener, guarded(check), tls, config.conn, net, stop);
+    log_start(&bound, &config);
     Ok((bound, Box::pin(serving), engine))
+}
+
+/// The lifecycle line of a server that listens: where, and in which mode.
+fn log_start(bound: &Bound, config: &ServeConfig) {
+    let data = config
+        .data
+        .as_ref()
+        .map_or(String::from("memory"), |p| p.display().to_string());
+    tracing::info!(
+        address = %bound,
+        data = %data,
+        tokens = config.tokens.is_some(),
+        clock = if config.manual_clock { "manual" } else { "monotonic" },
+        version = %crate::about::long_version(),
+        "listening on {bound} ({}, {})",
+        if config.data.is_some() { "durable" } else { "in memory" },
+        if config.tokens.is_some() { "bearer tokens" } else { "no tokens" },
+    );
 }
 
 /// Starts a server on the current runtime (module contract).
@@ -373,23 +404,34 @@ pub async fn start(config: ServeConfig) -> Result<Server, String> {
     })
 }
 
-/// `klock serve`: serves until Ctrl-C (module contract).
+/// `klock serve`: serves until SIGINT (Ctrl-C) or SIGTERM (module contract).
 ///
 /// # Errors
 /// As [`start`], and a failure of the server while serving.
 pub async fn serve(config: ServeConfig) -> Result<(), String> {
     let dashboard = config.dashboard.is_some();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch for SIGTERM: {e}"))?;
     // The process ends when serving does: every answer given was durable, so the writer
     // thread is not waited for.
-    let (bound, serving, _engine) = bind(config, async {
-        let _ = tokio::signal::ctrl_c().await;
+    let (bound, serving, _engine) = bind(config, async move {
+        let signal = tokio::select! {
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        };
+        tracing::info!(
+            signal,
+            "{signal}: shutting down (no new connections; requests in flight get up to 5 s)"
+        );
     })
     .await?;
     println!("klock serve: listening on {bound}");
     if dashboard && matches!(bound, Bound::Tcp { .. }) {
-        eprintln!("klock serve: dashboard at {bound}/dashboard/?live");
+        tracing::info!(url = %format!("{bound}/dashboard/?live"), "dashboard at {bound}/dashboard/?live");
     }
-    serving.await.map_err(|e| format!("server error: {e}"))
+    let served = serving.await.map_err(|e| format!("server error: {e}"));
+    tracing::info!("stopped");
+    served
 }
 
 /// Raises the soft limit on open files to the hard one, as Go's runtime does: each
@@ -417,9 +459,11 @@ fn raise_fd_limit(connections: usize) {
     }
     // Room for the data files, the runtime and a margin.
     if (limit.rlim_cur as u128) < connections as u128 + 64 {
-        eprintln!(
-            "klock serve: the limit on open files ({}) is below --max-connections ({connections}) plus a margin; \
-             new connections will wait when it runs out (raise it with ulimit -n)",
+        tracing::warn!(
+            limit = limit.rlim_cur,
+            max_connections = connections,
+            "the limit on open files ({}) is below --max-connections ({connections}) plus a margin; \
+             new connections will wait when it runs out (raise it with ulimit -n or LimitNOFILE=)",
             limit.rlim_cur
         );
     }

@@ -142,7 +142,11 @@ fn a_damaged_or_mismatched_file_is_refused_by_name() {
         ..Config::default()
     };
     let err = recover(&store, &other, &Default::default()).err().unwrap();
-    assert!(err.contains("another kernel configuration"), "{err}");
+    assert!(
+        err.contains("CONFIG_MISMATCH: ")
+            && err.contains("(grace_ms: the data file has 15000, the flags ask for 1)"),
+        "{err}"
+    );
     // A snapshot whose hash does not match its state.
     let mut snapshot = machine.snapshot();
     snapshot.hash ^= 1;

@@ -1,5 +1,6 @@
 //! Who may call what: bearer token, role, namespace, rate and long-poll slots (before any
-//! handler), and the `Klock-Index` / `Klock-Now` headers and request metrics (around it).
+//! handler), and the `Klock-Index` / `Klock-Now` headers, request metrics and the request
+//! log line (debug, target `klock::request`: method, route template, status, duration) around it.
 //!
 //! Contract (besides `crate::auth`'s):
 //! - A path under `/v1/ns/` whose namespace cannot be percent-decoded (a `%` not followed by
@@ -14,6 +15,10 @@
 
 use super::*;
 
+/// The target of the request log's lines (`--log-level klock::request=debug` turns on only
+/// it).
+pub const REQUEST_LOG: &str = "klock::request";
+
 /// Routes outside a namespace that answer with server-wide values.
 fn global(route: &str) -> bool {
     matches!(route, "/metrics" | "/v1/deadline" | "/v1/state/hash")
@@ -23,7 +28,7 @@ fn global(route: &str) -> bool {
 fn role_for(route: &str) -> Option<Role> {
     match route {
         "/v1/health" => None,
-        "/v1/advance" => Some(Role::Admin),
+        "/v1/advance" | "/v1/backup" => Some(Role::Admin),
         r if r.starts_with("/v1/ns/{ns}/sessions") || r == "/v1/ns/{ns}/batch" => Some(Role::Agent),
         _ => Some(Role::Observer),
     }
@@ -195,6 +200,9 @@ pub(super) async fn access(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .cloned();
+    // Only when the request log is on: otherwise this costs one check of a cached level.
+    let method = tracing::enabled!(target: REQUEST_LOG, tracing::Level::DEBUG)
+        .then(|| request.method().clone());
     let started = std::time::Instant::now();
     let response = match admit(&api, route.as_ref(), request).await {
         Err(refused) => refused,
@@ -218,10 +226,20 @@ pub(super) async fn access(
             response
         }
     };
-    let route = route.as_ref().map_or("unmatched", |m| m.as_str());
-    api.engine
-        .metrics()
-        .request(route, response.status().as_u16(), started.elapsed());
+    let route = route.as_ref().map_or(UNMATCHED, |m| m.as_str());
+    let (status, took) = (response.status().as_u16(), started.elapsed());
+    api.engine.metrics().request(route, status, took);
+    if let Some(method) = method {
+        // The route template, never the path's ids, nor any header (tokens stay out).
+        tracing::debug!(
+            target: REQUEST_LOG,
+            %method,
+            route,
+            status,
+            duration_us = took.as_micros() as u64,
+            "request"
+        );
+    }
     response
 }
 

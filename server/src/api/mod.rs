@@ -30,7 +30,7 @@
 //!
 //! Modules: `access` (tokens, roles, limits, index headers), `sessions`, `leases`,
 //! `events` (SSE and long-polls), `batch`, `observe`, `replay` (history export, state hash,
-//! namespace overview); this one holds the router, the
+//! namespace overview), `admin` (the online backup); this one holds the router, the
 //! OpenAPI list it is built from, errors and the helpers every route shares.
 
 use crate::auth::{self, Auth, PollSlots, Role};
@@ -55,6 +55,7 @@ use std::time::Duration;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 mod access;
+mod admin;
 mod batch;
 mod events;
 mod leases;
@@ -152,6 +153,19 @@ pub fn router(api: Api) -> Router {
         .with_state(api)
 }
 
+/// Every route template the router matches, as `MatchedPath` names it, and `unmatched` (the
+/// fallback): the table the request metrics count into (crate::metrics).
+pub fn route_templates() -> Vec<String> {
+    let (_, doc) = documented().split_for_parts();
+    let mut routes: Vec<String> = doc.paths.paths.into_keys().collect();
+    routes.push(String::from("/v1/openapi.json"));
+    routes.push(String::from(UNMATCHED));
+    routes
+}
+
+/// The route a request is counted and logged under when no route matched it (404).
+pub const UNMATCHED: &str = "unmatched";
+
 /// Every route with its OpenAPI description: the router and the document come from this one
 /// list, so they cannot drift apart (`routes!` takes only handlers that describe themselves).
 pub fn documented() -> OpenApiRouter<Shared> {
@@ -184,6 +198,7 @@ pub fn documented() -> OpenApiRouter<Shared> {
         .routes(routes!(replay::history))
         .routes(routes!(replay::state_hash))
         .routes(routes!(replay::overview))
+        .routes(routes!(admin::backup))
 }
 
 // ---- errors --------------------------------------------------------------------------------

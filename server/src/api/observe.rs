@@ -27,6 +27,7 @@ pub(super) async fn health() -> Json<Value> {
 pub(super) async fn version() -> Json<Value> {
     Json(json!({
         "server": env!("CARGO_PKG_VERSION"),
+        "commit": crate::about::commit(),
         "api": "v1",
         "state_version": klock_core::STATE_VERSION,
     }))
