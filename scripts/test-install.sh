@@ -51,11 +51,11 @@ echo "$(git ls-files --cached --others --exclude-standard | wc -l) files"
 step "cargo install --locked --path cli"
 (cd "$checkout" && cargo install --quiet --locked --path cli --root "$work/root")
 klock=$work/root/bin/klock
-# `klock --version` arrives with the operator's server (issue 25 item 4); until then --help.
-klock_answers=(--help)
-# Read whole (a `| head` would close the pipe early: klock then panics on a broken pipe).
-answer=$("$klock" "${klock_answers[@]}")
-echo "${answer%%$'\n'*}"
+answer=$("$klock" --version)
+echo "$answer"
+version=$(cargo metadata --no-deps --format-version 1 --manifest-path "$checkout/Cargo.toml" |
+  python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "klock-cli"))')
+[[ $answer == "klock $version"* ]] || fail "the installed klock --version said \"$answer\", not klock $version"
 
 step "pip install ./python into a clean venv"
 venv=$work/venv

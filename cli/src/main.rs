@@ -23,6 +23,15 @@ use klock_cli::serve_args;
 use klock_server::auth;
 use std::process::ExitCode;
 
+/// `println!` that ignores a closed standard output (`klock --help | head -1`): the reader
+/// has what it wanted, and a panic there would print a backtrace hint for nothing.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 const USAGE: &str = "\
 usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and examples)
 
@@ -79,7 +88,7 @@ fn main() -> ExitCode {
     klock_server::about::set_commit(env!("KLOCK_BUILD_COMMIT"));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let help = |text: &str| {
-        println!("{text}");
+        out!("{text}");
         ExitCode::SUCCESS
     };
     match args.first().map(String::as_str) {
@@ -146,7 +155,7 @@ fn token_hash() -> ExitCode {
         eprintln!("klock token-hash: give the secret on standard input\n{TOKEN_HASH_HELP}");
         return ExitCode::from(2);
     }
-    println!("{}", auth::hex(&auth::digest(secret)));
+    out!("{}", auth::hex(&auth::digest(secret)));
     ExitCode::SUCCESS
 }
 
@@ -176,7 +185,7 @@ fn exec(tool: &str, args: &[String]) -> ExitCode {
         } else {
             exec::help()
         };
-        println!("{text}");
+        out!("{text}");
         return ExitCode::SUCCESS;
     }
     let parsed = if tool == "elect" {
@@ -205,7 +214,7 @@ fn overview(tool: &str, args: &[String]) -> ExitCode {
         } else {
             overview::RECONCILE_HELP
         };
-        println!("{}", overview::help(text));
+        out!("{}", overview::help(text));
         return ExitCode::SUCCESS;
     }
     let runtime = match tool_runtime(tool) {
@@ -221,7 +230,8 @@ fn overview(tool: &str, args: &[String]) -> ExitCode {
     });
     match done {
         Ok(text) => {
-            print!("{text}");
+            use std::io::Write as _;
+            let _ = write!(std::io::stdout(), "{text}");
             ExitCode::SUCCESS
         }
         Err((code, message)) => {
@@ -234,7 +244,7 @@ fn overview(tool: &str, args: &[String]) -> ExitCode {
 fn mcp(args: &[String]) -> ExitCode {
     use klock_agent::sidecar;
     if wants_help(args) {
-        println!("{}", sidecar::help());
+        out!("{}", sidecar::help());
         return ExitCode::SUCCESS;
     }
     let (parsed, notices) = match sidecar::parse(args) {
@@ -310,7 +320,7 @@ fn backup(args: &[String]) -> ExitCode {
         .and_then(|backup| klock_server::backup::write_private(&file, &bytes).map(|()| backup));
     match checked {
         Ok(backup) => {
-            println!(
+            out!(
                 "klock backup: wrote {} ({} bytes): the state after entry {}, hash {:016x}",
                 file.display(),
                 bytes.len(),
@@ -354,7 +364,7 @@ fn restore(args: &[String]) -> ExitCode {
     };
     match klock_server::backup::restore(&backup, &data) {
         Ok(r) => {
-            println!(
+            out!(
                 "klock restore: wrote {} from the state after entry {} (hash {:016x}), taken {} ms ago; \
                  fences start at {}, log indexes at {}, server time at {} ms. Serve it with: \
                  klock serve --data {}",

@@ -74,3 +74,25 @@ fn token_hash_prints_the_digest_a_token_file_lists() {
     let printed = String::from_utf8(out.stdout).unwrap();
     assert_eq!(printed.trim(), klock_testkit::support::sha256_of("s3cret"));
 }
+
+/// `klock --help | head -0`: a reader that is gone before the first write is no crash.
+#[test]
+fn a_closed_standard_output_is_not_a_panic() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills both descriptors; each is owned once below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fresh descriptors from pipe(2), owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read); // every write to the pipe now fails with EPIPE
+    for args in [&["--help"][..], &["exec", "--help"], &["--version"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_klock"))
+            .args(args)
+            .stdout(std::process::Stdio::from(write.try_clone().unwrap()))
+            .output()
+            .expect("klock runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "klock {args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "klock {args:?}: {err}");
+    }
+}
