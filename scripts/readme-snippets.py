@@ -8,7 +8,8 @@ checkout):
   ``python`` with the clean venv's interpreter, in a fresh empty directory;
   ``js`` as an ES module file in the scratch npm project (where ``klock`` is installed);
   ``sh`` with ``bash -euo pipefail``, in the clean checkout's root, with the installed
-  ``klock`` and the clean venv first on PATH; ``rust`` as a program of a scratch crate that
+  ``klock`` and the clean venv first on PATH; every block runs with ``HOME`` in the scratch
+  space (the toolchains' own homes kept); ``rust`` as a program of a scratch crate that
   depends on the checkout's ``klock-core``; ``json`` and ``toml`` are parsed. ``text`` (output, layouts,
   grammar) is not code. A fence without a tag, or with any other tag, is an error: every
   block says what it is.
@@ -132,6 +133,14 @@ class Runner:
         klock_bin = str(Path(args.klock).resolve().parent)
         self.env["PATH"] = os.pathsep.join([venv_bin, klock_bin, self.env["PATH"]])
         self.env["VIRTUAL_ENV"] = str(Path(args.python).parent.parent)
+        # A home of their own: a block that installs into ``$HOME/.local`` (the C README)
+        # writes into the scratch space, not the user's; the toolchains stay the real ones.
+        home = Path(os.path.expanduser("~"))
+        self.env.setdefault("CARGO_HOME", str(home / ".cargo"))
+        self.env.setdefault("RUSTUP_HOME", str(home / ".rustup"))
+        self.env.setdefault("npm_config_cache", str(home / ".npm"))
+        self.env["HOME"] = str(self.work / "home")
+        (self.work / "home").mkdir(parents=True, exist_ok=True)
         self.count = 0
 
     def source(self, block: Block) -> str:

@@ -137,7 +137,8 @@ export CARGO_INSTALL_ROOT=$work/root
 rm -rf "$work/snippets"
 python3 scripts/readme-snippets.py --python "$venv/bin/python" --node-project "$project" \
   --klock "$klock" --checkout "$checkout" --workdir "$work/snippets" \
-  "$checkout/README.md" "$checkout/core/README.md" "$checkout/python/README.md" "$checkout/node/README.md"
+  "$checkout/README.md" "$checkout/core/README.md" "$checkout/python/README.md" "$checkout/node/README.md" \
+  "$checkout/server/README.md" "$checkout/bindings/c/README.md" "$checkout/bindings/wasm/README.md"
 
 step "API reference: pdoc, TypeDoc, cargo doc (warnings denied) into target/api/"
 api=$root/target/api
