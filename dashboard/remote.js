@@ -24,7 +24,14 @@
 // The page reaches the server it was served by (`klock serve --dashboard`), or another one
 // that allows the page's origin (`klock serve --allow-origin ORIGIN`, CORS).
 //
+// Both views show the wait-for graph of the state shown (waitfor.js: who waits for whom) and,
+// under policy detect (docs/SPEC.md §6.1), the last wait-for cycle the kernel broke, as its DIE
+// verdict or DIED event named it (the victim first): live from the DIED events (a DIE verdict
+// is not streamed), in the replay from both, as of the step shown.
+//
 // Tests and measurements read `window.klock` (mode, status, lastEventId, replay controls, fps).
+
+import { waitFor, cycleText } from './waitfor.js';
 
 const $ = (id) => document.getElementById(id);
 const written = new Map();
@@ -52,6 +59,7 @@ const state = {
   overview: null,
   log: [], // newest last: {t, kind, agent, text, ...}
   selected: null,
+  lastCycle: null, // the log entry of the last wait-for cycle broken (live)
   fps: 0,
 };
 window.klock = { ready: false, state };
@@ -150,6 +158,9 @@ function layout() {
       <div class="table-wrap"><table class="tbl" id="leases"></table></div>
       <div class="panel-title">queues <span class="hint" id="queues-n"></span></div>
       <div class="table-wrap short"><table class="tbl" id="queues"></table></div>
+      <div class="panel-title">wait-for <span class="hint" id="waitfor-n"></span></div>
+      <div class="table-wrap edges"><table class="tbl" id="waitfor"></table></div>
+      <div id="cycle" class="cycle hint">no wait-for cycle broken</div>
     </section>
     <section class="panel log" aria-label="verdicts">
       <div class="panel-title">verdicts and events <span class="hint">newest first · click a DIE or WAIT</span></div>
@@ -312,6 +323,40 @@ function render(snap, now, full = true) {
         .join('') +
       more(snap.tickets.length, 4),
   );
+  const agent = new Map(snap.sessions.map((s) => [s.session_id, s.agent_id]));
+  const who = (session) => `${escapeHtml(agent.get(session) ?? '?')} <span class="hint">(${session})</span>`;
+  const edges = waitFor(snap);
+  $('waitfor-n').textContent = `${edges.length} edge${edges.length === 1 ? '' : 's'}`;
+  html(
+    'waitfor',
+    '<tr><th>waiter</th><th></th><th>waits for</th><th>ticket</th></tr>' +
+      edges
+        .slice(0, ROWS)
+        .map(
+          (e) =>
+            `<tr data-from="${e.from}" data-to="${e.to}"><td>${who(e.from)}</td><td>→</td><td>${who(e.to)}</td><td>${e.ticket}</td></tr>`,
+        )
+        .join('') +
+      more(edges.length, 4),
+  );
+}
+
+/** The last cycle broken (a log entry with `cycle`, or null), shown under the wait-for edges. */
+function renderCycle(entry) {
+  const el = $('cycle');
+  const text = entry
+    ? `cycle broken at ${fmtTime(entry.t)}: ${entry.cycleText} — victim ${entry.agent} (${entry.kind})`
+    : 'no wait-for cycle broken';
+  if (el.textContent === text) return;
+  el.textContent = text;
+  el.classList.toggle('hint', !entry);
+  el.classList.toggle('broken', Boolean(entry));
+  el.dataset.cycle = entry ? entry.cycle.join(' ') : '';
+}
+
+/** The names of `cycle`'s sessions, via `agentName(session)`, as "a → b → a". */
+function namedCycle(cycle, agentName) {
+  return cycleText(cycle, (s) => `${agentName(s)} (${s})`);
 }
 
 /** The row saying how many rows were left out. */
@@ -367,16 +412,25 @@ function onEvent(id, kind, data) {
   }
   const t = state.overview?.now ?? 0;
   const agent = agentOf(e.session);
+  const cycle = kind === 'DIED' && e.cycle?.length ? namedCycle(e.cycle, agentOf) : null;
   const text = {
     GRANTED: () => `ticket ${e.ticket}: ${e.leases.map((l) => `${l.predicate} ${l.resource}`).join(', ')}`,
     WAIT_TIMEOUT: () => `ticket ${e.ticket} gave up waiting`,
-    DIED: () => `ticket ${e.ticket} withdrawn, retry after ${e.retry_after_ms} ms`,
+    DIED: () =>
+      cycle
+        ? `ticket ${e.ticket} withdrawn to break the wait-for cycle ${cycle}, retry after ${e.retry_after_ms} ms`
+        : `ticket ${e.ticket} withdrawn, retry after ${e.retry_after_ms} ms`,
     LEASE_EXPIRED: () => `lease ${e.lease} expired`,
     WOUNDED: () =>
       `wounded by session ${e.by}: lost ${e.lost_leases.length} leases, retry after ${e.retry_after_ms} ms`,
     SESSION_CLOSED: () => `closed (${e.reason})`,
   }[kind];
-  logEntry({ t, kind, agent, text: text ? text() : data, id });
+  const entry = { t, kind, agent, text: text ? text() : data, id };
+  if (cycle) {
+    Object.assign(entry, { cycle: e.cycle, cycleText: cycle });
+    state.lastCycle = entry;
+  }
+  logEntry(entry);
   live.dirty = true;
 }
 
@@ -430,6 +484,7 @@ async function readOverview() {
     live.known = next;
     state.overview = o;
     render(o.snapshot, o.now);
+    renderCycle(state.lastCycle);
     renderLog(state.log);
     $('vclock').textContent = `t = ${fmtTime(o.now)} · entry ${o.index}`;
     if (state.status !== 'live') setStatus('live', `live · ${state.ns}`);
@@ -580,6 +635,9 @@ function showReplay() {
     else hi = mid;
   }
   renderLog(r.entries.slice(Math.max(0, lo - LOG_SHOWN), lo));
+  let broken = lo - 1;
+  while (broken >= 0 && !r.entries[broken].cycle) broken--;
+  renderCycle(broken >= 0 ? r.entries[broken] : null);
 }
 
 /** The first pass: the namespace's verdicts and events, and the kernel copies for seeking. */
@@ -594,6 +652,7 @@ function record() {
   }
   const pass = r.checkpoints[0].clone();
   const mine = (session) => nsOf.get(session) === ns;
+  const agentName = (session) => agents.get(session) ?? `session ${session}`;
   const push = (e) => {
     e.i = r.entries.length;
     r.entries.push(e);
@@ -601,16 +660,27 @@ function record() {
   const event = (step, t, ev) => {
     if (!mine(ev.session)) return;
     const agent = agents.get(ev.session) ?? `session ${ev.session}`;
+    const cycle = ev.event === 'DIED' && ev.cycle?.length ? namedCycle(ev.cycle, agentName) : null;
     const text = {
       GRANTED: () => `ticket ${ev.ticket}: ${ev.leases.map((l) => `${l.predicate} ${l.resource}`).join(', ')}`,
       WAIT_TIMEOUT: () => `ticket ${ev.ticket} gave up waiting`,
-      DIED: () => `ticket ${ev.ticket} withdrawn, retry after ${ev.retry_after_ms} ms`,
+      DIED: () =>
+        cycle
+          ? `ticket ${ev.ticket} withdrawn to break the wait-for cycle ${cycle}, retry after ${ev.retry_after_ms} ms`
+          : `ticket ${ev.ticket} withdrawn, retry after ${ev.retry_after_ms} ms`,
       LEASE_EXPIRED: () => `lease ${ev.lease} expired`,
       WOUNDED: () =>
         `wounded by session ${ev.by}: lost ${ev.lost_leases.length} leases, retry after ${ev.retry_after_ms} ms`,
       SESSION_CLOSED: () => `closed (${ev.reason})`,
     }[ev.event];
-    push({ step, t, kind: ev.event, agent, text: text ? text() : ev.event });
+    push({
+      step,
+      t,
+      kind: ev.event,
+      agent,
+      text: text ? text() : ev.event,
+      ...(cycle && { cycle: ev.cycle, cycleText: cycle }),
+    });
   };
   for (let at = 0; at < r.times.length; at += CHECKPOINT) {
     if (at > 0) r.checkpoints.push(pass.clone());
@@ -639,19 +709,23 @@ function record() {
           if (ok) {
             const v = ok.verdict;
             const what = c.intents.join(', ');
+            const cycle = v.verdict === 'DIE' && v.cycle?.length ? namedCycle(v.cycle, agentName) : null;
             const text =
               v.verdict === 'GRANTED'
                 ? `${what}`
                 : v.verdict === 'WAIT'
                   ? `${what} · ticket ${v.ticket}, behind ${v.held_by.map((b) => b.agent_id).join(', ')}`
-                  : `${what} · held by ${v.held_by.map((b) => b.agent_id).join(', ')}; retry after ${v.retry_after_ms} ms`;
+                  : cycle
+                    ? `${what} · died breaking the wait-for cycle ${cycle}; retry after ${v.retry_after_ms} ms`
+                    : `${what} · held by ${v.held_by.map((b) => b.agent_id).join(', ')}; retry after ${v.retry_after_ms} ms`;
             push({
               step,
               t: s.now,
               kind: v.verdict,
               agent,
               text,
-              explain: v.verdict !== 'GRANTED' ? { command: c, verdict: v } : null,
+              explain: v.verdict !== 'GRANTED' ? { command: c, verdict: v, cycle } : null,
+              ...(cycle && { cycle: v.cycle, cycleText: cycle }),
             });
           } else {
             push({
@@ -718,6 +792,11 @@ function explain(i) {
       v.verdict === 'WAIT'
         ? `Wait-Die: the requester (priority ${mineP}) is older than every blocker, so it may wait for them; waiting only for younger units cannot close a cycle.`
         : `Wait-Die: ${older.map((b) => `${b.agent_id} (priority ${prio.get(b.session_id)})`).join(', ')} ${older.length > 1 ? 'are' : 'is'} older than the requester (priority ${mineP}). A younger unit never waits for an older one (that could close a wait-for cycle), so it dies and retries after ${v.retry_after_ms} ms, keeping its priority: it becomes the oldest once the older units end.`;
+  } else if (policy === 'detect') {
+    why =
+      v.verdict === 'WAIT'
+        ? `Detect: everyone waits, whatever its age; this request closed no cycle in the wait-for graph, so nobody died.`
+        : `Detect: waiting would have closed the wait-for cycle ${e.explain.cycle}. Its youngest unit of work (the requester, priority ${mineP}) dies and retries after ${v.retry_after_ms} ms, keeping its priority: it becomes the oldest once the older units end.`;
   } else if (policy === 'wound_wait') {
     why =
       v.verdict === 'WAIT'

@@ -9,7 +9,7 @@
 //   `code` its code;
 // - `Died` (`code` 0, `name` 'DIE'): DIE (or DIED, or WOUNDED) while the session holds other
 //   leases — release everything, wait `retryAfterMs`, start over with all intents in one
-//   manifest;
+//   manifest; under `detect`, `cycle` names the wait-for cycle it died to break;
 // - `Timeout` (`code` 0, `name` 'TIMEOUT'): not granted within `timeoutMs`;
 // - `Closed` (`code` 0, `name` 'CLOSED'): the Klock or the session was closed before or while
 //   the call ran; the message says which ("this Klock is closed" / "this session is closed").
@@ -70,11 +70,16 @@ export declare class LeaseLost extends KlockError {
 
 /** DIE while the session holds other leases (SPEC.md §6 rule 3). */
 export declare class Died extends KlockError {
-  constructor(message: string, retryAfterMs: number, heldBy: number[]);
+  constructor(message: string, retryAfterMs: number, heldBy: number[], cycle?: number[]);
   /** Wait at least this long before starting the unit of work over. */
   readonly retryAfterMs: number;
   /** The blocking sessions. */
   readonly heldBy: number[];
+  /**
+   * Under `detect` (SPEC.md §6.1): the session ids of the wait-for cycle this session died to
+   * break, itself first, following the edges; empty for any other death.
+   */
+  readonly cycle: number[];
 }
 
 /** The intents could not be had within `timeoutMs`. */

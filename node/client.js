@@ -90,13 +90,28 @@ class LeaseLost extends KlockError {
   }
 }
 
-/** DIE while the session holds other leases: roll back, then retry after `retryAfterMs`. */
+/**
+ * DIE while the session holds other leases: roll back, then retry after `retryAfterMs`.
+ * `cycle`: under `detect`, the session ids of the wait-for cycle this session died to break,
+ * itself first and following the edges, as the kernel named it (SPEC.md §6.1); empty for any
+ * other death.
+ */
 class Died extends KlockError {
-  constructor(message, retryAfterMs, heldBy) {
+  constructor(message, retryAfterMs, heldBy, cycle = []) {
     super(message, 0, 'DIE');
     this.retryAfterMs = retryAfterMs;
     this.heldBy = heldBy;
+    this.cycle = cycle;
   }
+}
+
+/** Why a DIE or DIED ended an attempt: the kernel's `cycle` when it names one, else `otherwise`. */
+function diedWhy(cycle, what, otherwise) {
+  if (cycle.length === 0) return otherwise;
+  return (
+    `died breaking a wait-for cycle with sessions ${cycle.slice(1).join(', ')} while asking for ${what} ` +
+    `(the cycle ${cycle.join(' -> ')}: the youngest unit of work on it dies)`
+  );
 }
 
 /** The intents could not be had within `timeoutMs`. */
@@ -1613,6 +1628,8 @@ class LeaseCore {
       let heldBy = verdict.heldBy.map((b) => b.sessionId);
       let retryAfterMs;
       let why;
+      // Under `detect`, the wait-for cycle the session died to break (SPEC.md §6.1).
+      let cycle = [];
       if (waiter !== null) {
         const acquisition = stoppable();
         const event = await this._wait(waiter, signal, acquisition.signal);
@@ -1646,11 +1663,13 @@ class LeaseCore {
           heldBy = [event.by];
           why = `was wounded by the older session ${event.by} while waiting for ${what}`;
         } else {
-          why = `its wait for ${what} was withdrawn (DIED)`;
+          cycle = event.cycle ?? [];
+          why = diedWhy(cycle, what, `its wait for ${what} was withdrawn (DIED)`);
         }
       } else {
         retryAfterMs = verdict.retryAfterMs;
-        why = `is younger than sessions ${heldBy.join(', ')} blocking ${what}`;
+        cycle = verdict.cycle ?? [];
+        why = diedWhy(cycle, what, `is younger than sessions ${heldBy.join(', ')} blocking ${what}`);
         if (waitMs === 0) {
           k.counters.timeouts++;
           throw new Timeout(`${what} held by sessions ${heldBy.join(', ')} (timeout ${timeoutMs} ms)`, heldBy);
@@ -1662,6 +1681,7 @@ class LeaseCore {
             'release everything, wait retryAfterMs, and acquire all intents in one manifest',
           retryAfterMs,
           heldBy,
+          cycle,
         );
       }
       if (deadline !== undefined && k.now() + retryAfterMs > deadline) {

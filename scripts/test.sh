@@ -40,6 +40,9 @@ python3 scripts/check-rust-version.py
 step "no_std build of klock-core (thumbv7em-none-eabihf)"
 cargo build -p klock-core --target thumbv7em-none-eabihf
 
+step "fuzzing: core/fuzz targets operations and resource_parser, seeded and bounded (cargo-fuzz, nightly)"
+bash scripts/test-fuzz.sh
+
 step "Rust tests: cargo nextest (unit, conformance, differential, model checking, server), doc tests"
 cargo nextest run --workspace --no-tests=fail
 # Only the kernel has doc examples; a workspace-wide doc run would rebuild every library

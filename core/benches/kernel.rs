@@ -7,7 +7,9 @@
 //! cargo bench -p klock-core --bench kernel -- acquire_release   # one group
 //! ```
 //!
-//! Groups: `acquire_release/<N>` (one intent, N unrelated active leases), `batch8/<N>`,
+//! Groups: `acquire_release/<N>` (one intent, N unrelated active leases),
+//! `policy_uncontended/<policy>` (one intent on an empty kernel, asked with `wait: true`, under
+//! wait_die and detect: issue 26's bound is detect within 5% of wait_die), `batch8/<N>`,
 //! `hierarchical/{depth6,directory}`, `contended/<policy>` (the virtual-time swarm of
 //! 1,000 sessions over 10,000 Zipf-skewed resources; one iteration = one bounded run).
 
@@ -30,6 +32,20 @@ fn acquire_release(c: &mut Criterion) {
         group.bench_function(BenchmarkId::from_parameter(others), |b| {
             let kernel = kernel.get_or_insert_with(|| fixtures::kernel_with_others(others));
             b.iter_custom(|iters| fixtures::timed_pairs(kernel, &ONE, iters))
+        });
+    }
+    group.finish();
+}
+
+fn policy_uncontended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("policy_uncontended");
+    group.throughput(Throughput::Elements(1));
+    for policy in [Policy::WaitDie, Policy::Detect] {
+        let mut kernel = fixtures::kernel_under(policy);
+        group.bench_function(policy.name(), |b| {
+            b.iter_custom(|iters| {
+                fixtures::timed_pairs_with(&mut kernel, &ONE, iters, fixtures::waiting_options())
+            })
         });
     }
     group.finish();
@@ -67,7 +83,7 @@ fn contended(c: &mut Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(10))
         .warm_up_time(Duration::from_secs(1));
-    for policy in [Policy::WaitDie, Policy::WoundWait, Policy::Lanes] {
+    for policy in Policy::ALL {
         let cfg = SimConfig {
             policy,
             agents: 1_000,
@@ -110,5 +126,5 @@ fn config() -> Criterion {
         .sample_size(20)
 }
 
-criterion_group! { name = benches; config = config(); targets = acquire_release, batch8, hierarchical, contended }
+criterion_group! { name = benches; config = config(); targets = acquire_release, policy_uncontended, batch8, hierarchical, contended }
 criterion_main!(benches);

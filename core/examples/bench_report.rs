@@ -27,6 +27,7 @@ use common::counting::{live, Counting};
 use common::fairness;
 use common::fixtures::{self, DEEP, DIRECTORY, EIGHT, ONE};
 use common::hot_path;
+use common::policies::{self, Totals};
 use common::sim::{self, Outcome, SimConfig};
 use common::workloads::ZipfWorkload;
 use klock_core::{Kernel, Policy};
@@ -45,6 +46,10 @@ struct Plan {
     contended_attempts: u64,
     contended_budget: Duration,
     memory_sizes: Vec<usize>,
+    /// Seeds of the detect-against-wait_die runs of the swarm's workload (issue 26).
+    detect_seeds: Vec<u64>,
+    /// Virtual ms of each of those runs.
+    swarm_horizon_ms: u64,
     out: std::path::PathBuf,
 }
 
@@ -56,6 +61,8 @@ fn parse_args() -> Result<Plan, String> {
         contended_attempts: 300_000,
         contended_budget: Duration::from_secs(12),
         memory_sizes: vec![100_000, 1_000_000],
+        detect_seeds: vec![1, 2, 3],
+        swarm_horizon_ms: policies::swarm_config().horizon_ms,
         out: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/REPORT.md"),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -69,6 +76,8 @@ fn parse_args() -> Result<Plan, String> {
                 plan.contended_attempts = 30_000;
                 plan.contended_budget = Duration::from_secs(4);
                 plan.memory_sizes = vec![100_000];
+                plan.detect_seeds = vec![1];
+                plan.swarm_horizon_ms = 300_000;
             }
             "--out" => {
                 i += 1;
@@ -224,8 +233,41 @@ fn pairs(kernel: &mut Kernel, intents: &[&str], rounds: usize, per_round: u64) -
     median(&mut samples)
 }
 
+/// Uncontended single-intent pairs asked with `wait: true` under wait_die and detect, on
+/// empty kernels, interleaved round by round (the order alternating): the median ns of each
+/// and the median of the per-round ratios detect ÷ wait_die.
+fn uncontended_by_policy(plan: &Plan) -> (f64, f64, f64) {
+    let mut kernels = [
+        fixtures::kernel_under(Policy::WaitDie),
+        fixtures::kernel_under(Policy::Detect),
+    ];
+    let (mut wd, mut dt, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..plan.rounds {
+        progress(&format!(
+            "uncontended pairs by policy: round {}/{}",
+            round + 1,
+            plan.rounds
+        ));
+        let mut ns = [0.0; 2];
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let d = fixtures::timed_pairs_with(
+                &mut kernels[i],
+                &ONE,
+                plan.pairs_per_round,
+                fixtures::waiting_options(),
+            );
+            ns[i] = ns_per(d, plan.pairs_per_round);
+        }
+        wd.push(ns[0]);
+        dt.push(ns[1]);
+        ratios.push(ns[1] / ns[0]);
+    }
+    (median(&mut wd), median(&mut dt), median(&mut ratios))
+}
+
 fn contended(plan: &Plan) -> Vec<Outcome> {
-    [Policy::WaitDie, Policy::WoundWait, Policy::Lanes]
+    Policy::ALL
         .into_iter()
         .map(|policy| {
             let cfg = SimConfig {
@@ -332,10 +374,11 @@ fn main() -> ExitCode {
 
     let outcomes = contended(&plan);
     progress("fairness of long-lived agents");
-    let fair: Vec<Outcome> = [Policy::WaitDie, Policy::WoundWait, Policy::Lanes]
-        .into_iter()
-        .map(fairness::run)
-        .collect();
+    let fair: Vec<Outcome> = Policy::ALL.into_iter().map(fairness::run).collect();
+    let uncontended = uncontended_by_policy(&plan);
+    let pairs = policies::compare(&plan.detect_seeds, plan.swarm_horizon_ms, progress);
+    let wait_die = Totals::of(pairs.iter().map(|p| &p.wait_die));
+    let detect = Totals::of(pairs.iter().map(|p| &p.detect));
     progress("");
 
     // ---- the report ----
@@ -379,6 +422,50 @@ fn main() -> ExitCode {
             status(o.fairness() >= fairness::TARGET && o.healthy())
         );
     }
+    let seeds = plan
+        .detect_seeds
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    // No death at all under detect has no finite ratio: say so instead of dividing by zero.
+    let fewer = match detect.deaths {
+        0 => "no deaths under detect".to_string(),
+        _ => format!(
+            "{:.1}× fewer",
+            wait_die.deaths_per_commit() / detect.deaths_per_commit()
+        ),
+    };
+    let fewer_met = detect.deaths_per_commit() * 5.0 <= wait_die.deaths_per_commit();
+    let _ = writeln!(
+        report,
+        "| detect: uncontended acquire+release (`wait: true`) ≤ 1.05× wait_die's | {:.3}× ({:.0} vs {:.0} ns) | {} |",
+        uncontended.2,
+        uncontended.1,
+        uncontended.0,
+        status(uncontended.2 <= 1.05)
+    );
+    let _ = writeln!(
+        report,
+        "| detect: deaths per commit on the swarm's workload ≥ 5× fewer than wait_die (seeds {seeds}) | {fewer} ({:.4} vs {:.4}) | {} |",
+        detect.deaths_per_commit(),
+        wait_die.deaths_per_commit(),
+        status(fewer_met)
+    );
+    let _ = writeln!(
+        report,
+        "| detect: commits per virtual s on the swarm's workload no lower than wait_die's | {:.2} vs {:.2} | {} |",
+        detect.commits_per_virtual_sec(),
+        wait_die.commits_per_virtual_sec(),
+        status(detect.commits_per_virtual_sec() >= wait_die.commits_per_virtual_sec())
+    );
+    let _ = writeln!(
+        report,
+        "| detect: deadlocks = 0 on the swarm's workload | {} (checks {}) | {} |",
+        detect.deadlocks,
+        if detect.healthy { "clean" } else { "NOT clean" },
+        status(detect.deadlocks == 0 && detect.healthy)
+    );
     let deadlocks: u64 = outcomes.iter().map(Outcome::total_deadlocks).sum();
     let healthy = outcomes.iter().all(Outcome::healthy);
     let _ = writeln!(
@@ -542,7 +629,79 @@ fn main() -> ExitCode {
             o.total_deadlocks()
         );
     }
-    for o in outcomes.iter().chain(&fair).filter(|o| !o.healthy()) {
+    let _ = writeln!(
+        report,
+        "\n## Policy detect against wait_die (issue 26)\n\n\
+         Deaths cost agents real work: under wait_die a younger request dies whenever an older \
+         unit holds what it wants; under detect everyone waits and only a real cycle of waiters \
+         is broken (docs/SPEC.md §6.1). The swarm's workload (`cargo run --release -p klock-core \
+         --example swarm`: {} agents on a tree of 8 modules × 4 packages × 16 files, edits, \
+         reads, module reviews, package deletions and renames, Zipf-skewed, {}‰ of grants \
+         stalled past the TTL, a snapshot check every {} attempts), {} virtual s per run, \
+         under each policy with the same seeds ({seeds}). Deaths = DIE verdicts + DIED events; \
+         throughput = commits per virtual second (the agents' time), and per wall second (the \
+         kernel's own speed, with checks excluded).\n",
+        policies::swarm_config().agents,
+        policies::swarm_config().stall_per_mille,
+        policies::swarm_config().check_every,
+        plan.swarm_horizon_ms / 1000
+    );
+    let _ = writeln!(
+        report,
+        "| seed | policy | commits | waits | DIE | DIED | deaths per commit | timeouts | commits / virtual s | commits / wall s | worst task wait (virtual ms) | deadlocks |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for pair in &pairs {
+        for o in [&pair.wait_die, &pair.detect] {
+            let _ = writeln!(
+                report,
+                "| {} | {} | {} | {} | {} | {} | {:.4} | {} | {:.2} | {} | {} | {} |",
+                pair.seed,
+                o.policy.map_or("?", Policy::name),
+                o.commits,
+                o.waits,
+                o.dies,
+                o.died_events,
+                policies::deaths(o) as f64 / o.commits.max(1) as f64,
+                o.timeouts,
+                o.commits_per_virtual_sec(),
+                group(o.commits_per_wall_sec()),
+                o.max_task_wait_ms,
+                o.total_deadlocks()
+            );
+        }
+    }
+    for (name, t) in [("wait_die", &wait_die), ("detect", &detect)] {
+        let _ = writeln!(
+            report,
+            "| all | {name} | {} | | | | {:.4} | | {:.2} | {} | | {} |",
+            t.commits,
+            t.deaths_per_commit(),
+            t.commits_per_virtual_sec(),
+            group(t.commits_per_wall_sec()),
+            t.deadlocks
+        );
+    }
+    let _ = writeln!(
+        report,
+        "\nUncontended cost: one `MUTATES FILE:/bench/x` acquire+release pair asked with `wait: true` \
+         on an empty kernel (nothing blocks it, so detect never searches the graph), {} rounds of {} \
+         pairs alternating between the policies: wait_die {:.0} ns, detect {:.0} ns (medians), \
+         detect ÷ wait_die {:.3}× (median of per-round ratios). Criterion: `cargo bench -p \
+         klock-core --bench kernel -- policy_uncontended`. The fleet demo's deaths under both \
+         policies are the section \"Fleet demo: detect vs wait_die\" at the end (`python3 bench/fleet.py`).",
+        plan.rounds,
+        group(plan.pairs_per_round as f64),
+        uncontended.0,
+        uncontended.1,
+        uncontended.2
+    );
+    for o in outcomes
+        .iter()
+        .chain(&fair)
+        .chain(pairs.iter().flat_map(|p| [&p.wait_die, &p.detect]))
+        .filter(|o| !o.healthy())
+    {
         let _ = writeln!(
             report,
             "\n**{} run not clean:**\n\n```\n{o:#?}\n```",

@@ -14,8 +14,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use common::policies;
 use common::sim::{self, Outcome, SimConfig};
-use common::workloads::TreeWorkload;
 use klock_core::Policy;
 use std::io::Write;
 use std::process::ExitCode;
@@ -40,12 +40,7 @@ struct Args {
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
-    let mut sim = SimConfig {
-        horizon_ms: 3_600_000,
-        stall_per_mille: 5,
-        check_every: 500,
-        ..SimConfig::default()
-    };
+    let mut sim = policies::swarm_config();
     let mut policies = Policy::ALL.to_vec();
     let mut verbose = false;
     let mut i = 0;
@@ -115,7 +110,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let files = TreeWorkload::new(8, 4, 16).file_count();
+    let files = policies::swarm_workload().file_count();
     println!(
         "swarm: {} agents, {} virtual s per policy{}, seed {}, {} files in 8 modules × 4 packages, stall {}‰",
         args.sim.agents,
@@ -131,7 +126,7 @@ fn main() -> ExitCode {
             policy,
             ..args.sim.clone()
         };
-        let mut workload = TreeWorkload::new(8, 4, 16);
+        let mut workload = policies::swarm_workload();
         let name = policy.name();
         let outcome = sim::run(&cfg, &mut workload, |done| {
             eprint!("\r[{name}] {:3.0}% ", done * 100.0);

@@ -12,6 +12,11 @@ heartbeat. Nothing is lost. One Python and one Node agent are also frozen (SIGST
 they hold a lease, for longer than its TTL, as a long GC pause would: their leases expire,
 others take the files, and the frozen agents' late writes are refused by the fence.
 
+`--policy` chooses the server's policy (SPEC.md §6, §6.1): `wait_die` (the default, as above),
+`wound_wait`, `lanes`, or `detect` (everyone waits; only a real cycle of waiters is broken, by
+killing its youngest unit of work), to compare the deaths each costs the agents
+(bench/fleet.py runs it under `detect` and `wait_die` for bench/REPORT.md).
+
 Progress is a bar on a terminal and plain lines otherwise; the final table has a column per
 language and phase. Exit status: 0 when the Klock run lost nothing, every agent finished and
 every planned restart happened; 1 otherwise; 130 on Ctrl-C. Agents, the server and the
@@ -63,10 +68,11 @@ def _kill_group(proc: subprocess.Popen[Any], sig: int) -> None:
 
 
 class Server:
-    """One `klock serve` on a data file; SIGKILL and restart it on the same file and port."""
+    """One `klock serve` on a data file, its kernel under `policy`; SIGKILL and restart it on
+    the same file and port (the file keeps the policy, and refuses another)."""
 
-    def __init__(self, binary: str, data: str, log: IO[str]) -> None:
-        self.binary, self.data, self.log = binary, data, log
+    def __init__(self, binary: str, data: str, log: IO[str], policy: str) -> None:
+        self.binary, self.data, self.log, self.policy = binary, data, log, policy
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
         self.port = 0
@@ -75,7 +81,10 @@ class Server:
     def start(self) -> None:
         listen = f"127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [self.binary, "serve", "--data", self.data, "--listen", listen],
+            [
+                *(self.binary, "serve", "--data", self.data, "--listen", listen),
+                *("--config", f"policy={self.policy}"),
+            ],
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
@@ -407,6 +416,12 @@ def main(argv: list[str] | None = None) -> int:
         help="do not stop an agent of each language past its lease's TTL",
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--policy",
+        choices=["wait_die", "wound_wait", "lanes", "detect"],
+        default="wait_die",
+        help="the server's policy in the Klock run (default wait_die)",
+    )
     p.add_argument("--deadline-s", type=float, default=240.0, help="per phase")
     args = p.parse_args(argv)
     if min(args.python_agents, args.node_agents) < 1 or args.edits < 1 or args.files < 2:
@@ -432,9 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         plain = run_phase("without Klock", "plain", args, root, None, stream, running)
         os.makedirs(os.path.join(root, "server"))
-        server = Server(args.klock, os.path.join(root, "server", "klock.redb"), log)
+        server = Server(args.klock, os.path.join(root, "server", "klock.redb"), log, args.policy)
         server.start()
-        stream.write(f"  klock serve: {server.url} (data in {server.data})\n")
+        stream.write(f"  klock serve: {server.url} (data in {server.data}, policy {args.policy})\n")
         guarded = run_phase("with Klock", "klock", args, root, server, stream, running)
         columns = [*plain, *guarded]
         print()

@@ -93,6 +93,37 @@ def test_bad_arguments_are_refused_by_name() -> None:
     done = subprocess.run(command("--files", "1"), capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "--files >= 2" in done.stderr
+    done = subprocess.run(command("--policy", "fifo"), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "--policy: invalid choice: 'fifo'" in done.stderr
+
+
+@pytest.mark.timeout(180)
+def test_the_policy_option_runs_the_server_under_it(tmp_path: object) -> None:
+    # A wrapper around the real binary records each `klock serve` command line (the first
+    # start and the restart after the SIGKILL, on the same data file, which keeps the policy).
+    calls = os.path.join(str(tmp_path), "calls")
+    wrapper = os.path.join(str(tmp_path), "klock")
+    with open(wrapper, "w", encoding="utf-8") as f:
+        f.write(f'#!/bin/sh\necho "$*" >> {calls}\nexec {os.environ["KLOCK_BIN"]} "$@"\n')
+    os.chmod(wrapper, 0o755)
+    python = os.environ.get("KLOCK_PYTHON", sys.executable)
+    done = subprocess.run(
+        [python, RUN, "--klock", wrapper, "--python", python, "--policy", "detect"]
+        + ["--python-agents", "1", "--node-agents", "1", "--edits", "8", "--files", "2"]
+        + ["--think-ms", "3", "--restarts", "1", "--no-freeze", "--seed", "3"],
+        capture_output=True,
+        text=True,
+        timeout=160,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "policy detect" in done.stderr
+    with open(calls, encoding="utf-8") as f:
+        serves = f.read().splitlines()
+    assert len(serves) == 2, serves
+    assert all(line.endswith("--config policy=detect") for line in serves), serves
+    assert row(done.stdout, "edits lost")[2:] == ["0", "0"]
+    assert row(done.stdout, "finished (no deadlock)") == ["yes"] * 4
 
 
 NODE_WRITE = """

@@ -1022,6 +1022,18 @@ def _lease_ttl_ms(ttl: float | None, ttl_ms: int | None) -> int | None:
     return _timeout_ms(ttl)
 
 
+def _died_why(cycle: list[int], intents: object, otherwise: str) -> str:
+    """Why a DIE or DIED ended an attempt, for :class:`Died`'s message: the kernel's
+    ``cycle`` (``detect``: the wait-for cycle the session was the victim of, itself first,
+    SPEC.md §6.1) when it names one, else ``otherwise``."""
+    if not cycle:
+        return otherwise
+    return (
+        f"died breaking a wait-for cycle with sessions {cycle[1:]} while asking for {intents} "
+        f"(the cycle {cycle}: the youngest unit of work on it dies)"
+    )
+
+
 def _timeout_ms(timeout: float) -> int:
     """A checked finite ``timeout`` in whole milliseconds, rounded up (rounded to a nanosecond
     first, so that 0.3 s is 300 ms however the float is represented)."""
@@ -1198,6 +1210,8 @@ class Lease(_core.Block):
         verdict, waiter, wait_ms = first
         while True:
             held_by = [b.session_id for b in verdict.held_by]
+            # Under ``detect``, the wait-for cycle the session died to break (SPEC.md §6.1).
+            cycle: list[int] = []
             if waiter is not None:
                 event = yield _Wait(waiter)
                 self._ticket = None
@@ -1232,11 +1246,19 @@ class Lease(_core.Block):
                     held_by = [event.by]  # the session that took precedence
                     why = f"was wounded by the older session {event.by} while waiting for {self.intents}"
                 else:
-                    why = f"its wait for {self.intents} was withdrawn (DIED)"
+                    cycle = list(event.cycle or [])
+                    why = _died_why(
+                        cycle, self.intents, f"its wait for {self.intents} was withdrawn (DIED)"
+                    )
             else:
                 assert verdict.retry_after_ms is not None
                 retry_after_ms = verdict.retry_after_ms
-                why = f"is younger than sessions {held_by} blocking {self.intents}"
+                cycle = list(verdict.cycle)
+                why = _died_why(
+                    cycle,
+                    self.intents,
+                    f"is younger than sessions {held_by} blocking {self.intents}",
+                )
                 if wait_ms == 0:
                     k.counters.timeouts += 1
                     raise Timeout(
@@ -1249,6 +1271,7 @@ class Lease(_core.Block):
                     "release everything, sleep retry_after_ms, and acquire all intents in one manifest",
                     retry_after_ms,
                     held_by,
+                    cycle,
                 )
             if deadline is not None and k.now() + retry_after_ms > deadline:
                 k.counters.timeouts += 1

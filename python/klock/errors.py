@@ -24,6 +24,9 @@ The friendly client adds conditions of its own, also :class:`KlockError`\\ s:
 * :class:`Died`: the kernel answered DIE while the session holds other leases, so retrying
   in place could keep Wait-Die from making progress (SPEC.md §6 rule 3): release everything
   and start the unit of work again, after ``retry_after_ms``. ``.code`` is 0, ``.name`` "DIE".
+  Under ``detect`` (SPEC.md §6.1) ``.cycle`` names the wait-for cycle it died to break (session
+  ids, this session first; the message says "died breaking a wait-for cycle with ..."); empty
+  for any other death.
 * :class:`Timeout`: the lease could not be had within ``timeout``. ``.code`` is 0,
   ``.name`` "TIMEOUT".
 * :class:`Closed`: the :class:`~klock.Klock` or the session was closed (by ``close()``)
@@ -97,21 +100,32 @@ class LeaseLost(StateError):
 
 
 class Died(KlockError):
-    """DIE while the session holds other leases: roll back and retry after ``retry_after_ms``."""
+    """DIE while the session holds other leases: roll back and retry after ``retry_after_ms``.
+    ``cycle``: under ``detect``, the session ids of the wait-for cycle this session died to
+    break, itself first and following the edges, as the kernel named it (SPEC.md §6.1); empty
+    for any other death."""
 
     code: int
     name: str
     message: str
     retry_after_ms: int
     held_by: list[int]
+    cycle: list[int]
 
-    def __init__(self, message: str, retry_after_ms: int, held_by: list[int]) -> None:
+    def __init__(
+        self,
+        message: str,
+        retry_after_ms: int,
+        held_by: list[int],
+        cycle: list[int] | None = None,
+    ) -> None:
         super().__init__(f"DIE: {message}")
         self.code = 0
         self.name = "DIE"
         self.message = message
         self.retry_after_ms = retry_after_ms
         self.held_by = held_by
+        self.cycle = [] if cycle is None else cycle
 
 
 class Timeout(KlockError):

@@ -253,6 +253,7 @@ class RemoteVerdict:
     ticket: int | None
     retry_after_ms: int | None
     held_by: list[_Blocker]
+    cycle: list[int]
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ class RemoteEvent:
     lost_leases: list[int] | None = None
     lost_tickets: list[int] | None = None
     reason: str | None = None
+    cycle: list[int] | None = None
 
 
 def _lease(d: dict[str, Any]) -> LeaseInfo:
@@ -304,6 +306,8 @@ def _event(d: dict[str, Any]) -> RemoteEvent:
         lost_leases=d.get("lost_leases"),
         lost_tickets=d.get("lost_tickets"),
         reason=d.get("reason"),
+        # DIED: the server leaves out an empty cycle (any death but a detect victim's).
+        cycle=d.get("cycle", []) if d["event"] == "DIED" else None,
     )
 
 
@@ -689,6 +693,7 @@ class RemoteKernel:
                 )
                 for b in d.get("held_by") or []
             ],
+            d.get("cycle") or [],
         )
         with self._state_lock:
             if verdict.verdict == "WAIT" and verdict.ticket is not None:

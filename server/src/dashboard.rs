@@ -35,6 +35,7 @@ const FILES: &[(&str, &str)] = &[
     ("app.js", include_str!("../../dashboard/app.js")),
     ("sim.js", include_str!("../../dashboard/sim.js")),
     ("remote.js", include_str!("../../dashboard/remote.js")),
+    ("waitfor.js", include_str!("../../dashboard/waitfor.js")),
     ("style.css", include_str!("../../dashboard/style.css")),
 ];
 

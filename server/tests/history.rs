@@ -302,7 +302,7 @@ fn dashboard_serves_the_page_and_names_a_missing_wasm_package() {
         .unwrap()
         .starts_with("text/html"));
     assert!(String::from_utf8_lossy(&page.raw).contains("main.js"));
-    for file in ["main.js", "app.js", "remote.js", "sim.js"] {
+    for file in ["main.js", "app.js", "remote.js", "sim.js", "waitfor.js"] {
         let a = request(port, "GET", &format!("/dashboard/{file}"), &[], b"").unwrap();
         assert_eq!(a.status, 200, "{file}");
         assert!(

@@ -5,7 +5,7 @@
 //! TTL so large that nothing expires; the measured operations use a constant `now`
 //! ([`NOW`]), so no deadline is ever due and only the operation itself is timed.
 
-use klock_core::{AcquireOptions, Config, Kernel, SessionId, Verdict};
+use klock_core::{AcquireOptions, Config, Kernel, Policy, SessionId, Verdict};
 
 /// The constant clock of every measured call.
 pub const NOW: u64 = 1_000;
@@ -41,6 +41,20 @@ pub fn options() -> AcquireOptions {
         wait: false,
         wait_timeout_ms: None,
     }
+}
+
+/// [`options`] of a request that would wait if blocked (what the friendly clients send): the
+/// path on which a policy such as `detect` could cost something, if anything were blocked.
+pub fn waiting_options() -> AcquireOptions {
+    AcquireOptions {
+        wait: true,
+        ..options()
+    }
+}
+
+/// An empty kernel under `policy` ([`config`] otherwise).
+pub fn kernel_under(policy: Policy) -> Kernel {
+    Kernel::new(Config { policy, ..config() }).expect("valid config")
 }
 
 /// Acquires `intents` for `session` and panics unless granted (fixtures are conflict-free).
@@ -92,7 +106,18 @@ pub fn bench_session(kernel: &mut Kernel) -> SessionId {
 /// a single intent, `release_all` for a batch).
 #[inline]
 pub fn acquire_release(kernel: &mut Kernel, session: SessionId, intents: &[&str]) {
-    match kernel.acquire(session, intents, options(), NOW) {
+    acquire_release_with(kernel, session, intents, options());
+}
+
+/// [`acquire_release`] with the request's `options`.
+#[inline]
+pub fn acquire_release_with(
+    kernel: &mut Kernel,
+    session: SessionId,
+    intents: &[&str],
+    options: AcquireOptions,
+) {
+    match kernel.acquire(session, intents, options, NOW) {
         Ok(Verdict::Granted { leases }) => {
             if let [lease] = leases.as_slice() {
                 kernel
@@ -110,10 +135,20 @@ pub fn acquire_release(kernel: &mut Kernel, session: SessionId, intents: &[&str]
 /// the kernel remembers a session's ended leases until it closes, so a fresh session per
 /// measurement keeps that memory from growing across measurements.
 pub fn timed_pairs(kernel: &mut Kernel, intents: &[&str], iterations: u64) -> std::time::Duration {
+    timed_pairs_with(kernel, intents, iterations, options())
+}
+
+/// [`timed_pairs`] with the requests' `options`.
+pub fn timed_pairs_with(
+    kernel: &mut Kernel,
+    intents: &[&str],
+    iterations: u64,
+    options: AcquireOptions,
+) -> std::time::Duration {
     let session = bench_session(kernel);
     let started = std::time::Instant::now();
     for _ in 0..iterations {
-        acquire_release(kernel, session, intents);
+        acquire_release_with(kernel, session, intents, options);
     }
     let elapsed = started.elapsed();
     kernel.close_session(session, NOW).expect("open session");

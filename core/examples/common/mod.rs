@@ -10,6 +10,7 @@
 //! - [`fairness`]: the long-lived-agents fairness scenario (bench report and test).
 //! - [`counting`]: a counting global allocator (bench report, hot-path example).
 //! - [`hot_path`]: allocations and time of the uncontended pair against a bare map (issue 15).
+//! - [`policies`]: `detect` against `wait_die` on the swarm's workload (issue 26).
 
 // Each includer uses a different subset.
 #![allow(dead_code)]
@@ -19,6 +20,7 @@ pub mod fairness;
 pub mod fixtures;
 pub mod hot_path;
 pub mod invariants;
+pub mod policies;
 pub mod rng;
 pub mod sim;
 pub mod workloads;

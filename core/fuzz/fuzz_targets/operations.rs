@@ -4,6 +4,12 @@
 //! no conflicting holders on overlapping resources, no waiter that nothing blocks, no
 //! wait-for cycle, the policy's waiting order kept, no active lease or waiting ticket whose
 //! deadline has passed, fences unique and increasing with lease ids, and no defensive repair.
+//! Every policy is drawn, `detect` among them (docs/SPEC.md §6.1): there the checks above are
+//! its own (no cycle of waiters left unbroken, no lost wake-up: a waiter nothing blocks), and
+//! every DIE or DIED must name a real victim: a DIE of a request made with `wait` true names
+//! a cycle, and a named cycle has distinct members, the victim first and the youngest of them
+//! (largest priority), passes through the requester whose acquire closed it, and its other
+//! members were waiting before that acquire. Under the other policies no cycle is named.
 //!
 //! `cargo +nightly fuzz run operations -- -max_total_time=120` (from core/).
 
@@ -14,8 +20,8 @@
 mod invariants;
 
 use klock_core::{
-    AcquireOptions, Config, Event, Kernel, LeaseId, LeaseSelection, Policy, SessionId, StateDigest,
-    TicketId, Verdict,
+    AcquireOptions, Config, Event, Kernel, LeaseId, LeaseSelection, Policy, SessionId, Snapshot,
+    StateDigest, TicketId, Verdict,
 };
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -101,6 +107,87 @@ struct State {
     digests: Vec<StateDigest>,
     /// Every lease seen in a snapshot, with its fence.
     fences: BTreeMap<LeaseId, u64>,
+    /// The snapshot after the previous operation (the state the next one starts from).
+    before: Option<Snapshot>,
+}
+
+/// Whether a request with `options` may wait: `wait` and a wait timeout above 0 (else a
+/// blocked request is a failed try-lock, DIE under every policy).
+fn may_wait(k: &Kernel, options: &AcquireOptions) -> bool {
+    options.wait
+        && options
+            .wait_timeout_ms
+            .unwrap_or(k.config().default_wait_timeout_ms)
+            > 0
+}
+
+/// A DIE or DIED the last operation caused: `(victim, cycle)`.
+type Death = (SessionId, Vec<SessionId>);
+
+/// The deaths of one operation against the detect rules (see the module contract):
+/// `requester` is the session whose acquire ran (`None`: another operation) and `waited`
+/// whether it asked to wait; `deaths` the DIE verdict (first, if any) and DIED events.
+fn check_deaths(
+    s: &State,
+    after: &Snapshot,
+    requester: Option<SessionId>,
+    waited_die: bool,
+    deaths: &[Death],
+) {
+    let policy = after.policy;
+    if policy != Policy::Detect {
+        for (victim, cycle) in deaths {
+            assert!(
+                cycle.is_empty(),
+                "{policy:?} named a cycle {cycle:?} for {victim:?}"
+            );
+        }
+        return;
+    }
+    if waited_die {
+        let (victim, cycle) = &deaths[0];
+        assert!(
+            !cycle.is_empty(),
+            "detect: a request of {victim:?} made with wait true died without a cycle"
+        );
+    }
+    let priority = |id: SessionId| {
+        after
+            .sessions
+            .iter()
+            .find(|v| v.session_id == id)
+            .map(|v| v.priority)
+    };
+    for (victim, cycle) in deaths.iter().filter(|(_, c)| !c.is_empty()) {
+        let who = format!("detect: the cycle {cycle:?} of victim {victim:?}");
+        assert_eq!(cycle.first(), Some(victim), "{who} does not start with it");
+        assert!(cycle.len() >= 2, "{who} is a self-loop");
+        let mut distinct = cycle.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), cycle.len(), "{who} repeats a member");
+        let requester = requester.unwrap_or_else(|| panic!("{who} named outside an acquire"));
+        assert!(
+            cycle.contains(&requester),
+            "{who} misses the requester {requester:?}"
+        );
+        let youngest = cycle.iter().map(|&m| priority(m)).max().flatten();
+        assert_eq!(
+            priority(*victim),
+            youngest,
+            "{who}: not its youngest member"
+        );
+        let before = s
+            .before
+            .as_ref()
+            .expect("a snapshot before every operation");
+        for &member in cycle.iter().filter(|&&m| m != requester) {
+            assert!(
+                before.tickets.iter().any(|t| t.session_id == member),
+                "{who}: member {member:?} was not waiting"
+            );
+        }
+    }
 }
 
 /// `KLOCK_FUZZ_TRACE=1 cargo +nightly fuzz run operations <artifact>` prints every call.
@@ -111,7 +198,12 @@ fn trace() -> bool {
 
 fn config(u: &mut Unstructured) -> Result<Config> {
     Ok(Config {
-        policy: *u.choose(&Policy::ALL)?,
+        // detect half the time (its cycle checks need many runs to form cycles), else any.
+        policy: if u.arbitrary()? {
+            Policy::Detect
+        } else {
+            *u.choose(&Policy::ALL)?
+        },
         seed: u.arbitrary()?,
         default_ttl_ms: number(u)?,
         max_ttl_ms: number(u)?,
@@ -136,7 +228,11 @@ fn step(u: &mut Unstructured, s: &mut State) -> Result<()> {
     };
     let now = s.now;
     let k = &mut s.kernel;
-    let op = u.int_in_range(0..=15)?;
+    let op = u.int_in_range(0..=17)?;
+    // For the detect checks: whose acquire ran, and what died.
+    let mut requester: Option<SessionId> = None;
+    let mut waited_die = false;
+    let mut deaths: Vec<Death> = Vec::new();
     macro_rules! traced {
         ($e:expr) => {{
             let r = $e;
@@ -177,12 +273,17 @@ fn step(u: &mut Unstructured, s: &mut State) -> Result<()> {
                     None
                 },
             };
+            requester = Some(session);
             match traced!(k.acquire(session, &manifest, options, now)) {
                 Ok(Verdict::Granted { leases }) => {
                     s.leases.extend(leases.iter().map(|l| l.lease_id))
                 }
                 Ok(Verdict::Wait { ticket, .. }) => s.tickets.push(ticket),
-                _ => {}
+                Ok(Verdict::Die { cycle, .. }) => {
+                    waited_die = may_wait(k, &options);
+                    deaths.push((session, cycle));
+                }
+                Err(_) => {}
             }
         }
         6 => {
@@ -247,6 +348,36 @@ fn step(u: &mut Unstructured, s: &mut State) -> Result<()> {
                 let _ = traced!(k.resume_session(&d, now));
             }
         }
+        16 | 17 => {
+            // What closes wait-for cycles (random intents rarely do): a session that holds a
+            // lease asks, waiting, for a resource another session holds.
+            let before = s
+                .before
+                .as_ref()
+                .expect("a snapshot before every operation");
+            let holders: Vec<SessionId> = before.leases.iter().map(|l| l.session_id).collect();
+            let (Ok(&session), Ok(lease)) = (u.choose(&holders), u.choose(&before.leases)) else {
+                return Ok(());
+            };
+            let intent = format!("{} {}", u.choose(PREDICATES[..6].as_ref())?, lease.resource);
+            let options = AcquireOptions {
+                ttl_ms: None,
+                wait: true,
+                wait_timeout_ms: None,
+            };
+            requester = Some(session);
+            match traced!(k.acquire(session, &[intent], options, now)) {
+                Ok(Verdict::Granted { leases }) => {
+                    s.leases.extend(leases.iter().map(|l| l.lease_id))
+                }
+                Ok(Verdict::Wait { ticket, .. }) => s.tickets.push(ticket),
+                Ok(Verdict::Die { cycle, .. }) => {
+                    waited_die = may_wait(k, &options);
+                    deaths.push((session, cycle));
+                }
+                Err(_) => {}
+            }
+        }
         _ => {
             if u.arbitrary()? {
                 traced!(k.advance(now));
@@ -260,15 +391,20 @@ fn step(u: &mut Unstructured, s: &mut State) -> Result<()> {
         if trace() {
             eprintln!("    event {event:?}");
         }
-        if let Event::Granted { leases, .. } = event {
-            s.leases.extend(leases.iter().map(|l| l.lease_id));
+        match event {
+            Event::Granted { leases, .. } => s.leases.extend(leases.iter().map(|l| l.lease_id)),
+            Event::Died { session, cycle, .. } => deaths.push((session, cycle)),
+            _ => {}
         }
     }
-    check(s);
+    let after = check(s);
+    check_deaths(s, &after, requester, waited_die, &deaths);
+    s.before = Some(after);
     Ok(())
 }
 
-fn check(s: &mut State) {
+/// Checks the state after an operation and returns its snapshot.
+fn check(s: &mut State) -> Snapshot {
     let now = s.kernel.now();
     let snapshot = s.kernel.snapshot(now);
     // snapshot() settles at `now`, which the operation already did: nothing new to report.
@@ -329,6 +465,7 @@ fn check(s: &mut State) {
             "deadline {next} still pending after settling {now}"
         );
     }
+    snapshot
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -348,7 +485,9 @@ fuzz_target!(|data: &[u8]| {
         tickets: Vec::new(),
         digests: Vec::new(),
         fences: BTreeMap::new(),
+        before: None,
     };
+    state.before = Some(state.kernel.snapshot(0));
     for _ in 0..64 {
         if u.is_empty() || step(&mut u, &mut state).is_err() {
             break;
