@@ -68,9 +68,12 @@
 //   `lease.fence` to the protected resource and have it reject smaller fences.
 
 const native = require('./index.js');
+// Re-exported by name (shorthand entries: what lets `import { parseIntent } from 'klock'` see them).
+const { parseIntent, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = native;
 const { RemoteKernel, Unreachable } = require('./remote.js');
 const { fencedWrite, fencedWriteAsync, StaleFence } = require('./fence.js');
 const { file } = require('./names.js');
+const { Election } = require('./election.js');
 
 const { Kernel, KlockError, ERROR_CODES } = native;
 
@@ -1832,7 +1835,7 @@ function envNamespace() {
 module.exports = {
   Klock,
   connect,
-  Election: require('./election.js').Election,
+  Election,
   file,
   fencedWrite,
   fencedWriteAsync,
@@ -1849,8 +1852,8 @@ module.exports = {
   Closed,
   ERROR_CODES,
   Kernel,
-  parseIntent: native.parseIntent,
-  MAX_MANIFEST_INTENTS: native.MAX_MANIFEST_INTENTS,
-  MAX_NAME_BYTES: native.MAX_NAME_BYTES,
-  MAX_RESOURCE_BYTES: native.MAX_RESOURCE_BYTES,
+  parseIntent,
+  MAX_MANIFEST_INTENTS,
+  MAX_NAME_BYTES,
+  MAX_RESOURCE_BYTES,
 };
