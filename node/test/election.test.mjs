@@ -334,7 +334,7 @@ function tests() {
         ['.', 'root'],
         ['/', 'root'],
         ['a/../b', "'..'"],
-        ['x\u0007', 'control character'],
+        ['x\u0007', 'unprintable character U+0007'],
       ]) {
         assert.throws(
           () => new Election(k, bad),

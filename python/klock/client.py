@@ -1059,6 +1059,26 @@ def _check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
+def _threadsafe_future() -> tuple[asyncio.Future[None], Callable[[], None]]:
+    """A future of the running loop, and a function any thread may call to resolve it: once
+    (later calls do nothing), and nothing at all once the loop is closed (nobody awaits it any
+    more)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    def wake() -> None:
+        try:
+            loop.call_soon_threadsafe(resolve)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    return future, wake
+
+
 class Lease(_core.Block):
     """The leases of one manifest, held for the duration of a ``with`` / ``async with`` block.
 
@@ -1315,19 +1335,7 @@ class Lease(_core.Block):
         """A backoff in a task, on the Klock's clock, cut short by Klock.close() or
         Session.close() (from any thread)."""
         k = self.session.klock
-        loop = asyncio.get_running_loop()
-        woken: asyncio.Future[None] = loop.create_future()
-
-        def set_woken() -> None:
-            if not woken.done():
-                woken.set_result(None)
-
-        def wake() -> None:
-            try:
-                loop.call_soon_threadsafe(set_woken)
-            except RuntimeError:  # the loop is closed: nobody is sleeping any more
-                pass
-
+        woken, wake = _threadsafe_future()
         with k._lock:
             if k._closed or self.session._closed_by_user:
                 return

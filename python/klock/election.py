@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import quote
 
-from .client import Klock, Lease, Session, _check_timeout
+from .client import Klock, Lease, Session, _check_timeout, _threadsafe_future
 from .errors import ERROR_CODES, InvalidInput, LeaseLost, StateError
 
 __all__ = ["Election", "Leader"]
@@ -334,19 +334,7 @@ class Election:
 
     async def wait_lost_async(self) -> LeaseLost:
         """Awaits the loss of leadership; returns how it was lost."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def set_done() -> None:
-            if not done.done():
-                done.set_result(None)
-
-        def wake() -> None:
-            try:
-                loop.call_soon_threadsafe(set_done)
-            except RuntimeError:  # the loop is closed: nobody waits any more
-                pass
-
+        done, wake = _threadsafe_future()
         with self._waiters_lock:
             if not self._lost_flag.is_set():
                 self._lost_waiters.append(wake)

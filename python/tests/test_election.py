@@ -94,7 +94,7 @@ def test_bad_names_and_arguments_are_named_errors(make_klock: MakeKlock) -> None
         (".", "root"),
         ("/", "root"),
         ("a/../b", "'..'"),
-        ("x\x07", "control character"),
+        ("x\x07", "unprintable character U+0007"),
     ]:
         with pytest.raises(klock.InvalidInput) as info:
             Election(k, bad)
