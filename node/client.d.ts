@@ -161,6 +161,13 @@ export interface ConnectOptions {
    * counts as a network failure; Python's `request_timeout`. Default 10 000.
    */
   requestTimeoutMs?: number;
+  /**
+   * The path of a PEM file of the CAs to trust for an `https://` server (a private CA), read
+   * once here; default `$KLOCK_CA`. A refused certificate is `KlockError` `CERTIFICATE` at once.
+   */
+  ca?: string;
+  /** `false`: accept any certificate (tests only; Python's `verify=False`). Default `true`. */
+  verify?: boolean;
 }
 
 /**

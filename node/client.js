@@ -67,6 +67,7 @@
 // - A lease alone is not mutual exclusion when a holder can pause past its expiry: pass
 //   `lease.fence` to the protected resource and have it reject smaller fences.
 
+const fs = require('node:fs');
 const native = require('./index.js');
 // Re-exported by name (shorthand entries: what lets `import { parseIntent } from 'klock'` see them).
 const { parseIntent, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = native;
@@ -1792,7 +1793,17 @@ function connect(url, options = {}) {
     clock,
     reconnectTimeoutMs = RECONNECT_TIMEOUT_MS,
     requestTimeoutMs = REQUEST_TIMEOUT_MS,
-  } = checkKeys(options, 'options', ['token', 'namespace', 'clock', 'reconnectTimeoutMs', 'requestTimeoutMs']);
+    ca = process.env.KLOCK_CA || undefined,
+    verify = true,
+  } = checkKeys(options, 'options', [
+    'token',
+    'namespace',
+    'clock',
+    'reconnectTimeoutMs',
+    'requestTimeoutMs',
+    'ca',
+    'verify',
+  ]);
   if (token !== undefined && (typeof token !== 'string' || token === '')) {
     const error = new TypeError("`options.token` must be a non-empty string (the server's bearer token)");
     error.code = 'ERR_INVALID_ARG_TYPE';
@@ -1805,6 +1816,12 @@ function connect(url, options = {}) {
   }
   checkInteger(reconnectTimeoutMs, 'options.reconnectTimeoutMs');
   checkInteger(requestTimeoutMs, 'options.requestTimeoutMs', { min: 1 });
+  if (typeof verify !== 'boolean') {
+    const error = new TypeError('`options.verify` must be a boolean (false: accept any certificate)');
+    error.code = 'ERR_INVALID_ARG_TYPE';
+    throw error;
+  }
+  const caPem = ca === undefined ? undefined : readCa(ca);
   const backend = (resolved) => {
     const remote = new RemoteKernel({
       url,
@@ -1813,11 +1830,32 @@ function connect(url, options = {}) {
       manualTime: resolved instanceof ManualClock,
       reconnectTimeoutMs,
       requestTimeoutMs,
+      ca: caPem,
+      verify,
     });
     remote.namespace = namespace;
     return remote;
   };
   return new Klock({ ...(clock !== undefined && { clock }), [BACKEND]: backend });
+}
+
+/** The PEM bundle at `path` (`options.ca`, else `KLOCK_CA`), read once when connecting. */
+function readCa(path) {
+  if (typeof path !== 'string' || path === '') {
+    const error = new TypeError('`options.ca` must be the path of a PEM file of CA certificates');
+    error.code = 'ERR_INVALID_ARG_TYPE';
+    throw error;
+  }
+  let pem;
+  try {
+    pem = fs.readFileSync(path);
+  } catch (e) {
+    throw new Error(`cannot read the CA bundle ${path} (options.ca or KLOCK_CA): ${e.message}`, { cause: e });
+  }
+  if (!pem.includes('-----BEGIN CERTIFICATE-----')) {
+    throw new Error(`the CA bundle ${path} (options.ca or KLOCK_CA) holds no PEM certificate`);
+  }
+  return pem;
 }
 
 /** `KLOCK_NAMESPACE`, else `KLOCK_NS` (the CLI's older name), else `'default'`. */

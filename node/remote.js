@@ -19,8 +19,11 @@
 //   `Idempotency-Key` made once per logical request and reused on its retries, so a retry
 //   after a lost answer never acts twice.
 // - A TLS certificate the handshake refuses (unknown CA, expired, another host) is `KlockError`
-//   `CERTIFICATE` at once, never retried as a network failure. Node's built-in fetch takes no
-//   CA option; a private CA is trusted with `NODE_EXTRA_CA_CERTS=PATH` when node starts.
+//   `CERTIFICATE` at once, never retried as a network failure. A private CA: `ca` (a PEM bundle
+//   read once, when the client is made), or `verify: false` to skip the check (tests only).
+//   Either makes the requests go through the `undici` package's fetch with an Agent carrying
+//   them, since Node's built-in fetch takes no TLS options; without them the built-in fetch is
+//   used as before.
 // - Bounded call: the budget counts from the call's start, not from its first failure, and
 //   each attempt waits at most `requestTimeoutMs` (default 10 000) and never past the budget,
 //   so a frozen server (SIGSTOP) costs a call at most `reconnectTimeoutMs`.
@@ -165,8 +168,19 @@ class RemoteKernel {
    * @param {boolean} options.manualTime send `Klock-Now` (a `--clock manual` server)
    * @param {number} options.reconnectTimeoutMs the reconnect budget (of every call)
    * @param {number} [options.requestTimeoutMs] one attempt's limit (default 10 000)
+   * @param {Buffer} [options.ca] the PEM bundle of the CAs to trust (instead of the system's)
+   * @param {boolean} [options.verify] false: accept any certificate (default true)
    */
-  constructor({ url, token, clock, manualTime, reconnectTimeoutMs, requestTimeoutMs = REQUEST_TIMEOUT_MS }) {
+  constructor({
+    url,
+    token,
+    clock,
+    manualTime,
+    reconnectTimeoutMs,
+    requestTimeoutMs = REQUEST_TIMEOUT_MS,
+    ca,
+    verify = true,
+  }) {
     let parsed;
     try {
       parsed = new URL(url);
@@ -182,6 +196,15 @@ class RemoteKernel {
     }
     this.url = parsed.href.replace(/\/+$/, '');
     this.remote = true;
+    if (ca !== undefined || !verify) {
+      // Loaded only here: a client without TLS options never needs the package.
+      const undici = require('undici');
+      this._fetch = undici.fetch;
+      this._dispatcher = new undici.Agent({ connect: { ca, rejectUnauthorized: verify } });
+    } else {
+      this._fetch = fetch;
+      this._dispatcher = undefined;
+    }
     this._token = token;
     this._clock = clock;
     this._manual = manualTime;
@@ -687,11 +710,12 @@ class RemoteKernel {
         const attemptMs = Math.max(1, Math.min(this._requestTimeout, budgetEnds - Date.now()));
         let response;
         try {
-          response = await fetch(this.url + path, {
+          response = await this._fetch(this.url + path, {
             method,
             headers,
             body: payload,
             signal: AbortSignal.timeout(attemptMs),
+            dispatcher: this._dispatcher,
           });
         } catch (error) {
           const refused = refusedCertificate(error);
@@ -699,7 +723,7 @@ class RemoteKernel {
             // Not a network failure: said at once, not after the whole reconnect budget.
             throw new KlockError(
               `klock serve at ${this.url}: its TLS certificate was refused (${refused.code}: ${refused.message}); ` +
-                'trust the CA that signed it: NODE_EXTRA_CA_CERTS=PATH when starting node',
+                'trust the CA that signed it: connect(url, { ca: PATH }) or KLOCK_CA=PATH',
               0,
               'CERTIFICATE',
             );
@@ -849,7 +873,11 @@ class RemoteSession {
           const headers = b._headers(this, { accept: 'text/event-stream' });
           if (this.lastEventId !== null) headers['last-event-id'] = this.lastEventId;
           if (b._manual) headers['klock-now'] = String(b._clock.now());
-          const response = await fetch(b.url + this.path + '/events', { headers, signal: this._abort.signal });
+          const response = await b._fetch(b.url + this.path + '/events', {
+            headers,
+            signal: this._abort.signal,
+            dispatcher: b._dispatcher,
+          });
           if (!response.ok) {
             const text = await response.text();
             let error;

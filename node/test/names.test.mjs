@@ -221,8 +221,8 @@ test('a program run by `klock exec` reaches the same server, token and namespace
 });
 
 /** A CA of the test's own and a certificate it signed for localhost and 127.0.0.1 (openssl). */
-function certificates() {
-  const d = join(dir, 'tls');
+function certificates(name) {
+  const d = join(dir, name);
   mkdirSync(d);
   const run = (...args) => execFileSync('openssl', args, { cwd: d, stdio: 'ignore', timeout: 30_000 });
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
@@ -266,14 +266,14 @@ function certificates() {
 }
 
 test('a refused TLS certificate fails at once, named; the CA from NODE_EXTRA_CA_CERTS is trusted', async () => {
-  const d = certificates();
+  const d = certificates('tls');
   const s = await startServer(['--memory', '--tls-cert', join(d, 'cert.pem'), '--tls-key', join(d, 'key.pem')]);
   servers.push(s);
   const k = connect(s.url, { reconnectTimeoutMs: 30_000 });
   const started = Date.now();
   await assert.rejects(k.session('tls'), (e) => {
     assert.ok(e instanceof KlockError && e.name === 'CERTIFICATE', String(e));
-    assert.match(e.message, /NODE_EXTRA_CA_CERTS/);
+    assert.match(e.message, /ca: PATH/);
     return true;
   });
   assert.ok(Date.now() - started < 5_000, 'not retried for the reconnect budget');
@@ -294,4 +294,42 @@ test('a refused TLS certificate fails at once, named; the CA from NODE_EXTRA_CA_
     timeout: 60_000,
   });
   assert.ok(Number(out) >= 1);
+});
+
+test('connect(url, { ca }) trusts a private CA, KLOCK_CA too; verify: false accepts any; a bad bundle is named', async () => {
+  const d = certificates('tls-options');
+  const s = await startServer(['--memory', '--tls-cert', join(d, 'cert.pem'), '--tls-key', join(d, 'key.pem')]);
+  servers.push(s);
+  const fenceThrough = async (options) => {
+    const k = connect(s.url, options);
+    try {
+      const session = await k.session('tls');
+      const lease = await session.lease('MUTATES FILE:/tls');
+      const fence = lease.fence;
+      await lease.release();
+      return fence;
+    } finally {
+      await k.close();
+    }
+  };
+  const first = await fenceThrough({ ca: join(d, 'ca.pem') });
+  assert.ok(first >= 1);
+  assert.ok((await fenceThrough({ verify: false })) > first);
+  const before = process.env.KLOCK_CA;
+  process.env.KLOCK_CA = join(d, 'ca.pem');
+  try {
+    assert.ok((await fenceThrough({})) > first);
+  } finally {
+    if (before === undefined) delete process.env.KLOCK_CA;
+    else process.env.KLOCK_CA = before;
+  }
+  // Another CA's bundle: the server's certificate is refused at once, named.
+  const k = connect(s.url, { ca: join(d, 'cert.pem'), reconnectTimeoutMs: 30_000 });
+  const started = Date.now();
+  await assert.rejects(k.session('tls'), (e) => e instanceof KlockError && e.name === 'CERTIFICATE');
+  assert.ok(Date.now() - started < 5_000, 'not retried for the reconnect budget');
+  await k.close();
+  assert.throws(() => connect(s.url, { ca: join(d, 'missing.pem') }), /cannot read the CA bundle .*missing\.pem/);
+  assert.throws(() => connect(s.url, { ca: join(d, 'ext') }), /holds no PEM certificate/);
+  assert.throws(() => connect(s.url, { verify: 'no' }), /options\.verify/);
 });
