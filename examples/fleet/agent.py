@@ -150,7 +150,9 @@ def main() -> int:
                             intent(unit[1]), ttl=args.ttl_ms / 1000, timeout=120
                         ) as inner:
                             ok = edit(unit[1], serial, 1, inner.fence) and ok
-                    done = ok
+                # Only once the block has ended without a lost lease: its exit raises LeaseLost
+                # when a lease ended under it, and the unit is then redone, not counted.
+                done = ok
             except klock.Died as died:
                 # Wait-Die rollback: everything is released; back off as told, redo the unit.
                 counts["rollbacks"] += 1
