@@ -973,7 +973,9 @@ class RemoteKernel:
                 time.sleep(pause)
                 pause = min(pause * 2, _BACKOFF_MAX_S)
                 continue
-            except Exception as e:  # a bug (or the client closed under it): kept, retried
+            except Exception as e:  # a bug, kept and retried; or the client closed under it
+                if self._closed:
+                    break  # close() closed the connection this request was using
                 self.reader_error = e
                 time.sleep(_BACKOFF_MAX_S)
                 continue
