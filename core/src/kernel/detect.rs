@@ -8,10 +8,16 @@
 //!   each session's edges in ascending session id, each edge standing for the session's first
 //!   ticket (in ticket order) that the other session blocks, so every host finds the same
 //!   cycle.
-//! - The search visits only waiting sessions reachable from the new edges, each once, and for
-//!   each runs one blocker search per waiting ticket: its cost is bounded by the tickets the
-//!   requester transitively waits for, never a scan of the kernel. A session that waits for
-//!   nothing ends its branch at once.
+//! - The search runs from both ends. First, backwards from the requester: the sessions that
+//!   wait for it, directly or through others ([`Kernel::waiting_for`]), found from the queues
+//!   around what each of them holds or has queued. Only when a blocker is among them is there
+//!   a cycle, and only then does the breadth-first search run, forwards from the blockers,
+//!   through those sessions alone (no other session can lie on a path back to the requester,
+//!   so the cycle found is the one an unpruned search finds). A requester that holds and
+//!   waits for nothing (the common case: an agent asking for its next piece of work) costs
+//!   one lookup; otherwise the cost is bounded by the queues around what the sessions waiting
+//!   for it hold, never a scan of the kernel, and the forward search's blocker searches run
+//!   only on a cycle.
 //! - [`Kernel::has_wait_cycle`] checks the whole graph, for an imported state (a scan, which
 //!   only import may afford).
 //!
@@ -21,9 +27,11 @@
 
 use super::scheduler::Blockers;
 use super::Kernel;
+use crate::predicate::Predicate;
+use crate::tree::Want;
 use crate::types::{SessionId, TicketId};
 use alloc::{
-    collections::{btree_map::Entry, BTreeMap, VecDeque},
+    collections::{btree_map::Entry, BTreeMap, BTreeSet, VecDeque},
     vec::Vec,
 };
 
@@ -80,23 +88,81 @@ impl Kernel {
         edges
     }
 
+    /// Calls `visit` with each session that has a waiting ticket `session` blocks (by a lease,
+    /// or by an earlier queued intent; the reverse of [`Self::wait_edges`], so of
+    /// [`Kernel::find_blockers`]), possibly more than once.
+    fn for_each_waiter_of(&self, session: SessionId, mut visit: impl FnMut(SessionId)) {
+        // `after`: a queued intent blocks only the tickets queued after it; a lease, all.
+        let mut waiters_on = |node, predicate: Predicate, after: Option<TicketId>| {
+            self.tree
+                .for_each_overlapping(node, Want::QUEUED, |_, n, _| {
+                    for q in n.queued().iter().filter(|q| after < Some(q.ticket)) {
+                        if q.session != session && predicate.conflicts_with(q.predicate) {
+                            visit(q.session);
+                        }
+                    }
+                });
+        };
+        let record = &self.sessions[&session];
+        for lease in &record.leases {
+            let lease = self
+                .leases
+                .get(lease)
+                .expect("a session's leases are active");
+            waiters_on(lease.node, lease.predicate, None);
+        }
+        for &ticket in &record.tickets {
+            for i in self.tickets[&ticket].intents.iter() {
+                if i.reuse.is_none() {
+                    waiters_on(i.node, i.predicate, Some(ticket));
+                }
+            }
+        }
+    }
+
+    /// The sessions that wait for `requester`, directly or through other waiting sessions.
+    fn waiting_for(&self, requester: SessionId) -> BTreeSet<SessionId> {
+        let mut found = BTreeSet::new();
+        let mut pending = alloc::vec![requester];
+        while let Some(session) = pending.pop() {
+            self.for_each_waiter_of(session, |waiter| {
+                if waiter != requester && found.insert(waiter) {
+                    pending.push(waiter);
+                }
+            });
+        }
+        found
+    }
+
     /// The shortest cycle a request of `requester` blocked by `blockers` would close, if any
     /// (see the module contract).
     pub(super) fn find_cycle(&self, requester: SessionId, blockers: &Blockers) -> Option<Cycle> {
+        let upstream = self.waiting_for(requester);
+        if !blockers
+            .sessions
+            .iter()
+            .any(|b| upstream.contains(&b.session))
+        {
+            return None;
+        }
         // How each reached session was reached: (from, the ticket of `from` on that edge).
         let mut reached: BTreeMap<SessionId, (SessionId, Option<TicketId>)> = BTreeMap::new();
         let mut frontier: VecDeque<SessionId> = VecDeque::new();
-        for b in &blockers.sessions {
+        for b in blockers
+            .sessions
+            .iter()
+            .filter(|b| upstream.contains(&b.session))
+        {
             reached.insert(b.session, (requester, None));
             frontier.push_back(b.session);
         }
         while let Some(session) = frontier.pop_front() {
-            if self.sessions[&session].tickets.is_empty() {
-                continue;
-            }
             for (next, ticket) in self.wait_edges(session) {
                 if next == requester {
                     return Some(self.trace(requester, session, ticket, &reached));
+                }
+                if !upstream.contains(&next) {
+                    continue;
                 }
                 if let Entry::Vacant(e) = reached.entry(next) {
                     e.insert((session, Some(ticket)));
