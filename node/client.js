@@ -70,7 +70,7 @@
 const fs = require('node:fs');
 const native = require('./index.js');
 // Re-exported by name (shorthand entries: what lets `import { parseIntent } from 'klock'` see them).
-const { parseIntent, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = native;
+const { parseIntent, afterSetback, MAX_MANIFEST_INTENTS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES } = native;
 const { RemoteKernel, Unreachable } = require('./remote.js');
 const { fencedWrite, fencedWriteAsync, StaleFence } = require('./fence.js');
 const { file } = require('./names.js');
@@ -875,6 +875,14 @@ function unhold(record, lease) {
 }
 
 /** The wait to ask for at `now`: Infinity is the largest the addon takes; undefined, the kernel's default. */
+/** The message of a `Timeout` the core decided (`next.what`, afterSetback), by its reason. */
+function timeoutMessage(reason, { what, heldBy, timeoutMs, why, session, retryAfterMs }) {
+  const holders = heldBy.join(', ');
+  if (reason === 'timeout_no_wait') return `${what} held by sessions ${holders} (timeout ${timeoutMs} ms)`;
+  if (reason === 'timeout_wait_ended') return `waited ${timeoutMs} ms for ${what}; still held by sessions ${holders}`;
+  return `${what}: session ${session.sessionId} ${why}; the next retry (${retryAfterMs} ms) would pass the timeout`;
+}
+
 function waitFor(forever, deadline, now) {
   return forever ? MAX_MS : deadline === undefined ? undefined : Math.max(0, deadline - now);
 }
@@ -1632,6 +1640,7 @@ class LeaseCore {
       let heldBy = verdict.heldBy.map((b) => b.sessionId);
       let retryAfterMs;
       let why;
+      let setback;
       // Under `detect`, the wait-for cycle the session died to break (SPEC.md §6.1).
       let cycle = [];
       if (waiter !== null) {
@@ -1650,36 +1659,34 @@ class LeaseCore {
           }
           return;
         }
-        if (event.event === 'WAIT_TIMEOUT') {
-          if (deadline !== undefined && k.now() >= deadline) {
-            k.counters.timeouts++;
-            throw new Timeout(
-              `waited ${timeoutMs} ms for ${what}; still held by sessions ${heldBy.join(', ')}`,
-              heldBy,
-            );
-          }
-          continue; // the kernel's default wait timeout: ask again
-        }
         // DIED, or WOUNDED (wound_wait: an older session took precedence; asking again at
         // once would only get this wounded again): both count as a DIE, sized by the kernel.
-        retryAfterMs = event.retryAfterMs;
+        setback = event.event;
+        retryAfterMs = event.retryAfterMs ?? 0;
         if (event.event === 'WOUNDED') {
           heldBy = [event.by];
           why = `was wounded by the older session ${event.by} while waiting for ${what}`;
-        } else {
+        } else if (event.event === 'DIED') {
           cycle = event.cycle ?? [];
           why = diedWhy(cycle, what, `its wait for ${what} was withdrawn (DIED)`);
         }
       } else {
+        setback = 'DIE';
         retryAfterMs = verdict.retryAfterMs;
         cycle = verdict.cycle ?? [];
         why = diedWhy(cycle, what, `is younger than sessions ${heldBy.join(', ')} blocking ${what}`);
-        if (waitMs === 0) {
-          k.counters.timeouts++;
-          throw new Timeout(`${what} held by sessions ${heldBy.join(', ')} (timeout ${timeoutMs} ms)`, heldBy);
-        }
       }
-      if (session._refs.size > 0) {
+      // What comes next is the core's decision (klock_core::client::Acquisition).
+      const next = afterSetback(
+        deadline,
+        setback,
+        retryAfterMs,
+        waiter === null ? waitMs : undefined,
+        session._refs.size > 0,
+        k.now(),
+      );
+      if (next.what === 'ask_again') continue; // the kernel's default wait timeout ended
+      if (next.what === 'died') {
         throw new Died(
           `session ${session.sessionId} must roll back: it holds other leases and ${why}; ` +
             'release everything, wait retryAfterMs, and acquire all intents in one manifest',
@@ -1688,14 +1695,11 @@ class LeaseCore {
           cycle,
         );
       }
-      if (deadline !== undefined && k.now() + retryAfterMs > deadline) {
+      if (next.what !== 'sleep') {
         k.counters.timeouts++;
-        throw new Timeout(
-          `${what}: session ${session.sessionId} ${why}; the next retry (${retryAfterMs} ms) would pass the timeout`,
-          heldBy,
-        );
+        throw new Timeout(timeoutMessage(next.what, { what, heldBy, timeoutMs, why, session, retryAfterMs }), heldBy);
       }
-      await sleep(k, retryAfterMs, [signal, stoppable().signal]);
+      await sleep(k, next.ms, [signal, stoppable().signal]);
     }
   }
 

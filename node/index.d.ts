@@ -206,6 +206,21 @@ export declare class Kernel {
   snapshot(now: number): Snapshot
 }
 
+/**
+ * The core's decision after an attempt to acquire that was not granted (the friendly
+ * client's rules, `klock_core::client::Acquisition`): the `setback` at `now` (the wait the
+ * refused attempt asked for, for a DIE), for an acquisition whose budget ends at `deadline`
+ * (`undefined`: no client-side limit), while the session `holdsOthers` leases or not.
+ */
+export declare function afterSetback(deadline: number | undefined, setback: 'DIE' | 'DIED' | 'WOUNDED' | 'WAIT_TIMEOUT', retryAfterMs: number, askedWaitMs: number | undefined, holdsOthers: boolean, now: number): AfterSetback
+
+/** What the client does next. */
+export interface AfterSetback {
+  what: 'ask_again' | 'sleep' | 'died' | 'timeout_no_wait' | 'timeout_wait_ended' | 'timeout_retry_too_late'
+  /** Milliseconds to sleep before asking again (`sleep` only; 0 otherwise). */
+  ms: number
+}
+
 /** A session that blocks a request, and its conflicting intents (held or queued ahead). */
 export interface Blocker {
   sessionId: number

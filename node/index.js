@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Kernel = nativeBinding.Kernel
+module.exports.afterSetback = nativeBinding.afterSetback
 module.exports.flock = nativeBinding.flock
 module.exports.MAX_MANIFEST_INTENTS = nativeBinding.MAX_MANIFEST_INTENTS
 module.exports.MAX_NAME_BYTES = nativeBinding.MAX_NAME_BYTES

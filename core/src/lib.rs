@@ -38,6 +38,7 @@
 extern crate alloc;
 
 mod backoff;
+pub mod client;
 mod command;
 mod config;
 mod deadlines;

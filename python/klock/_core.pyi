@@ -85,6 +85,28 @@ class QuotaExceeded(KlockError):
 def parse_intent(intent: str) -> tuple[str, str]:
     """Validates ``"PREDICATE TYPE:/path"``: ``(canonical predicate, canonical resource)``."""
 
+def after_setback(
+    deadline: int | None,
+    setback: str,
+    retry_after_ms: int,
+    asked_wait_ms: int | None,
+    holds_others: bool,
+    now: int,
+) -> tuple[
+    Literal[
+        "ask_again",
+        "sleep",
+        "died",
+        "timeout_no_wait",
+        "timeout_wait_ended",
+        "timeout_retry_too_late",
+    ],
+    int,
+]:
+    """The core's decision after an attempt to acquire that was not granted
+    (``klock_core::client::Acquisition``): ask again, sleep ``ms`` then ask again, roll back
+    (``died``), or time out (and why)."""
+
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
 _EventName = Literal[
     "GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"

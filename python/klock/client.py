@@ -1232,6 +1232,7 @@ class Lease(_core.Block):
             held_by = [b.session_id for b in verdict.held_by]
             # Under ``detect``, the wait-for cycle the session died to break (SPEC.md §6.1).
             cycle: list[int] = []
+            retry_after_ms = 0
             if waiter is not None:
                 event = yield _Wait(waiter)
                 self._ticket = None
@@ -1245,33 +1246,24 @@ class Lease(_core.Block):
                     )
                 if isinstance(event, _Failed):
                     raise event.error
-                if outcome == "WAIT_TIMEOUT":
-                    if deadline is not None and k.now() >= deadline:
-                        k.counters.timeouts += 1
-                        raise Timeout(
-                            f"waited {self.timeout} s for {self.intents}; still held by sessions {held_by}",
-                            held_by,
-                        )
-                    again = self._attempt(loop, deadline, True)
-                    if again is None:
-                        return
-                    verdict, waiter, wait_ms = again
-                    continue
-                # DIED, or WOUNDED (wound_wait: an older session took precedence; asking again
-                # at once would only get this block wounded again): both count as a DIE.
-                assert event.retry_after_ms is not None, event
-                retry_after_ms = event.retry_after_ms
+                setback = outcome
                 if outcome == "WOUNDED":
-                    assert event.by is not None
+                    assert event.by is not None and event.retry_after_ms is not None
+                    retry_after_ms = event.retry_after_ms
                     held_by = [event.by]  # the session that took precedence
                     why = f"was wounded by the older session {event.by} while waiting for {self.intents}"
-                else:
+                elif outcome == "DIED":
+                    assert event.retry_after_ms is not None, event
+                    retry_after_ms = event.retry_after_ms
                     cycle = list(event.cycle or [])
                     why = _died_why(
                         cycle, self.intents, f"its wait for {self.intents} was withdrawn (DIED)"
                     )
+                else:
+                    why = f"waited {self.timeout} s for {self.intents}"
             else:
                 assert verdict.retry_after_ms is not None
+                setback = "DIE"
                 retry_after_ms = verdict.retry_after_ms
                 cycle = list(verdict.cycle)
                 why = _died_why(
@@ -1279,13 +1271,16 @@ class Lease(_core.Block):
                     self.intents,
                     f"is younger than sessions {held_by} blocking {self.intents}",
                 )
-                if wait_ms == 0:
-                    k.counters.timeouts += 1
-                    raise Timeout(
-                        f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)",
-                        held_by,
-                    )
-            if self.session.holds_leases():
+            # What comes next is the core's decision (klock_core::client::Acquisition).
+            what, sleep_ms = _core.after_setback(
+                deadline,
+                setback,
+                retry_after_ms,
+                wait_ms if waiter is None else None,
+                self.session.holds_leases(),
+                k.now(),
+            )
+            if what == "died":
                 raise Died(
                     f"session {self.session.session_id} must roll back: it holds other leases and {why}; "
                     "release everything, sleep retry_after_ms, and acquire all intents in one manifest",
@@ -1293,13 +1288,22 @@ class Lease(_core.Block):
                     held_by,
                     cycle,
                 )
-            if deadline is not None and k.now() + retry_after_ms > deadline:
+            if what.startswith("timeout"):
                 k.counters.timeouts += 1
-                raise Timeout(
-                    f"session {self.session.session_id} {why}; the next retry ({retry_after_ms} ms) would pass the timeout",
-                    held_by,
-                )
-            yield _Sleep(retry_after_ms)
+                if what == "timeout_no_wait":
+                    message = (
+                        f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)"
+                    )
+                elif what == "timeout_wait_ended":
+                    message = f"{why}; still held by sessions {held_by}"
+                else:
+                    message = (
+                        f"session {self.session.session_id} {why}; "
+                        f"the next retry ({retry_after_ms} ms) would pass the timeout"
+                    )
+                raise Timeout(message, held_by)
+            if what == "sleep":
+                yield _Sleep(sleep_ms)
             again = self._attempt(loop, deadline, True)
             if again is None:
                 return

@@ -37,6 +37,7 @@
 
 #![deny(clippy::all)]
 
+pub mod acquire;
 mod fast;
 pub mod flock;
 pub mod input;

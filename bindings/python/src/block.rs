@@ -16,6 +16,7 @@ use crate::args::{borrow_strs, opt_u64_arg, str_arg, str_list, u64_arg};
 use crate::errors::{OrRaise, UnknownId};
 use crate::kernel::PyKernel;
 use crate::values::{PyLease, PyVerdict};
+use klock_core::client::Acquisition;
 use klock_core::{
     AcquireOptions, BlockId, HeldLease, Kernel, Lease, LeaseId, Ledger, Predicate, SessionId,
     Verdict,
@@ -537,13 +538,12 @@ impl PyBlock {
         }
         let ledger = this.ledger.get();
         let now = this.now(py, ledger)?;
-        let wait_ms = match (deadline, this.budget) {
-            (Some(deadline), _) => Some(deadline.saturating_sub(now)),
+        let acquisition = match (deadline, this.budget) {
             // The kernel's default_wait_timeout_ms; asked again after it.
-            (None, Budget::KernelWaits) => None,
-            // "Never" under saturating deadlines (SPEC.md §2).
-            (None, _) => Some(U64_MAX),
+            (None, Budget::KernelWaits) => Acquisition::kernel_default(),
+            _ => Acquisition::until(deadline),
         };
+        let wait_ms = acquisition.wait_ms(now);
         if retry {
             let counters = klock.getattr(intern!(py, "counters"))?;
             let n: u64 = counters.getattr(intern!(py, "retries"))?.extract()?;

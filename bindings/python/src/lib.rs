@@ -8,7 +8,9 @@
 //! client (`klock` package) is written in Python on top of this module, except the edges of
 //! its lease block and the block's bookkeeping ([`block`]): the core's client ledger decides
 //! those, and they run natively because their Python frames cost more than the kernel calls.
+//! The acquisition's decisions after a setback are the core's client rules too ([`acquire`]).
 
+mod acquire;
 mod args;
 mod block;
 mod errors;
@@ -45,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StateError", py.get_type::<errors::StateError>())?;
     m.add("QuotaExceeded", py.get_type::<errors::QuotaExceeded>())?;
     m.add_function(wrap_pyfunction!(parse_intent, m)?)?;
+    m.add_function(wrap_pyfunction!(acquire::after_setback, m)?)?;
     // The kernel's catalogs, from its own lists (the stubs' Literal types are tested
     // against these).
     let codes = PyDict::new(py);
