@@ -64,7 +64,7 @@ impl Entry {
 }
 
 /// Why a command got no kernel answer of its own, or the kernel's error.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Refused {
     /// The kernel's answer (or, for another namespace's session, its words for an unknown one).
     Kernel(Error),
@@ -374,6 +374,16 @@ impl Machine {
             resumes: self.resumes.clone(),
             owners: self.owners.clone(),
         }
+    }
+
+    /// Moves past the entry at `index`, an entry of a consensus layer's own that carries no
+    /// command (a new leader's blank entry, a membership change): nothing in the machine
+    /// changes but its last applied index, which so stays the log's. Indexes increase; such
+    /// an entry may skip some (a state machine checked on its own, as openraft's storage suite
+    /// does, is handed entries that start anywhere).
+    pub fn pass(&mut self, index: u64) {
+        debug_assert!(index > self.applied, "entries are applied in log order");
+        self.applied = index;
     }
 
     /// Applies the entry at `index` (the next one: indexes are dense and increasing).
