@@ -22,12 +22,14 @@
 use crate::io_error;
 use crate::types::{KlockRaft, LogId, RaftEntry, Vote};
 use klock_server::log::Log;
+use klock_server::store::{Store, TornTail};
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::path::Path;
 use std::sync::Arc;
 
 /// What this layer keeps in the seam's vote slot.
@@ -47,8 +49,7 @@ pub struct LogStore {
 }
 
 impl LogStore {
-    /// The store on `log` (the file store opened with
-    /// [`klock_server::store::Store::open_records`], or a memory log).
+    /// The store on `log` (the file store, see [`open_file`], or a memory log).
     pub fn new(log: Arc<dyn Log<RaftEntry>>) -> LogStore {
         LogStore { log }
     }
@@ -79,6 +80,24 @@ impl LogStore {
         let entries = self.log.read(last, last + 1).map_err(io_error)?;
         Ok(entries.into_iter().next().map(|(_, e)| e.log_id))
     }
+}
+
+/// The file log at `path` (a redb file and `path.log` beside it, in the single-node format,
+/// holding Raft entries), for a [`LogStore`] and a
+/// [`StateMachine`](crate::state_machine::StateMachine) to share, and the torn tail its log
+/// ended in, if it did. Opening loads the log once, which cuts a torn tail (a crash in the
+/// middle of a write) back to the last whole entry and refuses a log with a gap or an
+/// undecodable entry, or one purged past the snapshot stored beside it (`LOG_NEWER_THAN_DATA`:
+/// Raft purges only entries a snapshot covers, and the state machine stores its snapshots
+/// before).
+///
+/// # Errors
+/// As [`Store::open`](klock_server::store::Store::open) and
+/// [`Store::load`](klock_server::store::Store::load).
+pub fn open_file(path: &Path) -> io::Result<(Arc<dyn Log<RaftEntry>>, Option<TornTail>)> {
+    let store: Store<RaftEntry> = Store::open_records(path, false).map_err(io_error)?;
+    let loaded = store.load().map_err(io_error)?;
+    Ok((Arc::new(store), loaded.torn))
 }
 
 /// The seam index of Raft index `index`.
@@ -120,7 +139,7 @@ impl RaftLogStorage<KlockRaft> for LogStore {
 
     async fn get_log_state(&mut self) -> io::Result<LogState<KlockRaft>> {
         let purged = self.meta()?.purged;
-        let last = self.last_held()?.or_else(|| purged.clone());
+        let last = self.last_held()?.or(purged);
         Ok(LogState {
             last_purged_log_id: purged,
             last_log_id: last,
@@ -133,7 +152,7 @@ impl RaftLogStorage<KlockRaft> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
         let mut meta = self.meta()?;
-        meta.vote = Some(vote.clone());
+        meta.vote = Some(*vote);
         self.save_meta(&meta)
     }
 

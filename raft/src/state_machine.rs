@@ -19,14 +19,19 @@
 //!   machine from it ([`Machine::restore`], which checks its hash) and takes its metadata; a
 //!   snapshot whose index does not match its metadata is refused by name, and the machine is
 //!   left as it was.
-//! - The current snapshot is kept in memory (persisting it is the next step: raft/README.md).
+//! - Snapshots are durable: one built or installed is stored through the log seam (the same
+//!   [`Log`] the log store uses: in the file store, one redb commit), with its Raft metadata
+//!   in [`MachineSnapshot::consensus`], before the call returns; so the log store may purge
+//!   what it covers. [`StateMachine::open`] starts from the snapshot stored there, and openraft
+//!   re-applies the log after it.
 
 use crate::io_error;
-use crate::types::{KlockRaft, LogId, Proposal};
+use crate::types::{KlockRaft, LogId, Proposal, RaftEntry};
 use futures_util::{Stream, TryStreamExt as _};
 use klock_core::Output;
 use klock_server::applier::Applier;
 use klock_server::engine::Reply;
+use klock_server::log::Log;
 use klock_server::machine::{Machine, MachineSnapshot};
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftStateMachine};
@@ -48,15 +53,18 @@ pub struct StateMachine {
     last_applied: Option<LogId>,
     membership: Membership,
     current: Current,
+    /// Where snapshots are stored (shared with the log store).
+    log: Arc<dyn Log<RaftEntry>>,
 }
 
 impl StateMachine {
-    /// A state machine on `applier`, whose machine has applied nothing yet.
+    /// A state machine on `applier`, whose machine has applied nothing yet, storing its
+    /// snapshots in `log`; when `log` holds one, the machine starts from it.
     ///
     /// # Errors
-    /// A machine that has already applied entries: what Raft entries they were is unknown
-    /// (a machine is restored with its Raft metadata by installing a snapshot).
-    pub fn new(applier: Applier) -> io::Result<StateMachine> {
+    /// A machine that has already applied entries (what Raft entries they were is unknown),
+    /// or a stored snapshot that is unreadable, has no Raft metadata, or does not restore.
+    pub fn open(applier: Applier, log: Arc<dyn Log<RaftEntry>>) -> io::Result<StateMachine> {
         let applied = applier.machine().applied();
         if applied != 0 {
             return Err(io_error(format!(
@@ -64,12 +72,27 @@ impl StateMachine {
                  applied {applied} entries"
             )));
         }
-        Ok(StateMachine {
+        let mut sm = StateMachine {
             applier,
             last_applied: None,
             membership: Membership::default(),
             current: Arc::default(),
-        })
+            log,
+        };
+        if let Some(mut stored) = sm.log.read_snapshot().map_err(io_error)? {
+            let consensus = stored.consensus.take().ok_or_else(|| {
+                io_error("the stored snapshot has no Raft metadata: it is a single node's")
+            })?;
+            let meta: Meta = serde_json::from_value(consensus).map_err(|e| {
+                io_error(format!(
+                    "the stored snapshot's Raft metadata cannot be decoded: {e}"
+                ))
+            })?;
+            let machine = checked(&meta, &stored)?;
+            let bytes = serde_json::to_vec(&stored).map_err(io_error)?;
+            sm.take(&meta, machine, bytes);
+        }
+        Ok(sm)
     }
 
     /// The applier (its machine, event streams and history).
@@ -88,11 +111,19 @@ impl StateMachine {
     }
 }
 
+/// Stores `snapshot` with its Raft metadata `meta` through `log`, durably.
+fn store(log: &dyn Log<RaftEntry>, meta: &Meta, snapshot: &MachineSnapshot) -> io::Result<()> {
+    let mut stored = snapshot.clone();
+    stored.consensus = Some(serde_json::to_value(meta).map_err(io_error)?);
+    log.save_snapshot(&stored).map_err(io_error)
+}
+
 /// Builds a snapshot of the state machine as it was when the builder was made.
 pub struct SnapshotBuilder {
     meta: Meta,
     snapshot: MachineSnapshot,
     current: Current,
+    log: Arc<dyn Log<RaftEntry>>,
 }
 
 impl RaftSnapshotBuilder<KlockRaft> for SnapshotBuilder {
@@ -100,6 +131,7 @@ impl RaftSnapshotBuilder<KlockRaft> for SnapshotBuilder {
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
         let bytes = serde_json::to_vec(&self.snapshot).map_err(io_error)?;
+        store(self.log.as_ref(), &self.meta, &self.snapshot)?;
         *lock(&self.current) = Some((self.meta.clone(), bytes.clone()));
         Ok(Snapshot {
             meta: self.meta.clone(),
@@ -113,7 +145,7 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, Membership)> {
-        Ok((self.last_applied.clone(), self.membership.clone()))
+        Ok((self.last_applied, self.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> io::Result<()>
@@ -130,7 +162,7 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
                 }
                 EntryPayload::Membership(membership) => {
                     self.applier.pass(index);
-                    self.membership = Membership::new(Some(entry.log_id.clone()), membership);
+                    self.membership = Membership::new(Some(entry.log_id), membership);
                     self.done(index)
                 }
             };
@@ -145,11 +177,12 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
         SnapshotBuilder {
             meta: Meta {
-                last_log_id: self.last_applied.clone(),
+                last_log_id: self.last_applied,
                 last_membership: self.membership.clone(),
             },
             snapshot: self.applier.machine().snapshot(),
             current: Arc::clone(&self.current),
+            log: Arc::clone(&self.log),
         }
     }
 
@@ -157,22 +190,10 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
         let bytes = snapshot.into_inner();
         let machine_snapshot: MachineSnapshot = serde_json::from_slice(&bytes)
             .map_err(|e| io_error(format!("the snapshot cannot be decoded: {e}")))?;
-        let expected = meta.last_log_id.as_ref().map_or(0, |id| id.index + 1);
-        if machine_snapshot.applied != expected {
-            return Err(io_error(format!(
-                "SNAPSHOT_MISMATCH: the snapshot's machine applied {} entries, its Raft \
-                 metadata says {expected}",
-                machine_snapshot.applied
-            )));
-        }
-        let machine = Machine::restore(&machine_snapshot)
-            .map_err(|e| io_error(format!("the snapshot cannot be restored: {}", e.message)))?;
-        let events = Arc::clone(self.applier.events());
-        let history = Arc::clone(self.applier.history());
-        self.applier = Applier::new(machine, events, history);
-        self.last_applied = meta.last_log_id.clone();
-        self.membership = meta.last_membership.clone();
-        *lock(&self.current) = Some((meta.clone(), bytes));
+        // Checked before it is stored: a snapshot that cannot be restored changes nothing.
+        let machine = checked(meta, &machine_snapshot)?;
+        store(self.log.as_ref(), meta, &machine_snapshot)?;
+        self.take(meta, machine, bytes);
         Ok(())
     }
 
@@ -182,6 +203,32 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
             snapshot: Cursor::new(bytes),
         }))
     }
+}
+
+impl StateMachine {
+    /// Takes `machine`, restored from the snapshot `bytes` with Raft metadata `meta`.
+    fn take(&mut self, meta: &Meta, machine: Machine, bytes: Vec<u8>) {
+        let events = Arc::clone(self.applier.events());
+        let history = Arc::clone(self.applier.history());
+        self.applier = Applier::new(machine, events, history);
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        *lock(&self.current) = Some((meta.clone(), bytes));
+    }
+}
+
+/// The machine `snapshot` restores, if its index matches its Raft metadata `meta`.
+fn checked(meta: &Meta, snapshot: &MachineSnapshot) -> io::Result<Machine> {
+    let expected = meta.last_log_id.as_ref().map_or(0, |id| id.index + 1);
+    if snapshot.applied != expected {
+        return Err(io_error(format!(
+            "SNAPSHOT_MISMATCH: the snapshot's machine applied {} entries, its Raft metadata \
+             says {expected}",
+            snapshot.applied
+        )));
+    }
+    Machine::restore(snapshot)
+        .map_err(|e| io_error(format!("the snapshot cannot be restored: {}", e.message)))
 }
 
 /// The current snapshot, even after a panic elsewhere poisoned its lock (it is replaced

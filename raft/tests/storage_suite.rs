@@ -3,27 +3,16 @@
 //! seam: the file store (in a temporary directory) and the memory log. Each of the suite's
 //! cases builds a fresh store.
 
-use klock_core::Config;
-use klock_raft::log_store::LogStore;
+mod support;
+
+use klock_raft::log_store::{open_file, LogStore};
 use klock_raft::state_machine::StateMachine;
 use klock_raft::types::{KlockRaft, RaftEntry};
-use klock_server::applier::Applier;
-use klock_server::events::EventHub;
-use klock_server::history::History;
 use klock_server::log::{Log, MemoryLog};
-use klock_server::machine::Machine;
-use klock_server::store::Store;
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::StorageError;
-use std::sync::{Arc, Mutex};
-
-/// A state machine on a new, empty machine.
-fn state_machine() -> StateMachine {
-    let machine = Machine::new(Config::default()).expect("the default config is valid");
-    let history = Arc::new(Mutex::new(History::new(&machine, 64)));
-    let applier = Applier::new(machine, Arc::new(EventHub::new(1 << 20)), history);
-    StateMachine::new(applier).expect("a new machine applied nothing")
-}
+use std::sync::Arc;
+use support::state_machine_on;
 
 /// Stores on the file implementation, each in its own temporary directory (kept alive by the
 /// suite for the case's duration).
@@ -34,10 +23,9 @@ impl StoreBuilder<KlockRaft, LogStore, StateMachine, tempfile::TempDir> for OnFi
         &self,
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<KlockRaft>> {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let store: Store<RaftEntry> =
-            Store::open_records(&dir.path().join("raft.redb"), false).expect("a new store");
-        let log: Arc<dyn Log<RaftEntry>> = Arc::new(store);
-        Ok((dir, LogStore::new(log), state_machine()))
+        let (log, torn) = open_file(&dir.path().join("raft.redb")).expect("a store");
+        assert_eq!(torn, None, "a new log has no torn tail");
+        Ok((dir, LogStore::new(Arc::clone(&log)), state_machine_on(log)))
     }
 }
 
@@ -47,7 +35,7 @@ struct InMemory;
 impl StoreBuilder<KlockRaft, LogStore, StateMachine> for InMemory {
     async fn build(&self) -> Result<((), LogStore, StateMachine), StorageError<KlockRaft>> {
         let log: Arc<dyn Log<RaftEntry>> = Arc::new(MemoryLog::<RaftEntry>::default());
-        Ok(((), LogStore::new(log), state_machine()))
+        Ok(((), LogStore::new(Arc::clone(&log)), state_machine_on(log)))
     }
 }
 

@@ -209,6 +209,12 @@ pub struct MachineSnapshot {
     /// Bearer token names of open sessions opened with one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub owners: BTreeMap<SessionId, String>,
+    /// What a consensus layer stores with the snapshot, stored and read back in the same
+    /// commit (Raft: the last log id and the membership it includes). Opaque to the machine:
+    /// [`Machine::snapshot`] leaves it out, [`Machine::restore`] ignores it; a single node
+    /// never writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consensus: Option<serde_json::Value>,
 }
 
 /// Open sessions by namespace and by owner, and which namespace and owner each one counts for.
@@ -373,6 +379,7 @@ impl Machine {
             tokens: self.tokens.clone(),
             resumes: self.resumes.clone(),
             owners: self.owners.clone(),
+            consensus: None,
         }
     }
 
