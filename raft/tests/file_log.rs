@@ -134,3 +134,51 @@ async fn a_torn_tail_is_cut_and_the_log_goes_on() {
     expected.push(next);
     assert_eq!(held(&mut store).await, expected);
 }
+
+#[tokio::test]
+async fn an_installed_snapshot_survives_a_restart() {
+    let mut leader = support::state_machine();
+    let committed = entries();
+    leader
+        .apply(futures_util::stream::iter(
+            committed.into_iter().map(|e| Ok((e, None))),
+        ))
+        .await
+        .unwrap();
+    let snapshot = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("raft.redb");
+    {
+        let (mut store, mut follower, _) = opened(&path);
+        follower
+            .install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
+            .await
+            .unwrap();
+        // What openraft does next: the log the snapshot covers goes.
+        store.purge(log_id(1, 3)).await.unwrap();
+    }
+    let (mut store, mut follower, _) = opened(&path);
+    assert_eq!(
+        follower.applied_state().await.unwrap(),
+        leader.applied_state().await.unwrap()
+    );
+    assert_eq!(
+        store.get_log_state().await.unwrap().last_log_id,
+        Some(log_id(1, 3))
+    );
+    let current = follower
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("a snapshot");
+    assert_eq!(
+        current.snapshot.into_inner(),
+        snapshot.snapshot.into_inner()
+    );
+}
