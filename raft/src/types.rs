@@ -1,7 +1,7 @@
 //! The Raft type configuration of Klock.
 //!
 //! Contract: a Raft log entry's app data is a [`Proposal`], which is exactly today's log
-//! record (a [`Entry`]: the command and the `now` its leader stamped it with) and is encoded
+//! record (an [`Entry`]: the command and the `now` its leader stamped it with) and is encoded
 //! as that record is (serde-transparent), so one encoding serves the single-node log and the
 //! replicated one. The answer to a proposal is the applier's [`Reply`]. Nodes are
 //! [`openraft::NodeInfo`] (the Raft address and the public API address).
