@@ -110,14 +110,15 @@ impl RaftLogReader<KlockRaft> for LogStore {
         &mut self,
         range: RB,
     ) -> io::Result<Vec<RaftEntry>> {
+        // Seam indexes, end exclusive (saturating: a range may reach the end of the u64s).
         let from = match range.start_bound() {
-            Bound::Included(i) => seam(*i),
-            Bound::Excluded(i) => seam(*i) + 1,
+            Bound::Included(i) => i.saturating_add(1),
+            Bound::Excluded(i) => i.saturating_add(2),
             Bound::Unbounded => 1,
         };
         let to = match range.end_bound() {
-            Bound::Included(i) => seam(*i) + 1,
-            Bound::Excluded(i) => seam(*i),
+            Bound::Included(i) => i.saturating_add(2),
+            Bound::Excluded(i) => i.saturating_add(1),
             Bound::Unbounded => u64::MAX,
         };
         let (first, last) = self.log.bounds();

@@ -75,6 +75,17 @@ async fn a_restart_keeps_entries_vote_purge_truncation_and_snapshot() {
     assert_eq!(state.last_log_id, Some(log_id(1, 2)));
     assert_eq!(store.read_vote().await.unwrap(), Some(vote));
     assert_eq!(held(&mut store).await, entries()[2..3].to_vec());
+    // Ranges are cut to what the log holds, whatever their bounds.
+    assert_eq!(
+        store.try_get_log_entries(..).await.unwrap(),
+        entries()[2..3].to_vec()
+    );
+    assert_eq!(
+        store.try_get_log_entries(2..=u64::MAX).await.unwrap().len(),
+        1
+    );
+    assert_eq!(store.try_get_log_entries(3..).await.unwrap(), vec![]);
+    assert_eq!(store.try_get_log_entries(0..2).await.unwrap(), vec![]);
     // The state machine starts from the stored snapshot.
     let (applied, membership) = sm.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(1, 2)));
