@@ -140,3 +140,35 @@ async fn a_snapshot_that_is_not_a_machine_snapshot_is_refused() {
         "{err}"
     );
 }
+
+/// An applier on a new machine with the default configuration.
+fn new_applier(machine: Machine) -> klock_server::applier::Applier {
+    use std::sync::{Arc, Mutex};
+    let history = Arc::new(Mutex::new(klock_server::history::History::new(&machine, 8)));
+    let events = Arc::new(klock_server::events::EventHub::new(1 << 16));
+    klock_server::applier::Applier::new(machine, events, history)
+}
+
+#[test]
+fn a_state_machine_refuses_a_machine_that_applied_entries_or_a_single_nodes_snapshot() {
+    use klock_server::log::{Log as _, MemoryLog};
+    use std::sync::Arc;
+    let config = klock_core::Config::default();
+
+    let mut used = Machine::new(config.clone()).unwrap();
+    used.apply(1, &open(1_000, "a"));
+    let log = Arc::new(MemoryLog::<RaftEntry>::default());
+    let err = StateMachine::open(new_applier(used.clone()), log)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("applied 1 entries"), "{err}");
+
+    // A snapshot stored without Raft's metadata (as a single node stores its own).
+    let log = Arc::new(MemoryLog::<RaftEntry>::default());
+    log.save_snapshot(&used.snapshot()).unwrap();
+    let fresh = Machine::new(config).unwrap();
+    let err = StateMachine::open(new_applier(fresh), log)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("has no Raft metadata"), "{err}");
+}
