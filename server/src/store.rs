@@ -17,9 +17,9 @@
 //!   middle of a write, or a file cut short) ends the log there: the file is truncated to the
 //!   last whole record, and the load says how much it dropped, so the server recovers to a
 //!   prefix and says so. Nothing in a torn tail was ever answered (answers wait for the sync).
-//! - Entries are JSON (`machine::Entry`, the default record type; a consensus layer opens a
-//!   store of its own records with [`Store::open_records`], in the same format): self-contained, readable, and the encoding a Raft log
-//!   will carry.
+//! - Entries are JSON: self-contained and readable. The record type is `machine::Entry` by
+//!   default; a consensus layer opens a store of its own records (Raft entries, which carry
+//!   an `Entry`) with [`Store::open_records`], in the same format.
 //! - The two files belong together (issue 22 item 13). The redb file records a random id when
 //!   it is created; the log starts with a header record (index 0, which no entry has) naming
 //!   that id and the snapshot it follows. A log is only ever replaced whole (written beside,
