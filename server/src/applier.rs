@@ -40,6 +40,12 @@ impl Applier {
         reply
     }
 
+    /// Moves past the committed entry `index`, a consensus layer's own that carries no
+    /// command ([`Machine::pass`]): no answer, no event, no history step.
+    pub fn pass(&mut self, index: u64) {
+        self.machine.pass(index);
+    }
+
     /// Applies a batch of committed entries (in log order) and returns their answers. The
     /// history gets the batch's steps once the whole batch is applied, so a checkpoint is only
     /// ever taken at the end of a batch (as when every entry is its own batch); then the

@@ -65,8 +65,9 @@ impl Clock {
     }
 }
 
-/// The answer to one command, released once its entry is durable.
-#[derive(Clone, Debug)]
+/// The answer to one command, released once its entry is durable. Serializable: a
+/// consensus layer hands it back through its own client-write answer.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Reply {
     /// The entry's index in the log (its events carry it).
     pub index: u64,

@@ -2,17 +2,20 @@
 //! memory implementation. The file implementation is [`crate::store::Store`].
 //!
 //! Contract, for every implementation:
-//! - Entries are `(index, entry)` with dense indexes. [`Log::append`] takes entries that
-//!   follow the last one held (or the snapshot, when none is held) and returns only once they
-//!   are durable: nothing derived from an entry (an answer, an event, a grant, a fence) may
-//!   leave the process before that (output commit).
+//! - Entries are `(index, entry)` with dense indexes. The entry type is a parameter: the
+//!   single-node server logs [`Entry`] (the default), a consensus layer its own records (an
+//!   `Entry` with its term and log id, or an entry of its own); the contract is the same.
+//!   [`Log::append`] takes entries that follow the last one held (or the snapshot, when
+//!   none is held) and returns only once they are durable: nothing derived from an entry (an
+//!   answer, an event, a grant, a fence) may leave the process before that (output commit).
 //! - [`Log::truncate_after`] removes every entry after an index (a conflicting suffix a
 //!   leader overwrites); [`Log::purge_upto`] drops every entry up to an index (covered by a
 //!   snapshot). Neither touches the other end. Both are durable when they return.
 //! - [`Log::read`] returns the entries held in `from..to` (end exclusive), in order; asking
 //!   for purged or missing entries is an error naming them, never a shorter answer.
-//! - The vote is opaque bytes (the consensus layer encodes its own); the snapshot is the
-//!   machine's. Both are stored durably and read back whole.
+//! - The vote is opaque bytes: the consensus layer's own durable metadata (its vote, and
+//!   whatever must survive with it), encoded by that layer; the snapshot is the machine's.
+//!   Both are stored durably and read back whole.
 //! - Implementations are shared between threads (`Send + Sync`): the engine's writer appends
 //!   while readers read.
 
@@ -22,12 +25,12 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 /// Where the entries, the vote and the snapshot are kept (see the module contract).
-pub trait Log: Send + Sync {
+pub trait Log<E = Entry>: Send + Sync {
     /// Appends `entries` (dense, following the last index) durably.
     ///
     /// # Errors
     /// A storage failure, or entries that do not follow the last index.
-    fn append(&self, entries: &[(u64, Entry)]) -> Result<(), StoreError>;
+    fn append(&self, entries: &[(u64, E)]) -> Result<(), StoreError>;
 
     /// Removes every entry after `index`.
     ///
@@ -45,7 +48,7 @@ pub trait Log: Send + Sync {
     ///
     /// # Errors
     /// A storage failure, or a range reaching outside the entries held.
-    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, Entry)>, StoreError>;
+    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, E)>, StoreError>;
 
     /// `(first, last)`: the indexes the log holds are `first..=last`; when it holds none,
     /// `first == last + 1`, and `last` is the index of the last entry purged (0 for none).
@@ -92,7 +95,7 @@ pub(crate) fn outside(from: u64, to: u64, (first, last): (u64, u64)) -> StoreErr
 }
 
 /// Checks that `entries` are dense and follow `last`.
-pub(crate) fn check_follows(last: u64, entries: &[(u64, Entry)]) -> Result<(), StoreError> {
+pub(crate) fn check_follows<E>(last: u64, entries: &[(u64, E)]) -> Result<(), StoreError> {
     for (offset, (index, _)) in entries.iter().enumerate() {
         if *index != last + 1 + offset as u64 {
             return Err(not_following(last + offset as u64, *index));
@@ -103,35 +106,46 @@ pub(crate) fn check_follows(last: u64, entries: &[(u64, Entry)]) -> Result<(), S
 
 /// A log in memory: durable for as long as the process lives (tests, and a consensus
 /// layer's tests).
-#[derive(Default)]
-pub struct MemoryLog {
-    inner: Mutex<Memory>,
+pub struct MemoryLog<E = Entry> {
+    inner: Mutex<Memory<E>>,
 }
 
-#[derive(Default)]
-struct Memory {
+impl<E> Default for MemoryLog<E> {
+    fn default() -> Self {
+        MemoryLog {
+            inner: Mutex::new(Memory {
+                before: 0,
+                entries: VecDeque::new(),
+                vote: None,
+                snapshot: None,
+            }),
+        }
+    }
+}
+
+struct Memory<E> {
     /// The index of the entry before the first one held.
     before: u64,
-    entries: VecDeque<Entry>,
+    entries: VecDeque<E>,
     vote: Option<Vec<u8>>,
     snapshot: Option<MachineSnapshot>,
 }
 
-impl Memory {
+impl<E> Memory<E> {
     fn bounds(&self) -> (u64, u64) {
         (self.before + 1, self.before + self.entries.len() as u64)
     }
 }
 
-impl MemoryLog {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Memory> {
+impl<E> MemoryLog<E> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Memory<E>> {
         // A panic while holding it leaves whole values behind: the data is still good.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl Log for MemoryLog {
-    fn append(&self, entries: &[(u64, Entry)]) -> Result<(), StoreError> {
+impl<E: Clone + Send> Log<E> for MemoryLog<E> {
+    fn append(&self, entries: &[(u64, E)]) -> Result<(), StoreError> {
         let mut log = self.lock();
         check_follows(log.bounds().1, entries)?;
         log.entries.extend(entries.iter().map(|(_, e)| e.clone()));
@@ -162,7 +176,7 @@ impl Log for MemoryLog {
         Ok(())
     }
 
-    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, Entry)>, StoreError> {
+    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, E)>, StoreError> {
         let log = self.lock();
         let (first, last) = log.bounds();
         if from > to || (from < to && (from < first || to > last + 1)) {

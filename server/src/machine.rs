@@ -64,7 +64,7 @@ impl Entry {
 }
 
 /// Why a command got no kernel answer of its own, or the kernel's error.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Refused {
     /// The kernel's answer (or, for another namespace's session, its words for an unknown one).
     Kernel(Error),
@@ -209,6 +209,12 @@ pub struct MachineSnapshot {
     /// Bearer token names of open sessions opened with one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub owners: BTreeMap<SessionId, String>,
+    /// What a consensus layer stores with the snapshot, stored and read back in the same
+    /// commit (Raft: the last log id and the membership it includes). Opaque to the machine:
+    /// [`Machine::snapshot`] leaves it out, [`Machine::restore`] ignores it; a single node
+    /// never writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consensus: Option<serde_json::Value>,
 }
 
 /// Open sessions by namespace and by owner, and which namespace and owner each one counts for.
@@ -373,7 +379,18 @@ impl Machine {
             tokens: self.tokens.clone(),
             resumes: self.resumes.clone(),
             owners: self.owners.clone(),
+            consensus: None,
         }
+    }
+
+    /// Moves past the entry at `index`, an entry of a consensus layer's own that carries no
+    /// command (a new leader's blank entry, a membership change): nothing in the machine
+    /// changes but its last applied index, which so stays the log's. Indexes increase; such
+    /// an entry may skip some (a state machine checked on its own, as openraft's storage suite
+    /// does, is handed entries that start anywhere).
+    pub fn pass(&mut self, index: u64) {
+        debug_assert!(index > self.applied, "entries are applied in log order");
+        self.applied = index;
     }
 
     /// Applies the entry at `index` (the next one: indexes are dense and increasing).

@@ -17,8 +17,9 @@
 //!   middle of a write, or a file cut short) ends the log there: the file is truncated to the
 //!   last whole record, and the load says how much it dropped, so the server recovers to a
 //!   prefix and says so. Nothing in a torn tail was ever answered (answers wait for the sync).
-//! - Entries are JSON (`machine::Entry`): self-contained, readable, and the encoding a Raft log
-//!   will carry.
+//! - Entries are JSON: self-contained and readable. The record type is `machine::Entry` by
+//!   default; a consensus layer opens a store of its own records (Raft entries, which carry
+//!   an `Entry`) with [`Store::open_records`], in the same format.
 //! - The two files belong together (issue 22 item 13). The redb file records a random id when
 //!   it is created; the log starts with a header record (index 0, which no entry has) naming
 //!   that id and the snapshot it follows. A log is only ever replaced whole (written beside,
@@ -37,8 +38,11 @@ use crate::log::Log as _;
 use crate::machine::{Entry, MachineSnapshot};
 use klock_core::Config;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::marker::PhantomData;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -83,10 +87,10 @@ pub struct TornTail {
 }
 
 /// What a store holds on open.
-pub struct Loaded {
+pub struct Loaded<E = Entry> {
     pub snapshot: Option<MachineSnapshot>,
     /// `(index, entry)` after the snapshot, in order.
-    pub entries: Vec<(u64, Entry)>,
+    pub entries: Vec<(u64, E)>,
     /// The torn tail the log ended in, if it did.
     pub torn: Option<TornTail>,
     /// The log that was missing or not this file's, accepted (`accept_log_loss`): the
@@ -199,7 +203,7 @@ impl Log {
 }
 
 /// The data files.
-pub struct Store {
+pub struct Store<E = Entry> {
     db: Database,
     log_path: PathBuf,
     log: Mutex<Log>,
@@ -208,6 +212,8 @@ pub struct Store {
     accept_log_loss: bool,
     /// A loss found (and accepted) on open, for [`Store::load`] to report.
     lost: Mutex<Option<LogLoss>>,
+    /// The record type the log holds (a function type: the store holds no `E` itself).
+    records: PhantomData<fn() -> E>,
 }
 
 /// The path of the log beside the redb file `data`.
@@ -217,7 +223,7 @@ pub fn log_path(data: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn record(index: u64, entry: &Entry) -> Result<Vec<u8>, StoreError> {
+fn record<E: Serialize>(index: u64, entry: &E) -> Result<Vec<u8>, StoreError> {
     let payload = serde_json::to_vec(entry).map_err(fail("encode an entry"))?;
     record_bytes(index, &payload)
 }
@@ -390,6 +396,17 @@ impl Store {
     /// # Errors
     /// As [`Store::open`].
     pub fn open_with(path: &Path, accept_log_loss: bool) -> Result<Store, StoreError> {
+        Store::open_records(path, accept_log_loss)
+    }
+}
+
+impl<E: Serialize + DeserializeOwned> Store<E> {
+    /// [`Store::open_with`] for a log of records of type `E` (a consensus layer's own, in the
+    /// same file format).
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_records(path: &Path, accept_log_loss: bool) -> Result<Store<E>, StoreError> {
         // Both files are created readable by their owner only (0600): they hold every
         // agent's leases and the hashes of session secrets. redb fills an empty file.
         if !path.exists() {
@@ -535,6 +552,7 @@ impl Store {
             id,
             accept_log_loss,
             lost: Mutex::new(lost),
+            records: PhantomData,
         })
     }
 
@@ -554,7 +572,7 @@ impl Store {
     ///
     /// # Errors
     /// An unreadable file, an undecodable record, or a gap in the log.
-    pub fn load(&self) -> Result<Loaded, StoreError> {
+    pub fn load(&self) -> Result<Loaded<E>, StoreError> {
         let snapshot = self.read_snapshot()?;
         let mut log = self.lock_log();
         let mut bytes = Vec::new();
@@ -719,14 +737,14 @@ impl Store {
 }
 
 /// An entry's JSON, decoded.
-fn decode(index: u64, payload: &[u8]) -> Result<Entry, StoreError> {
+fn decode<E: DeserializeOwned>(index: u64, payload: &[u8]) -> Result<E, StoreError> {
     serde_json::from_slice(payload)
         .map_err(|e| StoreError(format!("log entry {index} cannot be decoded: {e}")))
 }
 
-impl crate::log::Log for Store {
+impl<E: Serialize + DeserializeOwned> crate::log::Log<E> for Store<E> {
     /// One `write` and one `fdatasync` for the whole batch.
-    fn append(&self, entries: &[(u64, Entry)]) -> Result<(), StoreError> {
+    fn append(&self, entries: &[(u64, E)]) -> Result<(), StoreError> {
         let mut buffer = Vec::new();
         let mut ends = Vec::with_capacity(entries.len());
         for (index, entry) in entries {
@@ -792,7 +810,7 @@ impl crate::log::Log for Store {
         self.restart_file(&mut log)
     }
 
-    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, Entry)>, StoreError> {
+    fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, E)>, StoreError> {
         let mut log = self.lock_log();
         let bounds = log.bounds()?;
         if from > to || (from < to && (from < bounds.0 || to > bounds.1 + 1)) {

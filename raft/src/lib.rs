@@ -1,0 +1,25 @@
+//! # klock-raft
+//!
+//! Klock's replication on openraft (pinned `=0.10.0-alpha.37`, docs/DECISIONS.md "Replication
+//! on openraft"): the server's log, machine and applier under openraft's storage traits. Raft
+//! replaces the file log's writer and the proposer, never the machine: every node applies the
+//! same log entries through the same [`klock_server::applier::Applier`].
+//!
+//! - [`types`]: the Raft type configuration ([`types::KlockRaft`]); a log entry's app data is
+//!   today's log record (a [`klock_server::machine::Entry`]: command and leader-stamped `now`).
+//! - [`log_store`]: [`log_store::LogStore`], openraft's `RaftLogStorage` and `RaftLogReader`
+//!   on the server's [`klock_server::log::Log`] seam (the file store or the memory log).
+//! - [`state_machine`]: [`state_machine::StateMachine`], openraft's `RaftStateMachine` and
+//!   `RaftSnapshotBuilder` on the applier; snapshots are the machine's.
+//!
+//! Not yet here: the network, the cluster commands, client redirects, leader time (see
+//! raft/README.md).
+
+pub mod log_store;
+pub mod state_machine;
+pub mod types;
+
+/// A storage failure as openraft's storage traits report it.
+pub(crate) fn io_error(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}

@@ -1,0 +1,238 @@
+//! openraft's state machine on the server's applier.
+//!
+//! Contract:
+//! - Committed entries are applied in log order through the server's
+//!   [`Applier`], exactly as the single-node server applies its own: a `Normal` entry's
+//!   [`Proposal`] is the log record, applied at `max(last_now, entry.now)` (the machine's rule:
+//!   time never goes back), and its [`Reply`] goes to the proposer's responder (on the node that
+//!   proposed it; none elsewhere or on replay). A blank entry (a new leader's) or a membership
+//!   entry carries no command: the machine only moves its index past it
+//!   ([`Applier::pass`]), and a membership entry becomes the state machine's membership.
+//! - The machine's index is the Raft index plus one, as the log seam's (see
+//!   [`crate::log_store`]): a snapshot's [`MachineSnapshot::applied`] is always its last log
+//!   id's index plus one.
+//! - Applying reads no clock and does no I/O beyond what the applier does (its event hub and
+//!   history, in memory).
+//! - A snapshot is the machine's [`MachineSnapshot`] as JSON (the kernel's exported state, the
+//!   last applied index and time, the state hash, the remembered answers and session secrets),
+//!   with openraft's metadata (last log id, membership) beside it. Installing one restores the
+//!   machine from it ([`Machine::restore`], which checks its hash) and takes its metadata; a
+//!   snapshot whose index does not match its metadata is refused by name, and the machine is
+//!   left as it was.
+//! - Snapshots are durable: one built or installed is stored through the log seam (the same
+//!   [`Log`] the log store uses: in the file store, one redb commit), with its Raft metadata
+//!   in [`MachineSnapshot::consensus`], before the call returns; so the log store may purge
+//!   what it covers. [`StateMachine::open`] starts from the snapshot stored there, and openraft
+//!   re-applies the log after it.
+
+use crate::io_error;
+use crate::types::{KlockRaft, LogId, Proposal, RaftEntry};
+use futures_util::{Stream, TryStreamExt as _};
+use klock_core::Output;
+use klock_server::applier::Applier;
+use klock_server::engine::Reply;
+use klock_server::log::Log;
+use klock_server::machine::{Machine, MachineSnapshot};
+use openraft::alias::{SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use std::io::{self, Cursor};
+use std::sync::{Arc, Mutex};
+
+/// A snapshot's metadata and data.
+pub type Snapshot = SnapshotOf<KlockRaft, Cursor<Vec<u8>>>;
+type Meta = SnapshotMetaOf<KlockRaft>;
+type Membership = StoredMembershipOf<KlockRaft>;
+
+/// The latest snapshot built or installed, shared with the builders.
+type Current = Arc<Mutex<Option<(Meta, Vec<u8>)>>>;
+
+/// Raft's state machine on an applier (see the module contract).
+pub struct StateMachine {
+    applier: Applier,
+    last_applied: Option<LogId>,
+    membership: Membership,
+    current: Current,
+    /// Where snapshots are stored (shared with the log store).
+    log: Arc<dyn Log<RaftEntry>>,
+}
+
+impl StateMachine {
+    /// A state machine on `applier`, whose machine has applied nothing yet, storing its
+    /// snapshots in `log`; when `log` holds one, the machine starts from it.
+    ///
+    /// # Errors
+    /// A machine that has already applied entries (what Raft entries they were is unknown),
+    /// or a stored snapshot that is unreadable, has no Raft metadata, or does not restore.
+    pub fn open(applier: Applier, log: Arc<dyn Log<RaftEntry>>) -> io::Result<StateMachine> {
+        let applied = applier.machine().applied();
+        if applied != 0 {
+            return Err(io_error(format!(
+                "a Raft state machine starts from a machine that applied nothing; this one \
+                 applied {applied} entries"
+            )));
+        }
+        let mut sm = StateMachine {
+            applier,
+            last_applied: None,
+            membership: Membership::default(),
+            current: Arc::default(),
+            log,
+        };
+        if let Some(mut stored) = sm.log.read_snapshot().map_err(io_error)? {
+            let consensus = stored.consensus.take().ok_or_else(|| {
+                io_error("the stored snapshot has no Raft metadata: it is a single node's")
+            })?;
+            let meta: Meta = serde_json::from_value(consensus).map_err(|e| {
+                io_error(format!(
+                    "the stored snapshot's Raft metadata cannot be decoded: {e}"
+                ))
+            })?;
+            let machine = checked(&meta, &stored)?;
+            let bytes = serde_json::to_vec(&stored).map_err(io_error)?;
+            sm.take(&meta, machine, bytes);
+        }
+        Ok(sm)
+    }
+
+    /// The applier (its machine, event streams and history).
+    pub fn applier(&self) -> &Applier {
+        &self.applier
+    }
+
+    /// The answer to an entry that carries no command.
+    fn done(&self, index: u64) -> Reply {
+        Reply {
+            index,
+            now: self.applier.machine().last_now(),
+            output: Ok(Output::Done),
+            events: Vec::new(),
+        }
+    }
+}
+
+/// Stores `snapshot` with its Raft metadata `meta` through `log`, durably.
+fn store(log: &dyn Log<RaftEntry>, meta: &Meta, snapshot: &MachineSnapshot) -> io::Result<()> {
+    let mut stored = snapshot.clone();
+    stored.consensus = Some(serde_json::to_value(meta).map_err(io_error)?);
+    log.save_snapshot(&stored).map_err(io_error)
+}
+
+/// Builds a snapshot of the state machine as it was when the builder was made.
+pub struct SnapshotBuilder {
+    meta: Meta,
+    snapshot: MachineSnapshot,
+    current: Current,
+    log: Arc<dyn Log<RaftEntry>>,
+}
+
+impl RaftSnapshotBuilder<KlockRaft> for SnapshotBuilder {
+    type SnapshotData = Cursor<Vec<u8>>;
+
+    async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
+        let bytes = serde_json::to_vec(&self.snapshot).map_err(io_error)?;
+        store(self.log.as_ref(), &self.meta, &self.snapshot)?;
+        *lock(&self.current) = Some((self.meta.clone(), bytes.clone()));
+        Ok(Snapshot {
+            meta: self.meta.clone(),
+            snapshot: Cursor::new(bytes),
+        })
+    }
+}
+
+impl RaftStateMachine<KlockRaft> for StateMachine {
+    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> io::Result<(Option<LogId>, Membership)> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> io::Result<()>
+    where
+        Strm: Stream<Item = io::Result<EntryResponder<KlockRaft>>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let index = entry.log_id.index + 1;
+            let reply = match entry.payload {
+                EntryPayload::Normal(Proposal(record)) => self.applier.apply(index, &record),
+                EntryPayload::Blank => {
+                    self.applier.pass(index);
+                    self.done(index)
+                }
+                EntryPayload::Membership(membership) => {
+                    self.applier.pass(index);
+                    self.membership = Membership::new(Some(entry.log_id), membership);
+                    self.done(index)
+                }
+            };
+            self.last_applied = Some(entry.log_id);
+            if let Some(responder) = responder {
+                responder.send(reply);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        SnapshotBuilder {
+            meta: Meta {
+                last_log_id: self.last_applied,
+                last_membership: self.membership.clone(),
+            },
+            snapshot: self.applier.machine().snapshot(),
+            current: Arc::clone(&self.current),
+            log: Arc::clone(&self.log),
+        }
+    }
+
+    async fn install_snapshot(&mut self, meta: &Meta, snapshot: Cursor<Vec<u8>>) -> io::Result<()> {
+        let bytes = snapshot.into_inner();
+        let machine_snapshot: MachineSnapshot = serde_json::from_slice(&bytes)
+            .map_err(|e| io_error(format!("the snapshot cannot be decoded: {e}")))?;
+        // Checked before it is stored: a snapshot that cannot be restored changes nothing.
+        let machine = checked(meta, &machine_snapshot)?;
+        store(self.log.as_ref(), meta, &machine_snapshot)?;
+        self.take(meta, machine, bytes);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
+        Ok(lock(&self.current).clone().map(|(meta, bytes)| Snapshot {
+            meta,
+            snapshot: Cursor::new(bytes),
+        }))
+    }
+}
+
+impl StateMachine {
+    /// Takes `machine`, restored from the snapshot `bytes` with Raft metadata `meta`.
+    fn take(&mut self, meta: &Meta, machine: Machine, bytes: Vec<u8>) {
+        let events = Arc::clone(self.applier.events());
+        let history = Arc::clone(self.applier.history());
+        self.applier = Applier::new(machine, events, history);
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        *lock(&self.current) = Some((meta.clone(), bytes));
+    }
+}
+
+/// The machine `snapshot` restores, if its index matches its Raft metadata `meta`.
+fn checked(meta: &Meta, snapshot: &MachineSnapshot) -> io::Result<Machine> {
+    let expected = meta.last_log_id.as_ref().map_or(0, |id| id.index + 1);
+    if snapshot.applied != expected {
+        return Err(io_error(format!(
+            "SNAPSHOT_MISMATCH: the snapshot's machine applied {} entries, its Raft metadata \
+             says {expected}",
+            snapshot.applied
+        )));
+    }
+    Machine::restore(snapshot)
+        .map_err(|e| io_error(format!("the snapshot cannot be restored: {}", e.message)))
+}
+
+/// The current snapshot, even after a panic elsewhere poisoned its lock (it is replaced
+/// whole).
+fn lock(current: &Current) -> std::sync::MutexGuard<'_, Option<(Meta, Vec<u8>)>> {
+    current.lock().unwrap_or_else(|e| e.into_inner())
+}
