@@ -88,16 +88,25 @@ class Transport {
         if (error === null) resolve(answer);
         else reject(error);
       };
-      const exchange = this._exchange(method, path, sent, body, undefined, safe, (res) => {
-        res.setEncoding('utf8');
-        let text = '';
-        res.on('data', (chunk) => (text += chunk));
-        res.once('end', () => settle(null, { status: res.statusCode, headers: res.headers, text }));
-        res.once('error', settle);
-        res.once('close', () => {
-          if (!res.complete) settle(cutShort());
-        });
-      }, settle);
+      const exchange = this._exchange(
+        method,
+        path,
+        sent,
+        body,
+        undefined,
+        safe,
+        (res) => {
+          res.setEncoding('utf8');
+          let text = '';
+          res.on('data', (chunk) => (text += chunk));
+          res.once('end', () => settle(null, { status: res.statusCode, headers: res.headers, text }));
+          res.once('error', settle);
+          res.once('close', () => {
+            if (!res.complete) settle(cutShort());
+          });
+        },
+        settle,
+      );
       const timer = setTimeout(() => {
         const error = timeoutError(timeoutMs);
         settle(error);
@@ -108,14 +117,23 @@ class Transport {
 
   stream(path, { headers, signal }) {
     return new Promise((resolve, reject) => {
-      this._exchange('GET', path, headers, undefined, signal, true, (res) => {
-        const text = async () => {
-          let all = '';
-          for await (const chunk of res) all += chunk;
-          return all;
-        };
-        resolve({ status: res.statusCode, headers: res.headers, body: res, text });
-      }, reject);
+      this._exchange(
+        'GET',
+        path,
+        headers,
+        undefined,
+        signal,
+        true,
+        (res) => {
+          const text = async () => {
+            let all = '';
+            for await (const chunk of res) all += chunk;
+            return all;
+          };
+          resolve({ status: res.statusCode, headers: res.headers, body: res, text });
+        },
+        reject,
+      );
     });
   }
 

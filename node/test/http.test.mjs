@@ -134,11 +134,9 @@ test('a process whose client is closed exits on its own, before an idle connecti
   child.stdout.on('data', (d) => {
     if (String(d).includes('closed')) closedAt = Date.now();
   });
-  const code = await within(
-    20_000,
-    new Promise((resolve) => child.once('exit', resolve)),
-    'the child',
-  ).finally(() => child.kill());
+  const code = await within(20_000, new Promise((resolve) => child.once('exit', resolve)), 'the child').finally(() =>
+    child.kill(),
+  );
   assert.equal(code, 0);
   assert.ok(closedAt !== null);
   // An idle pooled connection is closed after 4 s: one that kept the process alive would show.
