@@ -81,6 +81,7 @@ class Transport {
     const sent = body === undefined ? headers : { ...headers, 'content-length': Buffer.byteLength(body) };
     return new Promise((resolve, reject) => {
       let settled = false;
+      let current = null;
       const settle = (error, answer) => {
         if (settled) return;
         settled = true;
@@ -88,62 +89,49 @@ class Transport {
         if (error === null) resolve(answer);
         else reject(error);
       };
-      const exchange = this._exchange(
-        method,
-        path,
-        sent,
-        body,
-        undefined,
-        safe,
-        (res) => {
-          res.setEncoding('utf8');
-          let text = '';
-          res.on('data', (chunk) => (text += chunk));
-          res.once('end', () => settle(null, { status: res.statusCode, headers: res.headers, text }));
-          res.once('error', settle);
-          res.once('close', () => {
-            if (!res.complete) settle(cutShort());
-          });
-        },
-        settle,
-      );
       const timer = setTimeout(() => {
         const error = timeoutError(timeoutMs);
         settle(error);
-        exchange.current.destroy(error);
+        current?.destroy(error);
       }, timeoutMs);
+      const onResponse = (res) => {
+        res.setEncoding('utf8');
+        let text = '';
+        res.on('data', (chunk) => (text += chunk));
+        res.once('end', () => settle(null, { status: res.statusCode, headers: res.headers, text }));
+        res.once('error', settle);
+        res.once('close', () => {
+          if (!res.complete) settle(cutShort());
+        });
+      };
+      try {
+        this._exchange({ method, path, headers: sent, body, safe }, (req) => (current = req), onResponse, settle);
+      } catch (error) {
+        settle(error); // a header Node refuses to send (ERR_INVALID_CHAR), thrown at once
+      }
     });
   }
 
   stream(path, { headers, signal }) {
     return new Promise((resolve, reject) => {
-      this._exchange(
-        'GET',
-        path,
-        headers,
-        undefined,
-        signal,
-        true,
-        (res) => {
-          const text = async () => {
-            let all = '';
-            for await (const chunk of res) all += chunk;
-            return all;
-          };
-          resolve({ status: res.statusCode, headers: res.headers, body: res, text });
-        },
-        reject,
-      );
+      const onResponse = (res) => {
+        const text = async () => {
+          let all = '';
+          for await (const chunk of res) all += chunk;
+          return all;
+        };
+        resolve({ status: res.statusCode, headers: res.headers, body: res, text });
+      };
+      this._exchange({ method: 'GET', path, headers, signal, safe: true }, () => {}, onResponse, reject);
     });
   }
 
   /**
-   * Sends a request; `onResponse(res)` on its answer's head, else `onError(error)` once. A
-   * failure on a pooled connection before any byte of answer is sent again, once, on a fresh
-   * connection when `safe`. Returns `{ current }`, the request being sent.
+   * Sends a request (`onRequest(req)` with each one sent), then `onResponse(res)` on its
+   * answer's head, or `onError(error)` once. A failure on a pooled connection before any byte
+   * of answer is sent again, once, on a fresh connection when `safe`.
    */
-  _exchange(method, path, headers, body, signal, safe, onResponse, onError) {
-    const exchange = { current: null };
+  _exchange({ method, path, headers, body, signal, safe }, onRequest, onResponse, onError) {
     const send = (resent) => {
       const req = this._module.request({
         host: this._host,
@@ -154,19 +142,20 @@ class Transport {
         agent: this._agent,
         signal,
       });
-      exchange.current = req;
+      onRequest(req);
       let readBefore = -1;
-      let answered = false;
+      let done = false; // answered, failed or replaced: later errors of `req` are not news
       req.once('socket', (socket) => {
         readBefore = socket.bytesRead;
       });
       req.once('response', (res) => {
-        answered = true;
+        done = true;
         onResponse(res);
       });
       // Stays on after the head: a late failure reaches the caller through the answer's body.
       req.on('error', (error) => {
-        if (answered || exchange.current !== req) return;
+        if (done) return;
+        done = true;
         // A pooled connection the server had closed: nothing of the request was answered.
         const stale = req.reusedSocket && readBefore >= 0 && req.socket?.bytesRead === readBefore;
         if (stale && safe && !resent && error.name !== 'TimeoutError' && error.name !== 'AbortError') {
@@ -177,7 +166,6 @@ class Transport {
       req.end(body);
     };
     send(false);
-    return exchange;
   }
 
   /** Closes the idle pooled connections, and from now on every connection once it is idle. */
