@@ -2,9 +2,9 @@
 // the test counts and cuts (server.mjs `openLink`): calls share one kept-alive connection; a
 // pooled connection the server closed while it sat idle is recovered by one resend on a fresh
 // connection, not taken for a network failure (no backoff, no resync); only a GET or a request
-// with an Idempotency-Key is resent; a closed client leaves no connection open and its process
-// exits. TLS is covered by names.test.mjs (a real TLS server with a CA of its own). Every test
-// is bounded (node --test-timeout, and timeouts here).
+// with an Idempotency-Key is resent, and never after its time limit; a closed client leaves no
+// connection open and its process exits. TLS is covered by names.test.mjs (a real TLS server
+// with a CA of its own). Every test is bounded (node --test-timeout, and timeouts here).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -89,7 +89,7 @@ test('a pooled connection the server closed while idle: the call is sent again o
   }
 });
 
-test('a request on a connection closed under it is resent only if safe: a GET or with an Idempotency-Key', async () => {
+test('a request on a connection closed under it is resent only if safe: a GET (an event stream too) or with an Idempotency-Key', async () => {
   const { s, link } = await serverAndLink();
   const t = new Transport(new URL(link.url));
   const json = { 'content-type': 'application/json' };
@@ -112,7 +112,37 @@ test('a request on a connection closed under it is resent only if safe: a GET or
     link.reset();
     assert.equal(await sessions(), 1, 'the GET was resent, the keyed POST applied once');
     assert.equal(await metric(s, 'klock_http_requests_total', 'route="/v1/ns/{ns}/sessions"'), 1);
+    // An event stream (a GET) is resent too.
+    const { session_id: id, session_token: token } = JSON.parse(answer.text);
+    await turn();
+    link.reset();
+    const stop = new AbortController();
+    const stream = await t.stream(`/v1/ns/default/sessions/${id}/events`, {
+      headers: { accept: 'text/event-stream', 'klock-session-token': token },
+      signal: stop.signal,
+    });
+    assert.equal(stream.status, 200);
+    stop.abort();
   } finally {
+    t.close();
+  }
+});
+
+test('an attempt that times out on a pooled connection is not sent again', async () => {
+  const { s, link } = await serverAndLink();
+  const t = new Transport(new URL(link.url));
+  try {
+    await t.request('GET', '/v1/ns/default/stats', { headers: {}, timeoutMs: 5000 });
+    await turn();
+    const opened = link.connections;
+    await s.freeze(); // no answer, no close: only the attempt's time limit ends it
+    await assert.rejects(t.request('GET', '/v1/ns/default/stats', { headers: {}, timeoutMs: 200 }), {
+      name: 'TimeoutError',
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(link.connections, opened, 'no second attempt behind the caller');
+  } finally {
+    s.child.kill('SIGCONT');
     t.close();
   }
 });
