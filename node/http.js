@@ -10,17 +10,19 @@
 // - `request(method, path, { headers, body, timeoutMs })` sends one request and resolves with
 //   `{ status, headers, text }` (headers lower-cased, as Node gives them) once the whole answer
 //   is read, whatever its status: deciding what a status means is the caller's. It rejects with
-//   the Node error when no answer arrives (`code` ECONNREFUSED, ECONNRESET, a TLS certificate
-//   code, ...), or with an error named `TimeoutError` when the answer is not complete within
-//   `timeoutMs`. It does not retry, with one exception: a request that fails on a pooled
-//   connection before a single byte of answer came back (the server closed it while it sat
-//   idle, and the close crossed the request on the wire) is sent once more on a fresh
-//   connection, if resending is safe: a GET, or a request carrying an `Idempotency-Key` (the
-//   server applies a key once). A timeout is never resent (a frozen server would double it).
+//   the Node error when no whole answer arrives (`code` ECONNREFUSED, ECONNRESET, a TLS
+//   certificate code, ...), or with an error named `TimeoutError` when the answer is not
+//   complete within `timeoutMs`.
 // - `stream(path, { headers, signal })` opens a long-lived GET (an event stream) and resolves
 //   on its answer's head with `{ status, headers, body, text() }`: `body` is the answer as an
 //   async iterable of Buffers, `text()` reads it whole. Aborting `signal` ends it (the body's
-//   iteration rejects). It is never resent.
+//   iteration rejects).
+// - Neither retries, with one exception: a request that fails on a pooled connection before a
+//   single byte of answer came back (the server closed it while it sat idle, and the close
+//   crossed the request on the wire) is sent once more on a fresh connection, if resending is
+//   safe: a GET (a stream is one), or a request carrying an `Idempotency-Key` (the server
+//   applies a key once). An attempt that timed out or was aborted is never resent: its caller
+//   has given up on it (and a frozen server would get it twice).
 // - Connections are kept alive and reused, most recently used first; one left idle for
 //   `IDLE_MS` is closed by the client (before the server's idle timeout, 60 s by default), and
 //   an idle pooled connection never keeps the process alive. `close()` closes the idle ones
