@@ -1,6 +1,6 @@
 'use strict';
 // The remote backend of the friendly client: the kernel-facing calls of client.js carried over
-// HTTP to `klock serve` (server/README.md), with Node's built-in fetch.
+// HTTP to `klock serve` (server/README.md), through the keep-alive transport of http.js.
 //
 // Contract
 // - `RemoteKernel` answers the calls the friendly layer makes on the in-process `Kernel`
@@ -17,13 +17,11 @@
 //   for at most `reconnectTimeoutMs` (default 30 000) since the first failure; then it is
 //   `Unreachable`, naming the URL and what failed. Every mutating request carries an
 //   `Idempotency-Key` made once per logical request and reused on its retries, so a retry
-//   after a lost answer never acts twice.
+//   after a lost answer never acts twice. The connections are kept alive and reused (http.js;
+//   a pooled one the server closed while idle is its to recover, not a failure here).
 // - A TLS certificate the handshake refuses (unknown CA, expired, another host) is `KlockError`
 //   `CERTIFICATE` at once, never retried as a network failure. A private CA: `ca` (a PEM bundle
 //   read once, when the client is made), or `verify: false` to skip the check (tests only).
-//   Either makes the requests go through the `undici` package's fetch with an Agent carrying
-//   them, since Node's built-in fetch takes no TLS options; without them the built-in fetch is
-//   used as before.
 // - Bounded call: the budget counts from the call's start, not from its first failure, and
 //   each attempt waits at most `requestTimeoutMs` (default 10 000) and never past the budget,
 //   so a frozen server (SIGSTOP) costs a call at most `reconnectTimeoutMs`.
@@ -66,6 +64,7 @@
 
 const { randomUUID } = require('node:crypto');
 const { KlockError, ERROR_CODES } = require('./index.js');
+const { Transport } = require('./http.js');
 
 /** klock serve could not be reached within the reconnect budget. */
 class Unreachable extends KlockError {
@@ -103,7 +102,7 @@ function compareIds(a, b) {
   return ai !== bi ? ai - bi : ak - bk;
 }
 
-/** What a fetch failure was, in words (the cause's code when there is one). */
+/** What a transport failure was, in words (the cause's code when there is one). */
 function describeFailure(error, timeoutMs) {
   const cause = error?.cause;
   const code = cause?.code ?? error?.code;
@@ -115,10 +114,6 @@ function describeFailure(error, timeoutMs) {
     ENOTFOUND: 'host not found',
     EHOSTUNREACH: 'host unreachable',
     ENETUNREACH: 'network unreachable',
-    UND_ERR_SOCKET: 'connection closed by the server',
-    UND_ERR_CONNECT_TIMEOUT: 'connect timed out',
-    UND_ERR_HEADERS_TIMEOUT: 'no answer in time',
-    UND_ERR_BODY_TIMEOUT: 'no answer in time',
   };
   if (error?.name === 'TimeoutError') return `no answer within ${timeoutMs ?? REQUEST_TIMEOUT_MS} ms`;
   if (code !== undefined) return words[code] ?? `${code}${cause?.message ? ` (${cause.message})` : ''}`;
@@ -141,7 +136,7 @@ const CERTIFICATE_CODES = new Set([
   'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
-/** The certificate failure behind a fetch failure, if that is what it is. */
+/** The certificate failure behind a transport failure, if that is what it is. */
 function refusedCertificate(error) {
   for (let e = error; e !== undefined && e !== null; e = e.cause) {
     if (CERTIFICATE_CODES.has(e.code)) return e;
@@ -149,12 +144,15 @@ function refusedCertificate(error) {
   return undefined;
 }
 
+/** A 2xx answer. */
+const ok = (response) => response.status >= 200 && response.status < 300;
+
 const sleepReal = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The pause before asking a busy server again: its `Retry-After` (delta-seconds), else `backoff`. */
 function retryAfter(response, backoff) {
-  const raw = response.headers.get('retry-after');
-  const seconds = raw === null || raw.trim() === '' ? NaN : Number(raw);
+  const raw = response.headers['retry-after'];
+  const seconds = raw === undefined || raw.trim() === '' ? NaN : Number(raw);
   if (!Number.isFinite(seconds) || seconds < 0) return backoff;
   return Math.max(FIRST_BACKOFF_MS, seconds * 1000);
 }
@@ -196,15 +194,7 @@ class RemoteKernel {
     }
     this.url = parsed.href.replace(/\/+$/, '');
     this.remote = true;
-    if (ca !== undefined || !verify) {
-      // Loaded only here: a client without TLS options never needs the package.
-      const undici = require('undici');
-      this._fetch = undici.fetch;
-      this._dispatcher = new undici.Agent({ connect: { ca, rejectUnauthorized: verify } });
-    } else {
-      this._fetch = fetch;
-      this._dispatcher = undefined;
-    }
+    this._http = new Transport(parsed, { ca, verify });
     this._token = token;
     this._clock = clock;
     this._manual = manualTime;
@@ -470,6 +460,7 @@ class RemoteKernel {
   close() {
     this._closed = true;
     for (const s of this._sessions.values()) s.stop();
+    this._http.close();
   }
 
   /**
@@ -710,13 +701,7 @@ class RemoteKernel {
         const attemptMs = Math.max(1, Math.min(this._requestTimeout, budgetEnds - Date.now()));
         let response;
         try {
-          response = await this._fetch(this.url + path, {
-            method,
-            headers,
-            body: payload,
-            signal: AbortSignal.timeout(attemptMs),
-            dispatcher: this._dispatcher,
-          });
+          response = await this._http.request(method, path, { headers, body: payload, timeoutMs: attemptMs });
         } catch (error) {
           const refused = refusedCertificate(error);
           if (refused !== undefined) {
@@ -746,7 +731,7 @@ class RemoteKernel {
           this._failing = false;
           this._resync();
         }
-        const text = await response.text();
+        const text = response.text;
         if (BUSY.has(response.status)) {
           // Busy server: asked again after its Retry-After (else the backoff) within the budget.
           const pause = retryAfter(response, backoff);
@@ -790,7 +775,7 @@ class RemoteKernel {
     } catch {
       json = null;
     }
-    if (response.ok && json !== null) return json;
+    if (ok(response) && json !== null) return json;
     const error = json?.error;
     const where = `klock serve at ${this.url} (${method} ${path.split('?')[0]})`;
     if (session !== undefined && response.status === 401 && error?.name === 'SESSION_TOKEN_REFUSED') {
@@ -873,12 +858,8 @@ class RemoteSession {
           const headers = b._headers(this, { accept: 'text/event-stream' });
           if (this.lastEventId !== null) headers['last-event-id'] = this.lastEventId;
           if (b._manual) headers['klock-now'] = String(b._clock.now());
-          const response = await b._fetch(b.url + this.path + '/events', {
-            headers,
-            signal: this._abort.signal,
-            dispatcher: b._dispatcher,
-          });
-          if (!response.ok) {
+          const response = await b._http.stream(this.path + '/events', { headers, signal: this._abort.signal });
+          if (!ok(response)) {
             const text = await response.text();
             let error;
             try {

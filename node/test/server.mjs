@@ -117,16 +117,30 @@ export async function startServer(args = ['--memory'], { port = 0, bin = klockBi
  * A TCP forwarder from a free loopback port of its own (`url`) to `port`: a client's network,
  * which `cut()` takes away (every open connection destroyed, new ones destroyed at once) while
  * the server stays up, and `restore()` gives back. It reaches whatever listens on `port`, so a
- * server restarted on it is reached again. `close()` stops it.
+ * server restarted on it is reached again. `close()` stops it. `connections` counts the
+ * connections it forwarded, `open()` gives the latest request line of each one open now;
+ * `reset(keep)` closes every open one whose latest request line does not match `keep` (a
+ * RegExp), at once and while still accepting, as a server closing idle keep-alive connections
+ * does.
  */
 export async function openLink(port) {
   const open = new Set();
+  /** @type {Map<import('node:net').Socket, string>} client side -> the first line of its latest request */
+  const clients = new Map();
   let cut = false;
+  let connections = 0;
   const listener = createNetServer((conn) => {
     if (cut) {
       conn.destroy();
       return;
     }
+    connections++;
+    clients.set(conn, '');
+    conn.on('data', (chunk) => {
+      const line = chunk.toString('latin1', 0, 300).split('\r\n')[0];
+      if (/^[A-Z]+ \S+ HTTP\/1\.1$/.test(line)) clients.set(conn, line);
+    });
+    conn.once('close', () => clients.delete(conn));
     const upstream = connectNet(port, '127.0.0.1');
     for (const end of [conn, upstream]) {
       open.add(end);
@@ -153,6 +167,16 @@ export async function openLink(port) {
     },
     restore() {
       cut = false;
+    },
+    get connections() {
+      return connections;
+    },
+    /** The latest request line of each connection open now. */
+    open() {
+      return [...clients.values()];
+    },
+    reset(keep = null) {
+      for (const [conn, head] of clients) if (keep === null || !keep.test(head)) conn.destroy();
     },
     close() {
       cut = true;
