@@ -135,7 +135,8 @@ def connect(
     ``token``: the server's bearer token (``--tokens``), if it asks for one. ``namespace``: of
     the sessions opened without one. ``ca``: a PEM bundle of the CA certificates to trust for
     an ``https://`` server (a private CA, a self-signed certificate), instead of the default
-    roots. ``verify``: ``True`` (the default roots), an ``ssl.SSLContext`` of your own, or
+    roots. ``verify``: ``True`` (the system's default roots, ``ssl.create_default_context()``;
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` move them), an ``ssl.SSLContext`` of your own, or
     ``False`` to skip verification (tests only: anyone on the path can then read the token).
     A refused certificate raises :class:`~klock.CertificateError` at once, never retried.
     ``clock``: as for :class:`~klock.Klock`; a

@@ -224,14 +224,17 @@ def test_a_keyed_call_whose_answer_is_lost_acts_once_through_the_client(
 def test_close_ends_a_long_poll_at_once(link: Link) -> None:
     transport = _http.Transport(link.url)
     outcome: list[BaseException | _http.Response] = []
+    # A namespace nobody uses, from its newest event on: the poll waits its whole wait_ms.
+    watch = "/v1/ns/long-poll-closed/watch"
+    latest = transport.request("GET", watch, params={"wait_ms": 0}, timeout=5).json()["next"]
 
     def poll() -> None:
         try:
             outcome.append(
                 transport.request(
                     "GET",
-                    "/v1/ns/default/watch",
-                    params={"wait_ms": 10_000},
+                    watch,
+                    params={"after": latest, "wait_ms": 10_000},
                     timeout=5,
                     read_timeout=20,
                 )
