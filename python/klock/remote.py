@@ -7,7 +7,7 @@ same sessions, ``with`` / ``async with`` lease blocks, ``@protected``, events, r
 resume, with every rule of :mod:`klock.client` (which exists once, for both backends; see
 :mod:`klock.backend`). Sessions opened through it default to its ``namespace``.
 
-* **Transport.** :mod:`klock._http` (stdlib ``http.client``): the calls go through a pool of
+* **Transport.** :mod:`klock._http` (HTTP/1.1 on stdlib sockets): the calls go through a pool of
   keep-alive connections, one per call in flight, and per namespace one reader thread with a
   transport of its own long-polls the namespace's event stream
   (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, resumed after the last event id it saw); it
