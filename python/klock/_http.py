@@ -348,9 +348,15 @@ class Transport:
 
 
 def _check_headers(headers: dict[str, str]) -> None:
+    """Refuses a header that would not be one header line, without repeating its value (the
+    bearer token is one)."""
     for name, value in headers.items():
         if not name or _UNSAFE.search(name) or ":" in name or _UNSAFE_VALUE.search(value):
-            raise ValueError(f"header {name!r}: {value!r} would not be one header line")
+            raise ValueError(f"header {name!r} would not be one header line (a control character)")
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ValueError(f"header {name!r} is not Latin-1 text") from None
 
 
 def _readable(sock: socket.socket) -> bool:

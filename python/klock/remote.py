@@ -964,10 +964,9 @@ class RemoteKernel:
                     failed = True
                     klock = self._klock()
                     if klock is not None:
-                        what = str(e)
                         klock._backend_failed(
                             Unreachable(
-                                f"cannot reach klock serve at {self.url}: {what} (the event stream "
+                                f"cannot reach klock serve at {self.url}: {e} (the event stream "
                                 f"was cut off for more than reconnect_timeout={self.reconnect_timeout:g} s)"
                             )
                         )

@@ -207,8 +207,11 @@ def test_headers_that_would_split_the_request_are_refused_before_sending(
             t.request("GET", "/a", headers=bad, timeout=5)
     with pytest.raises(ValueError, match="spaces or controls"):
         t.request("GET", "/a b", timeout=5)
-    with pytest.raises(ValueError, match="would not be one header line"):
-        _http.Transport(server.url, {"Authorization": "Bearer x\ny"})
+    with pytest.raises(ValueError, match="would not be one header line") as info:
+        _http.Transport(server.url, {"Authorization": "Bearer secret\ny"})
+    assert "secret" not in str(info.value)  # a bearer token is never repeated
+    with pytest.raises(ValueError, match="is not Latin-1 text"):
+        _http.Transport(server.url, {"Authorization": "Bearer \u0442\u043e\u043a"})
     assert t.request("GET", "/ok", timeout=5).content == b"ok"
     assert len(server.requests) == 1
     t.close()

@@ -221,6 +221,21 @@ def test_a_keyed_call_whose_answer_is_lost_acts_once_through_the_client(
         assert _opened(memory_server) == before + 1
 
 
+def test_a_read_after_close_that_cannot_reach_the_server_is_unreachable() -> None:
+    """Reads still work after close() on a connection of their own; one that cannot reach
+    the server is the usual Unreachable, not a transport error."""
+    server = Server("--memory")
+    try:
+        k = klock.connect(server.url)
+        k.close()
+        assert k.stats()["active_leases"] == 0
+        server.stop()
+        with pytest.raises(klock.Unreachable, match="connection refused"):
+            k.stats()
+    finally:
+        server.stop()
+
+
 def test_close_ends_a_long_poll_at_once(link: Link) -> None:
     transport = _http.Transport(link.url)
     outcome: list[BaseException | _http.Response] = []
