@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sets up the Python side on a fresh machine, idempotently, and fast when nothing changed:
 # - a virtualenv with pip at .venv/ in the repository root (created only if missing);
-# - maturin, pytest, pytest-timeout (every test has a time limit), pytest-xdist, mypy, and httpx (the
-#   remote client's one dependency, klock.connect; the range python/pyproject.toml declares)
-#   in it (installed only if missing);
+# - maturin, pytest, pytest-timeout (every test has a time limit), pytest-xdist and mypy in it
+#   (installed only if missing; the klock package itself needs nothing beyond the standard
+#   library);
 # - the klock package in development mode (python/klock, editable) with the extension
 #   klock._core built by `maturin develop --release` from bindings/python (rebuilt only when
 #   a Rust source, a Cargo manifest or the lock file is newer than the built module).
@@ -31,7 +31,6 @@ missing=()
 "$py" -c "import pytest_timeout" >/dev/null 2>&1 || missing+=("pytest-timeout>=2.3")
 "$py" -c "import xdist" >/dev/null 2>&1 || missing+=("pytest-xdist>=3.6")
 "$py" -c "import mypy" >/dev/null 2>&1 || missing+=("mypy>=1.10")
-"$py" -c "import httpx" >/dev/null 2>&1 || missing+=("httpx>=0.27,<1.0")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "python-env: installing ${missing[*]}" >&2
   "$py" -m pip install --quiet --disable-pip-version-check "${missing[@]}"

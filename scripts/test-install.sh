@@ -63,10 +63,14 @@ python3 -m venv --clear "$venv"
 (cd "$checkout" && "$venv/bin/python" -m pip install --quiet --disable-pip-version-check ./python)
 (cd / && "$venv/bin/python" - <<'EOF'
 import importlib.metadata as metadata
-import klock, klock._core
+import klock, klock._core, klock.remote
 dist = metadata.distribution("klock-kernel")
 files = [str(f) for f in dist.files or []]
 assert any(f.endswith("licenses/LICENSE") for f in files), f"no LICENSE in {files}"
+# klock.connect's transport is the standard library's (klock/_http.py): nothing to install
+# (the optional extras, such as `test`, aside).
+needed = [r for r in dist.requires or [] if "extra ==" not in r]
+assert not needed, f"klock-kernel requires {needed}; it should need nothing"
 print(f"klock-kernel {dist.version}: import klock from {klock.__file__}")
 EOF
 )
@@ -104,7 +108,7 @@ EOF
 wheel_venv=$work/venv-wheel
 python3 -m venv --clear "$wheel_venv"
 "$wheel_venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel"
-(cd / && "$wheel_venv/bin/python" -c "import klock, klock._core; print('the wheel imports:', klock.__file__)")
+(cd / && "$wheel_venv/bin/python" -c "import klock, klock._core, klock.remote; print('the wheel imports:', klock.__file__)")
 
 step "npm install ./node in a scratch npm project"
 project=$work/npm-project

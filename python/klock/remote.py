@@ -7,8 +7,9 @@ same sessions, ``with`` / ``async with`` lease blocks, ``@protected``, events, r
 resume, with every rule of :mod:`klock.client` (which exists once, for both backends; see
 :mod:`klock.backend`). Sessions opened through it default to its ``namespace``.
 
-* **Transport.** One ``httpx.Client`` (keep-alive) for the calls, and per namespace one
-  reader thread with a client of its own that long-polls the namespace's event stream
+* **Transport.** :mod:`klock._http` (HTTP/1.1 on stdlib sockets): the calls go through a pool of
+  keep-alive connections, one per call in flight, and per namespace one reader thread with a
+  transport of its own long-polls the namespace's event stream
   (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, resumed after the last event id it saw); it
   keeps the events of this client's sessions and hands them to the Klock's dispatch.
   ``async with`` blocks run the calls in a worker thread, so the event loop never blocks
@@ -71,8 +72,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
-
+from ._http import Response, Transport, TransportClosed, TransportError, tls_context
 from .clock import Clock, ManualClock
 from .errors import (
     ERROR_CODES,
@@ -135,7 +135,8 @@ def connect(
     ``token``: the server's bearer token (``--tokens``), if it asks for one. ``namespace``: of
     the sessions opened without one. ``ca``: a PEM bundle of the CA certificates to trust for
     an ``https://`` server (a private CA, a self-signed certificate), instead of the default
-    roots. ``verify``: ``True`` (the default roots), an ``ssl.SSLContext`` of your own, or
+    roots. ``verify``: ``True`` (the system's default roots, ``ssl.create_default_context()``;
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` move them), an ``ssl.SSLContext`` of your own, or
     ``False`` to skip verification (tests only: anyone on the path can then read the token).
     A refused certificate raises :class:`~klock.CertificateError` at once, never retried.
     ``clock``: as for :class:`~klock.Klock`; a
@@ -193,7 +194,8 @@ def _env_namespace() -> str:
 def _tls_verify(
     url: str, ca: str | os.PathLike[str] | None, verify: bool | ssl.SSLContext
 ) -> bool | ssl.SSLContext:
-    """What httpx verifies the server's certificate with (``verify=``)."""
+    """What the server's certificate is verified with (``verify=``; :func:`klock._http.tls_context`
+    turns it into the ``ssl.SSLContext`` of an ``https://`` server)."""
     if not isinstance(verify, (bool, ssl.SSLContext)):
         raise TypeError(f"verify must be True, False or an ssl.SSLContext, got {verify!r}")
     if ca is not None and verify is not True:
@@ -346,19 +348,16 @@ class RemoteKernel:
         verify: bool | ssl.SSLContext = True,
     ) -> None:
         self.url = url.rstrip("/")
-        self._verify = verify
         self._token = token
         self.manual = manual
         # Blocking calls leave the event loop, except in deterministic manual-clock runs.
         self.offload_async = not manual
         self.reconnect_timeout = reconnect_timeout
         self._request_timeout = request_timeout
-        self._timeout = httpx.Timeout(request_timeout)
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         self._headers = headers
-        self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=self._timeout, verify=verify
-        )
+        self._tls = tls_context(verify) if self.url.startswith("https://") else None
+        self._http = Transport(self.url, headers, tls=self._tls)
         self._klock: Callable[[], Klock | None] = lambda: None
         self._now: Callable[[], int] = lambda: 0
         self._tokens: dict[int, str] = {}  # session id -> session token
@@ -373,7 +372,7 @@ class RemoteKernel:
         self._refresh: dict[int, tuple[int, int]] = {}
         self._events: collections.deque[RemoteEvent] = collections.deque()
         self._cursor: dict[str, str] = {}  # namespace -> last event id seen
-        self._readers: dict[str, tuple[threading.Thread, httpx.Client]] = {}
+        self._readers: dict[str, tuple[threading.Thread, Transport]] = {}
         self._closed = False
         self._down = False  # the last request spent its whole budget without an answer
         #: An unexpected error the event reader met (a bug; it kept reading), else None.
@@ -433,16 +432,22 @@ class RemoteKernel:
             headers["Klock-Session-Token"] = token
         if mutating:
             headers["Idempotency-Key"] = uuid.uuid4().hex
-        content = None if body is None else json.dumps(body)
+        content = None if body is None else json.dumps(body).encode()
         if content is not None:
             headers["Content-Type"] = "application/json"
         if self._closed:  # a read after close (stats, resource state): a connection of its own
-            with httpx.Client(
-                base_url=self.url, headers=self._headers, timeout=self._timeout, verify=self._verify
-            ) as one_off:
+            one_off = Transport(self.url, self._headers, tls=self._tls)
+            try:
                 return self._answer(
-                    one_off.request(method, path, params=params, headers=headers), session
+                    one_off.request(
+                        method, path, params=params, headers=headers, timeout=self._request_timeout
+                    ),
+                    session,
                 )
+            except TransportError as e:
+                raise Unreachable(f"cannot reach klock serve at {self.url}: {e}") from None
+            finally:
+                one_off.close()
         http = self._http
         started = time.monotonic()
         # The call's whole budget (the rule "bounded call"): no attempt, pause or retry
@@ -456,8 +461,7 @@ class RemoteKernel:
             if give_up_at is not None:
                 # No attempt outlives the deadline it is racing (a frozen server answers nothing).
                 left_s = min(left_s, max(0.05, (give_up_at - self._now()) / 1000))
-            limit = httpx.Timeout(min(left_s, self._request_timeout))
-            busy: httpx.Response | None = None
+            busy: Response | None = None
             try:
                 response = http.request(
                     method,
@@ -465,7 +469,7 @@ class RemoteKernel:
                     content=content,
                     params=params,
                     headers=headers,
-                    timeout=limit,
+                    timeout=min(left_s, self._request_timeout),
                 )
                 self._down = False  # it answered
                 if response.status_code not in (429, 503):
@@ -478,7 +482,7 @@ class RemoteKernel:
                     f"the server is unavailable ({response.status_code}: {response.text[:200]})"
                 )
                 pause = _retry_after(response, pause)
-            except httpx.TransportError as e:
+            except TransportError as e:
                 refused = _refused_certificate(e)
                 if refused is not None:
                     # Waiting does not fix a certificate: say so now, not after the budget.
@@ -487,11 +491,9 @@ class RemoteKernel:
                         f"({refused.verify_message or refused}); trust the CA that signed it "
                         "with connect(ca=PATH) or $KLOCK_CA"
                     ) from None
-                failure = _describe(e)
-            except RuntimeError:  # httpx: the client was closed meanwhile (Klock.close)
-                if self._closed:
-                    raise Closed("this Klock is closed") from None
-                raise
+                failure = str(e)
+            except TransportClosed:  # closed meanwhile (Klock.close)
+                raise Closed("this Klock is closed") from None
             spent = time.monotonic() - started
             out_of_budget = once or time.monotonic() + pause > budget_ends
             if busy is not None and busy.status_code == 429 and out_of_budget:
@@ -511,7 +513,7 @@ class RemoteKernel:
             time.sleep(pause)
             pause = min(pause * 2, _BACKOFF_MAX_S)
 
-    def _answer(self, response: httpx.Response, session: int | None = None) -> Any:
+    def _answer(self, response: Response, session: int | None = None) -> Any:
         """A response as its JSON, or the error it carries (``session``: the session whose
         token the request carried, if any)."""
         try:
@@ -925,9 +927,7 @@ class RemoteKernel:
     # ---- the event reader (system clock) ------------------------------------------------------
 
     def _start_reader(self, namespace: str) -> None:
-        client = httpx.Client(
-            base_url=self.url, headers=self._headers, timeout=self._timeout, verify=self._verify
-        )
+        client = Transport(self.url, self._headers, tls=self._tls)
         thread = threading.Thread(
             target=self._read,
             args=(namespace, client),
@@ -937,24 +937,25 @@ class RemoteKernel:
         self._readers[namespace] = (thread, client)
         thread.start()
 
-    def _read(self, namespace: str, client: httpx.Client) -> None:
+    def _read(self, namespace: str, client: Transport) -> None:
         """Long-polls the namespace's events until the backend closes; on reconnecting after
         a failure, re-polls the open tickets and has the held blocks renewed; when the server
         stays away past the budget, fails the waiting blocks (once per outage)."""
         path = f"/v1/ns/{quote(namespace, safe='')}/watch"
-        wait = httpx.Timeout(self._timeout.connect, read=_WATCH_WAIT_MS / 1000 + 10)
         failing_since: float | None = None
         failed = False
         pause = _BACKOFF_FIRST_S
         while not self._closed:
             try:
-                response = client.get(
+                response = client.request(
+                    "GET",
                     path,
                     params={"after": self._cursor[namespace], "wait_ms": _WATCH_WAIT_MS},
-                    timeout=wait,
+                    timeout=self._request_timeout,
+                    read_timeout=_WATCH_WAIT_MS / 1000 + 10,
                 )
                 d = self._answer(response)
-            except (httpx.TransportError, KlockError) as e:
+            except (TransportError, TransportClosed, KlockError) as e:
                 if self._closed:
                     break
                 if failing_since is None:
@@ -963,19 +964,18 @@ class RemoteKernel:
                     failed = True
                     klock = self._klock()
                     if klock is not None:
-                        what = _describe(e) if isinstance(e, httpx.TransportError) else str(e)
                         klock._backend_failed(
                             Unreachable(
-                                f"cannot reach klock serve at {self.url}: {what} (the event stream "
+                                f"cannot reach klock serve at {self.url}: {e} (the event stream "
                                 f"was cut off for more than reconnect_timeout={self.reconnect_timeout:g} s)"
                             )
                         )
                 time.sleep(pause)
                 pause = min(pause * 2, _BACKOFF_MAX_S)
                 continue
-            except Exception as e:  # a bug, kept and retried; or the client closed under it
+            except Exception as e:  # a bug, kept and retried
                 if self._closed:
-                    break  # close() closed the connection this request was using
+                    break
                 self.reader_error = e
                 time.sleep(_BACKOFF_MAX_S)
                 continue
@@ -1070,7 +1070,7 @@ def _error(code: int, name: str, message: str) -> KlockError:
     return err
 
 
-def _retry_after(response: httpx.Response, backoff: float) -> float:
+def _retry_after(response: Response, backoff: float) -> float:
     """How long to pause before asking a busy server again (seconds): its ``Retry-After``
     (delta-seconds) when it sent one, else the backoff."""
     raw = response.headers.get("retry-after")
@@ -1081,21 +1081,6 @@ def _retry_after(response: httpx.Response, backoff: float) -> float:
     if asked is None or asked != asked or asked < 0:
         return backoff
     return max(asked, _BACKOFF_FIRST_S)
-
-
-def _describe(e: httpx.TransportError) -> str:
-    """What failed, in words, e.g. "connection refused"."""
-    text = str(e) or type(e).__name__
-    if isinstance(e, httpx.ConnectError):
-        lowered = text.lower()
-        if "refused" in lowered:
-            return "connection refused"
-        return f"cannot connect ({text})"
-    if isinstance(e, httpx.TimeoutException):
-        return f"timed out ({type(e).__name__})"
-    if isinstance(e, (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)):
-        return f"the connection was cut ({text})"
-    return text
 
 
 def _check_u64(what: str, value: object) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 import klock
@@ -60,8 +59,12 @@ def make_klock(
             if isinstance(clock, klock.ManualClock):
                 server = request.getfixturevalue("manual_server")
                 full = klock._core.Kernel(**config).config
-                answer = httpx.post(f"{server.url}/v1/reset", json=full, headers={"Klock-Now": "0"})
-                assert answer.status_code == 200, answer.text
+                from server import call
+
+                status, text = call(
+                    "POST", f"{server.url}/v1/reset", json_body=full, headers={"Klock-Now": "0"}
+                )
+                assert status == 200, text
             else:
                 server = servers.get(config)
             k = klock.connect(server.url, clock=clock)

@@ -3,10 +3,14 @@ waited for) at the end. The binary is ``$KLOCK_BIN`` (scripts/test-python.sh pas
 ``scripts/klock-bin.sh`` names), else whatever ``scripts/klock-bin.sh`` prints. The
 resettable manual-clock server is the test kit's ``klock-testkit serve`` (``$KLOCK_TESTKIT_BIN``,
 else ``scripts/klock-bin.sh klock-testkit``): ``Server(program=testkit_bin())``. And
-:class:`Link`, a loopback TCP link to it that a test can cut and restore."""
+:class:`Link`, a loopback TCP link to it that a test can cut and restore, that counts the
+connections made through it and can lose one request or one answer; and :func:`call`, one
+HTTP request by hand (stdlib, a connection of its own)."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import pathlib
 import signal
@@ -15,6 +19,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from support import REPO
 
@@ -125,11 +131,43 @@ class Server:
         self.proc = None
 
 
+def call(
+    method: str,
+    url: str,
+    *,
+    json_body: Any = None,
+    params: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10,
+) -> tuple[int, str]:
+    """One request to ``url`` on a connection of its own: (status, body text)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    sent = dict(headers or {})
+    body = None
+    if json_body is not None:
+        body = json.dumps(json_body).encode()
+        sent["Content-Type"] = "application/json"
+    try:
+        conn.request(method, parts.path + ("?" + urlencode(params) if params else ""), body, sent)
+        answer = conn.getresponse()
+        return answer.status, answer.read().decode()
+    finally:
+        conn.close()
+
+
 class Link:
     """A TCP forwarder from a free loopback port of its own (``url``) to the server's port: a
     client's network, which :meth:`cut` takes away (every open connection closed, new ones
     closed at once) while the server stays up, and :meth:`restore` gives back. It reaches
-    whatever listens on the port, so a server restarted on it is reached again."""
+    whatever listens on the port, so a server restarted on it is reached again.
+
+    ``accepted`` counts the connections clients made through it. :meth:`lose` arms one fault
+    for the next request (a read from a client) whose first line starts with a given prefix:
+    ``"request"`` closes that connection without forwarding the request (a server that closed
+    an idle connection as the request arrived), ``"answer"`` forwards it and closes the
+    connection instead of passing the answer on (the server acted; the client hears nothing).
+    ``lost`` counts the faults that happened."""
 
     def __init__(self, port: int) -> None:
         self._port = port
@@ -138,7 +176,19 @@ class Link:
         self._lock = threading.Lock()
         self._cut = False
         self._open: set[socket.socket] = set()
+        self.accepted = 0
+        self.lost = 0
+        self._fault: tuple[bytes, str] | None = None
+        self._mute: set[socket.socket] = set()  # upstreams whose next answer is lost
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def lose(self, what: str, prefix: str) -> None:
+        """Loses the ``what`` ("request" or "answer") of the next request starting with
+        ``prefix`` (e.g. ``"POST /v1/ns/default/sessions "``)."""
+        if what not in ("request", "answer"):
+            raise ValueError(f"what must be 'request' or 'answer', got {what!r}")
+        with self._lock:
+            self._fault = (prefix.encode(), what)
 
     def _accept(self) -> None:
         while True:
@@ -155,13 +205,28 @@ class Link:
                     conn.close()
                     continue
                 upstream.settimeout(None)
+                # Forward each write at once: with Nagle's algorithm a request written in
+                # two pieces waits for the server's delayed ACK (40 ms) between them.
+                for end in (conn, upstream):
+                    end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._open |= {conn, upstream}
+                self.accepted += 1
             for src, dst in ((conn, upstream), (upstream, conn)):
                 threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                with self._lock:
+                    fault = self._fault
+                    if fault is not None and data.startswith(fault[0]):
+                        self._fault = None
+                        self.lost += 1
+                        if fault[1] == "request":
+                            break  # closes both ends, nothing forwarded
+                        self._mute.add(dst)
+                    elif src in self._mute:
+                        break  # the answer: closes both ends instead of passing it on
                 dst.sendall(data)
         except OSError:
             pass
@@ -170,6 +235,7 @@ class Link:
                 for end in (src, dst):
                     _drop(end)
                     self._open.discard(end)
+                    self._mute.discard(end)
 
     def cut(self) -> None:
         with self._lock:

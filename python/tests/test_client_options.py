@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import klock
+from klock import _http
 from server import Server, klock_bin
 
 # ---- ttl in seconds -------------------------------------------------------------------------
@@ -153,6 +154,33 @@ def test_connect_trusts_the_ca_bundle_it_is_given(
     monkeypatch.setenv("KLOCK_CA", str(d / "ca.pem"))
     with klock.connect(server.url) as k:
         assert k.stats()["active_leases"] == 0
+
+
+def test_tls_connections_are_kept_alive_and_reused(
+    tls: tuple[Server, pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TLS too, every call shares one connection (counted by the server's /metrics, read
+    through a transport of the test's own that also keeps its one connection)."""
+    server, d = tls
+    monkeypatch.delenv("KLOCK_CA", raising=False)
+    metrics = _http.Transport(server.url, tls=ssl.create_default_context(cafile=d / "ca.pem"))
+
+    def accepted() -> int:
+        text = metrics.request("GET", "/metrics", timeout=5).text
+        (line,) = [
+            x for x in text.splitlines() if x.startswith("klock_connections_accepted_total ")
+        ]
+        return int(line.split()[1])
+
+    try:
+        before = accepted()
+        with klock.connect(server.url, ca=d / "ca.pem") as k, k.session("tls-reuse") as s:
+            for _ in range(50):
+                with s.lease("MUTATES FILE:/tls-reuse"):
+                    pass
+        assert accepted() - before == 2  # the calls' connection and the event reader's
+    finally:
+        metrics.close()
 
 
 def test_a_refused_certificate_fails_at_once_and_by_name(

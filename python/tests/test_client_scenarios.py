@@ -16,11 +16,11 @@ import json
 import pathlib
 from typing import Any
 
-import httpx
 import pytest
 from support import REPO
 
 import klock
+from server import call
 
 SCENARIOS = sorted((REPO / "tests" / "client-scenarios").glob("*.json"))
 CLIENT_ERRORS = {"LeaseLost", "Died", "Timeout", "Closed"}
@@ -63,8 +63,10 @@ class Run:
             self.klock = klock.Klock(clock=self.clock, **config)
         else:
             full = klock._core.Kernel(**config).config  # every field, SPEC defaults filled in
-            answer = httpx.post(f"{server_url}/v1/reset", json=full, headers={"Klock-Now": "0"})
-            assert answer.status_code == 200, answer.text
+            status, text = call(
+                "POST", f"{server_url}/v1/reset", json_body=full, headers={"Klock-Now": "0"}
+            )
+            assert status == 200, text
             self.klock = klock.connect(server_url, clock=self.clock)
             # Reads for the expectations go through a client of their own (that stays open
             # after close_klock); it holds no session, so it never arms a timer.

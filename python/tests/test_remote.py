@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 import klock
+from klock._http import TransportError
 from server import Link, Server
 
 
@@ -274,7 +274,7 @@ def test_a_retried_request_carries_the_same_idempotency_key_and_acts_once(
             if method == "POST" and path.endswith("/sessions"):
                 keys.append(kwargs["headers"]["Idempotency-Key"])
                 if len(keys) == 1:
-                    raise httpx.ReadError("connection reset after the request was sent")
+                    raise TransportError("connection reset after the request was sent")
             return response
 
         before = k.stats()["counters"]["sessions_opened"]

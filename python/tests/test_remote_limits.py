@@ -17,11 +17,10 @@ import threading
 import time
 from typing import Any
 
-import httpx
 import pytest
 
 import klock
-from server import Server
+from server import Server, call
 
 # The bound of a call whose budget is B seconds: B plus room for a loaded two-core machine.
 _SLACK_S = 2.0
@@ -91,11 +90,12 @@ def test_a_session_closed_by_another_request_loses_the_block(memory_server: Any)
         with pytest.raises(klock.LeaseLost) as lost:
             with s.lease("MUTATES FILE:/closed-elsewhere", ttl=60) as block:
                 token = k.kernel._tokens[s.session_id]  # type: ignore[attr-defined]
-                answer = httpx.delete(
+                status, text = call(
+                    "DELETE",
                     f"{memory_server.url}/v1/ns/default/sessions/{s.session_id}",
                     headers={"Klock-Session-Token": token, "Idempotency-Key": "close-1"},
                 )
-                assert answer.status_code == 200, answer.text
+                assert status == 200, text
                 block.heartbeat()
         assert lost.value.name == "LEASE_RELEASED", lost.value
 
@@ -147,17 +147,14 @@ def test_too_many_waits_is_asked_again_once_a_slot_frees(tmp_path: pathlib.Path)
             def hold() -> None:
                 # The probes below compete for the one slot: a long-poll refused because a
                 # probe held it at that instant asks again, so the slot is taken in the end.
-                while (
-                    httpx.get(watch, params={"wait_ms": 1500}, headers=auth, timeout=10).status_code
-                    == 429
-                ):
+                while call("GET", watch, params={"wait_ms": 1500}, headers=auth)[0] == 429:
                     pass
 
             holder = threading.Thread(target=hold)
             holder.start()
             # Until a probe of our own is refused, the slot is not taken yet.
             until = time.monotonic() + 10
-            while httpx.get(watch, params={"wait_ms": 0}, headers=auth).status_code != 429:
+            while call("GET", watch, params={"wait_ms": 0}, headers=auth)[0] != 429:
                 assert time.monotonic() < until, "the long-poll never took the slot"
                 time.sleep(0.01)
             s = k.session("patient")
