@@ -42,8 +42,8 @@ One operation = one uncontended acquire + release of a lock on the client's own 
 * `node_friendly`: Node, `await session.withLease(intent, async () => {})` on the project's
   `connect(url)` (`remote_locks_node.cjs`; one client per process, the process's event loop).
 * `node_raw_fetch` / `node_raw_http`: the same two requests by hand in Node, with the built-in
-  `fetch` (what the project's Node remote backend uses) / with `node:http` and a keep-alive
-  Agent.
+  `fetch` (what the project's Node remote backend used before) / with `node:http` and a
+  keep-alive Agent (what it uses now, node/http.js).
 
 Reported per case and client count: operations/s (sum over clients of ops / own elapsed),
 p50 and p99 latency of one operation, client CPU per operation (the client processes' user +

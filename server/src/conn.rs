@@ -60,7 +60,7 @@ pub struct ConnLimits {
 
 impl Default for ConnLimits {
     /// For a small (2-core) machine: 1,024 connections, 256 per peer, 10 s for a head, 60 s
-    /// idle (longer than the clients' own keep-alive expiry: httpx 5 s, Node's fetch 4 s, so a
+    /// idle (longer than the clients' own keep-alive expiry: Python 5 s, Node 4 s, so a
     /// client never reuses a connection the server is closing), 10,000 requests a connection.
     fn default() -> ConnLimits {
         ConnLimits {
