@@ -18,6 +18,8 @@
 //!   `resend` says repeating it is safe (the client passes reads: no request of these tools
 //!   carries an `Idempotency-Key`); otherwise the error is returned, as for a new connection,
 //!   and the callers' own retry rules apply.
+//! - Connections are registered with the tokio runtime that opened them: a client (and its
+//!   pool) is used within one runtime, as each `klock` tool runs on one.
 
 use crate::client::Endpoint;
 use std::io;
