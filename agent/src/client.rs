@@ -4,18 +4,19 @@
 //! Contract: [`Endpoint::choose`] turns `--server URL` / `--socket PATH` (or `KLOCK_SERVER` /
 //! `KLOCK_SOCKET`, or the default `http://127.0.0.1:7300`) into an endpoint. An `https://`
 //! server needs `--ca PATH` (or `KLOCK_CA`): the PEM certificates to trust, since this client
-//! carries no system trust store. [`Client::call`] sends one HTTP/1.1 request on a new
-//! connection, bounded in time, and returns the JSON body of a 2xx answer, or a [`Failure`]
-//! that tells an unreachable server from one that said no; a certificate the handshake
-//! refuses is `Refused` with the name `CERTIFICATE` (never retried as if unreachable).
+//! carries no system trust store. [`Client::call`] sends one HTTP/1.1 request, bounded in
+//! time, on a connection the client keeps alive for the next ones (its clones share them:
+//! [`crate::conn`]), and returns the JSON body of a 2xx answer, or a [`Failure`] that tells an
+//! unreachable server from one that said no; a certificate the handshake refuses is `Refused`
+//! with the name `CERTIFICATE` (never retried as if unreachable).
 
+use crate::conn::Pool;
 use crate::http::parse;
 use serde_json::Value;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Where `klock serve` listens.
 #[derive(Clone, Debug)]
@@ -143,6 +144,8 @@ pub struct Client {
     tls: Option<tokio_rustls::TlsConnector>,
     /// The CA bundle it was made from, for a command started with this connection.
     ca: Option<PathBuf>,
+    /// Its idle kept-alive connections, shared by its clones.
+    pool: Pool,
 }
 
 impl fmt::Debug for Client {
@@ -197,6 +200,7 @@ impl Client {
             token,
             tls: None,
             ca: None,
+            pool: Pool::default(),
         }
     }
 
@@ -284,7 +288,7 @@ impl Client {
             Endpoint::Unix(_) => "localhost",
         };
         let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
             body.len()
         );
         if let Some(token) = &self.token {
@@ -295,23 +299,14 @@ impl Client {
         }
         head.push_str("\r\n");
         head.push_str(&body);
-        let exchange = async {
-            match &self.endpoint {
-                Endpoint::Tcp(addr) => {
-                    exchange(tokio::net::TcpStream::connect(addr).await?, &head).await
-                }
-                Endpoint::Unix(path) => {
-                    exchange(tokio::net::UnixStream::connect(path).await?, &head).await
-                }
-                Endpoint::Tls { addr, host } => {
-                    let tls = self.tls.as_ref().expect("with_ca made the connector");
-                    let name = rustls::pki_types::ServerName::try_from(host.clone())
-                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-                    let tcp = tokio::net::TcpStream::connect(addr).await?;
-                    exchange(tls.connect(name, tcp).await?, &head).await
-                }
-            }
-        };
+        // A read is safe to send again after a kept-alive connection broke under it; these
+        // tools send no Idempotency-Key, so nothing else is.
+        let exchange = self.pool.send(
+            &self.endpoint,
+            self.tls.as_ref(),
+            head.as_bytes(),
+            method == "GET",
+        );
         let unreachable = |why: String| {
             Failure::Unreachable(format!(
                 "cannot reach the Klock server at {}: {why} (is `klock serve` running there? point to it with --server URL or --socket PATH)",
@@ -351,23 +346,6 @@ impl Client {
                 .unwrap_or_else(|| String::from_utf8_lossy(&answer.raw).into_owned()),
         })
     }
-}
-
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    request: &str,
-) -> std::io::Result<Vec<u8>> {
-    stream.write_all(request.as_bytes()).await?;
-    let mut bytes = Vec::new();
-    match stream.read_to_end(&mut bytes).await {
-        // A TLS peer that closes without close_notify after a whole answer: the bytes are
-        // there (parse checks they are an answer).
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !bytes.is_empty() => {}
-        other => {
-            other?;
-        }
-    }
-    Ok(bytes)
 }
 
 #[cfg(test)]

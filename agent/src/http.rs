@@ -1,10 +1,11 @@
-//! The HTTP/1.1 the agent tools read: a whole `connection: close` answer parsed into its
-//! status, headers and body, and the percent-encoding of a path segment or query value.
+//! The HTTP/1.1 the agent tools read: a whole answer parsed into its status, headers and
+//! body, and the percent-encoding of a path segment or query value.
 //!
-//! Contract: [`parse`] takes the bytes of one whole answer (as read until the server closed)
-//! and gives its status, headers and body (parsed as JSON when it is JSON, else `Null`), or
-//! `None` when the bytes are not an HTTP answer. The test kit's blocking loopback client reads
-//! answers with it too.
+//! Contract: [`parse`] takes the bytes of one whole answer (its head, then its body: as read
+//! until the server closed, or as [`crate::conn`] reads it, by length or de-chunked) and gives
+//! its status, headers and body (parsed as JSON when it is JSON, else `Null`), or `None` when
+//! the bytes are not an HTTP answer. The test kit's blocking loopback client reads answers
+//! with it too.
 
 use serde_json::Value;
 
@@ -30,7 +31,7 @@ impl Answer {
     }
 }
 
-/// Parses a whole `connection: close` answer: status line, headers, body.
+/// Parses a whole answer: status line, headers, body.
 pub fn parse(bytes: &[u8]) -> Option<Answer> {
     let split = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&bytes[..split]).ok()?;

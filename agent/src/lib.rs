@@ -5,7 +5,8 @@
 //! (`cli/tests/crate_graph.rs` holds both apart).
 //!
 //! - [`http`]: reading one HTTP answer, and percent-encoding.
-//! - [`client`]: where the server is, and one bounded request to it (TCP or Unix socket).
+//! - [`client`]: where the server is, and one bounded request to it (TCP, TLS or Unix socket).
+//! - [`conn`]: the kept-alive connections under it.
 //! - [`session`]: one session's routes as typed calls.
 //! - [`keeper`]: background renewals, and the report of a lost lease.
 //! - [`args`]: the flags the tools share.
@@ -19,6 +20,7 @@
 pub mod args;
 pub mod child;
 pub mod client;
+pub mod conn;
 pub mod elect;
 pub mod exec;
 pub mod http;

@@ -159,16 +159,23 @@ fn token_hash() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A runtime for one agent tool.
+/// A runtime for one agent tool. `klock exec` and `klock elect` run on this thread alone: a
+/// few requests and a command to wait for need no workers, whose start and cross-thread
+/// hand-offs (about 70 context switches a run) were a measured part of their cost
+/// (docs/DECISIONS.md, "A lean transport"). The others keep two workers (`klock mcp`'s stdin
+/// read blocks one).
 fn tool_runtime(tool: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            eprintln!("klock {tool}: cannot start the runtime: {e}");
-            ExitCode::FAILURE
-        })
+    let mut builder = if matches!(tool, "exec" | "elect") {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut workers = tokio::runtime::Builder::new_multi_thread();
+        workers.worker_threads(2);
+        workers
+    };
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("klock {tool}: cannot start the runtime: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 fn wants_help(args: &[String]) -> bool {

@@ -4,8 +4,11 @@
 //! Contract: [`Link::open`] forwards a free loopback port of its own ([`Link::port`]) to a
 //! server's port. [`Link::cut`] takes the client's network away while the server stays up:
 //! every open connection is closed (both ends, both directions) and new ones are closed at
-//! once; [`Link::restore`] gives it back. It reaches whatever listens on the server's port, so
-//! a server restarted on that port is reached again. Dropping it closes everything.
+//! once; [`Link::restore`] gives it back. [`Link::drop_next_requests`] closes each connection
+//! open then, both ways, when the client next sends on it, before a byte of it reaches the
+//! server: a server that closed an idle kept-alive connection just as a request left, which
+//! the client could not have seen. It reaches whatever listens on the server's port, so a
+//! server restarted on that port is reached again. Dropping it closes everything.
 
 use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -22,6 +25,10 @@ pub struct Link {
 struct State {
     cut: bool,
     closed: bool,
+    /// Connections numbered from 0 as accepted: how many so far.
+    accepted: u64,
+    /// The connections numbered below this one drop what their client sends next.
+    doomed_below: u64,
     /// Both ends of every forwarded connection, to close them on a cut.
     open: Vec<TcpStream>,
 }
@@ -58,6 +65,13 @@ impl Link {
         let mut state = self.state();
         state.cut = true;
         state.drop_all();
+    }
+
+    /// Closes every connection open now when its client next sends on it, without
+    /// forwarding what it sent; new connections are forwarded as usual.
+    pub fn drop_next_requests(&self) {
+        let mut state = self.state();
+        state.doomed_below = state.accepted;
     }
 
     /// Forwards new connections again.
@@ -103,17 +117,44 @@ fn accept(listener: &TcpListener, target: u16, shared: &Arc<Mutex<State>>) {
             continue;
         };
         state.open.extend([a, b]);
+        let number = state.accepted;
+        state.accepted += 1;
         drop(state);
-        for (from, to) in [(&conn, &upstream), (&upstream, &conn)] {
+        for (from, to, upward) in [(&conn, &upstream, true), (&upstream, &conn, false)] {
             let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
                 continue;
             };
+            let state = Arc::clone(shared);
             thread::spawn(move || {
-                let _ = io::copy(&mut from, &mut to);
+                if upward {
+                    pump_up(&mut from, &mut to, number, &state);
+                } else {
+                    let _ = io::copy(&mut from, &mut to);
+                }
                 // One direction ended: the connection is over both ways.
                 let _ = from.shutdown(Shutdown::Both);
                 let _ = to.shutdown(Shutdown::Both);
             });
+        }
+    }
+}
+
+/// Forwards what the client of connection `number` sends until it ends, or until it sends
+/// while the connection is doomed ([`Link::drop_next_requests`]): that is not forwarded.
+fn pump_up(from: &mut TcpStream, to: &mut TcpStream, number: u64, shared: &Mutex<State>) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match io::Read::read(from, &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let doomed = number
+            < shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .doomed_below;
+        if doomed || io::Write::write_all(to, &buf[..n]).is_err() {
+            return;
         }
     }
 }

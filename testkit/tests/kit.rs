@@ -1,6 +1,6 @@
-//! The test kit itself: the cuttable link cuts and restores, the resettable server starts over
-//! with the config it is given and refuses a bad one by name, and an in-process server killed
-//! on its data file lets the next one open it.
+//! The test kit itself: the cuttable link cuts and restores, and drops a kept connection's
+//! next request; the resettable server starts over with the config it is given and refuses a
+//! bad one by name, and an in-process server killed on its data file lets the next one open it.
 
 use klock_testkit::http_client::request;
 use klock_testkit::link::Link;
@@ -42,6 +42,63 @@ fn a_link_forwards_and_cut_closes_every_connection_until_restored() {
     assert_eq!(health(s.port()), Ok(200));
     link.restore();
     assert_eq!(health(link.port()), Ok(200));
+}
+
+#[test]
+fn a_link_drops_the_next_request_of_each_open_connection_and_forwards_new_ones() {
+    let s = Server::start(&["--memory"]);
+    let link = Link::open(s.port()).unwrap();
+    let opening = |agent: &str| {
+        let body = json!({ "agent_id": agent }).to_string();
+        format!(
+            "POST /v1/ns/default/sessions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let mut kept = TcpStream::connect(("127.0.0.1", link.port())).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    kept.write_all(opening("first").as_bytes()).unwrap();
+    // The answer is kept alive: read until its JSON body is whole.
+    let mut got = Vec::new();
+    let first = loop {
+        let mut buf = [0u8; 4096];
+        let n = kept.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before a whole answer: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+        match klock_testkit::http_client::parse(&got) {
+            Some(answer) if !answer.body.is_null() => break answer,
+            _ => {}
+        }
+    };
+    let first_id = first.body["session_id"].as_u64().unwrap();
+    link.drop_next_requests();
+    // The kept connection is still open until it sends: then it closes with no answer.
+    kept.write_all(opening("dropped").as_bytes()).unwrap();
+    let mut rest = Vec::new();
+    let read = kept.read_to_end(&mut rest);
+    // Closed (EOF or reset), not timed out waiting.
+    let closed = match &read {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(
+        closed,
+        "the kept connection closed unanswered: {read:?} {rest:?}"
+    );
+    // A new connection is forwarded, and the dropped request never reached the server: the
+    // next session's id follows the first one's.
+    let body = json!({ "agent_id": "next" }).to_string();
+    let next = request(
+        link.port(),
+        "POST",
+        "/v1/ns/default/sessions",
+        &[],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(next.body["session_id"].as_u64(), Some(first_id + 1));
 }
 
 #[test]
