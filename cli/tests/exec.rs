@@ -478,7 +478,14 @@ fn an_interrupted_wait_exits_130() {
         &["--wait", "20s", "--intent", "MUTATES FILE:/x", "--", "true"],
     );
     let waiter = Running::spawn(c);
-    std::thread::sleep(Duration::from_millis(300));
+    // Queued means it is waiting, with its signal handlers in place (they are installed
+    // before its first request): a fixed sleep raced a slow start under load.
+    eventually("the waiter's ticket queued", || {
+        !state_of_x(&server)["waiting"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    });
     let interrupted = Instant::now();
     signal(waiter.pid(), libc::SIGINT);
     let (code, _, err) = waiter.finish(Duration::from_secs(10));

@@ -59,6 +59,8 @@ export function contractTests(label, api) {
         .concat('__napiBindingTarget' in api ? ['__napiBindingTarget'] : [])
         // Node only: flock(2) for the fence helper (node/fence.js); a browser has no files.
         .concat('flock' in api ? ['flock'] : [])
+        // Only the Node addon: the core's acquisition rule for the friendly client (node/client.js).
+        .concat(label === 'node' ? ['afterSetback'] : [])
         // Only the wasm package: the dashboard's replayer of a server's history (bindings/wasm/src/replay.rs).
         .concat(label === 'wasm' && 'Replayer' in api ? ['Replayer'] : [])
         .sort(),
