@@ -478,13 +478,12 @@ fn an_interrupted_wait_exits_130() {
         &["--wait", "20s", "--intent", "MUTATES FILE:/x", "--", "true"],
     );
     let waiter = Running::spawn(c);
-    // Queued means it is waiting, with its signal handlers in place (they are installed
-    // before its first request): a fixed sleep raced a slow start under load.
-    eventually("the waiter's ticket queued", || {
-        !state_of_x(&server)["waiting"]
-            .as_array()
-            .unwrap()
-            .is_empty()
+    // The waiter is younger than the holder, so it is told to die and retry (Wait-Die): once
+    // it was, it is in its acquisition, with its signal handlers in place (they are installed
+    // before its first request). A fixed sleep raced a slow start under load.
+    eventually("the waiter told to die and retry", || {
+        let stats = stats_of_default(&server);
+        stats["counters"]["died"].as_u64().unwrap() > 0
     });
     let interrupted = Instant::now();
     signal(waiter.pid(), libc::SIGINT);
@@ -778,6 +777,14 @@ fn state_of_x(server: &Spawned) -> Value {
         b"",
     )
     .unwrap();
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    answer.body
+}
+
+/// The default namespace's statistics now.
+fn stats_of_default(server: &Spawned) -> Value {
+    use klock_testkit::http_client::request;
+    let answer = request(server.port, "GET", "/v1/ns/default/stats", &[], b"").unwrap();
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     answer.body
 }
