@@ -113,6 +113,23 @@ def _hostport(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _raw_pair(post, agent_id: str, tag: str):
+    """Opens a session through `post` (path, body, token) -> answer, and returns its id, its
+    token and the operation: one acquire + release of the client's own resource."""
+    opened = post("/v1/ns/default/sessions", {"agent_id": agent_id}, None)
+    sid, token = opened["session_id"], opened["session_token"]
+    acquire = f"/v1/ns/default/sessions/{sid}/acquire"
+    release = f"/v1/ns/default/sessions/{sid}/release"
+    intent = f"MUTATES FILE:/bench/{tag}"
+
+    def op() -> None:
+        d = post(acquire, {"intents": [intent], "wait": True}, token)
+        lease_id = d["leases"][0]["lease_id"]
+        post(release, {"lease_ids": [lease_id]}, token)
+
+    return sid, token, op
+
+
 def _klock_raw_httpclient(url: str, tag: str):
     import http.client
     import uuid
@@ -131,16 +148,7 @@ def _klock_raw_httpclient(url: str, tag: str):
             raise RuntimeError(f"{path}: {r.status} {data[:200]!r}")
         return json.loads(data)
 
-    opened = post("/v1/ns/default/sessions", {"agent_id": f"raw-{tag}"}, None)
-    sid, token = opened["session_id"], opened["session_token"]
-    acquire = f"/v1/ns/default/sessions/{sid}/acquire"
-    release = f"/v1/ns/default/sessions/{sid}/release"
-    intent = f"MUTATES FILE:/bench/{tag}"
-
-    def op() -> None:
-        d = post(acquire, {"intents": [intent], "wait": True}, token)
-        lease_id = d["leases"][0]["lease_id"]
-        post(release, {"lease_ids": [lease_id]}, token)
+    sid, token, op = _raw_pair(post, f"raw-{tag}", tag)
 
     def close() -> None:
         conn.request("DELETE", f"/v1/ns/default/sessions/{sid}", headers={"Klock-Session-Token": token})
@@ -166,16 +174,7 @@ def _klock_raw_httpx(url: str, tag: str):
             raise RuntimeError(f"{path}: {r.status_code} {r.text[:200]!r}")
         return r.json()
 
-    opened = post("/v1/ns/default/sessions", {"agent_id": f"rawx-{tag}"}, None)
-    sid, token = opened["session_id"], opened["session_token"]
-    acquire = f"/v1/ns/default/sessions/{sid}/acquire"
-    release = f"/v1/ns/default/sessions/{sid}/release"
-    intent = f"MUTATES FILE:/bench/{tag}"
-
-    def op() -> None:
-        d = post(acquire, {"intents": [intent], "wait": True}, token)
-        lease_id = d["leases"][0]["lease_id"]
-        post(release, {"lease_ids": [lease_id]}, token)
+    sid, token, op = _raw_pair(post, f"rawx-{tag}", tag)
 
     def close() -> None:
         http.request("DELETE", f"/v1/ns/default/sessions/{sid}", headers={"Klock-Session-Token": token})
