@@ -49,6 +49,8 @@ const IDLE_MS = 4000;
 const MAX_HEAD = 64 * 1024;
 /** The largest chunk-size or trailer line of a chunked answer. */
 const MAX_CHUNK_LINE = 4096;
+/** The most header lines an answer head may have. */
+const MAX_HEADERS = 100;
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /** What a header value may not hold (as node:http: controls but horizontal tab). */
@@ -118,6 +120,7 @@ class Transport {
   request(method, path, { headers, body, timeoutMs }) {
     return new Promise((resolve, reject) => {
       let head = null;
+      let timer; // set once the request can be sent
       const chunks = [];
       const x = this._exchange(method, path, headers, body, {
         onHead: (status, answerHeaders) => (head = { status, headers: answerHeaders }),
@@ -133,7 +136,7 @@ class Transport {
         },
       });
       if (x === null) return;
-      const timer = setTimeout(() => this._abandon(x, timeoutError(timeoutMs)), timeoutMs);
+      timer = setTimeout(() => this._abandon(x, timeoutError(timeoutMs)), timeoutMs);
       this._send(x);
     });
   }
@@ -208,15 +211,14 @@ class Transport {
       wire += `content-length: ${Buffer.byteLength(body)}\r\n\r\n`;
       bytes = NOT_ASCII.test(wire) ? Buffer.concat([Buffer.from(wire, 'latin1'), Buffer.from(body)]) : wire + body;
     }
-    return {
-      ...callbacks,
-      bytes,
-      head: method === 'HEAD',
-      safe: method === 'GET' || headers['idempotency-key'] !== undefined,
-      resent: false,
-      done: false,
-      connection: null,
-    };
+    const x = callbacks; // the caller's fresh object, made the exchange (no copy per request)
+    x.bytes = bytes;
+    x.head = method === 'HEAD';
+    x.safe = method === 'GET' || headers['idempotency-key'] !== undefined;
+    x.resent = false;
+    x.done = false;
+    x.connection = null;
+    return x;
   }
 
   /** Sends `x` on an idle connection (most recently used first), else on a new one. */
@@ -457,6 +459,7 @@ class Connection {
     if (code === 101) throw badAnswer('101 Switching Protocols (no upgrade was asked)');
     if (code < 200 && code >= 100) return; // an interim answer: the real one follows
     if (code < 100) throw badAnswer(`status ${code}`);
+    if (lines.length > MAX_HEADERS + 1) throw badAnswer(`over ${MAX_HEADERS} header lines`);
     const headers = {};
     for (let i = 1; i < lines.length; i++) {
       const line = lines[i];
@@ -479,8 +482,9 @@ class Connection {
         this.reuse = false;
       }
     } else if (length !== undefined) {
-      const values = new Set(length.split(',').map((v) => v.trim()));
-      const only = values.size === 1 ? [...values][0] : '';
+      // Repeated, the values must agree (RFC 9110 §8.6).
+      const values = length.includes(',') ? new Set(length.split(',').map((v) => v.trim())) : null;
+      const only = values === null ? length : values.size === 1 ? [...values][0] : '';
       if (!/^\d{1,15}$/.test(only)) throw badAnswer(`a Content-Length ${JSON.stringify(length.slice(0, 40))}`);
       this.left = Number(only);
       this.state = this.left === 0 ? 'done' : 'length';
