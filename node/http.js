@@ -476,6 +476,9 @@ class Connection {
     const length = headers['content-length'];
     if (x.head || code === 204 || code === 304) this.state = 'done';
     else if (coding !== undefined) {
+      // Both framings at once: the chunks frame the body, and the connection, which a
+      // smuggling middlebox may read otherwise, is not reused (RFC 9112 §6.3).
+      if (length !== undefined) this.reuse = false;
       if (/(^|,)\s*chunked\s*$/i.test(coding)) this.state = 'size';
       else {
         this.state = 'close';

@@ -125,11 +125,13 @@ test('a chunked answer split anywhere, with extensions and a trailer; the connec
   }
 });
 
-test('interim 1xx heads are skipped; Connection: close and a body read to the close end the connection', async () => {
+test('interim 1xx heads are skipped; Connection: close, a body read to the close and one framed both ways end the connection', async () => {
   const { url, state } = await rawServer({
     '/interim': (s) =>
       s.write(`HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n${ok('after')}`),
     '/close': (s) => s.write(ok('bye', 'connection: close\r\n')),
+    '/both': (s) =>
+      s.write('HTTP/1.1 200 OK\r\ncontent-length: 99\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n'),
     '/to-close': (s) => {
       s.write('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nall of ');
       setTimeout(() => s.end('it'), 20);
@@ -148,6 +150,9 @@ test('interim 1xx heads are skipped; Connection: close and a body read to the cl
     assert.equal((await get(t, '/to-close')).text, 'all of it');
     assert.equal((await get(t, '/interim')).text, 'after');
     assert.equal(state.connections, 3, 'a fresh connection after a body read to the close');
+    assert.equal((await get(t, '/both')).text, 'abc');
+    assert.equal((await get(t, '/interim')).text, 'after');
+    assert.equal(state.connections, 4, 'a fresh connection after an answer framed both ways');
   } finally {
     t.close();
   }
