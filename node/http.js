@@ -303,7 +303,14 @@ class Connection {
     this.exchange = null;
     this.dead = false;
     this.idleSince = 0;
+    // The answer's parse: what is read and not yet taken, where it stands ('head', 'length',
+    // 'close', 'size', 'chunk', 'chunk-end', 'trailer', 'done'), the bytes left of a body or
+    // chunk, whether a byte of it came, whether the connection may carry another request.
     this.buffer = null;
+    this.state = 'head';
+    this.left = 0;
+    this.received = false;
+    this.reuse = false;
     this.socket.on('data', (chunk) => this._data(chunk));
     this.socket.on('end', () => this._end());
     this.socket.on('error', (error) => this._lost(error));
@@ -312,7 +319,7 @@ class Connection {
 
   start(x) {
     this.exchange = x;
-    this.received = false; // a byte of this exchange's answer
+    this.received = false;
     this.state = 'head';
     this.buffer = null;
     this.socket.write(x.bytes);
