@@ -1,22 +1,33 @@
 'use strict';
-// The HTTP transport of the remote backend (remote.js): `node:http` / `node:https` with one
-// keep-alive Agent per client, so a call costs what the wire costs (the built-in `fetch` spent
-// 3-4x the CPU per request on its WHATWG Request/Response/streams layers; docs/DECISIONS.md).
+// The HTTP transport of the remote backend (remote.js): HTTP/1.1 framed by hand on `node:net` /
+// `node:tls` sockets, a pool of kept-alive connections per client, one request at a time on
+// each. A request is one write (head and body together) and its answer is parsed here: this
+// costs about half the CPU of `node:http` with a keep-alive Agent per request, whose
+// ClientRequest/IncomingMessage/Agent layers cost more than the wire (docs/DECISIONS.md).
 //
 // Contract
 // - `new Transport(url, { ca, verify })`: `url` an http:// or https:// URL (a path in it
 //   prefixes every request's); `ca` a PEM bundle to trust instead of the system's, `verify`
 //   false to accept any certificate (https only; as `tls.connect`'s `ca`/`rejectUnauthorized`).
-// - `request(method, path, { headers, body, timeoutMs })` sends one request and resolves with
-//   `{ status, headers, text }` (headers lower-cased, as Node gives them) once the whole answer
-//   is read, whatever its status: deciding what a status means is the caller's. It rejects with
-//   the Node error when no whole answer arrives (`code` ECONNREFUSED, ECONNRESET, a TLS
-//   certificate code, ...), or with an error named `TimeoutError` when the answer is not
-//   complete within `timeoutMs`.
+// - `request(method, path, { headers, body, timeoutMs })` sends one request (`headers` with
+//   lower-case names; `body` a string, sent as UTF-8 with its Content-Length) and resolves with
+//   `{ status, headers, text }` (answer header names lower-cased, repeated ones joined by ", ")
+//   once the whole answer is read, whatever its status: deciding what a status means is the
+//   caller's. It rejects with the socket's error when no whole answer arrives (`code`
+//   ECONNREFUSED, ECONNRESET, a TLS certificate code, ...), `ECONNRESET` when the connection
+//   closed before the answer's end, `ERR_BAD_ANSWER` when the answer is not HTTP/1.1 this
+//   client can read (a bad status line or header, a head over `MAX_HEAD` bytes, a bad
+//   Content-Length or chunk), or an error named `TimeoutError` when the answer is not complete
+//   within `timeoutMs`. A header name or value that cannot be sent (a CR, LF or other control
+//   character) rejects with a TypeError coded `ERR_INVALID_CHAR`, before anything is sent.
+// - Answers: a 1xx head (but 101) is skipped; the body is framed by `Transfer-Encoding:
+//   chunked`, else `Content-Length`, else it runs to the connection's close (HEAD, 204 and 304
+//   have none). A connection is reused after an answer unless the answer said `Connection:
+//   close`, was HTTP/1.0, ran to the close, or was followed by bytes nobody asked for.
 // - `stream(path, { headers, signal })` opens a long-lived GET (an event stream) and resolves
 //   on its answer's head with `{ status, headers, body, text() }`: `body` is the answer as an
-//   async iterable of Buffers, `text()` reads it whole. Aborting `signal` ends it (the body's
-//   iteration rejects).
+//   async iterable of Buffers, `text()` reads it whole. Aborting `signal` ends it (an error
+//   named `AbortError`: the promise rejects, or the body's iteration does).
 // - Neither retries, with one exception: a request that fails on a pooled connection before a
 //   single byte of answer came back (the server closed it while it sat idle, and the close
 //   crossed the request on the wire) is sent once more on a fresh connection, if resending is
@@ -25,26 +36,29 @@
 //   has given up on it (and a frozen server would get it twice).
 // - Connections are kept alive and reused, most recently used first; one left idle for
 //   `IDLE_MS` is closed by the client (before the server's idle timeout, 60 s by default), and
-//   an idle pooled connection never keeps the process alive. `close()` closes the idle ones
-//   and every one that becomes idle afterwards; what is in flight finishes.
+//   an idle pooled connection never keeps the process alive (one in use does, as a pending
+//   request would). `close()` closes the idle ones and every one that becomes idle
+//   afterwards; what is in flight finishes.
 
-const http = require('node:http');
-const https = require('node:https');
+const net = require('node:net');
+const tls = require('node:tls');
 
 /** How long an idle pooled connection is kept (undici's default; the server keeps 60 s). */
 const IDLE_MS = 4000;
+/** The largest answer head (status line and headers) read; more is a bad answer. */
+const MAX_HEAD = 64 * 1024;
+/** The largest chunk-size or trailer line of a chunked answer. */
+const MAX_CHUNK_LINE = 4096;
+/** The most header lines an answer head may have. */
+const MAX_HEADERS = 100;
 
-/** A keep-alive Agent that stops pooling once its client is closed. */
-function pooling(Agent, options) {
-  class Pool extends Agent {
-    keepSocketAlive(socket) {
-      return !this.closed && super.keepSocketAlive(socket);
-    }
-  }
-  const pool = new Pool({ keepAlive: true, timeout: IDLE_MS, ...options });
-  pool.closed = false;
-  return pool;
-}
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** What a header value may not hold (as node:http: controls but horizontal tab). */
+const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
+const NOT_ASCII = /[\x80-\xff]/;
+/** What a request path may not hold (as node:http: a space, a control, beyond Latin-1). */
+const INVALID_PATH = /[^\u0021-\u00ff]/;
+const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: .*)?$/;
 
 /** An answer whose connection closed before its end. */
 function cutShort() {
@@ -60,127 +74,493 @@ function timeoutError(ms) {
   return error;
 }
 
+function abortError() {
+  const error = new Error('the request was aborted');
+  error.name = 'AbortError';
+  error.code = 'ABORT_ERR';
+  return error;
+}
+
+function badAnswer(why) {
+  const error = new Error(`the answer is not HTTP/1.1 this client reads: ${why}`);
+  error.code = 'ERR_BAD_ANSWER';
+  return error;
+}
+
+function invalidHeader(name) {
+  const error = new TypeError(`header ${JSON.stringify(name)}: its name or value holds a character HTTP cannot carry`);
+  error.code = 'ERR_INVALID_CHAR';
+  return error;
+}
+
 class Transport {
   /**
    * @param {URL} url the server's URL (http: or https:)
-   * @param {{ ca?: Buffer, verify?: boolean }} [tls] trust `ca` instead of the system's CAs;
-   *   `verify: false` accepts any certificate
+   * @param {{ ca?: Buffer, verify?: boolean }} [options] trust `ca` instead of the system's
+   *   CAs; `verify: false` accepts any certificate
    */
   constructor(url, { ca, verify = true } = {}) {
-    const secure = url.protocol === 'https:';
-    this._module = secure ? https : http;
-    const tls = {};
-    if (secure && ca !== undefined) tls.ca = ca;
-    if (secure && !verify) tls.rejectUnauthorized = false;
-    this._agent = pooling(secure ? https.Agent : http.Agent, tls);
+    this._secure = url.protocol === 'https:';
     this._host = url.hostname.replace(/^\[(.*)\]$/, '$1'); // an IPv6 literal without brackets
-    this._port = url.port === '' ? (secure ? 443 : 80) : Number(url.port);
+    this._port = url.port === '' ? (this._secure ? 443 : 80) : Number(url.port);
+    this._hostHeader = url.host;
     this._prefix = url.pathname.replace(/\/+$/, '');
+    this._tls = {};
+    if (this._secure) {
+      if (net.isIP(this._host) === 0) this._tls.servername = this._host;
+      if (ca !== undefined) this._tls.ca = ca;
+      if (!verify) this._tls.rejectUnauthorized = false;
+    }
+    /** @type {Connection[]} idle connections, least recently used first */
+    this._idle = [];
+    this._sweep = null;
+    this._closed = false;
   }
 
   request(method, path, { headers, body, timeoutMs }) {
-    const safe = method === 'GET' || headers['idempotency-key'] !== undefined;
-    const sent = body === undefined ? headers : { ...headers, 'content-length': Buffer.byteLength(body) };
     return new Promise((resolve, reject) => {
-      let settled = false;
-      let current = null;
-      const settle = (error, answer) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        if (error === null) resolve(answer);
-        else reject(error);
-      };
-      const timer = setTimeout(() => {
-        const error = timeoutError(timeoutMs);
-        settle(error);
-        current?.destroy(error);
-      }, timeoutMs);
-      const onResponse = (res) => {
-        res.setEncoding('utf8');
-        let text = '';
-        res.on('data', (chunk) => (text += chunk));
-        res.once('end', () => settle(null, { status: res.statusCode, headers: res.headers, text }));
-        res.once('error', settle);
-        res.once('close', () => {
-          if (!res.complete) settle(cutShort());
-        });
-      };
-      try {
-        this._exchange({ method, path, headers: sent, body, safe }, (req) => (current = req), onResponse, settle);
-      } catch (error) {
-        settle(error); // a header Node refuses to send (ERR_INVALID_CHAR), thrown at once
-      }
+      let head = null;
+      let timer; // set once the request can be sent
+      const chunks = [];
+      const x = this._exchange(method, path, headers, body, {
+        onHead: (status, answerHeaders) => (head = { status, headers: answerHeaders }),
+        onData: (chunk) => chunks.push(chunk),
+        onEnd: () => {
+          clearTimeout(timer);
+          const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks).toString('utf8');
+          resolve({ status: head.status, headers: head.headers, text });
+        },
+        onError: (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      });
+      if (x === null) return;
+      timer = setTimeout(() => this._abandon(x, timeoutError(timeoutMs)), timeoutMs);
+      this._send(x);
     });
   }
 
   stream(path, { headers, signal }) {
     return new Promise((resolve, reject) => {
-      const onResponse = (res) => {
-        const text = async () => {
-          let all = '';
-          for await (const chunk of res) all += chunk;
-          return all;
-        };
-        resolve({ status: res.statusCode, headers: res.headers, body: res, text });
-      };
-      this._exchange({ method: 'GET', path, headers, signal, safe: true }, () => {}, onResponse, reject);
+      if (signal?.aborted) {
+        reject(abortError());
+        return;
+      }
+      let body = null;
+      const onAbort = () => this._abandon(x, abortError());
+      const x = this._exchange('GET', path, headers, undefined, {
+        onHead: (status, answerHeaders) => {
+          body = new Body();
+          resolve({ status, headers: answerHeaders, body, text: () => body.text() });
+        },
+        onData: (chunk) => body.push(chunk),
+        onEnd: () => {
+          signal?.removeEventListener('abort', onAbort);
+          body.end();
+        },
+        onError: (error) => {
+          signal?.removeEventListener('abort', onAbort);
+          if (body === null) reject(error);
+          else body.fail(error);
+        },
+      });
+      if (x === null) return;
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this._send(x);
     });
-  }
-
-  /**
-   * Sends a request (`onRequest(req)` with each one sent), then `onResponse(res)` on its
-   * answer's head, or `onError(error)` once. A failure on a pooled connection before any byte
-   * of answer is sent again, once, on a fresh connection when `safe`.
-   */
-  _exchange({ method, path, headers, body, signal, safe }, onRequest, onResponse, onError) {
-    const send = (resent) => {
-      const req = this._module.request({
-        host: this._host,
-        port: this._port,
-        path: this._prefix + path,
-        method,
-        headers,
-        agent: this._agent,
-        signal,
-      });
-      onRequest(req);
-      let readBefore = -1;
-      let done = false; // answered, failed or replaced: later errors of `req` are not news
-      req.once('socket', (socket) => {
-        readBefore = socket.bytesRead;
-      });
-      req.once('response', (res) => {
-        done = true;
-        onResponse(res);
-      });
-      // Stays on after the head: a late failure reaches the caller through the answer's body.
-      req.on('error', (error) => {
-        if (done) return;
-        done = true;
-        // A pooled connection the server had closed: nothing of the request was answered.
-        const stale = req.reusedSocket && readBefore >= 0 && req.socket?.bytesRead === readBefore;
-        if (stale && safe && !resent && error.name !== 'TimeoutError' && error.name !== 'AbortError') {
-          this._dropIdle();
-          send(true);
-        } else onError(error);
-      });
-      req.end(body);
-    };
-    send(false);
   }
 
   /** Closes the idle pooled connections, and from now on every connection once it is idle. */
   close() {
-    this._agent.closed = true;
+    this._closed = true;
     this._dropIdle();
   }
 
-  /** Closes the idle pooled connections (one was found closed by the server: so may the others). */
-  _dropIdle() {
-    for (const sockets of Object.values(this._agent.freeSockets)) {
-      for (const socket of sockets) socket.destroy();
+  // ---- inside ------------------------------------------------------------------------------
+
+  /**
+   * One exchange: the request's bytes and the caller's callbacks (each called at most once,
+   * but `onData`; `onError` after `onHead` for a failure mid-body). Null when the request
+   * cannot be written (the caller's `onError` has it).
+   */
+  _exchange(method, path, headers, body, callbacks) {
+    let wire = `${method} ${this._prefix}${path} HTTP/1.1\r\nhost: ${this._hostHeader}\r\n`;
+    for (const name in headers) {
+      const value = headers[name];
+      if (value === undefined) continue;
+      const text = String(value);
+      if (!TOKEN.test(name) || INVALID_VALUE.test(text)) {
+        callbacks.onError(invalidHeader(name));
+        return null;
+      }
+      wire += `${name}: ${text}\r\n`;
     }
+    if (INVALID_PATH.test(path)) {
+      callbacks.onError(
+        Object.assign(new TypeError(`path ${JSON.stringify(path)} holds a space or control character`), {
+          code: 'ERR_UNESCAPED_CHARACTERS',
+        }),
+      );
+      return null;
+    }
+    // Header bytes are Latin-1 (as node:http writes them), the body UTF-8.
+    let bytes;
+    if (body === undefined) bytes = NOT_ASCII.test(wire) ? Buffer.from(`${wire}\r\n`, 'latin1') : `${wire}\r\n`;
+    else {
+      wire += `content-length: ${Buffer.byteLength(body)}\r\n\r\n`;
+      bytes = NOT_ASCII.test(wire) ? Buffer.concat([Buffer.from(wire, 'latin1'), Buffer.from(body)]) : wire + body;
+    }
+    const x = callbacks; // the caller's fresh object, made the exchange (no copy per request)
+    x.bytes = bytes;
+    x.head = method === 'HEAD';
+    x.safe = method === 'GET' || headers['idempotency-key'] !== undefined;
+    x.resent = false;
+    x.done = false;
+    x.connection = null;
+    return x;
+  }
+
+  /** Sends `x` on an idle connection (most recently used first), else on a new one. */
+  _send(x) {
+    let connection = this._idle.pop();
+    while (connection !== undefined && connection.dead) connection = this._idle.pop();
+    if (connection === undefined) connection = new Connection(this);
+    else connection.socket.ref();
+    x.connection = connection;
+    connection.start(x);
+  }
+
+  /** `x` failed on its connection; `stale`: on a pooled one, before a byte of its answer. */
+  _failed(x, error, stale) {
+    if (x.done) return;
+    if (stale && x.safe && !x.resent) {
+      // The server closed the connection while it sat idle: so may it have the others.
+      x.resent = true;
+      this._dropIdle();
+      this._send(x);
+      return;
+    }
+    x.done = true;
+    x.onError(error);
+  }
+
+  /** The caller gave up on `x` (its time limit, its signal): never resent. */
+  _abandon(x, error) {
+    if (x.done) return;
+    x.done = true;
+    x.connection?.destroy();
+    x.onError(error);
+  }
+
+  /** A connection whose answer ended and which may carry another request. */
+  _release(connection) {
+    if (this._closed) {
+      connection.destroy();
+      return;
+    }
+    connection.socket.unref();
+    connection.idleSince = Date.now();
+    this._idle.push(connection);
+    this._arm();
+  }
+
+  /** Closes the connections idle for `IDLE_MS`, on an unref'd timer while any is idle. */
+  _arm() {
+    if (this._sweep !== null) return;
+    const next = this._idle.find((c) => !c.dead);
+    if (next === undefined) return;
+    const wait = Math.max(1, next.idleSince + IDLE_MS - Date.now());
+    this._sweep = setTimeout(() => {
+      this._sweep = null;
+      const now = Date.now();
+      while (this._idle.length > 0 && (this._idle[0].dead || now - this._idle[0].idleSince >= IDLE_MS)) {
+        this._idle.shift().destroy();
+      }
+      this._arm();
+    }, wait);
+    this._sweep.unref();
+  }
+
+  /** Closes the idle pooled connections. */
+  _dropIdle() {
+    for (const connection of this._idle.splice(0)) connection.destroy();
+  }
+}
+
+/** One connection: writes a request, parses its answer, one at a time. */
+class Connection {
+  constructor(transport) {
+    this.transport = transport;
+    const t = transport;
+    this.socket = t._secure
+      ? tls.connect({ host: t._host, port: t._port, ...t._tls })
+      : net.connect({ host: t._host, port: t._port });
+    this.socket.setNoDelay(true);
+    /** Answers read whole on this connection (a pooled one has one or more). */
+    this.answered = 0;
+    /** @type {object | null} the exchange in flight */
+    this.exchange = null;
+    this.dead = false;
+    this.idleSince = 0;
+    // The answer's parse: what is read and not yet taken, where it stands ('head', 'length',
+    // 'close', 'size', 'chunk', 'chunk-end', 'trailer', 'done'), the bytes left of a body or
+    // chunk, whether a byte of it came, whether the connection may carry another request.
+    this.buffer = null;
+    this.state = 'head';
+    this.left = 0;
+    this.received = false;
+    this.reuse = false;
+    this.socket.on('data', (chunk) => this._data(chunk));
+    this.socket.on('end', () => this._end());
+    this.socket.on('error', (error) => this._lost(error));
+    this.socket.on('close', () => this._lost(cutShort()));
+  }
+
+  start(x) {
+    this.exchange = x;
+    this.received = false;
+    this.state = 'head';
+    this.buffer = null;
+    this.socket.write(x.bytes);
+  }
+
+  destroy() {
+    this.dead = true;
+    this.exchange = null;
+    this.socket.destroy();
+  }
+
+  /** The connection failed or closed: its exchange (if any) fails with `error`. */
+  _lost(error) {
+    const x = this.exchange;
+    this.dead = true;
+    this.exchange = null;
+    this.socket.destroy();
+    if (x !== null) this.transport._failed(x, error, this.answered > 0 && !this.received);
+  }
+
+  /** The server closed its side: the end of an answer read to the close, else a failure. */
+  _end() {
+    if (this.exchange !== null && this.state === 'close') {
+      const x = this.exchange;
+      this.exchange = null;
+      this.dead = true;
+      this.socket.destroy();
+      x.done = true;
+      x.onEnd();
+      return;
+    }
+    this._lost(cutShort());
+  }
+
+  _data(chunk) {
+    const x = this.exchange;
+    if (x === null) {
+      this.destroy(); // bytes nobody asked for: the connection is not to be trusted
+      return;
+    }
+    this.received = true;
+    this.buffer = this.buffer === null ? chunk : Buffer.concat([this.buffer, chunk]);
+    try {
+      this._parse(x);
+    } catch (error) {
+      if (error.code !== 'ERR_BAD_ANSWER') throw error;
+      this._lost(error);
+    }
+  }
+
+  /** Reads what the buffer holds of `x`'s answer. */
+  _parse(x) {
+    for (;;) {
+      if (this.exchange !== x) return; // the caller gave up on it meanwhile
+      const buffer = this.buffer;
+      if (buffer === null || buffer.length === 0) {
+        if (this.state === 'done') this._finish(x);
+        return;
+      }
+      switch (this.state) {
+        case 'head': {
+          const end = buffer.indexOf('\r\n\r\n', 0, 'latin1');
+          if (end < 0) {
+            if (buffer.length > MAX_HEAD) throw badAnswer(`a head over ${MAX_HEAD} bytes`);
+            return;
+          }
+          if (end > MAX_HEAD) throw badAnswer(`a head over ${MAX_HEAD} bytes`);
+          this.buffer = buffer.subarray(end + 4);
+          this._head(x, buffer.toString('latin1', 0, end));
+          break;
+        }
+        case 'length': {
+          const n = Math.min(this.left, buffer.length);
+          x.onData(buffer.subarray(0, n));
+          this.buffer = buffer.subarray(n);
+          this.left -= n;
+          if (this.left === 0) this.state = 'done';
+          break;
+        }
+        case 'close':
+          x.onData(buffer);
+          this.buffer = null;
+          break;
+        case 'size': {
+          const line = this._line(buffer);
+          if (line === null) return;
+          const size = line.split(';', 1)[0].trim();
+          if (!/^[0-9a-fA-F]{1,12}$/.test(size)) throw badAnswer(`a chunk size ${JSON.stringify(size.slice(0, 40))}`);
+          this.left = parseInt(size, 16);
+          this.state = this.left === 0 ? 'trailer' : 'chunk';
+          break;
+        }
+        case 'chunk': {
+          const n = Math.min(this.left, buffer.length);
+          x.onData(buffer.subarray(0, n));
+          this.buffer = buffer.subarray(n);
+          this.left -= n;
+          if (this.left === 0) this.state = 'chunk-end';
+          break;
+        }
+        case 'chunk-end': {
+          const line = this._line(buffer);
+          if (line === null) return;
+          if (line !== '') throw badAnswer('a chunk longer than its size');
+          this.state = 'size';
+          break;
+        }
+        case 'trailer': {
+          const line = this._line(buffer);
+          if (line === null) return;
+          if (line === '') this.state = 'done';
+          break;
+        }
+        case 'done':
+          // More than the answer: bytes nobody asked for.
+          this.reuse = false;
+          this.buffer = null;
+          this._finish(x);
+          return;
+        default:
+          return;
+      }
+    }
+  }
+
+  /** A CRLF-ended line at the buffer's start (taken off it), or null until it is whole. */
+  _line(buffer) {
+    const end = buffer.indexOf('\r\n', 0, 'latin1');
+    if (end < 0) {
+      if (buffer.length > MAX_CHUNK_LINE) throw badAnswer(`a chunk line over ${MAX_CHUNK_LINE} bytes`);
+      return null;
+    }
+    if (end > MAX_CHUNK_LINE) throw badAnswer(`a chunk line over ${MAX_CHUNK_LINE} bytes`);
+    this.buffer = buffer.subarray(end + 2);
+    return buffer.toString('latin1', 0, end);
+  }
+
+  /** An answer head: a 1xx is skipped, else the body's framing is decided and `onHead` called. */
+  _head(x, text) {
+    const lines = text.split('\r\n');
+    const status = STATUS_LINE.exec(lines[0]);
+    if (status === null) throw badAnswer(`a status line ${JSON.stringify(lines[0].slice(0, 80))}`);
+    const code = Number(status[2]);
+    if (code === 101) throw badAnswer('101 Switching Protocols (no upgrade was asked)');
+    if (code < 200 && code >= 100) return; // an interim answer: the real one follows
+    if (code < 100) throw badAnswer(`status ${code}`);
+    if (lines.length > MAX_HEADERS + 1) throw badAnswer(`over ${MAX_HEADERS} header lines`);
+    const headers = {};
+    for (let i = 1; i < lines.length; i++) {
+      const line = lines[i];
+      const colon = line.indexOf(':');
+      const name = colon > 0 ? line.slice(0, colon) : '';
+      if (!TOKEN.test(name)) throw badAnswer(`a header line ${JSON.stringify(line.slice(0, 80))}`);
+      const key = name.toLowerCase();
+      const value = line.slice(colon + 1).trim();
+      headers[key] = headers[key] === undefined ? value : `${headers[key]}, ${value}`;
+    }
+    const connection = (headers.connection ?? '').toLowerCase();
+    this.reuse = status[1] === '1' && !/(^|,)\s*close\s*(,|$)/.test(connection);
+    const coding = headers['transfer-encoding'];
+    const length = headers['content-length'];
+    if (x.head || code === 204 || code === 304) this.state = 'done';
+    else if (coding !== undefined) {
+      // Both framings at once: the chunks frame the body, and the connection, which a
+      // smuggling middlebox may read otherwise, is not reused (RFC 9112 §6.3).
+      if (length !== undefined) this.reuse = false;
+      if (/(^|,)\s*chunked\s*$/i.test(coding)) this.state = 'size';
+      else {
+        this.state = 'close';
+        this.reuse = false;
+      }
+    } else if (length !== undefined) {
+      // Repeated, the values must agree (RFC 9110 §8.6).
+      const values = length.includes(',') ? new Set(length.split(',').map((v) => v.trim())) : null;
+      const only = values === null ? length : values.size === 1 ? [...values][0] : '';
+      if (!/^\d{1,15}$/.test(only)) throw badAnswer(`a Content-Length ${JSON.stringify(length.slice(0, 40))}`);
+      this.left = Number(only);
+      this.state = this.left === 0 ? 'done' : 'length';
+    } else {
+      this.state = 'close';
+      this.reuse = false;
+    }
+    x.onHead(code, headers);
+  }
+
+  /** The answer of `x` is whole: the caller has it; the connection is pooled or closed. */
+  _finish(x) {
+    this.exchange = null;
+    this.answered++;
+    x.done = true;
+    if (this.reuse && !this.dead && (this.buffer === null || this.buffer.length === 0)) {
+      this.buffer = null;
+      this.transport._release(this);
+    } else this.destroy();
+    x.onEnd();
+  }
+}
+
+/** A stream's body: an async iterable of the Buffers as they arrive, until its end or failure. */
+class Body {
+  constructor() {
+    this._chunks = [];
+    this._ended = false;
+    this._error = null;
+    this._wake = null;
+  }
+
+  push(chunk) {
+    this._chunks.push(chunk);
+    this._notify();
+  }
+
+  end() {
+    this._ended = true;
+    this._notify();
+  }
+
+  fail(error) {
+    this._error = error;
+    this._notify();
+  }
+
+  _notify() {
+    const wake = this._wake;
+    this._wake = null;
+    wake?.();
+  }
+
+  async *[Symbol.asyncIterator]() {
+    for (;;) {
+      if (this._chunks.length > 0) yield this._chunks.shift();
+      else if (this._error !== null) throw this._error;
+      else if (this._ended) return;
+      else await new Promise((resolve) => (this._wake = resolve));
+    }
+  }
+
+  async text() {
+    const chunks = [];
+    for await (const chunk of this) chunks.push(chunk);
+    return Buffer.concat(chunks).toString('utf8');
   }
 }
 

@@ -84,7 +84,17 @@ const REQUEST_TIMEOUT_MS = 10_000;
 /** A 429 or 503: the server is reachable but did not take the request ("busy server"). */
 const BUSY = new Set([429, 503]);
 
-const camelKey = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+/** snake_case -> camelCase, remembered: the server's answers use a few dozen keys, over and over. */
+const camelKeys = new Map();
+const CAMEL_KEYS_KEPT = 1000; // keys that are data (a map's), not field names, are not kept past this
+function camelKey(key) {
+  let camelCased = camelKeys.get(key);
+  if (camelCased === undefined) {
+    camelCased = key.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+    if (camelKeys.size < CAMEL_KEYS_KEPT) camelKeys.set(key, camelCased);
+  }
+  return camelCased;
+}
 
 /** The server's snake_case JSON as the in-process kernel's camelCase objects. */
 function camel(value) {

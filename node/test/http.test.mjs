@@ -172,3 +172,36 @@ test('a process whose client is closed exits on its own, before an idle connecti
   // An idle pooled connection is closed after 4 s: one that kept the process alive would show.
   assert.ok(Date.now() - closedAt < 3000, `exited ${Date.now() - closedAt} ms after close()`);
 });
+
+test('close() with a request in flight: the request finishes, then its connection is closed', async () => {
+  const { link } = await serverAndLink();
+  const t = new Transport(new URL(link.url));
+  const pending = t.request('GET', '/v1/ns/default/stats', { headers: {}, timeoutMs: 5000 });
+  t.close();
+  assert.equal((await within(5000, pending, 'the request')).status, 200);
+  // Closed at once, not by the idle timer (4 s).
+  await eventually(2000, () => link.open().length === 0, `no connection open (${link.open().join('; ')})`);
+});
+
+test('an idle pooled connection does not keep the process alive, even unclosed', async () => {
+  const { link } = await serverAndLink();
+  const program = `
+    const { Transport } = require(${JSON.stringify(require.resolve('../http.js'))});
+    const t = new Transport(new URL(${JSON.stringify(link.url)}));
+    t.request('GET', '/v1/ns/default/stats', { headers: {}, timeoutMs: 5000 }).then(
+      (answer) => console.log('answered', answer.status),
+      (e) => { console.error(e); process.exit(1); },
+    );`;
+  const child = spawn(process.execPath, ['-e', program], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let answeredAt = null;
+  child.stdout.on('data', (d) => {
+    if (String(d).includes('answered 200')) answeredAt = Date.now();
+  });
+  const code = await within(20_000, new Promise((resolve) => child.once('exit', resolve)), 'the child').finally(() =>
+    child.kill(),
+  );
+  assert.equal(code, 0);
+  assert.ok(answeredAt !== null);
+  // The client closes an idle connection after 4 s: one that kept the process alive would show.
+  assert.ok(Date.now() - answeredAt < 3000, `exited ${Date.now() - answeredAt} ms after the answer`);
+});
