@@ -36,6 +36,7 @@ __all__ = [
     "StateError",
     "QuotaExceeded",
     "parse_intent",
+    "after_setback",
     "ERROR_CODES",
     "PREDICATES",
     "EVENT_KINDS",
