@@ -13,9 +13,10 @@
 //   lower-case names; `body` a string, sent as UTF-8 with its Content-Length) and resolves with
 //   `{ status, headers, text }` (answer header names lower-cased, repeated ones joined by ", ")
 //   once the whole answer is read, whatever its status: deciding what a status means is the
-//   caller's. It rejects with the socket's error when no whole answer arrives (`code`
-//   ECONNREFUSED, ECONNRESET, a TLS certificate code, ...), `ECONNRESET` when the connection
-//   closed before the answer's end, `ERR_BAD_ANSWER` when the answer is not HTTP/1.1 this
+//   caller's. A body over `MAX_BODY` bytes (declared, or as it arrives) is `ERR_BAD_ANSWER`.
+//   It rejects with the socket's error when no whole answer arrives (`code` ECONNREFUSED,
+//   ECONNRESET, a TLS certificate code, ...), `ECONNRESET` when the connection closed before
+//   the answer's end, `ERR_BAD_ANSWER` when the answer is not HTTP/1.1 this
 //   client can read (a bad status line or header, a head over `MAX_HEAD` bytes, a bad
 //   Content-Length or chunk), or an error named `TimeoutError` when the answer is not complete
 //   within `timeoutMs`. A header name or value that cannot be sent (a CR, LF or other control
@@ -26,7 +27,9 @@
 //   close`, was HTTP/1.0, ran to the close, or was followed by bytes nobody asked for.
 // - `stream(path, { headers, signal })` opens a long-lived GET (an event stream) and resolves
 //   on its answer's head with `{ status, headers, body, text() }`: `body` is the answer as an
-//   async iterable of Buffers, `text()` reads it whole. Aborting `signal` ends it (an error
+//   async iterable of Buffers, `text()` reads it whole. While more than `STREAM_HIGH_WATER`
+//   bytes of it wait unread, the socket is paused (the server's writes then wait on TCP), so a
+//   slow reader holds a bounded amount of it in memory. Aborting `signal` ends it (an error
 //   named `AbortError`: the promise rejects, or the body's iteration does).
 // - Neither retries, with one exception: a request that fails on a pooled connection before a
 //   single byte of answer came back (the server closed it while it sat idle, and the close
@@ -51,6 +54,14 @@ const MAX_HEAD = 64 * 1024;
 const MAX_CHUNK_LINE = 4096;
 /** The most header lines an answer head may have. */
 const MAX_HEADERS = 100;
+/**
+ * The largest body of a request's answer. `klock serve`'s largest answers (a namespace's state,
+ * an events batch of about 1 MiB) are far below it; a server (or something posing as one) that
+ * declares or sends more cannot make the client hold it.
+ */
+const MAX_BODY = 64 * 1024 * 1024;
+/** Unread bytes of a stream's body above which its socket is paused. */
+const STREAM_HIGH_WATER = 1024 * 1024;
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /** What a header value may not hold (as node:http: controls but horizontal tab). */
@@ -122,9 +133,18 @@ class Transport {
       let head = null;
       let timer; // set once the request can be sent
       const chunks = [];
+      let size = 0;
       const x = this._exchange(method, path, headers, body, {
-        onHead: (status, answerHeaders) => (head = { status, headers: answerHeaders }),
-        onData: (chunk) => chunks.push(chunk),
+        onHead: (status, answerHeaders) => {
+          head = { status, headers: answerHeaders };
+          const declared = Number(answerHeaders['content-length'] ?? 0);
+          if (declared > MAX_BODY) this._abandon(x, badAnswer(`a body of ${declared} bytes, over ${MAX_BODY}`));
+        },
+        onData: (chunk) => {
+          size += chunk.length;
+          if (size > MAX_BODY) this._abandon(x, badAnswer(`a body of over ${MAX_BODY} bytes`));
+          else chunks.push(chunk);
+        },
         onEnd: () => {
           clearTimeout(timer);
           const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks).toString('utf8');
@@ -151,7 +171,11 @@ class Transport {
       const onAbort = () => this._abandon(x, abortError());
       const x = this._exchange('GET', path, headers, undefined, {
         onHead: (status, answerHeaders) => {
-          body = new Body();
+          const socket = () => x.connection?.socket;
+          body = new Body(
+            () => socket()?.pause(),
+            () => socket()?.resume(),
+          );
           resolve({ status, headers: answerHeaders, body, text: () => body.text() });
         },
         onData: (chunk) => body.push(chunk),
@@ -520,8 +544,13 @@ class Connection {
 
 /** A stream's body: an async iterable of the Buffers as they arrive, until its end or failure. */
 class Body {
-  constructor() {
+  /** `pause` and `resume` stop and restart the socket's reads (backpressure). */
+  constructor(pause, resume) {
     this._chunks = [];
+    this._unread = 0;
+    this._paused = false;
+    this._pause = pause;
+    this._resume = resume;
     this._ended = false;
     this._error = null;
     this._wake = null;
@@ -529,7 +558,23 @@ class Body {
 
   push(chunk) {
     this._chunks.push(chunk);
+    this._unread += chunk.length;
+    if (!this._paused && this._unread > STREAM_HIGH_WATER) {
+      this._paused = true;
+      this._pause();
+    }
     this._notify();
+  }
+
+  /** The next unread chunk, resuming the socket once what waits is under the high water. */
+  _take() {
+    const chunk = this._chunks.shift();
+    this._unread -= chunk.length;
+    if (this._paused && this._unread <= STREAM_HIGH_WATER) {
+      this._paused = false;
+      this._resume();
+    }
+    return chunk;
   }
 
   end() {
@@ -550,7 +595,7 @@ class Body {
 
   async *[Symbol.asyncIterator]() {
     for (;;) {
-      if (this._chunks.length > 0) yield this._chunks.shift();
+      if (this._chunks.length > 0) yield this._take();
       else if (this._error !== null) throw this._error;
       else if (this._ended) return;
       else await new Promise((resolve) => (this._wake = resolve));
@@ -564,4 +609,4 @@ class Body {
   }
 }
 
-module.exports = { Transport };
+module.exports = { Transport, MAX_BODY, STREAM_HIGH_WATER };

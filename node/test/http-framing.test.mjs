@@ -5,7 +5,8 @@
 // when the answer allows it; a bad answer (status line, header, Content-Length, chunk size,
 // a head too large) is `ERR_BAD_ANSWER` and never resent; an answer cut short is ECONNRESET; a
 // header that cannot be sent is refused before anything goes out; an event stream's body
-// arrives as it is written and its signal ends it. Every test is bounded (node --test-timeout,
+// arrives as it is written and its signal ends it, and pauses its socket while too much of it
+// waits unread; a body over the transport's bound is refused. Every test is bounded (node --test-timeout,
 // and `within` here).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -87,7 +88,11 @@ test('a request is one write, head and body; answers by Content-Length share one
     const body = JSON.stringify({ name: 'é' });
     const answer = await within(
       5000,
-      t.request('POST', '/a', { headers: { 'content-type': 'application/json', 'x-k': 'v' }, body, timeoutMs: 5000 }),
+      t.request('POST', '/a', {
+        headers: { 'content-type': 'application/json', 'x-k': 'v' },
+        body,
+        timeoutMs: 5000,
+      }),
       'the POST',
     );
     assert.equal(answer.status, 200);
@@ -231,12 +236,100 @@ test('an event stream: its body arrives as written, in chunks; its signal ends i
     await new Promise((resolve) => setTimeout(resolve, 20));
     assert.deepEqual(seen, ['data:1']);
     stream.write('6\r\ndata:2\r\n');
-    await assert.rejects(within(5000, reading, 'the reader'), { name: 'AbortError' });
+    await assert.rejects(within(5000, reading, 'the reader'), {
+      name: 'AbortError',
+    });
     assert.deepEqual(seen, ['data:1', 'data:2']);
     const aborted = new AbortController();
     aborted.abort();
     await assert.rejects(t.stream('/events', { headers: {}, signal: aborted.signal }), { name: 'AbortError' });
   } finally {
+    t.close();
+  }
+});
+
+test('a body over MAX_BODY is ERR_BAD_ANSWER: declared, chunked or read to the close; one at the bound is whole', async () => {
+  const { MAX_BODY } = require('../http.js');
+  const piece = Buffer.alloc(1024 * 1024, 0x61);
+  /** Writes `n` bytes of `a` (a chunk of each MiB when `chunked`), waiting on the socket's drain. */
+  const pour = async (s, n, chunked) => {
+    for (let left = n; left > 0 && !s.destroyed; left -= piece.length) {
+      const part = piece.subarray(0, Math.min(left, piece.length));
+      const wire = chunked
+        ? Buffer.concat([Buffer.from(`${part.length.toString(16)}\r\n`), part, Buffer.from('\r\n')])
+        : part;
+      if (!s.write(wire)) await new Promise((resolve) => s.once('drain', resolve).once('close', resolve));
+    }
+    if (chunked && !s.destroyed) s.write('0\r\n\r\n');
+  };
+  const { url } = await rawServer({
+    '/declared': (s) => s.write(`HTTP/1.1 200 OK\r\ncontent-length: 1000000000000\r\n\r\nxx`),
+    '/chunked': (s) => {
+      s.write('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n');
+      pour(s, MAX_BODY + 1, true);
+    },
+    '/to-close': (s) => {
+      s.write('HTTP/1.1 200 OK\r\n\r\n');
+      pour(s, MAX_BODY + 1, false).then(() => s.end());
+    },
+    '/at-bound': (s) => {
+      s.write(`HTTP/1.1 200 OK\r\ncontent-length: ${MAX_BODY}\r\n\r\n`);
+      pour(s, MAX_BODY, false);
+    },
+  });
+  const t = new Transport(url);
+  try {
+    for (const path of ['/declared', '/chunked', '/to-close']) {
+      await assert.rejects(get(t, path), (e) => e.code === 'ERR_BAD_ANSWER' && /over 67108864/.test(e.message), path);
+    }
+    assert.equal((await get(t, '/at-bound')).text.length, MAX_BODY);
+  } finally {
+    t.close();
+  }
+});
+
+test("a stream's unread body pauses its socket past the high water, and resumes once read", async () => {
+  const { STREAM_HIGH_WATER } = require('../http.js');
+  let written = 0;
+  let stream = null;
+  const piece = Buffer.alloc(64 * 1024, 0x62);
+  const { url } = await rawServer({
+    '/events': (s) => {
+      stream = s;
+      s.write('HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n');
+      // Writes as fast as the socket takes them: bounded only by the reader's pauses.
+      const more = () => {
+        while (!s.destroyed && written < 64 * STREAM_HIGH_WATER) {
+          written += piece.length;
+          if (!s.write(piece)) {
+            s.once('drain', more);
+            return;
+          }
+        }
+      };
+      more();
+    },
+  });
+  const t = new Transport(url);
+  const stop = new AbortController();
+  try {
+    const answer = await within(5000, t.stream('/events', { headers: {}, signal: stop.signal }), 'the stream');
+    // Nobody reads: what the client holds stays near the high water (plus what TCP buffers),
+    // far below what the server would write if it were not held back.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const stalled = written;
+    assert.ok(answer.body._unread <= STREAM_HIGH_WATER + piece.length, `unread ${answer.body._unread}`);
+    assert.ok(stalled < 32 * STREAM_HIGH_WATER, `the server wrote ${stalled} bytes to an unread stream`);
+    // Reading drains it, and the socket resumes: more of the stream arrives.
+    let read = 0;
+    for await (const chunk of answer.body) {
+      read += chunk.length;
+      if (read > stalled + 4 * STREAM_HIGH_WATER) break;
+    }
+    assert.ok(written > stalled, 'the server wrote more once the reader read');
+  } finally {
+    stop.abort();
+    stream?.destroy();
     t.close();
   }
 });

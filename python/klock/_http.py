@@ -14,7 +14,9 @@ Contract
   held back by Nagle's algorithm waits for a delayed ACK); the answer's status line and
   headers are read by hand (``Content-Length``, ``Transfer-Encoding: chunked``, or to the end
   of the connection; ``Connection: close``; 1xx skipped), at most :data:`MAX_LINE` bytes a
-  line and :data:`MAX_HEADERS` headers. ``http.client`` did the same at several times the
+  line, :data:`MAX_HEADERS` headers and :data:`MAX_BODY` bytes of body (a larger answer is
+  refused by its declared length or chunk size before it is read, or once that many bytes have
+  come). ``http.client`` did the same at several times the
   cost (docs/DECISIONS.md, "Issue 27 item 3"). An answer that is not HTTP/1.x is a
   :class:`TransportError`.
 * **Pool.** A connection carries one request at a time: a request takes the most recently
@@ -58,6 +60,7 @@ from urllib.parse import urlencode, urlsplit
 
 __all__ = [
     "IDLE_S",
+    "MAX_BODY",
     "MAX_HEADERS",
     "MAX_IDLE",
     "MAX_LINE",
@@ -76,6 +79,10 @@ IDLE_S = 5.0
 MAX_LINE = 65536
 #: The most headers an answer may have.
 MAX_HEADERS = 100
+#: The largest body of an answer (bytes). ``klock serve``'s largest answers, a namespace's
+#: state or an events batch (about 1 MiB at most), are far below it; a server (or something
+#: posing as one) that declares or sends more cannot make the client allocate it.
+MAX_BODY = 64 << 20
 
 # What a connection the server closed fails with, on the send or while waiting for the first
 # byte of the answer.
@@ -408,9 +415,14 @@ def _read_answer(reader: io.BufferedReader, method: str) -> tuple[int, dict[str,
         return status, headers, _read_chunked(reader), keep
     length = headers.get("content-length")
     if length is None:
-        return status, headers, reader.read(), False  # to the end of the connection
+        body = reader.read(MAX_BODY + 1)  # to the end of the connection
+        if len(body) > MAX_BODY:
+            raise _BadAnswer(f"a body of more than {MAX_BODY} bytes")
+        return status, headers, body, False
     if not _DECIMAL.fullmatch(length):
         raise _BadAnswer(f"Content-Length {length!r}")
+    if int(length) > MAX_BODY:
+        raise _BadAnswer(f"a body of {length} bytes, more than {MAX_BODY}")
     body = reader.read(int(length))
     if len(body) != int(length):
         raise _BadAnswer(f"the connection ended after {len(body)} of {length} bytes of the body")
@@ -419,11 +431,15 @@ def _read_answer(reader: io.BufferedReader, method: str) -> tuple[int, dict[str,
 
 def _read_chunked(reader: io.BufferedReader) -> bytes:
     parts: list[bytes] = []
+    total = 0
     while True:
         size_field = _line(reader).split(b";", 1)[0].strip()
         if not _HEX.fullmatch(size_field):
             raise _BadAnswer(f"chunk size {size_field[:40]!r}")
         size = int(size_field, 16)
+        total += size
+        if total > MAX_BODY:
+            raise _BadAnswer(f"chunks of more than {MAX_BODY} bytes")
         if size == 0:
             while _line(reader) not in (b"\r\n", b"\n"):
                 pass  # trailers: none that matter here

@@ -2,7 +2,8 @@
 server of the test's own that answers each request with bytes the test wrote, for the answers
 ``klock serve`` does not send on its own: chunked bodies, bodies to the end of the connection,
 ``Connection: close``, HTTP/1.0, an interim 1xx, HEAD and 204, and malformed or cut answers
-(a clear TransportError, never a hang or a wrong body). Also: a request is one write (head and
+(a clear TransportError, never a hang or a wrong body), and bodies over the bound
+(refused by their declared size, or once that much came). Also: a request is one write (head and
 body together), and a header that would split the request is refused before anything is
 sent. Every test is bounded in time (the sockets time out)."""
 
@@ -214,4 +215,47 @@ def test_headers_that_would_split_the_request_are_refused_before_sending(
         _http.Transport(server.url, {"Authorization": "Bearer \u0442\u043e\u043a"})
     assert t.request("GET", "/ok", timeout=5).content == b"ok"
     assert len(server.requests) == 1
+    t.close()
+
+
+def test_a_body_larger_than_the_bound_is_refused_before_it_is_read(
+    canned: list[Canned],
+) -> None:
+    # Declared: refused on the head alone (nothing of the terabyte is read or allocated).
+    server, t = _serve(
+        canned,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\nxx",
+        None,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffff\r\nxx",
+        None,
+        OK,
+    )
+    for why in ("a body of 1000000000000 bytes", "chunks of more than"):
+        with pytest.raises(_http.TransportError, match=why):
+            t.request("GET", "/a", timeout=5)
+    assert t.request("GET", "/b", timeout=5).content == b"ok"
+    assert server.accepted == 3
+    t.close()
+
+
+def test_a_body_that_grows_past_the_bound_is_refused(
+    canned: list[Canned], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small chunks, or a body to the end of the connection, that add up to more than the bound
+    # (lowered here, so that the test sends kilobytes, not 64 MiB).
+    monkeypatch.setattr(_http, "MAX_BODY", 1000)
+    chunk = b"1f4\r\n" + b"a" * 500 + b"\r\n"
+    server, t = _serve(
+        canned,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 3 + b"0\r\n\r\n",
+        None,
+        b"HTTP/1.1 200 OK\r\n\r\n" + b"b" * 1001,
+        None,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"c" * 1000,
+    )
+    with pytest.raises(_http.TransportError, match="chunks of more than 1000 bytes"):
+        t.request("GET", "/a", timeout=5)
+    with pytest.raises(_http.TransportError, match="a body of more than 1000 bytes"):
+        t.request("GET", "/b", timeout=5)
+    assert t.request("GET", "/c", timeout=5).content == b"c" * 1000  # at the bound: whole
     t.close()
