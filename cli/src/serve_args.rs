@@ -86,8 +86,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
                        (refused otherwise): the history after its last snapshot is lost,
                        but fences and server time still never go back
   --max-sessions-per-token N, --max-sessions-per-namespace N
-                       open sessions at once per bearer token (default 1000) and per
-                       namespace (default 10000); an open over either is 429
+                       open sessions at once per bearer token and per namespace (default
+                       10000 each); an open over either is 429
   --idempotency-bytes N
                        bytes of remembered idempotency answers (default 67108864); past it
                        the oldest answers are dropped and their retries are 409

@@ -127,7 +127,7 @@ impl WorkLimits {
 }
 
 /// Open sessions per bearer token at most, by default (`--max-sessions-per-token`).
-pub const DEFAULT_SESSIONS_PER_TOKEN: u32 = 1_000;
+pub const DEFAULT_SESSIONS_PER_TOKEN: u32 = 10_000;
 /// Open sessions per namespace at most, by default (`--max-sessions-per-namespace`).
 pub const DEFAULT_SESSIONS_PER_NAMESPACE: u32 = 10_000;
 
