@@ -45,7 +45,9 @@ def test_two_thousand_sessions_behind_one_token_hold_and_renew_their_leases(
                 blocks = []
                 for i in range(SESSIONS):
                     s = k.session(f"agent-{i}")
-                    blocks.append(held.enter_context(s.lease(f"MUTATES FILE:/fleet/{i}", ttl=TTL_S)))
+                    blocks.append(
+                        held.enter_context(s.lease(f"MUTATES FILE:/fleet/{i}", ttl=TTL_S))
+                    )
                 first = [b.expires_at for b in blocks]
                 _, metrics = call("GET", f"{server.url}/metrics", headers=auth)
                 assert _gauge(metrics, "klock_active_sessions") == SESSIONS
