@@ -28,6 +28,7 @@ class Canned:
         self.answers = list(answers)
         self.requests: list[bytes] = []
         self.accepted = 0
+        self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(10)
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
@@ -52,16 +53,22 @@ class Canned:
                     return
                 if not first:
                     return
-                self.requests.append(first)
-                answer = self.answers.pop(0)
+                with self._lock:
+                    # The answer and whether it ends the connection are taken together: the
+                    # client's next request, on a new connection, may arrive while this one
+                    # is still being sent, and must not take the end meant for this one.
+                    self.requests.append(first)
+                    answer = self.answers.pop(0)
+                    ends = bool(self.answers) and self.answers[0] is None
+                    if ends:
+                        self.answers.pop(0)
                 if answer is None:
                     return  # close without answering
                 try:
                     conn.sendall(answer)
                 except OSError:
                     pass  # the client gave up on a long answer
-                if self.answers and self.answers[0] is None:
-                    self.answers.pop(0)
+                if ends:
                     return  # the answer ends the connection
 
     def close(self) -> None:
