@@ -492,6 +492,33 @@ class Klock:
             else:
                 self._arm_at_locked(retry_at)
 
+    def _heartbeat_while_retrying(self, session: int | None) -> None:
+        """A backend call is pausing between two attempts (a retry): if it holds the lock, send
+        the heartbeats due now, which the timer cannot while the call holds it. ``session``:
+        the session whose leases the call releases (a release, a close), if any: its blocks
+        are skipped (due again at once, so the timer sends them when the call ends), since a
+        renewal racing the release would report lost a lease released on purpose. No other
+        call ends a lease of its own session, and none ends another session's. Not
+        re-entered: a heartbeat that itself retries (here or in the timer) only waits."""
+        if self._firing or self._closed or not self._lock._is_owned():  # type: ignore[attr-defined]
+            return
+        self._firing = True  # no re-arming meanwhile, and no nesting from the beats' retries
+        skipped: list[Lease] = []
+        now = self._last_now
+        try:
+            now = self.now()
+            while (due := self._ledger.pop_due(now)) is not None:
+                block, ids = due
+                if block.session.session_id == session:
+                    skipped.append(block)
+                else:
+                    self._heartbeat_locked(block, now, ids)
+        finally:
+            for block in skipped:
+                self._ledger.schedule(block, now)
+            self._firing = False
+        self._arm_locked()
+
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One kernel call at the current time, with its events routed."""
         with self._lock:

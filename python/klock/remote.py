@@ -412,10 +412,12 @@ class RemoteKernel:
         mutating: bool = False,
         give_up_at: int | None = None,
         once: bool = False,
+        ends_leases: bool = False,
     ) -> Any:
         """One logical request, retried on connection failures within the reconnect budget
         (or until the Klock's clock reaches ``give_up_at``: then ``None`` is returned; or not
-        at all with ``once``)."""
+        at all with ``once``). ``ends_leases``: the request releases leases of ``session`` (a
+        release, a close), whose heartbeats therefore wait for it to end."""
         if self._closed and method != "GET":
             raise Closed("this Klock is closed")
         headers: dict[str, str] = {}
@@ -510,8 +512,20 @@ class RemoteKernel:
                 ) from None
             if give_up_at is not None and self._now() >= give_up_at:
                 return None
-            time.sleep(pause)
+            self._pause_between_attempts(session if ends_leases else None, pause)
             pause = min(pause * 2, _BACKOFF_MAX_S)
+
+    def _pause_between_attempts(self, session: int | None, pause: float) -> None:
+        """Waits ``pause`` seconds before a call's next attempt, first sending the heartbeats
+        that fall due (the rule "retries do not starve heartbeats"): the caller holds the
+        Klock's lock, which the timer sending them waits for, so without this one call retried
+        for its whole budget would lose every lease the Klock holds. ``session``: the session
+        whose leases the call releases, if any; its blocks wait for the call to end."""
+        ends = time.monotonic() + pause
+        klock = self._klock()
+        if klock is not None:
+            klock._heartbeat_while_retrying(session)
+        time.sleep(max(0.0, ends - time.monotonic()))
 
     def _answer(self, response: Response, session: int | None = None) -> Any:
         """A response as its JSON, or the error it carries (``session``: the session whose
@@ -595,7 +609,9 @@ class RemoteKernel:
         return info
 
     def close_session(self, session: int, now: int) -> None:
-        self._request("DELETE", self._path(session), session=session, now=now, mutating=True)
+        self._request(
+            "DELETE", self._path(session), session=session, now=now, mutating=True, ends_leases=True
+        )
         self._forget_session(session)
 
     def _forget_session(self, session: int) -> None:
@@ -751,6 +767,7 @@ class RemoteKernel:
             body={"lease_ids": [lease]},
             now=now,
             mutating=True,
+            ends_leases=True,
         )
         with self._state_lock:
             self._local.pop(lease, None)
@@ -764,6 +781,7 @@ class RemoteKernel:
             body={"all": True},
             now=now,
             mutating=True,
+            ends_leases=True,
         )
         with self._state_lock:
             for lease_id in [i for i, rec in self._local.items() if rec.session == session]:

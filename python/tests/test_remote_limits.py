@@ -164,6 +164,38 @@ def test_too_many_waits_is_asked_again_once_a_slot_frees(tmp_path: pathlib.Path)
         server.stop()
 
 
+def test_a_call_retrying_a_429_does_not_starve_other_sessions_heartbeats(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A token of one session: a second open meets TOO_MANY_SESSIONS (429) and is asked again
+    for its whole budget (6 s), holding the client's lock. Meanwhile the first session's 3 s
+    lease falls due for renewal twice over: the retrying call sends the heartbeats due between
+    its attempts, so the lease is still held when the open gives up, and renewed."""
+    tokens = tmp_path / "tokens.json"
+    grant = {
+        "name": "one",
+        "sha256": hashlib.sha256(b"secret").hexdigest(),
+        "role": "agent",
+        "namespaces": ["*"],
+    }
+    tokens.write_text(json.dumps({"tokens": [grant]}))
+    server = Server("--memory", "--tokens", str(tokens), "--max-sessions-per-token", "1")
+    try:
+        with klock.connect(server.url, token="secret", reconnect_timeout=6) as k:
+            s = k.session("holder")
+            with s.lease("MUTATES FILE:/kept", ttl=3) as block:
+                granted_until = block.expires_at
+                started = time.monotonic()
+                with pytest.raises(klock.KlockError) as refused:
+                    k.session("second")
+                assert refused.value.name == "TOO_MANY_SESSIONS", refused.value
+                assert time.monotonic() - started > 3  # the retries outlasted the lease's TTL
+                assert block.held and not block.lost
+                assert block.expires_at > granted_until
+    finally:
+        server.stop()
+
+
 class _BusyOnce(http.server.BaseHTTPRequestHandler):
     """A stand-in for a server that sends ``Retry-After`` (klock serve may not): the first
     version request is a 429 asking for a 1 s pause, the rest are answered."""
