@@ -31,7 +31,10 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   klock serve at URL: what failed"). *Busy server*: a 429 (``RATE_LIMITED``,
   ``TOO_MANY_WAITS``: refused before it did anything) or a 503 is asked again after the
   server's ``Retry-After`` (delta-seconds), else the backoff, within the same budget; past it
-  a 429 raises the server's error, a 503 :class:`~klock.Unreachable`. When the event
+  a 429 raises the server's error, a 503 :class:`~klock.Unreachable`. *Retries do not starve
+  heartbeats*: a call holds the Klock's lock while it retries, so each pause between its
+  attempts first sends the heartbeats due (but those of a session whose leases the call
+  releases). When the event
   reader reaches the server again it re-polls the open tickets (a restart may have dropped
   their events; a ticket whose outcome the server no longer has is asked again, which reuses
   a lease granted meanwhile) and has every held block renewed at once; the server restored
