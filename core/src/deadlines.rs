@@ -45,7 +45,7 @@ pub(crate) const NEVER: u64 = u64::MAX;
 const TAIL: usize = 32;
 
 /// The pending deadlines of one kind, ordered by `(time, id)`.
-/// Also the friendly clients' heartbeat schedule (`crate::ledger`).
+/// Also the friendly clients' heartbeat schedule (`crate::client::Ledger`).
 #[derive(Clone, Default)]
 pub(crate) struct Lane {
     /// Every entry not in `tail`.

@@ -44,7 +44,6 @@ mod config;
 mod deadlines;
 mod error;
 mod kernel;
-mod ledger;
 mod predicate;
 mod resource;
 mod stats;
@@ -52,6 +51,7 @@ mod tree;
 mod types;
 
 pub use backoff::{retry_after_ms, Jitter};
+pub use client::{renew_at, BlockId, HeldLease, Ledger};
 pub use command::{Command, Output, Replayed};
 pub use config::{Config, Policy};
 pub use error::{Error, ErrorCode};
@@ -61,7 +61,6 @@ pub use kernel::{
     Kernel, KernelState, LeaseState, SessionState, SessionView, Snapshot, StateError,
     TicketIntentState, TicketState, TicketView, ENDED_MEMORY_PER_SESSION, STATE_VERSION,
 };
-pub use ledger::{renew_at, BlockId, HeldLease, Ledger};
 pub use predicate::Predicate;
 pub use resource::{ResourceName, MAX_RESOURCE_BYTES};
 pub use stats::{Contention, Counters, GhostAgent, Stats, TOP_CAPACITY};

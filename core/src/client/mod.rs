@@ -7,9 +7,11 @@
 //! transport. What is here:
 //! - [`Acquisition`]: what to do after an attempt that was not granted (sleep the kernel's
 //!   backoff and ask again, ask again at once, or fail with `Died` or `Timeout`).
-//!
-//! The ledger of nested lease blocks and their heartbeats is [`crate::Ledger`].
+//! - [`Ledger`]: which nested lease blocks hold which leases, which leases a block's exit
+//!   releases, and when each block's next heartbeat is due.
 
 mod acquire;
+mod ledger;
 
 pub use acquire::{Acquisition, Failure, Next, Setback, TimedOut};
+pub use ledger::{renew_at, BlockId, HeldLease, Ledger};
