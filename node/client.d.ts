@@ -172,7 +172,7 @@ export interface ConnectOptions {
 
 /**
  * A Klock whose kernel is `klock serve` at `url`: the same interface as `new Klock()`, over
- * HTTP (kept-alive connections, one Server-Sent Events stream per session). Each lease has a local deadline
+ * HTTP (kept-alive connections; one event stream per namespace, shared by its sessions). Each lease has a local deadline
  * (send time of its last grant or renewal + TTL, on the monotonic clock), so it is marked lost
  * no later than the server lets it expire; `expiresAt` shows the server's time. Connection
  * failures are retried within `reconnectTimeoutMs`; after a server restart the client resumes

@@ -37,6 +37,10 @@
 //   safe: a GET (a stream is one), or a request carrying an `Idempotency-Key` (the server
 //   applies a key once). An attempt that timed out or was aborted is never resent: its caller
 //   has given up on it (and a frozen server would get it twice).
+// - At most `MAX_CONNECTIONS` connections are open at once (streams included); a request
+//   that finds none free waits, in order, for one (its time limit runs meanwhile), so a
+//   burst of thousands of calls (the heartbeats of a fleet of sessions) stays within the
+//   server's per-peer connection cap instead of being reset by it.
 // - Connections are kept alive and reused, most recently used first; one left idle for
 //   `IDLE_MS` is closed by the client (before the server's idle timeout, 60 s by default), and
 //   an idle pooled connection never keeps the process alive (one in use does, as a pending
@@ -60,6 +64,11 @@ const MAX_HEADERS = 100;
  * declares or sends more cannot make the client hold it.
  */
 const MAX_BODY = 64 * 1024 * 1024;
+/**
+ * Connections open at once per transport at most. `klock serve` accepts 256 per peer address
+ * by default: this leaves room for several clients on one host.
+ */
+const MAX_CONNECTIONS = 32;
 /** Unread bytes of a stream's body above which its socket is paused. */
 const STREAM_HIGH_WATER = 1024 * 1024;
 
@@ -124,6 +133,10 @@ class Transport {
     }
     /** @type {Connection[]} idle connections, least recently used first */
     this._idle = [];
+    /** Connections open (idle or in use). */
+    this._open = 0;
+    /** Exchanges waiting for a connection (all `MAX_CONNECTIONS` in use), oldest first. */
+    this._queued = [];
     this._sweep = null;
     this._closed = false;
   }
@@ -245,14 +258,39 @@ class Transport {
     return x;
   }
 
-  /** Sends `x` on an idle connection (most recently used first), else on a new one. */
+  /**
+   * Sends `x` on an idle connection (most recently used first), else on a new one, else (all
+   * `MAX_CONNECTIONS` in use) once one is free.
+   */
   _send(x) {
     let connection = this._idle.pop();
     while (connection !== undefined && connection.dead) connection = this._idle.pop();
-    if (connection === undefined) connection = new Connection(this);
-    else connection.socket.ref();
+    if (connection === undefined) {
+      if (this._open >= MAX_CONNECTIONS) {
+        this._queued.push(x);
+        return;
+      }
+      this._open++;
+      connection = new Connection(this);
+    } else connection.socket.ref();
     x.connection = connection;
     connection.start(x);
+  }
+
+  /** The oldest waiting exchange its caller still awaits, or undefined. */
+  _dequeue() {
+    while (this._queued.length > 0) {
+      const x = this._queued.shift();
+      if (!x.done) return x;
+    }
+    return undefined;
+  }
+
+  /** A connection closed: a waiting exchange may open another. */
+  _connectionClosed() {
+    this._open--;
+    const x = this._dequeue();
+    if (x !== undefined) this._send(x);
   }
 
   /** `x` failed on its connection; `stale`: on a pooled one, before a byte of its answer. */
@@ -279,6 +317,12 @@ class Transport {
 
   /** A connection whose answer ended and which may carry another request. */
   _release(connection) {
+    const next = this._dequeue();
+    if (next !== undefined) {
+      next.connection = connection;
+      connection.start(next);
+      return;
+    }
     if (this._closed) {
       connection.destroy();
       return;
@@ -338,7 +382,10 @@ class Connection {
     this.socket.on('data', (chunk) => this._data(chunk));
     this.socket.on('end', () => this._end());
     this.socket.on('error', (error) => this._lost(error));
-    this.socket.on('close', () => this._lost(cutShort()));
+    this.socket.on('close', () => {
+      this._lost(cutShort());
+      transport._connectionClosed();
+    });
   }
 
   start(x) {
@@ -609,4 +656,4 @@ class Body {
   }
 }
 
-module.exports = { Transport, MAX_BODY, STREAM_HIGH_WATER };
+module.exports = { Transport, MAX_BODY, MAX_CONNECTIONS, STREAM_HIGH_WATER };

@@ -33,9 +33,13 @@
 //   `SESSION_TOKEN_REFUSED` with `sessionId` set, never retried; the friendly layer loses the
 //   session's leases at once (LEASE_RELEASED) and forgets the session. A resume without the
 //   session's current resume secret is `RESUME_SECRET_REFUSED`.
-// - Events: one Server-Sent Events reader per session (`Accept: text/event-stream`), resumed
-//   after the last event id it saw (`Last-Event-ID`). Events are queued in order, duplicates
-//   (by id) dropped, and the queue handed to the friendly layer's one dispatch (`onEvents`).
+// - Events: one reader per namespace this client has sessions in, as in Python: it long-polls
+//   the namespace's watch (`GET /v1/ns/{ns}/watch?after=&wait_ms=`), from the newest event
+//   when its first session opened, resumed after the last event id it saw, and keeps the
+//   events of this client's sessions. So a process with thousands of sessions holds one of its
+//   token's long-polls per namespace, not one per session. Events are queued in order,
+//   duplicates (by id) dropped, and the queue handed to the friendly layer's one dispatch
+//   (`onEvents`).
 // - Lost-lease safety (as the Rust agent's keeper): each held lease has a local deadline on
 //   the client's monotonic clock, the send time of the request that granted or last renewed it
 //   plus its TTL, never later than the server's expiry. A lease granted later to a WAIT (by
@@ -53,8 +57,10 @@
 //   held leases are reconciled (those the server no longer has are lost) and the rest are
 //   renewed at once. The server restores sessions into a suspension grace and extends leases
 //   by downtime + grace (server/README.md), so a lease survives a quick restart. When a
-//   session's event reader cannot reconnect within the budget, `onDown(sessionId, error)`
-//   fails what waits on that session and its leases are lost.
+//   namespace's event reader cannot reconnect within the budget, `onDown(sessionId, error)`
+//   fails what waits on each of its sessions and their leases are lost. A session the server
+//   no longer knows (a restart without its data) is found by the poll of a ticket waiting in
+//   it (each third of its TTL, and on a reconnect): its leases and waits are lost at once.
 // - Under a test clock (`manualTime`: the client's clock is a ManualClock and the server runs
 //   `--clock manual`), every request carries `Klock-Now` from the client's clock, `advance`
 //   also settles the server's time (`POST /v1/advance`), `nextDeadline` includes the server's
@@ -77,6 +83,8 @@ const FIRST_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 1000;
 /** A wait is refreshed every third of its TTL (the rule "long waits"), at most this often. */
 const REFRESH_MIN_MS = 50;
+/** How long one watch long-poll waits on the server (it answers earlier when events come). */
+const WATCH_WAIT_MS = 10_000;
 /** The kernel's ttl_ms when an acquire gives none (SPEC.md §6). */
 const DEFAULT_TTL_MS = 60_000;
 /** The default of `requestTimeoutMs`: an attempt (not a stream) that takes longer is a network failure. */
@@ -205,6 +213,8 @@ class RemoteKernel {
     this.url = parsed.href.replace(/\/+$/, '');
     this.remote = true;
     this._http = new Transport(parsed, { ca, verify });
+    /** A transport of its own for each event reader: its long-poll never waits for a call's connection. */
+    this._newTransport = () => new Transport(parsed, { ca, verify });
     this._token = token;
     this._clock = clock;
     this._manual = manualTime;
@@ -219,8 +229,8 @@ class RemoteKernel {
     this._idleWaiters = [];
     this._failing = false;
     this._serverDeadline = null;
-    /** @type {Map<string, string>} namespace -> the last event id `idle()` read from its watch */
-    this._watched = new Map();
+    /** @type {Map<string, NamespaceWatch>} namespace -> the reader of its events */
+    this._watches = new Map();
     this._closed = false;
     /** Set by the friendly layer: route the queued events now. */
     this.onEvents = () => {};
@@ -232,7 +242,7 @@ class RemoteKernel {
 
   async openSession(agentId, namespace) {
     const body = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions`, { body: { agent_id: agentId } });
-    return this._opened(body);
+    return await this._opened(body);
   }
 
   /** Resumes the session of a StateDigest (the server's JSON, as `digest()` answers it). */
@@ -262,7 +272,7 @@ class RemoteKernel {
       }
       return this._info(body);
     }
-    return this._opened(body);
+    return await this._opened(body);
   }
 
   async suspendSession(sessionId) {
@@ -282,11 +292,21 @@ class RemoteKernel {
     return digest;
   }
 
-  /** A session the server opened or resumed: its token kept, its event reader started. */
-  _opened(body) {
+  /**
+   * A session the server opened or resumed: its token kept, its namespace's event reader
+   * started (on its first session there) and placed, before the session is handed out: no
+   * event of it can come before its first acquire.
+   */
+  async _opened(body) {
     const session = new RemoteSession(this, body);
     this._sessions.set(session.id, session);
-    session.startReader();
+    let watch = this._watches.get(session.namespace);
+    if (watch === undefined) {
+      watch = new NamespaceWatch(this, session.namespace);
+      this._watches.set(session.namespace, watch);
+      watch.start();
+    }
+    await watch.placed;
     return this._info(body);
   }
 
@@ -367,11 +387,7 @@ class RemoteKernel {
   async closeSession(sessionId) {
     const s = this._session(sessionId);
     this._forgetSession(s);
-    try {
-      await this._request('DELETE', s.path, { session: s, mutating: true });
-    } finally {
-      s.stop();
-    }
+    await this._request('DELETE', s.path, { session: s, mutating: true });
   }
 
   async reconcile(sessionId, leaseIds) {
@@ -469,7 +485,7 @@ class RemoteKernel {
   /** Stops every event reader and forgets the sessions (the friendly layer closed them). */
   close() {
     this._closed = true;
-    for (const s of this._sessions.values()) s.stop();
+    for (const watch of this._watches.values()) watch.stop();
     this._http.close();
   }
 
@@ -491,24 +507,15 @@ class RemoteKernel {
   // ---- inside ------------------------------------------------------------------------------
 
   /**
-   * Takes in every event of this client's sessions up to now, without waiting, from the
-   * namespaces' watch streams (a read that, unlike a session's own event poll, does not count
-   * as the session's activity, so it never keeps an idle session open). A session the server
-   * no longer knows is found by its own poll.
+   * Takes in every event of this client's sessions up to now, without waiting, from their
+   * namespaces' watches (what their readers would bring next; a read that, unlike a session's
+   * own event poll, does not count as the session's activity, so it never keeps an idle
+   * session open).
    */
   async _catchUp() {
-    const namespaces = new Set([...this._sessions.values()].map((s) => s.namespace));
-    for (const ns of namespaces) {
-      const after = this._watched.get(ns);
-      const q = after === undefined ? 'wait_ms=0' : `after=${after}&wait_ms=0`;
-      const body = await this._request('GET', `/v1/ns/${enc(ns)}/watch?${q}`);
-      if (body.next !== undefined && body.next !== null) this._watched.set(ns, body.next);
-      let took = false;
-      for (const event of body.events) {
-        const s = this._sessions.get(event.session);
-        if (s !== undefined) took = this._ingest(s, event, event.id) || took;
-      }
-      if (took) this.onEvents();
+    for (const watch of this._watches.values()) {
+      const q = watch.after === null ? 'wait_ms=0' : `after=${watch.after}&wait_ms=0`;
+      watch.take(await this._request('GET', `${watch.path}?${q}`));
     }
   }
 
@@ -597,7 +604,22 @@ class RemoteKernel {
     }
     if (announce) this._queue.push({ event: 'SESSION_CLOSED', session: s.id, reason: 'GONE' });
     this._sessions.delete(s.id);
-    s.stop();
+    s.tickets.clear();
+    s.refresh.clear();
+  }
+
+  /**
+   * What a ticket poll's failure says of its session: one the server no longer knows (a
+   * restart without its data, a close unheard) or whose token it refuses is lost now, with
+   * what waits in it; `true` then.
+   */
+  _sessionGoneBy(s, error) {
+    if (!(error instanceof KlockError)) return false;
+    if (!['UNKNOWN_SESSION', 'UNAUTHORIZED', 'SESSION_TOKEN_REFUSED'].includes(error.name)) return false;
+    this._lostSession(s, `the server no longer knows the session (${error.message})`);
+    this.onDown(s.id, error);
+    this.onEvents();
+    return true;
   }
 
   /** Renews `leaseIds` now (a late-heard grant, a reconnect); a failure loses them. */
@@ -826,7 +848,7 @@ class RemoteKernel {
   }
 }
 
-/** One session on the server: its token, its event reader, its open tickets. */
+/** One session on the server: its token, its last event, its open tickets. */
 class RemoteSession {
   constructor(backend, body) {
     this.backend = backend;
@@ -848,142 +870,6 @@ class RemoteSession {
     this.resolved = new Set();
     /** Send times of the acquires whose answer has not come yet (oldest first). */
     this.acquiring = [];
-    this._abort = new AbortController();
-    this._stopped = false;
-  }
-
-  stop() {
-    this._stopped = true;
-    this._abort.abort();
-  }
-
-  /** The SSE reader: reads, and reconnects with backoff within the budget, until stopped. */
-  startReader() {
-    const b = this.backend;
-    const run = async () => {
-      let firstFailure = null;
-      let backoff = FIRST_BACKOFF_MS;
-      while (!this._stopped) {
-        try {
-          const headers = b._headers(this, { accept: 'text/event-stream' });
-          if (this.lastEventId !== null) headers['last-event-id'] = this.lastEventId;
-          if (b._manual) headers['klock-now'] = String(b._clock.now());
-          const response = await b._http.stream(this.path + '/events', { headers, signal: this._abort.signal });
-          if (!ok(response)) {
-            const text = await response.text();
-            let error;
-            try {
-              b._answer(response, text, 'GET', this.path + '/events', this);
-            } catch (e) {
-              error = e;
-            }
-            const unknown = error?.name === 'UNKNOWN_SESSION' || response.status === 404;
-            if (unknown && this.tickets.size === 0) {
-              // The session is gone on the server (closed, which also ends its stream, or
-              // forgotten by a restart without its data), so no event will come. A held lease
-              // learns it from its next heartbeat or release, as in the process and in Python
-              // (tests/client-scenarios/kernel-close-behind-the-client.json).
-              return;
-            }
-            if (unknown || response.status === 401) {
-              // A waiting ticket would wait for an event that never comes: lost at once.
-              b._lostSession(this, `the server no longer knows the session (${error?.message ?? response.status})`);
-              b.onEvents();
-              return;
-            }
-            throw Object.assign(new Error(error?.message ?? `HTTP ${response.status}`), { httpError: error });
-          }
-          if (firstFailure !== null && b._failing) {
-            b._failing = false;
-            b._resync();
-          }
-          firstFailure = null;
-          backoff = FIRST_BACKOFF_MS;
-          await this._consume(response.body);
-        } catch (error) {
-          if (this._stopped) return;
-          const t = Date.now();
-          firstFailure ??= t;
-          if (error?.httpError === undefined) b._failing = true;
-          if (t - firstFailure + backoff > b._budget) {
-            const down = new Unreachable(
-              `cannot reach klock serve at ${b.url}: ${describeFailure(error)} (the event stream of session ${this.id}; ` +
-                `gave up after ${t - firstFailure} ms, reconnectTimeoutMs ${b._budget})`,
-              error,
-            );
-            b._lostSession(this, down.message);
-            b.onDown(this.id, down);
-            b.onEvents();
-            return;
-          }
-          await sleepReal(backoff);
-          backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
-        }
-      }
-    };
-    run();
-  }
-
-  /** Parses one SSE body (`id:`, `event:`, `data:` lines; a blank line ends an event). */
-  async _consume(body) {
-    const decoder = new TextDecoder();
-    let buffer = '';
-    let id = null;
-    let kind = null;
-    let data = [];
-    for await (const chunk of body) {
-      buffer += decoder.decode(chunk, { stream: true });
-      let newline;
-      let took = false;
-      while ((newline = buffer.indexOf('\n')) >= 0) {
-        let line = buffer.slice(0, newline);
-        buffer = buffer.slice(newline + 1);
-        if (line.endsWith('\r')) line = line.slice(0, -1);
-        if (line === '') {
-          if (kind === 'gap') {
-            // The server dropped events this reader never saw (evicted, or folded into a
-            // snapshot): what they said is learnt again as after a reconnect.
-            if (id !== null) this.lastEventId = id;
-            this.backend._resync();
-          } else if (data.length > 0) {
-            took = this.backend._ingest(this, JSON.parse(data.join('\n')), id) || took;
-          }
-          id = null;
-          kind = null;
-          data = [];
-        } else if (line.startsWith(':')) continue;
-        else {
-          const colon = line.indexOf(':');
-          const field = colon < 0 ? line : line.slice(0, colon);
-          const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
-          if (field === 'id') id = value;
-          else if (field === 'event') kind = value;
-          else if (field === 'data') data.push(value);
-        }
-      }
-      if (took) this.backend.onEvents();
-    }
-    throw Object.assign(new Error('the event stream ended'), { code: 'ECONNRESET' });
-  }
-
-  /** Takes in every event after the last one seen, without waiting (`idle()`). */
-  async pollOnce() {
-    const b = this.backend;
-    const q = this.lastEventId === null ? 'wait_ms=0' : `after=${this.lastEventId}&wait_ms=0`;
-    let body;
-    try {
-      body = await b._request('GET', `${this.path}/events?${q}`, { session: this });
-    } catch (e) {
-      if (e instanceof KlockError && ['UNKNOWN_SESSION', 'UNAUTHORIZED', 'SESSION_TOKEN_REFUSED'].includes(e.name)) {
-        b._lostSession(this, `the server no longer knows the session (${e.message})`);
-        b.onEvents();
-        return;
-      }
-      throw e;
-    }
-    let took = false;
-    for (const event of body.events) took = b._ingest(this, event, event.id) || took;
-    if (took) b.onEvents();
   }
 
   /**
@@ -1001,6 +887,7 @@ class RemoteSession {
     try {
       body = await b._request('GET', `${this.path}/tickets/${ticket}?wait_ms=0`, { session: this });
     } catch (e) {
+      if (b._sessionGoneBy(this, e)) return;
       if (e?.name !== 'TICKET_ENDED' && e?.name !== 'UNKNOWN_TICKET') throw e;
       body = { event: 'WAIT_TIMEOUT', ticket, session: this.id };
     }
@@ -1018,12 +905,137 @@ class RemoteSession {
     let body;
     try {
       body = await b._request('GET', `${this.path}/tickets/${ticket}?wait_ms=0`, { session: this });
-    } catch {
+    } catch (e) {
+      b._sessionGoneBy(this, e);
       return;
     }
     if (!this.tickets.has(ticket)) return; // resolved meanwhile by the event reader
     if (body.event === undefined) this.tickets.set(ticket, Math.max(now, this.tickets.get(ticket)));
     else if (b._ingest(this, body, body.event_id)) b.onEvents();
+  }
+}
+
+/**
+ * The reader of one namespace's events for every session of this client in it: long-polls the
+ * watch, resumed after the last event id taken in, and reconnects with backoff within the
+ * budget until stopped (the module contract, "Events" and "Reconnect").
+ */
+class NamespaceWatch {
+  constructor(backend, namespace) {
+    this.backend = backend;
+    this.namespace = namespace;
+    this.path = `/v1/ns/${enc(namespace)}/watch`;
+    /** The last event id taken in (null: the newest, once placed). */
+    this.after = null;
+    this._http = backend._newTransport();
+    /** Resolves once the reader knows where to start (the newest event, or the start). */
+    this.placed = null;
+    this._abort = new AbortController();
+    this._stopped = false;
+  }
+
+  start() {
+    // From the server's newest event on: earlier ones concern other clients. If that cannot
+    // be asked now, reading from the start of what the watch keeps is as right, only longer.
+    this.placed = this.backend._request('GET', `${this.path}?wait_ms=0`).then(
+      (body) => this._advance(body.next),
+      () => {},
+    );
+    this.placed.then(() => this._run());
+  }
+
+  stop() {
+    this._stopped = true;
+    this._abort.abort();
+    this._http.close();
+  }
+
+  /** Takes in a watch answer: the events of this client's sessions, in order; moves on. */
+  take(body) {
+    const b = this.backend;
+    let took = false;
+    for (const event of body.events ?? []) {
+      const s = b._sessions.get(event.session);
+      if (s !== undefined) took = b._ingest(s, event, event.id) || took;
+    }
+    this._advance(body.next);
+    if (took) b.onEvents();
+  }
+
+  _advance(next) {
+    if (typeof next === 'string' && next !== '' && (this.after === null || compareIds(next, this.after) > 0)) {
+      this.after = next;
+    }
+  }
+
+  async _run() {
+    const b = this.backend;
+    let firstFailure = null;
+    let backoff = FIRST_BACKOFF_MS;
+    while (!this._stopped) {
+      try {
+        const q = this.after === null ? `wait_ms=${WATCH_WAIT_MS}` : `after=${this.after}&wait_ms=${WATCH_WAIT_MS}`;
+        const headers = b._headers(undefined, {});
+        if (b._manual) headers['klock-now'] = String(b._clock.now());
+        // A stream, not a request: it is not counted by `idle()`, and `stop()` ends it at once;
+        // a server that does not answer within the wait and an attempt's time is a failure.
+        const signal = AbortSignal.any([this._abort.signal, AbortSignal.timeout(WATCH_WAIT_MS + b._requestTimeout)]);
+        const response = await this._http.stream(`${this.path}?${q}`, { headers, signal });
+        const text = await response.text();
+        if (!ok(response)) {
+          let error;
+          try {
+            b._answer(response, text, 'GET', this.path);
+          } catch (e) {
+            error = e;
+          }
+          // A busy server (429 TOO_MANY_WAITS, 503) is reachable: asked again, within the budget.
+          throw Object.assign(new Error(error?.message ?? `HTTP ${response.status}`), {
+            httpError: error ?? response.status,
+          });
+        }
+        const body = JSON.parse(text);
+        if (firstFailure !== null && b._failing) {
+          b._failing = false;
+          b._resync();
+        }
+        firstFailure = null;
+        backoff = FIRST_BACKOFF_MS;
+        this.take(body);
+        // The server dropped events this reader never saw (evicted, or folded into a
+        // snapshot): what they said is learnt again as after a reconnect.
+        if (body.gap) b._resync();
+      } catch (error) {
+        if (this._stopped) return;
+        const t = Date.now();
+        firstFailure ??= t;
+        if (error?.httpError === undefined) b._failing = true;
+        if (t - firstFailure + backoff > b._budget) {
+          this._down(error, t - firstFailure);
+          return;
+        }
+        await sleepReal(backoff);
+        backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+      }
+    }
+  }
+
+  /** Cut off past the budget: every session of the namespace is lost; the reader ends. */
+  _down(error, spentMs) {
+    const b = this.backend;
+    b._watches.delete(this.namespace);
+    this._http.close();
+    const down = new Unreachable(
+      `cannot reach klock serve at ${b.url}: ${describeFailure(error)} (the event stream of namespace ` +
+        `${JSON.stringify(this.namespace)}; gave up after ${spentMs} ms, reconnectTimeoutMs ${b._budget})`,
+      error,
+    );
+    for (const s of [...b._sessions.values()]) {
+      if (s.namespace !== this.namespace) continue;
+      b._lostSession(s, down.message);
+      b.onDown(s.id, down);
+    }
+    b.onEvents();
   }
 }
 

@@ -333,3 +333,29 @@ test("a stream's unread body pauses its socket past the high water, and resumes 
     t.close();
   }
 });
+
+test('at most MAX_CONNECTIONS connections at once: the rest of a burst waits for one, and every request is answered', async () => {
+  const { MAX_CONNECTIONS } = require('../http.js');
+  let open = 0;
+  let most = 0;
+  const { url, state } = await rawServer({
+    '/slow': (s) => {
+      if (!s.counted) {
+        s.counted = true;
+        most = Math.max(most, ++open);
+        s.on('close', () => open--);
+      }
+      setTimeout(() => s.write(ok('x')), 20);
+    },
+  });
+  const t = new Transport(url);
+  try {
+    const burst = Array.from({ length: 3 * MAX_CONNECTIONS }, () => get(t, '/slow'));
+    const answers = await Promise.all(burst);
+    assert.ok(answers.every((a) => a.text === 'x'));
+    assert.equal(state.connections, MAX_CONNECTIONS, 'connections made');
+    assert.equal(most, MAX_CONNECTIONS, 'connections open at once');
+  } finally {
+    t.close();
+  }
+});

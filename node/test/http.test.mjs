@@ -54,13 +54,13 @@ async function eventually(ms, check, what) {
   }
 }
 
-test('200 lease blocks share one kept-alive connection (and the event stream its own); close() closes both', async () => {
+test("200 lease blocks share one kept-alive connection (and the namespace's event stream its own); close() closes both", async () => {
   const { link } = await serverAndLink();
   const k = connect(link.url);
   const session = await k.session('a');
   for (let i = 0; i < 200; i++) await session.withLease('MUTATES FILE:/x', async () => {});
   assert.equal(link.connections, 2, `connections opened: ${link.connections} (${link.open().join('; ')})`);
-  assert.equal(link.open().filter((head) => / \/v1\/ns\/default\/sessions\/\d+\/events /.test(head)).length, 1);
+  assert.equal(link.open().filter((head) => / \/v1\/ns\/default\/watch\?/.test(head)).length, 1);
   await within(5000, k.close(), 'close');
   await eventually(2000, () => link.open().length === 0, `no connection open (${link.open().join('; ')})`);
 });
@@ -75,7 +75,7 @@ test('a pooled connection the server closed while idle: the call is sent again o
     await turn();
     const opened = link.connections;
     // Closed under the client, which has not read the close yet: the renewal goes out on it.
-    link.reset(/\/events /);
+    link.reset(/\/watch\?/);
     const beat = lease.heartbeat();
     await within(5000, beat, 'the renewal');
     assert.equal(lease.lost, null);
