@@ -10,7 +10,7 @@
 //!   decides.
 //! - [`fence`]: [`fence::fenced_write`], the store's side of a fence.
 //! - [`blocking`]: the same, blocking, over a private runtime.
-//! - [`error`]: [`Error`].
+//! - [`error`]: the one error type, [`Error`].
 //!
 //! Under it, shared with the `klock` agent tools (`klock exec`, `klock mcp`, `klock status`):
 //! - [`transport`]: where the server is, and one bounded request to it (TCP, TLS or a Unix

@@ -5,9 +5,9 @@
 mod support;
 
 use klock_client::blocking::Client;
-use klock_client::{Error, LeaseOptions, TimedOut};
+use klock_client::{LeaseOptions, TimedOut};
 use std::time::Duration;
-use support::{server, url};
+use support::{server, timed_out, url};
 
 const X: &str = "MUTATES FILE:/x";
 
@@ -24,16 +24,7 @@ fn the_blocking_client_holds_renews_and_releases() {
     assert!(guard.lost().is_none(), "{:?}", guard.lost());
     let try_lock = LeaseOptions::default().timeout(Duration::ZERO);
     let refused = b.lease([X], try_lock).unwrap_err();
-    assert!(
-        matches!(
-            refused,
-            Error::Timeout {
-                why: TimedOut::NoWait,
-                ..
-            }
-        ),
-        "{refused}"
-    );
+    assert!(timed_out(&refused, TimedOut::NoWait), "{refused}");
     // Released by the time the drop returns: the next try-lock is granted at once.
     drop(guard);
     assert!(a.held().is_empty());

@@ -5,15 +5,24 @@
 
 mod support;
 
-use klock_client::{Client, Error, LeaseOptions, TimedOut};
+use klock_client::{Client, Error, LeaseOptions, Session, TimedOut};
 use std::time::{Duration, Instant};
-use support::{eventually, holders, server, url};
+use support::{eventually, holders, server, timed_out, url};
 
 const X: &str = "MUTATES FILE:/x";
 const Y: &str = "MUTATES FILE:/y";
 
 fn try_lock() -> LeaseOptions {
     LeaseOptions::default().timeout(Duration::ZERO)
+}
+
+/// A client, and two sessions in the order of their age (Wait-Die: the older one waits, the
+/// younger one dies), of the agents "older" and "younger".
+async fn older_and_younger(server: &klock_testkit::server::Server) -> (Client, Session, Session) {
+    let client = Client::connect(&url(server), None).await.unwrap();
+    let older = client.session("older").await.unwrap();
+    let younger = client.session("younger").await.unwrap();
+    (client, older, younger)
 }
 
 /// Runs a test's body under a bound, so a client that hangs fails instead of stalling.
@@ -27,11 +36,7 @@ async fn bounded<F: std::future::Future>(body: F) -> F::Output {
 async fn a_lease_is_granted_held_and_released() {
     let server = server(&[]);
     bounded(async {
-        let client = Client::connect(&url(&server), None).await.unwrap();
-        let (a, b) = (
-            client.session("a").await.unwrap(),
-            client.session("b").await.unwrap(),
-        );
+        let (client, a, b) = older_and_younger(&server).await;
         let guard = a.lease([X], LeaseOptions::default()).await.unwrap();
         assert_eq!(guard.leases().len(), 1);
         assert_eq!(guard.leases()[0].resource, "FILE:/x");
@@ -43,17 +48,8 @@ async fn a_lease_is_granted_held_and_released() {
         assert_eq!(a.held().len(), 1);
         // Held: the younger session is refused at once.
         let refused = b.lease([X], try_lock()).await.unwrap_err();
-        assert!(
-            matches!(
-                refused,
-                Error::Timeout {
-                    why: TimedOut::NoWait,
-                    ..
-                }
-            ),
-            "{refused}"
-        );
-        assert!(refused.to_string().contains("\"a\""), "{refused}");
+        assert!(timed_out(&refused, TimedOut::NoWait), "{refused}");
+        assert!(refused.to_string().contains("\"older\""), "{refused}");
         guard.release().await.unwrap();
         assert!(holders(&client, "FILE:/x").await.is_empty());
         assert!(a.held().is_empty());
@@ -86,11 +82,7 @@ async fn dropping_the_guard_releases_the_lease() {
 async fn a_short_lease_is_renewed_past_its_ttl() {
     let server = server(&[]);
     bounded(async {
-        let client = Client::connect(&url(&server), None).await.unwrap();
-        let (a, b) = (
-            client.session("a").await.unwrap(),
-            client.session("b").await.unwrap(),
-        );
+        let (client, a, b) = older_and_younger(&server).await;
         let ttl = Duration::from_millis(300);
         let guard = a
             .lease([X], LeaseOptions::default().ttl(ttl))
@@ -111,10 +103,8 @@ async fn a_short_lease_is_renewed_past_its_ttl() {
 async fn an_older_session_waits_and_is_granted_when_the_holder_releases() {
     let server = server(&[]);
     bounded(async {
-        let client = Client::connect(&url(&server), None).await.unwrap();
         // Opened first, so older: Wait-Die lets it wait for the younger holder.
-        let older = client.session("older").await.unwrap();
-        let younger = client.session("younger").await.unwrap();
+        let (client, older, younger) = older_and_younger(&server).await;
         let held = younger.lease([X], LeaseOptions::default()).await.unwrap();
         let release = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(400)).await;
@@ -138,9 +128,7 @@ async fn an_older_session_waits_and_is_granted_when_the_holder_releases() {
 async fn a_younger_session_holding_another_lease_dies_rather_than_waits() {
     let server = server(&[]);
     bounded(async {
-        let client = Client::connect(&url(&server), None).await.unwrap();
-        let older = client.session("older").await.unwrap();
-        let younger = client.session("younger").await.unwrap();
+        let (client, older, younger) = older_and_younger(&server).await;
         let _x = older.lease([X], LeaseOptions::default()).await.unwrap();
         let y = younger.lease([Y], LeaseOptions::default()).await.unwrap();
         let options = LeaseOptions::default().timeout(Duration::from_secs(10));
@@ -168,25 +156,14 @@ async fn a_younger_session_holding_another_lease_dies_rather_than_waits() {
 async fn a_lease_not_granted_in_its_timeout_is_a_timeout() {
     let server = server(&[]);
     bounded(async {
-        let client = Client::connect(&url(&server), None).await.unwrap();
-        let older = client.session("older").await.unwrap();
-        let younger = client.session("younger").await.unwrap();
+        let (client, older, younger) = older_and_younger(&server).await;
         let held = younger.lease([X], LeaseOptions::default()).await.unwrap();
         // The older session waits (a WAIT) until its timeout.
         let started = Instant::now();
         let options = LeaseOptions::default().timeout(Duration::from_millis(500));
         let waited = older.lease([X], options).await.unwrap_err();
         let took = started.elapsed();
-        assert!(
-            matches!(
-                waited,
-                Error::Timeout {
-                    why: TimedOut::WaitEnded,
-                    ..
-                }
-            ),
-            "{waited}"
-        );
+        assert!(timed_out(&waited, TimedOut::WaitEnded), "{waited}");
         assert!(
             took >= Duration::from_millis(450) && took < Duration::from_secs(5),
             "{took:?}"
@@ -205,16 +182,7 @@ async fn a_lease_not_granted_in_its_timeout_is_a_timeout() {
         let options = LeaseOptions::default().timeout(Duration::from_millis(300));
         let started = Instant::now();
         let died = younger.lease([X], options).await.unwrap_err();
-        assert!(
-            matches!(
-                died,
-                Error::Timeout {
-                    why: TimedOut::RetryTooLate,
-                    ..
-                }
-            ),
-            "{died}"
-        );
+        assert!(timed_out(&died, TimedOut::RetryTooLate), "{died}");
         assert!(started.elapsed() < Duration::from_secs(3));
     })
     .await;
@@ -224,9 +192,7 @@ async fn a_lease_not_granted_in_its_timeout_is_a_timeout() {
 async fn a_wounded_lease_is_told_to_its_guard() {
     let server = server(&["--config", "policy=wound_wait"]);
     bounded(async {
-        let client = Client::connect(&url(&server), None).await.unwrap();
-        let older = client.session("older").await.unwrap();
-        let younger = client.session("younger").await.unwrap();
+        let (_, older, younger) = older_and_younger(&server).await;
         let mut held = younger.lease([X], LeaseOptions::default()).await.unwrap();
         assert!(held.lost().is_none());
         // Wound-Wait: the older session takes the resource from the younger holder.
@@ -254,9 +220,7 @@ async fn a_fenced_write_refuses_a_stale_fence() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("notes.txt");
     bounded(async {
-        let client = Client::connect(&url(&server), None).await.unwrap();
-        let a = client.session("a").await.unwrap();
-        let b = client.session("b").await.unwrap();
+        let (_, a, b) = older_and_younger(&server).await;
         let first = a.lease([X], LeaseOptions::default()).await.unwrap();
         let stale = first.fence();
         first.fenced_write(&file, b"first").await.unwrap();

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use klock_client::routes::resource_state;
-use klock_client::Client;
+use klock_client::{Client, Error, TimedOut};
 use klock_testkit::server::Server;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -65,4 +65,9 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether `e` is a timeout for this reason.
+pub fn timed_out(e: &Error, reason: TimedOut) -> bool {
+    matches!(e, Error::Timeout { why, .. } if *why == reason)
 }
