@@ -314,3 +314,30 @@ async fn closing_the_session_releases_everything_and_tells_the_guards() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_future_dropped_while_it_waits_withdraws_its_ticket() {
+    let server = server(&[]);
+    bounded(async {
+        let (client, older, younger) = older_and_younger(&server).await;
+        let _held = younger.lease([X], LeaseOptions::default()).await.unwrap();
+        // The older session queues behind the holder; its caller gives up on its own clock.
+        let asked = older.lease([X], LeaseOptions::default());
+        assert!(tokio::time::timeout(Duration::from_millis(300), asked)
+            .await
+            .is_err());
+        let withdrawn = eventually(Duration::from_secs(5), || async {
+            let (state, _) = klock_client::routes::resource_state(
+                client.transport(),
+                client.namespace(),
+                "FILE:/x",
+            )
+            .await
+            .unwrap();
+            state.waiting.is_empty()
+        })
+        .await;
+        assert!(withdrawn, "the dropped lease's ticket is still queued");
+    })
+    .await;
+}
