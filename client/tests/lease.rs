@@ -7,7 +7,7 @@ mod support;
 
 use klock_client::{Client, Error, LeaseOptions, Session, TimedOut};
 use std::time::{Duration, Instant};
-use support::{eventually, holders, server, timed_out, url};
+use support::{acquires, eventually, holders, server, timed_out, url};
 
 const X: &str = "MUTATES FILE:/x";
 const Y: &str = "MUTATES FILE:/y";
@@ -106,9 +106,19 @@ async fn an_older_session_waits_and_is_granted_when_the_holder_releases() {
         // Opened first, so older: Wait-Die lets it wait for the younger holder.
         let (client, older, younger) = older_and_younger(&server).await;
         let held = younger.lease([X], LeaseOptions::default()).await.unwrap();
+        let reader = client.clone();
         let release = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(400)).await;
+            // What waits meanwhile: the request's one ticket, followed, not asked again.
+            let (state, _) = klock_client::routes::resource_state(
+                reader.transport(),
+                reader.namespace(),
+                "FILE:/x",
+            )
+            .await
+            .unwrap();
             held.release().await.unwrap();
+            state.waiting
         });
         let started = Instant::now();
         let options = LeaseOptions::default().timeout(Duration::from_secs(10));
@@ -119,7 +129,11 @@ async fn an_older_session_waits_and_is_granted_when_the_holder_releases() {
             holders(&client, "FILE:/x").await,
             [guard.leases()[0].lease_id.0]
         );
-        release.await.unwrap();
+        let waiting = release.await.unwrap();
+        assert_eq!(waiting.len(), 1, "{waiting:?}");
+        assert_eq!(waiting[0].agent_id, "older");
+        // One acquire each: the waiter followed its ticket rather than asking again.
+        assert_eq!(acquires(&server), 2);
     })
     .await;
 }

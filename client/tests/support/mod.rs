@@ -71,3 +71,14 @@ where
 pub fn timed_out(e: &Error, reason: TimedOut) -> bool {
     matches!(e, Error::Timeout { why, .. } if *why == reason)
 }
+
+/// How many acquire requests the server has answered (its `klock_http_requests_total`).
+pub fn acquires(server: &Server) -> u64 {
+    let answer =
+        klock_testkit::http_client::request(server.port(), "GET", "/metrics", &[], b"").unwrap();
+    let text = String::from_utf8(answer.raw).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("klock_http_requests_total{") && l.contains("/acquire\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
