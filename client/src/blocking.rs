@@ -216,10 +216,9 @@ impl LeaseGuard {
     /// Waits up to `timeout` for a loss of (some of) these leases; `None` if none came.
     pub fn wait_lost(&mut self, timeout: Duration) -> Option<Loss> {
         let guard = self.guard.as_mut()?;
-        self.runtime
-            .block_on(tokio::time::timeout(timeout, guard.until_lost()))
-            .ok()?
-            .ok()
+        // Made inside the runtime: a timer needs its context when it is created.
+        let waited = async { tokio::time::timeout(timeout, guard.until_lost()).await };
+        self.runtime.block_on(waited).ok()?.ok()
     }
 
     /// [`crate::fence::fenced_write`] with this guard's fence.

@@ -72,6 +72,16 @@ pub struct Keeper {
     tasks: [JoinHandle<()>; 2],
 }
 
+/// A lease's local deadline: `sent` plus its TTL. A TTL over a century (a server configured
+/// without a cap) counts as a century, so the addition cannot overflow the monotonic clock (a
+/// clock that still could not hold it makes the deadline `sent`: the lease is reported lost,
+/// never kept by mistake).
+fn local_deadline(sent: Instant, ttl_ms: u64) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    sent.checked_add(Duration::from_millis(ttl_ms).min(CENTURY))
+        .unwrap_or(sent)
+}
+
 /// How soon to retry a heartbeat the server did not answer.
 const RETRY: Duration = Duration::from_millis(200);
 
@@ -97,7 +107,7 @@ impl Keeper {
     pub fn hold(&self, leases: &[Lease], sent: Instant) {
         let mut held = self.shared.held.lock().expect("keeper lock");
         for lease in leases {
-            let deadline = sent + Duration::from_millis(lease.ttl_ms);
+            let deadline = local_deadline(sent, lease.ttl_ms);
             held.insert(
                 lease.lease_id.0,
                 Held {
@@ -245,7 +255,7 @@ fn renew(
         let mut held = shared.held.lock().expect("keeper lock");
         for (id, result) in results {
             match (result, held.get_mut(id)) {
-                (Ok(_), Some(h)) => h.deadline = sent + Duration::from_millis(h.lease.ttl_ms),
+                (Ok(_), Some(h)) => h.deadline = local_deadline(sent, h.lease.ttl_ms),
                 (Err(reason), Some(_)) => lost.entry(reason).or_default().push(*id),
                 (_, None) => {}
             }

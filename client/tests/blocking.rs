@@ -46,3 +46,23 @@ fn the_blocking_client_inside_a_runtime_is_refused_not_a_panic() {
     assert_eq!(e.name(), "INVALID_INPUT", "{e}");
     assert!(e.to_string().contains("inside a tokio runtime"), "{e}");
 }
+
+#[test]
+fn the_blocking_guard_is_told_of_a_loss() {
+    let server = server(&["--config", "policy=wound_wait"]);
+    let client = Client::connect(&url(&server), None).unwrap();
+    let older = client.session("older").unwrap();
+    let younger = client.session("younger").unwrap();
+    let mut held = younger.lease([X], LeaseOptions::default()).unwrap();
+    assert!(held.wait_lost(Duration::from_millis(50)).is_none());
+    // Wound-Wait: the older session, on another thread, takes the resource.
+    let taker = std::thread::spawn(move || {
+        let options = LeaseOptions::default().timeout(Duration::from_secs(10));
+        older.lease([X], options).map(|guard| guard.fence())
+    });
+    let loss = held
+        .wait_lost(Duration::from_secs(10))
+        .expect("no loss told within 10 s");
+    assert_eq!(loss.reason, "WOUNDED");
+    assert!(taker.join().unwrap().unwrap() > held.fence());
+}
