@@ -76,16 +76,9 @@ impl fmt::Display for Error {
             Error::BadUrl(why) | Error::InvalidInput(why) | Error::Unreachable(why) => {
                 f.write_str(why)
             }
-            Error::Refused {
-                status,
-                name,
-                message,
-            } => {
-                write!(f, "the server refused ({status} {name}): {message}")?;
-                if name == "UNAUTHORIZED" {
-                    f.write_str(" (give the token to Client::connect, or set $KLOCK_TOKEN)")?;
-                }
-                Ok(())
+            Error::Refused { .. } => {
+                let failure = Failure::from(self.clone());
+                write!(f, "{failure}")
             }
             Error::Died {
                 retry_after_ms,
