@@ -3,7 +3,7 @@
 //!
 //! Contract: parsing never panics; every error names the flag and what it accepts.
 
-use super::client::{Client, Endpoint};
+use klock_client::transport::{Endpoint, Transport};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -148,9 +148,9 @@ impl Connection {
     ///
     /// # Errors
     /// Both a URL and a socket, or a URL this client cannot use.
-    pub fn client(&self) -> Result<Client, String> {
+    pub fn client(&self) -> Result<Transport, String> {
         let endpoint = Endpoint::choose(self.server.clone(), self.socket.clone())?;
-        Client::new(endpoint, self.token.clone()).with_ca(self.ca.clone())
+        Transport::new(endpoint, self.token.clone()).with_ca(self.ca.clone())
     }
 
     /// The namespace: `--ns`, else `$KLOCK_NAMESPACE` (the clients' name for it), else

@@ -8,7 +8,7 @@
 //! meanwhile. [`Interrupts`] are SIGINT, SIGTERM and SIGHUP while there is no command (waiting
 //! for the leases, closing the MCP sidecar's session), listened for from its creation on.
 
-use super::keeper::Loss;
+use klock_client::keeper::Loss;
 use std::process::ExitStatus;
 use std::time::Duration;
 use tokio::process::{Child, Command};

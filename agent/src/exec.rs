@@ -2,8 +2,10 @@
 //! holding a file lock, but across machines, with deadlock freedom and fencing.
 //!
 //! Contract: one session (opened, or resumed from `--digest FILE`), the whole manifest asked
-//! for in one request; a DIE is slept off (`retry_after_ms`) and retried, since nothing is held
-//! meanwhile; after `--wait` the run gives up with exit 75 naming the holders. The command runs
+//! for in one request, asked again as the core decides ([`klock_client::acquire`]: a DIE is
+//! slept off (`retry_after_ms`) and retried, since nothing is held meanwhile); when `--wait`
+//! runs out, or the kernel's backoff would end after it, the run gives up with exit 75 naming
+//! the holders. The command runs
 //! with `KLOCK_SESSION`, `KLOCK_LEASES` (the leases as JSON) and `KLOCK_FENCE` (the largest
 //! fence of the grant) in its environment, in its own process group; SIGTERM, SIGINT, SIGHUP,
 //! SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to that group; the [`Keeper`] renews the leases. When a lease is lost (the
@@ -20,18 +22,18 @@
 
 use super::args::{duration, show, Connection, Flags, CONNECTION_HELP};
 use super::child;
-use super::client::Failure;
-use super::keeper::Keeper;
 use super::names::Root;
-use super::overview::{describe_blockers, describe_leases};
-use super::session::{Acquired, Outcome, Saved, Session};
-use klock_core::{
-    Blocker, DigestIdentity, DigestRecovery, Lease, StateDigest, Verdict, DIGEST_VERSION,
-};
+use klock_client::acquire::{Acquire, Stopped};
+use klock_client::describe::{describe_blockers, describe_leases};
+use klock_client::keeper::Keeper;
+use klock_client::routes::{Saved, Session};
+use klock_client::transport::{Failure, Transport};
+use klock_client::Error;
+use klock_core::client::Acquisition;
+use klock_core::{Blocker, DigestIdentity, DigestRecovery, Lease, StateDigest, DIGEST_VERSION};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::process::Child;
-use tokio::time::Instant;
 
 /// The server could not be reached, or refused the session.
 pub const EXIT_UNAVAILABLE: u8 = 69;
@@ -355,7 +357,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
 }
 
 /// Opens a session, or resumes the one `--digest FILE` names; `true` when resumed.
-async fn start(args: &ExecArgs, client: super::client::Client) -> Result<(Session, bool), Stop> {
+async fn start(args: &ExecArgs, client: Transport) -> Result<(Session, bool), Stop> {
     let ns = args.connection.ns().map_err(|e| (EXIT_USAGE, e))?;
     let agent = args.connection.agent();
     if let Some(saved) = read_digest(args.digest.as_deref())? {
@@ -436,8 +438,9 @@ async fn withdraw(session: &Session, ticket: Option<u64>, sig: i32) -> Stop {
     interrupted(sig)
 }
 
-/// Asks until granted; the keeper holds the leases from then on. A signal while waiting (for
-/// a ticket or after a DIE) withdraws the request and ends the run.
+/// Asks until granted, as the core decides ([`klock_client::acquire`]); the keeper holds the
+/// leases from then on. A signal while waiting (for a ticket or after a DIE) withdraws the
+/// request and ends the run.
 async fn acquire(
     args: &ExecArgs,
     intents: &[String],
@@ -445,96 +448,16 @@ async fn acquire(
     keeper: &Keeper,
     signals: &mut child::Interrupts,
 ) -> Result<Vec<Lease>, Stop> {
-    // No limit: the kernel's wait deadline saturates at the end of its clock.
-    let give_up = args.wait.map(|wait| Instant::now() + wait);
+    // No --wait (`klock elect`'s default): one wait the kernel never times out.
+    let wait_ms = args.wait.map(|wait| wait.as_millis() as u64);
     let ttl_ms = args.ttl.as_millis() as u64;
-    let mut blockers: Vec<Blocker> = Vec::new();
-    loop {
-        let sent = Instant::now();
-        let left_ms = give_up.map_or(u64::MAX, |at| {
-            at.saturating_duration_since(sent).as_millis() as u64
-        });
-        // Not held open by the server (no hold_ms): a held WAIT answers with its outcome
-        // only, and the WAIT verdict is what names the holders for the message at exit 75.
-        let answer = session
-            .acquire(intents, ttl_ms, left_ms, Duration::ZERO)
-            .await
-            .map_err(refused)?;
-        let (ticket, outcome) = match answer {
-            Acquired::Verdict(Verdict::Granted { leases }) => {
-                keeper.hold(&leases, sent);
-                return Ok(leases);
-            }
-            Acquired::Verdict(Verdict::Die {
-                retry_after_ms,
-                held_by,
-                ..
-            }) => {
-                blockers = held_by;
-                (None, Outcome::Died(retry_after_ms))
-            }
-            Acquired::Verdict(Verdict::Wait { ticket, held_by }) => {
-                blockers = held_by;
-                (Some(ticket.0), Outcome::Waiting)
-            }
-            Acquired::Resolved(ticket, outcome) => (Some(ticket), outcome),
-        };
-        let outcome = match (ticket, outcome) {
-            (Some(ticket), Outcome::Waiting) => tokio::select! {
-                outcome = follow(session, ticket, give_up) => outcome?,
-                sig = signals.next() => return Err(withdraw(session, Some(ticket), sig).await),
-            },
-            (_, outcome) => outcome,
-        };
-        match outcome {
-            Outcome::Granted(leases) => {
-                // The grant came at some moment during the wait: renew now to know from when
-                // its TTL counts. A lease lost in between sends us round again.
-                if keeper
-                    .hold_renewed(session, &leases)
-                    .await
-                    .map_err(refused)?
-                {
-                    return Ok(leases);
-                }
-                let _ = session.release(None).await;
-            }
-            Outcome::Died(retry_after_ms) => {
-                // Never retry sooner than the kernel said; if that is past --wait, wait out
-                // --wait and give up.
-                let retry = Instant::now() + Duration::from_millis(retry_after_ms);
-                let (until, last) = match give_up {
-                    Some(give_up) if retry >= give_up => (give_up, true),
-                    _ => (retry, false),
-                };
-                tokio::select! {
-                    () = tokio::time::sleep_until(until) => {}
-                    sig = signals.next() => return Err(withdraw(session, None, sig).await),
-                }
-                if last {
-                    return Err(gave_up(args, &blockers));
-                }
-            }
-            Outcome::TimedOut | Outcome::Waiting => return Err(gave_up(args, &blockers)),
-        }
-    }
-}
-
-/// Long-polls a ticket until it resolves; the kernel times it out at `give_up` (never, for
-/// `None`: each poll is then one server hold long).
-async fn follow(session: &Session, ticket: u64, give_up: Option<Instant>) -> Result<Outcome, Stop> {
-    loop {
-        // A second past `give_up` lets the kernel's WAIT_TIMEOUT arrive rather than race it.
-        let left = give_up.map_or(Duration::MAX, |give_up| {
-            (give_up + Duration::from_secs(1)).saturating_duration_since(Instant::now())
-        });
-        let outcome = session.ticket(ticket, left).await.map_err(refused)?;
-        if outcome != Outcome::Waiting || left.is_zero() {
-            if outcome == Outcome::Waiting {
-                let _ = session.cancel(ticket).await;
-            }
-            return Ok(outcome);
-        }
+    let budget = Acquisition::new(0, wait_ms);
+    let attempt = Acquire::with_budget(session, keeper, intents, ttl_ms, budget);
+    match attempt.run_or(signals.next()).await {
+        Ok(leases) => Ok(leases),
+        Err(Stopped::Interrupted(sig)) => Err(withdraw(session, attempt.ticket(), sig).await),
+        Err(Stopped::Error(Error::Timeout { blockers, .. })) => Err(gave_up(args, &blockers)),
+        Err(Stopped::Error(e)) => Err(refused(Failure::from(e))),
     }
 }
 

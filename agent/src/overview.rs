@@ -9,10 +9,10 @@
 //! ("expires in 41.2s"). The commands' flag parsing and exit codes are here too.
 
 use super::args::{Connection, Flags, CONNECTION_HELP};
-use super::client::{Client, Failure};
 use super::exec::write_digest;
-use super::session::{resource_state, stats, Saved, Session};
-use klock_core::{Blocker, Contention, GhostAgent, Holder, Lease, ResourceState};
+use klock_client::routes::{resource_state, stats, Saved, Session};
+use klock_client::transport::{Failure, Transport};
+use klock_core::{Contention, GhostAgent, Holder, ResourceState};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -40,7 +40,7 @@ pub struct Overview {
 ///
 /// # Errors
 /// A bad type name (the server names it), or unreachable.
-pub async fn gather(client: &Client, ns: &str, types: &[String]) -> Result<Overview, Failure> {
+pub async fn gather(client: &Transport, ns: &str, types: &[String]) -> Result<Overview, Failure> {
     let mut holders = Vec::new();
     let mut now = None;
     for kind in types {
@@ -79,44 +79,6 @@ pub async fn gather(client: &Client, ns: &str, types: &[String]) -> Result<Overv
         contended,
         ghosts,
     })
-}
-
-/// Leases as "MUTATES FILE:/x (lease 7, fence 9), ...".
-pub fn describe_leases(leases: &[Lease]) -> String {
-    let parts: Vec<String> = leases
-        .iter()
-        .map(|l| {
-            format!(
-                "{} {} (lease {}, fence {})",
-                l.predicate, l.resource, l.lease_id, l.fence
-            )
-        })
-        .collect();
-    parts.join(", ")
-}
-
-/// The blockers of a verdict as "agent "a" (session 3: MUTATES FILE:/x); ...".
-pub fn describe_blockers(blockers: &[Blocker]) -> String {
-    if blockers.is_empty() {
-        return String::from("other agents");
-    }
-    let parts: Vec<String> = blockers
-        .iter()
-        .map(|b| {
-            let intents: Vec<String> = b
-                .intents
-                .iter()
-                .map(|i| format!("{} {}", i.predicate, i.resource))
-                .collect();
-            format!(
-                "agent {:?} (session {}: {})",
-                b.agent_id,
-                b.session_id,
-                intents.join(", ")
-            )
-        })
-        .collect();
-    parts.join("; ")
 }
 
 /// "in 41.2s", "expired", or "never", from the server's `now`.

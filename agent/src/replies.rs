@@ -4,9 +4,9 @@
 //! DIED, FAILED, WITHDRAWN, LOST), names who holds what (agent, session, predicate, resource, lease,
 //! fence), and ends with what to do next in terms of the tools.
 
-use super::keeper::Loss;
-use super::overview::describe_leases;
 use super::sidecar::QUEUE_MS;
+use klock_client::describe::describe_leases;
+use klock_client::keeper::Loss;
 use klock_core::Lease;
 use klock_mcp::Reply;
 use std::fmt::Write;

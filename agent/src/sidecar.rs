@@ -8,7 +8,8 @@
 //! out at) answers WAIT with a ticket that stays queued for [`QUEUE_MS`]; a follower task
 //! keeps polling it, so a lease granted while the model is elsewhere is renewed from the
 //! moment it is granted. A DIE is slept off and retried within `wait_s` when the agent holds
-//! nothing; otherwise it is answered with what to release. Lost leases and tickets resolved
+//! nothing and the kernel's backoff ends within it (the core decides:
+//! [`klock_core::client::Acquisition`]); otherwise it is answered with what to release. Lost leases and tickets resolved
 //! between calls are told at the head of the next tool result and at once as MCP log
 //! messages. When stdin ends, or at SIGTERM, SIGINT or SIGHUP, the session is closed: every
 //! lease released, every wait withdrawn; then the process exits, even with stdin still open
@@ -17,14 +18,16 @@
 
 use super::args::{Connection, Flags, CONNECTION_HELP};
 use super::child;
-use super::client::{Client, Failure};
-use super::keeper::{Keeper, Loss};
-use super::overview::{describe_blockers, describe_leases, gather, render, render_resource};
+use super::overview::{gather, render, render_resource};
 use super::replies::{
     died, end_text, ended, failed, granted, lost, waiting, End, WITHDRAWN_BY_RELEASE,
     WITHDRAWN_WITH_SESSION,
 };
-use super::session::{resource_state, Acquired, Outcome, Session};
+use klock_client::describe::{describe_blockers, describe_leases};
+use klock_client::keeper::{Keeper, Loss};
+use klock_client::routes::{resource_state, Acquired, Outcome, Session};
+use klock_client::transport::{Failure, Transport};
+use klock_core::client::{Acquisition, Next, Setback};
 use klock_core::{Blocker, Verdict};
 use klock_mcp::{AcquireArgs, AwaitArgs, Coordinator, ReleaseArgs, Reply, StatusArgs};
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,7 +83,7 @@ struct Live {
 
 /// The sidecar's state, shared by the tool calls.
 pub struct Sidecar {
-    client: Client,
+    client: Transport,
     ns: String,
     agent: String,
     /// The session while the server knows it; dropped when the server says it is gone (closed
@@ -347,12 +350,14 @@ impl Sidecar {
                 }
             }
         }
-        let give_up = Instant::now() + wait;
+        let started = Instant::now();
+        let give_up = started + wait;
+        let budget = Acquisition::new(0, Some(wait.as_millis() as u64));
         loop {
             let sent = Instant::now();
             let answer = live
                 .session
-                .acquire(&args.intents, ttl_ms, QUEUE_MS, Duration::ZERO)
+                .acquire(&args.intents, ttl_ms, Some(QUEUE_MS), Duration::ZERO)
                 .await;
             let verdict = match answer {
                 Ok(Acquired::Verdict(verdict)) => verdict,
@@ -394,10 +399,14 @@ impl Sidecar {
                     ..
                 } => {
                     let held = live.keeper.held();
-                    let retry = Instant::now() + Duration::from_millis(retry_after_ms);
-                    if held.is_empty() && retry < give_up {
+                    let setback = Setback::Die {
+                        retry_after_ms,
+                        asked_wait_ms: Some(QUEUE_MS),
+                    };
+                    let now = started.elapsed().as_millis() as u64;
+                    if let Next::Sleep { ms } = budget.after(setback, !held.is_empty(), now) {
                         // Nothing held, so retrying after the kernel's delay is safe.
-                        tokio::time::sleep_until(retry).await;
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
                         continue;
                     }
                     return died(retry_after_ms, &describe_blockers(&held_by), &held);

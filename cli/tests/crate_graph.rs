@@ -1,7 +1,7 @@
 //! The crate graph keeps one crate per program (docs/DECISIONS.md): read from `cargo
 //! metadata`, the server library is built with neither the agent tools nor the test kit, the
-//! agent tools with nothing of the server, and the `klock` binary with the test kit only for
-//! its tests.
+//! agent tools and the Rust client (`klock-client`, which they are built on) with nothing of
+//! the server, and the `klock` binary with the test kit only for its tests.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,11 +88,18 @@ fn the_server_library_is_built_with_neither_the_agent_tools_nor_the_test_kit() {
 }
 
 #[test]
-fn the_agent_tools_are_built_with_nothing_of_the_server() {
-    let agent = shipped_with(&graph(), "klock-agent");
-    for other in ["klock-server", "klock-testkit", "klock-cli"] {
-        assert!(!agent.contains(other), "klock-agent is built with {other}");
+fn the_agent_tools_and_the_rust_client_are_built_with_nothing_of_the_server() {
+    let graph = graph();
+    let agent = shipped_with(&graph, "klock-agent");
+    assert!(agent.contains("klock-client"), "{agent:?}");
+    for crate_ in ["klock-agent", "klock-client"] {
+        let built = shipped_with(&graph, crate_);
+        for other in ["klock-server", "klock-testkit", "klock-cli"] {
+            assert!(!built.contains(other), "{crate_} is built with {other}");
+        }
     }
+    // The public client ships without the agent tools' MCP server.
+    assert!(!shipped_with(&graph, "klock-client").contains("klock-mcp"));
 }
 
 #[test]

@@ -1,14 +1,15 @@
-//! The agent tools' kept-alive connections (`klock_agent::conn`) against a real `klock serve`:
-//! one client's successive requests share one connection over TCP, TLS and a Unix socket;
-//! concurrent ones take their own; an idle connection the server closed is replaced without an
-//! error; a request that breaks on a reused connection before any answer is sent again once
-//! when it is a read, never when it is a write; and `klock exec` makes 2 connections, not 4.
+//! The kept-alive connections of the Rust client and the agent tools (`klock_client::conn`)
+//! against a real `klock serve`: one client's successive requests share one connection over
+//! TCP, TLS and a Unix socket; concurrent ones take their own; an idle connection the server
+//! closed is replaced without an error; a request that breaks on a reused connection before
+//! any answer is sent again once when it is a read, never when it is a write; and `klock exec`
+//! makes 2 connections, not 4.
 //! Connections are counted by the server (`klock_connections_accepted_total`).
 
 mod support;
 
-use klock_agent::client::{Client, Endpoint, Failure};
-use klock_agent::session::{Acquired, Session};
+use klock_client::routes::{Acquired, Session};
+use klock_client::transport::{Endpoint, Failure, Transport as Client};
 use klock_core::Verdict;
 use klock_testkit::link::Link;
 use std::future::Future;
@@ -43,7 +44,7 @@ async fn holding(client: &Client, resource: &str) -> (Session, u64) {
         .unwrap();
     let intents = [format!("MUTATES {resource}")];
     let answer = session
-        .acquire(&intents, 60_000, 0, Duration::ZERO)
+        .acquire(&intents, 60_000, Some(0), Duration::ZERO)
         .await
         .unwrap();
     let Acquired::Verdict(Verdict::Granted { leases }) = answer else {

@@ -3,9 +3,9 @@
 //!
 //! Contract: [`request`] sends one request on a new connection (`connection: close`) and
 //! reads the whole answer: status, headers and body (the body is parsed as JSON when it is
-//! JSON; the parser is the agent tools', `klock_agent::http`).
+//! JSON; the parser is the Rust client's, `klock_client::http`).
 
-pub use klock_agent::http::{parse, percent_encode, Answer};
+pub use klock_client::http::{parse, percent_encode, Answer};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

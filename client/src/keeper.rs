@@ -1,9 +1,11 @@
 //! Keeps a session's leases alive in the background and says when one is lost.
 //!
-//! Contract: [`Keeper::start`] runs two tasks for a session. The heartbeat task renews every
-//! lease handed to [`Keeper::hold`] every third of the shortest TTL held. Each lease has a
-//! local deadline: the send time of the last request that granted or renewed it, plus its
-//! TTL, on the monotonic clock; the server cannot have let it expire earlier. The events task
+//! Contract: [`Keeper::start`] runs two tasks for a session (on the tokio runtime it is called
+//! in). Each lease handed to [`Keeper::hold`] has a local deadline: the send time of the last
+//! request that granted or renewed it, plus its TTL, on the monotonic clock; the server cannot
+//! have let it expire earlier. The heartbeat task renews every held lease together when the
+//! first is due, a third of the way to its local deadline (the core's [`klock_core::renew_at`]:
+//! two more renewals may fail before it ends). The events task
 //! long-polls the session's events. A lease is reported lost once, on the returned channel,
 //! when a heartbeat answers anything but OK for it or is refused (401: the session was resumed
 //! elsewhere, a new token), an event says it expired, was wounded or
@@ -11,9 +13,9 @@
 //! not answer cannot keep a lease alive). A lost lease is no longer held. Dropping the keeper
 //! stops both tasks.
 
-use super::client::Failure;
-use super::session::Session;
-use klock_core::{Event, Lease};
+use crate::routes::Session;
+use crate::transport::Failure;
+use klock_core::{renew_at, Event, Lease};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,8 +58,9 @@ struct Held {
     deadline: Instant,
 }
 
-#[derive(Default)]
 struct Shared {
+    /// The zero of the milliseconds the core's schedule counts in.
+    origin: Instant,
     held: Mutex<BTreeMap<u64, Held>>,
     /// Wakes the heartbeat task when the set of leases changes.
     changed: Notify,
@@ -69,13 +72,27 @@ pub struct Keeper {
     tasks: [JoinHandle<()>; 2],
 }
 
+/// A lease's local deadline: `sent` plus its TTL. A TTL over a century (a server configured
+/// without a cap) counts as a century, so the addition cannot overflow the monotonic clock (a
+/// clock that still could not hold it makes the deadline `sent`: the lease is reported lost,
+/// never kept by mistake).
+fn local_deadline(sent: Instant, ttl_ms: u64) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    sent.checked_add(Duration::from_millis(ttl_ms).min(CENTURY))
+        .unwrap_or(sent)
+}
+
 /// How soon to retry a heartbeat the server did not answer.
 const RETRY: Duration = Duration::from_millis(200);
 
 impl Keeper {
     /// Starts keeping `session`'s leases; losses arrive on the receiver.
     pub fn start(session: Session) -> (Keeper, mpsc::UnboundedReceiver<Loss>) {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            origin: Instant::now(),
+            held: Mutex::default(),
+            changed: Notify::new(),
+        });
         let (tx, rx) = mpsc::unbounded_channel();
         let beats = tokio::spawn(heartbeats(session.clone(), shared.clone(), tx.clone()));
         let events = tokio::spawn(events(session, shared.clone(), tx));
@@ -90,7 +107,7 @@ impl Keeper {
     pub fn hold(&self, leases: &[Lease], sent: Instant) {
         let mut held = self.shared.held.lock().expect("keeper lock");
         for lease in leases {
-            let deadline = sent + Duration::from_millis(lease.ttl_ms);
+            let deadline = local_deadline(sent, lease.ttl_ms);
             held.insert(
                 lease.lease_id.0,
                 Held {
@@ -161,26 +178,28 @@ impl Shared {
     }
 
     /// The held ids, when the next heartbeat is due, and the earliest local deadline.
-    fn plan(&self, last_beat: Instant) -> (Vec<u64>, Option<Instant>, Option<Instant>) {
+    fn plan(&self) -> (Vec<u64>, Option<Instant>, Option<Instant>) {
         let held = self.held.lock().expect("keeper lock");
         let ids = held.keys().copied().collect();
-        let shortest = held.values().map(|h| h.lease.ttl_ms).min();
-        let due = shortest.map(|ttl| last_beat + Duration::from_millis(ttl / 3));
+        let ms = |at: Instant| at.saturating_duration_since(self.origin).as_millis() as u64;
+        let due = held
+            .values()
+            .map(|h| renew_at(ms(h.deadline), h.lease.ttl_ms))
+            .min()
+            .map(|at| self.origin + Duration::from_millis(at));
         let deadline = held.values().map(|h| h.deadline).min();
         (ids, due, deadline)
     }
 }
 
 async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Loss>) {
-    let mut last_beat = Instant::now();
     // Set after a heartbeat failed: try again at this time rather than a third TTL later.
     let mut retry_at: Option<Instant> = None;
     loop {
-        let (ids, due, deadline) = shared.plan(last_beat);
+        let (ids, due, deadline) = shared.plan();
         let due = due.map(|due| retry_at.unwrap_or(due));
         let (Some(due), Some(deadline)) = (due, deadline) else {
             shared.changed.notified().await;
-            last_beat = Instant::now();
             continue;
         };
         tokio::select! {
@@ -202,9 +221,8 @@ async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSe
         };
         match answer {
             Ok(results) => {
-                last_beat = sent;
                 retry_at = None;
-                renew(&shared, &results, sent, &tx);
+                renew(&shared, &ids, &results, sent, &tx);
             }
             Err(Failure::Refused { name, .. }) if name == "UNKNOWN_SESSION" => {
                 shared.lose(&ids, "SESSION_CLOSED", &tx);
@@ -222,8 +240,12 @@ async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSe
     }
 }
 
+/// Moves the deadlines of the leases renewed by a heartbeat sent at `sent` for `asked`; the
+/// others are lost (a lease the answer does not name is not renewed: were it kept, it would be
+/// due again at once, forever).
 fn renew(
     shared: &Shared,
+    asked: &[u64],
     results: &[(u64, Result<u64, String>)],
     sent: Instant,
     tx: &mpsc::UnboundedSender<Loss>,
@@ -233,9 +255,14 @@ fn renew(
         let mut held = shared.held.lock().expect("keeper lock");
         for (id, result) in results {
             match (result, held.get_mut(id)) {
-                (Ok(_), Some(h)) => h.deadline = sent + Duration::from_millis(h.lease.ttl_ms),
+                (Ok(_), Some(h)) => h.deadline = local_deadline(sent, h.lease.ttl_ms),
                 (Err(reason), Some(_)) => lost.entry(reason).or_default().push(*id),
                 (_, None) => {}
+            }
+        }
+        for id in asked {
+            if held.contains_key(id) && !results.iter().any(|(r, _)| r == id) {
+                lost.entry("NOT_RENEWED").or_default().push(*id);
             }
         }
     }

@@ -1,4 +1,5 @@
-//! One Klock session seen from an agent: the routes of `server/README.md` as typed calls.
+//! One Klock session's routes (`server/README.md`) as typed calls: the layer under the
+//! friendly [`crate::Session`] and the agent tools.
 //!
 //! Contract: [`Session::open`] / [`Session::resume`] start it and keep its session token and
 //! its resume secret (a resume needs the secret the last open or resume answered: a digest is
@@ -7,8 +8,8 @@
 //! shapes (`klock_core`), so a verdict here is exactly what the kernel decided. Nothing here
 //! retries or sleeps: the callers decide what a DIE or an unreachable server means to them.
 
-use super::client::{Client, Failure};
 use crate::http::percent_encode;
+use crate::transport::{Failure, Transport};
 use klock_core::{Event, Lease, ResourceState, SessionInfo, StateDigest, Stats, Verdict};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -20,7 +21,7 @@ pub const MAX_HOLD: Duration = Duration::from_secs(30);
 /// An open session.
 #[derive(Clone, Debug)]
 pub struct Session {
-    pub client: Client,
+    pub client: Transport,
     pub info: SessionInfo,
     token: String,
     /// What the next resume of the session must present.
@@ -84,7 +85,7 @@ impl Session {
     ///
     /// # Errors
     /// The server is unreachable or refuses (a bad agent id or namespace, a token's scope).
-    pub async fn open(client: Client, ns: &str, agent_id: &str) -> Result<Session, Failure> {
+    pub async fn open(client: Transport, ns: &str, agent_id: &str) -> Result<Session, Failure> {
         let body = json!({ "agent_id": agent_id });
         let path = format!("{}/sessions", ns_path(ns));
         let v = client
@@ -98,7 +99,7 @@ impl Session {
     /// # Errors
     /// `UNKNOWN_SESSION` (closed, or the server lost it), `INVALID_DIGEST`, or unreachable.
     pub async fn resume(
-        client: Client,
+        client: Transport,
         digest: &StateDigest,
         resume_secret: &str,
     ) -> Result<Session, Failure> {
@@ -110,7 +111,7 @@ impl Session {
         Session::started(client, v)
     }
 
-    fn started(client: Client, v: Value) -> Result<Session, Failure> {
+    fn started(client: Transport, v: Value) -> Result<Session, Failure> {
         let token = v["session_token"].as_str().unwrap_or_default().to_owned();
         let resume_secret = v["resume_secret"].as_str().unwrap_or_default().to_owned();
         let info = decode("open", v)?;
@@ -145,7 +146,8 @@ impl Session {
             .await
     }
 
-    /// Asks for the whole manifest in one request. A WAIT is held open by the server for up
+    /// Asks for the whole manifest in one request, waiting `wait_ms` if it must queue (`Some(0)`:
+    /// not at all; `None`: the kernel's default wait). A WAIT is held open by the server for up
     /// to `hold` (at most [`MAX_HOLD`]) and answered with its outcome if it comes by then.
     ///
     /// # Errors
@@ -154,16 +156,18 @@ impl Session {
         &self,
         intents: &[String],
         ttl_ms: u64,
-        wait_timeout_ms: u64,
+        wait_ms: Option<u64>,
         hold: Duration,
     ) -> Result<Acquired, Failure> {
         let hold = hold.min(MAX_HOLD);
         let mut body = json!({
             "intents": intents,
             "ttl_ms": ttl_ms,
-            "wait": wait_timeout_ms > 0,
-            "wait_timeout_ms": wait_timeout_ms,
+            "wait": wait_ms != Some(0),
         });
+        if let Some(wait_ms) = wait_ms {
+            body["wait_timeout_ms"] = json!(wait_ms);
+        }
         if !hold.is_zero() {
             body["hold_ms"] = json!(hold.as_millis() as u64);
         }
@@ -333,7 +337,7 @@ fn outcome(event: Event) -> Outcome {
 /// # Errors
 /// A malformed resource, or unreachable.
 pub async fn resource_state(
-    client: &Client,
+    client: &Transport,
     ns: &str,
     resource: &str,
 ) -> Result<(ResourceState, Option<u64>), Failure> {
@@ -352,7 +356,7 @@ pub async fn resource_state(
 ///
 /// # Errors
 /// Unreachable, or a token without access.
-pub async fn stats(client: &Client, ns: &str) -> Result<Stats, Failure> {
+pub async fn stats(client: &Transport, ns: &str) -> Result<Stats, Failure> {
     let path = format!("{}/stats", ns_path(ns));
     decode(
         "stats",

@@ -1,10 +1,10 @@
-//! Where the server is, and one request to it: the transport of `klock exec`, `klock mcp`,
-//! `klock status` and `klock reconcile`.
+//! Where the server is, and one request to it: the transport under the friendly client and
+//! under `klock exec`, `klock mcp`, `klock status` and `klock reconcile`.
 //!
-//! Contract: [`Endpoint::choose`] turns `--server URL` / `--socket PATH` (or `KLOCK_SERVER` /
+//! Contract: [`Endpoint::parse`] reads a server URL; [`Endpoint::choose`] turns `--server URL` / `--socket PATH` (or `KLOCK_SERVER` /
 //! `KLOCK_SOCKET`, or the default `http://127.0.0.1:7300`) into an endpoint. An `https://`
 //! server needs `--ca PATH` (or `KLOCK_CA`): the PEM certificates to trust, since this client
-//! carries no system trust store. [`Client::call`] sends one HTTP/1.1 request, bounded in
+//! carries no system trust store. [`Transport::call`] sends one HTTP/1.1 request, bounded in
 //! time, on a connection the client keeps alive for the next ones (its clones share them:
 //! [`crate::conn`]), and returns the JSON body of a 2xx answer, or a [`Failure`] that tells an
 //! unreachable server from one that said no; a certificate the handshake refuses is `Refused`
@@ -59,12 +59,17 @@ impl Endpoint {
                 "give --server URL or --socket PATH, not both (or only one of $KLOCK_SERVER and $KLOCK_SOCKET)",
             )),
             (None, Some(path)) => Ok(Endpoint::Unix(path)),
-            (Some(url), None) => Endpoint::from_url(&url),
+            (Some(url), None) => Endpoint::parse(&url).map_err(|e| format!("--server: {e}")),
             (None, None) => Ok(Endpoint::Tcp(String::from("127.0.0.1:7300"))),
         }
     }
 
-    fn from_url(url: &str) -> Result<Endpoint, String> {
+    /// The endpoint of a server URL: `http://HOST:PORT` or `https://HOST:PORT` (a trailing
+    /// `/` is allowed; a bare `HOST:PORT` is taken as `http://`).
+    ///
+    /// # Errors
+    /// Anything else (a path, no port, an empty host); the message shows the URL.
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
         let (tls, rest) = match url.strip_prefix("https://") {
             Some(rest) => (true, rest),
             None => (false, url.strip_prefix("http://").unwrap_or(url)),
@@ -72,13 +77,13 @@ impl Endpoint {
         let addr = rest.trim_end_matches('/');
         if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
             return Err(format!(
-                "--server needs http://HOST:PORT or https://HOST:PORT (like http://127.0.0.1:7300), got {url:?}"
+                "a server URL is http://HOST:PORT or https://HOST:PORT (like http://127.0.0.1:7300), got {url:?}"
             ));
         }
         if !tls {
             return Ok(Endpoint::Tcp(addr.to_owned()));
         }
-        let host = addr[..addr.rfind(':').expect("checked above")]
+        let host = addr[..addr.rfind(':').unwrap_or(addr.len())]
             .trim_start_matches('[')
             .trim_end_matches(']');
         Ok(Endpoint::Tls {
@@ -137,7 +142,7 @@ impl fmt::Display for Failure {
 
 /// A server and the bearer token to show it.
 #[derive(Clone)]
-pub struct Client {
+pub struct Transport {
     pub endpoint: Endpoint,
     token: Option<String>,
     /// For an `https://` endpoint: what trusts its certificate.
@@ -148,9 +153,9 @@ pub struct Client {
     pool: Pool,
 }
 
-impl fmt::Debug for Client {
+impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
+        f.debug_struct("Transport")
             .field("endpoint", &self.endpoint)
             .field("ca", &self.ca)
             .finish_non_exhaustive()
@@ -191,11 +196,11 @@ fn refused_certificate(e: &std::io::Error) -> Option<&rustls::Error> {
 /// What every request may take beyond what it asks the server to wait.
 const SLACK: Duration = Duration::from_secs(10);
 
-impl Client {
+impl Transport {
     /// A client; `token` (else `KLOCK_TOKEN`) goes out as `Authorization: Bearer`.
-    pub fn new(endpoint: Endpoint, token: Option<String>) -> Client {
+    pub fn new(endpoint: Endpoint, token: Option<String>) -> Transport {
         let token = token.or_else(|| std::env::var("KLOCK_TOKEN").ok());
-        Client {
+        Transport {
             endpoint,
             token,
             tls: None,
@@ -209,7 +214,7 @@ impl Client {
     /// # Errors
     /// An `https://` endpoint without a bundle, a bundle for a plain one, or a file that is
     /// not a PEM bundle of certificates.
-    pub fn with_ca(mut self, ca: Option<PathBuf>) -> Result<Client, String> {
+    pub fn with_ca(mut self, ca: Option<PathBuf>) -> Result<Transport, String> {
         let tls = matches!(self.endpoint, Endpoint::Tls { .. });
         let ca = match ca {
             Some(ca) if !tls => {
@@ -267,11 +272,11 @@ impl Client {
         Ok(body)
     }
 
-    /// [`Client::call`], and the server's time of the command it made (`Klock-Now`), to
+    /// [`Transport::call`], and the server's time of the command it made (`Klock-Now`), to
     /// tell how far away an `expires_at` is.
     ///
     /// # Errors
-    /// As [`Client::call`].
+    /// As [`Transport::call`].
     pub async fn call_at(
         &self,
         method: &str,
@@ -299,8 +304,8 @@ impl Client {
         }
         head.push_str("\r\n");
         head.push_str(&body);
-        // A read is safe to send again after a kept-alive connection broke under it; these
-        // tools send no Idempotency-Key, so nothing else is.
+        // A read is safe to send again after a kept-alive connection broke under it; this
+        // client sends no Idempotency-Key, so nothing else is.
         let exchange = self.pool.send(
             &self.endpoint,
             self.tls.as_ref(),
@@ -354,21 +359,21 @@ mod tests {
 
     #[test]
     fn urls_are_checked() {
-        let tcp = Endpoint::from_url("http://127.0.0.1:9/").unwrap();
+        let tcp = Endpoint::parse("http://127.0.0.1:9/").unwrap();
         assert_eq!(tcp.to_string(), "http://127.0.0.1:9");
-        let tls = Endpoint::from_url("https://localhost:9/").unwrap();
+        let tls = Endpoint::parse("https://localhost:9/").unwrap();
         assert_eq!(tls.to_string(), "https://localhost:9");
         assert!(matches!(&tls, Endpoint::Tls { host, .. } if host == "localhost"));
-        assert!(Client::new(tls, None)
+        assert!(Transport::new(tls, None)
             .with_ca(None)
             .is_err_and(|e| e.contains("--ca")));
-        assert!(Client::new(Endpoint::from_url("http://x:1").unwrap(), None)
+        assert!(Transport::new(Endpoint::parse("http://x:1").unwrap(), None)
             .with_ca(Some(PathBuf::from("/nonexistent.pem")))
             .is_err_and(|e| e.contains("https://")));
-        assert!(Endpoint::from_url("http://x/v1")
+        assert!(Endpoint::parse("http://x/v1")
             .unwrap_err()
             .contains("HOST:PORT"));
-        assert!(Endpoint::from_url("localhost")
+        assert!(Endpoint::parse("localhost")
             .unwrap_err()
             .contains("HOST:PORT"));
     }

@@ -1,4 +1,4 @@
-//! Kept-alive connections to the server: the transport under [`crate::client::Client`].
+//! Kept-alive connections to the server: the transport under [`crate::transport::Transport`].
 //!
 //! Contract:
 //! - [`Pool::send`] writes one HTTP/1.1 request and returns the bytes of its whole answer: the
@@ -15,13 +15,13 @@
 //!   are kept, the most recently used first.
 //! - A request that fails on a reused connection before any byte of an answer (the server
 //!   closed it as the request left) is sent once more on a new connection only when
-//!   `resend` says repeating it is safe (the client passes reads: no request of these tools
+//!   `resend` says repeating it is safe (the client passes reads: no request of this client
 //!   carries an `Idempotency-Key`); otherwise the error is returned, as for a new connection,
 //!   and the callers' own retry rules apply.
 //! - Connections are registered with the tokio runtime that opened them: a client (and its
-//!   pool) is used within one runtime, as each `klock` tool runs on one.
+//!   pool) is used within one runtime (each `klock` tool runs on one; the blocking facade has its own).
 
-use crate::client::Endpoint;
+use crate::transport::Endpoint;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
@@ -297,14 +297,14 @@ fn framing(head: &[u8]) -> io::Result<Framing> {
     if status < 200 {
         // An interim answer (100 Continue) comes only to a request that asked for one.
         return Err(not_http(
-            "an interim 1xx answer, which no request of these tools asks for",
+            "an interim 1xx answer, which no request of this client asks for",
         ));
     }
     let mut out = Framing {
         length: None,
         chunked: false,
         bodiless: status == 204 || status == 304,
-        // HTTP/1.0 closes unless asked otherwise; these tools never ask.
+        // HTTP/1.0 closes unless asked otherwise; this client never asks.
         keep_alive: version == "HTTP/1.1",
     };
     for (name, value) in lines.filter_map(|l| l.split_once(':')) {

@@ -1,4 +1,4 @@
-//! The HTTP/1.1 the agent tools read: a whole answer parsed into its status, headers and
+//! The HTTP/1.1 the client reads: a whole answer parsed into its status, headers and
 //! body, and the percent-encoding of a path segment or query value.
 //!
 //! Contract: [`parse`] takes the bytes of one whole answer (its head, then its body: as read

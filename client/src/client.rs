@@ -1,0 +1,112 @@
+//! The friendly client: where the server is, the token to show it, and the namespace its
+//! sessions open in.
+//!
+//! Contract: [`Client::connect`] (or [`Connect::connect`], for a CA bundle or a namespace)
+//! checks the URL before anything is sent ([`Error::BadUrl`]), then makes one authenticated
+//! read (`GET /v1/version`), so an unreachable server or a refused token fails there and not
+//! at the first lease. A client is cheap to clone (its clones share the kept-alive
+//! connections) and is used within the tokio runtime it was connected in.
+
+use crate::error::Error;
+use crate::session::Session;
+use crate::transport::{Endpoint, Transport};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A connection to `klock serve`.
+#[derive(Clone, Debug)]
+pub struct Client {
+    transport: Transport,
+    namespace: String,
+}
+
+/// How to connect: [`Client::options`], then [`Connect::connect`].
+#[derive(Clone, Debug)]
+pub struct Connect {
+    url: String,
+    token: Option<String>,
+    ca: Option<PathBuf>,
+    namespace: String,
+}
+
+impl Connect {
+    /// The bearer token (else `$KLOCK_TOKEN`, if set).
+    pub fn token(mut self, token: impl Into<String>) -> Connect {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The PEM certificates to trust for an `https://` server (else `$KLOCK_CA`): this client
+    /// carries no system trust store.
+    pub fn ca(mut self, path: impl Into<PathBuf>) -> Connect {
+        self.ca = Some(path.into());
+        self
+    }
+
+    /// The namespace sessions open in (default `default`).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Connect {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Connects (module contract).
+    ///
+    /// # Errors
+    /// [`Error::BadUrl`]; [`Error::InvalidInput`] for a CA bundle that cannot be used;
+    /// [`Error::Unreachable`]; [`Error::Refused`] (`UNAUTHORIZED`: a missing or wrong token).
+    pub async fn connect(self) -> Result<Client, Error> {
+        let endpoint = Endpoint::parse(&self.url).map_err(Error::BadUrl)?;
+        let transport = Transport::new(endpoint, self.token)
+            .with_ca(self.ca)
+            .map_err(Error::InvalidInput)?;
+        transport
+            .call("GET", "/v1/version", None, None, Duration::ZERO)
+            .await?;
+        Ok(Client {
+            transport,
+            namespace: self.namespace,
+        })
+    }
+}
+
+impl Client {
+    /// Connects to the server at `url` (`http://HOST:PORT`, or `https://` with `$KLOCK_CA`)
+    /// with a bearer `token` (`None`: `$KLOCK_TOKEN` if set, else none).
+    ///
+    /// # Errors
+    /// As [`Connect::connect`].
+    pub async fn connect(url: &str, token: Option<&str>) -> Result<Client, Error> {
+        let mut options = Client::options(url);
+        options.token = token.map(str::to_owned);
+        options.connect().await
+    }
+
+    /// The options to connect to `url` with.
+    pub fn options(url: &str) -> Connect {
+        Connect {
+            url: url.to_owned(),
+            token: None,
+            ca: None,
+            namespace: String::from("default"),
+        }
+    }
+
+    /// The namespace this client's sessions open in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The transport under it, for the typed routes ([`crate::routes`]).
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    /// Opens a session for `agent_id` in the client's namespace: sessions are the unit of
+    /// priority (Wait-Die: an older session waits, a younger one dies).
+    ///
+    /// # Errors
+    /// A bad agent id ([`Error::Refused`] with the server's name), or unreachable.
+    pub async fn session(&self, agent_id: &str) -> Result<Session, Error> {
+        Session::open(self.transport.clone(), &self.namespace, agent_id).await
+    }
+}

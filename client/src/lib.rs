@@ -1,0 +1,42 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
+//! The friendly client:
+//! - [`client`]: [`Client`], where the server is and the token to show it.
+//! - [`session`]: [`Session`], leases as [`LeaseGuard`]s renewed in the background.
+//! - [`guard`]: the RAII [`LeaseGuard`].
+//! - [`acquire`]: asking until granted, as the core's [`klock_core::client::Acquisition`]
+//!   decides.
+//! - [`fence`]: [`fence::fenced_write`], the store's side of a fence.
+//! - [`blocking`]: the same, blocking, over a private runtime.
+//! - [`error`]: the one error type, [`Error`].
+//!
+//! Under it, shared with the `klock` agent tools (`klock exec`, `klock mcp`, `klock status`):
+//! - [`transport`]: where the server is, and one bounded request to it (TCP, TLS or a Unix
+//!   socket), on the kept-alive connections of [`conn`], read by [`http`].
+//! - [`routes`]: one session's routes as typed calls.
+//! - [`keeper`]: background renewals, and the report of a lost lease.
+//! - [`describe`]: leases and blockers as text.
+
+pub mod acquire;
+pub mod blocking;
+pub mod client;
+pub mod conn;
+pub mod describe;
+pub mod error;
+pub mod fence;
+pub mod guard;
+pub mod http;
+pub mod keeper;
+pub mod routes;
+pub mod session;
+pub mod transport;
+
+pub use client::{Client, Connect};
+pub use error::Error;
+pub use guard::LeaseGuard;
+pub use keeper::Loss;
+pub use klock_core::client::TimedOut;
+pub use klock_core::Lease;
+pub use session::{LeaseOptions, Session};

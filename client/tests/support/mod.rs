@@ -1,0 +1,84 @@
+//! What the client's tests share: a real `klock serve` process on a free loopback port (the
+//! test kit's [`Server::spawn`]), and reads of the server's own view of a resource.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use klock_client::routes::resource_state;
+use klock_client::{Client, Error, TimedOut};
+use klock_testkit::server::Server;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The `klock` binary: `$KLOCK_BIN`, else the one built beside these tests (the workspace's
+/// `cargo nextest run` builds it for the `klock` command's own tests).
+pub fn klock() -> PathBuf {
+    if let Some(bin) = std::env::var_os("KLOCK_BIN").filter(|v| !v.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/debug/deps/TEST -> target/debug/klock
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|debug| debug.join("klock"))
+        .expect("the test runs from target/debug/deps");
+    assert!(
+        bin.exists(),
+        "no klock binary at {}: build it (cargo build -p klock-cli) or set KLOCK_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// `klock serve --memory` with these flags besides.
+pub fn server(args: &[&str]) -> Server {
+    let mut all = vec!["--memory"];
+    all.extend_from_slice(args);
+    Server::spawn(&klock(), &all)
+}
+
+pub fn url(server: &Server) -> String {
+    format!("http://127.0.0.1:{}", server.port())
+}
+
+/// The lease ids the server says hold `resource` in the client's namespace.
+pub async fn holders(client: &Client, resource: &str) -> Vec<u64> {
+    let (state, _) = resource_state(client.transport(), client.namespace(), resource)
+        .await
+        .expect("read the resource's state");
+    state.holders.iter().map(|h| h.lease_id.0).collect()
+}
+
+/// Polls `done` every 20 ms until it holds, for at most `bound`; whether it did.
+pub async fn eventually<F, Fut>(bound: Duration, mut done: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + bound;
+    loop {
+        if done().await {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether `e` is a timeout for this reason.
+pub fn timed_out(e: &Error, reason: TimedOut) -> bool {
+    matches!(e, Error::Timeout { why, .. } if *why == reason)
+}
+
+/// How many acquire requests the server has answered (its `klock_http_requests_total`).
+pub fn acquires(server: &Server) -> u64 {
+    let answer =
+        klock_testkit::http_client::request(server.port(), "GET", "/metrics", &[], b"").unwrap();
+    let text = String::from_utf8(answer.raw).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("klock_http_requests_total{") && l.contains("/acquire\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
