@@ -12,6 +12,7 @@
 //! klock mcp [flags]
 //! klock status [flags]
 //! klock reconcile --digest FILE [flags]
+//! klock cluster init|status|add|voters|remove --node URL --cluster-secret-file FILE ...
 //! ```
 
 /// mimalloc, not glibc's allocator: malloc/free took about 15 % of the server's CPU per
@@ -106,6 +107,7 @@ fn main() -> ExitCode {
         Some("mcp") => return mcp(&args[1..]),
         Some("status") => return overview("status", &args[1..]),
         Some("reconcile") => return overview("reconcile", &args[1..]),
+        Some("cluster") => return cluster(&args[1..]),
         Some("--help" | "-h" | "help") | None => return help(USAGE),
         Some(other) => {
             eprintln!("klock: unknown command {other:?}\n{USAGE}");
@@ -273,6 +275,28 @@ fn mcp(args: &[String]) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("klock mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `klock cluster`: one request to a node's `/raft/*` routes (klock_cli::cluster).
+fn cluster(args: &[String]) -> ExitCode {
+    if wants_help(args) || args.is_empty() {
+        out!("{}", klock_cli::cluster::HELP);
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tool_runtime("cluster") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(klock_cli::cluster::run(args)) {
+        Ok(text) => {
+            out!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("klock cluster: {e}\n(klock cluster --help shows every flag)");
             ExitCode::FAILURE
         }
     }

@@ -1,0 +1,279 @@
+//! A three-process loopback cluster (`klock serve --node-id`): the leader is SIGKILLed with a
+//! lease held; a new leader is elected, the lease and its fence survive, a fence never
+//! repeats, a write through a survivor is acknowledged, and the killed node, restarted,
+//! catches up. Also: the `/raft/*` routes refuse a missing or wrong cluster secret.
+//!
+//! Real `klock` processes on fixed free loopback ports (the peers must know each other's
+//! addresses before they start). Seeded (the order of resources), bounded: every wait has a
+//! deadline, the whole test well under 60 s.
+
+use klock_testkit::http_client::{request, Answer};
+use klock_testkit::process::Spawned;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "a-cluster-secret-of-the-test";
+/// How long any one wait may take (an election is about a second).
+const WAIT: Duration = Duration::from_secs(15);
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+    peers: String,
+    nodes: Vec<Option<Spawned>>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Cluster {
+    fn new(size: usize) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let peers = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            dir,
+            ports,
+            peers,
+            nodes: (0..size).map(|_| None).collect(),
+        };
+        for i in 0..size {
+            cluster.start(i);
+        }
+        cluster
+    }
+
+    fn start(&mut self, i: usize) {
+        let program = Path::new(env!("CARGO_BIN_EXE_klock"));
+        let data = self.dir.path().join(format!("node{}.redb", i + 1));
+        let secret = self.dir.path().join("secret");
+        let listen = format!("127.0.0.1:{}", self.ports[i]);
+        let id = (i + 1).to_string();
+        let args = [
+            "--listen",
+            &listen,
+            "--data",
+            data.to_str().unwrap(),
+            "--node-id",
+            &id,
+            "--cluster-peers",
+            &self.peers,
+            "--cluster-secret-file",
+            secret.to_str().unwrap(),
+        ];
+        self.nodes[i] = Some(Spawned::start(program, &args).expect("a cluster node starts"));
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(node) = self.nodes[i].take() {
+            node.kill();
+        }
+    }
+
+    fn secret_file(&self) -> String {
+        self.dir.path().join("secret").to_str().unwrap().to_owned()
+    }
+
+    /// `/raft/status` of node `i`.
+    fn status(&self, i: usize) -> Option<Value> {
+        let answer = request(
+            self.ports[i],
+            "GET",
+            "/raft/status",
+            &[("klock-cluster-secret", SECRET)],
+            b"",
+        )
+        .ok()?;
+        (answer.status == 200).then_some(answer.body)
+    }
+
+    /// The index of the leader every live node agrees on, once there is one.
+    fn leader(&self) -> usize {
+        let started = Instant::now();
+        loop {
+            let live: Vec<usize> = (0..self.ports.len())
+                .filter(|i| self.nodes[*i].is_some())
+                .collect();
+            let leaders: Vec<Option<u64>> = live
+                .iter()
+                .map(|i| self.status(*i).and_then(|s| s["leader"].as_u64()))
+                .collect();
+            if let Some(Some(leader)) = leaders.first() {
+                let index = (*leader - 1) as usize;
+                if leaders.iter().all(|l| *l == Some(*leader)) && self.nodes[index].is_some() {
+                    return index;
+                }
+            }
+            assert!(started.elapsed() < WAIT, "no leader agreed on: {leaders:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A client's request to node `i`, retried (same idempotency key) while the cluster has
+    /// no leader to take it (503) or the node does not answer.
+    fn ask(&self, i: usize, path: &str, token: &str, key: &str, body: Value) -> Answer {
+        let started = Instant::now();
+        loop {
+            let headers = [("klock-session-token", token), ("idempotency-key", key)];
+            match request(
+                self.ports[i],
+                "POST",
+                path,
+                &headers,
+                body.to_string().as_bytes(),
+            ) {
+                Ok(a) if a.status != 503 && !a.body.is_null() => return a,
+                Ok(a) if a.status == 503 => {
+                    assert_eq!(a.header("retry-after"), Some("1"), "{a:?}");
+                }
+                _ => {}
+            }
+            assert!(started.elapsed() < WAIT, "node {i} never took {path}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn open(cluster: &Cluster, node: usize, name: &str) -> (u64, String) {
+    let a = cluster.ask(
+        node,
+        "/v1/ns/default/sessions",
+        "",
+        &format!("open-{name}"),
+        json!({"agent_id": name}),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    (
+        a.body["session_id"].as_u64().unwrap(),
+        a.body["session_token"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Acquires `resource` for the session; the granted lease (id, fence).
+fn acquire(cluster: &Cluster, node: usize, session: &(u64, String), resource: &str) -> Value {
+    let a = cluster.ask(
+        node,
+        &format!("/v1/ns/default/sessions/{}/acquire", session.0),
+        &session.1,
+        &format!("acq-{}-{resource}", session.0),
+        json!({"intents": [format!("MUTATES {resource}")], "ttl_ms": 60_000}),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    a.body
+}
+
+#[test]
+fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
+    let started = Instant::now();
+    let mut cluster = Cluster::new(3);
+    // klock cluster init, through node 1.
+    let init = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+        .args([
+            "cluster",
+            "init",
+            "--node",
+            &format!("http://127.0.0.1:{}", cluster.ports[0]),
+            "--cluster-secret-file",
+            &cluster.secret_file(),
+        ])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    let leader = cluster.leader();
+    // Through a follower: it hands the write to the leader and answers once applied itself.
+    let follower = (leader + 1) % 3;
+    let alice = open(&cluster, follower, "alice");
+    let first = acquire(&cluster, leader, &alice, "FILE:/a");
+    assert_eq!(first["verdict"], "GRANTED", "{first}");
+    let lease = &first["leases"][0];
+    let (lease_id, fence) = (
+        lease["lease_id"].as_u64().unwrap(),
+        lease["fence"].as_u64().unwrap(),
+    );
+
+    cluster.kill(leader);
+    let new_leader = cluster.leader();
+    assert_ne!(new_leader, leader);
+    let survivor = (0..3).find(|i| *i != leader && *i != new_leader).unwrap();
+
+    // The lease survived: another session waits for it (or is told to die), never granted.
+    let bob = open(&cluster, survivor, "bob");
+    let contended = acquire(&cluster, survivor, &bob, "FILE:/a");
+    assert_ne!(contended["verdict"], "GRANTED", "{contended}");
+    // A write through a survivor is acknowledged, with a fence never given before.
+    let other = acquire(&cluster, survivor, &bob, "FILE:/b");
+    assert_eq!(other["verdict"], "GRANTED", "{other}");
+    let new_fence = other["leases"][0]["fence"].as_u64().unwrap();
+    assert!(new_fence > fence, "fence {new_fence} after {fence}");
+    // Alice still holds her lease and releases it (her session is in its grace, resumable,
+    // but a release by token is still hers).
+    let released = cluster.ask(
+        survivor,
+        &format!("/v1/ns/default/sessions/{}/release", alice.0),
+        &alice.1,
+        "rel-alice",
+        json!({"lease_ids": [lease_id]}),
+    );
+    assert_eq!(released.status, 200, "{released:?}");
+
+    // The killed node comes back and catches up to the others' applied index.
+    cluster.start(leader);
+    let target = cluster.status(new_leader).unwrap()["applied_index"]
+        .as_u64()
+        .unwrap();
+    let caught_up = Instant::now();
+    loop {
+        let applied = cluster
+            .status(leader)
+            .and_then(|s| s["applied_index"].as_u64());
+        if applied.is_some_and(|a| a >= target) {
+            break;
+        }
+        assert!(
+            caught_up.elapsed() < WAIT,
+            "node {leader} stays at {applied:?} < {target}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn the_raft_routes_refuse_a_missing_or_wrong_secret() {
+    let cluster = Cluster::new(1);
+    for headers in [vec![], vec![("klock-cluster-secret", "not-the-secret")]] {
+        for (method, path) in [
+            ("POST", "/raft/init"),
+            ("GET", "/raft/status"),
+            ("POST", "/raft/vote"),
+        ] {
+            let a = request(cluster.ports[0], method, path, &headers, b"{}").unwrap();
+            assert_eq!(a.status, 401, "{method} {path} {headers:?}: {a:?}");
+            assert_eq!(a.body["error"]["name"], "CLUSTER_SECRET_REFUSED");
+        }
+    }
+    // Refused means unchanged: the node was never initialized.
+    let status = cluster.status(0).unwrap();
+    assert_eq!(status["voters"], json!([]), "{status}");
+    // A client token is no cluster secret either (and the client API stays the client's).
+    let a = request(
+        cluster.ports[0],
+        "GET",
+        "/raft/status",
+        &[("authorization", &format!("Bearer {SECRET}"))],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(a.status, 401);
+}
