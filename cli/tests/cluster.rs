@@ -24,6 +24,16 @@ struct Cluster {
     nodes: Vec<Option<Spawned>>,
 }
 
+/// `--cluster-peers` of nodes 1, 2, ... on `ports`.
+fn peers(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -36,12 +46,7 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("secret"), SECRET).unwrap();
         let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        let peers = ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
+        let peers = peers(&ports);
         let mut cluster = Cluster {
             dir,
             ports,
@@ -54,9 +59,22 @@ impl Cluster {
         cluster
     }
 
+    /// A cluster whose nodes are not started yet.
+    fn unstarted(size: usize) -> Cluster {
+        let mut cluster = Cluster::new(0);
+        cluster.ports = (0..size).map(|_| free_port()).collect();
+        cluster.peers = peers(&cluster.ports);
+        cluster.nodes = (0..size).map(|_| None).collect();
+        cluster
+    }
+
+    fn data(&self, i: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("node{}.redb", i + 1))
+    }
+
     fn start(&mut self, i: usize) {
         let program = Path::new(env!("CARGO_BIN_EXE_klock"));
-        let data = self.dir.path().join(format!("node{}.redb", i + 1));
+        let data = self.data(i);
         let secret = self.dir.path().join("secret");
         let listen = format!("127.0.0.1:{}", self.ports[i]);
         let id = (i + 1).to_string();
@@ -120,6 +138,13 @@ impl Cluster {
         }
     }
 
+    /// `GET /v1/ns/default/overview` of node `i`.
+    fn overview(&self, i: usize) -> Value {
+        let a = request(self.ports[i], "GET", "/v1/ns/default/overview", &[], b"").unwrap();
+        assert_eq!(a.status, 200, "{a:?}");
+        a.body
+    }
+
     /// A client's request to node `i`, retried (same idempotency key) while the cluster has
     /// no leader to take it (503) or the node does not answer.
     fn ask(&self, i: usize, path: &str, token: &str, key: &str, body: Value) -> Answer {
@@ -173,6 +198,32 @@ fn acquire(cluster: &Cluster, node: usize, session: &(u64, String), resource: &s
     a.body
 }
 
+/// Leader time: the new leader's clock continues from the applied time (never back, and
+/// not ahead of the wall time that passed), and its `LeaderChanged` entry put every session
+/// open before it (`alice`) in its suspension grace, not one opened after (`bob`).
+fn leader_time(before: &Value, after: &Value, elapsed: Duration, alice: u64, bob: u64) {
+    let (then, now) = (
+        before["now"].as_u64().unwrap(),
+        after["now"].as_u64().unwrap(),
+    );
+    assert!(now >= then, "time went back: {then} -> {now}");
+    let most = then + elapsed.as_millis() as u64 + 100;
+    assert!(
+        now <= most,
+        "time ran ahead: {then} -> {now} in {elapsed:?}"
+    );
+    let suspended = |sid: u64| {
+        after["snapshot"]["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["session_id"] == sid)
+            .map(|s| s["suspended"].clone())
+    };
+    assert_eq!(suspended(alice), Some(json!(true)), "{after}");
+    assert_eq!(suspended(bob), Some(json!(false)), "{after}");
+}
+
 #[test]
 fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
     let started = Instant::now();
@@ -194,6 +245,12 @@ fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
     // Through a follower: it hands the write to the leader and answers once applied itself.
     let follower = (leader + 1) % 3;
     let alice = open(&cluster, follower, "alice");
+    // ... so a read through it right after sees the write.
+    let seen = cluster.overview(follower);
+    assert_eq!(
+        seen["snapshot"]["sessions"][0]["session_id"], alice.0,
+        "{seen}"
+    );
     let first = acquire(&cluster, leader, &alice, "FILE:/a");
     assert_eq!(first["verdict"], "GRANTED", "{first}");
     let lease = &first["leases"][0];
@@ -202,6 +259,8 @@ fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
         lease["fence"].as_u64().unwrap(),
     );
 
+    let before = cluster.overview(leader);
+    let killed_at = Instant::now();
     cluster.kill(leader);
     let new_leader = cluster.leader();
     assert_ne!(new_leader, leader);
@@ -209,6 +268,13 @@ fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
 
     // The lease survived: another session waits for it (or is told to die), never granted.
     let bob = open(&cluster, survivor, "bob");
+    leader_time(
+        &before,
+        &cluster.overview(new_leader),
+        killed_at.elapsed(),
+        alice.0,
+        bob.0,
+    );
     let contended = acquire(&cluster, survivor, &bob, "FILE:/a");
     assert_ne!(contended["verdict"], "GRANTED", "{contended}");
     // A write through a survivor is acknowledged, with a fence never given before.
@@ -276,4 +342,80 @@ fn the_raft_routes_refuse_a_missing_or_wrong_secret() {
     )
     .unwrap();
     assert_eq!(a.status, 401);
+}
+
+/// A leader anchors its clock on the applied time: a node whose log ends at `now` = 10^9 (a
+/// cluster that has run for days) stamps its next entries from there on, and its time moves
+/// with the wall clock; a clock of its own process's age would freeze the kernel's time at
+/// 10^9 (entries apply at `max(last_now, now)`) until it caught up.
+#[test]
+fn a_new_leader_continues_the_applied_time() {
+    use klock_core::Command;
+    use klock_raft::types::{Proposal, RaftEntry};
+    use klock_server::machine::Entry;
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::{EntryPayload, LogId, Membership};
+    const LATE: u64 = 1_000_000_000;
+    let mut cluster = Cluster::unstarted(1);
+    {
+        let (log, _) = klock_raft::log_store::open_file(&cluster.data(0)).unwrap();
+        let id = |index| {
+            LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            )
+        };
+        let voters = std::collections::BTreeSet::from([1]);
+        let entries: Vec<(u64, RaftEntry)> = vec![
+            (
+                1,
+                RaftEntry {
+                    log_id: id(0),
+                    payload: EntryPayload::Membership(Membership::new_with_defaults(
+                        vec![voters],
+                        [],
+                    )),
+                },
+            ),
+            (
+                2,
+                RaftEntry {
+                    log_id: id(1),
+                    payload: EntryPayload::Normal(Proposal(Entry::Command {
+                        now: LATE,
+                        command: Command::Advance,
+                        key: None,
+                        token: None,
+                        caller: None,
+                        resume: None,
+                        fingerprint: None,
+                    })),
+                },
+            ),
+        ];
+        log.append(&entries).unwrap();
+    }
+    cluster.start(0);
+    let opened_at = |name: &str| {
+        let a = cluster.ask(
+            0,
+            "/v1/ns/default/sessions",
+            "",
+            name,
+            json!({"agent_id": name}),
+        );
+        assert_eq!(a.status, 200, "{a:?}");
+        a.header("klock-now").unwrap().parse::<u64>().unwrap()
+    };
+    let first = opened_at("first");
+    std::thread::sleep(Duration::from_millis(300));
+    let second = opened_at("second");
+    assert!(first >= LATE, "time went back to {first}");
+    assert!(
+        second >= first + 250,
+        "time stood still: {first} then {second}"
+    );
 }
