@@ -29,7 +29,7 @@ use futures_util::future::BoxFuture;
 use klock_server::applier::Applier;
 use klock_server::engine::{self, Answers, Clock, EngineError, Replicate, Reply, Submission};
 use klock_server::machine::Entry;
-use klock_server::serve::Cluster;
+use klock_server::serve::{Cluster, Started};
 use openraft::alias::CommittedLeaderIdOf;
 use openraft::impls::ProgressResponder;
 use openraft::raft::ReadPolicy;
@@ -118,20 +118,14 @@ impl ClusterConfig {
 }
 
 impl Cluster for ClusterConfig {
-    fn start(
-        &self,
-        state: Arc<Mutex<Applier>>,
-    ) -> BoxFuture<'static, Result<(Arc<dyn Replicate>, axum::Router), String>> {
+    fn start(&self, state: Arc<Mutex<Applier>>) -> BoxFuture<'static, Started> {
         let config = self.clone();
         Box::pin(async move { start(config, state).await })
     }
 }
 
 /// Starts the node (module contract).
-async fn start(
-    config: ClusterConfig,
-    state: Arc<Mutex<Applier>>,
-) -> Result<(Arc<dyn Replicate>, axum::Router), String> {
+async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
     let (log, torn) = open_file(&config.data).map_err(|e| e.to_string())?;
     if let Some(torn) = torn {
         tracing::warn!(
@@ -218,7 +212,7 @@ impl Replicator {
             move |leader| {
                 let node = Arc::clone(&gained);
                 async move {
-                    tokio::spawn(async move { node.anchor(leader.into()).await });
+                    tokio::spawn(async move { node.anchor(leader).await });
                 }
             },
             move |_| {
@@ -269,7 +263,7 @@ impl Replicator {
         let (responder, answer) = ProgressResponder::complete_only();
         self.raft
             .write(Proposal(entry))
-            .with_leader(leader.clone())
+            .with_leader(*leader)
             .responder(responder)
             .await
             .map_err(|e| unavailable(format!("the Raft node stopped: {e}")))?;

@@ -108,35 +108,34 @@ fn error(status: StatusCode, name: &str, message: String) -> Response {
         .into_response()
 }
 
-/// The body as `T`, or a 400 naming the problem.
-fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
-    serde_json::from_slice(body).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
-            "BAD_REQUEST",
-            format!("the body does not decode: {e}"),
-        )
-    })
+/// The body as `T`, or why not (for [`bad_request`]).
+fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("the body does not decode: {e}"))
+}
+
+/// A 400 naming the problem.
+fn bad_request(message: String) -> Response {
+    error(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
 }
 
 async fn append(State(node): State<Node>, body: Bytes) -> Response {
     match decode::<AppendEntriesRequest<KlockRaft>>(&body) {
         Ok(rpc) => Json(node.raft.append_entries(rpc).await).into_response(),
-        Err(refused) => refused,
+        Err(e) => bad_request(e),
     }
 }
 
 async fn vote(State(node): State<Node>, body: Bytes) -> Response {
     match decode::<VoteRequest<KlockRaft>>(&body) {
         Ok(rpc) => Json(node.raft.vote(rpc).await).into_response(),
-        Err(refused) => refused,
+        Err(e) => bad_request(e),
     }
 }
 
 async fn pre_vote(State(node): State<Node>, body: Bytes) -> Response {
     match decode::<VoteRequest<KlockRaft>>(&body) {
         Ok(rpc) => Json(node.raft.pre_vote(rpc).await).into_response(),
-        Err(refused) => refused,
+        Err(e) => bad_request(e),
     }
 }
 
@@ -146,7 +145,7 @@ async fn snapshot(State(node): State<Node>, headers: HeaderMap, body: Bytes) -> 
         .map(|v| decode::<SnapshotHead>(v.as_bytes()));
     let head = match head {
         Some(Ok(head)) => head,
-        Some(Err(refused)) => return refused,
+        Some(Err(e)) => return bad_request(e),
         None => {
             return error(
                 StatusCode::BAD_REQUEST,
@@ -167,7 +166,7 @@ async fn propose(State(node): State<Node>, body: Bytes) -> Response {
         Ok(submissions) => {
             Json(wire(node.replicator.propose_as_leader(submissions).await)).into_response()
         }
-        Err(refused) => refused,
+        Err(e) => bad_request(e),
     }
 }
 
@@ -208,7 +207,7 @@ struct Learner {
 async fn add_learner(State(node): State<Node>, body: Bytes) -> Response {
     let learner = match decode::<Learner>(&body) {
         Ok(learner) => learner,
-        Err(refused) => return refused,
+        Err(e) => return bad_request(e),
     };
     match node
         .raft
@@ -229,7 +228,7 @@ struct Voters {
 async fn change_membership(State(node): State<Node>, body: Bytes) -> Response {
     let voters = match decode::<Voters>(&body) {
         Ok(voters) => voters.voters,
-        Err(refused) => return refused,
+        Err(e) => return bad_request(e),
     };
     match node.raft.change_membership(voters, false).await {
         Ok(written) => Json(json!({"log_index": written.log_id.index})).into_response(),

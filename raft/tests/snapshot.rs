@@ -68,16 +68,17 @@ async fn with_history() -> StateMachine {
 #[tokio::test]
 async fn entries_apply_as_the_single_node_server_applies_them() {
     let mut sm = with_history().await;
-    let applier = sm.applier().lock().unwrap();
-    let machine = applier.machine();
-    // The machine's index is the Raft index plus one; Raft's own entries were passed over.
-    assert_eq!(machine.applied(), 5);
-    // Time never goes back: the acquire stamped 4,000 was applied at 6,000.
-    assert_eq!(machine.last_now(), 6_000);
-    let state = machine.snapshot().state;
-    assert_eq!(state.sessions.len(), 2, "both opens applied");
-    assert_eq!(state.leases.len(), 1, "the acquire granted its lease");
-    drop(applier);
+    {
+        let applier = sm.applier().lock().unwrap();
+        let machine = applier.machine();
+        // The machine's index is the Raft index plus one; Raft's own entries were passed over.
+        assert_eq!(machine.applied(), 5);
+        // Time never goes back: the acquire stamped 4,000 was applied at 6,000.
+        assert_eq!(machine.last_now(), 6_000);
+        let state = machine.snapshot().state;
+        assert_eq!(state.sessions.len(), 2, "both opens applied");
+        assert_eq!(state.leases.len(), 1, "the acquire granted its lease");
+    }
     let (applied, membership) = sm.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(1, 4)));
     assert_eq!(membership.log_id(), &Some(log_id(1, 0)));

@@ -94,11 +94,11 @@ pub trait Cluster: Send + Sync + fmt::Debug {
     fn start(
         &self,
         state: Arc<Mutex<Applier>>,
-    ) -> futures_util::future::BoxFuture<
-        'static,
-        Result<(Arc<dyn engine::Replicate>, axum::Router), String>,
-    >;
+    ) -> futures_util::future::BoxFuture<'static, Started>;
 }
+
+/// A started consensus layer: its proposer and its routes, or why it could not start.
+pub type Started = Result<(Arc<dyn engine::Replicate>, axum::Router), String>;
 
 impl Default for ServeConfig {
     fn default() -> ServeConfig {
