@@ -315,6 +315,76 @@ fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
     assert!(started.elapsed() < Duration::from_secs(60));
 }
 
+/// `klock cluster ARGS...` against node `i`; its standard output, or why it failed.
+fn klock_cluster(cluster: &Cluster, i: usize, args: &[&str]) -> Result<String, String> {
+    let node = format!("http://127.0.0.1:{}", cluster.ports[i]);
+    let secret = cluster.secret_file();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+        .arg("cluster")
+        .arg(args[0])
+        .args(["--node", &node, "--cluster-secret-file", &secret])
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// A node started after the others joins as a learner, catches up, becomes a voter (a write
+/// through it is acknowledged), and is removed again; `klock cluster status` shows each step.
+#[test]
+fn a_node_joins_as_a_learner_then_votes_and_is_removed() {
+    let mut cluster = Cluster::unstarted(4);
+    let all = cluster.peers.clone();
+    // Nodes 1-3 form the cluster; node 4 knows them, they learn of it through the membership.
+    cluster.peers = peers(&cluster.ports[..3]);
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let leader = cluster.leader();
+    let alice = open(&cluster, leader, "alice");
+    cluster.peers = all;
+    cluster.start(3);
+    let url = format!("http://127.0.0.1:{}", cluster.ports[3]);
+    klock_cluster(&cluster, leader, &["add", "--id", "4", "--url", &url]).unwrap();
+    let status: Value =
+        serde_json::from_str(&klock_cluster(&cluster, leader, &["status"]).unwrap()).unwrap();
+    assert_eq!(
+        (&status["voters"], &status["learners"]),
+        (&json!([1, 2, 3]), &json!([4])),
+        "{status}"
+    );
+    // Added blocks until the learner has caught up: alice's open is applied there.
+    let seen = cluster.overview(3);
+    assert_eq!(
+        seen["snapshot"]["sessions"][0]["session_id"], alice.0,
+        "{seen}"
+    );
+    klock_cluster(&cluster, leader, &["voters", "--ids", "1,2,3,4"]).unwrap();
+    let status: Value =
+        serde_json::from_str(&klock_cluster(&cluster, leader, &["status"]).unwrap()).unwrap();
+    assert_eq!(
+        (&status["voters"], &status["learners"]),
+        (&json!([1, 2, 3, 4]), &json!([])),
+        "{status}"
+    );
+    // A write through the new node (a follower: it forwards to the leader).
+    let granted = acquire(&cluster, 3, &alice, "FILE:/joined");
+    assert_eq!(granted["verdict"], "GRANTED", "{granted}");
+    klock_cluster(&cluster, leader, &["remove", "--id", "4"]).unwrap();
+    let status: Value =
+        serde_json::from_str(&klock_cluster(&cluster, leader, &["status"]).unwrap()).unwrap();
+    assert_eq!(status["voters"], json!([1, 2, 3]), "{status}");
+    // Membership changes go to the leader; a follower refuses them by name.
+    let follower = (leader + 1) % 3;
+    let refused = klock_cluster(&cluster, follower, &["voters", "--ids", "1,2"]).unwrap_err();
+    assert!(refused.contains("MEMBERSHIP_REFUSED"), "{refused}");
+}
+
 #[test]
 fn the_raft_routes_refuse_a_missing_or_wrong_secret() {
     let cluster = Cluster::new(1);

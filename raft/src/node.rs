@@ -33,6 +33,7 @@ use klock_server::serve::{Cluster, Started};
 use openraft::alias::CommittedLeaderIdOf;
 use openraft::impls::ProgressResponder;
 use openraft::raft::ReadPolicy;
+use openraft::rt::WatchReceiver as _;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -155,16 +156,12 @@ async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
     )
     .await
     .map_err(|e| format!("cannot start the Raft node: {e}"))?;
-    let peers = config
-        .peers
-        .iter()
-        .map(|(id, url)| Ok((*id, Arc::new(Peer::new(url, Arc::clone(&config.secret))?))))
-        .collect::<Result<BTreeMap<_, _>, String>>()?;
     let replicator = Arc::new_cyclic(|me| Replicator {
         me: me.clone(),
         raft: raft.clone(),
         id: config.id,
-        peers,
+        secret: Arc::clone(&config.secret),
+        leaders: Mutex::new(BTreeMap::new()),
         state,
         anchor: Arc::new(Mutex::new(None)),
         watch: Mutex::new(None),
@@ -192,7 +189,10 @@ pub struct Replicator {
     me: std::sync::Weak<Replicator>,
     raft: RaftNode,
     id: u64,
-    peers: BTreeMap<u64, Arc<Peer>>,
+    secret: Arc<str>,
+    /// The connections to the leaders this node forwarded to, with the address each was
+    /// made for (an address in the membership replaces an older one).
+    leaders: Mutex<BTreeMap<u64, (String, Arc<Peer>)>>,
     state: Arc<Mutex<Applier>>,
     anchor: Arc<Mutex<Option<Anchor>>>,
     /// Keeps the leadership watch running.
@@ -302,12 +302,30 @@ impl Replicator {
         Ok(answers)
     }
 
+    /// The connection to node `leader`, at its address in the current membership (a node
+    /// added later is found there, not in `--cluster-peers`).
+    fn leader_peer(&self, leader: u64) -> Result<Arc<Peer>, EngineError> {
+        let url = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            let node = metrics.membership_config.membership().get_node(&leader);
+            node.map(|n| n.data.clone())
+        }
+        .ok_or_else(|| unavailable(format!("the leader {leader} is not in the membership")))?;
+        let mut leaders = lock(&self.leaders);
+        if let Some((known, peer)) = leaders.get(&leader) {
+            if *known == url {
+                return Ok(Arc::clone(peer));
+            }
+        }
+        let peer = Arc::new(Peer::new(&url, Arc::clone(&self.secret)).map_err(unavailable)?);
+        leaders.insert(leader, (url, Arc::clone(&peer)));
+        Ok(peer)
+    }
+
     /// Sends `submissions` to the leader `leader`, then waits to apply their entries here.
     async fn forward(&self, leader: u64, submissions: Vec<Submission>) -> Answers {
-        let peer = self
-            .peers
-            .get(&leader)
-            .ok_or_else(|| unavailable(format!("the leader {leader} is not a known peer")))?;
+        let peer = self.leader_peer(leader)?;
         let body = serde_json::to_vec(&submissions).map_err(|e| unavailable(e.to_string()))?;
         let (status, bytes) = peer
             .post("/raft/propose", None, body, FORWARD_TIMEOUT)
