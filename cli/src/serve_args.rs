@@ -531,7 +531,8 @@ fn cluster(
             secret_file.display()
         ));
     }
-    let config = ClusterConfig::new(id, peers, Arc::from(secret), data)?;
+    let mut config = ClusterConfig::new(id, peers, Arc::from(secret), data)?;
+    config.snapshot_every = out.snapshot_every;
     Ok(Some(Arc::new(config)))
 }
 

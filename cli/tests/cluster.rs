@@ -22,6 +22,8 @@ struct Cluster {
     ports: Vec<u16>,
     peers: String,
     nodes: Vec<Option<Spawned>>,
+    /// More flags for every node started from now on.
+    extra: Vec<String>,
 }
 
 /// `--cluster-peers` of nodes 1, 2, ... on `ports`.
@@ -52,6 +54,7 @@ impl Cluster {
             ports,
             peers,
             nodes: (0..size).map(|_| None).collect(),
+            extra: Vec::new(),
         };
         for i in 0..size {
             cluster.start(i);
@@ -90,6 +93,8 @@ impl Cluster {
             "--cluster-secret-file",
             secret.to_str().unwrap(),
         ];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(self.extra.iter().map(String::as_str));
         self.nodes[i] = Some(Spawned::start(program, &args).expect("a cluster node starts"));
     }
 
@@ -333,11 +338,13 @@ fn klock_cluster(cluster: &Cluster, i: usize, args: &[&str]) -> Result<String, S
     }
 }
 
-/// A node started after the others joins as a learner, catches up, becomes a voter (a write
-/// through it is acknowledged), and is removed again; `klock cluster status` shows each step.
+/// A node started after the others joins as a learner, catches up by snapshot (the others
+/// snapshot every 3 entries and purged their logs), becomes a voter (a write through it is
+/// acknowledged), and is removed again; `klock cluster status` shows each step.
 #[test]
 fn a_node_joins_as_a_learner_then_votes_and_is_removed() {
     let mut cluster = Cluster::unstarted(4);
+    cluster.extra = vec![String::from("--snapshot-every"), String::from("3")];
     let all = cluster.peers.clone();
     // Nodes 1-3 form the cluster; node 4 knows them, they learn of it through the membership.
     cluster.peers = peers(&cluster.ports[..3]);
@@ -347,6 +354,12 @@ fn a_node_joins_as_a_learner_then_votes_and_is_removed() {
     klock_cluster(&cluster, 0, &["init"]).unwrap();
     let leader = cluster.leader();
     let alice = open(&cluster, leader, "alice");
+    for name in ["b", "c", "d"] {
+        open(&cluster, leader, name);
+    }
+    let status = cluster.status(leader).unwrap();
+    // Entry 0 (the first membership) is gone from its log: a new node cannot start from it.
+    assert!(status["purged_index"].as_u64().is_some(), "{status}");
     cluster.peers = all;
     cluster.start(3);
     let url = format!("http://127.0.0.1:{}", cluster.ports[3]);
@@ -358,12 +371,21 @@ fn a_node_joins_as_a_learner_then_votes_and_is_removed() {
         (&json!([1, 2, 3]), &json!([4])),
         "{status}"
     );
-    // Added blocks until the learner has caught up: alice's open is applied there.
-    let seen = cluster.overview(3);
-    assert_eq!(
-        seen["snapshot"]["sessions"][0]["session_id"], alice.0,
-        "{seen}"
-    );
+    // The learner catches up: alice's open is applied there, from a snapshot.
+    let started = Instant::now();
+    loop {
+        let seen = cluster.overview(3);
+        if seen["snapshot"]["sessions"][0]["session_id"] == alice.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the learner never caught up: {seen}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let joined = cluster.status(3).unwrap();
+    assert!(joined["snapshot_index"].as_u64().is_some(), "{joined}");
     klock_cluster(&cluster, leader, &["voters", "--ids", "1,2,3,4"]).unwrap();
     let status: Value =
         serde_json::from_str(&klock_cluster(&cluster, leader, &["status"]).unwrap()).unwrap();

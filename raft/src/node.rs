@@ -67,6 +67,9 @@ pub struct ClusterConfig {
     /// Raft's timing: heartbeat and election timeouts, in ms.
     pub heartbeat_ms: u64,
     pub election_ms: (u64, u64),
+    /// Take a snapshot every this many entries and purge the log it covers
+    /// (`--snapshot-every`; 0: never). A node too far behind then catches up by snapshot.
+    pub snapshot_every: u64,
 }
 
 impl fmt::Debug for ClusterConfig {
@@ -81,7 +84,7 @@ impl fmt::Debug for ClusterConfig {
 
 impl ClusterConfig {
     /// The configuration of node `id` of `peers`, with the default timing (heartbeat 100 ms,
-    /// election timeout 400-800 ms).
+    /// election timeout 400-800 ms) and a snapshot every 10,000 entries.
     ///
     /// # Errors
     /// `id` is not one of `peers`, or a peer's address is not `http://HOST:PORT`.
@@ -106,6 +109,7 @@ impl ClusterConfig {
             data,
             heartbeat_ms: 100,
             election_ms: (400, 800),
+            snapshot_every: 10_000,
         })
     }
 
@@ -143,6 +147,12 @@ async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
         heartbeat_interval: config.heartbeat_ms,
         election_timeout_min: config.election_ms.0,
         election_timeout_max: config.election_ms.1,
+        snapshot_policy: match config.snapshot_every {
+            0 => openraft::SnapshotPolicy::Never,
+            n => openraft::SnapshotPolicy::LogsSinceLast(n),
+        },
+        // What a snapshot covers is dropped from the log (the single server compacts so too).
+        max_in_snapshot_log_to_keep: 0,
         ..openraft::Config::default()
     }
     .validate()

@@ -191,6 +191,8 @@ async fn status(State(node): State<Node>) -> Response {
         "leader": metrics.current_leader,
         "last_log_index": metrics.last_log_index,
         "applied_index": metrics.last_applied.map(|id| id.index),
+        "snapshot_index": metrics.snapshot.map(|id| id.index),
+        "purged_index": metrics.purged.map(|id| id.index),
         "voters": metrics.membership_config.membership().voter_ids().collect::<Vec<_>>(),
         "learners": metrics.membership_config.membership().learner_ids().collect::<Vec<_>>(),
     }))
