@@ -214,8 +214,12 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
 
 impl StateMachine {
     /// Takes `machine`, restored from the snapshot `bytes` with Raft metadata `meta`.
-    fn take(&mut self, meta: &Meta, machine: Machine, bytes: Vec<u8>) {
+    /// The machine keeps the node's own settings (its answer budget, which every node must
+    /// share for their machines to stay equal, and whether it records kernel calls).
+    fn take(&mut self, meta: &Meta, mut machine: Machine, bytes: Vec<u8>) {
         let mut applier = locked(&self.applier);
+        machine.set_answer_budget(applier.machine().answer_budget());
+        machine.record_calls(applier.machine().records_calls());
         let events = Arc::clone(applier.events());
         let history = Arc::clone(applier.history());
         *applier = Applier::new(machine, events, history);
