@@ -252,7 +252,17 @@ impl Replicator {
                     now = last_now,
                     "leading: the clock continues from {last_now}; every session has its grace"
                 );
-                *lock(&self.anchor) = Some(Anchor { leader, clock });
+                // Only while this term still leads (checked under the anchor's lock, which
+                // the loss of leadership takes to drop it): a late anchor of a lost term would
+                // keep the node proposing where it cannot write.
+                let mut anchor = lock(&self.anchor);
+                if self
+                    .raft
+                    .as_leader()
+                    .is_ok_and(|now| now.to_committed_leader_id() == leader)
+                {
+                    *anchor = Some(Anchor { leader, clock });
+                }
             }
             Err(e) => tracing::warn!("leading, but the LeaderChanged entry failed: {e:?}"),
         }
@@ -277,10 +287,18 @@ impl Replicator {
             .responder(responder)
             .await
             .map_err(|e| unavailable(format!("the Raft node stopped: {e}")))?;
+        let (anchor, leader) = (Arc::clone(&self.anchor), *leader);
         Ok(async move {
             match answer.await {
                 Ok(Ok(written)) => Ok(written.data),
-                Ok(Err(e)) => Err(unavailable(format!("not written: {e}"))),
+                Ok(Err(e)) => {
+                    // This term no longer leads: stop stamping for it (a new term anchors anew).
+                    let mut anchor = lock(&anchor);
+                    if anchor.as_ref().is_some_and(|a| a.leader == leader) {
+                        *anchor = None;
+                    }
+                    Err(unavailable(format!("not written: {e}")))
+                }
                 Err(_) => Err(unavailable(String::from(
                     "leadership changed before the entry was written",
                 ))),
