@@ -1,7 +1,10 @@
 //! A three-process loopback cluster (`klock serve --node-id`): the leader is SIGKILLed with a
 //! lease held; a new leader is elected, the lease and its fence survive, a fence never
 //! repeats, a write through a survivor is acknowledged, and the killed node, restarted,
-//! catches up. Also: the `/raft/*` routes refuse a missing or wrong cluster secret.
+//! catches up; a leader paused past the election timeout grants nothing when it wakes; the
+//! new leader's time continues from the applied time; a node joins by snapshot, votes and is
+//! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
+//! or wrong cluster secret; the cluster flags' refusals.
 //!
 //! Real `klock` processes on fixed free loopback ports (the peers must know each other's
 //! addresses before they start). Seeded (the order of resources), bounded: every wait has a
@@ -652,5 +655,52 @@ fn cluster_flags_that_do_not_go_together_are_refused_by_name() {
     assert!(
         shown.contains("ClusterConfig") && !shown.contains(SECRET),
         "{shown}"
+    );
+}
+
+/// A leader paused (SIGSTOP) past the election timeout is deposed; when it wakes it grants
+/// nothing from its old term: a resource granted meanwhile by the new leader is not granted
+/// again through the woken node, and fences keep growing.
+#[test]
+fn a_paused_leader_grants_nothing_when_it_wakes() {
+    let cluster = Cluster::new(3);
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let old = cluster.leader();
+    let alice = open(&cluster, old, "alice");
+    let bob = open(&cluster, old, "bob");
+    let first = acquire(&cluster, old, &alice, "FILE:/first");
+    let first_fence = first["leases"][0]["fence"].as_u64().unwrap();
+    let pid = cluster.nodes[old].as_ref().unwrap().pid() as i32;
+    // SAFETY: signals a child process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The others elect a new leader (the paused node still believes it leads).
+    let started = Instant::now();
+    let new = loop {
+        let seen: Vec<Option<u64>> = (0..3)
+            .filter(|i| *i != old)
+            .map(|i| cluster.status(i).and_then(|s| s["leader"].as_u64()))
+            .collect();
+        if let [Some(a), Some(b)] = seen[..] {
+            if a == b && (a - 1) as usize != old {
+                break (a - 1) as usize;
+            }
+        }
+        assert!(started.elapsed() < WAIT, "no new leader: {seen:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let held = acquire(&cluster, new, &alice, "FILE:/x");
+    assert_eq!(held["verdict"], "GRANTED", "{held}");
+    let held_fence = held["leases"][0]["fence"].as_u64().unwrap();
+    assert!(held_fence > first_fence);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // Through the woken node: it must not grant FILE:/x to bob from its stale term.
+    let contended = acquire(&cluster, old, &bob, "FILE:/x");
+    assert_ne!(contended["verdict"], "GRANTED", "{contended}");
+    let other = acquire(&cluster, old, &bob, "FILE:/y");
+    assert_eq!(other["verdict"], "GRANTED", "{other}");
+    assert!(
+        other["leases"][0]["fence"].as_u64().unwrap() > held_fence,
+        "{other}"
     );
 }
