@@ -45,6 +45,7 @@ usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and
   status        who holds what, queues, most contended resources, ghost agents
   reconcile     the server's truth about a session saved with --digest
   token-hash    the sha256 a token file lists for a secret
+  cluster       a replicated cluster's membership and status (klock serve --node-id)
 
 klock --version (or -V) prints the version and the git commit it was built from.";
 
@@ -295,8 +296,12 @@ fn cluster(args: &[String]) -> ExitCode {
             out!("{text}");
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Err(klock_cli::cluster::Failed::Usage(e)) => {
             eprintln!("klock cluster: {e}\n(klock cluster --help shows every flag)");
+            ExitCode::from(2)
+        }
+        Err(klock_cli::cluster::Failed::Request(e)) => {
+            eprintln!("klock cluster: {e}");
             ExitCode::FAILURE
         }
     }
