@@ -4,7 +4,8 @@
 //! catches up; a leader paused past the election timeout grants nothing when it wakes; the
 //! new leader's time continues from the applied time; a node joins by snapshot, votes and is
 //! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
-//! or wrong cluster secret; the cluster flags' refusals.
+//! or wrong cluster secret; the cluster flags' refusals; a whole cluster restarted keeps its
+//! leases and fences.
 //!
 //! Real `klock` processes on fixed free loopback ports (the peers must know each other's
 //! addresses before they start). Seeded (the order of resources), bounded: every wait has a
@@ -703,4 +704,45 @@ fn a_paused_leader_grants_nothing_when_it_wakes() {
         other["leases"][0]["fence"].as_u64().unwrap() > held_fence,
         "{other}"
     );
+}
+
+/// Every node killed and restarted: the cluster elects a leader again from its logs and
+/// snapshots, the lease is still held (another session is not granted it), its fence is not
+/// given again, and time has not gone back.
+#[test]
+fn a_whole_cluster_restarted_keeps_its_leases_and_fences() {
+    let mut cluster = Cluster::unstarted(3);
+    // Snapshots (and purged logs) to restart from, as well as log entries after them.
+    cluster.extra = vec![String::from("--snapshot-every"), String::from("4")];
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let leader = cluster.leader();
+    let alice = open(&cluster, leader, "alice");
+    let held = acquire(&cluster, leader, &alice, "FILE:/kept");
+    let fence = held["leases"][0]["fence"].as_u64().unwrap();
+    for name in ["b", "c", "d", "e"] {
+        open(&cluster, leader, name);
+    }
+    let before = cluster.overview(leader)["now"].as_u64().unwrap();
+    let status = cluster.status(leader).unwrap();
+    assert!(status["snapshot_index"].as_u64().is_some(), "{status}");
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    let leader = cluster.leader();
+    let bob = open(&cluster, leader, "bob");
+    let contended = acquire(&cluster, leader, &bob, "FILE:/kept");
+    assert_ne!(contended["verdict"], "GRANTED", "{contended}");
+    let other = acquire(&cluster, leader, &bob, "FILE:/other");
+    assert!(
+        other["leases"][0]["fence"].as_u64().unwrap() > fence,
+        "{other}"
+    );
+    let after = cluster.overview(leader);
+    assert!(after["now"].as_u64().unwrap() >= before, "{after}");
 }
