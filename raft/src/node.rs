@@ -113,7 +113,7 @@ impl ClusterConfig {
         })
     }
 
-    /// The node information of `id` in Raft's membership.
+    /// The membership's information of the node at `url` (its Raft and its API address).
     pub fn node(url: &str) -> openraft::NodeInfo {
         openraft::NodeInfo {
             raft_addr: url.to_owned(),
