@@ -12,6 +12,7 @@
 //! klock mcp [flags]
 //! klock status [flags]
 //! klock reconcile --digest FILE [flags]
+//! klock cluster init|status|add|voters|remove --node URL --cluster-secret-file FILE ...
 //! ```
 
 /// mimalloc, not glibc's allocator: malloc/free took about 15 % of the server's CPU per
@@ -44,6 +45,7 @@ usage: klock COMMAND [FLAGS]   (klock COMMAND --help shows a command's flags and
   status        who holds what, queues, most contended resources, ghost agents
   reconcile     the server's truth about a session saved with --digest
   token-hash    the sha256 a token file lists for a secret
+  cluster       a replicated cluster's membership and status (klock serve --node-id)
 
 klock --version (or -V) prints the version and the git commit it was built from.";
 
@@ -106,6 +108,7 @@ fn main() -> ExitCode {
         Some("mcp") => return mcp(&args[1..]),
         Some("status") => return overview("status", &args[1..]),
         Some("reconcile") => return overview("reconcile", &args[1..]),
+        Some("cluster") => return cluster(&args[1..]),
         Some("--help" | "-h" | "help") | None => return help(USAGE),
         Some(other) => {
             eprintln!("klock: unknown command {other:?}\n{USAGE}");
@@ -273,6 +276,32 @@ fn mcp(args: &[String]) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("klock mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `klock cluster`: one request to a node's `/raft/*` routes (klock_cli::cluster).
+fn cluster(args: &[String]) -> ExitCode {
+    if wants_help(args) || args.is_empty() {
+        out!("{}", klock_cli::cluster::HELP);
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tool_runtime("cluster") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(klock_cli::cluster::run(args)) {
+        Ok(text) => {
+            out!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(klock_cli::cluster::Failed::Usage(e)) => {
+            eprintln!("klock cluster: {e}\n(klock cluster --help shows every flag)");
+            ExitCode::from(2)
+        }
+        Err(klock_cli::cluster::Failed::Request(e)) => {
+            eprintln!("klock cluster: {e}");
             ExitCode::FAILURE
         }
     }

@@ -7,10 +7,13 @@
 //! numeric kernel settings the kernel's own.
 
 use klock_core::{Config, Policy};
+use klock_raft::node::ClusterConfig;
 use klock_server::logging::{self, LogFormat};
-use klock_server::serve::ServeConfig;
+use klock_server::serve::{Cluster, ServeConfig};
 use klock_server::{api, dashboard, history};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 const SERVE_HELP: &str = "\
@@ -26,6 +29,7 @@ usage: klock serve [--config FILE] [--listen ADDR:PORT | --socket PATH] [--data 
                    [--max-requests-per-connection N] [--max-request-ids N]
                    [--max-batch-items N] [--accept-log-loss]
                    [--log-level FILTER] [--log-format text|json]
+                   [--node-id N --cluster-peers ID=URL,... --cluster-secret-file FILE]
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
@@ -82,6 +86,11 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --max-request-ids N  lease ids one heartbeat or reconcile may name (default: the kernel's
                        max_leases_per_session); 413 TOO_MANY_IDS beyond
   --max-batch-items N  lease ids and intents one batch may carry in all (default 4096)
+  --node-id N, --cluster-peers ID=URL,..., --cluster-secret-file FILE
+                       run as node N of a replicated cluster (Raft): every node's id and
+                       http://HOST:PORT (this node's is where it listens), and a file holding
+                       the secret the nodes share (not a client token). Needs --data (the
+                       node's Raft log); a new cluster is started by `klock cluster init`.
   --accept-log-loss    start from a data file whose log is missing or is another file's
                        (refused otherwise): the history after its last snapshot is lost,
                        but fences and server time still never go back
@@ -184,6 +193,9 @@ struct Read {
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     data_given: bool,
+    node_id: Option<u64>,
+    peers: Option<BTreeMap<u64, String>>,
+    secret_file: Option<PathBuf>,
 }
 
 /// Reads each flag and its value (checking the value alone).
@@ -200,6 +212,9 @@ fn read_flags(args: &[String]) -> Result<Read, String> {
         cert,
         key,
         data_given,
+        node_id,
+        peers,
+        secret_file,
     } = &mut read;
     let mut i = 0;
     while i < args.len() {
@@ -341,6 +356,18 @@ fn read_flags(args: &[String]) -> Result<Read, String> {
                 out.accept_log_loss = true;
                 i += 1;
             }
+            "--node-id" => {
+                *node_id = Some(positive(flag, value()?)? as u64);
+                i += 2;
+            }
+            "--cluster-peers" => {
+                *peers = Some(parse_peers(value()?)?);
+                i += 2;
+            }
+            "--cluster-secret-file" => {
+                *secret_file = Some(PathBuf::from(value()?));
+                i += 2;
+            }
             "--log-level" => {
                 let v = value()?;
                 logging::check_filter(v)?;
@@ -370,6 +397,9 @@ fn finish(read: Read) -> Result<ServeConfig, String> {
         cert,
         key,
         data_given,
+        node_id,
+        peers,
+        secret_file,
     } = read;
     out.config
         .validate()
@@ -419,6 +449,7 @@ fn finish(read: Read) -> Result<ServeConfig, String> {
         (None, None) => None,
         _ => return Err(String::from("--tls-cert and --tls-key go together")),
     };
+    out.cluster = cluster(&out, node_id, peers, secret_file)?;
     if !out.listen.ip().is_loopback() {
         if out.tokens.is_none() {
             return Err(format!(
@@ -434,6 +465,75 @@ fn finish(read: Read) -> Result<ServeConfig, String> {
         }
     }
     Ok(out)
+}
+
+/// `--cluster-peers 1=http://HOST:PORT,2=...`.
+fn parse_peers(v: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for item in v.split(',') {
+        let (id, url) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--cluster-peers needs ID=URL items, got {item:?}"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("--cluster-peers: {id:?} is not a node id above 0"))?;
+        if peers.insert(id, url.trim().to_owned()).is_some() {
+            return Err(format!("--cluster-peers names node {id} twice"));
+        }
+    }
+    Ok(peers)
+}
+
+/// The cluster node the cluster flags describe (all three or none), checked against the
+/// rest: a node keeps its Raft log in `--data`, keeps its own time, and listens on TCP.
+fn cluster(
+    out: &ServeConfig,
+    node_id: Option<u64>,
+    peers: Option<BTreeMap<u64, String>>,
+    secret_file: Option<PathBuf>,
+) -> Result<Option<Arc<dyn Cluster>>, String> {
+    let (id, peers, secret_file) = match (node_id, peers, secret_file) {
+        (None, None, None) => return Ok(None),
+        (Some(id), Some(peers), Some(file)) => (id, peers, file),
+        _ => {
+            return Err(String::from(
+                "--node-id, --cluster-peers and --cluster-secret-file go together",
+            ))
+        }
+    };
+    let data = out
+        .data
+        .clone()
+        .ok_or_else(|| String::from("a cluster node needs --data (its Raft log), not --memory"))?;
+    if out.manual_clock {
+        return Err(String::from(
+            "a cluster node keeps its leader's time: it does not take --clock manual",
+        ));
+    }
+    if out.socket.is_some() || out.tls.is_some() {
+        return Err(String::from(
+            "a cluster node serves plain HTTP on TCP for now (no --socket, no --tls-cert)",
+        ));
+    }
+    let secret = std::fs::read_to_string(&secret_file).map_err(|e| {
+        format!(
+            "cannot read the cluster secret file {}: {e}",
+            secret_file.display()
+        )
+    })?;
+    let secret = secret.trim();
+    if secret.len() < 16 {
+        return Err(format!(
+            "the cluster secret in {} is shorter than 16 characters",
+            secret_file.display()
+        ));
+    }
+    let mut config = ClusterConfig::new(id, peers, Arc::from(secret), data)?;
+    config.snapshot_every = out.snapshot_every;
+    Ok(Some(Arc::new(config)))
 }
 
 /// A flag's whole number above 0.

@@ -16,8 +16,9 @@ fn klock(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-const SUBCOMMANDS: [&str; 7] = [
+const SUBCOMMANDS: [&str; 8] = [
     "serve",
+    "cluster",
     "exec",
     "elect",
     "mcp",
@@ -50,7 +51,15 @@ fn every_subcommand_has_help_with_an_example() {
 
 #[test]
 fn an_unknown_flag_is_refused_and_names_the_help() {
-    for sub in ["serve", "exec", "elect", "mcp", "status", "reconcile"] {
+    for sub in [
+        "serve",
+        "exec",
+        "elect",
+        "mcp",
+        "status",
+        "reconcile",
+        "cluster",
+    ] {
         let (code, _, err) = klock(&[sub, "--no-such-flag"]);
         assert_eq!(code, 2, "klock {sub} --no-such-flag: {err}");
         assert!(err.contains("--no-such-flag"), "klock {sub}: {err}");

@@ -12,10 +12,21 @@
 //! - [`state_machine`]: [`state_machine::StateMachine`], openraft's `RaftStateMachine` and
 //!   `RaftSnapshotBuilder` on the applier; snapshots are the machine's.
 //!
-//! Not yet here: the network, the cluster commands, client redirects, leader time (see
+//! - [`peer`]: the HTTP client a node (or `klock cluster`) reaches a peer's `/raft/*` with.
+//! - [`network`]: openraft's network (`RaftNetworkV2`) over those routes.
+//! - [`routes`]: the `/raft/*` routes a node serves beside the client API, behind the
+//!   cluster secret.
+//! - [`node`]: a cluster node (`klock serve --node-id`): the Raft node on the server's
+//!   applier, the proposer it gives the engine, and the leader's clock.
+//!
+//! Not yet here: linearizable reads, clients that fail over, TLS between nodes (see
 //! raft/README.md).
 
 pub mod log_store;
+pub mod network;
+pub mod node;
+pub mod peer;
+pub mod routes;
 pub mod state_machine;
 pub mod types;
 

@@ -49,7 +49,8 @@ type Current = Arc<Mutex<Option<(Meta, Vec<u8>)>>>;
 
 /// Raft's state machine on an applier (see the module contract).
 pub struct StateMachine {
-    applier: Applier,
+    /// Shared with the engine of a cluster node: its reads see what is applied here.
+    applier: Arc<Mutex<Applier>>,
     last_applied: Option<LogId>,
     membership: Membership,
     current: Current,
@@ -58,14 +59,18 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
-    /// A state machine on `applier`, whose machine has applied nothing yet, storing its
-    /// snapshots in `log`; when `log` holds one, the machine starts from it.
+    /// A state machine on `applier` (shared: a cluster node's engine reads it), whose machine
+    /// has applied nothing yet, storing its snapshots in `log`; when `log` holds one, the
+    /// machine starts from it.
     ///
     /// # Errors
     /// A machine that has already applied entries (what Raft entries they were is unknown),
     /// or a stored snapshot that is unreadable, has no Raft metadata, or does not restore.
-    pub fn open(applier: Applier, log: Arc<dyn Log<RaftEntry>>) -> io::Result<StateMachine> {
-        let applied = applier.machine().applied();
+    pub fn open(
+        applier: Arc<Mutex<Applier>>,
+        log: Arc<dyn Log<RaftEntry>>,
+    ) -> io::Result<StateMachine> {
+        let applied = locked(&applier).machine().applied();
         if applied != 0 {
             return Err(io_error(format!(
                 "a Raft state machine starts from a machine that applied nothing; this one \
@@ -95,16 +100,16 @@ impl StateMachine {
         Ok(sm)
     }
 
-    /// The applier (its machine, event streams and history).
-    pub fn applier(&self) -> &Applier {
+    /// The applier (its machine, event streams and history), shared.
+    pub fn applier(&self) -> &Arc<Mutex<Applier>> {
         &self.applier
     }
 
     /// The answer to an entry that carries no command.
-    fn done(&self, index: u64) -> Reply {
+    fn done(applier: &Applier, index: u64) -> Reply {
         Reply {
             index,
-            now: self.applier.machine().last_now(),
+            now: applier.machine().last_now(),
             output: Ok(Output::Done),
             events: Vec::new(),
         }
@@ -154,18 +159,20 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
     {
         while let Some((entry, responder)) = entries.try_next().await? {
             let index = entry.log_id.index + 1;
+            let mut applier = locked(&self.applier);
             let reply = match entry.payload {
-                EntryPayload::Normal(Proposal(record)) => self.applier.apply(index, &record),
+                EntryPayload::Normal(Proposal(record)) => applier.apply(index, &record),
                 EntryPayload::Blank => {
-                    self.applier.pass(index);
-                    self.done(index)
+                    applier.pass(index);
+                    Self::done(&applier, index)
                 }
                 EntryPayload::Membership(membership) => {
-                    self.applier.pass(index);
+                    applier.pass(index);
                     self.membership = Membership::new(Some(entry.log_id), membership);
-                    self.done(index)
+                    Self::done(&applier, index)
                 }
             };
+            drop(applier);
             self.last_applied = Some(entry.log_id);
             if let Some(responder) = responder {
                 responder.send(reply);
@@ -180,7 +187,7 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
                 last_log_id: self.last_applied,
                 last_membership: self.membership.clone(),
             },
-            snapshot: self.applier.machine().snapshot(),
+            snapshot: locked(&self.applier).machine().snapshot(),
             current: Arc::clone(&self.current),
             log: Arc::clone(&self.log),
         }
@@ -207,10 +214,16 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
 
 impl StateMachine {
     /// Takes `machine`, restored from the snapshot `bytes` with Raft metadata `meta`.
-    fn take(&mut self, meta: &Meta, machine: Machine, bytes: Vec<u8>) {
-        let events = Arc::clone(self.applier.events());
-        let history = Arc::clone(self.applier.history());
-        self.applier = Applier::new(machine, events, history);
+    /// The machine keeps the node's own settings (its answer budget, which every node must
+    /// share for their machines to stay equal, and whether it records kernel calls).
+    fn take(&mut self, meta: &Meta, mut machine: Machine, bytes: Vec<u8>) {
+        let mut applier = locked(&self.applier);
+        machine.set_answer_budget(applier.machine().answer_budget());
+        machine.record_calls(applier.machine().records_calls());
+        let events = Arc::clone(applier.events());
+        let history = Arc::clone(applier.history());
+        *applier = Applier::new(machine, events, history);
+        drop(applier);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         *lock(&self.current) = Some((meta.clone(), bytes));
@@ -229,6 +242,13 @@ fn checked(meta: &Meta, snapshot: &MachineSnapshot) -> io::Result<Machine> {
     }
     Machine::restore(snapshot)
         .map_err(|e| io_error(format!("the snapshot cannot be restored: {}", e.message)))
+}
+
+/// The applier. A panic while it was held (a bug) may have left the machine half-applied;
+/// the engine stops the process then (it never serves such a machine), so here it is only
+/// taken again for that to happen.
+fn locked(applier: &Mutex<Applier>) -> std::sync::MutexGuard<'_, Applier> {
+    applier.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The current snapshot, even after a panic elsewhere poisoned its lock (it is replaced

@@ -90,7 +90,17 @@ async fn a_restart_keeps_entries_vote_purge_truncation_and_snapshot() {
     let (applied, membership) = sm.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(1, 2)));
     assert_eq!(membership.log_id(), &Some(log_id(1, 0)));
-    assert_eq!(sm.applier().machine().snapshot().state.sessions.len(), 2);
+    assert_eq!(
+        sm.applier()
+            .lock()
+            .unwrap()
+            .machine()
+            .snapshot()
+            .state
+            .sessions
+            .len(),
+        2
+    );
     let current = sm
         .get_current_snapshot()
         .await

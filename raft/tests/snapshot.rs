@@ -32,7 +32,14 @@ async fn snapshot_bytes(
 
 /// The first session the kernel holds.
 fn first_session(sm: &StateMachine) -> SessionId {
-    sm.applier().machine().snapshot().state.sessions[0].session_id
+    sm.applier()
+        .lock()
+        .unwrap()
+        .machine()
+        .snapshot()
+        .state
+        .sessions[0]
+        .session_id
 }
 
 /// A state machine that applied a membership change, two opens, a blank entry of a new
@@ -61,14 +68,17 @@ async fn with_history() -> StateMachine {
 #[tokio::test]
 async fn entries_apply_as_the_single_node_server_applies_them() {
     let mut sm = with_history().await;
-    let machine = sm.applier().machine();
-    // The machine's index is the Raft index plus one; Raft's own entries were passed over.
-    assert_eq!(machine.applied(), 5);
-    // Time never goes back: the acquire stamped 4,000 was applied at 6,000.
-    assert_eq!(machine.last_now(), 6_000);
-    let state = machine.snapshot().state;
-    assert_eq!(state.sessions.len(), 2, "both opens applied");
-    assert_eq!(state.leases.len(), 1, "the acquire granted its lease");
+    {
+        let applier = sm.applier().lock().unwrap();
+        let machine = applier.machine();
+        // The machine's index is the Raft index plus one; Raft's own entries were passed over.
+        assert_eq!(machine.applied(), 5);
+        // Time never goes back: the acquire stamped 4,000 was applied at 6,000.
+        assert_eq!(machine.last_now(), 6_000);
+        let state = machine.snapshot().state;
+        assert_eq!(state.sessions.len(), 2, "both opens applied");
+        assert_eq!(state.leases.len(), 1, "the acquire granted its lease");
+    }
     let (applied, membership) = sm.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(1, 4)));
     assert_eq!(membership.log_id(), &Some(log_id(1, 0)));
@@ -142,11 +152,15 @@ async fn a_snapshot_that_is_not_a_machine_snapshot_is_refused() {
 }
 
 /// An applier on a new machine with the default configuration.
-fn new_applier(machine: Machine) -> klock_server::applier::Applier {
+fn new_applier(
+    machine: Machine,
+) -> std::sync::Arc<std::sync::Mutex<klock_server::applier::Applier>> {
     use std::sync::{Arc, Mutex};
     let history = Arc::new(Mutex::new(klock_server::history::History::new(&machine, 8)));
     let events = Arc::new(klock_server::events::EventHub::new(1 << 16));
-    klock_server::applier::Applier::new(machine, events, history)
+    Arc::new(Mutex::new(klock_server::applier::Applier::new(
+        machine, events, history,
+    )))
 }
 
 #[test]

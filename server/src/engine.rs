@@ -19,6 +19,9 @@
 //!   proposes an `advance`, so expiries and timeouts happen without any client call. Each
 //!   batch re-arms it when it makes the next deadline earlier.
 //! - Events go to the [`EventHub`] in log order, only after their entry is durable.
+//! - The proposer is a seam ([`Path`]): on one node it is the engine's thread above; on a
+//!   cluster node ([`spawn_replicated`]) a consensus layer ([`Replicate`]) stamps, replicates
+//!   and applies through the same [`Applier`], and the timer proposes only while it leads.
 
 use crate::applier::Applier;
 use crate::events::EventHub;
@@ -77,7 +80,10 @@ pub struct Reply {
     pub events: Vec<Event>,
 }
 
-/// A client's command and what comes with it.
+/// A client's command and what comes with it. Serializable: a cluster's follower hands it to
+/// its leader, which stamps and proposes it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Submission {
     pub command: Command,
     /// Its time, under the manual clock only.
@@ -139,12 +145,41 @@ impl Stopped {
     }
 }
 
+/// How a batch of submissions becomes durable and applied: the proposer seam.
+enum Path {
+    /// One node: the engine's thread stamps, appends to the file log (or nothing, in memory)
+    /// and applies. It is the thread's inbox, with the clock it stamps with.
+    Local {
+        writer: mpsc::Sender<Proposal>,
+        clock: Clock,
+    },
+    /// A cluster: the consensus layer stamps (on its leader), replicates and applies, through
+    /// the same applier (see [`Replicate`]).
+    Replicated(Arc<dyn Replicate>),
+}
+
+/// The answers to a batch of submissions, in their order (see [`EngineHandle::submit_many`]).
+pub type Answers = Result<Vec<Result<Reply, EngineError>>, EngineError>;
+
+/// A consensus layer that makes submissions durable and applied in the engine's place (a
+/// cluster's Raft, `klock-raft`). Its contract:
+/// - [`Replicate::propose`] answers each submission once its entry is committed and applied
+///   to this node's applier (the one given to [`spawn_replicated`]), in the order given; a
+///   node that cannot have it committed now answers [`EngineError::Unavailable`].
+/// - [`Replicate::clock`] is the clock entries are stamped with while this node leads (`None`
+///   otherwise): the engine's timer proposes `advance` on it.
+pub trait Replicate: Send + Sync + 'static {
+    fn propose(
+        &self,
+        submissions: Vec<Submission>,
+    ) -> futures_util::future::BoxFuture<'static, Answers>;
+    fn clock(&self) -> Option<Clock>;
+}
+
 /// What every handle shares.
 struct Core {
     state: Arc<Mutex<Applier>>,
-    clock: Clock,
-    /// The engine's thread's inbox.
-    writer: mpsc::Sender<Proposal>,
+    path: Path,
     /// The engine's thread, until [`EngineHandle::take_stopped`] takes it.
     thread: Mutex<Stopped>,
     timer: Arc<Timer>,
@@ -173,6 +208,9 @@ pub enum EngineError {
     Stopped,
     /// The manual clock needs a `now` in every request; the monotonic clock refuses one.
     Clock(&'static str),
+    /// A cluster node that cannot have the command committed now (no leader known, or one
+    /// that does not answer yet): worth retrying in a second.
+    Unavailable(String),
 }
 
 impl EngineHandle {
@@ -242,10 +280,11 @@ impl Core {
     /// Logs and applies `submissions` as one batch, on the engine's thread (see the module
     /// contract). Applying on the handler's own task instead measured slower in memory on
     /// two cores (docs/DECISIONS.md, "Where the work runs").
-    async fn propose(
-        &self,
-        submissions: Vec<Submission>,
-    ) -> Result<Vec<Result<Reply, EngineError>>, EngineError> {
+    async fn propose(&self, submissions: Vec<Submission>) -> Answers {
+        let writer = match &self.path {
+            Path::Local { writer, .. } => writer,
+            Path::Replicated(replicate) => return replicate.propose(submissions).await,
+        };
         let (many, answers): (Vec<_>, Vec<_>) = submissions
             .into_iter()
             .map(|s| {
@@ -253,15 +292,20 @@ impl Core {
                 ((s, reply), answer)
             })
             .unzip();
-        self.writer
-            .send(many)
-            .await
-            .map_err(|_| EngineError::Stopped)?;
+        writer.send(many).await.map_err(|_| EngineError::Stopped)?;
         let mut out = Vec::with_capacity(answers.len());
         for answer in answers {
             out.push(answer.await.map_err(|_| EngineError::Stopped)?);
         }
         Ok(out)
+    }
+
+    /// The clock commands are stamped with now (`None` on a cluster node that does not lead).
+    fn clock(&self) -> Option<Clock> {
+        match &self.path {
+            Path::Local { clock, .. } => Some(*clock),
+            Path::Replicated(replicate) => replicate.clock(),
+        }
     }
 }
 
@@ -328,13 +372,15 @@ pub fn spawn_with_history(
     };
     let core = Arc::new(Core {
         state,
-        clock: config.clock,
-        writer,
+        path: Path::Local {
+            writer,
+            clock: config.clock,
+        },
         thread: Mutex::new(thread),
         timer,
     });
-    if let Clock::Monotonic { start, at } = config.clock {
-        tokio::spawn(run_timer(Arc::downgrade(&core), start, at));
+    if let Clock::Monotonic { .. } = config.clock {
+        tokio::spawn(run_timer(Arc::downgrade(&core)));
         core.timer.rearm(next_deadline);
     }
     EngineHandle {
@@ -345,8 +391,44 @@ pub fn spawn_with_history(
     }
 }
 
-/// The timer task (see the module contract); it ends with the engine.
-async fn run_timer(core: Weak<Core>, start: u64, at: Instant) {
+/// Starts the engine of a cluster node: `replicate` makes its submissions durable and applies
+/// them to `state` (module contract, [`Replicate`]); reads see `state`. Must be called inside
+/// a tokio runtime (the timer is a task on it).
+pub fn spawn_replicated(
+    state: Arc<Mutex<Applier>>,
+    replicate: Arc<dyn Replicate>,
+    metrics: Arc<Metrics>,
+) -> EngineHandle {
+    let (events, history) = {
+        let applier = lock(&state);
+        (Arc::clone(applier.events()), Arc::clone(applier.history()))
+    };
+    let core = Arc::new(Core {
+        state,
+        path: Path::Replicated(replicate),
+        thread: Mutex::new(Stopped::default()),
+        timer: Arc::new(Timer {
+            armed: AtomicU64::new(u64::MAX),
+            wake: Notify::new(),
+        }),
+    });
+    tokio::spawn(run_timer(Arc::downgrade(&core)));
+    EngineHandle {
+        core,
+        events,
+        metrics,
+        history,
+    }
+}
+
+/// How long a cluster node's timer sleeps at most before looking again: its entries are
+/// applied, and its leadership gained or lost, without the timer being told.
+const REPLICATED_TIMER_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The timer task (see the module contract); it ends with the engine. On a cluster node it
+/// proposes only while the node leads, on the leader's clock, and looks again at least every
+/// [`REPLICATED_TIMER_POLL`].
+async fn run_timer(core: Weak<Core>) {
     loop {
         let Some(engine) = core.upgrade() else { return };
         let timer = Arc::clone(&engine.timer);
@@ -362,16 +444,31 @@ async fn run_timer(core: Weak<Core>, start: u64, at: Instant) {
                 .store(deadline.unwrap_or(u64::MAX), Ordering::Release);
             deadline
         };
-        let now = engine.clock.read().unwrap_or(0);
-        if deadline.is_some_and(|d| d <= now) {
-            // Due: settle it (the answer is the batch's business: nobody waits on it).
-            let _ = engine
-                .propose(vec![Submission::new(Command::Advance, None)])
-                .await;
-            continue;
+        let clock = engine.clock();
+        let now = clock.and_then(|c| c.read());
+        if let (Some(d), Some(now)) = (deadline, now) {
+            if d <= now {
+                // Due: settle it (the answer is the batch's business: nobody waits on it).
+                let _ = engine
+                    .propose(vec![Submission::new(Command::Advance, None)])
+                    .await;
+                continue;
+            }
         }
+        let replicated = matches!(engine.path, Path::Replicated(_));
         drop(engine);
-        let sleep = deadline.map(|d| at + std::time::Duration::from_millis(d - start.min(d)));
+        let sleep = match (deadline, clock) {
+            (Some(d), Some(Clock::Monotonic { start, at })) => {
+                Some(at + std::time::Duration::from_millis(d - start.min(d)))
+            }
+            _ => None,
+        };
+        let sleep = if replicated {
+            let poll = Instant::now() + REPLICATED_TIMER_POLL;
+            Some(sleep.map_or(poll, |s| s.min(poll)))
+        } else {
+            sleep
+        };
         tokio::select! {
             () = sleep_until(sleep) => {}
             () = timer.wake.notified() => {}
@@ -470,7 +567,10 @@ impl Writer {
 }
 
 /// The entry a submission is logged as, stamped with the time it is applied at.
-fn stamp(clock: &Clock, submission: Submission) -> Result<Entry, EngineError> {
+///
+/// # Errors
+/// [`EngineError::Clock`]: a `now` the clock refuses, or none where it needs one.
+pub fn stamp(clock: &Clock, submission: Submission) -> Result<Entry, EngineError> {
     let now = match (clock.read(), submission.now) {
         (Some(now), None) => now,
         (Some(_), Some(_)) => return Err(EngineError::Clock(

@@ -290,6 +290,16 @@ impl Machine {
         self.drop_answers();
     }
 
+    /// The byte budget of remembered answers ([`Machine::set_answer_budget`]).
+    pub fn answer_budget(&self) -> usize {
+        self.answer_budget
+    }
+
+    /// Whether entries fill [`Applied::kernel_calls`] ([`Machine::record_calls`]).
+    pub fn records_calls(&self) -> bool {
+        self.record_calls
+    }
+
     /// Bytes of remembered answers not dropped.
     pub fn answer_bytes(&self) -> usize {
         self.answer_bytes

@@ -6,7 +6,10 @@
 //!   server must not run with (beyond loopback without tokens, a manual clock on a data file).
 //! - [`app`] builds what answers requests: opens the data file and recovers from it (or
 //!   starts in memory), spawns the engine, loads the token file, and composes the API, the
-//!   dashboard and CORS into one router. It logs what recovery found (crate::logging).
+//!   dashboard and CORS into one router. It logs what recovery found (crate::logging). With
+//!   a [`Cluster`] (`ServeConfig.cluster`) it builds a cluster node instead: a fresh machine
+//!   the consensus layer fills from its own log, an engine whose proposer that layer is
+//!   ([`engine::spawn_replicated`]), and the layer's `/raft/*` routes beside the API.
 //! - [`start`] also binds (TCP, TLS or a Unix socket; only a stale socket is replaced, before
 //!   the data file is touched), applies the request guard of that listener, and serves in a
 //!   task; the [`Server`] it returns says where it listens and stops it ([`Server::shutdown`],
@@ -16,6 +19,7 @@
 //!   stop: no new connections, requests in flight finish (5 s at most). Each step is logged.
 
 use crate::api::{self, Api, WorkLimits};
+use crate::applier::Applier;
 use crate::auth::Auth;
 use crate::conn::{self, ConnLimits, NetMetrics};
 use crate::engine::{self, Clock, EngineConfig};
@@ -32,7 +36,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -78,7 +82,26 @@ pub struct ServeConfig {
     pub accept_log_loss: bool,
     /// `--log-level`, `--log-format`: installed by the `klock` command (crate::logging).
     pub log: crate::logging::LogConfig,
+    /// `--node-id`, `--cluster-peers`, `--cluster-secret-file`: this server is a node of a
+    /// replicated cluster, and this is its consensus layer (`klock-raft`); `None`: one node.
+    pub cluster: Option<Arc<dyn Cluster>>,
 }
+
+/// The consensus layer of a cluster node (`klock-raft` implements it; this crate cannot
+/// depend on it). It replaces the file log and the proposer, never the machine.
+pub trait Cluster: Send + Sync + fmt::Debug {
+    /// Starts the layer on `state`, an applier whose machine has applied nothing (the layer
+    /// restores its own snapshot and log into it), and returns its proposer (the engine's
+    /// [`engine::Replicate`]) and its routes (`/raft/*`, guarded by the cluster secret),
+    /// served beside the API.
+    fn start(
+        &self,
+        state: Arc<Mutex<Applier>>,
+    ) -> futures_util::future::BoxFuture<'static, Started>;
+}
+
+/// A started consensus layer: its proposer and its routes, or why it could not start.
+pub type Started = Result<(Arc<dyn engine::Replicate>, axum::Router), String>;
 
 impl Default for ServeConfig {
     fn default() -> ServeConfig {
@@ -105,6 +128,7 @@ impl Default for ServeConfig {
             conn: ConnLimits::default(),
             accept_log_loss: false,
             log: crate::logging::LogConfig::default(),
+            cluster: None,
         }
     }
 }
@@ -139,6 +163,9 @@ pub struct App {
 pub async fn app(config: &ServeConfig) -> Result<App, String> {
     let kernel_config = config.config.clone();
     let hub = Arc::new(EventHub::new(config.event_bytes));
+    if let Some(cluster) = &config.cluster {
+        return cluster_app(config, cluster.as_ref(), hub).await;
+    }
     let mut log_entries = 0;
     let (machine, store, history) = match &config.data {
         Some(path) => {
@@ -188,15 +215,7 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
         Clock::monotonic(machine.last_now())
     };
     // Refusals come before the engine starts: once it has, its writer holds the data file.
-    let auth = match &config.tokens {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
-            Auth::from_json(&text)?
-        }
-        None => Auth::open(),
-    };
-    let auth = Arc::new(auth);
+    let auth = load_auth(config)?;
     let engine = engine::spawn_with_history(
         machine,
         store,
@@ -210,6 +229,60 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
         history,
     );
     let stopped = engine.take_stopped();
+    Ok(App {
+        router: routes(config, engine, auth, None),
+        net: Arc::clone(&metrics.net),
+        engine: stopped,
+    })
+}
+
+/// The [`App`] of a cluster node: a fresh machine that `cluster` fills from its own snapshot
+/// and log, and an engine whose proposer it is.
+async fn cluster_app(
+    config: &ServeConfig,
+    cluster: &dyn Cluster,
+    hub: Arc<EventHub>,
+) -> Result<App, String> {
+    let mut machine = Machine::new(config.config.clone()).map_err(|e| e.message)?;
+    machine.set_answer_budget(config.idempotency_bytes);
+    let history = History::new(&machine, config.history);
+    machine.record_calls(history.capacity() > 0);
+    let auth = load_auth(config)?;
+    let state = Arc::new(Mutex::new(Applier::new(
+        machine,
+        hub,
+        Arc::new(Mutex::new(history)),
+    )));
+    let (replicate, raft_routes) = cluster.start(Arc::clone(&state)).await?;
+    let metrics = Arc::new(Metrics::default());
+    let engine = engine::spawn_replicated(state, replicate, Arc::clone(&metrics));
+    Ok(App {
+        router: routes(config, engine, auth, Some(raft_routes)),
+        net: Arc::clone(&metrics.net),
+        engine: engine::Stopped::default(),
+    })
+}
+
+/// The token file's grants (or none without `--tokens`).
+fn load_auth(config: &ServeConfig) -> Result<Arc<Auth>, String> {
+    let auth = match &config.tokens {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+            Auth::from_json(&text)?
+        }
+        None => Auth::open(),
+    };
+    Ok(Arc::new(auth))
+}
+
+/// The API over `engine`, the dashboard, a cluster node's `/raft/*` routes, and CORS.
+fn routes(
+    config: &ServeConfig,
+    engine: engine::EngineHandle,
+    auth: Arc<Auth>,
+    raft: Option<axum::Router>,
+) -> axum::Router {
     let mut router = api::router(Api {
         engine,
         auth: Arc::clone(&auth),
@@ -219,6 +292,9 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
     if let Some(pkg) = &config.dashboard {
         router = router.merge(crate::dashboard::router(pkg.clone(), auth));
     }
+    if let Some(raft) = raft {
+        router = router.merge(raft);
+    }
     if !config.origins.is_empty() {
         let origins = crate::dashboard::Origins(Arc::new(config.origins.clone()));
         router = router.layer(axum::middleware::from_fn_with_state(
@@ -226,11 +302,7 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
             crate::dashboard::cors,
         ));
     }
-    Ok(App {
-        router,
-        net: Arc::clone(&metrics.net),
-        engine: stopped,
-    })
+    router
 }
 
 /// Where a server listens.

@@ -21,7 +21,7 @@ pub fn state_machine_on(log: Arc<dyn Log<RaftEntry>>) -> StateMachine {
     let machine = Machine::new(Config::default()).expect("the default config is valid");
     let history = Arc::new(Mutex::new(History::new(&machine, 64)));
     let applier = Applier::new(machine, Arc::new(EventHub::new(1 << 20)), history);
-    StateMachine::open(applier, log).expect("a state machine")
+    StateMachine::open(Arc::new(Mutex::new(applier)), log).expect("a state machine")
 }
 
 /// A state machine on a new machine, storing its snapshots in a memory log of its own.

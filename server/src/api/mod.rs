@@ -5,7 +5,8 @@
 //! Contract:
 //! - Verdicts are 200s. Errors are `{"error": {"code", "name", "message"}}` with the SPEC's
 //!   stable code and name and a 4xx status that fits: 400 bad input, 401 a missing or wrong
-//!   session token, 404 unknown ids, 409 state conflicts, 413 too large, 503 engine stopped.
+//!   session token, 404 unknown ids, 409 state conflicts, 413 too large, 503 engine stopped
+//!   (and `NO_LEADER` with `Retry-After: 1` on a cluster node that cannot write now).
 //!   Malformed JSON, unknown fields and wrong types are `BAD_REQUEST` (code 0) naming the
 //!   problem; nothing reaches the kernel then.
 //! - A session belongs to the namespace in the path: another namespace's session id is
@@ -288,6 +289,9 @@ impl From<EngineError> for ApiError {
             EngineError::Clock(message) => ApiError::bad_request(format!(
                 "{message} (over HTTP: the Klock-Now header, in ms)"
             )),
+            EngineError::Unavailable(message) => {
+                ApiError::other(StatusCode::SERVICE_UNAVAILABLE, NO_LEADER, message)
+            }
         }
     }
 }
@@ -317,13 +321,24 @@ impl ApiError {
     }
 }
 
+/// A cluster node's answer when no leader can take a write now (503, `Retry-After: 1`).
+const NO_LEADER: &str = "NO_LEADER";
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
+        let retry = self.name == NO_LEADER;
         let body = ErrorAnswer {
             error: self.into_fields(),
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if retry {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 

@@ -1,0 +1,771 @@
+//! A three-process loopback cluster (`klock serve --node-id`): the leader is SIGKILLed with a
+//! lease held; a new leader is elected, the lease and its fence survive, a fence never
+//! repeats, a write through a survivor is acknowledged, and the killed node, restarted,
+//! catches up; a leader paused past the election timeout grants nothing when it wakes; the
+//! new leader's time continues from the applied time; a node joins by snapshot, votes and is
+//! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
+//! or wrong cluster secret; the cluster flags' refusals; a whole cluster restarted keeps its
+//! leases and fences.
+//!
+//! Real `klock` processes on fixed free loopback ports (the peers must know each other's
+//! addresses before they start). Seeded (the order of resources), bounded: every wait has a
+//! deadline, the whole test well under 60 s.
+
+use klock_testkit::http_client::{request, Answer};
+use klock_testkit::process::Spawned;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "a-cluster-secret-of-the-test";
+/// How long any one wait may take (an election is about a second).
+const WAIT: Duration = Duration::from_secs(15);
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+    peers: String,
+    nodes: Vec<Option<Spawned>>,
+    /// More flags for every node started from now on.
+    extra: Vec<String>,
+}
+
+/// `--cluster-peers` of nodes 1, 2, ... on `ports`.
+fn peers(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Cluster {
+    fn new(size: usize) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let peers = peers(&ports);
+        let mut cluster = Cluster {
+            dir,
+            ports,
+            peers,
+            nodes: (0..size).map(|_| None).collect(),
+            extra: Vec::new(),
+        };
+        for i in 0..size {
+            cluster.start(i);
+        }
+        cluster
+    }
+
+    /// A cluster whose nodes are not started yet.
+    fn unstarted(size: usize) -> Cluster {
+        let mut cluster = Cluster::new(0);
+        cluster.ports = (0..size).map(|_| free_port()).collect();
+        cluster.peers = peers(&cluster.ports);
+        cluster.nodes = (0..size).map(|_| None).collect();
+        cluster
+    }
+
+    fn data(&self, i: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("node{}.redb", i + 1))
+    }
+
+    fn start(&mut self, i: usize) {
+        let program = Path::new(env!("CARGO_BIN_EXE_klock"));
+        let data = self.data(i);
+        let secret = self.dir.path().join("secret");
+        let listen = format!("127.0.0.1:{}", self.ports[i]);
+        let id = (i + 1).to_string();
+        let args = [
+            "--listen",
+            &listen,
+            "--data",
+            data.to_str().unwrap(),
+            "--node-id",
+            &id,
+            "--cluster-peers",
+            &self.peers,
+            "--cluster-secret-file",
+            secret.to_str().unwrap(),
+        ];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(self.extra.iter().map(String::as_str));
+        self.nodes[i] = Some(Spawned::start(program, &args).expect("a cluster node starts"));
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(node) = self.nodes[i].take() {
+            node.kill();
+        }
+    }
+
+    fn secret_file(&self) -> String {
+        self.dir.path().join("secret").to_str().unwrap().to_owned()
+    }
+
+    /// `/raft/status` of node `i`.
+    fn status(&self, i: usize) -> Option<Value> {
+        let answer = request(
+            self.ports[i],
+            "GET",
+            "/raft/status",
+            &[("klock-cluster-secret", SECRET)],
+            b"",
+        )
+        .ok()?;
+        (answer.status == 200).then_some(answer.body)
+    }
+
+    /// The index of the leader every live node agrees on, once there is one.
+    fn leader(&self) -> usize {
+        let started = Instant::now();
+        loop {
+            let live: Vec<usize> = (0..self.ports.len())
+                .filter(|i| self.nodes[*i].is_some())
+                .collect();
+            let leaders: Vec<Option<u64>> = live
+                .iter()
+                .map(|i| self.status(*i).and_then(|s| s["leader"].as_u64()))
+                .collect();
+            if let Some(Some(leader)) = leaders.first() {
+                let index = (*leader - 1) as usize;
+                if leaders.iter().all(|l| *l == Some(*leader)) && self.nodes[index].is_some() {
+                    return index;
+                }
+            }
+            assert!(started.elapsed() < WAIT, "no leader agreed on: {leaders:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A live node that says it leads (a node not yet in the membership knows no leader).
+    fn leading(&self) -> usize {
+        let started = Instant::now();
+        loop {
+            let found = (0..self.ports.len()).find(|i| {
+                self.nodes[*i].is_some() && self.status(*i).is_some_and(|s| s["state"] == "Leader")
+            });
+            if let Some(i) = found {
+                return i;
+            }
+            assert!(started.elapsed() < WAIT, "no node leads");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `GET /v1/ns/default/overview` of node `i`.
+    fn overview(&self, i: usize) -> Value {
+        let a = request(self.ports[i], "GET", "/v1/ns/default/overview", &[], b"").unwrap();
+        assert_eq!(a.status, 200, "{a:?}");
+        a.body
+    }
+
+    /// A client's request to node `i`, retried (same idempotency key) while the cluster has
+    /// no leader to take it (503) or the node does not answer.
+    fn ask(&self, i: usize, path: &str, token: &str, key: &str, body: Value) -> Answer {
+        let started = Instant::now();
+        loop {
+            let headers = [("klock-session-token", token), ("idempotency-key", key)];
+            match request(
+                self.ports[i],
+                "POST",
+                path,
+                &headers,
+                body.to_string().as_bytes(),
+            ) {
+                Ok(a) if a.status != 503 && !a.body.is_null() => return a,
+                Ok(a) if a.status == 503 => {
+                    assert_eq!(a.header("retry-after"), Some("1"), "{a:?}");
+                }
+                _ => {}
+            }
+            assert!(started.elapsed() < WAIT, "node {i} never took {path}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn open(cluster: &Cluster, node: usize, name: &str) -> (u64, String) {
+    let a = cluster.ask(
+        node,
+        "/v1/ns/default/sessions",
+        "",
+        &format!("open-{name}"),
+        json!({"agent_id": name}),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    (
+        a.body["session_id"].as_u64().unwrap(),
+        a.body["session_token"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Acquires `resource` for the session; the granted lease (id, fence).
+fn acquire(cluster: &Cluster, node: usize, session: &(u64, String), resource: &str) -> Value {
+    let a = cluster.ask(
+        node,
+        &format!("/v1/ns/default/sessions/{}/acquire", session.0),
+        &session.1,
+        &format!("acq-{}-{resource}", session.0),
+        json!({"intents": [format!("MUTATES {resource}")], "ttl_ms": 60_000}),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    a.body
+}
+
+/// Leader time: the new leader's clock continues from the applied time (never back, and
+/// not ahead of the wall time that passed), and its `LeaderChanged` entry put every session
+/// open before it (`alice`) in its suspension grace, not one opened after (`bob`).
+fn leader_time(before: &Value, after: &Value, elapsed: Duration, alice: u64, bob: u64) {
+    let (then, now) = (
+        before["now"].as_u64().unwrap(),
+        after["now"].as_u64().unwrap(),
+    );
+    assert!(now >= then, "time went back: {then} -> {now}");
+    let most = then + elapsed.as_millis() as u64 + 100;
+    assert!(
+        now <= most,
+        "time ran ahead: {then} -> {now} in {elapsed:?}"
+    );
+    let suspended = |sid: u64| {
+        after["snapshot"]["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["session_id"] == sid)
+            .map(|s| s["suspended"].clone())
+    };
+    assert_eq!(suspended(alice), Some(json!(true)), "{after}");
+    assert_eq!(suspended(bob), Some(json!(false)), "{after}");
+}
+
+#[test]
+fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
+    let started = Instant::now();
+    let mut cluster = Cluster::new(3);
+    // klock cluster init, through node 1.
+    let init = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+        .args([
+            "cluster",
+            "init",
+            "--node",
+            &format!("http://127.0.0.1:{}", cluster.ports[0]),
+            "--cluster-secret-file",
+            &cluster.secret_file(),
+        ])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    let leader = cluster.leader();
+    // Through a follower: it hands the write to the leader and answers once applied itself.
+    let follower = (leader + 1) % 3;
+    let alice = open(&cluster, follower, "alice");
+    // ... so a read through it right after sees the write.
+    let seen = cluster.overview(follower);
+    assert_eq!(
+        seen["snapshot"]["sessions"][0]["session_id"], alice.0,
+        "{seen}"
+    );
+    let first = acquire(&cluster, leader, &alice, "FILE:/a");
+    assert_eq!(first["verdict"], "GRANTED", "{first}");
+    let lease = &first["leases"][0];
+    let (lease_id, fence) = (
+        lease["lease_id"].as_u64().unwrap(),
+        lease["fence"].as_u64().unwrap(),
+    );
+
+    let before = cluster.overview(leader);
+    let killed_at = Instant::now();
+    cluster.kill(leader);
+    let new_leader = cluster.leader();
+    assert_ne!(new_leader, leader);
+    let survivor = (0..3).find(|i| *i != leader && *i != new_leader).unwrap();
+
+    // The lease survived: another session waits for it (or is told to die), never granted.
+    let bob = open(&cluster, survivor, "bob");
+    leader_time(
+        &before,
+        &cluster.overview(new_leader),
+        killed_at.elapsed(),
+        alice.0,
+        bob.0,
+    );
+    let contended = acquire(&cluster, survivor, &bob, "FILE:/a");
+    assert_ne!(contended["verdict"], "GRANTED", "{contended}");
+    // A write through a survivor is acknowledged, with a fence never given before.
+    let other = acquire(&cluster, survivor, &bob, "FILE:/b");
+    assert_eq!(other["verdict"], "GRANTED", "{other}");
+    let new_fence = other["leases"][0]["fence"].as_u64().unwrap();
+    assert!(new_fence > fence, "fence {new_fence} after {fence}");
+    // Alice still holds her lease and releases it (her session is in its grace, resumable,
+    // but a release by token is still hers).
+    let released = cluster.ask(
+        survivor,
+        &format!("/v1/ns/default/sessions/{}/release", alice.0),
+        &alice.1,
+        "rel-alice",
+        json!({"lease_ids": [lease_id]}),
+    );
+    assert_eq!(released.status, 200, "{released:?}");
+
+    // The killed node comes back and catches up to the others' applied index.
+    cluster.start(leader);
+    let target = cluster.status(new_leader).unwrap()["applied_index"]
+        .as_u64()
+        .unwrap();
+    let caught_up = Instant::now();
+    loop {
+        let applied = cluster
+            .status(leader)
+            .and_then(|s| s["applied_index"].as_u64());
+        if applied.is_some_and(|a| a >= target) {
+            break;
+        }
+        assert!(
+            caught_up.elapsed() < WAIT,
+            "node {leader} stays at {applied:?} < {target}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+/// `klock cluster ARGS...` against node `i`; its standard output, or why it failed.
+fn klock_cluster(cluster: &Cluster, i: usize, args: &[&str]) -> Result<String, String> {
+    let node = format!("http://127.0.0.1:{}", cluster.ports[i]);
+    let secret = cluster.secret_file();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+        .arg("cluster")
+        .arg(args[0])
+        .args(["--node", &node, "--cluster-secret-file", &secret])
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `klock cluster ARGS...` against the leader, again against the new one if leadership moved
+/// meanwhile (a follower refuses a membership change: `MEMBERSHIP_REFUSED`, "forward").
+fn on_leader(cluster: &Cluster, args: &[&str]) -> String {
+    let started = Instant::now();
+    loop {
+        match klock_cluster(cluster, cluster.leading(), args) {
+            Ok(out) => return out,
+            Err(e) if e.contains("forward") && started.elapsed() < WAIT => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("klock cluster {args:?}: {e}"),
+        }
+    }
+}
+
+/// A node started after the others joins as a learner, catches up by snapshot (the others
+/// snapshot every 3 entries and purged their logs), becomes a voter (a write through it is
+/// acknowledged), and is removed again; `klock cluster status` shows each step.
+#[test]
+fn a_node_joins_as_a_learner_then_votes_and_is_removed() {
+    let mut cluster = Cluster::unstarted(4);
+    cluster.extra = vec![String::from("--snapshot-every"), String::from("3")];
+    let all = cluster.peers.clone();
+    // Nodes 1-3 form the cluster; node 4 knows them, they learn of it through the membership.
+    cluster.peers = peers(&cluster.ports[..3]);
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let leader = cluster.leader();
+    let alice = open(&cluster, leader, "alice");
+    for name in ["b", "c", "d"] {
+        open(&cluster, leader, name);
+    }
+    let status = cluster.status(leader).unwrap();
+    // Entry 0 (the first membership) is gone from its log: a new node cannot start from it.
+    assert!(status["purged_index"].as_u64().is_some(), "{status}");
+    cluster.peers = all;
+    cluster.start(3);
+    let url = format!("http://127.0.0.1:{}", cluster.ports[3]);
+    on_leader(&cluster, &["add", "--id", "4", "--url", &url]);
+    let status: Value = serde_json::from_str(&on_leader(&cluster, &["status"])).unwrap();
+    assert_eq!(
+        (&status["voters"], &status["learners"]),
+        (&json!([1, 2, 3]), &json!([4])),
+        "{status}"
+    );
+    // The learner catches up: alice's open is applied there, from a snapshot (which Raft's
+    // metrics show a moment after the machine has it).
+    let started = Instant::now();
+    loop {
+        let seen = cluster.overview(3);
+        let joined = cluster.status(3).unwrap();
+        if seen["snapshot"]["sessions"][0]["session_id"] == alice.0
+            && joined["snapshot_index"].as_u64().is_some()
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the learner never caught up: {seen} {joined}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    on_leader(&cluster, &["voters", "--ids", "1,2,3,4"]);
+    let status: Value = serde_json::from_str(&on_leader(&cluster, &["status"])).unwrap();
+    assert_eq!(
+        (&status["voters"], &status["learners"]),
+        (&json!([1, 2, 3, 4]), &json!([])),
+        "{status}"
+    );
+    // A write through the new node (a follower: it forwards to the leader).
+    let granted = acquire(&cluster, 3, &alice, "FILE:/joined");
+    assert_eq!(granted["verdict"], "GRANTED", "{granted}");
+    on_leader(&cluster, &["remove", "--id", "4"]);
+    let status: Value = serde_json::from_str(&on_leader(&cluster, &["status"])).unwrap();
+    assert_eq!(status["voters"], json!([1, 2, 3]), "{status}");
+}
+
+#[test]
+fn the_raft_routes_refuse_a_missing_or_wrong_secret() {
+    let cluster = Cluster::new(1);
+    for headers in [vec![], vec![("klock-cluster-secret", "not-the-secret")]] {
+        for (method, path) in [
+            ("POST", "/raft/init"),
+            ("GET", "/raft/status"),
+            ("POST", "/raft/vote"),
+        ] {
+            let a = request(cluster.ports[0], method, path, &headers, b"{}").unwrap();
+            assert_eq!(a.status, 401, "{method} {path} {headers:?}: {a:?}");
+            assert_eq!(a.body["error"]["name"], "CLUSTER_SECRET_REFUSED");
+        }
+    }
+    // Refused means unchanged: the node was never initialized.
+    let status = cluster.status(0).unwrap();
+    assert_eq!(status["voters"], json!([]), "{status}");
+    // A client token is no cluster secret either (and the client API stays the client's).
+    let a = request(
+        cluster.ports[0],
+        "GET",
+        "/raft/status",
+        &[("authorization", &format!("Bearer {SECRET}"))],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(a.status, 401);
+}
+
+/// A leader anchors its clock on the applied time: a node whose log ends at `now` = 10^9 (a
+/// cluster that has run for days) stamps its next entries from there on, and its time moves
+/// with the wall clock; a clock of its own process's age would freeze the kernel's time at
+/// 10^9 (entries apply at `max(last_now, now)`) until it caught up.
+#[test]
+fn a_new_leader_continues_the_applied_time() {
+    use klock_core::Command;
+    use klock_raft::types::{Proposal, RaftEntry};
+    use klock_server::machine::Entry;
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::{EntryPayload, LogId, Membership};
+    const LATE: u64 = 1_000_000_000;
+    let mut cluster = Cluster::unstarted(1);
+    {
+        let (log, _) = klock_raft::log_store::open_file(&cluster.data(0)).unwrap();
+        let id = |index| {
+            LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            )
+        };
+        let voters = std::collections::BTreeSet::from([1]);
+        let entries: Vec<(u64, RaftEntry)> = vec![
+            (
+                1,
+                RaftEntry {
+                    log_id: id(0),
+                    payload: EntryPayload::Membership(Membership::new_with_defaults(
+                        vec![voters],
+                        [],
+                    )),
+                },
+            ),
+            (
+                2,
+                RaftEntry {
+                    log_id: id(1),
+                    payload: EntryPayload::Normal(Proposal(Entry::Command {
+                        now: LATE,
+                        command: Command::Advance,
+                        key: None,
+                        token: None,
+                        caller: None,
+                        resume: None,
+                        fingerprint: None,
+                    })),
+                },
+            ),
+        ];
+        log.append(&entries).unwrap();
+    }
+    cluster.start(0);
+    let opened_at = |name: &str| {
+        let a = cluster.ask(
+            0,
+            "/v1/ns/default/sessions",
+            "",
+            name,
+            json!({"agent_id": name}),
+        );
+        assert_eq!(a.status, 200, "{a:?}");
+        a.header("klock-now").unwrap().parse::<u64>().unwrap()
+    };
+    let first = opened_at("first");
+    std::thread::sleep(Duration::from_millis(300));
+    let second = opened_at("second");
+    assert!(first >= LATE, "time went back to {first}");
+    assert!(
+        second >= first + 250,
+        "time stood still: {first} then {second}"
+    );
+}
+
+/// With no quorum (a two-node cluster whose other node never started) there is no leader: a
+/// write is answered 503 `NO_LEADER` with `Retry-After: 1`, at once, and nothing is applied.
+#[test]
+fn with_no_leader_a_write_is_503_with_retry_after() {
+    let mut cluster = Cluster::unstarted(2);
+    cluster.start(0);
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let body = json!({"agent_id": "nobody"}).to_string();
+    let a = request(
+        cluster.ports[0],
+        "POST",
+        "/v1/ns/default/sessions",
+        &[],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(a.status, 503, "{a:?}");
+    assert_eq!(a.header("retry-after"), Some("1"), "{a:?}");
+    assert_eq!(a.body["error"]["name"], "NO_LEADER", "{a:?}");
+    assert_eq!(cluster.overview(0)["snapshot"]["sessions"], json!([]));
+}
+
+/// The cluster flags go together and with a data file, a node's own time and TCP; a refusal
+/// names what is wrong.
+#[test]
+fn cluster_flags_that_do_not_go_together_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, "too-short").unwrap();
+    let data = dir.path().join("n.redb");
+    let (secret, short, data) = (
+        secret.to_str().unwrap(),
+        short.to_str().unwrap(),
+        data.to_str().unwrap(),
+    );
+    let peers = "1=http://127.0.0.1:7301,2=http://127.0.0.1:7302";
+    let refused = |flags: &[&str], expected: &str| {
+        let args: Vec<String> = flags.iter().map(|s| (*s).to_owned()).collect();
+        let err = klock_cli::serve_args::parse(&args)
+            .err()
+            .unwrap_or_else(|| panic!("{flags:?} accepted"));
+        assert!(err.contains(expected), "{flags:?}: {err}");
+    };
+    let node = [
+        "--node-id",
+        "1",
+        "--cluster-peers",
+        peers,
+        "--cluster-secret-file",
+        secret,
+    ];
+    let with = |more: &[&'static str]| -> Vec<&str> {
+        node.iter().copied().chain(more.iter().copied()).collect()
+    };
+    refused(&["--node-id", "1", "--data", data], "go together");
+    refused(&with(&["--memory"]), "needs --data");
+    refused(
+        &[&with(&["--clock", "manual"])[..], &["--memory"]].concat(),
+        "needs --data",
+    );
+    let mut manual = with(&["--clock", "manual"]);
+    manual.extend(["--data", data]);
+    refused(&manual, "--clock manual");
+    refused(
+        &[
+            "--node-id",
+            "3",
+            "--cluster-peers",
+            peers,
+            "--cluster-secret-file",
+            secret,
+            "--data",
+            data,
+        ],
+        "not one of --cluster-peers",
+    );
+    refused(
+        &[
+            "--node-id",
+            "1",
+            "--cluster-peers",
+            "1=https://127.0.0.1:7301",
+            "--cluster-secret-file",
+            secret,
+            "--data",
+            data,
+        ],
+        "CLUSTER_TLS_UNSUPPORTED",
+    );
+    refused(
+        &[
+            "--node-id",
+            "1",
+            "--cluster-peers",
+            peers,
+            "--cluster-secret-file",
+            short,
+            "--data",
+            data,
+        ],
+        "shorter than 16",
+    );
+    refused(
+        &[
+            "--node-id",
+            "1",
+            "--cluster-peers",
+            "1=http://a:1,1=http://b:2",
+            "--cluster-secret-file",
+            secret,
+            "--data",
+            data,
+        ],
+        "twice",
+    );
+    refused(
+        &[
+            "--node-id",
+            "1",
+            "--cluster-peers",
+            "x",
+            "--cluster-secret-file",
+            secret,
+            "--data",
+            data,
+        ],
+        "ID=URL",
+    );
+    let mut ok: Vec<&str> = node.to_vec();
+    ok.extend(["--data", data]);
+    let args: Vec<String> = ok.iter().map(|s| (*s).to_owned()).collect();
+    let config = klock_cli::serve_args::parse(&args).unwrap();
+    let shown = format!("{:?}", config.cluster);
+    assert!(
+        shown.contains("ClusterConfig") && !shown.contains(SECRET),
+        "{shown}"
+    );
+}
+
+/// A leader paused (SIGSTOP) past the election timeout is deposed; when it wakes it grants
+/// nothing from its old term: a resource granted meanwhile by the new leader is not granted
+/// again through the woken node, and fences keep growing.
+#[test]
+fn a_paused_leader_grants_nothing_when_it_wakes() {
+    let cluster = Cluster::new(3);
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let old = cluster.leader();
+    let alice = open(&cluster, old, "alice");
+    let bob = open(&cluster, old, "bob");
+    let first = acquire(&cluster, old, &alice, "FILE:/first");
+    let first_fence = first["leases"][0]["fence"].as_u64().unwrap();
+    let pid = cluster.nodes[old].as_ref().unwrap().pid() as i32;
+    // SAFETY: signals a child process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The others elect a new leader (the paused node still believes it leads).
+    let started = Instant::now();
+    let new = loop {
+        let seen: Vec<Option<u64>> = (0..3)
+            .filter(|i| *i != old)
+            .map(|i| cluster.status(i).and_then(|s| s["leader"].as_u64()))
+            .collect();
+        if let [Some(a), Some(b)] = seen[..] {
+            if a == b && (a - 1) as usize != old {
+                break (a - 1) as usize;
+            }
+        }
+        assert!(started.elapsed() < WAIT, "no new leader: {seen:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let held = acquire(&cluster, new, &alice, "FILE:/x");
+    assert_eq!(held["verdict"], "GRANTED", "{held}");
+    let held_fence = held["leases"][0]["fence"].as_u64().unwrap();
+    assert!(held_fence > first_fence);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // Through the woken node: it must not grant FILE:/x to bob from its stale term.
+    let contended = acquire(&cluster, old, &bob, "FILE:/x");
+    assert_ne!(contended["verdict"], "GRANTED", "{contended}");
+    let other = acquire(&cluster, old, &bob, "FILE:/y");
+    assert_eq!(other["verdict"], "GRANTED", "{other}");
+    assert!(
+        other["leases"][0]["fence"].as_u64().unwrap() > held_fence,
+        "{other}"
+    );
+}
+
+/// Every node killed and restarted: the cluster elects a leader again from its logs and
+/// snapshots, the lease is still held (another session is not granted it), its fence is not
+/// given again, and time has not gone back.
+#[test]
+fn a_whole_cluster_restarted_keeps_its_leases_and_fences() {
+    let mut cluster = Cluster::unstarted(3);
+    // Snapshots (and purged logs) to restart from, as well as log entries after them.
+    cluster.extra = vec![String::from("--snapshot-every"), String::from("4")];
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let leader = cluster.leader();
+    let alice = open(&cluster, leader, "alice");
+    let held = acquire(&cluster, leader, &alice, "FILE:/kept");
+    let fence = held["leases"][0]["fence"].as_u64().unwrap();
+    for name in ["b", "c", "d", "e"] {
+        open(&cluster, leader, name);
+    }
+    let before = cluster.overview(leader)["now"].as_u64().unwrap();
+    let status = cluster.status(leader).unwrap();
+    assert!(status["snapshot_index"].as_u64().is_some(), "{status}");
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    let leader = cluster.leader();
+    let bob = open(&cluster, leader, "bob");
+    let contended = acquire(&cluster, leader, &bob, "FILE:/kept");
+    assert_ne!(contended["verdict"], "GRANTED", "{contended}");
+    let other = acquire(&cluster, leader, &bob, "FILE:/other");
+    assert!(
+        other["leases"][0]["fence"].as_u64().unwrap() > fence,
+        "{other}"
+    );
+    let after = cluster.overview(leader);
+    assert!(after["now"].as_u64().unwrap() >= before, "{after}");
+}

@@ -1,0 +1,439 @@
+//! A cluster node: the Raft node of `klock serve --node-id`, the proposer it gives the
+//! server's engine, and the leader's clock.
+//!
+//! Contract:
+//! - [`ClusterConfig`] is the server's [`Cluster`]: starting it opens the Raft log file (the
+//!   `--data` path), restores the machine from its stored snapshot, and runs the Raft node on
+//!   the server's applier, with the peers' HTTP network ([`crate::network`]) and its routes
+//!   ([`crate::routes`]).
+//! - Leader time: when this node becomes the committed leader it waits until every entry of
+//!   the earlier terms is applied (a read index), anchors its clock on the applied
+//!   `last_now` (time never goes back, and the pause between leaders does not count), and
+//!   proposes a `LeaderChanged` entry (the machine's `Recovered` entry: every session gets
+//!   its suspension grace, as after a single node's restart) conditional on its term. Only
+//!   once that entry is applied does it stamp and propose clients' commands; until then, and
+//!   whenever it does not lead, it has no clock.
+//! - [`Replicator::propose`]: on the anchored leader, each submission is stamped with the
+//!   leader's clock and written conditional on the leader's term, in order, and answered with
+//!   the applied entry's reply. On a follower that knows the leader, the submissions go to
+//!   the leader (`/raft/propose`); the answers are given once this node has applied their
+//!   entries too (so a read through it right after sees its own write). With no leader known,
+//!   or a leader that does not answer, the answer is `Unavailable` (503, retry).
+
+use crate::log_store::{open_file, LogStore};
+use crate::network::Network;
+use crate::peer::Peer;
+use crate::state_machine::StateMachine;
+use crate::types::{KlockRaft, Proposal};
+use futures_util::future::BoxFuture;
+use klock_server::applier::Applier;
+use klock_server::engine::{self, Answers, Clock, EngineError, Replicate, Reply, Submission};
+use klock_server::machine::Entry;
+use klock_server::serve::{Cluster, Started};
+use openraft::alias::CommittedLeaderIdOf;
+use openraft::impls::ProgressResponder;
+use openraft::raft::ReadPolicy;
+use openraft::rt::WatchReceiver as _;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The Raft node of Klock.
+pub type RaftNode = openraft::Raft<KlockRaft, StateMachine>;
+type LeaderId = CommittedLeaderIdOf<KlockRaft>;
+
+/// How long a follower waits for its leader's answer to forwarded submissions (a held
+/// acquire is answered at once: holding is the handler's, never the engine's).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a follower waits to apply what its leader answered before answering anyway (the
+/// entries are committed: only a read through this node right after could miss them).
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A cluster node's configuration (`--node-id`, `--cluster-peers`, `--cluster-secret-file`,
+/// `--data`).
+#[derive(Clone)]
+pub struct ClusterConfig {
+    /// This node's id (a key of `peers`).
+    pub id: u64,
+    /// Every node's id and address (`http://HOST:PORT`: its API and its `/raft/*` routes).
+    pub peers: BTreeMap<u64, String>,
+    /// The cluster secret (never shown).
+    pub secret: Arc<str>,
+    /// The Raft log file (`--data`).
+    pub data: PathBuf,
+    /// Raft's timing: heartbeat and election timeouts, in ms.
+    pub heartbeat_ms: u64,
+    pub election_ms: (u64, u64),
+    /// Take a snapshot every this many entries and purge the log it covers
+    /// (`--snapshot-every`; 0: never). A node too far behind then catches up by snapshot.
+    pub snapshot_every: u64,
+}
+
+impl fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("id", &self.id)
+            .field("peers", &self.peers)
+            .field("data", &self.data)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterConfig {
+    /// The configuration of node `id` of `peers`, with the default timing (heartbeat 100 ms,
+    /// election timeout 400-800 ms) and a snapshot every 10,000 entries.
+    ///
+    /// # Errors
+    /// `id` is not one of `peers`, or a peer's address is not `http://HOST:PORT`.
+    pub fn new(
+        id: u64,
+        peers: BTreeMap<u64, String>,
+        secret: Arc<str>,
+        data: PathBuf,
+    ) -> Result<ClusterConfig, String> {
+        if !peers.contains_key(&id) {
+            return Err(format!(
+                "BAD_CLUSTER: --node-id {id} is not one of --cluster-peers"
+            ));
+        }
+        for url in peers.values() {
+            Peer::new(url, Arc::clone(&secret))?;
+        }
+        Ok(ClusterConfig {
+            id,
+            peers,
+            secret,
+            data,
+            heartbeat_ms: 100,
+            election_ms: (400, 800),
+            snapshot_every: 10_000,
+        })
+    }
+
+    /// The membership's information of the node at `url` (its Raft and its API address).
+    pub fn node(url: &str) -> openraft::NodeInfo {
+        openraft::NodeInfo {
+            raft_addr: url.to_owned(),
+            data: url.to_owned(),
+        }
+    }
+}
+
+impl Cluster for ClusterConfig {
+    fn start(&self, state: Arc<Mutex<Applier>>) -> BoxFuture<'static, Started> {
+        let config = self.clone();
+        Box::pin(async move { start(config, state).await })
+    }
+}
+
+/// Starts the node (module contract).
+async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
+    let (log, torn) = open_file(&config.data).map_err(|e| e.to_string())?;
+    if let Some(torn) = torn {
+        tracing::warn!(
+            at = torn.at,
+            dropped_bytes = torn.dropped,
+            "the Raft log ended in a torn record after byte {} ({} bytes cut)",
+            torn.at,
+            torn.dropped
+        );
+    }
+    let sm = StateMachine::open(Arc::clone(&state), Arc::clone(&log)).map_err(|e| e.to_string())?;
+    let raft_config = openraft::Config {
+        cluster_name: String::from("klock"),
+        heartbeat_interval: config.heartbeat_ms,
+        election_timeout_min: config.election_ms.0,
+        election_timeout_max: config.election_ms.1,
+        snapshot_policy: match config.snapshot_every {
+            0 => openraft::SnapshotPolicy::Never,
+            n => openraft::SnapshotPolicy::LogsSinceLast(n),
+        },
+        // What a snapshot covers is dropped from the log (the single server compacts so too).
+        max_in_snapshot_log_to_keep: 0,
+        ..openraft::Config::default()
+    }
+    .validate()
+    .map_err(|e| format!("BAD_CLUSTER: {e}"))?;
+    let raft = RaftNode::new(
+        config.id,
+        Arc::new(raft_config),
+        Network::new(Arc::clone(&config.secret)),
+        LogStore::new(log),
+        sm,
+    )
+    .await
+    .map_err(|e| format!("cannot start the Raft node: {e}"))?;
+    let replicator = Arc::new_cyclic(|me| Replicator {
+        me: me.clone(),
+        raft: raft.clone(),
+        id: config.id,
+        secret: Arc::clone(&config.secret),
+        leaders: Mutex::new(BTreeMap::new()),
+        state,
+        anchor: Arc::new(Mutex::new(None)),
+        watch: Mutex::new(None),
+    });
+    replicator.watch_leadership();
+    let routes = crate::routes::router(
+        raft,
+        Arc::clone(&replicator),
+        &config.secret,
+        config.peers.clone(),
+    );
+    Ok((replicator, routes))
+}
+
+/// The leader's clock, once anchored, and the term it holds for.
+#[derive(Clone)]
+struct Anchor {
+    leader: LeaderId,
+    clock: Clock,
+}
+
+/// The proposer of a cluster node (module contract).
+pub struct Replicator {
+    /// Itself, for the futures [`Replicate::propose`] returns.
+    me: std::sync::Weak<Replicator>,
+    raft: RaftNode,
+    id: u64,
+    secret: Arc<str>,
+    /// The connections to the leaders this node forwarded to, with the address each was
+    /// made for (an address in the membership replaces an older one).
+    leaders: Mutex<BTreeMap<u64, (String, Arc<Peer>)>>,
+    state: Arc<Mutex<Applier>>,
+    anchor: Arc<Mutex<Option<Anchor>>>,
+    /// Keeps the leadership watch running.
+    watch: Mutex<Option<openraft::raft::WatchChangeHandle<KlockRaft>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Replicator {
+    /// Anchors the clock whenever this node becomes the committed leader, and drops it when
+    /// it stops leading.
+    fn watch_leadership(self: &Arc<Self>) {
+        let (gained, lost) = (Arc::clone(self), Arc::clone(&self.anchor));
+        let handle = self.raft.on_leader_change(
+            move |leader| {
+                let node = Arc::clone(&gained);
+                async move {
+                    tokio::spawn(async move { node.anchor(leader).await });
+                }
+            },
+            move |_| {
+                let anchor = Arc::clone(&lost);
+                async move {
+                    *lock(&anchor) = None;
+                }
+            },
+        );
+        *lock(&self.watch) = Some(handle);
+    }
+
+    /// The leader's start (module contract): read index, clock on the applied `last_now`,
+    /// then the `LeaderChanged` entry under this term.
+    async fn anchor(&self, leader: LeaderId) {
+        if let Err(e) = self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            tracing::warn!("leading, but the earlier entries are not applied: {e}");
+            return;
+        }
+        let last_now = lock(&self.state).machine().last_now();
+        let clock = Clock::monotonic(last_now);
+        let changed = Entry::Recovered { now: last_now };
+        match self.write(&leader, changed).await {
+            Ok(reply) => {
+                tracing::info!(
+                    index = reply.index,
+                    now = last_now,
+                    "leading: the clock continues from {last_now}; every session has its grace"
+                );
+                // Only while this term still leads (checked under the anchor's lock, which
+                // the loss of leadership takes to drop it): a late anchor of a lost term would
+                // keep the node proposing where it cannot write.
+                let mut anchor = lock(&self.anchor);
+                if self
+                    .raft
+                    .as_leader()
+                    .is_ok_and(|now| now.to_committed_leader_id() == leader)
+                {
+                    *anchor = Some(Anchor { leader, clock });
+                }
+            }
+            Err(e) => tracing::warn!("leading, but the LeaderChanged entry failed: {e:?}"),
+        }
+    }
+
+    /// Writes `entry` conditional on `leader`'s term, and waits for its reply.
+    async fn write(&self, leader: &LeaderId, entry: Entry) -> Result<Reply, EngineError> {
+        let pending = self.send(leader, entry).await?;
+        pending.await
+    }
+
+    /// Sends `entry` to the Raft core conditional on `leader`'s term; the future answers it.
+    async fn send(
+        &self,
+        leader: &LeaderId,
+        entry: Entry,
+    ) -> Result<impl std::future::Future<Output = Result<Reply, EngineError>>, EngineError> {
+        let (responder, answer) = ProgressResponder::complete_only();
+        self.raft
+            .write(Proposal(entry))
+            .with_leader(*leader)
+            .responder(responder)
+            .await
+            .map_err(|e| unavailable(format!("the Raft node stopped: {e}")))?;
+        let (anchor, leader) = (Arc::clone(&self.anchor), *leader);
+        Ok(async move {
+            match answer.await {
+                Ok(Ok(written)) => Ok(written.data),
+                Ok(Err(e)) => {
+                    // This term no longer leads: stop stamping for it (a new term anchors anew).
+                    let mut anchor = lock(&anchor);
+                    if anchor.as_ref().is_some_and(|a| a.leader == leader) {
+                        *anchor = None;
+                    }
+                    Err(unavailable(format!("not written: {e}")))
+                }
+                Err(_) => Err(unavailable(String::from(
+                    "leadership changed before the entry was written",
+                ))),
+            }
+        })
+    }
+
+    /// Proposes `submissions` as the anchored leader, or answers that this node does not lead.
+    pub async fn propose_as_leader(&self, submissions: Vec<Submission>) -> Answers {
+        let Some(Anchor { leader, clock }) = lock(&self.anchor).clone() else {
+            return Err(unavailable(String::from(
+                "this node does not lead the cluster (now)",
+            )));
+        };
+        let mut pending = Vec::with_capacity(submissions.len());
+        for submission in submissions {
+            match engine::stamp(&clock, submission) {
+                Ok(entry) => pending.push(Ok(self.send(&leader, entry).await?)),
+                Err(e) => pending.push(Err(e)),
+            }
+        }
+        let mut answers = Vec::with_capacity(pending.len());
+        for p in pending {
+            answers.push(match p {
+                Ok(answer) => answer.await,
+                Err(e) => Err(e),
+            });
+        }
+        Ok(answers)
+    }
+
+    /// The connection to node `leader`, at its address in the current membership (a node
+    /// added later is found there, not in `--cluster-peers`).
+    fn leader_peer(&self, leader: u64) -> Result<Arc<Peer>, EngineError> {
+        let url = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            let node = metrics.membership_config.membership().get_node(&leader);
+            node.map(|n| n.data.clone())
+        }
+        .ok_or_else(|| unavailable(format!("the leader {leader} is not in the membership")))?;
+        let mut leaders = lock(&self.leaders);
+        if let Some((known, peer)) = leaders.get(&leader) {
+            if *known == url {
+                return Ok(Arc::clone(peer));
+            }
+        }
+        let peer = Arc::new(Peer::new(&url, Arc::clone(&self.secret)).map_err(unavailable)?);
+        leaders.insert(leader, (url, Arc::clone(&peer)));
+        Ok(peer)
+    }
+
+    /// Sends `submissions` to the leader `leader`, then waits to apply their entries here.
+    async fn forward(&self, leader: u64, submissions: Vec<Submission>) -> Answers {
+        let peer = self.leader_peer(leader)?;
+        let body = serde_json::to_vec(&submissions).map_err(|e| unavailable(e.to_string()))?;
+        let (status, bytes) = peer
+            .post("/raft/propose", None, body, FORWARD_TIMEOUT)
+            .await
+            .map_err(|e| unavailable(format!("the leader (node {leader}) did not answer: {e}")))?;
+        if !status.is_success() {
+            return Err(unavailable(format!(
+                "the leader (node {leader}) answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            )));
+        }
+        let answers: Result<Vec<Result<Reply, String>>, String> = serde_json::from_slice(&bytes)
+            .map_err(|e| unavailable(format!("the leader's answer is undecodable: {e}")))?;
+        let answers = answers.map_err(unavailable)?;
+        if let Some(last) = answers.iter().flatten().map(|r| r.index).max() {
+            // The machine's index is the Raft index plus one.
+            let _ = self
+                .raft
+                .wait(Some(CATCH_UP_TIMEOUT))
+                .applied_index_at_least(Some(last - 1), "a forwarded write")
+                .await;
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.map_err(unavailable))
+            .collect())
+    }
+}
+
+/// The wire form of [`Answers`] (`/raft/propose`): errors as their messages.
+pub fn wire(answers: Answers) -> Result<Vec<Result<Reply, String>>, String> {
+    let message = |e: EngineError| match e {
+        EngineError::Stopped => String::from("the leader is stopping"),
+        EngineError::Clock(m) => m.to_owned(),
+        EngineError::Unavailable(m) => m,
+    };
+    answers
+        .map(|all| all.into_iter().map(|a| a.map_err(message)).collect())
+        .map_err(message)
+}
+
+fn unavailable(message: String) -> EngineError {
+    EngineError::Unavailable(message)
+}
+
+impl Replicate for Replicator {
+    fn propose(&self, submissions: Vec<Submission>) -> BoxFuture<'static, Answers> {
+        let me = self.me.upgrade();
+        Box::pin(async move {
+            let this = me.ok_or(EngineError::Stopped)?;
+            // A request carrying its own time (all of its submissions then) is refused here,
+            // with the clock's own error, as every node refuses it.
+            if submissions.iter().any(|s| s.now.is_some()) {
+                let clock = Clock::monotonic(0);
+                return Ok(submissions
+                    .into_iter()
+                    .map(|s| match engine::stamp(&clock, s) {
+                        Err(e) => Err(e),
+                        Ok(_) => Err(unavailable(String::from(
+                            "a request carries its own time in part only",
+                        ))),
+                    })
+                    .collect());
+            }
+            if lock(&this.anchor).is_some() {
+                return this.propose_as_leader(submissions).await;
+            }
+            match this.raft.current_leader().await {
+                Some(leader) if leader != this.id => this.forward(leader, submissions).await,
+                Some(_) => Err(unavailable(String::from(
+                    "this node was just elected and is catching up; retry",
+                ))),
+                None => Err(unavailable(String::from(
+                    "no leader is known now (an election is under way); retry",
+                ))),
+            }
+        })
+    }
+
+    fn clock(&self) -> Option<Clock> {
+        lock(&self.anchor).as_ref().map(|a| a.clock)
+    }
+}
