@@ -19,6 +19,10 @@
 //! - the targets, computed from the same run (64 clients).
 //!
 //! A benchmark, not a test: it asserts nothing and prints what it measured.
+//!
+//! For a profiler: `http_bench echo` serves the echo floor alone in its own process (it prints
+//! its port), and `http_bench load PORT [echo|batch]` drives a server started by hand with the
+//! 64-client load of one row (acquire+release pairs by default).
 
 use klock_testkit::process::Spawned;
 use serde_json::{json, Value};
