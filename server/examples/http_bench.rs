@@ -19,6 +19,10 @@
 //! - the targets, computed from the same run (64 clients).
 //!
 //! A benchmark, not a test: it asserts nothing and prints what it measured.
+//!
+//! For a profiler: `http_bench echo` serves the echo floor alone in its own process (it prints
+//! its port), and `http_bench load PORT [echo|batch]` drives a server started by hand with the
+//! 64-client load of one row (acquire+release pairs by default).
 
 use klock_testkit::process::Spawned;
 use serde_json::{json, Value};
@@ -617,14 +621,29 @@ fn main() {
         ab(&binaries, rounds);
         return;
     }
+    // The echo floor alone, in a process of its own (for a profiler or `perf stat`).
+    if args.first().map(String::as_str) == Some("echo") {
+        println!("echo floor listening on port {}", echo_server());
+        loop {
+            std::thread::park();
+        }
+    }
     // Load only (for a profiler attached to a server started by hand).
     if args.first().map(String::as_str) == Some("load") {
         let Some(port) = args.get(1).and_then(|p| p.parse().ok()) else {
-            eprintln!("usage: http_bench load PORT");
+            eprintln!("usage: http_bench load PORT [echo|batch]");
             std::process::exit(2);
         };
-        let t = pairs(port, 64);
-        println!("{:.0} pairs/s", t.per_sec(t.pairs));
+        if args.get(2).map(String::as_str) == Some("echo") {
+            let t = echo(port, 64);
+            println!("{:.0} requests/s", t.per_sec(t.requests));
+        } else if args.get(2).map(String::as_str) == Some("batch") {
+            let t = batched(port, 64);
+            println!("{:.0} pairs/s", t.per_sec(t.pairs));
+        } else {
+            let t = pairs(port, 64);
+            println!("{:.0} pairs/s", t.per_sec(t.pairs));
+        }
         return;
     }
     let (Some(binary), Some(out)) = (args.first(), args.get(1)) else {

@@ -13,6 +13,12 @@
 //!   on this thread; in memory there is no log), applies it, then answers and publishes.
 //!   Commands that arrive meanwhile form the next batch. Every `snapshot_every` entries a
 //!   durable engine stores a snapshot and purges the entries it covers.
+//! - Under load, a durable batch lingers for the requests about to come (group commit): when
+//!   the last batch answered several requests, the next one waits for as many requests as
+//!   that batch answered plus those already queued (the answered clients' next requests),
+//!   at most as long as the last append took (at most [`MAX_LINGER`]), so that one sync
+//!   serves them all instead of the clients splitting into groups that each pay a sync. A
+//!   lone request, and every request in memory, never waits.
 //! - Reads run on the handler's task under the applier's lock: they see the machine between
 //!   batches, after the last committed entry.
 //! - The timer (monotonic clock only): when the kernel's `next_deadline` is due, a task
@@ -33,11 +39,14 @@ use crate::store::Store;
 use klock_core::{Command, Event, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 /// A batch takes at most about this many entries (a request of many commands is never split).
 const MAX_BATCH_ENTRIES: usize = 1024;
+
+/// The longest a durable batch lingers for requests about to come (see the module contract).
+const MAX_LINGER: Duration = Duration::from_millis(5);
 
 /// Where `now` comes from.
 #[derive(Clone, Copy, Debug)]
@@ -491,11 +500,15 @@ struct Writer {
 impl Writer {
     fn run(mut self, mut inbox: mpsc::Receiver<Proposal>) {
         let mut next = lock(&self.state).machine().applied() + 1;
+        let mut group = GroupCommit::default();
         while let Some(first) = inbox.blocking_recv() {
             let mut entries: Vec<(u64, Entry)> = Vec::new();
             let mut responders = Vec::new();
             let mut proposal = Some(first);
+            let mut requests = 0usize;
+            let until = group.deadline(self.log.is_some(), Instant::now());
             while let Some(many) = proposal.take() {
+                requests += 1;
                 for (submission, reply) in many {
                     match stamp(&self.clock, submission) {
                         Ok(entry) => {
@@ -510,23 +523,34 @@ impl Writer {
                 }
                 // A full batch is committed before taking more.
                 if entries.len() < MAX_BATCH_ENTRIES {
-                    proposal = inbox.try_recv().ok();
+                    proposal = match (inbox.try_recv().ok(), until) {
+                        (None, Some(until)) if group.waits(requests) => {
+                            recv_until(&mut inbox, until)
+                        }
+                        (taken, _) => taken,
+                    };
                 }
             }
-            if !entries.is_empty() {
-                self.commit(&entries, responders);
-            }
+            let appended = if entries.is_empty() {
+                Duration::ZERO
+            } else {
+                self.commit(&entries, responders)
+            };
+            group.committed(requests, inbox.len(), appended);
         }
     }
 
-    /// Appends the batch durably, applies it, answers, and snapshots when due.
-    fn commit(&mut self, entries: &[(u64, Entry)], responders: Vec<Responder>) {
+    /// Appends the batch durably, applies it, answers, and snapshots when due; returns how
+    /// long the append took (zero in memory).
+    fn commit(&mut self, entries: &[(u64, Entry)], responders: Vec<Responder>) -> Duration {
         let started = Instant::now();
+        let mut appended = Duration::ZERO;
         if let Some(log) = &self.log {
             if let Err(e) = log.append(entries) {
                 fail_stop(&format!("storage failed: {e}"));
             }
-            self.metrics.commit_seconds.observe(started.elapsed());
+            appended = started.elapsed();
+            self.metrics.commit_seconds.observe(appended);
         }
         let count = entries.len() as u64;
         self.since_snapshot += count;
@@ -563,6 +587,63 @@ impl Writer {
         self.metrics
             .log_entries
             .store(self.since_snapshot, Ordering::Relaxed);
+        appended
+    }
+}
+
+/// The group-commit policy of a durable engine (module contract): how many requests the next
+/// batch waits for, and until when.
+#[derive(Debug, Default)]
+struct GroupCommit {
+    /// The requests of the last batch (whose clients are about to send their next ones), plus
+    /// those already queued when it was answered.
+    expected: usize,
+    /// How long the last append took, at most [`MAX_LINGER`]: waiting costs no more than
+    /// the sync it saves.
+    linger: Duration,
+}
+
+impl GroupCommit {
+    /// When a batch whose first request was taken at `now` stops waiting for more (`None`:
+    /// it does not wait: in memory, at the start, or after a lone request).
+    fn deadline(&self, durable: bool, now: Instant) -> Option<Instant> {
+        (durable && self.expected > 1).then(|| now + self.linger)
+    }
+
+    /// Whether a batch of `requests` so far waits for more.
+    fn waits(&self, requests: usize) -> bool {
+        requests < self.expected
+    }
+
+    /// Notes a batch of `requests` whose append took `appended`, with `queued` requests
+    /// waiting after it.
+    fn committed(&mut self, requests: usize, queued: usize, appended: Duration) {
+        self.expected = requests + queued;
+        self.linger = appended.min(MAX_LINGER);
+    }
+}
+
+/// The next proposal, waiting for one until `until` at most (`None` then, or when every
+/// handle is gone).
+fn recv_until(inbox: &mut mpsc::Receiver<Proposal>, until: Instant) -> Option<Proposal> {
+    /// Wakes the engine's thread when a proposal arrives.
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        if let std::task::Poll::Ready(proposal) = inbox.poll_recv(&mut cx) {
+            return proposal;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        std::thread::park_timeout(left);
     }
 }
 
@@ -617,5 +698,67 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A durable batch waits only after a batch of several requests, for as many as that batch
+    /// answered plus those queued behind it, and no longer than the last append took (capped).
+    #[test]
+    fn group_commit_waits_for_the_requests_about_to_come() {
+        let now = Instant::now();
+        let mut group = GroupCommit::default();
+        assert_eq!(
+            group.deadline(true, now),
+            None,
+            "the first batch never waits"
+        );
+        group.committed(1, 0, Duration::from_millis(2));
+        assert_eq!(
+            group.deadline(true, now),
+            None,
+            "a lone request never waits"
+        );
+        group.committed(3, 2, Duration::from_millis(2));
+        assert_eq!(group.deadline(false, now), None, "memory never waits");
+        assert_eq!(
+            group.deadline(true, now),
+            Some(now + Duration::from_millis(2))
+        );
+        assert!(group.waits(4));
+        assert!(!group.waits(5));
+        group.committed(3, 0, Duration::from_secs(1));
+        assert_eq!(group.deadline(true, now), Some(now + MAX_LINGER));
+    }
+
+    /// `recv_until` gives up at its deadline, and wakes as soon as a proposal is sent.
+    #[test]
+    fn recv_until_waits_at_most_until_its_deadline() {
+        let (tx, mut inbox) = mpsc::channel::<Proposal>(4);
+        let started = Instant::now();
+        assert!(recv_until(&mut inbox, started + Duration::from_millis(30)).is_none());
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.blocking_send(Vec::new()).unwrap();
+            tx
+        });
+        let started = Instant::now();
+        let got = recv_until(&mut inbox, started + Duration::from_secs(20));
+        assert!(got.is_some(), "the proposal sent meanwhile");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "woken by the send"
+        );
+        drop(sender.join().unwrap());
+        let started = Instant::now();
+        assert!(recv_until(&mut inbox, started + Duration::from_secs(20)).is_none());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "every sender gone"
+        );
     }
 }
