@@ -9,6 +9,7 @@ HTTP request by hand (stdlib, a connection of its own)."""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -50,6 +51,23 @@ def klock_bin() -> str:
 
 def testkit_bin() -> str:
     return _binary("klock-testkit", "KLOCK_TESTKIT_BIN")
+
+
+def token_server(
+    tmp_path: pathlib.Path, *args: str, secret: str = "secret", **limits: int
+) -> Server:
+    """``klock serve --memory ARGS`` with one agent token, ``secret``, for every namespace, with
+    these limits of the token file (server/README.md, Access)."""
+    tokens = tmp_path / "tokens.json"
+    grant: dict[str, Any] = {
+        "name": "agents",
+        "sha256": hashlib.sha256(secret.encode()).hexdigest(),
+        "role": "agent",
+        "namespaces": ["*"],
+        **limits,
+    }
+    tokens.write_text(json.dumps({"tokens": [grant]}))
+    return Server("--memory", "--tokens", str(tokens), *args)
 
 
 class Server:

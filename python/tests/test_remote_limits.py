@@ -8,7 +8,6 @@ every frozen server is thawed in ``finally``."""
 
 from __future__ import annotations
 
-import hashlib
 import http.server
 import json
 import pathlib
@@ -20,25 +19,10 @@ from typing import Any
 import pytest
 
 import klock
-from server import Server, call
+from server import Server, call, token_server
 
 # The bound of a call whose budget is B seconds: B plus room for a loaded two-core machine.
 _SLACK_S = 2.0
-
-
-def _token_server(tmp_path: pathlib.Path, **limits: int) -> Server:
-    """``klock serve --memory`` with one agent token, ``secret``, for every namespace, with
-    these limits (server/README.md, Access)."""
-    tokens = tmp_path / "tokens.json"
-    grant: dict[str, Any] = {
-        "name": "tiny",
-        "sha256": hashlib.sha256(b"secret").hexdigest(),
-        "role": "agent",
-        "namespaces": ["*"],
-        **limits,
-    }
-    tokens.write_text(json.dumps({"tokens": [grant]}))
-    return Server("--memory", "--tokens", str(tokens))
 
 
 # ---- item 17: a session taken by another client ----------------------------------------------
@@ -106,7 +90,7 @@ def test_a_session_closed_by_another_request_loses_the_block(memory_server: Any)
 def test_rate_limited_calls_are_asked_again_within_the_budget(tmp_path: pathlib.Path) -> None:
     """A token of 4 requests a second: a burst of calls meets RATE_LIMITED (429) and each is
     asked again with backoff until it passes; none raises."""
-    server = _token_server(tmp_path, rate_per_second=4)
+    server = token_server(tmp_path, rate_per_second=4)
     try:
         with klock.connect(server.url, token="secret", reconnect_timeout=20) as k:
             for _ in range(12):  # three seconds' worth at the token's rate
@@ -119,7 +103,7 @@ def test_rate_limited_calls_are_asked_again_within_the_budget(tmp_path: pathlib.
 def test_rate_limited_past_the_budget_raises_the_servers_error(tmp_path: pathlib.Path) -> None:
     """One request a second and a budget of 0.3 s: the second call in a row cannot pass within
     its budget and raises the server's RATE_LIMITED, within the budget."""
-    server = _token_server(tmp_path, rate_per_second=1)
+    server = token_server(tmp_path, rate_per_second=1)
     try:
         k = klock.connect(server.url, token="secret", reconnect_timeout=0.3)
         try:
@@ -138,7 +122,7 @@ def test_too_many_waits_is_asked_again_once_a_slot_frees(tmp_path: pathlib.Path)
     """A token of one waiting request at a time, taken by another long-poll of the same
     token: opening a session (which reads its namespace's stream) meets TOO_MANY_WAITS (429)
     and is asked again until the long-poll ends, then succeeds."""
-    server = _token_server(tmp_path, max_long_polls=1)
+    server = token_server(tmp_path, max_long_polls=1)
     auth = {"Authorization": "Bearer secret"}
     watch = f"{server.url}/v1/ns/default/watch"
     try:
@@ -171,15 +155,7 @@ def test_a_call_retrying_a_429_does_not_starve_other_sessions_heartbeats(
     for its whole budget (6 s), holding the client's lock. Meanwhile the first session's 3 s
     lease falls due for renewal twice over: the retrying call sends the heartbeats due between
     its attempts, so the lease is still held when the open gives up, and renewed."""
-    tokens = tmp_path / "tokens.json"
-    grant = {
-        "name": "one",
-        "sha256": hashlib.sha256(b"secret").hexdigest(),
-        "role": "agent",
-        "namespaces": ["*"],
-    }
-    tokens.write_text(json.dumps({"tokens": [grant]}))
-    server = Server("--memory", "--tokens", str(tokens), "--max-sessions-per-token", "1")
+    server = token_server(tmp_path, "--max-sessions-per-token", "1")
     try:
         with klock.connect(server.url, token="secret", reconnect_timeout=6) as k:
             s = k.session("holder")

@@ -7,14 +7,12 @@ session. Bounded: the whole test takes well under a minute on a loaded two-core 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import pathlib
 import re
 import time
 
 import klock
-from server import Server, call
+from server import call, token_server
 
 SESSIONS = 2_000
 TTL_S = 30
@@ -32,15 +30,7 @@ def _gauge(text: str, name: str) -> float:
 def test_two_thousand_sessions_behind_one_token_hold_and_renew_their_leases(
     tmp_path: pathlib.Path,
 ) -> None:
-    tokens = tmp_path / "tokens.json"
-    grant = {
-        "name": "fleet",
-        "sha256": hashlib.sha256(b"fleet-secret").hexdigest(),
-        "role": "agent",
-        "namespaces": ["*"],
-    }
-    tokens.write_text(json.dumps({"tokens": [grant]}))
-    server = Server("--memory", "--tokens", str(tokens))  # every limit at its default
+    server = token_server(tmp_path, secret="fleet-secret")  # every limit at its default
     auth = {"Authorization": "Bearer fleet-secret"}
     try:
         with klock.connect(server.url, token="fleet-secret", namespace="fleet") as k:
