@@ -287,6 +287,10 @@ export type Event =
   | { event: 'LEASE_EXPIRED'; lease: number; session: number }
   | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number>; retryAfterMs: number }
   | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' }
+  /** An acquire was granted at once: the verdict's leases. */
+  | { event: 'ACQUIRED'; session: number; leases: Array<Lease> }
+  /** Leases ended by `release`, `releaseAll` or `closeSession`: their ids, ascending. */
+  | { event: 'RELEASED'; session: number; leases: Array<number> }
 
 /** The outcome of a heartbeat for one lease. */
 export interface HeartbeatResult {

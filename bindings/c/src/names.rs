@@ -122,6 +122,8 @@ const _: &[klock_event_kind] = in_core_order!(
         KLOCK_EVENT_LEASE_EXPIRED,
         KLOCK_EVENT_WOUNDED,
         KLOCK_EVENT_SESSION_CLOSED,
+        KLOCK_EVENT_ACQUIRED,
+        KLOCK_EVENT_RELEASED,
     ]
 );
 

@@ -66,7 +66,7 @@ struct Lists {
     /// `[name, code]` pairs in the core's (numeric) order.
     error_codes: Vec<(&'static str, u32)>,
     predicates: Vec<&'static str>,
-    event_kinds: [&'static str; 6],
+    event_kinds: [&'static str; Event::KINDS.len()],
     max_manifest_intents: usize,
     max_name_bytes: usize,
     max_resource_bytes: usize,
