@@ -210,6 +210,12 @@ export declare class Kernel {
    */
   nextDeadlineIfQuiet(): number | null | undefined
   /**
+   * Whether ACQUIRED and RELEASED are emitted (default `true`, SPEC.md §9): a host that reads
+   * them nowhere may turn them off, which keeps an uncontended acquire and release free of
+   * their cost.
+   */
+  setHolderEvents(on: boolean): void
+  /**
    * Holders and queue of one resource node, and the holders covering it from its
    * ancestors and descendants. Throws `INVALID_RESOURCE`, `INVALID_NAMESPACE`.
    */

@@ -138,17 +138,6 @@ pub enum Event {
         session: f64,
         leases: Vec<Lease>,
     },
-    /// An acquire was granted at once: the verdict's leases (SPEC.md §9).
-    Acquired {
-        session: f64,
-        leases: Vec<Lease>,
-    },
-    /// Leases ended by their holder (`release`, `releaseAll`, `closeSession`), by id,
-    /// ascending (SPEC.md §9).
-    Released {
-        session: f64,
-        leases: Vec<f64>,
-    },
     WaitTimeout {
         ticket: f64,
         session: f64,
@@ -178,6 +167,17 @@ pub enum Event {
         session: f64,
         #[napi(ts_type = "'IDLE'")]
         reason: String,
+    },
+    /// An acquire was granted at once: the verdict's leases (SPEC.md §9).
+    Acquired {
+        session: f64,
+        leases: Vec<Lease>,
+    },
+    /// Leases ended by their holder (`release`, `releaseAll`, `closeSession`), by id,
+    /// ascending (SPEC.md §9).
+    Released {
+        session: f64,
+        leases: Vec<f64>,
     },
 }
 

@@ -404,6 +404,14 @@ impl WasmKernel {
         to_js(&events)
     }
 
+    /// Whether ACQUIRED and RELEASED are emitted (default `true`, SPEC.md §9): a host that
+    /// reads them nowhere may turn them off, which keeps an uncontended acquire and release
+    /// free of their cost.
+    #[wasm_bindgen(js_name = setHolderEvents)]
+    pub fn set_holder_events(&self, on: bool) {
+        self.kernel().set_holder_events(on);
+    }
+
     #[wasm_bindgen(js_name = pendingEvents)]
     pub fn pending_events(&self) -> f64 {
         self.kernel().pending_events() as f64
