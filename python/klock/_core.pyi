@@ -333,6 +333,12 @@ class Kernel:
     def drain_events(self) -> list[Event]:
         """Every queued event, oldest first."""
     def pending_events(self) -> int: ...
+    @property
+    def holder_events(self) -> bool:
+        """Whether ACQUIRED and RELEASED are emitted (default ``True``, SPEC.md §9); a host
+        that reads them nowhere may turn them off."""
+    @holder_events.setter
+    def holder_events(self, on: bool) -> None: ...
     def resource_state(self, resource: str, namespace: str, now: int) -> dict[str, Any]:
         """``{"resource", "namespace", "holders": [...], "waiting": [...], "covering": [...]}``."""
     def stats(self) -> dict[str, Any]:

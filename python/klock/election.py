@@ -151,7 +151,7 @@ class _Follower:
 
     def _apply(self, event: Event) -> None:
         through = self._through
-        if through is not None and _index(event.id) <= through:  # type: ignore[union-attr]
+        if through is not None and _index(event.id) <= through:  # type: ignore[attr-defined]  # remote events carry ids
             return
         kind = event.event
         if kind == "ACQUIRED" or kind == "GRANTED":
