@@ -111,13 +111,13 @@ def after_setback(
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
 _EventName = Literal[
     "GRANTED",
-    "ACQUIRED",
-    "RELEASED",
     "WAIT_TIMEOUT",
     "DIED",
     "LEASE_EXPIRED",
     "WOUNDED",
     "SESSION_CLOSED",
+    "ACQUIRED",
+    "RELEASED",
 ]
 _HeartbeatStatus = Literal[
     "OK", "LEASE_EXPIRED", "LEASE_RELEASED", "NOT_OWNER", "UNKNOWN_LEASE", "LIFETIME_EXCEEDED"
