@@ -404,6 +404,8 @@ function agentOf(session) {
 
 function onEvent(id, kind, data) {
   state.lastEventId = id;
+  // Immediate grants and releases are logged from the overview's changes (readOverview).
+  if (kind === 'ACQUIRED' || kind === 'RELEASED') return;
   let e;
   try {
     e = JSON.parse(data);
@@ -658,7 +660,8 @@ function record() {
     r.entries.push(e);
   };
   const event = (step, t, ev) => {
-    if (!mine(ev.session)) return;
+    // An immediate grant or a release is logged from its call's answer, not again here.
+    if (!mine(ev.session) || ev.event === 'ACQUIRED' || ev.event === 'RELEASED') return;
     const agent = agents.get(ev.session) ?? `session ${ev.session}`;
     const cycle = ev.event === 'DIED' && ev.cycle?.length ? namedCycle(ev.cycle, agentName) : null;
     const text = {

@@ -206,6 +206,16 @@ enum klock_event_kind
      * The kernel closed a session on its own: `session`, `close_reason`.
      */
     KLOCK_EVENT_SESSION_CLOSED = 6,
+    /**
+     * An acquire was granted at once (its verdict was GRANTED): `session`, `leases` (the
+     * verdict's).
+     */
+    KLOCK_EVENT_ACQUIRED = 7,
+    /**
+     * Leases ended by a release, release_all or explicit close: `session`, `released`
+     * (lease ids, ascending).
+     */
+    KLOCK_EVENT_RELEASED = 8,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -432,7 +442,7 @@ typedef struct klock_event {
      */
     uint64_t ticket;
     /**
-     * GRANTED: the new leases.
+     * GRANTED and ACQUIRED: the leases.
      */
     const struct klock_lease *leases;
     size_t leases_len;
@@ -469,6 +479,12 @@ typedef struct klock_event {
      */
     const uint64_t *cycle;
     size_t cycle_len;
+    /**
+     * RELEASED: the ids of the leases released, ascending (after the older fields, so their
+     * offsets never move).
+     */
+    const uint64_t *released;
+    size_t released_len;
 } klock_event;
 
 /**

@@ -443,6 +443,14 @@ class Klock {
     this._held = new Map();
     /** @type {Map<number, Session>} */
     this._sessions = new Map();
+    /**
+     * Who follows every event in process (election observers, `_watch`), called in order from
+     * the dispatch. While none does, the kernel emits no ACQUIRED and RELEASED, which the
+     * client's own routing has no use for and which cost every acquire and release.
+     * @type {Set<(event: object) => void>}
+     */
+    this._watchers = new Set();
+    this.kernel.setHolderEvents?.(false);
     this._heartbeats = new Heap();
     this._heartbeatSeq = 0;
     this._heartbeatStale = 0;
@@ -604,6 +612,7 @@ class Klock {
   }
 
   _dispatch(event) {
+    for (const watcher of this._watchers) watcher(event);
     switch (event.event) {
       case 'GRANTED':
       case 'WAIT_TIMEOUT':
@@ -681,6 +690,28 @@ class Klock {
     this._sessions.delete(session.sessionId);
     session._closed = true;
     this._lose([...session._refs.keys()], 'LEASE_RELEASED', LOST_TO_KERNEL_CLOSE);
+  }
+
+  /**
+   * In process: calls `onEvent(event)` for every later event of the kernel, in order, from
+   * the dispatch (it must only take note); returns the function that stops it. The caller
+   * tells namespaces apart with `_namespaceOf`.
+   */
+  _watch(onEvent) {
+    this._watchers.add(onEvent);
+    this.kernel.setHolderEvents?.(true);
+    return () => {
+      this._watchers.delete(onEvent);
+      this.kernel.setHolderEvents?.(this._watchers.size > 0);
+    };
+  }
+
+  /** In process: the namespace of an open session of the kernel (undefined: not open). */
+  _namespaceOf(sessionId) {
+    const own = this._sessions.get(sessionId);
+    if (own !== undefined) return own.namespace;
+    // Another client's session of this kernel: read once per new holder by an observer.
+    return this.kernel.snapshot(0).sessions.find((s) => s.sessionId === sessionId)?.namespace;
   }
 
   /** Remote: a ticket's event that came before its waiter registered is delivered now. */

@@ -28,11 +28,14 @@
 //   term, and since when: the lease's `acquiredAt`, in the kernel's milliseconds — the
 //   Klock's in process, the server's remotely).
 // - `observe()` is an async iterator of every change of `leader()` (null: no leader) in term
-//   order, re-read every `pollMs`: the kernel's events carry grants after a wait and expiries
-//   but not an immediate grant nor a release (SPEC.md §9), so events alone would miss a
-//   vacancy and the next leader. A term that starts and ends within one `pollMs` can be
-//   missed; terms are never seen out of order. It ends when its signal aborts or the Klock
-//   closes.
+//   order, the current state first, driven by the kernel's events (SPEC.md §9): ACQUIRED and
+//   GRANTED begin a term, RELEASED, LEASE_EXPIRED and WOUNDED end it (a resign that hands over
+//   shows null and then the successor: the release comes first). Every lease's life is in
+//   the events, so every term is seen, even one that begins and ends between two reads of the
+//   state. In process the events come from the Klock's dispatch, and the state read and the
+//   start of the following are one synchronous step; remotely from the namespace's event
+//   stream, long-polled after the log index of the namespace's overview the state is read
+//   from. `expiresAt` is as of the change. It ends when its signal aborts or the Klock closes.
 // - Order of successors (the kernel's policy decides, SPEC.md §6): under `detect`, `lanes`
 //   and `wound_wait` campaigners are granted in the order of their campaigns (a campaign's
 //   fresh session is younger than every earlier one, so under `wound_wait` it wounds nobody; a
@@ -44,8 +47,13 @@
 const os = require('node:os');
 const { KlockError, ERROR_CODES, parseIntent } = require('./index.js');
 
-/** How often `observe()` re-reads the resource state by default (ms): the dashboard's pace. */
+/**
+ * How often an idle `observe()` looks whether the Klock closed, and remotely how long one
+ * long-poll of the event stream waits, by default (ms).
+ */
 const DEFAULT_POLL_MS = 250;
+/** The largest `k` of a server event id `<index>.<k>`: "after every event of entry index". */
+const END_OF_ENTRY = 4294967295;
 const ROOT = 'LEADER:/';
 
 function typeError(message) {
@@ -68,21 +76,108 @@ async function settle(value) {
   return value instanceof Promise ? await value : value;
 }
 
-/** Sleeps `ms` on the Klock's clock (a ManualClock's virtual time too), cut short by `signal`. */
-function sleepOn(klock, ms, signal) {
-  return new Promise((resolve) => {
-    let real = null;
-    const done = () => {
-      klock.clock.clearTimer(timer);
-      clearTimeout(real);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = klock.clock.setTimer(klock.now() + ms, done);
-    // At most that long in real time as well: a closed Klock's clock runs no more timers.
-    real = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
-  });
+/** A lease of a server event (snake_case JSON) in the binding's shape. */
+function leaseFromServer(l) {
+  return {
+    leaseId: l.lease_id,
+    sessionId: l.session_id,
+    agentId: l.agent_id,
+    resource: l.resource,
+    predicate: l.predicate,
+    fence: l.fence,
+    acquiredAt: l.acquired_at,
+    expiresAt: l.expires_at,
+  };
+}
+
+/** A server event (snake_case JSON) in the binding's shape, as far as an observer reads it. */
+function eventFromServer(raw) {
+  const leases =
+    raw.leases === undefined ? undefined : raw.event === 'RELEASED' ? raw.leases : raw.leases.map(leaseFromServer);
+  return { event: raw.event, session: raw.session, leases, lease: raw.lease, lostLeases: raw.lost_leases };
+}
+
+/** The leader a lease makes (a lease in the binding's shape). */
+function leaderOf(lease) {
+  return {
+    agentId: lease.agentId,
+    sessionId: lease.sessionId,
+    term: lease.fence,
+    since: lease.acquiredAt,
+    expiresAt: lease.expiresAt,
+    leaseId: lease.leaseId,
+  };
+}
+
+/**
+ * One observer's view of an election, kept from the events in order: the current leader and
+ * the changes not yet taken. `inNamespace(sessionId)` says whether a new holder is of the
+ * election's namespace (remotely the stream is the namespace's own).
+ */
+class Follower {
+  constructor(election, initial, inNamespace) {
+    this._election = election;
+    this._inNamespace = inNamespace;
+    this.current = initial;
+    this._lastTerm = initial === null ? 0 : initial.term;
+    /** @type {Array<object | null>} */
+    this.changes = [];
+    this._wake = null;
+  }
+
+  /** Takes note of one event (called from the dispatch: it only records). */
+  apply(event) {
+    const { resource } = this._election;
+    switch (event.event) {
+      case 'ACQUIRED':
+      case 'GRANTED':
+        for (const lease of event.leases) {
+          // A new term: a MUTATES lease on the resource, newer than the last term seen (a
+          // grant reusing the leader's lease is not one), of the election's namespace.
+          if (lease.resource !== resource || lease.predicate !== 'MUTATES' || lease.fence <= this._lastTerm) continue;
+          if (!this._inNamespace(lease.sessionId)) continue;
+          this._lastTerm = lease.fence;
+          this._push(leaderOf(lease));
+        }
+        return;
+      case 'RELEASED':
+        return this._ended(event.leases);
+      case 'LEASE_EXPIRED':
+        return this._ended([event.lease]);
+      case 'WOUNDED':
+        return this._ended(event.lostLeases);
+      default:
+        return;
+    }
+  }
+
+  _ended(leaseIds) {
+    if (this.current !== null && leaseIds.includes(this.current.leaseId)) this._push(null);
+  }
+
+  _push(change) {
+    this.current = change;
+    this.changes.push(change);
+    const wake = this._wake;
+    this._wake = null;
+    wake?.();
+  }
+
+  /** Resolves when a change is there, after `ms` (real time), or when `signal` aborts. */
+  next(ms, signal) {
+    if (this.changes.length > 0 || signal?.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        this._wake = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this._wake = done;
+      signal?.addEventListener('abort', done, { once: true });
+    });
+  }
 }
 
 class Election {
@@ -94,7 +189,8 @@ class Election {
    * @param {number} [options.ttlMs] the leader's lease TTL (default 15 000)
    * @param {string} [options.namespace] the Klock's by default
    * @param {(error: Error) => void} [options.onLost] told when a term is lost (not resigned)
-   * @param {number} [options.pollMs] `observe()`'s pace (default 250)
+   * @param {number} [options.pollMs] how often an idle `observe()` looks whether the Klock
+   *   closed, and remotely one long-poll's wait (default 250)
    */
   constructor(klock, name, options = {}) {
     if (klock === null || typeof klock !== 'object' || typeof klock.session !== 'function') {
@@ -310,29 +406,83 @@ class Election {
   }
 
   /**
-   * Every change of `leader()` (null: no leader), in term order, the current state first;
-   * re-read every `pollMs`. Ends when `signal` aborts or the Klock closes.
+   * Every change of `leader()` (null: no leader), in term order, the current state first,
+   * from the kernel's events (see the contract above). Ends when `signal` aborts or the Klock
+   * closes.
    * @param {{ signal?: AbortSignal }} [options]
    */
   async *observe(options = {}) {
     const { signal } = options;
-    let last = 'start';
-    let largest = -1;
-    while (!this.klock._closed && !signal?.aborted) {
-      let current;
+    if (this.klock._remote !== null) {
+      yield* this._observeRemote(signal);
+      return;
+    }
+    const k = this.klock;
+    if (k._closed || signal?.aborted) return;
+    // One synchronous step: the state now, and every event after it.
+    const follower = new Follower(this, this._leaderNow(), (id) => k._namespaceOf(id) === this.namespace);
+    const stop = k._watch((event) => follower.apply(event));
+    try {
+      yield follower.current;
+      while (!k._closed && !signal?.aborted) {
+        if (follower.changes.length > 0) yield follower.changes.shift();
+        else await follower.next(this.pollMs, signal);
+      }
+    } finally {
+      stop();
+    }
+  }
+
+  /** In process: who leads now, read at once (no await between the read and what follows). */
+  _leaderNow() {
+    const k = this.klock;
+    const state = k.resourceState(this.resource, this.namespace);
+    const holder = state.holders.find((h) => h.predicate === 'MUTATES');
+    if (holder === undefined) return null;
+    let since = this._since.get(holder.leaseId);
+    if (since === undefined) since = k.snapshot().leases.find((l) => l.leaseId === holder.leaseId)?.acquiredAt ?? 0;
+    return {
+      agentId: holder.agentId,
+      sessionId: holder.sessionId,
+      term: holder.fence,
+      since,
+      expiresAt: holder.expiresAt,
+      leaseId: holder.leaseId,
+    };
+  }
+
+  /**
+   * Remotely: the namespace's overview (the leader it shows, at its log index), then its event
+   * stream after that index, long-polled `pollMs` at a time.
+   */
+  async *_observeRemote(signal) {
+    const k = this.klock;
+    const remote = k._remote;
+    const ns = encodeURIComponent(this.namespace);
+    const closedOr = (error) => {
+      if (k._closed || signal?.aborted) return;
+      throw error;
+    };
+    let overview;
+    try {
+      overview = await remote._request('GET', `/v1/ns/${ns}/overview`, {});
+    } catch (error) {
+      return closedOr(error);
+    }
+    const held = overview.snapshot.leases.find((l) => l.resource === this.resource && l.predicate === 'MUTATES');
+    const follower = new Follower(this, held === undefined ? null : leaderOf(leaseFromServer(held)), () => true);
+    let after = `${overview.index}.${END_OF_ENTRY}`;
+    yield follower.current;
+    while (!k._closed && !signal?.aborted) {
+      let body;
       try {
-        current = await this.leader();
+        body = await remote._request('GET', `/v1/ns/${ns}/watch?after=${after}&wait_ms=${this.pollMs}`, {});
       } catch (error) {
-        if (this.klock._closed) return;
-        throw error;
+        return closedOr(error);
       }
-      const term = current === null ? null : current.term;
-      if (term !== last && !(term !== null && term < largest)) {
-        last = term;
-        if (term !== null) largest = term;
-        yield current;
-      }
-      await sleepOn(this.klock, this.pollMs, signal);
+      for (const raw of body.events ?? []) follower.apply(eventFromServer(raw));
+      if (body.next !== undefined && body.next !== null) after = body.next;
+      while (follower.changes.length > 0 && !signal?.aborted) yield follower.changes.shift();
     }
   }
 }

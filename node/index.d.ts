@@ -186,6 +186,12 @@ export declare class Kernel {
    * query tells the host whether to drain events and, if not, when its timer must fire.
    */
   nextDeadlineIfQuiet(): number | null | undefined
+  /**
+   * Whether ACQUIRED and RELEASED are emitted (default `true`, SPEC.md §9): a host that
+   * reads them nowhere may turn them off, which keeps an uncontended acquire and release
+   * free of their cost (the friendly Klock does while no election observes).
+   */
+  setHolderEvents(on: boolean): void
   /** The next queued event, oldest first; `null` when drained. */
   pollEvent(): Event | null
   /** Every queued event, oldest first (`pollEvent` until it returns `null`). */
@@ -283,6 +289,8 @@ export type Event =
   | { event: 'LEASE_EXPIRED'; lease: number; session: number }
   | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number>; retryAfterMs: number }
   | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' }
+  | { event: 'ACQUIRED'; session: number; leases: Array<Lease> }
+  | { event: 'RELEASED'; session: number; leases: Array<number> }
 
 /**
  * `flock(2)` on an open file descriptor: `"exclusive"` (blocks), `"try-exclusive"` (returns

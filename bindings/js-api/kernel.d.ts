@@ -210,6 +210,12 @@ export declare class Kernel {
    */
   nextDeadlineIfQuiet(): number | null | undefined
   /**
+   * Whether ACQUIRED and RELEASED are emitted (default `true`, SPEC.md §9): a host that reads
+   * them nowhere may turn them off, which keeps an uncontended acquire and release free of
+   * their cost.
+   */
+  setHolderEvents(on: boolean): void
+  /**
    * Holders and queue of one resource node, and the holders covering it from its
    * ancestors and descendants. Throws `INVALID_RESOURCE`, `INVALID_NAMESPACE`.
    */
@@ -287,6 +293,10 @@ export type Event =
   | { event: 'LEASE_EXPIRED'; lease: number; session: number }
   | { event: 'WOUNDED'; session: number; by: number; lostLeases: Array<number>; lostTickets: Array<number>; retryAfterMs: number }
   | { event: 'SESSION_CLOSED'; session: number; reason: 'IDLE' }
+  /** An acquire was granted at once: the verdict's leases. */
+  | { event: 'ACQUIRED'; session: number; leases: Array<Lease> }
+  /** Leases ended by `release`, `releaseAll` or `closeSession`: their ids, ascending. */
+  | { event: 'RELEASED'; session: number; leases: Array<number> }
 
 /** The outcome of a heartbeat for one lease. */
 export interface HeartbeatResult {

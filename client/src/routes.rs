@@ -326,9 +326,12 @@ fn outcome(event: Event) -> Outcome {
         Event::Died { retry_after_ms, .. } | Event::Wounded { retry_after_ms, .. } => {
             Outcome::Died(retry_after_ms)
         }
-        // The server resolves a ticket only by the four events above; these two name leases
-        // and sessions, and would mean the ticket is gone with nothing held.
-        Event::LeaseExpired { .. } | Event::SessionClosed { .. } => Outcome::Died(0),
+        // The server resolves a ticket only by the four events above; these name leases and
+        // sessions, and would mean the ticket is gone with nothing held.
+        Event::LeaseExpired { .. }
+        | Event::SessionClosed { .. }
+        | Event::Acquired { .. }
+        | Event::Released { .. } => Outcome::Died(0),
     }
 }
 

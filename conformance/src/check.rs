@@ -4,7 +4,7 @@
 //! the answer it belongs to — asking for a field the answer does not have (e.g. `ticket` when
 //! the verdict is GRANTED) fails. Lists are compared exactly in length: `leases` and `waiting`
 //! and `events` in order, `holders` and `covering` as multisets (a perfect matching of the
-//! patterns to the actual entries), `held_by`, `lost_leases`, `lost_tickets` as sets. Keys of
+//! patterns to the actual entries), `held_by`, `lost_leases`, `lost_tickets`, RELEASED's `leases` as sets. Keys of
 //! `results` and `status` must name leases the call asked about. Lease objects bind their `as`
 //! as they are matched, in order, so a later object (or event) may refer to an earlier one.
 //! Messages say what was expected and what came back, with ids labelled by their aliases.
@@ -531,9 +531,15 @@ pub fn events(expected: &[EventExpect], got: &[Event], aliases: &mut Aliases) ->
 fn event(e: &EventExpect, g: &Event, aliases: &mut Aliases) -> Check {
     same("event", e.event.as_deref(), g.name())?;
     let mut cycle = None;
+    let mut released = None;
     let (ticket, lease, by, leases, retry, lost) = match g {
         Event::Granted { ticket, leases, .. } => {
             (Some(*ticket), None, None, Some(leases), None, None)
+        }
+        Event::Acquired { leases, .. } => (None, None, None, Some(leases), None, None),
+        Event::Released { leases, .. } => {
+            released = Some(leases);
+            (None, None, None, None, None, None)
         }
         Event::WaitTimeout { ticket, .. } => (Some(*ticket), None, None, None, None, None),
         Event::Died {
@@ -625,6 +631,15 @@ fn event(e: &EventExpect, g: &Event, aliases: &mut Aliases) -> Check {
         id_set("lost_leases", &want, &got, |i| {
             aliases.lease_label(LeaseId(i))
         })?;
+    }
+    if let Some(exp) = &e.released {
+        let got = released.ok_or_else(|| absent("leases"))?;
+        let want = exp
+            .iter()
+            .map(|a| aliases.lease(a).map(|l| l.0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let got: Vec<u64> = got.iter().map(|l| l.0).collect();
+        id_set("leases", &want, &got, |i| aliases.lease_label(LeaseId(i)))?;
     }
     if let Some(exp) = &e.lost_tickets {
         let (_, got) = lost.ok_or_else(|| absent("lost_tickets"))?;
@@ -727,6 +742,18 @@ fn describe_event(e: &Event, aliases: &Aliases) -> String {
                 describe_leases(leases, aliases)
             )
         }
+        Event::Acquired { leases, .. } => format!(
+            "ACQUIRED{{session={s} leases={}}}",
+            describe_leases(leases, aliases)
+        ),
+        Event::Released { leases, .. } => format!(
+            "RELEASED{{session={s} leases=[{}]}}",
+            leases
+                .iter()
+                .map(|l| aliases.lease_label(*l))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Event::WaitTimeout { ticket, .. } => format!(
             "WAIT_TIMEOUT{{ticket={} session={s}}}",
             aliases.ticket_label(*ticket)

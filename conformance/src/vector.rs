@@ -187,6 +187,8 @@ pub struct EventExpect {
     pub retry_after_ms: Option<(u64, u64)>,
     pub lost_leases: Option<Vec<String>>,
     pub lost_tickets: Option<Vec<String>>,
+    /// RELEASED: its `leases`, as lease aliases (a set).
+    pub released: Option<Vec<String>>,
     /// DIED under `detect`: the cycle's members as session aliases, in order.
     pub cycle: Option<Vec<String>>,
 }
@@ -241,6 +243,8 @@ const LEASE_KEYS: &[&str] = &[
 ];
 const EVENT_KINDS: &[(&str, &[&str])] = &[
     ("GRANTED", &["ticket", "session", "leases"]),
+    ("ACQUIRED", &["session", "leases"]),
+    ("RELEASED", &["session", "leases"]),
     ("WAIT_TIMEOUT", &["ticket", "session"]),
     ("DIED", &["ticket", "session", "retry_after_ms", "cycle"]),
     ("LEASE_EXPIRED", &["lease", "session"]),
@@ -772,13 +776,21 @@ fn parse_event(value: &Value, ctx: &str) -> Result<EventExpect, String> {
         session: f.str("session")?,
         lease: f.str("lease")?,
         by: f.str("by")?,
-        leases: f
-            .array("leases")?
-            .map(|items| parse_leases(items, &format!("{ctx}: leases")))
-            .transpose()?,
+        // RELEASED lists lease ids (aliases); ACQUIRED and GRANTED list leases in full.
+        leases: match kind {
+            Some("RELEASED") => None,
+            _ => f
+                .array("leases")?
+                .map(|items| parse_leases(items, &format!("{ctx}: leases")))
+                .transpose()?,
+        },
         retry_after_ms: f.range("retry_after_ms")?,
         lost_leases: f.str_list("lost_leases")?,
         lost_tickets: f.str_list("lost_tickets")?,
+        released: match kind {
+            Some("RELEASED") => f.str_list("leases")?,
+            _ => None,
+        },
         cycle: f.str_list("cycle")?,
     })
 }

@@ -43,7 +43,7 @@ fn a_correct_vector_passes_and_the_line_is_shaped() {
     let r = run(&[
         OPEN_A,
         r#"{ "now": 10, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "ttl_ms": 100,
-             "expect": { "verdict": "GRANTED", "leases": [ { "as": "L", "expires_at": 110, "predicate": "MUTATES", "resource": "FILE:/x", "ttl_ms": 100 } ] } }"#,
+             "expect": { "verdict": "GRANTED", "leases": [ { "as": "L", "expires_at": 110, "predicate": "MUTATES", "resource": "FILE:/x", "ttl_ms": 100 } ], "events": [ { "event": "ACQUIRED" } ] } }"#,
         r#"{ "now": 110, "do": "advance", "expect": { "events": [ { "event": "LEASE_EXPIRED", "lease": "L", "session": "A" } ] } }"#,
     ]);
     passes(&r);
@@ -300,7 +300,7 @@ fn a_wrong_expectation_fails() {
     let steps = [
         OPEN_A,
         OPEN_B,
-        r#"{ "now": 2, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"] , "expect": { "verdict": "GRANTED" } }"#,
+        r#"{ "now": 2, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"] , "expect": { "verdict": "GRANTED", "events": [ { "event": "ACQUIRED" } ] } }"#,
     ];
     let die = |held: &str| {
         format!(
@@ -347,7 +347,7 @@ fn an_unbound_session_alias_is_unknown_session() {
 
 #[test]
 fn every_event_must_be_listed_and_matched() {
-    let grant = r#"{ "now": 10, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "ttl_ms": 100, "expect": { "leases": [ { "as": "L" } ] } }"#;
+    let grant = r#"{ "now": 10, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "ttl_ms": 100, "expect": { "leases": [ { "as": "L" } ], "events": [ { "event": "ACQUIRED" } ] } }"#;
     // An event after a step without expect fails.
     fails_with(
         &run(&[OPEN_A, grant, r#"{ "now": 200, "do": "advance" }"#]),
@@ -418,7 +418,7 @@ fn every_event_must_be_listed_and_matched() {
 fn aliases_bind_once_and_by_kind() {
     let grant = |now: u64, path: &str, alias: &str| {
         format!(
-            r#"{{ "now": {now}, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:{path}"], "expect": {{ "leases": [ {{ "as": "{alias}" }} ] }} }}"#
+            r#"{{ "now": {now}, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:{path}"], "expect": {{ "leases": [ {{ "as": "{alias}" }} ], "events": [ {{ "event": "ACQUIRED" }} ] }} }}"#
         )
     };
     fails_with(
@@ -426,11 +426,11 @@ fn aliases_bind_once_and_by_kind() {
         "already bound",
     );
     passes(&run(&[OPEN_A, &grant(1, "/x", "L"), &grant(2, "/x", "L")]));
-    let same = r#"{ "now": 3, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": { "leases": [ { "same_as": "L" } ] } }"#;
+    let same = r#"{ "now": 3, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": { "leases": [ { "same_as": "L" } ], "events": [ { "event": "ACQUIRED" } ] } }"#;
     passes(&run(&[OPEN_A, &grant(1, "/x", "L"), same]));
     let fence = r#"{ "now": 3, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/y"], "expect": { "leases": [ { "fence_gt": "L", "same_as": "L" } ] } }"#;
     fails_with(&run(&[OPEN_A, &grant(1, "/x", "L"), fence]), "same_as");
-    let fence_bad = r#"{ "now": 3, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/y"], "expect": { "leases": [ { "as": "M" } ] } }"#;
+    let fence_bad = r#"{ "now": 3, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/y"], "expect": { "leases": [ { "as": "M" } ], "events": [ { "event": "ACQUIRED" } ] } }"#;
     let check = r#"{ "now": 4, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": { "leases": [ { "fence_gt": "M" } ] } }"#;
     fails_with(
         &run(&[OPEN_A, &grant(1, "/x", "L"), fence_bad, check]),
@@ -465,5 +465,35 @@ fn zero_vectors_and_unreadable_files_fail() {
         s.results[0].line().contains("cannot read"),
         "{}",
         s.results[0].line()
+    );
+}
+
+#[test]
+fn released_lists_lease_aliases_as_a_set() {
+    let grant = r#"{ "now": 1, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x", "MUTATES FILE:/y"], "expect": { "leases": [ { "as": "L1" }, { "as": "L2" } ], "events": [ { "event": "ACQUIRED", "leases": [ { "same_as": "L1" }, { "same_as": "L2" } ] } ] } }"#;
+    let release = |leases: &str| {
+        format!(
+            r#"{{ "now": 2, "do": "release_all", "session": "A", "expect": {{ "events": [ {{ "event": "RELEASED", "session": "A", "leases": {leases} }} ] }} }}"#
+        )
+    };
+    passes(&run(&[OPEN_A, grant, &release(r#"["L2", "L1"]"#)]));
+    fails_with(
+        &run(&[OPEN_A, grant, &release(r#"["L1"]"#)]),
+        "leases: expected {L1(#1)}",
+    );
+    // RELEASED names lease ids, not lease objects.
+    fails_with(
+        &run(&[OPEN_A, grant, &release(r#"[ { "as": "L3" } ]"#)]),
+        "leases",
+    );
+    // A release that ended nothing emits nothing.
+    fails_with(
+        &run(&[
+            OPEN_A,
+            grant,
+            &release(r#"["L1", "L2"]"#),
+            &release(r#"["L1", "L2"]"#).replace(r#""now": 2"#, r#""now": 3"#),
+        ]),
+        "events: expected 1, got 0",
     );
 }

@@ -11,20 +11,22 @@
 //! 1. calls operations ([`Kernel::open_session`], [`Kernel::acquire`], [`Kernel::release`],
 //!    ...) with its own `now` in milliseconds and reads their direct answers;
 //! 2. drains [`Kernel::poll_event`] after every call (grants made by someone else's release,
-//!    expiries, timeouts, wounds, idle closes);
+//!    expiries, timeouts, wounds, idle closes, and every immediate grant and release, so that
+//!    the events alone tell every lease's life);
 //! 3. arms one timer for [`Kernel::next_deadline`] and calls [`Kernel::advance`] when it
 //!    fires (early or spurious calls are harmless).
 //!
 //! ```
-//! use klock_core::{AcquireOptions, Config, Kernel, Verdict};
+//! use klock_core::{AcquireOptions, Config, Event, Kernel, Verdict};
 //! let mut k = Kernel::new(Config::default()).unwrap();
 //! let a = k.open_session("alice", "default", 0).unwrap().session_id;
 //! let v = k.acquire(a, &["MUTATES FILE:/src/a.ts"], AcquireOptions::default(), 10).unwrap();
 //! let Verdict::Granted { leases } = v else { panic!() };
 //! assert_eq!(leases[0].expires_at, 60_010);
+//! assert!(matches!(k.poll_event(), Some(Event::Acquired { .. })));
 //! assert_eq!(k.next_deadline(), Some(60_010));
 //! k.advance(60_010);
-//! assert!(k.poll_event().is_some()); // LEASE_EXPIRED
+//! assert!(matches!(k.poll_event(), Some(Event::LeaseExpired { .. })));
 //! ```
 //!
 //! A lease alone is not mutual exclusion when a holder can pause (GC, swap, a stopped VM)

@@ -256,23 +256,47 @@ pub enum Event {
         /// Why the kernel closed it.
         reason: CloseReason,
     },
+    /// An acquire was granted at once (its verdict is GRANTED): the same leases as the
+    /// verdict's, so that an observer of the event stream sees every lease begin, like
+    /// [`Event::Granted`] for a queued request (docs/SPEC.md §9, §13.8).
+    Acquired {
+        /// The session that asked.
+        session: SessionId,
+        /// The verdict's leases, one per distinct intent in order of first appearance; an
+        /// intent the session held already reuses that lease (docs/SPEC.md §6).
+        leases: Vec<Lease>,
+    },
+    /// Leases ended by their holder: `release` (one lease, when that call ended it),
+    /// `release_all` or an explicit `close_session` (every lease the session held), so that an
+    /// observer sees every lease end (docs/SPEC.md §9, §13.8). Expiries and wounds have their
+    /// own events; an idempotent release of an ended lease emits nothing.
+    Released {
+        /// The session that held them.
+        session: SessionId,
+        /// The ended leases, ascending (never empty).
+        leases: Vec<LeaseId>,
+    },
 }
 
 impl Event {
     /// Every event kind's stable name, in declaration order (what [`Event::name`] returns).
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 8] = [
         "GRANTED",
         "WAIT_TIMEOUT",
         "DIED",
         "LEASE_EXPIRED",
         "WOUNDED",
         "SESSION_CLOSED",
+        "ACQUIRED",
+        "RELEASED",
     ];
 
     /// The stable upper-case name of the event kind, e.g. `"GRANTED"`.
     pub const fn name(&self) -> &'static str {
         match self {
             Event::Granted { .. } => "GRANTED",
+            Event::Acquired { .. } => "ACQUIRED",
+            Event::Released { .. } => "RELEASED",
             Event::WaitTimeout { .. } => "WAIT_TIMEOUT",
             Event::Died { .. } => "DIED",
             Event::LeaseExpired { .. } => "LEASE_EXPIRED",
@@ -285,6 +309,8 @@ impl Event {
     pub const fn session(&self) -> SessionId {
         match self {
             Event::Granted { session, .. }
+            | Event::Acquired { session, .. }
+            | Event::Released { session, .. }
             | Event::WaitTimeout { session, .. }
             | Event::Died { session, .. }
             | Event::LeaseExpired { session, .. }

@@ -317,6 +317,10 @@ struct World {
     waits: Vec<(TicketId, SessionId)>,
     fences: HashMap<LeaseId, u64>,
     manifests: HashMap<TicketId, Manifest>,
+    /// The active leases as the events alone tell them (ACQUIRED and GRANTED begin a lease;
+    /// RELEASED, LEASE_EXPIRED and WOUNDED end it): an observer that reads only the event
+    /// stream must see exactly the kernel's leases (docs/SPEC.md §9).
+    told: std::collections::BTreeSet<LeaseId>,
 }
 
 fn code<T>(r: Result<T, klock_core::Error>) -> Result<T, ErrorCode> {
@@ -392,6 +396,7 @@ impl World {
             owned: HashMap::new(),
             waits: Vec::new(),
             fences: HashMap::new(),
+            told: std::collections::BTreeSet::new(),
             manifests: HashMap::new(),
         }
     }
@@ -882,6 +887,7 @@ impl World {
                 _ => tally(format!("event {}", e.name())),
             }
         }
+        self.follow_lease_lives(&ke, at)?;
         // The leases a GRANTED creates (not those it reuses: SPEC §6 lets a ticket reuse a
         // lease the session already holds, even one granted earlier in the same drain) carry
         // fences larger than every lease created by an earlier GRANTED.
@@ -911,6 +917,43 @@ impl World {
                 self.saw_leases(leases, at)?;
             }
         }
+        Ok(())
+    }
+
+    /// Follows every lease's life through the events: each begins in an ACQUIRED or GRANTED
+    /// (again in a later one that reuses it), ends in exactly one RELEASED, LEASE_EXPIRED or
+    /// WOUNDED, and the leases so told are exactly the kernel's active leases.
+    fn follow_lease_lives(&mut self, events: &[Event], at: &str) -> Result<(), TestCaseError> {
+        for e in events {
+            let ended: &[LeaseId] = match e {
+                Event::Acquired { leases, .. } | Event::Granted { leases, .. } => {
+                    self.told.extend(leases.iter().map(|l| l.lease_id));
+                    &[]
+                }
+                Event::Released { leases, .. } => {
+                    check!(!leases.is_empty(), "{at}: RELEASED of no lease");
+                    check!(leases.is_sorted(), "{at}: RELEASED not ascending");
+                    leases
+                }
+                Event::LeaseExpired { lease, .. } => core::slice::from_ref(lease),
+                Event::Wounded { lost_leases, .. } => lost_leases,
+                _ => &[],
+            };
+            for id in ended {
+                check!(
+                    self.told.remove(id),
+                    "{at}: {e:?} ends lease {id}, never begun or ended already"
+                );
+            }
+        }
+        let active: std::collections::BTreeSet<LeaseId> = self
+            .k
+            .snapshot(0)
+            .leases
+            .iter()
+            .map(|l| l.lease_id)
+            .collect();
+        check_eq!(&self.told, &active, "{at}: the leases the events tell");
         Ok(())
     }
 
@@ -1100,7 +1143,9 @@ fn two_predicates_on_one_resource_can_wait() {
     let Verdict::Wait { ticket, .. } = v else {
         panic!("{v:?}")
     };
+    assert!(matches!(k.poll_event(), Some(Event::Acquired { .. })));
     k.release_all(b, 1).unwrap();
+    assert!(matches!(k.poll_event(), Some(Event::Released { .. })));
     let Some(Event::Granted {
         ticket: t, leases, ..
     }) = k.poll_event()

@@ -324,7 +324,14 @@ impl Backend for KernelBackend {
     }
 
     fn poll(&mut self) -> Option<Ev> {
-        Some(match self.kernel.poll_event()? {
+        // ACQUIRED and RELEASED report what the agent's own call just did (its verdict, its
+        // release): they change no agent's program, so they are drained here; the
+        // differential test checks them against the naive model.
+        let mut event = self.kernel.poll_event()?;
+        while matches!(event, Event::Acquired { .. } | Event::Released { .. }) {
+            event = self.kernel.poll_event()?;
+        }
+        Some(match event {
             Event::Granted {
                 ticket,
                 session,
@@ -347,6 +354,7 @@ impl Backend for KernelBackend {
             Event::LeaseExpired { session, .. } => Ev::Expired { session: session.0 },
             Event::Wounded { session, .. } => Ev::Wounded { session: session.0 },
             Event::SessionClosed { session, .. } => Ev::Closed { session: session.0 },
+            Event::Acquired { .. } | Event::Released { .. } => unreachable!("drained above"),
         })
     }
 
@@ -1598,6 +1606,17 @@ fn two_predicates_on_one_resource_can_wait() {
             panic!("{policy:?}: expected WAIT, got {verdict:?}")
         };
         k.release_all(holder, 3).unwrap();
+        // The holder's immediate grant and its release come first (docs/SPEC.md §9).
+        let acquired = k.poll_event();
+        assert!(
+            matches!(acquired, Some(Event::Acquired { session, .. }) if session == holder),
+            "{policy:?}: {acquired:?}"
+        );
+        let released = k.poll_event();
+        assert!(
+            matches!(released, Some(Event::Released { session, .. }) if session == holder),
+            "{policy:?}: {released:?}"
+        );
         match k.poll_event() {
             Some(Event::Granted {
                 ticket: t, leases, ..

@@ -3,7 +3,7 @@
 //! `now = 2^64-1`. The JS hosts cannot express such times (their numbers stop at 2^53), so
 //! these cases live here rather than in the shared vectors.
 
-use klock_core::{AcquireOptions, Config, Kernel, LeaseSelection, LeaseStatus, Verdict};
+use klock_core::{AcquireOptions, Config, Event, Kernel, LeaseSelection, LeaseStatus, Verdict};
 
 const END: u64 = u64::MAX;
 
@@ -50,6 +50,8 @@ fn leases_and_waits_whose_deadline_saturates_never_fall_due() {
     let verdict = k.acquire(a, &["MUTATES FILE:/x"], waiting, now).unwrap();
     assert!(matches!(verdict, Verdict::Wait { .. }), "{verdict:?}");
     assert_eq!(k.next_deadline(), None);
+    assert!(matches!(k.poll_event(), Some(Event::Acquired { .. })));
+    assert!(k.poll_event().is_none());
     k.advance(END);
     assert!(k.poll_event().is_none(), "nothing falls due at 2^64-1");
     let status = k.reconcile(b, &[leases[0].lease_id], END).unwrap();

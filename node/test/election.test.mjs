@@ -237,10 +237,45 @@ function tests() {
         await until(async () => (await queued(k, a)) === 1);
         await a.resign();
         const tb = await pending;
+        // A resign ends the term (null) before the queue's next campaigner is granted.
+        assert.equal(await next(), null);
         const second = await next();
         assert.deepEqual([second.agentId, second.term], ['b', tb]);
         assert.ok(second.since >= first.since);
         await b.resign();
+        assert.equal(await next(), null);
+        controller.abort();
+        assert.equal((await within(10_000, changes.next(), 'the end')).done, true);
+      } finally {
+        await k.close();
+      }
+    });
+
+    test(`${backend}: observe() sees a term that begins and ends between two reads, in order`, async () => {
+      // A reader of the state every 2 s would never see a's term: it begins and ends between
+      // two reads. The events tell it, with its fence; another namespace's term is not this one.
+      const k = await makeKlock(backend, 'detect');
+      try {
+        const watcher = new Election(k, 'x', { agentId: 'w', pollMs: 2000 });
+        const controller = new AbortController();
+        const changes = watcher.observe({ signal: controller.signal });
+        const next = async () => (await within(10_000, changes.next(), 'a change')).value;
+        assert.equal(await next(), null);
+        const a = new Election(k, 'x', { agentId: 'a' });
+        const b = new Election(k, 'x', { agentId: 'b' });
+        const other = new Election(k, 'x', { agentId: 'o', namespace: 'elsewhere' });
+        const ta = await a.campaign();
+        await a.resign();
+        await other.campaign();
+        const tb = await b.campaign();
+        const seen = [await next(), await next(), await next()];
+        assert.deepEqual(
+          seen.map((s) => (s === null ? null : [s.agentId, s.term])),
+          [['a', ta], null, ['b', tb]],
+        );
+        assert.equal(seen[0].expiresAt - seen[0].since, 15_000);
+        await b.resign();
+        await other.resign();
         assert.equal(await next(), null);
         controller.abort();
         assert.equal((await within(10_000, changes.next(), 'the end')).done, true);

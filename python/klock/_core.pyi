@@ -110,7 +110,14 @@ def after_setback(
 
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
 _EventName = Literal[
-    "GRANTED", "WAIT_TIMEOUT", "DIED", "LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"
+    "GRANTED",
+    "WAIT_TIMEOUT",
+    "DIED",
+    "LEASE_EXPIRED",
+    "WOUNDED",
+    "SESSION_CLOSED",
+    "ACQUIRED",
+    "RELEASED",
 ]
 _HeartbeatStatus = Literal[
     "OK", "LEASE_EXPIRED", "LEASE_RELEASED", "NOT_OWNER", "UNKNOWN_LEASE", "LIFETIME_EXCEEDED"
@@ -220,6 +227,9 @@ class Event:
     ``event``      fields set (the others are ``None``)
     ============== ==========================================================
     GRANTED        ``session``, ``ticket``, ``leases``
+    ACQUIRED       ``session``, ``leases`` (an acquire granted at once: the verdict's)
+    RELEASED       ``session``, ``leases`` (lease ids, ascending: what a ``release``,
+                   ``release_all`` or ``close_session`` ended)
     WAIT_TIMEOUT   ``session``, ``ticket``
     DIED           ``session``, ``ticket``, ``retry_after_ms``, ``cycle`` (empty unless
                    the victim of a wait-for cycle under ``detect``)
@@ -236,7 +246,8 @@ class Event:
     @property
     def ticket(self) -> int | None: ...
     @property
-    def leases(self) -> list[Lease] | None: ...
+    def leases(self) -> list[Lease] | list[int] | None:
+        """GRANTED and ACQUIRED: the leases; RELEASED: the released leases' ids."""
     @property
     def retry_after_ms(self) -> int | None:
         """DIED and WOUNDED: sleep at least this long before retrying (both count as a DIE)."""
@@ -322,6 +333,12 @@ class Kernel:
     def drain_events(self) -> list[Event]:
         """Every queued event, oldest first."""
     def pending_events(self) -> int: ...
+    @property
+    def holder_events(self) -> bool:
+        """Whether ACQUIRED and RELEASED are emitted (default ``True``, SPEC.md §9); a host
+        that reads them nowhere may turn them off."""
+    @holder_events.setter
+    def holder_events(self, on: bool) -> None: ...
     def resource_state(self, resource: str, namespace: str, now: int) -> dict[str, Any]:
         """``{"resource", "namespace", "holders": [...], "waiting": [...], "covering": [...]}``."""
     def stats(self) -> dict[str, Any]:

@@ -31,6 +31,10 @@ Optional hooks (a backend without them behaves like the in-process kernel):
 * ``offload_async``: ``True`` if its calls may block for long (network): ``async with``
   blocks then run them in a worker thread instead of on the event loop.
 * ``close()``: called once by :meth:`klock.Klock.close`, after the sessions are closed.
+* ``watch(namespace, on_event) -> stop``: every event of the namespace from now on, every
+  session's, each with its ``id`` (remotely: the namespace's stream); the Klock's ``_watch``
+  uses it for an election's observers. Without it the Klock hands its observers every event
+  it drains itself.
 """
 
 from __future__ import annotations
@@ -109,7 +113,9 @@ class Event(Protocol):
     @property
     def ticket(self) -> int | None: ...
     @property
-    def leases(self) -> Sequence[LeaseLike] | None: ...
+    def leases(self) -> Sequence[LeaseLike] | Sequence[int] | None:
+        """GRANTED and ACQUIRED: the leases; RELEASED: the ids of the leases released."""
+
     @property
     def retry_after_ms(self) -> int | None: ...
     @property

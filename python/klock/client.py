@@ -58,11 +58,11 @@ import math
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from time import monotonic_ns as _monotonic_ns
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from . import _core
 from .backend import Backend, Event, LeaseLike, SessionInfoLike
@@ -308,6 +308,15 @@ def _as_clock(clock: object) -> tuple[Clock, SystemClock | None]:
     )
 
 
+@dataclass(frozen=True)
+class _Watch:
+    """A following of every event (:meth:`Klock._watch`): ``stop()`` ends it; ``scoped``: the
+    events are only those of the namespace asked for (remotely), with their ids."""
+
+    stop: Callable[[], None]
+    scoped: bool
+
+
 class Klock:
     """One kernel, its clock and its timer thread. Thread-safe; use one per process (or per
     coordination domain) and share it among threads and tasks.
@@ -382,6 +391,10 @@ class Klock:
         # Acquisitions backing off after a DIE/DIED/WOUNDED: how to wake each one early.
         self._sleepers: dict[Lease, Callable[[], None]] = {}
         self._sessions: dict[int, Session] = {}
+        # Who follows every event (klock.election's observers, `_watch`), called in order
+        # under this lock; while none does, the in-process kernel emits no ACQUIRED/RELEASED.
+        self._watchers: list[Callable[[Event], None]] = []
+        self._holder_events(False)
         # Which blocks hold which leases, and when each block's next heartbeat is due: the
         # core's ledger (klock_core::Ledger), which the native block edges share.
         self._ledger = _core.Ledger(self._lock, self._system_t0, self._offload_async)
@@ -527,6 +540,46 @@ class Klock:
             finally:
                 self._settled_locked()
 
+    # ---- following every event (klock.election's observers) -------------------------------
+
+    def _watch(self, namespace: str, on_event: Callable[[Event], None]) -> _Watch:
+        """Calls ``on_event(event)`` for every later event, in order, until the returned
+        watch is stopped: in-process every event of the kernel, from the client's lock (the
+        caller tells namespaces apart with :meth:`_namespace_of_locked`); remotely those of
+        ``namespace``, from the event reader, each with its ``id`` (the backend's ``watch``).
+        It must only take note: it runs inside the client's dispatch."""
+        watch = getattr(self.kernel, "watch", None)
+        if watch is not None:
+            return _Watch(watch(namespace, on_event), scoped=True)
+        with self._lock:
+            self._watchers.append(on_event)
+            self._holder_events(True)
+
+        def stop() -> None:
+            with self._lock:
+                if on_event in self._watchers:
+                    self._watchers.remove(on_event)
+                self._holder_events(bool(self._watchers))
+
+        return _Watch(stop, scoped=False)
+
+    def _holder_events(self, on: bool) -> None:
+        """In-process: ACQUIRED and RELEASED are emitted only while someone follows them (the
+        client's own routing has no use for them, and they cost every acquire and release)."""
+        if isinstance(self.kernel, _core.Kernel):
+            self.kernel.holder_events = on
+
+    def _namespace_of_locked(self, session_id: int) -> str | None:
+        """The namespace of an open session of the in-process kernel (``None``: not open)."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return session.info.namespace
+        # Another client's session of this kernel: read once per new holder by an observer.
+        for info in self.kernel.snapshot(0)["sessions"]:
+            if info["session_id"] == session_id:
+                return str(info["namespace"])
+        return None
+
     # ---- what a backend reports on its own (klock.backend's hooks) --------------------------
 
     def _backend_events(self) -> None:
@@ -555,6 +608,8 @@ class Klock:
                 waiter.resolve(_Failed(error))
 
     def _dispatch_locked(self, event: Event) -> None:
+        for watcher in self._watchers:
+            watcher(event)
         kind = event.event
         if kind == "GRANTED" or kind == "WAIT_TIMEOUT" or kind == "DIED":
             assert event.ticket is not None
@@ -563,7 +618,9 @@ class Klock:
                 return  # a ticket made directly on .kernel: its caller drains its own events
             if kind == "GRANTED":
                 assert event.leases is not None
-                waiter.block._granted_locked(event.leases, self.now())
+                # GRANTED lists whole leases (only RELEASED lists ids).
+                granted = cast("Sequence[LeaseLike]", event.leases)
+                waiter.block._granted_locked(granted, self.now())
             elif kind == "DIED":
                 self.counters.deaths += 1
             waiter.resolve(event)
@@ -790,7 +847,9 @@ class Klock:
                 and event.ticket in withdrawn
                 and event.ticket in self._waiters
             ):
-                for lease in event.leases or []:
+                for watcher in self._watchers:  # a term all the same, for those who follow
+                    watcher(event)
+                for lease in cast("Sequence[LeaseLike]", event.leases or []):
                     try:
                         self.kernel.release(event.session, lease.lease_id, now)
                     except KlockError:

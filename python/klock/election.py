@@ -32,10 +32,14 @@ Contract
   term, and since when: the lease's ``acquired_at`` in the kernel's milliseconds — the Klock's
   in-process, the server's remotely).
 * :meth:`observe` / :meth:`observe_async` yield every change of :meth:`leader` (``None``: no
-  leader) in term order. They re-read the resource state every ``poll`` seconds: the kernel's
-  event stream carries grants after a wait and expiries, but not an immediate grant nor a
-  release (SPEC.md §9), so events alone would miss a vacancy and the next leader. A term that
-  starts and ends within one ``poll`` can be missed; terms are never seen out of order.
+  leader) in term order, the current state first, driven by the kernel's events (SPEC.md §9):
+  ACQUIRED and GRANTED begin a term, RELEASED, LEASE_EXPIRED and WOUNDED end it (a resign
+  that hands over shows ``None`` and then the successor: the release comes first). Every lease's
+  life is in the events, so every term is seen, even one that begins and ends between two
+  reads of the state. In-process the events come from the Klock's dispatch (the state read
+  and the start of the following are one step under the Klock's lock); remotely from the
+  namespace's event stream the client reads, after the namespace's overview (the events up
+  to its log index are in it, the later ones are applied).
 * **Order of successors** (the kernel's policy decides; SPEC.md §6): under ``detect``,
   ``lanes`` and ``wound_wait`` campaigners wait in the resource's FIFO queue and are granted in
   the order of their campaigns (a campaign's fresh session is younger than every earlier one,
@@ -50,6 +54,7 @@ Contract
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import os
 import socket
@@ -60,12 +65,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import quote
 
+from .backend import Event, LeaseLike
 from .client import Klock, Lease, Session, _check_timeout, _threadsafe_future
 from .errors import ERROR_CODES, InvalidInput, LeaseLost, StateError
 
 __all__ = ["Election", "Leader"]
 
-# How often observe() re-reads the resource state by default (seconds): the dashboard's pace.
+# How often an idle observe() looks whether the Klock closed, and on a manual-clock remote Klock
+# reads the event stream (seconds), by default.
 _DEFAULT_POLL_S = 0.25
 
 
@@ -99,19 +106,125 @@ def _check_seconds(what: str, value: object) -> float:
     return float(value)
 
 
-class _Changes:
-    """Which reads of :meth:`Election.leader` are changes: another term, or a vacancy after a
-    term (terms only grow, so the changes come in term order)."""
+def _index(event_id: str) -> int:
+    """The log index of a server event id ``"<index>.<k>"``."""
+    return int(event_id.split(".", 1)[0])
 
-    def __init__(self) -> None:
-        self._last: int | None | str = "start"
 
-    def is_new(self, leader: Leader | None) -> bool:
-        term = None if leader is None else leader.term
-        if term == self._last:
+class _Follower:
+    """One observer's view of an election, kept from the events as they are dispatched:
+    the current leader and the changes not yet taken, in order.
+
+    ``on_event`` takes note and returns (it runs inside the Klock's dispatch or the event
+    reader); the observer takes the changes with :meth:`take`. Until :meth:`start` gives the
+    initial state, events are kept aside (remotely they may arrive before the overview is
+    read); those the initial state already holds (``through``: its log index) are skipped."""
+
+    def __init__(self, election: Election) -> None:
+        self._election = election
+        self._cond = threading.Condition()
+        self._changes: collections.deque[Leader | None] = collections.deque()
+        self._early: list[Event] | None = []
+        self._through: int | None = None
+        self._current: Leader | None = None
+        self._last_term = 0
+        self._wakers: list[Callable[[], None]] = []
+        self.scoped = True
+
+    def start(self, initial: Leader | None, through: int | None) -> None:
+        """The state the following starts from (the first change taken); then the events kept
+        aside are applied."""
+        with self._cond:
+            self._last_term = 0 if initial is None else initial.term
+            self._push(initial)
+            self._through = through
+            early, self._early = self._early or [], None
+            for event in early:
+                self._apply(event)
+
+    def on_event(self, event: Event) -> None:
+        with self._cond:
+            if self._early is not None:
+                self._early.append(event)
+            else:
+                self._apply(event)
+
+    def _apply(self, event: Event) -> None:
+        through = self._through
+        if through is not None and _index(event.id) <= through:  # type: ignore[attr-defined]  # remote events carry ids
+            return
+        kind = event.event
+        if kind == "ACQUIRED" or kind == "GRANTED":
+            for lease in event.leases or []:
+                if isinstance(lease, int) or not self._is_term(lease):
+                    continue
+                self._last_term = lease.fence
+                self._push(
+                    Leader(
+                        agent_id=lease.agent_id,
+                        session_id=lease.session_id,
+                        term=lease.fence,
+                        since=lease.acquired_at,
+                        expires_at=lease.expires_at,
+                        lease_id=lease.lease_id,
+                    )
+                )
+            return
+        if self._current is None:
+            return
+        if kind == "RELEASED":
+            ended = [x for x in event.leases or [] if isinstance(x, int)]
+        elif kind == "LEASE_EXPIRED":
+            ended = [] if event.lease is None else [event.lease]
+        elif kind == "WOUNDED":
+            ended = list(event.lost_leases or [])
+        else:
+            return
+        if self._current.lease_id in ended:
+            self._push(None)
+
+    def _is_term(self, lease: LeaseLike) -> bool:
+        """A new term of this election: a MUTATES lease on its resource, newer than the last
+        term seen (a grant reusing the leader's lease is not a new term), in its namespace."""
+        election = self._election
+        if (
+            lease.resource != election.resource
+            or lease.predicate != "MUTATES"
+            or lease.fence <= self._last_term
+        ):
             return False
-        self._last = term
-        return True
+        if self.scoped:  # remotely the stream is the namespace's own
+            return True
+        return election.klock._namespace_of_locked(lease.session_id) == election.namespace
+
+    def _push(self, change: Leader | None) -> None:
+        self._current = change
+        self._changes.append(change)
+        self._cond.notify_all()
+        for wake in self._wakers:
+            wake()
+        self._wakers.clear()
+
+    def take(self) -> tuple[bool, Leader | None]:
+        """The next change if there is one: ``(True, change)``, else ``(False, None)``."""
+        with self._cond:
+            if self._changes:
+                return True, self._changes.popleft()
+            return False, None
+
+    def wait(self, seconds: float) -> None:
+        """Waits until a change is there or ``seconds`` pass."""
+        with self._cond:
+            if not self._changes:
+                self._cond.wait(seconds)
+
+    def wake_on_change(self, wake: Callable[[], None]) -> None:
+        """Calls ``wake()`` (once) when a change is there, at once if one is."""
+        with self._cond:
+            if self._changes:
+                wake()
+            else:
+                self._wakers.append(wake)
 
 
 class _LeaderLease(Lease):
@@ -136,7 +249,8 @@ class Election:
     ``agent_id``: the candidate's identity (default ``"HOST/PID"``). ``ttl`` (seconds, default
     15): the leader's lease TTL, so how long a dead leader keeps the election. ``namespace``:
     the Klock's by default. ``on_lost(error)``: called once per lost term, in a thread of its
-    own, with the :class:`~klock.LeaseLost`. ``poll`` (seconds): :meth:`observe`'s pace.
+    own, with the :class:`~klock.LeaseLost`. ``poll`` (seconds): how often an idle :meth:`observe`
+    looks whether the Klock closed (and, on a manual-clock remote Klock, reads the events).
 
     Use it as ``with Election(k, "indexer") as e:`` (campaigns on entry, resigns on exit;
     the exit raises :class:`~klock.LeaseLost` if leadership was lost meanwhile and the block
@@ -401,43 +515,97 @@ class Election:
                 return int(lease["acquired_at"])
         return 0  # ended between the two reads: the next read shows its successor
 
+    def _follow(self) -> tuple[_Follower, Callable[[], None]]:
+        """Starts following the election's events: the current state and every later change
+        (see the module contract); returns the follower and the function that stops it."""
+        follower = _Follower(self)
+        k = self.klock
+        if getattr(k.kernel, "watch", None) is not None:
+            # Remotely: watch first, then the overview; the events it holds are skipped.
+            watch = k._watch(self.namespace, follower.on_event)
+            try:
+                index, current = self._overview_leader()
+            except BaseException:
+                watch.stop()
+                raise
+            follower.start(current, index)
+            return follower, watch.stop
+        with k._lock:  # in-process: the read and the start are one step
+            current = self.leader()
+            watch = k._watch(self.namespace, follower.on_event)
+            follower.scoped = watch.scoped
+            follower.start(current, None)
+        return follower, watch.stop
+
+    def _overview_leader(self) -> tuple[int, Leader | None]:
+        """Remotely: the namespace's overview's log index and the leader it shows."""
+        request = self.klock.kernel._request  # type: ignore[attr-defined]
+        overview = request("GET", f"/v1/ns/{quote(self.namespace, safe='')}/overview")
+        for lease in overview["snapshot"]["leases"]:
+            if lease["resource"] == self.resource and lease["predicate"] == "MUTATES":
+                leader = Leader(
+                    agent_id=lease["agent_id"],
+                    session_id=lease["session_id"],
+                    term=lease["fence"],
+                    since=lease["acquired_at"],
+                    expires_at=lease["expires_at"],
+                    lease_id=lease["lease_id"],
+                )
+                return int(overview["index"]), leader
+        return int(overview["index"]), None
+
     def observe(self) -> Iterator[Leader | None]:
         """Every change of :meth:`leader` (``None``: no leader), in term order, the current
-        state first; re-read every ``poll`` seconds (on the Klock's clock, so a ManualClock's
-        advance wakes it). Ends when the Klock closes."""
-        changes = _Changes()
-        while not self.klock._closed:
-            current = self.leader()
-            if changes.is_new(current):
-                yield current
-            if not self._sleep(self.poll):
-                return
+        state first, from the kernel's events (see the module contract); ``expires_at`` is as
+        of the change. Ends when the Klock closes."""
+        k = self.klock
+        follower, stop = self._follow()
+        try:
+            while not k._closed:
+                ready, change = follower.take()
+                if ready:
+                    yield change
+                    continue
+                # Idle: let the Klock route what its backend read (a manual-clock remote
+                # backend reads the stream only then); wake up every ``poll`` to see a close.
+                k._backend_events()
+                ready, change = follower.take()
+                if ready:
+                    yield change
+                    continue
+                follower.wait(self.poll)
+        finally:
+            stop()
 
     async def observe_async(self) -> AsyncIterator[Leader | None]:
-        """:meth:`observe` for asyncio (remotely the reads leave the event loop); ends when
-        the Klock closes."""
+        """:meth:`observe` for asyncio: the task awaits the next change (no thread is blocked;
+        remotely the first read leaves the event loop); ends when the Klock closes."""
         loop = asyncio.get_running_loop()
-        changes = _Changes()
-        while not self.klock._closed:
-            if self.klock._offload_async:
-                current = await loop.run_in_executor(None, self.leader)
-            else:
-                current = self.leader()
-            if changes.is_new(current):
-                yield current
-            await asyncio.sleep(self.poll)
-
-    def _sleep(self, seconds: float) -> bool:
-        """Sleeps ``seconds`` (on the Klock's clock, and at most that long in real time: a
-        closed Klock's clock fires no more timers); ``False`` if the Klock closed."""
         k = self.klock
-        flag = threading.Event()
-        timer = k.clock.set_timer(k.now() + max(1, math.ceil(seconds * 1000)), flag.set)
+        if k._offload_async:
+            follower, stop = await loop.run_in_executor(None, self._follow)
+        else:
+            follower, stop = self._follow()
         try:
-            flag.wait(seconds)
+            while not k._closed:
+                ready, change = follower.take()
+                if ready:
+                    yield change
+                    continue
+                if not k._offload_async:
+                    k._backend_events()  # a manual clock: the stream is read on a drain
+                    ready, change = follower.take()
+                    if ready:
+                        yield change
+                        continue
+                done, wake = _threadsafe_future()
+                follower.wake_on_change(wake)
+                try:
+                    await asyncio.wait_for(asyncio.shield(done), self.poll)
+                except TimeoutError:
+                    pass
         finally:
-            k.clock.clear_timer(timer)
-        return not k._closed
+            stop()
 
     # ---- context managers ---------------------------------------------------------------
 

@@ -72,7 +72,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 from ._http import Response, Transport, TransportClosed, TransportError, tls_context
@@ -271,7 +271,7 @@ class RemoteEvent:
     session: int
     id: str = ""
     ticket: int | None = None
-    leases: list[LeaseInfo] | None = None
+    leases: list[LeaseInfo] | list[int] | None = None
     retry_after_ms: int | None = None
     lease: int | None = None
     by: int | None = None
@@ -304,7 +304,14 @@ def _event(d: dict[str, Any]) -> RemoteEvent:
         session=d["session"],
         id=str(d.get("id") or d.get("event_id") or ""),
         ticket=d.get("ticket"),
-        leases=None if leases is None else [_lease(x) for x in leases],
+        # RELEASED lists lease ids; GRANTED and ACQUIRED whole leases.
+        leases=(
+            None
+            if leases is None
+            else list(leases)
+            if d["event"] == "RELEASED"
+            else [_lease(x) for x in leases]
+        ),
         retry_after_ms=d.get("retry_after_ms"),
         lease=d.get("lease"),
         by=d.get("by"),
@@ -376,6 +383,10 @@ class RemoteKernel:
         self._events: collections.deque[RemoteEvent] = collections.deque()
         self._cursor: dict[str, str] = {}  # namespace -> last event id seen
         self._readers: dict[str, tuple[threading.Thread, Transport]] = {}
+        # namespace -> who follows all its events (Klock._watch), under _state_lock
+        self._watchers: dict[str, list[Callable[[RemoteEvent], None]]] = {}
+        # Starting to read a namespace's events happens once (a session's open or a watch).
+        self._follow_lock = threading.Lock()
         self._closed = False
         self._down = False  # the last request spent its whole budget without an answer
         #: An unexpected error the event reader met (a bug; it kept reading), else None.
@@ -600,16 +611,38 @@ class RemoteKernel:
         self._tokens[info.session_id] = answer["session_token"]
         self._resume_secrets[info.session_id] = answer.get("resume_secret", "")
         self._ns[info.session_id] = info.namespace
-        if namespace not in self._cursor:
-            # Events before this client's first session of the namespace concern others: read
-            # the stream from the server's newest event on.
+        self._follow(namespace)
+        return info
+
+    def _follow(self, namespace: str) -> None:
+        """Reads the namespace's events from now on, if it does not already: events before
+        this client's first session (or watch) of the namespace concern others, so the
+        stream is read from the server's newest event on."""
+        with self._follow_lock:
+            if namespace in self._cursor:
+                return
             latest = self._request(
                 "GET", f"/v1/ns/{quote(namespace, safe='')}/watch", params={"wait_ms": 0}
             )
             self._cursor[namespace] = str(latest.get("next") or "0.0")
             if not self.manual:
                 self._start_reader(namespace)
-        return info
+
+    def watch(self, namespace: str, on_event: Callable[[RemoteEvent], None]) -> Callable[[], None]:
+        """Klock._watch remotely: ``on_event`` gets every event of the namespace read from now
+        on, every session's (the reader's thread, or a manual-clock drain), each with its id;
+        returns the function that stops it."""
+        with self._state_lock:
+            self._watchers.setdefault(namespace, []).append(on_event)
+        self._follow(namespace)
+
+        def stop() -> None:
+            with self._state_lock:
+                watchers = self._watchers.get(namespace, [])
+                if on_event in watchers:
+                    watchers.remove(on_event)
+
+        return stop
 
     def close_session(self, session: int, now: int) -> None:
         self._request(
@@ -916,10 +949,17 @@ class RemoteKernel:
         """Keeps the events of this client's sessions from a watch answer (in order), moves
         the cursor; whether any was kept."""
         kept = False
+        with self._state_lock:
+            watchers = list(self._watchers.get(namespace, ()))
         for raw in d.get("events") or []:
-            if raw.get("session") in self._tokens:
-                self._note(_event(raw))
-                kept = True
+            own = raw.get("session") in self._tokens
+            if own or watchers:
+                event = _event(raw)
+                for watcher in watchers:
+                    watcher(event)
+                if own:
+                    self._note(event)
+                    kept = True
         if d.get("next"):
             self._cursor[namespace] = str(d["next"])
         return kept
@@ -932,7 +972,7 @@ class RemoteKernel:
             if kind in ("GRANTED", "WAIT_TIMEOUT", "DIED") and event.ticket is not None:
                 sent = self._tickets.pop(event.ticket, None)
                 if kind == "GRANTED" and sent is not None and not self.manual:
-                    for lease in event.leases or []:
+                    for lease in cast("list[LeaseInfo]", event.leases or []):
                         self._local[lease.lease_id] = _Local(
                             sent[0] + lease.ttl_ms, lease.ttl_ms, event.session, True
                         )

@@ -47,6 +47,8 @@ VERDICT = {
 }
 EVENT = {
     "GRANTED": ("ticket", "session", "leases"),
+    "ACQUIRED": ("session", "leases"),
+    "RELEASED": ("session", "leases"),
     "WAIT_TIMEOUT": ("ticket", "session"),
     "DIED": ("ticket", "session", "retry_after_ms"),
     "LEASE_EXPIRED": ("lease", "session"),

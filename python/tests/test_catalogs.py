@@ -56,7 +56,9 @@ def test_predicates_are_the_kernels_in_matrix_order() -> None:
 
 
 def test_event_kinds_are_the_kernels() -> None:
-    assert len(_core.EVENT_KINDS) == 6 and "GRANTED" in _core.EVENT_KINDS
+    assert len(_core.EVENT_KINDS) == 8 and {"GRANTED", "ACQUIRED", "RELEASED"} <= set(
+        _core.EVENT_KINDS
+    )
     assert literal("_EventName") == _core.EVENT_KINDS
 
 

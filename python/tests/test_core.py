@@ -115,6 +115,7 @@ def test_sessions_digest_resume_suspend_close() -> None:
 
 def test_acquire_verdicts_events_and_drive_loop() -> None:
     k = Kernel(seed=3)
+    k.holder_events = False  # ACQUIRED and RELEASED: test_holder_events
     old = k.open_session("old", "default", 0).session_id
     young = k.open_session("young", "default", 0).session_id
     g = k.acquire(young, ["MUTATES FILE:/a", "CONSUMES FILE:/readme"], 10, ttl_ms=1000)
@@ -165,8 +166,28 @@ def test_acquire_verdicts_events_and_drive_loop() -> None:
     assert k.now() == 10**6
 
 
+def test_holder_events() -> None:
+    # SPEC §9, §13.8: an immediate grant and a release are events, unless the host turns them off.
+    k = Kernel(seed=1)
+    assert k.holder_events
+    a = k.open_session("a", "default", 0).session_id
+    g = k.acquire(a, ["MUTATES FILE:/x", "CONSUMES FILE:/y"], 1)
+    assert k.release_all(a, 2) == 2
+    assert k.release_all(a, 3) == 0  # nothing ended: nothing emitted
+    acquired, released = k.drain_events()
+    assert (acquired.event, acquired.session) == ("ACQUIRED", a)
+    assert [x.lease_id for x in acquired.leases or []] == [x.lease_id for x in g.leases]
+    assert (released.event, released.session) == ("RELEASED", a)
+    assert released.leases == sorted(x.lease_id for x in g.leases)
+    k.holder_events = False
+    lease = k.acquire(a, ["MUTATES FILE:/x"], 4).leases[0]
+    assert k.release(a, lease.lease_id, 5)
+    assert k.drain_events() == []
+
+
 def test_die_wait_timeout_cancel_and_heartbeat_reconcile() -> None:
     k = Kernel(seed=1)
+    k.holder_events = False  # ACQUIRED and RELEASED: test_holder_events
     a = k.open_session("a", "default", 0).session_id
     b = k.open_session("b", "default", 0).session_id
     la = k.acquire(a, ["MUTATES FILE:/x"], 1, ttl_ms=100).leases[0].lease_id
@@ -203,6 +224,7 @@ def test_die_wait_timeout_cancel_and_heartbeat_reconcile() -> None:
 
 def test_wound_wait_and_session_closed_events() -> None:
     k = Kernel("wound_wait", session_idle_ms=50)
+    k.holder_events = False  # ACQUIRED and RELEASED: test_holder_events
     old = k.open_session("old", "default", 0).session_id
     young = k.open_session("young", "default", 0).session_id
     ly = k.acquire(young, ["MUTATES FILE:/x"], 1).leases[0].lease_id
@@ -222,6 +244,7 @@ def test_wound_wait_and_session_closed_events() -> None:
 def test_detect_names_the_cycle_on_die_and_died() -> None:
     # SPEC rev 5 §6.1: the youngest member of the cycle dies, and both answers name the cycle.
     k = Kernel("detect")
+    k.holder_events = False  # ACQUIRED and RELEASED: test_holder_events
     old = k.open_session("old", "default", 0).session_id
     young = k.open_session("young", "default", 0).session_id
     k.acquire(old, ["MUTATES FILE:/a"], 1)
@@ -234,6 +257,7 @@ def test_detect_names_the_cycle_on_die_and_died() -> None:
     assert k.snapshot(5)["policy"] == "detect"
     # The other way round: the younger waits, the older closes the cycle, the waiter dies.
     k = Kernel("detect")
+    k.holder_events = False
     old = k.open_session("old", "default", 0).session_id
     young = k.open_session("young", "default", 0).session_id
     k.acquire(young, ["MUTATES FILE:/a"], 1)

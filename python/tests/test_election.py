@@ -269,18 +269,73 @@ def test_observe_yields_every_change_in_order(make_klock: MakeKlock) -> None:
     wait_until(lambda: queued(k, a) == 1)
     a.resign()
     t.join(10)
+    # A resign ends the term (None) before the queue's next campaigner is granted (the
+    # kernel's RELEASED, then GRANTED, in one operation).
+    seen.append(next(changes))
     seen.append(next(changes))
     b.resign()
     seen.append(next(changes))
     assert [None if s is None else (s.agent_id, s.term) for s in seen] == [
         None,
         ("a", ta),
+        None,
         ("b", out[0]),
         None,
     ]
-    assert seen[1] is not None and seen[2] is not None and seen[1].since <= seen[2].since
+    assert seen[1] is not None and seen[3] is not None and seen[1].since <= seen[3].since
     k.close()
     assert list(changes) == []  # ends with the Klock
+
+
+def terms(seen: list[klock.Leader | None]) -> list[tuple[str, int] | None]:
+    return [None if s is None else (s.agent_id, s.term) for s in seen]
+
+
+def test_observe_sees_a_term_that_begins_and_ends_between_two_reads(
+    make_klock: MakeKlock,
+) -> None:
+    # On a ManualClock that never advances, a reader of the state would see a's term at no
+    # time: it begins and ends before the next read. The events tell it, in order, with its
+    # fence; and a term in another namespace is not this election's.
+    k = make_klock("detect", clock=klock.ManualClock())
+    watcher = Election(k, "x", agent_id="w", poll=0.01)
+    changes = watcher.observe()
+    assert next(changes) is None
+    a = Election(k, "x", agent_id="a")
+    b = Election(k, "x", agent_id="b")
+    other = Election(k, "x", agent_id="o", namespace="elsewhere")
+    ta = a.campaign()
+    a.resign()
+    other.campaign()
+    tb = b.campaign()
+    seen = [next(changes) for _ in range(3)]
+    assert terms(seen) == [("a", ta), None, ("b", tb)]
+    first = seen[0]
+    assert first is not None and first.since == k.now() and first.expires_at - first.since == 15000
+    b.resign()
+    other.resign()
+    assert next(changes) is None
+    k.close()
+    assert list(changes) == []
+
+
+def test_async_observe_sees_a_term_that_begins_and_ends_between_two_reads(
+    make_klock: MakeKlock,
+) -> None:
+    k = make_klock("detect", clock=klock.ManualClock())
+
+    async def main() -> None:
+        watcher = Election(k, "x", agent_id="w", poll=0.01)
+        changes = watcher.observe_async()
+        assert await changes.__anext__() is None
+        a = Election(k, "x", agent_id="a")
+        ta = await a.campaign_async()
+        await a.resign_async()
+        seen = [await asyncio.wait_for(changes.__anext__(), 10) for _ in range(2)]
+        assert terms(seen) == [("a", ta), None]
+        await changes.aclose()
+
+    asyncio.run(main())
 
 
 def test_async_campaign_observe_and_loss(make_klock: MakeKlock) -> None:

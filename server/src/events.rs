@@ -352,7 +352,7 @@ fn size_of(event: &Event) -> usize {
     use std::mem::size_of;
     let base = size_of::<Held>() + 2 * size_of::<Arc<Held>>() + 64;
     base + match event {
-        Event::Granted { leases, .. } => leases
+        Event::Granted { leases, .. } | Event::Acquired { leases, .. } => leases
             .iter()
             .map(|l| size_of::<klock_core::Lease>() + l.agent_id.len() + l.resource.len())
             .sum(),
@@ -361,6 +361,7 @@ fn size_of(event: &Event) -> usize {
             lost_tickets,
             ..
         } => 8 * (lost_leases.len() + lost_tickets.len()),
+        Event::Released { leases, .. } => 8 * leases.len(),
         _ => 0,
     }
 }

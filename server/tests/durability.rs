@@ -348,6 +348,18 @@ fn the_timer_expires_leases_without_any_client_call() {
                 std::time::Duration::from_secs(5),
             )
             .await;
+        // The grant's ACQUIRED, then the expiry the timer settles.
+        let first = batch.events.first().map(|e| e.event());
+        assert!(matches!(first, Some(Event::Acquired { .. })), "{batch:?}");
+        let after = EventId::parse(&batch.next).unwrap();
+        let batch = engine
+            .events()
+            .wait_after(
+                &Stream::Session(SessionId(1)),
+                after,
+                std::time::Duration::from_secs(5),
+            )
+            .await;
         let first = batch.events.first().map(|e| e.event());
         assert!(
             matches!(first, Some(Event::LeaseExpired { .. })),

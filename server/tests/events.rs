@@ -167,6 +167,10 @@ fn a_namespace_ring_is_freed_when_its_sessions_closed_and_its_events_aged_out() 
         json!({"intents": ["MUTATES FILE:/t"], "ttl_ms": 20}),
     );
     let (_, v) = s.call("GET", "/v1/ns/tmp/watch?wait_ms=5000", &[], "");
+    assert_eq!(v["events"][0]["event"], "ACQUIRED", "{v}");
+    let acquired = v["next"].as_str().unwrap().to_owned();
+    let watch = format!("/v1/ns/tmp/watch?after={acquired}&wait_ms=5000");
+    let (_, v) = s.call("GET", &watch, &[], "");
     assert_eq!(v["events"][0]["event"], "LEASE_EXPIRED", "{v}");
     let close = format!("/v1/ns/tmp/sessions/{}", t.id);
     let token = [("klock-session-token", t.token.as_str())];
@@ -216,6 +220,10 @@ fn after_a_restart_from_a_snapshot_the_watch_keeps_every_session_and_reports_the
         json!({"intents": ["MUTATES FILE:/a"], "ttl_ms": 20}),
     );
     let (_, v) = s.call("GET", "/v1/ns/default/watch?wait_ms=5000", &[], "");
+    assert_eq!(v["events"][0]["event"], "ACQUIRED", "{v}");
+    let acquired = v["next"].as_str().unwrap().to_owned();
+    let watch = format!("/v1/ns/default/watch?after={acquired}&wait_ms=5000");
+    let (_, v) = s.call("GET", &watch, &[], "");
     assert_eq!(v["events"][0]["event"], "LEASE_EXPIRED", "{v}");
     let seen = v["next"].as_str().unwrap().to_owned();
     for _ in 0..4 {

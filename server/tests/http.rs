@@ -733,7 +733,7 @@ fn the_namespace_watch_streams_every_sessions_events_as_sse() {
         .unwrap();
     let mut reader = BufReader::new(stream);
     let (mut kinds, mut line) = (Vec::new(), String::new());
-    while kinds.len() < 2 && reader.read_line(&mut line).unwrap_or(0) > 0 {
+    while kinds.len() < 4 && reader.read_line(&mut line).unwrap_or(0) > 0 {
         if let Some(kind) = line.trim_end().strip_prefix("event: ") {
             kinds.push(kind.to_owned());
         }
@@ -741,7 +741,7 @@ fn the_namespace_watch_streams_every_sessions_events_as_sse() {
     }
     assert_eq!(
         kinds,
-        ["LEASE_EXPIRED", "LEASE_EXPIRED"],
-        "both sessions' expiries"
+        ["ACQUIRED", "ACQUIRED", "LEASE_EXPIRED", "LEASE_EXPIRED"],
+        "both sessions' grants, then their expiries"
     );
 }

@@ -35,8 +35,8 @@ fn a_vector_the_server_does_not_meet_fails() {
             "steps": [
               {"now": 0, "do": "open", "agent": "a", "as": "A"},
               {"now": 0, "do": "open", "agent": "b", "as": "B"},
-              {"now": 1, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED"}},
-              {"now": 2, "do": "acquire", "session": "B", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED"}}
+              {"now": 1, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED", "events": [{"event": "ACQUIRED"}]}},
+              {"now": 2, "do": "acquire", "session": "B", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED", "events": [{"event": "ACQUIRED"}]}}
             ]}"#,
     )
     .unwrap();

@@ -392,9 +392,20 @@ static void closed_sessions(void) {
     uint64_t ticket = v ? v->ticket : 0;
     klock_verdict_free(v);
 
-    /* Closing bob grants alice's ticket: an event, not SESSION_CLOSED. */
+    /* Bob's grant was ACQUIRED; closing bob releases its lease (RELEASED, its id) and grants
+     * alice's ticket: events, not SESSION_CLOSED. */
     EXPECT(KLOCK_OK, klock_session_close(k, b.session_id, NOW + 2));
     klock_event *ev = NULL;
+    EXPECT(KLOCK_OK, klock_kernel_poll_event(k, &ev));
+    CHECK(ev && ev->kind == KLOCK_EVENT_ACQUIRED && ev->session == b.session_id && ev->leases_len == 1 &&
+          ev->leases[0].lease_id == lease);
+    klock_event_free(ev);
+    ev = NULL;
+    EXPECT(KLOCK_OK, klock_kernel_poll_event(k, &ev));
+    CHECK(ev && ev->kind == KLOCK_EVENT_RELEASED && ev->session == b.session_id && ev->released_len == 1 &&
+          ev->released[0] == lease);
+    klock_event_free(ev);
+    ev = NULL;
     EXPECT(KLOCK_OK, klock_kernel_poll_event(k, &ev));
     CHECK(ev && ev->kind == KLOCK_EVENT_GRANTED && ev->ticket == ticket && ev->session == a.session_id);
     klock_event_free(ev);

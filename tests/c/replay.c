@@ -116,7 +116,10 @@ CONVERT(verdict, klock_verdict, "verdict", str(klock_verdict_kind_name(x->kind))
         IF(x->cycle_len > 0, ITEMS(cycle, id))) /* a detect victim's cycle, written only when there is one */
 #define EVENT(k) (x->kind == KLOCK_EVENT_##k)
 CONVERT(event, klock_event, "event", str(klock_event_kind_name(x->kind)), NUM(session),
-        IF(EVENT(GRANTED) || EVENT(WAIT_TIMEOUT) || EVENT(DIED), NUM(ticket)), IF(EVENT(GRANTED), ITEMS(leases, lease)),
+        IF(EVENT(GRANTED) || EVENT(WAIT_TIMEOUT) || EVENT(DIED), NUM(ticket)),
+        IF(EVENT(GRANTED) || EVENT(ACQUIRED), ITEMS(leases, lease)),
+        /* RELEASED's lease ids are `released` in C, `leases` in the kernel's serde names */
+        IF(EVENT(RELEASED), "leases", list(x->released, x->released_len, sizeof *x->released, id)),
         IF(EVENT(DIED) || EVENT(WOUNDED), NUM(retry_after_ms)), IF(EVENT(LEASE_EXPIRED), NUM(lease)),
         IF(EVENT(WOUNDED), NUM(by)), IF(EVENT(WOUNDED), ITEMS(lost_leases, id)),
         IF(EVENT(WOUNDED), ITEMS(lost_tickets, id)),

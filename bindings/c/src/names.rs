@@ -122,6 +122,8 @@ const _: &[klock_event_kind] = in_core_order!(
         KLOCK_EVENT_LEASE_EXPIRED,
         KLOCK_EVENT_WOUNDED,
         KLOCK_EVENT_SESSION_CLOSED,
+        KLOCK_EVENT_ACQUIRED,
+        KLOCK_EVENT_RELEASED,
     ]
 );
 
@@ -341,9 +343,13 @@ mod tests {
             assert_eq!(text(error_name(code.code()).unwrap()), code.name());
         }
         assert!(error_name(0).is_none() && error_name(900).is_none());
+        assert_eq!(text(klock_event_kind_name(7)), "ACQUIRED");
+        assert_eq!(text(klock_event_kind_name(8)), "RELEASED");
+        for unknown in [9, 99, u32::MAX] {
+            assert_eq!(text(klock_event_kind_name(unknown)), "UNKNOWN");
+        }
         for unknown in [7, 99, u32::MAX] {
             assert_eq!(text(klock_predicate_name(unknown)), "UNKNOWN");
-            assert_eq!(text(klock_event_kind_name(unknown)), "UNKNOWN");
             assert_eq!(text(klock_lease_status_name(unknown)), "UNKNOWN");
             assert_eq!(text(klock_close_reason_name(unknown)), "UNKNOWN");
             assert_eq!(text(klock_policy_name(unknown)), "unknown");

@@ -81,6 +81,12 @@ pub enum klock_event_kind {
     KLOCK_EVENT_WOUNDED = 5,
     /// The kernel closed a session on its own: `session`, `close_reason`.
     KLOCK_EVENT_SESSION_CLOSED = 6,
+    /// An acquire was granted at once (its verdict was GRANTED): `session`, `leases` (the
+    /// verdict's).
+    KLOCK_EVENT_ACQUIRED = 7,
+    /// Leases ended by a release, release_all or explicit close: `session`, `released`
+    /// (lease ids, ascending).
+    KLOCK_EVENT_RELEASED = 8,
 }
 
 /// Why the kernel closed a session on its own.
@@ -469,7 +475,7 @@ pub struct klock_event {
     pub session: u64,
     /// GRANTED, WAIT_TIMEOUT, DIED.
     pub ticket: u64,
-    /// GRANTED: the new leases.
+    /// GRANTED and ACQUIRED: the leases.
     pub leases: *const klock_lease,
     pub leases_len: usize,
     /// DIED and WOUNDED (both count as a DIE): how long to back off before retrying
@@ -491,6 +497,10 @@ pub struct klock_event {
     /// victim of, this session first (SPEC.md §6.1); empty (NULL, 0) for any other reason.
     pub cycle: *const u64,
     pub cycle_len: usize,
+    /// RELEASED: the ids of the leases released, ascending (after the older fields, so their
+    /// offsets never move).
+    pub released: *const u64,
+    pub released_len: usize,
 }
 
 impl From<Event> for klock_event {
@@ -511,6 +521,8 @@ impl From<Event> for klock_event {
             close_reason: klock_close_reason::KLOCK_CLOSE_REASON_NONE,
             cycle: ptr::null(),
             cycle_len: 0,
+            released: ptr::null(),
+            released_len: 0,
         };
         match e {
             Event::Granted {
@@ -520,6 +532,19 @@ impl From<Event> for klock_event {
             } => {
                 out.ticket = ticket.0;
                 (out.leases, out.leases_len) = leases(granted);
+            }
+            Event::Acquired {
+                leases: granted, ..
+            } => {
+                out.kind = klock_event_kind::KLOCK_EVENT_ACQUIRED;
+                (out.leases, out.leases_len) = leases(granted);
+            }
+            Event::Released {
+                leases: released, ..
+            } => {
+                out.kind = klock_event_kind::KLOCK_EVENT_RELEASED;
+                let (p, n) = array(released.into_iter().map(|l| l.0).collect());
+                (out.released, out.released_len) = (p.cast_const(), n);
             }
             Event::WaitTimeout { ticket, .. } => {
                 out.kind = klock_event_kind::KLOCK_EVENT_WAIT_TIMEOUT;
@@ -574,6 +599,7 @@ impl Drop for klock_event {
             free_array(self.lost_leases.cast_mut(), self.lost_leases_len);
             free_array(self.lost_tickets.cast_mut(), self.lost_tickets_len);
             free_array(self.cycle.cast_mut(), self.cycle_len);
+            free_array(self.released.cast_mut(), self.released_len);
         }
     }
 }

@@ -192,8 +192,10 @@ export function contractTests(label, api) {
     }
   });
 
-  function kernelWithTwo(config = { seed: 7 }) {
+  /** Two sessions; ACQUIRED and RELEASED off unless `holderEvents` (their own test is below). */
+  function kernelWithTwo(config = { seed: 7 }, holderEvents = false) {
     const k = new Kernel(config);
+    k.setHolderEvents(holderEvents);
     const a = k.openSession('alice', 'default', 0).sessionId;
     const b = k.openSession('bob', 'default', 1).sessionId;
     return { k, a, b };
@@ -328,6 +330,21 @@ export function contractTests(label, api) {
     assert.deepEqual(k.drainEvents(), []);
   });
 
+  test(`${label}: ACQUIRED and RELEASED tell every immediate grant and release, unless turned off`, () => {
+    const { k, a } = kernelWithTwo({ seed: 7 }, true);
+    const g = k.acquire(a, ['MUTATES FILE:/x', 'CONSUMES FILE:/y'], { ttlMs: 1000 }, 10);
+    assert.equal(k.releaseAll(a, 11), 2);
+    assert.equal(k.releaseAll(a, 12), 0); // nothing ended: nothing emitted
+    assert.deepEqual(k.drainEvents(), [
+      { event: 'ACQUIRED', session: a, leases: g.leases },
+      { event: 'RELEASED', session: a, leases: g.leases.map((l) => l.leaseId) },
+    ]);
+    k.setHolderEvents(false);
+    const l = k.acquire(a, ['MUTATES FILE:/x'], null, 13).leases[0];
+    assert.equal(k.release(a, l.leaseId, 14), true);
+    assert.deepEqual(k.drainEvents(), []);
+  });
+
   test(`${label}: heartbeat, reconcile, releaseAll, expiry events, nextDeadline, advance`, () => {
     const { k, a, b } = kernelWithTwo();
     const [l1, l2] = k.acquire(a, ['MUTATES FILE:/x', 'MUTATES FILE:/y'], { ttlMs: 100 }, 10).leases;
@@ -405,6 +422,7 @@ export function contractTests(label, api) {
 
   test(`${label}: sessions: digest, suspend, resume, close, idle close event`, () => {
     const k = new Kernel({ sessionIdleMs: 1000, seed: 1 });
+    k.setHolderEvents(false);
     const s = k.openSession('alice', 'tenant', 0);
     assert.deepEqual(Object.keys(s), ['sessionId', 'agentId', 'namespace', 'priority', 'epoch']);
     assert.equal(s.namespace, 'tenant');
@@ -439,6 +457,7 @@ export function contractTests(label, api) {
 
   test(`${label}: wound_wait emits WOUNDED with lost leases and tickets and the kernel's retryAfterMs`, () => {
     const k = new Kernel({ policy: 'wound_wait', seed: 2, backoffBaseMs: 100, backoffCapMs: 10_000 });
+    k.setHolderEvents(false);
     const old = k.openSession('old', 'default', 0).sessionId;
     const young = k.openSession('young', 'default', 1).sessionId;
     const [l] = k.acquire(young, ['MUTATES FILE:/x'], null, 2).leases;
@@ -462,6 +481,7 @@ export function contractTests(label, api) {
     ]);
     // The same seed and calls give the same backoff (the kernel's seeded generator).
     const again = new Kernel({ policy: 'wound_wait', seed: 2, backoffBaseMs: 100, backoffCapMs: 10_000 });
+    again.setHolderEvents(false);
     again.openSession('old', 'default', 0);
     again.openSession('young', 'default', 1);
     again.acquire(young, ['MUTATES FILE:/x'], null, 2);

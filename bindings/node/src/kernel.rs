@@ -415,6 +415,17 @@ impl Kernel {
         })
     }
 
+    /// Whether ACQUIRED and RELEASED are emitted (default `true`, SPEC.md §9): a host that
+    /// reads them nowhere may turn them off, which keeps an uncontended acquire and release
+    /// free of their cost (the friendly Klock does while no election observes).
+    #[napi]
+    pub fn set_holder_events(&mut self, env: Env, on: bool) -> Result<()> {
+        self.call(&env, |k| {
+            k.set_holder_events(on);
+            Ok(())
+        })
+    }
+
     /// The next queued event, oldest first; `null` when drained.
     #[napi(ts_return_type = "Event | null")]
     pub fn poll_event(&mut self, env: Env) -> Result<Option<EventJs>> {

@@ -168,6 +168,17 @@ pub enum Event {
         #[napi(ts_type = "'IDLE'")]
         reason: String,
     },
+    /// An acquire was granted at once: the verdict's leases (SPEC.md §9).
+    Acquired {
+        session: f64,
+        leases: Vec<Lease>,
+    },
+    /// Leases ended by their holder (`release`, `releaseAll`, `closeSession`), by id,
+    /// ascending (SPEC.md §9).
+    Released {
+        session: f64,
+        leases: Vec<f64>,
+    },
 }
 
 unsafe fn number(env: sys::napi_env, x: u64) -> Result<sys::napi_value> {
@@ -295,6 +306,24 @@ impl ToNapiValue for EventJs {
                         number(env, ticket.0)?,
                         number(env, session.0)?,
                         Vec::to_napi_value(env, lease_list(leases))?,
+                    ],
+                ),
+                E::Acquired { session, leases } => shapes::call(
+                    env,
+                    Shape::EventSessionLeases,
+                    &[
+                        kind,
+                        number(env, session.0)?,
+                        Vec::to_napi_value(env, lease_list(leases))?,
+                    ],
+                ),
+                E::Released { session, leases } => shapes::call(
+                    env,
+                    Shape::EventSessionLeases,
+                    &[
+                        kind,
+                        number(env, session.0)?,
+                        ids(leases.iter().map(|l| l.0).collect())?,
                     ],
                 ),
                 E::WaitTimeout { ticket, session } => shapes::call(

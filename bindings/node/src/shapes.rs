@@ -39,6 +39,7 @@ const SOURCE: &str = concat!(
     (event, session, reason) => ({ event, session, reason }),
     (retryAfterMs, heldBy, cycle) => ({ verdict: 'DIE', retryAfterMs, heldBy, cycle }),
     (event, ticket, session, retryAfterMs, cycle) => ({ event, ticket, session, retryAfterMs, cycle }),
+    (event, session, leases) => ({ event, session, leases }),
   ];
 })"#
 );
@@ -62,9 +63,11 @@ pub enum Shape {
     /// is present only then (docs/SPEC.md §6.1), so the common objects keep their shape.
     DieInCycle,
     EventDiedInCycle,
+    /// ACQUIRED (`leases`: lease objects) and RELEASED (`leases`: lease ids).
+    EventSessionLeases,
 }
 
-const COUNT: usize = Shape::EventDiedInCycle as usize + 1;
+const COUNT: usize = Shape::EventSessionLeases as usize + 1;
 
 /// What the module keeps per JS environment.
 pub struct Shapes {

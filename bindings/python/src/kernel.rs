@@ -449,6 +449,19 @@ impl PyKernel {
         Ok(self.lock()?.pending_events())
     }
 
+    /// Whether ACQUIRED and RELEASED are emitted (default ``True``, SPEC.md §9): a host that
+    /// reads them nowhere may turn them off, which keeps an uncontended acquire and release
+    /// free of their cost (the friendly Klock does while no election observes).
+    #[getter]
+    fn holder_events(&self) -> PyResult<bool> {
+        Ok(self.lock()?.holder_events())
+    }
+    #[setter]
+    fn set_holder_events(&self, on: bool) -> PyResult<()> {
+        self.lock()?.set_holder_events(on);
+        Ok(())
+    }
+
     /// Holders and queue of one resource node, and the holders covering it.
     fn resource_state<'py>(
         &self,

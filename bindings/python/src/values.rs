@@ -245,7 +245,8 @@ pub struct PyEvent(pub Event);
 
 #[pymethods]
 impl PyEvent {
-    /// `GRANTED`, `WAIT_TIMEOUT`, `DIED`, `LEASE_EXPIRED`, `WOUNDED` or `SESSION_CLOSED`.
+    /// `GRANTED`, `ACQUIRED`, `RELEASED`, `WAIT_TIMEOUT`, `DIED`, `LEASE_EXPIRED`, `WOUNDED` or
+    /// `SESSION_CLOSED`.
     #[getter]
     fn event(&self) -> &'static str {
         self.0.name()
@@ -265,11 +266,15 @@ impl PyEvent {
             _ => None,
         }
     }
-    /// GRANTED: the leases, one per distinct intent of the ticket.
+    /// GRANTED and ACQUIRED: the leases (`Lease`), one per distinct intent of the request;
+    /// RELEASED: the ids of the leases released, ascending.
     #[getter]
     fn leases<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
         match &self.0 {
-            Event::Granted { leases, .. } => leases_list(py, leases).map(Some),
+            Event::Granted { leases, .. } | Event::Acquired { leases, .. } => {
+                leases_list(py, leases).map(Some)
+            }
+            Event::Released { leases, .. } => PyList::new(py, leases.iter().map(|l| l.0)).map(Some),
             _ => Ok(None),
         }
     }
@@ -337,6 +342,14 @@ impl PyEvent {
             Event::Granted { ticket, leases, .. } => {
                 let ids: Vec<u64> = leases.iter().map(|l| l.lease_id.0).collect();
                 format!("ticket={ticket}, leases={ids:?}")
+            }
+            Event::Acquired { leases, .. } => {
+                let ids: Vec<u64> = leases.iter().map(|l| l.lease_id.0).collect();
+                format!("leases={ids:?}")
+            }
+            Event::Released { leases, .. } => {
+                let ids: Vec<u64> = leases.iter().map(|l| l.0).collect();
+                format!("leases={ids:?}")
             }
             Event::WaitTimeout { ticket, .. } => format!("ticket={ticket}"),
             Event::Died {

@@ -66,7 +66,7 @@ struct Lists {
     /// `[name, code]` pairs in the core's (numeric) order.
     error_codes: Vec<(&'static str, u32)>,
     predicates: Vec<&'static str>,
-    event_kinds: [&'static str; 6],
+    event_kinds: [&'static str; Event::KINDS.len()],
     max_manifest_intents: usize,
     max_name_bytes: usize,
     max_resource_bytes: usize,
@@ -402,6 +402,14 @@ impl WasmKernel {
     pub fn drain_events(&self) -> JsValue {
         let events: Vec<Event> = std::iter::from_fn(|| self.kernel().poll_event()).collect();
         to_js(&events)
+    }
+
+    /// Whether ACQUIRED and RELEASED are emitted (default `true`, SPEC.md §9): a host that
+    /// reads them nowhere may turn them off, which keeps an uncontended acquire and release
+    /// free of their cost.
+    #[wasm_bindgen(js_name = setHolderEvents)]
+    pub fn set_holder_events(&self, on: bool) {
+        self.kernel().set_holder_events(on);
     }
 
     #[wasm_bindgen(js_name = pendingEvents)]

@@ -84,6 +84,7 @@ impl Cycling {
             }
             other => panic!("benchmark acquire was not granted: {other:?}"),
         }
+        fixtures::drain(kernel);
     }
 
     /// Allocation calls per pair, after 2 × [`ENDED_MEMORY_PER_SESSION`] pairs.

@@ -526,6 +526,8 @@ impl Sim<'_> {
                     let fresh = self.open(agent);
                     self.agents[agent].session = fresh;
                 }
+                // The agent's own immediate grants and releases: its verdicts said so already.
+                Event::Acquired { .. } | Event::Released { .. } => {}
             }
         }
     }

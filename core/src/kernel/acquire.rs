@@ -132,9 +132,7 @@ impl Kernel {
             .map(|i| (i.node, i.predicate));
         let found = self.find_blockers(session, queued, TicketId(u64::MAX));
         if found.is_empty() {
-            return Ok(Verdict::Granted {
-                leases: self.grant(session, &ticket_intents, request.ttl_ms),
-            });
+            return Ok(self.grant_at_once(session, &ticket_intents, request.ttl_ms));
         }
         self.count_contention(request.namespace, &found);
         Ok(self.decide(session, &request, ticket_intents, &found))
@@ -312,9 +310,7 @@ impl Kernel {
                 .map(|i| (i.node, i.predicate));
             let blockers = self.find_blockers(session, queued, TicketId(u64::MAX));
             if blockers.is_empty() {
-                return Verdict::Granted {
-                    leases: self.grant(session, &intents, request.ttl_ms),
-                };
+                return self.grant_at_once(session, &intents, request.ttl_ms);
             }
             again = Some(blockers);
         }
@@ -344,9 +340,7 @@ impl Kernel {
             self.wound(victim, session, via_lease);
         }
         let verdict = if all_younger {
-            Verdict::Granted {
-                leases: self.grant(session, &intents, request.ttl_ms),
-            }
+            self.grant_at_once(session, &intents, request.ttl_ms)
         } else {
             let (ttl_ms, timeout) = (request.ttl_ms, request.wait_timeout_ms);
             self.wait(session, intents, ttl_ms, timeout, found, |b| b < priority)

@@ -1,5 +1,5 @@
 //! Lease upkeep (docs/SPEC.md §7, §9, §12): heartbeat, release, release_all, reconcile,
-//! cancel_wait.
+//! cancel_wait. A release that ends leases emits RELEASED, listing them (docs/SPEC.md §9).
 //!
 //! Contract: ownership is checked before anything else; another namespace's leases and
 //! tickets do not exist for a session (`UNKNOWN_*`), another session's in the same namespace
@@ -7,7 +7,9 @@
 
 use super::{Kernel, LeaseEnd, LeaseRecord};
 use crate::error::{Error, ErrorCode};
-use crate::types::{HeartbeatOutcome, LeaseId, LeaseSelection, LeaseStatus, SessionId, TicketId};
+use crate::types::{
+    Event, HeartbeatOutcome, LeaseId, LeaseSelection, LeaseStatus, SessionId, TicketId,
+};
 use alloc::{format, vec::Vec};
 
 /// Where a lease id stands from the point of view of one session.
@@ -19,6 +21,14 @@ enum Standing {
 }
 
 impl Kernel {
+    /// RELEASED for the leases a release, release_all or close ended, if any (and if the host
+    /// did not turn holder events off).
+    pub(super) fn emit_released(&mut self, session: SessionId, leases: Vec<LeaseId>) {
+        if self.holder_events && !leases.is_empty() {
+            self.events.push_back(Event::Released { session, leases });
+        }
+    }
+
     fn standing(&self, session: SessionId, id: LeaseId) -> Standing {
         // The ended leases are looked up only for an id that is not active.
         let (owner, ended) = match self.leases.get(&id) {
@@ -98,6 +108,9 @@ impl Kernel {
                 // Ending it records the session's activity at this instant, as `touch` does.
                 Standing::Owned => {
                     k.end_lease(lease, LeaseEnd::Released);
+                    if k.holder_events {
+                        k.emit_released(session, alloc::vec![lease]);
+                    }
                     true
                 }
                 Standing::OwnedEnded(_) => {
@@ -132,10 +145,12 @@ impl Kernel {
             for &id in &ids {
                 k.end_lease(id, LeaseEnd::Released);
             }
+            let count = ids.len();
+            k.emit_released(session, ids);
             k.touch(session);
             k.after_frees();
             k.end_unit_if_done(session);
-            Ok(ids.len())
+            Ok(count)
         })
     }
 

@@ -209,6 +209,8 @@ pub struct Kernel {
     ended_tickets: Map<TicketId, SessionId>,
     deadlines: Deadlines,
     events: VecDeque<Event>,
+    /// Whether ACQUIRED and RELEASED are emitted ([`Kernel::set_holder_events`]).
+    holder_events: bool,
     /// Nodes whose holders or queue shrank during the current operation: grant candidates
     /// are looked up around them, and they are pruned when the operation ends.
     freed: Vec<NodeId>,
@@ -279,6 +281,7 @@ impl Kernel {
             ended_tickets: Map::default(),
             deadlines: Deadlines::default(),
             events: VecDeque::new(),
+            holder_events: true,
             freed: Vec::new(),
             touched: Vec::new(),
             orphaned: Vec::new(),
@@ -310,6 +313,19 @@ impl Kernel {
     /// How many events wait to be polled.
     pub fn pending_events(&self) -> usize {
         self.events.len()
+    }
+
+    /// Whether ACQUIRED and RELEASED are emitted (default `true`, docs/SPEC.md §9). A host
+    /// that reads them nowhere may turn them off to keep an uncontended acquire and release
+    /// free of their cost (docs/SPEC.md §13.8); every other event is unchanged. A host
+    /// setting, not state: clones keep it, an exported state does not carry it.
+    pub fn set_holder_events(&mut self, on: bool) {
+        self.holder_events = on;
+    }
+
+    /// Whether ACQUIRED and RELEASED are emitted (see [`Kernel::set_holder_events`]).
+    pub fn holder_events(&self) -> bool {
+        self.holder_events
     }
 
     /// Runs `work` as one operation at `now`: settle time, do the work, retire emptied nodes.

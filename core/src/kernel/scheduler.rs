@@ -21,7 +21,7 @@ use crate::config::Policy;
 use crate::deadlines::DeadlineKind;
 use crate::predicate::Predicate;
 use crate::tree::{HeldEntry, NodeId, QueuedEntry, Relation, Want};
-use crate::types::{Blocker, Event, Intent, Lease, LeaseId, SessionId, TicketId};
+use crate::types::{Blocker, Event, Intent, Lease, LeaseId, SessionId, TicketId, Verdict};
 use alloc::{collections::BTreeSet, string::String, vec::Vec};
 use core::ops::ControlFlow;
 use smallvec::SmallVec;
@@ -450,6 +450,25 @@ impl Kernel {
                 .map(|(id, _)| self.lease_view_of(id, &self.leases[&id], agent_id)),
         );
         leases
+    }
+
+    /// Grants a request at once (the GRANTED verdict of an acquire) and emits ACQUIRED with
+    /// the same leases (docs/SPEC.md §9; unless the host turned them off), at the moment of the grant: after the wounds or the
+    /// victim's DIED that made room, before any grant those enable for other tickets.
+    pub(super) fn grant_at_once(
+        &mut self,
+        session: SessionId,
+        intents: &[TicketIntent],
+        ttl_ms: u64,
+    ) -> Verdict {
+        let leases = self.grant(session, intents, ttl_ms);
+        if self.holder_events {
+            self.events.push_back(Event::Acquired {
+                session,
+                leases: leases.clone(),
+            });
+        }
+        Verdict::Granted { leases }
     }
 
     /// The lease `session` holds on exactly `node` with `predicate`, if any.

@@ -125,8 +125,9 @@ impl Kernel {
         }
     }
 
-    /// Closes a session: releases every lease, cancels every wait (the grants this unblocks
-    /// are emitted as events; no SESSION_CLOSED is emitted for an explicit close).
+    /// Closes a session: releases every lease (one RELEASED event lists them), cancels every
+    /// wait (the grants this unblocks are emitted as events; no SESSION_CLOSED is emitted for
+    /// an explicit close).
     ///
     /// # Errors
     /// `UNKNOWN_SESSION`.
@@ -146,9 +147,11 @@ impl Kernel {
         }
         let mut leases: Vec<_> = self.sessions[&id].leases.iter().copied().collect();
         leases.sort_unstable();
-        for lease in leases {
+        for &lease in &leases {
             self.end_lease(lease, LeaseEnd::Released);
         }
+        // An idle close never has leases, so only an explicit close emits RELEASED.
+        self.emit_released(id, leases);
         let session = self.sessions.remove(&id).expect("live session");
         if let Some(at) = session.idle_deadline {
             self.deadlines.remove(at, DeadlineKind::IdleClose, id.0);

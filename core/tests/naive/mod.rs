@@ -529,6 +529,16 @@ impl Model {
         true
     }
 
+    /// SPEC §9: a GRANTED verdict, and ACQUIRED with the same leases.
+    fn grant_at_once(&mut self, session: u64, intents: &[MIntent], ttl: u64) -> Verdict {
+        let leases = self.grant(session, intents, ttl);
+        self.events.push_back(Event::Acquired {
+            session: SessionId(session),
+            leases: leases.clone(),
+        });
+        Verdict::Granted { leases }
+    }
+
     fn grant(&mut self, session: u64, intents: &[MIntent], ttl: u64) -> Vec<Lease> {
         let mut ids = Vec::new();
         for i in intents {
@@ -680,13 +690,25 @@ impl Model {
         }
     }
 
+    /// SPEC §9: RELEASED lists the leases a release, release_all or close ended, if any.
+    fn emit_released(&mut self, session: u64, ids: Vec<u64>) {
+        if !ids.is_empty() {
+            self.events.push_back(Event::Released {
+                session: SessionId(session),
+                leases: ids.into_iter().map(LeaseId).collect(),
+            });
+        }
+    }
+
     fn remove_session(&mut self, id: u64) {
         for t in self.waiting_tickets_of(id) {
             self.withdraw(t);
         }
-        for l in self.active_leases_of(id) {
+        let released = self.active_leases_of(id);
+        for &l in &released {
             self.end_lease(l, LState::Released);
         }
+        self.emit_released(id, released);
         self.leases.retain(|l| l.session != id);
         self.tickets.retain(|t| t.session != id);
         self.sessions.retain(|s| s.id != id);
@@ -977,9 +999,7 @@ impl Model {
             .collect();
         let (found, blocked) = self.blockers(sid, &new, u64::MAX);
         if found.is_empty() {
-            return Ok(Verdict::Granted {
-                leases: self.grant(sid, &intents, ttl),
-            });
+            return Ok(self.grant_at_once(sid, &intents, ttl));
         }
         for r in blocked {
             let key = (s.ns.clone(), r);
@@ -1015,9 +1035,7 @@ impl Model {
                     self.wound(victim, sid, via_lease);
                 }
                 let v = if all_younger {
-                    Verdict::Granted {
-                        leases: self.grant(sid, &intents, ttl),
-                    }
+                    self.grant_at_once(sid, &intents, ttl)
                 } else {
                     let held_by = self.describe(
                         &found
@@ -1067,9 +1085,7 @@ impl Model {
             .collect();
         loop {
             if found.is_empty() {
-                return Verdict::Granted {
-                    leases: self.grant(sid, &intents, ttl),
-                };
+                return self.grant_at_once(sid, &intents, ttl);
             }
             let Some(cycle) = self.find_cycle(sid, &found) else {
                 let held_by = self.describe(&found.iter().collect::<Vec<_>>());
@@ -1259,6 +1275,7 @@ impl Model {
         let released = match self.standing(sid, lease.0) {
             Some(Ok(LState::Active)) => {
                 self.end_lease(lease.0, LState::Released);
+                self.emit_released(sid, vec![lease.0]);
                 true
             }
             Some(Ok(_)) => false,
@@ -1290,10 +1307,12 @@ impl Model {
         for &l in &ids {
             self.end_lease(l, LState::Released);
         }
+        let count = ids.len();
+        self.emit_released(sid, ids);
         self.touch(sid);
         self.grant_pass();
         self.maybe_end_unit(sid);
-        Ok(ids.len())
+        Ok(count)
     }
 
     pub fn reconcile(
