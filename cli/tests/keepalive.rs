@@ -82,9 +82,11 @@ fn concurrent_requests_of_one_client_take_their_own_connections() {
     let client = tcp_client(s.port());
     block_on(async {
         let (session, lease) = holding(&client, "FILE:/concurrent").await;
-        // A long poll in flight (no event comes), and heartbeats beside it: they do not wait
-        // behind it, and its answer is not mixed with theirs.
-        let poll = session.events(None, Duration::from_secs(5));
+        // A long poll in flight (no event comes: it asks after the grant's ACQUIRED), and
+        // heartbeats beside it: they do not wait behind it, and its answer is not mixed with
+        // theirs.
+        let granted = session.events(None, Duration::ZERO).await.unwrap();
+        let poll = session.events(Some(&granted.next), Duration::from_secs(5));
         tokio::pin!(poll);
         let beats = async {
             for _ in 0..5 {
