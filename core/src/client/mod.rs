@@ -9,8 +9,10 @@
 //!   backoff and ask again, ask again at once, or fail with `Died` or `Timeout`).
 //! - [`Ledger`]: which nested lease blocks hold which leases, which leases a block's exit
 //!   releases, and when each block's next heartbeat is due.
+//! - [`failover`]: which server a remote call asks next, when it pauses, and when it gives up.
 
 mod acquire;
+pub mod failover;
 mod ledger;
 
 pub use acquire::{Acquisition, Failure, Next, Setback, TimedOut};

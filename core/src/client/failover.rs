@@ -1,0 +1,415 @@
+//! Which server a remote client asks, and when it gives up: the attempts of one call over the
+//! nodes of a cluster (or over one server, a cluster of one).
+//!
+//! Contract (docs/SPEC.md §13.7, "Clients that fail over"):
+//! - [`Servers`] is a client's list of server URLs, by position (the host keeps the URLs), and
+//!   the node it prefers: the last one that answered. A call starts there. Any node serves any
+//!   request (a follower proxies writes to the leader, and a session's token is valid on every
+//!   node), so the client remembers the node that works rather than who leads.
+//! - [`Attempts`] is one call's attempts, bounded by a budget counted from its start
+//!   ([`Servers::call`]). [`Attempts::after`] answers each attempt's [`Outcome`] with [`Next`]:
+//!   - answered: [`Next::Done`], and that node is preferred from now on;
+//!   - unreachable, or a 503 (a node without a leader, or stopping): the next node at once,
+//!     until every node was tried in this round; then a pause (the server's `Retry-After` when
+//!     a 503 sent one, else the backoff: 50 ms, doubling to 1 s) and a new round from the node
+//!     after;
+//!   - a 429 (the node refused before doing anything: rate or wait limits): the same node
+//!     after its `Retry-After`, else the backoff (another node would count against the same
+//!     token's limits, and proxy to the same leader);
+//!   - a pause that would end past the budget gives up ([`Next::GiveUp`]), saying whether the
+//!     servers were out of reach or busy; nothing ever waits past the budget.
+//! - *A server known down*: once a call gave up unreachable, later calls try every node once,
+//!   without pauses, until one answers (closing many sessions on a dead cluster must not cost
+//!   a budget each). A call made with [`Servers::call_once`] (a best-effort call: a close, a
+//!   cancel) also tries each node once.
+//! - It reads no clock and does no I/O: every time is the host's monotonic `now` in
+//!   milliseconds. The host sends the requests, bounds each attempt
+//!   ([`Attempts::attempt_limit_ms`]) and words the errors.
+
+/// The first pause after a round of failed attempts; it doubles up to [`BACKOFF_MAX_MS`].
+pub const BACKOFF_FIRST_MS: u64 = 50;
+/// The longest pause the backoff reaches.
+pub const BACKOFF_MAX_MS: u64 = 1_000;
+/// The least time an attempt is given, even at the end of its budget (a request cannot be
+/// answered in no time).
+pub const ATTEMPT_FLOOR_MS: u64 = 50;
+
+/// A client's servers (module contract).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Servers {
+    count: usize,
+    preferred: usize,
+    down: bool,
+}
+
+/// Why a list of servers cannot be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoServers;
+
+impl Servers {
+    /// A client of `count` servers, preferring the first.
+    ///
+    /// # Errors
+    /// [`NoServers`] for an empty list.
+    pub fn new(count: usize) -> Result<Servers, NoServers> {
+        if count == 0 {
+            return Err(NoServers);
+        }
+        Ok(Servers {
+            count,
+            preferred: 0,
+            down: false,
+        })
+    }
+
+    /// How many servers.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The node a call starts with: the last that answered.
+    pub fn preferred(&self) -> usize {
+        self.preferred
+    }
+
+    /// Whether the last call gave up unreachable and none answered since.
+    pub fn down(&self) -> bool {
+        self.down
+    }
+
+    /// A call started at `now_ms` with `budget_ms` to get an answer.
+    pub fn call(&self, now_ms: u64, budget_ms: u64) -> Attempts {
+        self.attempts(now_ms, budget_ms, self.down)
+    }
+
+    /// A best-effort call: every node once, without pauses, within `budget_ms`.
+    pub fn call_once(&self, now_ms: u64, budget_ms: u64) -> Attempts {
+        self.attempts(now_ms, budget_ms, true)
+    }
+
+    fn attempts(&self, now_ms: u64, budget_ms: u64, one_round: bool) -> Attempts {
+        Attempts {
+            node: self.preferred,
+            ends_ms: now_ms.saturating_add(budget_ms),
+            pause_ms: BACKOFF_FIRST_MS,
+            failed_in_round: 0,
+            one_round,
+        }
+    }
+}
+
+/// How one attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The node answered (any answer but 429 and 503: a refusal is an answer).
+    Answered,
+    /// No answer: nothing listens, the connection broke, or the attempt's time ran out.
+    Unreachable,
+    /// A 503: the node has no leader, or is stopping; `retry_after_ms` from its `Retry-After`.
+    Unavailable {
+        /// The server's `Retry-After`, in milliseconds, if it sent one.
+        retry_after_ms: Option<u64>,
+    },
+    /// A 429: the node refused before it did anything.
+    Busy {
+        /// The server's `Retry-After`, in milliseconds, if it sent one.
+        retry_after_ms: Option<u64>,
+    },
+}
+
+/// What the host does after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The call is answered.
+    Done,
+    /// Send the request again, to node `node`, after `after_ms` (0: at once).
+    Retry {
+        /// The node's position in the client's list.
+        node: usize,
+        /// How long to wait first, on the host's clock.
+        after_ms: u64,
+    },
+    /// Stop: the budget cannot cover another attempt.
+    GiveUp(GaveUp),
+}
+
+/// Why a call gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GaveUp {
+    /// The last attempt found no node that could answer (unreachable, or 503).
+    Unreachable,
+    /// The last attempt was refused with a 429: the host raises the server's own error.
+    Busy,
+}
+
+/// One call's attempts (module contract).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempts {
+    node: usize,
+    ends_ms: u64,
+    pause_ms: u64,
+    /// Nodes that failed since the round began (a round: every node once).
+    failed_in_round: usize,
+    /// Give up after one round, without pauses.
+    one_round: bool,
+}
+
+impl Attempts {
+    /// The node the next attempt goes to.
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// When the budget ends, on the host's clock.
+    pub fn ends_ms(&self) -> u64 {
+        self.ends_ms
+    }
+
+    /// How long the attempt sent at `now_ms` may take: the host's own per-request limit, cut
+    /// to what is left of the budget (but never below [`ATTEMPT_FLOOR_MS`]).
+    pub fn attempt_limit_ms(&self, now_ms: u64, request_limit_ms: u64) -> u64 {
+        let left = self.ends_ms.saturating_sub(now_ms).max(ATTEMPT_FLOOR_MS);
+        left.min(request_limit_ms)
+    }
+
+    /// What to do after the attempt to [`Attempts::node`] ended with `outcome` at `now_ms`.
+    pub fn after(&mut self, servers: &mut Servers, outcome: Outcome, now_ms: u64) -> Next {
+        let (server_pause, gave_up) = match outcome {
+            Outcome::Answered => {
+                servers.preferred = self.node;
+                servers.down = false;
+                return Next::Done;
+            }
+            Outcome::Busy { retry_after_ms } => {
+                // The same node again: the pause is the whole answer to a busy node.
+                return self.pause(retry_after_ms, now_ms, GaveUp::Busy, servers);
+            }
+            Outcome::Unreachable => (None, GaveUp::Unreachable),
+            Outcome::Unavailable { retry_after_ms } => (retry_after_ms, GaveUp::Unreachable),
+        };
+        self.failed_in_round += 1;
+        self.node = (self.node + 1) % servers.count;
+        if self.failed_in_round < servers.count {
+            // An untried node of this round: at once, while the budget lasts.
+            if now_ms >= self.ends_ms {
+                return self.give_up(gave_up, servers);
+            }
+            return Next::Retry {
+                node: self.node,
+                after_ms: 0,
+            };
+        }
+        self.failed_in_round = 0;
+        self.pause(server_pause, now_ms, gave_up, servers)
+    }
+
+    /// A pause before the next attempt (the server's, else the backoff), if the budget
+    /// covers it.
+    fn pause(
+        &mut self,
+        server_pause: Option<u64>,
+        now_ms: u64,
+        gave_up: GaveUp,
+        servers: &mut Servers,
+    ) -> Next {
+        let pause = server_pause.unwrap_or(self.pause_ms);
+        if self.one_round || now_ms.saturating_add(pause) > self.ends_ms {
+            return self.give_up(gave_up, servers);
+        }
+        self.pause_ms = (self.pause_ms * 2).min(BACKOFF_MAX_MS);
+        Next::Retry {
+            node: self.node,
+            after_ms: pause,
+        }
+    }
+
+    fn give_up(&self, gave_up: GaveUp, servers: &mut Servers) -> Next {
+        if gave_up == GaveUp::Unreachable {
+            servers.down = true;
+        }
+        Next::GiveUp(gave_up)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    const UNAVAILABLE: Outcome = Outcome::Unavailable {
+        retry_after_ms: None,
+    };
+
+    fn retry(node: usize, after_ms: u64) -> Next {
+        Next::Retry { node, after_ms }
+    }
+
+    #[test]
+    fn an_empty_list_is_refused() {
+        assert_eq!(Servers::new(0), Err(NoServers));
+    }
+
+    #[test]
+    fn a_call_starts_at_the_node_that_last_answered() {
+        let mut servers = Servers::new(3).unwrap();
+        let mut call = servers.call(0, 10_000);
+        assert_eq!(call.node(), 0);
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 1),
+            retry(1, 0)
+        );
+        assert_eq!(call.after(&mut servers, Outcome::Answered, 2), Next::Done);
+        assert_eq!(servers.preferred(), 1);
+        assert_eq!(servers.call(3, 10_000).node(), 1);
+    }
+
+    #[test]
+    fn every_node_is_tried_at_once_then_the_backoff_doubles_to_its_cap() {
+        let mut servers = Servers::new(3).unwrap();
+        let mut call = servers.call(0, 60_000);
+        let mut pauses = Vec::new();
+        for _ in 0..24 {
+            match call.after(&mut servers, Outcome::Unreachable, 0) {
+                Next::Retry { after_ms: 0, .. } => {}
+                Next::Retry { after_ms, .. } => pauses.push(after_ms),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1_000, 1_000, 1_000]);
+    }
+
+    #[test]
+    fn a_round_after_a_pause_starts_at_the_next_node() {
+        let mut servers = Servers::new(2).unwrap();
+        let mut call = servers.call(0, 60_000);
+        assert_eq!(call.after(&mut servers, UNAVAILABLE, 0), retry(1, 0));
+        assert_eq!(call.after(&mut servers, UNAVAILABLE, 0), retry(0, 50));
+        assert_eq!(call.after(&mut servers, UNAVAILABLE, 50), retry(1, 0));
+    }
+
+    #[test]
+    fn a_503_retry_after_sets_the_pause_after_a_round() {
+        let mut servers = Servers::new(1).unwrap();
+        let mut call = servers.call(0, 60_000);
+        let no_leader = Outcome::Unavailable {
+            retry_after_ms: Some(1_000),
+        };
+        assert_eq!(call.after(&mut servers, no_leader, 0), retry(0, 1_000));
+    }
+
+    #[test]
+    fn a_429_stays_on_its_node_and_gives_up_busy() {
+        let mut servers = Servers::new(3).unwrap();
+        let mut call = servers.call(0, 1_500);
+        let busy = Outcome::Busy {
+            retry_after_ms: Some(1_000),
+        };
+        assert_eq!(call.after(&mut servers, busy, 0), retry(0, 1_000));
+        assert_eq!(
+            call.after(&mut servers, busy, 1_000),
+            Next::GiveUp(GaveUp::Busy)
+        );
+        assert!(!servers.down(), "a busy server answered");
+        let backoff = Outcome::Busy {
+            retry_after_ms: None,
+        };
+        let mut call = servers.call(0, 1_500);
+        assert_eq!(call.after(&mut servers, backoff, 0), retry(0, 50));
+    }
+
+    #[test]
+    fn nothing_waits_past_the_budget() {
+        let mut servers = Servers::new(2).unwrap();
+        let mut call = servers.call(100, 120);
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 110),
+            retry(1, 0)
+        );
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 180),
+            Next::GiveUp(GaveUp::Unreachable)
+        );
+        // An untried node is not tried once the budget is spent.
+        let mut call = servers.call_once(0, 100);
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 100),
+            Next::GiveUp(GaveUp::Unreachable)
+        );
+    }
+
+    #[test]
+    fn once_down_a_call_tries_each_node_once_until_one_answers() {
+        let mut servers = Servers::new(2).unwrap();
+        let mut call = servers.call(0, 100);
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 0),
+            retry(1, 0)
+        );
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 0),
+            retry(0, 50)
+        );
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 60),
+            retry(1, 0)
+        );
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 60),
+            Next::GiveUp(GaveUp::Unreachable)
+        );
+        assert!(servers.down());
+        let mut call = servers.call(1_000, 60_000);
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 1_000),
+            retry(1, 0)
+        );
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 1_000),
+            Next::GiveUp(GaveUp::Unreachable)
+        );
+        let mut call = servers.call(2_000, 60_000);
+        assert_eq!(
+            call.after(&mut servers, Outcome::Answered, 2_000),
+            Next::Done
+        );
+        assert!(!servers.down());
+        let mut call = servers.call(3_000, 60_000);
+        call.after(&mut servers, Outcome::Unreachable, 3_000);
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 3_000),
+            retry(0, 50),
+            "an answer ends the down state: pauses again"
+        );
+    }
+
+    #[test]
+    fn a_best_effort_call_tries_each_node_once() {
+        let mut servers = Servers::new(3).unwrap();
+        let mut call = servers.call_once(0, 10_000);
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 0),
+            retry(1, 0)
+        );
+        assert_eq!(call.after(&mut servers, UNAVAILABLE, 0), retry(2, 0));
+        assert_eq!(
+            call.after(&mut servers, Outcome::Unreachable, 0),
+            Next::GiveUp(GaveUp::Unreachable)
+        );
+    }
+
+    #[test]
+    fn an_attempt_gets_what_is_left_of_the_budget_within_the_request_limit() {
+        let servers = Servers::new(1).unwrap();
+        let call = servers.call(1_000, 30_000);
+        assert_eq!(call.ends_ms(), 31_000);
+        assert_eq!(call.attempt_limit_ms(1_000, 10_000), 10_000);
+        assert_eq!(call.attempt_limit_ms(25_000, 10_000), 6_000);
+        assert_eq!(call.attempt_limit_ms(31_000, 10_000), ATTEMPT_FLOOR_MS);
+        assert_eq!(call.attempt_limit_ms(40_000, 10_000), ATTEMPT_FLOOR_MS);
+        assert_eq!(
+            servers.call(u64::MAX - 5, 100).ends_ms(),
+            u64::MAX,
+            "no overflow"
+        );
+    }
+}
