@@ -8,23 +8,25 @@
 //! the node's status). Run `add`, `voters` and `remove` against the leader. Any refusal is an
 //! error carrying the node's message.
 
-use klock_raft::peer::Peer;
+use klock_raft::peer::{Peer, PeerAccess};
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub const HELP: &str = "\
-usage: klock cluster init   --node URL --cluster-secret-file FILE
-       klock cluster status --node URL --cluster-secret-file FILE
-       klock cluster add    --node URL --cluster-secret-file FILE --id N --url URL
-       klock cluster voters --node URL --cluster-secret-file FILE --ids N,N,...
-       klock cluster remove --node URL --cluster-secret-file FILE --id N
+usage: klock cluster init   --node URL --cluster-secret-file FILE [--ca FILE]
+       klock cluster status --node URL --cluster-secret-file FILE [--ca FILE]
+       klock cluster add    --node URL --cluster-secret-file FILE [--ca FILE] --id N --url URL
+       klock cluster voters --node URL --cluster-secret-file FILE [--ca FILE] --ids N,N,...
+       klock cluster remove --node URL --cluster-secret-file FILE [--ca FILE] --id N
 
 Manages a cluster of `klock serve --node-id` nodes through the node at URL (its /raft routes,
 with the cluster secret). init: the nodes of its --cluster-peers become the first voters (once,
 on one node). status: its Raft state, leader, term, indexes and members. add: a learner
 (against the leader); voters: exactly these nodes vote (against the leader); remove: the voters
-without N.
+without N. An https:// node's certificate is checked against --ca FILE (or $KLOCK_CA): the
+CA certificates (PEM) that signed the nodes' certificates.
 
 Example: three nodes started with --node-id 1, 2, 3 and the same --cluster-peers:
   klock cluster init --node http://127.0.0.1:7301 --cluster-secret-file cluster.secret
@@ -46,6 +48,7 @@ struct Parsed {
     action: String,
     node: String,
     secret_file: String,
+    ca: Option<String>,
     id: Option<u64>,
     url: Option<String>,
     ids: Option<BTreeSet<u64>>,
@@ -62,6 +65,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
         ));
     }
     let (mut node, mut secret_file, mut id, mut url, mut ids) = (None, None, None, None, None);
+    let mut ca = None;
     let mut i = 1;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -72,6 +76,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
         match flag {
             "--node" => node = Some(value),
             "--cluster-secret-file" => secret_file = Some(value),
+            "--ca" => ca = Some(value),
             "--id" => id = Some(node_id(&value)?),
             "--url" => url = Some(value),
             "--ids" => {
@@ -96,6 +101,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
     Ok(Parsed {
         node: node.ok_or_else(|| needs("--node URL"))?,
         secret_file: secret_file.ok_or_else(|| needs("--cluster-secret-file FILE"))?,
+        ca,
         action,
         id,
         url,
@@ -117,13 +123,22 @@ async fn request(parsed: Parsed) -> Result<String, String> {
         action,
         node,
         secret_file,
+        ca,
         id,
         url,
         ids,
     } = parsed;
     let secret = std::fs::read_to_string(&secret_file)
         .map_err(|e| format!("cannot read the cluster secret file {secret_file}: {e}"))?;
-    let peer = Peer::new(&node, Arc::from(secret.trim()))?;
+    // $KLOCK_CA, as for the client tools, when the node is https:// and --ca is not given.
+    let ca = ca.or_else(|| {
+        node.starts_with("https://")
+            .then(|| std::env::var("KLOCK_CA").ok())
+            .flatten()
+            .filter(|v| !v.is_empty())
+    });
+    let access = PeerAccess::new(Arc::from(secret.trim()), ca.as_deref().map(Path::new))?;
+    let peer = Peer::new(&node, &access)?;
     let (status, body) = match action.as_str() {
         "init" => peer.post("/raft/init", None, b"{}".to_vec(), TIMEOUT).await,
         "status" => peer.get("/raft/status", TIMEOUT).await,

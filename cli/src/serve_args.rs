@@ -8,6 +8,7 @@
 
 use klock_core::{Config, Policy};
 use klock_raft::node::ClusterConfig;
+use klock_raft::peer::PeerAccess;
 use klock_server::logging::{self, LogFormat};
 use klock_server::serve::{Cluster, ServeConfig};
 use klock_server::{api, dashboard, history};
@@ -29,7 +30,7 @@ usage: klock serve [--config FILE] [--listen ADDR:PORT | --socket PATH] [--data 
                    [--max-requests-per-connection N] [--max-request-ids N]
                    [--max-batch-items N] [--accept-log-loss]
                    [--log-level FILTER] [--log-format text|json]
-                   [--node-id N --cluster-peers ID=URL,... --cluster-secret-file FILE]
+                   [--node-id N --cluster-peers ID=URL,... --cluster-secret-file FILE [--cluster-ca FILE]]
 
 Serves the Klock kernel over HTTP (/v1, OpenAPI at /v1/openapi.json). Nothing is answered
 before it is in the log on disk; a restarted server resumes where its log ends.
@@ -91,6 +92,10 @@ before it is in the log on disk; a restarted server resumes where its log ends.
                        http://HOST:PORT (this node's is where it listens), and a file holding
                        the secret the nodes share (not a client token). Needs --data (the
                        node's Raft log); a new cluster is started by `klock cluster init`.
+                       An https://HOST:PORT node serves TLS (--tls-cert, --tls-key, its
+                       certificate naming HOST)
+  --cluster-ca FILE    the CA certificates (PEM) that signed the https:// peers' certificates:
+                       the only ones this node trusts when it calls a peer
   --accept-log-loss    start from a data file whose log is missing or is another file's
                        (refused otherwise): the history after its last snapshot is lost,
                        but fences and server time still never go back
@@ -196,6 +201,7 @@ struct Read {
     node_id: Option<u64>,
     peers: Option<BTreeMap<u64, String>>,
     secret_file: Option<PathBuf>,
+    cluster_ca: Option<PathBuf>,
 }
 
 /// Reads each flag and its value (checking the value alone).
@@ -215,6 +221,7 @@ fn read_flags(args: &[String]) -> Result<Read, String> {
         node_id,
         peers,
         secret_file,
+        cluster_ca,
     } = &mut read;
     let mut i = 0;
     while i < args.len() {
@@ -368,6 +375,10 @@ fn read_flags(args: &[String]) -> Result<Read, String> {
                 *secret_file = Some(PathBuf::from(value()?));
                 i += 2;
             }
+            "--cluster-ca" => {
+                *cluster_ca = Some(PathBuf::from(value()?));
+                i += 2;
+            }
             "--log-level" => {
                 let v = value()?;
                 logging::check_filter(v)?;
@@ -400,6 +411,7 @@ fn finish(read: Read) -> Result<ServeConfig, String> {
         node_id,
         peers,
         secret_file,
+        cluster_ca,
     } = read;
     out.config
         .validate()
@@ -449,7 +461,7 @@ fn finish(read: Read) -> Result<ServeConfig, String> {
         (None, None) => None,
         _ => return Err(String::from("--tls-cert and --tls-key go together")),
     };
-    out.cluster = cluster(&out, node_id, peers, secret_file)?;
+    out.cluster = cluster(&out, node_id, peers, secret_file, cluster_ca)?;
     if !out.listen.ip().is_loopback() {
         if out.tokens.is_none() {
             return Err(format!(
@@ -494,8 +506,14 @@ fn cluster(
     node_id: Option<u64>,
     peers: Option<BTreeMap<u64, String>>,
     secret_file: Option<PathBuf>,
+    ca: Option<PathBuf>,
 ) -> Result<Option<Arc<dyn Cluster>>, String> {
     let (id, peers, secret_file) = match (node_id, peers, secret_file) {
+        (None, None, None) if ca.is_some() => {
+            return Err(String::from(
+                "--cluster-ca is for a cluster node (--node-id ...)",
+            ))
+        }
         (None, None, None) => return Ok(None),
         (Some(id), Some(peers), Some(file)) => (id, peers, file),
         _ => {
@@ -513,9 +531,30 @@ fn cluster(
             "a cluster node keeps its leader's time: it does not take --clock manual",
         ));
     }
-    if out.socket.is_some() || out.tls.is_some() {
+    if out.socket.is_some() {
         return Err(String::from(
-            "a cluster node serves plain HTTP on TCP for now (no --socket, no --tls-cert)",
+            "a cluster node listens on TCP, where its peers reach it: it does not take --socket",
+        ));
+    }
+    // The node's own URL says how its peers reach it: TLS exactly when it serves TLS. (A node
+    // missing from the peers is refused by name below, by `ClusterConfig::new`.)
+    let own = peers.get(&id).map_or("", String::as_str);
+    match (own.starts_with("https://"), out.tls.is_some()) {
+        (true, false) => {
+            return Err(format!(
+                "node {id} is {own} in --cluster-peers: an https:// node serves TLS, give --tls-cert and --tls-key"
+            ))
+        }
+        (false, true) if !own.is_empty() => {
+            return Err(format!(
+                "node {id} serves TLS (--tls-cert) but is {own} in --cluster-peers: make it https://"
+            ))
+        }
+        _ => {}
+    }
+    if ca.is_some() && !peers.values().any(|url| url.starts_with("https://")) {
+        return Err(String::from(
+            "--cluster-ca is the CA of https:// peers, and --cluster-peers names none",
         ));
     }
     let secret = std::fs::read_to_string(&secret_file).map_err(|e| {
@@ -531,7 +570,8 @@ fn cluster(
             secret_file.display()
         ));
     }
-    let mut config = ClusterConfig::new(id, peers, Arc::from(secret), data)?;
+    let access = PeerAccess::new(Arc::from(secret), ca.as_deref())?;
+    let mut config = ClusterConfig::new(id, peers, access, data)?;
     config.snapshot_every = out.snapshot_every;
     Ok(Some(Arc::new(config)))
 }

@@ -630,7 +630,7 @@ fn cluster_flags_that_do_not_go_together_are_refused_by_name() {
             "--data",
             data,
         ],
-        "CLUSTER_TLS_UNSUPPORTED",
+        "give --tls-cert",
     );
     refused(
         &[

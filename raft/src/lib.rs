@@ -19,8 +19,7 @@
 //! - [`node`]: a cluster node (`klock serve --node-id`): the Raft node on the server's
 //!   applier, the proposer it gives the engine, and the leader's clock.
 //!
-//! Not yet here: linearizable reads, clients that fail over, TLS between nodes (see
-//! raft/README.md).
+//! Not yet here: a read-index path for reads (see raft/README.md).
 
 pub mod log_store;
 pub mod network;

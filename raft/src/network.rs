@@ -11,7 +11,7 @@
 //!   secret, or answers something undecodable is `Unreachable` (openraft backs off and
 //!   retries); a Raft error the target answers is a network error naming it.
 
-use crate::peer::Peer;
+use crate::peer::{Peer, PeerAccess};
 use crate::state_machine::Snapshot;
 use crate::types::{KlockRaft, Vote};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -24,7 +24,6 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::io::Cursor;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The header carrying a snapshot's vote and metadata (JSON of [`SnapshotHead`]).
@@ -39,13 +38,13 @@ pub struct SnapshotHead {
 
 /// Makes a client per target (openraft asks for one per replication stream).
 pub struct Network {
-    secret: Arc<str>,
+    access: PeerAccess,
 }
 
 impl Network {
-    /// The network of a node whose requests carry `secret`.
-    pub fn new(secret: Arc<str>) -> Network {
-        Network { secret }
+    /// The network of a node whose requests show and trust `access`.
+    pub fn new(access: PeerAccess) -> Network {
+        Network { access }
     }
 }
 
@@ -54,7 +53,7 @@ impl RaftNetworkFactory<KlockRaft> for Network {
 
     async fn new_client(&mut self, _target: u64, node: &NodeInfo) -> PeerNetwork {
         PeerNetwork {
-            peer: Peer::new(&node.raft_addr, Arc::clone(&self.secret)),
+            peer: Peer::new(&node.raft_addr, &self.access),
         }
     }
 }

@@ -22,7 +22,7 @@
 
 use crate::log_store::{open_file, LogStore};
 use crate::network::Network;
-use crate::peer::Peer;
+use crate::peer::{Peer, PeerAccess};
 use crate::state_machine::StateMachine;
 use crate::types::{KlockRaft, Proposal};
 use futures_util::future::BoxFuture;
@@ -58,10 +58,11 @@ const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct ClusterConfig {
     /// This node's id (a key of `peers`).
     pub id: u64,
-    /// Every node's id and address (`http://HOST:PORT`: its API and its `/raft/*` routes).
+    /// Every node's id and address (`http://HOST:PORT` or `https://HOST:PORT`: its API and
+    /// its `/raft/*` routes).
     pub peers: BTreeMap<u64, String>,
-    /// The cluster secret (never shown).
-    pub secret: Arc<str>,
+    /// The cluster secret (never shown) and the CA bundle trusted for `https://` peers.
+    pub access: PeerAccess,
     /// The Raft log file (`--data`).
     pub data: PathBuf,
     /// Raft's timing: heartbeat and election timeouts, in ms.
@@ -87,11 +88,12 @@ impl ClusterConfig {
     /// election timeout 400-800 ms) and a snapshot every 10,000 entries.
     ///
     /// # Errors
-    /// `id` is not one of `peers`, or a peer's address is not `http://HOST:PORT`.
+    /// `id` is not one of `peers`, a peer's address is not `http://HOST:PORT` or
+    /// `https://HOST:PORT`, or an `https://` one while `access` trusts no CA bundle.
     pub fn new(
         id: u64,
         peers: BTreeMap<u64, String>,
-        secret: Arc<str>,
+        access: PeerAccess,
         data: PathBuf,
     ) -> Result<ClusterConfig, String> {
         if !peers.contains_key(&id) {
@@ -100,12 +102,12 @@ impl ClusterConfig {
             ));
         }
         for url in peers.values() {
-            Peer::new(url, Arc::clone(&secret))?;
+            Peer::new(url, &access)?;
         }
         Ok(ClusterConfig {
             id,
             peers,
-            secret,
+            access,
             data,
             heartbeat_ms: 100,
             election_ms: (400, 800),
@@ -160,7 +162,7 @@ async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
     let raft = RaftNode::new(
         config.id,
         Arc::new(raft_config),
-        Network::new(Arc::clone(&config.secret)),
+        Network::new(config.access.clone()),
         LogStore::new(log),
         sm,
     )
@@ -170,7 +172,7 @@ async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
         me: me.clone(),
         raft: raft.clone(),
         id: config.id,
-        secret: Arc::clone(&config.secret),
+        access: config.access.clone(),
         leaders: Mutex::new(BTreeMap::new()),
         state,
         anchor: Arc::new(Mutex::new(None)),
@@ -180,7 +182,7 @@ async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
     let routes = crate::routes::router(
         raft,
         Arc::clone(&replicator),
-        &config.secret,
+        config.access.secret(),
         config.peers.clone(),
     );
     Ok((replicator, routes))
@@ -199,7 +201,7 @@ pub struct Replicator {
     me: std::sync::Weak<Replicator>,
     raft: RaftNode,
     id: u64,
-    secret: Arc<str>,
+    access: PeerAccess,
     /// The connections to the leaders this node forwarded to, with the address each was
     /// made for (an address in the membership replaces an older one).
     leaders: Mutex<BTreeMap<u64, (String, Arc<Peer>)>>,
@@ -346,7 +348,7 @@ impl Replicator {
                 return Ok(Arc::clone(peer));
             }
         }
-        let peer = Arc::new(Peer::new(&url, Arc::clone(&self.secret)).map_err(unavailable)?);
+        let peer = Arc::new(Peer::new(&url, &self.access).map_err(unavailable)?);
         leaders.insert(leader, (url, Arc::clone(&peer)));
         Ok(peer)
     }

@@ -2,55 +2,131 @@
 //! `/raft/*` routes.
 //!
 //! Contract:
-//! - A [`Peer`] is one peer's address (`http://HOST:PORT`; `https` is refused by name: TLS
-//!   between nodes is not built yet) and one keep-alive HTTP/1.1 connection to it, opened on
-//!   the first request and again after a failure. Requests to one peer take turns on it.
+//! - A [`Peer`] is one peer's address (`http://HOST:PORT`, or `https://HOST:PORT`: TLS, the
+//!   peer's certificate checked against the CA bundle of [`PeerAccess`] for the name `HOST`)
+//!   and one keep-alive HTTP/1.1 connection to it, opened on the first request and again
+//!   after a failure. Requests to one peer take turns on it. An `https://` peer without a CA
+//!   bundle to trust is refused by name when the peer is made, never reached unchecked.
 //! - Every request carries the cluster secret in [`SECRET_HEADER`] and a JSON body; it gives
-//!   up after its timeout. The answer is its status and body; a transport failure, a timeout
-//!   or a refused secret (401) is an error naming the peer.
+//!   up after its timeout. The answer is its status and body; a transport failure, a timeout,
+//!   a certificate the handshake refuses, or a refused secret (401) is an error naming the
+//!   peer.
 
 use axum::body::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::StatusCode;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::{pem::PemObject as _, CertificateDer, ServerName};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
+use tokio_rustls::TlsConnector;
 
 /// The header a node's request carries the cluster secret in.
 pub const SECRET_HEADER: &str = "klock-cluster-secret";
+
+/// What a node (or `klock cluster`) shows and trusts when it calls a peer: the cluster
+/// secret, and the CA bundle that signed the certificates of `https://` peers.
+#[derive(Clone)]
+pub struct PeerAccess {
+    secret: Arc<str>,
+    tls: Option<TlsConnector>,
+}
+
+impl PeerAccess {
+    /// Access with `secret`, trusting the PEM certificates in `ca` (if given) for `https://`
+    /// peers.
+    ///
+    /// # Errors
+    /// `ca` cannot be read, or holds no PEM certificate.
+    pub fn new(secret: Arc<str>, ca: Option<&Path>) -> Result<PeerAccess, String> {
+        let tls = ca.map(connector).transpose()?;
+        Ok(PeerAccess { secret, tls })
+    }
+
+    /// The cluster secret.
+    pub fn secret(&self) -> &Arc<str> {
+        &self.secret
+    }
+}
+
+/// A TLS connector trusting only the PEM certificates in `ca`.
+fn connector(ca: &Path) -> Result<TlsConnector, String> {
+    let bad = |why: String| format!("BAD_CLUSTER_CA: {}: {why}", ca.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))? {
+        roots
+            .add(cert.map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad(String::from("no PEM certificate in it")));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// How a peer is reached.
+enum Link {
+    Plain,
+    /// TLS, checking the certificate for `name`.
+    Tls {
+        connector: TlsConnector,
+        name: ServerName<'static>,
+    },
+}
 
 /// One peer and the connection to it (module contract).
 pub struct Peer {
     /// `HOST:PORT`.
     addr: String,
+    link: Link,
     secret: Arc<str>,
     conn: Mutex<Option<SendRequest<Full<Bytes>>>>,
 }
 
 impl Peer {
-    /// The peer at `url` (`http://HOST:PORT`, with no path).
+    /// The peer at `url` (`http://HOST:PORT` or `https://HOST:PORT`, with no path).
     ///
     /// # Errors
-    /// An address that is not `http://HOST:PORT`.
-    pub fn new(url: &str, secret: Arc<str>) -> Result<Peer, String> {
-        let addr = match url.strip_prefix("http://") {
-            Some(addr) => addr.trim_end_matches('/'),
-            None if url.starts_with("https://") => {
-                return Err(format!(
-                    "CLUSTER_TLS_UNSUPPORTED: {url}: the nodes of a cluster talk plain HTTP for \
-                     now (keep them on a private network or loopback)"
-                ))
-            }
-            None => return Err(format!("BAD_PEER: {url} is not http://HOST:PORT")),
+    /// An address that is neither, or an `https://` one while `access` trusts no CA bundle.
+    pub fn new(url: &str, access: &PeerAccess) -> Result<Peer, String> {
+        let bad = || format!("BAD_PEER: {url} is not http://HOST:PORT or https://HOST:PORT");
+        let (tls, addr) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(addr), _) => (false, addr.trim_end_matches('/')),
+            (_, Some(addr)) => (true, addr.trim_end_matches('/')),
+            _ => return Err(bad()),
         };
         if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
-            return Err(format!("BAD_PEER: {url} is not http://HOST:PORT"));
+            return Err(bad());
         }
+        let link = if tls {
+            let Some(connector) = access.tls.clone() else {
+                return Err(format!(
+                    "CLUSTER_CA_MISSING: {url} is https://: give the CA bundle that signed the \
+                     nodes' certificates (klock serve --cluster-ca FILE, klock cluster --ca FILE)"
+                ));
+            };
+            let host = addr[..addr.rfind(':').unwrap_or(addr.len())]
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|e| format!("BAD_PEER: {url}: {host:?} is not a server name: {e}"))?;
+            Link::Tls { connector, name }
+        } else {
+            Link::Plain
+        };
         Ok(Peer {
             addr: addr.to_owned(),
-            secret,
+            link,
+            secret: Arc::clone(&access.secret),
             conn: Mutex::new(None),
         })
     }
@@ -150,14 +226,30 @@ impl Peer {
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
         let _ = tcp.set_nodelay(true);
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        // Drives the connection until either side closes it; a failure shows as the next
-        // request's error, which reconnects.
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(sender)
+        match &self.link {
+            Link::Plain => handshake(tcp).await,
+            Link::Tls { connector, name } => {
+                let tls = connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| format!("TLS with the peer failed: {e}"))?;
+                handshake(tls).await
+            }
+        }
     }
+}
+
+/// HTTP/1.1 over `io`, driven by a task of its own until either side closes it (a failure
+/// shows as the next request's error, which reconnects).
+async fn handshake<I>(io: I) -> Result<SendRequest<Full<Bytes>>, String>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
 }
