@@ -5,7 +5,8 @@
 //! `init` makes the nodes of that node's `--cluster-peers` the first voters; `add --id N --url
 //! URL` adds a learner (it catches up, by snapshot if it must), then `voters --ids 1,2,3`
 //! makes exactly those nodes the voters (`remove --id N` is `voters` without N, computed from
-//! the node's status). Run `add`, `voters` and `remove` against the leader. Any refusal is an
+//! the node's status). `add`, `voters` and `remove` sent to a follower are passed on to the
+//! leader it knows (with none known, refused: ask again after the election). Any refusal is an
 //! error carrying the node's message.
 
 use klock_raft::peer::{Peer, PeerAccess};
@@ -23,9 +24,9 @@ usage: klock cluster init   --node URL --cluster-secret-file FILE [--ca FILE]
 
 Manages a cluster of `klock serve --node-id` nodes through the node at URL (its /raft routes,
 with the cluster secret). init: the nodes of its --cluster-peers become the first voters (once,
-on one node). status: its Raft state, leader, term, indexes and members. add: a learner
-(against the leader); voters: exactly these nodes vote (against the leader); remove: the voters
-without N. An https:// node's certificate is checked against --ca FILE (or $KLOCK_CA): the
+on one node). status: its Raft state, leader, term, indexes and members. add: a learner;
+voters: exactly these nodes vote; remove: the voters without N (a follower passes add, voters
+and remove on to its leader). An https:// node's certificate is checked against --ca FILE (or $KLOCK_CA): the
 CA certificates (PEM) that signed the nodes' certificates.
 
 Example: three nodes started with --node-id 1, 2, 3 and the same --cluster-peers:

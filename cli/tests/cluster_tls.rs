@@ -1,6 +1,7 @@
 //! A three-process loopback cluster whose nodes talk TLS (`https://` peers, `--tls-cert`,
 //! `--cluster-ca`): it elects a leader over TLS, a client's writes through a follower are
-//! proxied to the leader over TLS, and a node's certificate is checked: `klock cluster` with
+//! proxied to the leader over TLS, as is a membership change sent to a follower, and a node's
+//! certificate is checked: `klock cluster` with
 //! the wrong CA is refused naming the certificate, and without a CA is refused naming the
 //! flag. The TLS cluster flags' refusals are checked by name.
 //!
@@ -156,8 +157,42 @@ fn a_cluster_over_tls_elects_replicates_proxies_and_checks_certificates() {
     let status = nodes.status((leader - 1) as usize).unwrap();
     assert_eq!(status["voters"], serde_json::json!([1, 2, 3]), "{status}");
 
-    // A client's writes through a follower: the follower proxies them to the leader, over TLS.
+    // A membership change sent to a follower is passed on to the leader (over TLS) and
+    // answered as the leader answers it.
     let follower = (0..3).find(|i| *i as u64 != leader - 1).unwrap();
+    let mut voters = vec!["voters", "--ids", "1,2,3"];
+    let (node, secret, ca) = (
+        nodes.urls[follower].as_str(),
+        nodes.secret(),
+        nodes.cert.to_str().unwrap().to_owned(),
+    );
+    voters.extend([
+        "--node",
+        node,
+        "--cluster-secret-file",
+        secret.to_str().unwrap(),
+    ]);
+    voters.extend(["--ca", &ca]);
+    let started = Instant::now();
+    let passed_on = loop {
+        let out = klock(&[&["cluster"], &voters[..]].concat());
+        // A leader just elected may still be committing the first membership: asked again.
+        if out.status.success()
+            || !text(&out.stderr).contains("undergoing a configuration change")
+            || started.elapsed() > WAIT
+        {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        passed_on.status.success() && text(&passed_on.stdout).contains("log_index"),
+        "voters through follower {}: {}",
+        follower + 1,
+        text(&passed_on.stderr)
+    );
+
+    // A client's writes through a follower: the follower proxies them to the leader, over TLS.
     let root = nodes.dir.path().to_str().unwrap();
     let exec = klock(&[
         "exec",

@@ -25,6 +25,7 @@ use crate::network::Network;
 use crate::peer::{Peer, PeerAccess};
 use crate::state_machine::StateMachine;
 use crate::types::{KlockRaft, Proposal};
+use axum::body::Bytes;
 use futures_util::future::BoxFuture;
 use klock_server::applier::Applier;
 use klock_server::engine::{self, Answers, Clock, EngineError, Replicate, Reply, Submission};
@@ -47,6 +48,10 @@ type LeaderId = CommittedLeaderIdOf<KlockRaft>;
 /// How long a follower waits for its leader's answer to forwarded submissions (a held
 /// acquire is answered at once: holding is the handler's, never the engine's).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a follower waits for its leader's answer to a membership change it passed on (a
+/// learner's catch-up is part of adding it).
+const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a follower waits to apply what its leader answered before answering anyway (the
 /// entries are committed: only a read through this node right after could miss them).
@@ -353,6 +358,24 @@ impl Replicator {
         Ok(peer)
     }
 
+    /// Passes a membership change (`path`, `body`) on to the leader `leader`, marked as passed
+    /// on; the leader's status and body.
+    ///
+    /// # Errors
+    /// The leader is unknown to the membership or does not answer in time.
+    pub async fn pass_on(
+        &self,
+        leader: u64,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(hyper::StatusCode, Bytes), String> {
+        let peer = self.leader_peer(leader).map_err(message)?;
+        let passed_on = Some((crate::routes::PASSED_ON_HEADER, String::from("1")));
+        peer.post(path, passed_on, body.to_vec(), MEMBERSHIP_TIMEOUT)
+            .await
+            .map_err(|e| format!("the leader (node {leader}) did not answer: {e}"))
+    }
+
     /// Sends `submissions` to the leader `leader`, then waits to apply their entries here.
     async fn forward(&self, leader: u64, submissions: Vec<Submission>) -> Answers {
         let peer = self.leader_peer(leader)?;
@@ -387,14 +410,18 @@ impl Replicator {
 
 /// The wire form of [`Answers`] (`/raft/propose`): errors as their messages.
 pub fn wire(answers: Answers) -> Result<Vec<Result<Reply, String>>, String> {
-    let message = |e: EngineError| match e {
-        EngineError::Stopped => String::from("the leader is stopping"),
-        EngineError::Clock(m) => m.to_owned(),
-        EngineError::Unavailable(m) => m,
-    };
     answers
         .map(|all| all.into_iter().map(|a| a.map_err(message)).collect())
         .map_err(message)
+}
+
+/// An engine error as the message a peer or an operator reads.
+fn message(e: EngineError) -> String {
+    match e {
+        EngineError::Stopped => String::from("the leader is stopping"),
+        EngineError::Clock(m) => m.to_owned(),
+        EngineError::Unavailable(m) => m,
+    }
 }
 
 fn unavailable(message: String) -> EngineError {

@@ -11,8 +11,10 @@
 //!   local Raft's `Result`. `propose` takes a follower's submissions: stamped and written only
 //!   if this node is the anchored leader ([`crate::node::Replicator::propose_as_leader`]),
 //!   never forwarded again. `init` makes the configured peers the first voters; `status` is
-//!   the Raft metrics; `add-learner` and `change-membership` change the membership (on the
-//!   leader).
+//!   the Raft metrics; `add-learner` and `change-membership` change the membership: a
+//!   follower passes either to the leader it knows, once (a request passed on carries
+//!   [`PASSED_ON_HEADER`] and is never passed on again), and returns the leader's answer; with
+//!   no leader known it is refused (409 `MEMBERSHIP_REFUSED`, "forward to the leader").
 
 use crate::network::{SnapshotHead, SNAPSHOT_HEADER};
 use crate::node::{wire, ClusterConfig, RaftNode, Replicator};
@@ -35,6 +37,9 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::sync::Arc;
+
+/// The header of a membership change a follower passed on to its leader.
+pub const PASSED_ON_HEADER: &str = "klock-passed-on";
 
 /// The largest body of an RPC: a batch of appended entries, a vote, submissions.
 pub const MAX_RPC_BYTES: usize = 64 << 20;
@@ -206,18 +211,54 @@ struct Learner {
     url: String,
 }
 
-async fn add_learner(State(node): State<Node>, body: Bytes) -> Response {
+async fn add_learner(State(node): State<Node>, headers: HeaderMap, body: Bytes) -> Response {
     let learner = match decode::<Learner>(&body) {
         Ok(learner) => learner,
         Err(e) => return bad_request(e),
     };
-    match node
+    let written = node
         .raft
         .add_learner(learner.id, ClusterConfig::node(&learner.url), true)
-        .await
-    {
-        Ok(written) => Json(json!({"log_index": written.log_id.index})).into_response(),
-        Err(e) => error(StatusCode::CONFLICT, "MEMBERSHIP_REFUSED", e.to_string()),
+        .await;
+    membership_answer(&node, &headers, "/raft/add-learner", body, written).await
+}
+
+/// The answer to a membership change: its log index, or (a follower that knows its leader,
+/// for a request not passed on already) the leader's answer to the same request, or the
+/// refusal (module contract).
+async fn membership_answer<E>(
+    node: &Node,
+    headers: &HeaderMap,
+    path: &str,
+    body: Bytes,
+    written: Result<
+        openraft::raft::ClientWriteResponse<KlockRaft>,
+        openraft::error::RaftError<KlockRaft, E>,
+    >,
+) -> Response
+where
+    E: std::fmt::Debug
+        + std::fmt::Display
+        + openraft::TryAsRef<openraft::error::ForwardToLeader<KlockRaft>>,
+{
+    let e = match written {
+        Ok(written) => return Json(json!({"log_index": written.log_id.index})).into_response(),
+        Err(e) => e,
+    };
+    let leader = e.forward_to_leader().and_then(|f| f.leader_id);
+    match leader {
+        Some(leader) if !headers.contains_key(PASSED_ON_HEADER) => {
+            match node.replicator.pass_on(leader, path, body).await {
+                Ok((status, answer)) => (
+                    status,
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    answer,
+                )
+                    .into_response(),
+                Err(why) => error(StatusCode::SERVICE_UNAVAILABLE, "MEMBERSHIP_REFUSED", why),
+            }
+        }
+        _ => error(StatusCode::CONFLICT, "MEMBERSHIP_REFUSED", e.to_string()),
     }
 }
 
@@ -227,13 +268,11 @@ struct Voters {
     voters: BTreeSet<u64>,
 }
 
-async fn change_membership(State(node): State<Node>, body: Bytes) -> Response {
+async fn change_membership(State(node): State<Node>, headers: HeaderMap, body: Bytes) -> Response {
     let voters = match decode::<Voters>(&body) {
         Ok(voters) => voters.voters,
         Err(e) => return bad_request(e),
     };
-    match node.raft.change_membership(voters, false).await {
-        Ok(written) => Json(json!({"log_index": written.log_id.index})).into_response(),
-        Err(e) => error(StatusCode::CONFLICT, "MEMBERSHIP_REFUSED", e.to_string()),
-    }
+    let written = node.raft.change_membership(voters, false).await;
+    membership_answer(&node, &headers, "/raft/change-membership", body, written).await
 }
