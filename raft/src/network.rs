@@ -17,7 +17,8 @@ use crate::types::{KlockRaft, Vote};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{AnyError, NodeInfo, OptionalSend, RaftNetworkV2};
 use serde::de::DeserializeOwned;
@@ -152,6 +153,23 @@ impl RaftNetworkV2<KlockRaft> for PeerNetwork {
         option: RPCOption,
     ) -> Rpc<VoteResponse<KlockRaft>> {
         self.rpc("/raft/pre-vote", &rpc, &option).await
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<KlockRaft>,
+        option: RPCOption,
+    ) -> Rpc<TransferLeaderResponse<KlockRaft>> {
+        let body = serde_json::to_vec(&rpc)
+            .map_err(|e| RPCError::Unreachable(unreachable(e.to_string())))?;
+        self.call::<_, openraft::error::Fatal<KlockRaft>>(
+            "/raft/transfer-leader",
+            None,
+            body,
+            option.soft_ttl(),
+        )
+        .await
+        .map_err(Failure::into_rpc)
     }
 
     async fn full_snapshot(

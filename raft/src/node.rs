@@ -19,6 +19,10 @@
 //!   the leader (`/raft/propose`); the answers are given once this node has applied their
 //!   entries too (so a read through it right after sees its own write). With no leader known,
 //!   or a leader that does not answer, the answer is `Unavailable` (503, retry).
+//! - Leaving (`Replicate::leave`, when the server stops on SIGTERM or Ctrl-C): a leader
+//!   hands its leadership to the voter with the most of the log and waits (3 s at most) for
+//!   another node to lead, so the cluster does not wait out an election timeout; then the
+//!   Raft node stops. Every answer given was committed already: leaving loses nothing.
 
 use crate::log_store::{open_file, LogStore};
 use crate::network::Network;
@@ -428,6 +432,66 @@ fn unavailable(message: String) -> EngineError {
     EngineError::Unavailable(message)
 }
 
+/// How long a leaving leader waits for the peer it hands leadership to to take it.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl Replicator {
+    /// The voter other than this node that has the most of the log (`None`: no other voter),
+    /// while this node leads.
+    fn successor(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        if metrics.current_leader != Some(self.id) {
+            return None;
+        }
+        let matched = metrics.replication.as_ref();
+        metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .filter(|id| *id != self.id)
+            .max_by_key(|id| {
+                matched
+                    .and_then(|m| m.get(id).cloned().flatten())
+                    .map(|log| log.index)
+            })
+    }
+
+    /// Leaving (module contract): a leader hands its leadership to its best-caught-up voter and
+    /// waits (a bounded time) until another node leads, so the cluster does not wait out an
+    /// election timeout; then the Raft node stops (its log is flushed and closed).
+    async fn hand_over_and_stop(&self) {
+        if let Some(successor) = self.successor() {
+            match self.raft.trigger().transfer_leader(successor).await {
+                Ok(()) => {
+                    let me = self.id;
+                    let taken = self
+                        .raft
+                        .wait(Some(HANDOVER_TIMEOUT))
+                        .metrics(
+                            move |m| m.current_leader.is_some_and(|l| l != me),
+                            "another node leads",
+                        )
+                        .await;
+                    match taken {
+                        Ok(m) => tracing::info!(
+                            leader = m.current_leader,
+                            "leaving: handed leadership to node {successor}"
+                        ),
+                        Err(e) => tracing::warn!(
+                            "leaving: node {successor} did not take the leadership ({e}); the others elect a leader"
+                        ),
+                    }
+                }
+                Err(e) => tracing::warn!("leaving: cannot hand leadership over: {e}"),
+            }
+        }
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!("leaving: the Raft node did not stop cleanly: {e}");
+        }
+    }
+}
+
 impl Replicate for Replicator {
     fn propose(&self, submissions: Vec<Submission>) -> BoxFuture<'static, Answers> {
         let me = self.me.upgrade();
@@ -464,5 +528,14 @@ impl Replicate for Replicator {
 
     fn clock(&self) -> Option<Clock> {
         lock(&self.anchor).as_ref().map(|a| a.clock)
+    }
+
+    fn leave(&self) -> BoxFuture<'static, ()> {
+        let me = self.me.upgrade();
+        Box::pin(async move {
+            if let Some(this) = me {
+                this.hand_over_and_stop().await;
+            }
+        })
     }
 }

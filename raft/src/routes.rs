@@ -7,7 +7,7 @@
 //!   these routes, and the cluster secret opens nothing else.
 //! - Bodies are bounded: [`MAX_RPC_BYTES`] for the RPCs, [`MAX_SNAPSHOT_BYTES`] for a
 //!   snapshot (413 beyond). A body that does not decode is 400, before Raft sees it.
-//! - The Raft RPCs (`append`, `vote`, `pre-vote`, `snapshot`) answer 200 with the JSON of the
+//! - The Raft RPCs (`append`, `vote`, `pre-vote`, `transfer-leader`, `snapshot`) answer 200 with the JSON of the
 //!   local Raft's `Result`. `propose` takes a follower's submissions: stamped and written only
 //!   if this node is the anchored leader ([`crate::node::Replicator::propose_as_leader`]),
 //!   never forwarded again. `init` makes the configured peers the first voters; `status` is
@@ -29,7 +29,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use klock_server::auth::{constant_time_eq, digest};
 use klock_server::engine::Submission;
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use openraft::rt::WatchReceiver as _;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -70,6 +70,7 @@ pub fn router(
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
+        .route("/raft/transfer-leader", post(transfer_leader))
         .route("/raft/propose", post(propose))
         .route("/raft/init", post(init))
         .route("/raft/add-learner", post(add_learner))
@@ -140,6 +141,13 @@ async fn vote(State(node): State<Node>, body: Bytes) -> Response {
 async fn pre_vote(State(node): State<Node>, body: Bytes) -> Response {
     match decode::<VoteRequest<KlockRaft>>(&body) {
         Ok(rpc) => Json(node.raft.pre_vote(rpc).await).into_response(),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn transfer_leader(State(node): State<Node>, body: Bytes) -> Response {
+    match decode::<TransferLeaderRequest<KlockRaft>>(&body) {
+        Ok(rpc) => Json(node.raft.handle_transfer_leader(rpc).await).into_response(),
         Err(e) => bad_request(e),
     }
 }

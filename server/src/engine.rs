@@ -183,6 +183,12 @@ pub trait Replicate: Send + Sync + 'static {
         submissions: Vec<Submission>,
     ) -> futures_util::future::BoxFuture<'static, Answers>;
     fn clock(&self) -> Option<Clock>;
+    /// The server is stopping (SIGTERM, Ctrl-C, `Server::shutdown`), its listener still open:
+    /// hand over what this node does for the others (a leader its leadership) and stop. The
+    /// server closes its connections once this ends.
+    fn leave(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// What every handle shares.

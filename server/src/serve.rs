@@ -153,6 +153,9 @@ pub struct App {
     /// The engine's thread: once the router and every task serving it are dropped, it
     /// ends, and with it the hold on the data file.
     pub engine: engine::Stopped,
+    /// A cluster node's consensus layer, told to leave ([`engine::Replicate::leave`]) when
+    /// the server stops, before its connections close.
+    pub consensus: Option<Arc<dyn engine::Replicate>>,
 }
 
 /// Builds the [`App`] of `config` (module contract).
@@ -233,6 +236,7 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
         router: routes(config, engine, auth, None),
         net: Arc::clone(&metrics.net),
         engine: stopped,
+        consensus: None,
     })
 }
 
@@ -255,11 +259,12 @@ async fn cluster_app(
     )));
     let (replicate, raft_routes) = cluster.start(Arc::clone(&state)).await?;
     let metrics = Arc::new(Metrics::default());
-    let engine = engine::spawn_replicated(state, replicate, Arc::clone(&metrics));
+    let engine = engine::spawn_replicated(state, Arc::clone(&replicate), Arc::clone(&metrics));
     Ok(App {
         router: routes(config, engine, auth, Some(raft_routes)),
         net: Arc::clone(&metrics.net),
         engine: engine::Stopped::default(),
+        consensus: Some(replicate),
     })
 }
 
@@ -398,7 +403,15 @@ async fn bind(
         router,
         net,
         engine,
+        consensus,
     } = app(&config).await?;
+    // A cluster node leaves its cluster once told to stop, while it still serves.
+    let stop = async move {
+        stop.await;
+        if let Some(consensus) = consensus {
+            consensus.leave().await;
+        }
+    };
     raise_fd_limit(config.conn.max_total);
     // Host names are checked only where a browser's page could reach a tokenless server.
     let guarded = |check: RequestGuard| router.layer(check);
