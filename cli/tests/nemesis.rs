@@ -31,6 +31,8 @@
 //!   fence, no acknowledged release is, the kernel's grant counter covers every acknowledged
 //!   grant, and a fresh grant's fence is above every acknowledged one;
 //! - `waiters`: every waiting ticket a client was told of has resolved (none waits any more);
+//! - `events`: over the entries two nodes both keep events of, their namespace streams hold
+//!   the same events under the same ids (a client resumes a stream on another node by id);
 //! - `hashes`: the three nodes' state hashes are equal at the same applied index.
 //!
 //! Seed: `KLOCK_NEMESIS_SEED` (default 24), printed at the start and in every failure. Bounded:
@@ -175,6 +177,8 @@ struct Seen {
     token: String,
     grants: Vec<Grant>,
     tickets: Vec<u64>,
+    /// Of those, the ones still waiting when their acquire was answered.
+    unresolved: u64,
     /// The lease of the last acquire, kept (a long TTL) for the `known` check.
     last: Option<Grant>,
     unknown: u64,
@@ -247,8 +251,10 @@ fn worker(
             continue;
         };
         assert_eq!(a.status, 200, "worker {w} acquire: {}", a.body);
-        if a.body["verdict"] == "WAIT" {
-            seen.tickets.push(a.body["ticket"].as_u64().unwrap());
+        // A wait: answered by its outcome (held), or still waiting when the hold ended.
+        if let Some(ticket) = a.body["ticket"].as_u64() {
+            seen.tickets.push(ticket);
+            seen.unresolved += u64::from(a.body["verdict"] == "WAIT");
         }
         let Some(leases) = leases_of(&a.body) else {
             let pause = a.body["retry_after_ms"].as_u64().unwrap_or(50).min(200);
@@ -469,13 +475,100 @@ fn strike(cluster: &mut Cluster, nemesis: Nemesis, rng: &mut Rng) -> String {
     }
 }
 
-/// The checks of the module's contract, each with the violations it found.
-fn check(
-    cluster: &Cluster,
-    seen: &[Seen],
-    register: &Register,
-) -> BTreeMap<&'static str, Vec<String>> {
-    let mut found: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+/// An event id, `index.k`, in its order.
+type EventKey = (u64, u32);
+
+/// A node's namespace stream: every event it keeps, by id, and the id after which it claims
+/// to keep every event (`None`: from the start). A node that started from a snapshot, or
+/// installed one, says a reader from before it missed events (a gap): it folded them in.
+#[derive(Debug, Default)]
+struct Kept {
+    whole_after: Option<EventKey>,
+    events: Vec<(EventKey, Value)>,
+}
+
+/// One read of node `i`'s namespace stream after `after`: (gap, events, next).
+fn watch(cluster: &Cluster, i: usize, after: &str) -> (bool, Vec<Value>, String) {
+    let path = format!("/v1/ns/default/watch?after={after}");
+    let a = call(cluster.ports[i], "GET", &path, &[], b"", ANSWER_TIMEOUT).unwrap();
+    assert_eq!(a.status, 200, "{a:?}");
+    let events = a.body["events"].as_array().cloned().unwrap_or_default();
+    (
+        a.body["gap"] == true,
+        events,
+        a.body["next"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Every event of namespace `default` node `i` still keeps.
+fn events(cluster: &Cluster, i: usize) -> Kept {
+    let (mut kept, mut after, mut gap) = (Kept::default(), String::from("0.0"), false);
+    loop {
+        let (lost, batch, next) = watch(cluster, i, &after);
+        gap |= lost;
+        if batch.is_empty() {
+            break;
+        }
+        for mut e in batch {
+            let id = e["id"].as_str().unwrap().to_owned();
+            let (index, k) = id.split_once('.').unwrap();
+            e.as_object_mut().unwrap().remove("id");
+            kept.events
+                .push(((index.parse().unwrap(), k.parse().unwrap()), e));
+        }
+        after = next;
+    }
+    if gap {
+        // A gap is reported to a reader from before the last event folded in, so it shows
+        // for every id up to there and none after: the first id it does not show for.
+        let key = |j: usize| kept.events[j].0;
+        let shown = |j: usize| watch(cluster, i, &format!("{}.{}", key(j).0, key(j).1)).0;
+        let (mut low, mut high) = (0, kept.events.len());
+        while low < high {
+            let mid = (low + high) / 2;
+            if shown(mid) {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        kept.whole_after = Some(kept.events.get(low).map_or((u64::MAX, 0), |e| e.0));
+    }
+    kept
+}
+
+/// Where two nodes' events differ over the entries up to `upto` that both claim whole.
+fn differ(a: &Kept, b: &Kept, upto: u64) -> Option<String> {
+    let after = a.whole_after.max(b.whole_after);
+    let within = |k: &Kept| -> Vec<(EventKey, Value)> {
+        k.events
+            .iter()
+            .filter(|(id, _)| Some(*id) > after && id.0 <= upto)
+            .cloned()
+            .collect()
+    };
+    let (a, b) = (within(a), within(b));
+    let at = a.iter().zip(&b).position(|(x, y)| x != y);
+    if at.is_none() && a.len() == b.len() {
+        return None;
+    }
+    let i = at.unwrap_or(a.len().min(b.len()));
+    Some(format!(
+        "after {after:?} up to entry {upto}: {} and {} events, first difference at {:?} / {:?}",
+        a.len(),
+        b.len(),
+        a.get(i),
+        b.get(i)
+    ))
+}
+
+/// Violations found, by check.
+type Found = BTreeMap<&'static str, Vec<String>>;
+
+/// The checks of the history alone (`fence-once`, `fence-order`, `exclusive`, `register`),
+/// and the leases it tells of, by id.
+fn check_history(seen: &[Seen], register: &Register) -> (Found, BTreeMap<u64, Grant>) {
+    let mut found = Found::new();
     let mut fail = |check: &'static str, what: String| found.entry(check).or_default().push(what);
     // One record per lease (a re-acquire of a held intent is the same lease).
     let mut leases: BTreeMap<u64, Grant> = BTreeMap::new();
@@ -538,6 +631,13 @@ fn check(
             format!("{resource}: fence {fence} written after {highest}"),
         );
     }
+    (found, leases)
+}
+
+/// Every check of the module's contract, each with the violations it found.
+fn check(cluster: &Cluster, seen: &[Seen], register: &Register) -> Found {
+    let (mut found, leases) = check_history(seen, register);
+    let mut fail = |check: &'static str, what: String| found.entry(check).or_default().push(what);
 
     let leader = cluster.leading();
     let overview = cluster.overview(leader);
@@ -623,6 +723,7 @@ fn check(
     // Hashes: the three at one applied index (nothing is written now; the leader's timer may
     // still settle a deadline, so read again until the indexes meet).
     let started = Instant::now();
+    let mut common = None;
     loop {
         let hashes: Vec<(u64, String)> = (0..3)
             .filter_map(|i| {
@@ -645,6 +746,7 @@ fn check(
             if hashes.iter().any(|h| h.1 != hashes[0].1) {
                 fail("hashes", format!("{hashes:?}"));
             }
+            common = Some(hashes[0].0);
             break;
         }
         if started.elapsed() > WAIT {
@@ -652,6 +754,25 @@ fn check(
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Events: over the entries (up to that index) two nodes both claim whole, their streams
+    // hold the same events under the same ids (a client resumes a stream on another node by
+    // event id).
+    if let Some(upto) = common {
+        let streams: Vec<Kept> = (0..3).map(|i| events(cluster, i)).collect();
+        let kept: Vec<_> = streams
+            .iter()
+            .map(|s| (s.whole_after, s.events.len(), s.events.first().map(|e| e.0)))
+            .collect();
+        eprintln!("events kept by each node up to {upto} (whole after, count, first): {kept:?}");
+        for a in 0..3 {
+            for b in a + 1..3 {
+                if let Some(what) = differ(&streams[a], &streams[b], upto) {
+                    fail("events", format!("nodes {} and {}: {what}", a + 1, b + 1));
+                }
+            }
+        }
     }
     found
 }
@@ -722,8 +843,9 @@ fn a_cluster_under_nemeses_keeps_every_acknowledged_answer() {
     let grants: usize = seen.iter().map(|s| s.grants.len()).sum();
     let tickets: usize = seen.iter().map(|s| s.tickets.len()).sum();
     let unknown: u64 = seen.iter().map(|s| s.unknown).sum();
+    let unresolved: u64 = seen.iter().map(|s| s.unresolved).sum();
     eprintln!(
-        "{:>6.1}s {grants} grants, {tickets} waits, {unknown} outcomes unknown, {} register writes",
+        "{:>6.1}s {grants} grants, {tickets} waits ({unresolved} still waiting when answered), {unknown} outcomes unknown, {} register writes",
         started.elapsed().as_secs_f64(),
         register.accepted
     );
@@ -738,4 +860,82 @@ fn a_cluster_under_nemeses_keeps_every_acknowledged_answer() {
         "seed {seed}: {:?}",
         started.elapsed()
     );
+}
+
+/// The history's checks fire on a history that breaks them: a fence told for two leases, a
+/// later grant with a lower fence, two holders at one instant, a refused register write; and
+/// not on one that does not.
+#[test]
+fn the_history_checks_find_what_breaks_them() {
+    let lease = |lease, resource: &str, fence, acquired_at, end| Grant {
+        worker: 0,
+        lease,
+        resource: resource.to_owned(),
+        fence,
+        acquired_at,
+        end,
+        released: true,
+    };
+    let judged = |grants: Vec<Grant>, register: Register| {
+        let seen = [Seen {
+            grants,
+            ..Seen::default()
+        }];
+        check_history(&seen, &register)
+            .0
+            .into_keys()
+            .collect::<Vec<_>>()
+    };
+    let sound = vec![
+        lease(1, "A", 1, 0, 100),
+        lease(2, "A", 2, 100, 200),
+        lease(3, "B", 3, 50, 150),
+    ];
+    assert!(judged(sound, Register::default()).is_empty());
+    let twice = vec![lease(1, "A", 1, 0, 100), lease(2, "B", 1, 0, 100)];
+    assert_eq!(judged(twice, Register::default()), ["fence-once"]);
+    let lower = vec![lease(1, "A", 2, 0, 100), lease(2, "A", 1, 100, 200)];
+    assert_eq!(judged(lower, Register::default()), ["fence-order"]);
+    let overlapping = vec![lease(1, "A", 1, 0, 100), lease(2, "A", 2, 99, 200)];
+    assert_eq!(judged(overlapping, Register::default()), ["exclusive"]);
+    let mut register = Register::default();
+    register.write("A", 2);
+    register.write("A", 1);
+    assert_eq!(judged(Vec::new(), register), ["register"]);
+}
+
+/// The event streams' comparison finds a different or a missing event over the entries both
+/// nodes claim whole, and ignores what one of them folded into a snapshot.
+#[test]
+fn the_event_check_finds_a_difference() {
+    let e = |index, k, name: &str| ((index, k), json!({"event": name}));
+    let kept = |whole_after, events: Vec<((u64, u32), Value)>| Kept {
+        whole_after,
+        events,
+    };
+    let all = vec![
+        e(3, 0, "A"),
+        e(4, 0, "B"),
+        e(4, 1, "C"),
+        e(6, 0, "D"),
+        e(7, 0, "E"),
+    ];
+    let leader = kept(None, all.clone());
+    assert_eq!(differ(&leader, &kept(None, all.clone()), 7), None);
+    // A node restarted from a snapshot at entry 5 claims what follows its first event.
+    let restarted = vec![e(6, 0, "D"), e(7, 0, "E")];
+    assert_eq!(differ(&leader, &kept(Some((6, 0)), restarted), 7), None);
+    // ... or still keeps an event from before a snapshot it installed.
+    let installed = vec![e(3, 0, "A"), e(6, 0, "D"), e(7, 0, "E")];
+    assert_eq!(differ(&leader, &kept(Some((6, 0)), installed), 7), None);
+    // Past `upto`: not yet applied everywhere.
+    assert_eq!(differ(&leader, &kept(None, all[..4].to_vec()), 6), None);
+    // A node that keeps nothing yet claims every event lost its events.
+    assert!(differ(&leader, &kept(None, Vec::new()), 7).is_some());
+    let missing = vec![e(4, 0, "B"), e(6, 0, "D"), e(7, 0, "E")];
+    assert!(differ(&leader, &kept(Some((3, 0)), missing), 7).is_some());
+    let other = vec![e(4, 0, "B"), e(4, 1, "X"), e(6, 0, "D"), e(7, 0, "E")];
+    assert!(differ(&leader, &kept(Some((3, 0)), other), 7).is_some());
+    let renumbered = vec![e(4, 0, "B"), e(4, 2, "C"), e(6, 0, "D"), e(7, 0, "E")];
+    assert!(differ(&leader, &kept(Some((3, 0)), renumbered), 7).is_some());
 }
