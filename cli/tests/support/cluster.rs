@@ -53,6 +53,8 @@ pub fn call(
     parse(&bytes).ok_or_else(|| format!("{method} {path}: not an HTTP answer"))
 }
 
+/// The nodes of one cluster (node `i + 1` listens on `ports[i]`; `None`: not running), their
+/// data files and the cluster secret in a temporary directory.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub ports: Vec<u16>,
@@ -80,6 +82,7 @@ pub fn free_port() -> u16 {
 }
 
 impl Cluster {
+    /// A cluster of `size` nodes, all started (not initialised: `klock cluster init`).
     pub fn new(size: usize) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("secret"), SECRET).unwrap();
