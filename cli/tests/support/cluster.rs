@@ -17,8 +17,10 @@ pub const SECRET: &str = "a-cluster-secret-of-the-test";
 /// How long any one wait may take (an election is about a second).
 pub const WAIT: Duration = Duration::from_secs(15);
 
-/// How long a node may take to answer `/raft/status` (a node paused with SIGSTOP never does).
-const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a node may take to answer `/raft/status`: a loaded machine can hold a node's
+/// answer for seconds (a snapshot being installed), and a node paused with SIGSTOP never
+/// answers, so callers leave out a node while it is paused.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One request to `127.0.0.1:port` on a new connection, as the test kit's `request`, but given
 /// up after `timeout` without an answer (a paused node accepts connections and never answers).
@@ -147,7 +149,7 @@ impl Cluster {
         self.dir.path().join("secret").to_str().unwrap().to_owned()
     }
 
-    /// `/raft/status` of node `i` (`None` if it does not answer within 2 s).
+    /// `/raft/status` of node `i` (`None` if it does not answer within 10 s).
     pub fn status(&self, i: usize) -> Option<Value> {
         let answer = call(
             self.ports[i],
