@@ -95,7 +95,7 @@ impl StateMachine {
             })?;
             let machine = checked(&meta, &stored)?;
             let bytes = serde_json::to_vec(&stored).map_err(io_error)?;
-            sm.take(&meta, machine, bytes);
+            sm.take(&meta, machine, &stored, bytes);
         }
         Ok(sm)
     }
@@ -200,7 +200,7 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
         // Checked before it is stored: a snapshot that cannot be restored changes nothing.
         let machine = checked(meta, &machine_snapshot)?;
         store(self.log.as_ref(), meta, &machine_snapshot)?;
-        self.take(meta, machine, bytes);
+        self.take(meta, machine, &machine_snapshot, bytes);
         Ok(())
     }
 
@@ -213,14 +213,29 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
 }
 
 impl StateMachine {
-    /// Takes `machine`, restored from the snapshot `bytes` with Raft metadata `meta`.
-    /// The machine keeps the node's own settings (its answer budget, which every node must
-    /// share for their machines to stay equal, and whether it records kernel calls).
-    fn take(&mut self, meta: &Meta, mut machine: Machine, bytes: Vec<u8>) {
+    /// Takes `machine`, restored from `snapshot` (whose bytes are `bytes`) with Raft metadata
+    /// `meta`. The machine keeps the node's own settings (its answer budget, which every node
+    /// must share for their machines to stay equal, and whether it records kernel calls). As
+    /// a single server's recovery does, the snapshot's sessions are bound to their namespaces'
+    /// event streams (else the events of a session opened before the snapshot would reach its
+    /// own stream only, never its namespace's watch), and the events the snapshot folded in
+    /// are marked lost, so a reader from before it learns of a gap.
+    fn take(
+        &mut self,
+        meta: &Meta,
+        mut machine: Machine,
+        snapshot: &MachineSnapshot,
+        bytes: Vec<u8>,
+    ) {
         let mut applier = locked(&self.applier);
         machine.set_answer_budget(applier.machine().answer_budget());
         machine.record_calls(applier.machine().records_calls());
         let events = Arc::clone(applier.events());
+        let sessions = snapshot.state.sessions.iter();
+        events.restore(
+            snapshot.applied,
+            sessions.map(|s| (s.session_id, s.namespace.as_str())),
+        );
         let history = Arc::clone(applier.history());
         *applier = Applier::new(machine, events, history);
         drop(applier);

@@ -1,13 +1,14 @@
 //! The state machine through openraft's traits: entries applied as the single-node server
 //! applies them (time never goes back), Raft's own entries passed over, and snapshots that
 //! round-trip: a snapshot installed elsewhere and taken again is the same bytes, and the two
-//! machines go on identically.
+//! machines go on identically, their namespace event streams too.
 
 mod support;
 
 use klock_core::SessionId;
 use klock_raft::state_machine::StateMachine;
 use klock_raft::types::RaftEntry;
+use klock_server::events::{EventId, Stream};
 use klock_server::machine::{Machine, MachineSnapshot};
 use openraft::storage::RaftStateMachine as _;
 use openraft::RaftSnapshotBuilder as _;
@@ -118,6 +119,43 @@ async fn a_snapshot_round_trips_byte_for_byte() {
         snapshot_bytes(&mut follower).await,
         snapshot_bytes(&mut leader).await
     );
+}
+
+/// The ids of the events namespace `ns`'s stream holds after `after`, and whether a reader
+/// from there missed some.
+fn namespace_events(sm: &StateMachine, after: EventId) -> (Vec<String>, bool) {
+    let hub = std::sync::Arc::clone(sm.applier().lock().unwrap().events());
+    let batch = hub.after(&Stream::Namespace(String::from("ns")), after);
+    let ids = batch.events.iter().map(|e| e.id().to_string()).collect();
+    (ids, batch.gap)
+}
+
+/// A node that installed a snapshot binds the snapshot's sessions to their namespaces' event
+/// streams, as a single server's recovery does: the later events of a session opened before
+/// the snapshot reach its namespace's stream with the ids the leader gives them (a client
+/// resumes a stream on another node by id), and a reader from before the snapshot learns of
+/// a gap. Without the binding, the follower's namespace stream stayed empty.
+#[tokio::test]
+async fn after_a_snapshot_a_sessions_events_reach_its_namespace_stream() {
+    let mut leader = with_history().await;
+    let (meta, bytes) = snapshot_bytes(&mut leader).await;
+    let mut follower = state_machine();
+    follower
+        .install_snapshot(&meta, std::io::Cursor::new(bytes))
+        .await
+        .expect("install");
+    let session = first_session(&leader);
+    let next = vec![normal(5, acquire(7_000, session, "y"))];
+    apply(&mut leader, next.clone()).await;
+    apply(&mut follower, next).await;
+    // A reader of every event up to the snapshot (the machine's entry 5) resumes here.
+    let installed = EventId::end_of(5);
+    let (ids, gap) = namespace_events(&follower, installed);
+    assert!(!ids.is_empty(), "the acquire's event reached the namespace");
+    assert!(!gap);
+    assert_eq!((ids, gap), namespace_events(&leader, installed));
+    // From before the snapshot: the events it folded in are gone, and the reader is told.
+    assert!(namespace_events(&follower, EventId::default()).1);
 }
 
 #[tokio::test]

@@ -2,6 +2,8 @@
 //! the test kit, and the test kit's helpers. Each file uses its own part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod cluster;
+
 pub use klock_testkit::server::Server;
 pub use klock_testkit::support::*;
 

@@ -1,0 +1,266 @@
+//! A loopback cluster of real `klock serve --node-id` processes, for the cluster tests
+//! (cli/tests/cluster.rs) and the nemesis suite (cli/tests/nemesis.rs): nodes on fixed free
+//! ports (the peers must know each other's addresses before they start), started, killed and
+//! restarted by index; their Raft status, the leader they agree on, a client's request
+//! retried while there is no leader, and `klock cluster` against a node or the leader.
+//! Every wait has a deadline ([`WAIT`]).
+
+use klock_testkit::http_client::{parse, request, Answer};
+use klock_testkit::process::Spawned;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub const SECRET: &str = "a-cluster-secret-of-the-test";
+/// How long any one wait may take (an election is about a second).
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// How long a node may take to answer `/raft/status`: a loaded machine can hold a node's
+/// answer for seconds (a snapshot being installed), and a node paused with SIGSTOP never
+/// answers, so callers leave out a node while it is paused.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One request to `127.0.0.1:port` on a new connection, as the test kit's `request`, but given
+/// up after `timeout` without an answer (a paused node accepts connections and never answers).
+///
+/// # Errors
+/// The connection failed, was cut or timed out, or the answer is not HTTP.
+pub fn call(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Answer, String> {
+    let fail = |e: std::io::Error| format!("{method} {path}: {e}");
+    let mut s =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout).map_err(fail)?;
+    s.set_read_timeout(Some(timeout)).map_err(fail)?;
+    s.set_write_timeout(Some(timeout)).map_err(fail)?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).map_err(fail)?;
+    s.write_all(body).map_err(fail)?;
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes).map_err(fail)?;
+    parse(&bytes).ok_or_else(|| format!("{method} {path}: not an HTTP answer"))
+}
+
+/// The nodes of one cluster (node `i + 1` listens on `ports[i]`; `None`: not running), their
+/// data files and the cluster secret in a temporary directory.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub ports: Vec<u16>,
+    pub peers: String,
+    pub nodes: Vec<Option<Spawned>>,
+    /// More flags for every node started from now on.
+    pub extra: Vec<String>,
+}
+
+/// `--cluster-peers` of nodes 1, 2, ... on `ports`.
+pub fn peers(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Cluster {
+    /// A cluster of `size` nodes, all started (not initialised: `klock cluster init`).
+    pub fn new(size: usize) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let peers = peers(&ports);
+        let mut cluster = Cluster {
+            dir,
+            ports,
+            peers,
+            nodes: (0..size).map(|_| None).collect(),
+            extra: Vec::new(),
+        };
+        for i in 0..size {
+            cluster.start(i);
+        }
+        cluster
+    }
+
+    /// A cluster whose nodes are not started yet.
+    pub fn unstarted(size: usize) -> Cluster {
+        let mut cluster = Cluster::new(0);
+        cluster.ports = (0..size).map(|_| free_port()).collect();
+        cluster.peers = peers(&cluster.ports);
+        cluster.nodes = (0..size).map(|_| None).collect();
+        cluster
+    }
+
+    pub fn data(&self, i: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("node{}.redb", i + 1))
+    }
+
+    pub fn start(&mut self, i: usize) {
+        let program = Path::new(env!("CARGO_BIN_EXE_klock"));
+        let data = self.data(i);
+        let secret = self.dir.path().join("secret");
+        let listen = format!("127.0.0.1:{}", self.ports[i]);
+        let id = (i + 1).to_string();
+        let args = [
+            "--listen",
+            &listen,
+            "--data",
+            data.to_str().unwrap(),
+            "--node-id",
+            &id,
+            "--cluster-peers",
+            &self.peers,
+            "--cluster-secret-file",
+            secret.to_str().unwrap(),
+        ];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(self.extra.iter().map(String::as_str));
+        self.nodes[i] = Some(Spawned::start(program, &args).expect("a cluster node starts"));
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(node) = self.nodes[i].take() {
+            node.kill();
+        }
+    }
+
+    pub fn secret_file(&self) -> String {
+        self.dir.path().join("secret").to_str().unwrap().to_owned()
+    }
+
+    /// `/raft/status` of node `i` (`None` if it does not answer within 10 s).
+    pub fn status(&self, i: usize) -> Option<Value> {
+        let answer = call(
+            self.ports[i],
+            "GET",
+            "/raft/status",
+            &[("klock-cluster-secret", SECRET)],
+            b"",
+            STATUS_TIMEOUT,
+        )
+        .ok()?;
+        (answer.status == 200).then_some(answer.body)
+    }
+
+    /// The index of the leader every live node agrees on, once there is one.
+    pub fn leader(&self) -> usize {
+        let started = Instant::now();
+        loop {
+            let live: Vec<usize> = (0..self.ports.len())
+                .filter(|i| self.nodes[*i].is_some())
+                .collect();
+            let leaders: Vec<Option<u64>> = live
+                .iter()
+                .map(|i| self.status(*i).and_then(|s| s["leader"].as_u64()))
+                .collect();
+            if let Some(Some(leader)) = leaders.first() {
+                let index = (*leader - 1) as usize;
+                if leaders.iter().all(|l| *l == Some(*leader)) && self.nodes[index].is_some() {
+                    return index;
+                }
+            }
+            assert!(started.elapsed() < WAIT, "no leader agreed on: {leaders:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A live node that says it leads (a node not yet in the membership knows no leader).
+    pub fn leading(&self) -> usize {
+        let started = Instant::now();
+        loop {
+            let found = (0..self.ports.len()).find(|i| {
+                self.nodes[*i].is_some() && self.status(*i).is_some_and(|s| s["state"] == "Leader")
+            });
+            if let Some(i) = found {
+                return i;
+            }
+            assert!(started.elapsed() < WAIT, "no node leads");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `GET /v1/ns/default/overview` of node `i`.
+    pub fn overview(&self, i: usize) -> Value {
+        let a = request(self.ports[i], "GET", "/v1/ns/default/overview", &[], b"").unwrap();
+        assert_eq!(a.status, 200, "{a:?}");
+        a.body
+    }
+
+    /// A client's request to node `i`, retried (same idempotency key) while the cluster has
+    /// no leader to take it (503) or the node does not answer.
+    pub fn ask(&self, i: usize, path: &str, token: &str, key: &str, body: Value) -> Answer {
+        let started = Instant::now();
+        loop {
+            let headers = [("klock-session-token", token), ("idempotency-key", key)];
+            match request(
+                self.ports[i],
+                "POST",
+                path,
+                &headers,
+                body.to_string().as_bytes(),
+            ) {
+                Ok(a) if a.status != 503 && !a.body.is_null() => return a,
+                Ok(a) if a.status == 503 => {
+                    assert_eq!(a.header("retry-after"), Some("1"), "{a:?}");
+                }
+                _ => {}
+            }
+            assert!(started.elapsed() < WAIT, "node {i} never took {path}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// `klock cluster ARGS...` against node `i`; its standard output, or why it failed.
+pub fn klock_cluster(cluster: &Cluster, i: usize, args: &[&str]) -> Result<String, String> {
+    let node = format!("http://127.0.0.1:{}", cluster.ports[i]);
+    let secret = cluster.secret_file();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
+        .arg("cluster")
+        .arg(args[0])
+        .args(["--node", &node, "--cluster-secret-file", &secret])
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `klock cluster ARGS...` against the leader, again against the new one if leadership moved
+/// meanwhile (a follower refuses a membership change: `MEMBERSHIP_REFUSED`, "forward").
+pub fn on_leader(cluster: &Cluster, args: &[&str]) -> String {
+    let started = Instant::now();
+    loop {
+        match klock_cluster(cluster, cluster.leading(), args) {
+            Ok(out) => return out,
+            Err(e) if e.contains("forward") && started.elapsed() < WAIT => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("klock cluster {args:?}: {e}"),
+        }
+    }
+}
