@@ -1,31 +1,22 @@
 //! A three-process loopback cluster whose nodes talk TLS (`https://` peers, `--tls-cert`,
-//! `--cluster-ca`): it elects a leader over TLS, a client's writes through a follower are
-//! proxied to the leader over TLS, as is a membership change sent to a follower, and a node's
-//! certificate is checked: `klock cluster` with
-//! the wrong CA is refused naming the certificate, and without a CA is refused naming the
-//! flag. The TLS cluster flags' refusals are checked by name.
+//! `--cluster-ca`): it elects a leader over TLS; a client's writes through a follower, and a
+//! membership change sent to a follower, are passed to the leader over TLS; a node's
+//! certificate is checked: `klock cluster` with the wrong CA is refused naming the
+//! certificate, and without a CA is refused naming the flag. The TLS cluster flags' refusals
+//! are checked by name.
 //!
-//! Real `klock` processes on fixed free loopback ports; every node presents one self-signed
-//! certificate for `localhost`, which is also the CA every node trusts. Bounded: every wait
-//! has a deadline.
+//! Real `klock` processes on fixed free loopback ports (support/cluster.rs); every node
+//! presents one self-signed certificate for `localhost`, which is also the CA every node
+//! trusts. Bounded: every wait has a deadline.
 
-use klock_testkit::process::Spawned;
+mod support;
+
 use klock_testkit::support::self_signed;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-const SECRET: &str = "a-cluster-secret-of-the-tls-test";
-/// How long any one wait may take (an election is about a second).
-const WAIT: Duration = Duration::from_secs(20);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use support::cluster::{Cluster, SECRET, WAIT};
 
 fn klock(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_klock"))
@@ -57,67 +48,52 @@ fn cluster(action: &str, node: &str, secret: &Path, ca: Option<&Path>) -> Output
     klock(&args)
 }
 
+/// Three nodes of the shared cluster helper, made `https://localhost:PORT` peers serving one
+/// certificate, which is also the CA they trust.
 struct TlsCluster {
-    dir: tempfile::TempDir,
+    nodes: Cluster,
     urls: Vec<String>,
     cert: PathBuf,
-    _nodes: Vec<Spawned>,
 }
 
 impl TlsCluster {
     fn start() -> TlsCluster {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("secret"), SECRET).unwrap();
-        let (_, cert, key) = self_signed(dir.path());
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let urls: Vec<String> = ports
+        let mut nodes = Cluster::unstarted(3);
+        let (_, cert, key) = self_signed(nodes.dir.path());
+        let urls: Vec<String> = nodes
+            .ports
             .iter()
             .map(|p| format!("https://localhost:{p}"))
             .collect();
-        let peers = urls
+        nodes.peers = urls
             .iter()
             .enumerate()
             .map(|(i, u)| format!("{}={u}", i + 1))
             .collect::<Vec<_>>()
             .join(",");
-        let secret = dir.path().join("secret");
-        let nodes = (0..3)
-            .map(|i| {
-                let listen = format!("127.0.0.1:{}", ports[i]);
-                let data = dir.path().join(format!("node{}.redb", i + 1));
-                let id = (i + 1).to_string();
-                let args = [
-                    "--listen",
-                    &listen,
-                    "--data",
-                    data.to_str().unwrap(),
-                    "--node-id",
-                    &id,
-                    "--cluster-peers",
-                    &peers,
-                    "--cluster-secret-file",
-                    secret.to_str().unwrap(),
-                    "--tls-cert",
-                    cert.to_str().unwrap(),
-                    "--tls-key",
-                    key.to_str().unwrap(),
-                    "--cluster-ca",
-                    cert.to_str().unwrap(),
-                ];
-                Spawned::start(Path::new(env!("CARGO_BIN_EXE_klock")), &args)
-                    .expect("a TLS cluster node starts")
-            })
-            .collect();
-        TlsCluster {
-            dir,
-            urls,
-            cert,
-            _nodes: nodes,
+        let (cert_arg, key_arg) = (cert.to_str().unwrap(), key.to_str().unwrap());
+        nodes.extra = [
+            "--tls-cert",
+            cert_arg,
+            "--tls-key",
+            key_arg,
+            "--cluster-ca",
+            cert_arg,
+        ]
+        .map(String::from)
+        .to_vec();
+        for i in 0..3 {
+            nodes.start(i);
         }
+        TlsCluster { nodes, urls, cert }
     }
 
     fn secret(&self) -> PathBuf {
-        self.dir.path().join("secret")
+        PathBuf::from(self.nodes.secret_file())
+    }
+
+    fn dir(&self) -> &Path {
+        self.nodes.dir.path()
     }
 
     /// `klock cluster status` of node `i` over TLS, as JSON.
@@ -193,7 +169,7 @@ fn a_cluster_over_tls_elects_replicates_proxies_and_checks_certificates() {
     );
 
     // A client's writes through a follower: the follower proxies them to the leader, over TLS.
-    let root = nodes.dir.path().to_str().unwrap();
+    let root = nodes.dir().to_str().unwrap();
     let exec = klock(&[
         "exec",
         "--server",
@@ -231,7 +207,7 @@ fn a_cluster_over_tls_elects_replicates_proxies_and_checks_certificates() {
     }
 
     // The node's certificate is checked: another CA is refused naming the certificate...
-    let other = nodes.dir.path().join("other");
+    let other = nodes.dir().join("other");
     std::fs::create_dir(&other).unwrap();
     let (_, other_ca, _) = self_signed(&other);
     let refused = cluster("status", &nodes.urls[0], &nodes.secret(), Some(&other_ca));

@@ -64,6 +64,9 @@ pub struct Cluster {
     pub nodes: Vec<Option<Spawned>>,
     /// More flags for every node started from now on.
     pub extra: Vec<String>,
+    /// Whether nodes started from now on write their logs to files ([`Cluster::log`]) rather
+    /// than to the test's stderr.
+    pub logged: bool,
 }
 
 /// `--cluster-peers` of nodes 1, 2, ... on `ports`.
@@ -96,6 +99,7 @@ impl Cluster {
             peers,
             nodes: (0..size).map(|_| None).collect(),
             extra: Vec::new(),
+            logged: false,
         };
         for i in 0..size {
             cluster.start(i);
@@ -136,7 +140,28 @@ impl Cluster {
         ];
         let mut args: Vec<&str> = args.to_vec();
         args.extend(self.extra.iter().map(String::as_str));
-        self.nodes[i] = Some(Spawned::start(program, &args).expect("a cluster node starts"));
+        let spawned = if self.logged {
+            Spawned::start_logged(program, &args, &self.log_file(i))
+        } else {
+            Spawned::start(program, &args)
+        };
+        self.nodes[i] = Some(spawned.expect("a cluster node starts"));
+    }
+
+    fn log_file(&self, i: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("node{}.log", i + 1))
+    }
+
+    /// What node `i` logged so far (with [`Cluster::logged`]), across its restarts.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.log_file(i)).unwrap_or_default()
+    }
+
+    /// Stops node `i` with SIGTERM and returns how it exited.
+    pub fn terminate(&mut self, i: usize) -> std::process::ExitStatus {
+        let node = self.nodes[i].take().expect("the node runs");
+        node.terminate(WAIT)
+            .unwrap_or_else(|e| panic!("node {}: {e}", i + 1))
     }
 
     pub fn kill(&mut self, i: usize) {
