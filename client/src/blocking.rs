@@ -105,6 +105,14 @@ impl Client {
         Ok(Client { client, runtime })
     }
 
+    /// [`crate::Client::in_namespace`]: the same client, on the same runtime.
+    pub fn in_namespace(&self, namespace: &str) -> Client {
+        Client {
+            client: self.client.in_namespace(namespace),
+            runtime: self.runtime.clone(),
+        }
+    }
+
     /// [`crate::Client::session`], blocking.
     ///
     /// # Errors
