@@ -319,4 +319,65 @@ done
 echo "the quickstart built against the installed copy (pkg-config, CMake shared and static) prints what the in-tree one prints"
 pass
 
+step "the remote client (klock_remote_*) against a real klock serve, under valgrind, static and dynamic"
+# A `klock serve --memory` with a token on a free loopback port, stopped when this script
+# exits, passing or not; tests/c/remote.c and examples/c/remote_quickstart.c (built in-tree
+# static and dynamic against the installed copy, and with CMake) each run under valgrind,
+# where a "possibly lost" block fails too: the client's runtime thread must end cleanly.
+klock=$(timeout 900 bash scripts/klock-bin.sh)
+server_pid=""
+trap '[ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true; rm -rf "$scratch"' EXIT
+token_hash=$(printf s3cret | "$klock" token-hash)
+printf '{"tokens": [{"name": "c", "sha256": "%s", "role": "agent", "namespaces": ["default", "team-b"]}]}\n' "$token_hash" >"$scratch/tokens.json"
+"$klock" serve --listen 127.0.0.1:0 --memory --tokens "$scratch/tokens.json" >"$scratch/server.out" 2>"$scratch/server.err" &
+server_pid=$!
+url=""
+for _ in $(seq 300); do
+  url=$(sed -n 's|.*listening on \(http://[^ ]*\).*|\1|p' "$scratch/server.out" | head -n1)
+  [ -n "$url" ] && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$scratch/server.err" >&2; fail "klock serve exited before listening"; }
+  sleep 0.1
+done
+[ -n "$url" ] || fail "klock serve did not say where it listens within 30 s"
+# A loopback port where nothing listens: bound, read, released.
+unreachable="http://127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+compiles=()
+build remote tests/c/remote.c
+build remote_quickstart examples/c/remote_quickstart.c
+for pid in "${compiles[@]}"; do wait "$pid" || fail "a compile failed (see above)"; done
+for program in remote remote_quickstart; do needs "$soname" "$out/$program-dynamic"; done
+vg_remote=(valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99)
+# One at a time: every run contends for the same resources of one server. No token from the
+# environment: the programs say which token they show.
+run_remote() { # name program args...
+  local name=$1
+  shift
+  set +e
+  env -u KLOCK_TOKEN -u KLOCK_CA timeout 600 "${vg_remote[@]}" "$@" >"$scratch/$name.out" 2>&1
+  echo $? >"$scratch/$name.rc"
+  set -e
+}
+for name in remote remote-dynamic; do
+  run_remote "$name" "$out/$name" "$url" s3cret "$unreachable"
+  expect "$name" 0
+  grep -qx "remote: 0 failed" "$scratch/$name.out" || { cat "$scratch/$name.out" >&2; fail "$name: no total"; }
+  echo "$name: $(grep -c "^ok " "$scratch/$name.out") checks ok, under valgrind"
+done
+pass
+for name in remote_quickstart remote_quickstart-dynamic cmake-remote_quickstart cmake-remote_quickstart-static; do
+  case $name in
+    cmake-*) program="$cmake_build/${name#cmake-}" ;;
+    *) program="$out/$name" ;;
+  esac
+  run_remote "$name" "$program" "$url" s3cret
+  expect "$name" 0
+  grep -Eq "^granted FILE:/src/auth.ts, fence [0-9]+$" "$scratch/$name.out" && grep -qx "closed" "$scratch/$name.out" ||
+    { cat "$scratch/$name.out" >&2; fail "$name did not print its grant and close"; }
+done
+echo "examples/c/remote_quickstart.c: granted, released and closed, in-tree (static, dynamic) and with CMake (shared, static)"
+kill "$server_pid"
+wait "$server_pid" || true
+server_pid=""
+pass
+
 printf '\ntest-c: %d passed, 0 failed\n' "$checks"

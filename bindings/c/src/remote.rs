@@ -367,9 +367,7 @@ pub unsafe extern "C" fn klock_remote_acquire(
             .enumerate()
             .map(|(i, &p)| unsafe { text(p, &format!("intents[{i}]")) }.map(|t| t.into_owned()))
             .collect::<Outcome<Vec<String>>>()?;
-        let options = unsafe { options.as_ref() }
-            .copied()
-            .unwrap_or_default();
+        let options = unsafe { options.as_ref() }.copied().unwrap_or_default();
         let guard = session
             .session
             .lease(intents, LeaseOptions::from(&options))
@@ -381,7 +379,12 @@ pub unsafe extern "C" fn klock_remote_acquire(
                 }
                 failure(error)
             })?;
-        let leases = guard.leases().iter().cloned().map(klock_lease::from).collect();
+        let leases = guard
+            .leases()
+            .iter()
+            .cloned()
+            .map(klock_lease::from)
+            .collect();
         *slot = boxed(klock_remote_lease {
             fence: guard.fence(),
             guard: Mutex::new(Some(guard)),
@@ -437,7 +440,9 @@ fn locked(lease: &klock_remote_lease) -> Outcome<std::sync::MutexGuard<'_, Optio
 /// # Safety
 /// `lease` must be NULL or a live lease.
 #[no_mangle]
-pub unsafe extern "C" fn klock_remote_lease_check(lease: *const klock_remote_lease) -> klock_status {
+pub unsafe extern "C" fn klock_remote_lease_check(
+    lease: *const klock_remote_lease,
+) -> klock_status {
     ffi(|| {
         // SAFETY: the caller's contract.
         let lease = unsafe { handle(lease, "lease") }?;
@@ -480,7 +485,9 @@ pub unsafe extern "C" fn klock_remote_lease_check(lease: *const klock_remote_lea
 /// # Safety
 /// `lease` must be NULL or a live lease.
 #[no_mangle]
-pub unsafe extern "C" fn klock_remote_lease_release(lease: *const klock_remote_lease) -> klock_status {
+pub unsafe extern "C" fn klock_remote_lease_release(
+    lease: *const klock_remote_lease,
+) -> klock_status {
     ffi(|| {
         // SAFETY: the caller's contract.
         let lease = unsafe { handle(lease, "lease") }?;
