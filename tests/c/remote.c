@@ -2,16 +2,18 @@
  * The remote client of libklock (klock_remote_*) against a real `klock serve`, run by
  * scripts/test-c.sh under valgrind:
  *
- *   remote URL TOKEN UNREACHABLE_URL
+ *   remote URL TOKEN UNREACHABLE_URL [TLS_URL CA_FILE]
  *
  * URL is a `klock serve --memory --tokens FILE` on a loopback port that accepts TOKEN (in the
- * namespaces "default" and "team-b"); UNREACHABLE_URL is a loopback port where nothing listens.
+ * namespaces "default" and "team-b"); UNREACHABLE_URL is a loopback port where nothing listens;
+ * TLS_URL the same server's HTTPS twin, whose self-signed certificate is CA_FILE.
  * Checks, each printing "ok NAME" or "FAIL NAME: why" (exit 1 on any failure):
  * bad input (NULL pointers, bad UTF-8, a bad URL, no token, an unreachable server, bad intents,
  * a TTL of 0, a bad agent id, a namespace the token does not cover): a named status and a message starting with its name, out-pointers
  * NULL; two clients contending for one resource (the second waits, and gets it with a higher
  * fence once the first releases); TIMEOUT and DIED told apart; a lease kept past its TTL by
- * the client's renewals; namespaces; release and close told to the lease handle.
+ * the client's renewals; namespaces; release and close told to the lease handle; HTTPS trusted
+ * through the CA file only.
  */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <inttypes.h>
@@ -314,9 +316,27 @@ static void namespaces_and_close(void) {
     klock_remote_client_free(client);
 }
 
+/* HTTPS: the server's certificate is trusted through ca_path, and only through it. */
+static void tls(const char *tls_url, const char *ca_path) {
+    klock_remote_client *client = NULL;
+    expect("https:// without a CA file", klock_remote_connect(tls_url, token, NULL, &client), KLOCK_INVALID_ARGUMENT,
+           "INVALID_INPUT");
+    expect("https:// trusting another certificate", klock_remote_connect(tls_url, token, "/etc/hostname", &client),
+           KLOCK_INVALID_ARGUMENT, "INVALID_INPUT");
+    require("https:// with its CA file", klock_remote_connect(tls_url, token, ca_path, &client));
+    klock_remote_session *session = open_or_die(client, "tls", NULL);
+    klock_remote_acquire_options o = options(5000, true, 5000);
+    klock_remote_lease *lease = NULL;
+    expect("acquire over https://", klock_remote_acquire(session, X, 1, &o, &lease, NULL), KLOCK_OK, NULL);
+    expect("release over https://", klock_remote_lease_release(lease), KLOCK_OK, NULL);
+    klock_remote_lease_free(lease);
+    klock_remote_session_free(session);
+    klock_remote_client_free(client);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: remote URL TOKEN UNREACHABLE_URL\n");
+    if (argc != 4 && argc != 6) {
+        fprintf(stderr, "usage: remote URL TOKEN UNREACHABLE_URL [TLS_URL CA_FILE]\n");
         return 2;
     }
     url = argv[1];
@@ -327,6 +347,7 @@ int main(int argc, char **argv) {
     timeout_and_died();
     renewals();
     namespaces_and_close();
+    if (argc == 6) tls(argv[4], argv[5]);
     printf("%s: %d failed\n", failures ? "FAIL" : "remote", failures);
     return failures ? 1 : 0;
 }
