@@ -7,8 +7,9 @@
  *
  * - Results. Every fallible function returns a klock_status: KLOCK_OK (0) on success, otherwise
  *   a code grouped in blocks: 1xx bad input, 2xx unknown identifiers, 3xx state conflicts,
- *   4xx limits (numerically equal to the kernel's error codes), 9xx problems of the C boundary
- *   itself (NULL pointer, invalid UTF-8, buffer too small, invalid argument, panic).
+ *   4xx limits (numerically equal to the kernel's error codes), 5xx outcomes of the remote
+ *   client (bad URL, unreachable, refused, died, timeout, lease lost), 9xx problems of the C
+ *   boundary itself (NULL pointer, invalid UTF-8, buffer too small, invalid argument, panic).
  *   klock_status_name() gives the stable upper-case name of any code.
  * - Messages. A failing call stores a message saying what to fix in a per-thread slot; read it
  *   with klock_last_error_message() into your own buffer (truncated safely, required size
@@ -38,6 +39,12 @@
  *   between threads. Error messages are per thread.
  * - Panics. No function lets a Rust panic cross into C: a panic becomes KLOCK_PANIC, and the
  *   kernel it happened in is poisoned (every later call on it returns KLOCK_PANIC; free it).
+ * - The remote client (klock_remote_*: a `klock serve` over HTTP) blocks the calling thread
+ *   until the server's answer; it reads its own clock and runs one thread of its own, which
+ *   renews held leases and follows the server's events. Its handles (client, session, lease)
+ *   may be used from any thread and freed in any order; that thread ends when the last of
+ *   them is freed. A failure's message starts with its stable name (the server's own for a
+ *   refusal: `UNAUTHORIZED: ...`).
  * - Fencing. A lease alone is not mutual exclusion when its holder can pause (GC, swap, a
  *   stopped VM) past its expiry: the protected resource must remember the largest `fence` it
  *   has seen and reject writes carrying a smaller one.
@@ -62,9 +69,9 @@
 
 /**
  * The result of every fallible function: 0 on success, otherwise a code grouped in blocks
- * (1xx bad input, 2xx unknown identifiers, 3xx state conflicts, 4xx limits, 9xx problems of
- * the C boundary). Codes below 900 equal the kernel's error codes. Numeric values and names
- * (klock_status_name()) never change once published.
+ * (1xx bad input, 2xx unknown identifiers, 3xx state conflicts, 4xx limits, 5xx outcomes of
+ * the remote client, 9xx problems of the C boundary). Codes below 500 equal the kernel's
+ * error codes. Numeric values and names (klock_status_name()) never change once published.
  */
 enum klock_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -143,6 +150,34 @@ enum klock_status
      * A quota (`max_leases_per_session`) would be exceeded.
      */
     KLOCK_QUOTA_EXCEEDED = 400,
+    /**
+     * Remote client: the server URL is not `http://HOST:PORT` or `https://HOST:PORT`.
+     */
+    KLOCK_BAD_URL = 500,
+    /**
+     * Remote client: the server could not be reached in time (nothing listens, the
+     * connection broke, no answer within the request's bound).
+     */
+    KLOCK_UNREACHABLE = 501,
+    /**
+     * Remote client: the server refused with an error that has no kernel status (e.g.
+     * `UNAUTHORIZED`, `RATE_LIMITED`); the message starts with the server's stable name.
+     */
+    KLOCK_REFUSED = 502,
+    /**
+     * Remote client: Wait-Die refused the acquire while the session holds other leases:
+     * release them, wait the reported `retry_after_ms`, ask again for everything at once.
+     */
+    KLOCK_DIED = 503,
+    /**
+     * Remote client: the acquire's timeout passed before the grant.
+     */
+    KLOCK_TIMEOUT = 504,
+    /**
+     * Remote client: a held lease was lost (expired, wounded, its session closed, or no
+     * renewal reached the server in time); the message names the reason.
+     */
+    KLOCK_LEASE_LOST = 505,
     /**
      * A required pointer argument is NULL.
      */
@@ -338,6 +373,24 @@ typedef uint32_t klock_lease_status;
  * with klock_kernel_free(). Internally locked: usable from several threads at once.
  */
 typedef struct klock_kernel klock_kernel;
+
+/**
+ * A connection to `klock serve`. Opaque; create with klock_remote_connect(), free with
+ * klock_remote_client_free(). Usable from several threads at once.
+ */
+typedef struct klock_remote_client klock_remote_client;
+
+/**
+ * The leases of one grant, renewed by the client while this handle lives. Opaque; create
+ * with klock_remote_acquire(), free with klock_remote_lease_free().
+ */
+typedef struct klock_remote_lease klock_remote_lease;
+
+/**
+ * A session opened on the server. Opaque; create with klock_remote_session_open(), free with
+ * klock_remote_session_free(). Usable from several threads at once.
+ */
+typedef struct klock_remote_session klock_remote_session;
 
 /**
  * A deadlock-prevention policy (SPEC.md §6), one of the KLOCK_POLICY_* values.
@@ -771,6 +824,45 @@ typedef struct klock_stats {
     const struct klock_ghost_agent *ghost_agents;
     size_t ghost_agents_len;
 } klock_stats;
+
+/**
+ * How klock_remote_acquire() asks. Start from klock_remote_acquire_options_default(); owned
+ * by the caller and only read during the call.
+ */
+typedef struct klock_remote_acquire_options {
+    /**
+     * The TTL of each lease (at least 1): how long the server keeps it after the last renewal
+     * reached it. The client renews it every third of it.
+     */
+    uint64_t ttl_ms;
+    /**
+     * Whether `timeout_ms` is given; false = no client-side limit: wait until granted.
+     */
+    bool has_timeout_ms;
+    /**
+     * The budget of the whole acquisition, waits and Wait-Die backoffs included; 0 is a
+     * try-lock. Past it: KLOCK_TIMEOUT.
+     */
+    uint64_t timeout_ms;
+} klock_remote_acquire_options;
+
+/**
+ * The grant behind a klock_remote_lease, written into a struct the caller owns. The pointers
+ * are the lease handle's: valid until klock_remote_lease_free(), read-only.
+ */
+typedef struct klock_remote_grant {
+    /**
+     * The largest fence of the grant: strictly larger than every earlier grant's of these
+     * resources; a store must refuse writes carrying a smaller one.
+     */
+    uint64_t fence;
+    /**
+     * One lease per intent, in the server's order. Their times (`acquired_at`,
+     * `expires_at`) are the server's clock as of the grant; renewals move the expiry on.
+     */
+    const struct klock_lease *leases;
+    size_t leases_len;
+} klock_remote_grant;
 
 /**
  * Older requesters wait, younger ones die (the default).
@@ -1280,6 +1372,194 @@ const char *klock_close_reason_name(uint32_t reason);
  * Static: never free it. Thread-safety: any thread.
  */
 const char *klock_policy_name(uint32_t policy);
+
+/**
+ * Connects to the `klock serve` at `url` (`http://HOST:PORT`, or `https://HOST:PORT` with
+ * `ca_path`) showing the bearer `token`, and stores the client in `*out_client`. One
+ * authenticated read is made, so an unreachable server or a refused token fails here, not at
+ * the first acquire. The client starts one thread of its own (its runtime), which renews
+ * leases and reads the server's events.
+ *
+ * `token`: NULL = `$KLOCK_TOKEN` if set, else none. `ca_path`: the PEM certificates to trust
+ * for `https://` (the client carries no system trust store); NULL = `$KLOCK_CA` if set.
+ *
+ * Errors: KLOCK_NULL_POINTER (`url`, `out_client`), KLOCK_INVALID_UTF8, KLOCK_BAD_URL (a URL
+ * that is not `http(s)://HOST:PORT`), KLOCK_INVALID_ARGUMENT (a CA file that cannot be used),
+ * KLOCK_UNREACHABLE, KLOCK_REFUSED (`UNAUTHORIZED`: a missing or wrong token). On failure
+ * `*out_client` is NULL and no thread is left running.
+ *
+ * Ownership: the handle is the caller's; free it with klock_remote_client_free().
+ * Thread-safety: any thread.
+ *
+ * # Safety
+ * `url`, `token` and `ca_path` must be NULL or NUL-terminated; `out_client` NULL or writable.
+ */
+klock_status klock_remote_connect(const char *url,
+                                  const char *token,
+                                  const char *ca_path,
+                                  struct klock_remote_client **out_client);
+
+/**
+ * Frees a client. Its sessions and leases stay usable (they share its connections and
+ * runtime); the runtime's thread ends when the last of them is freed.
+ *
+ * NULL is a no-op. Thread-safety: must not race with another use of the same handle.
+ *
+ * # Safety
+ * `client` must be NULL or a handle from klock_remote_connect() not freed yet.
+ */
+void klock_remote_client_free(struct klock_remote_client *client);
+
+/**
+ * Opens a session for `agent_id` in `namespace` (NULL = "default") and stores it in
+ * `*out_session`. Sessions are the unit of priority (Wait-Die: an older session waits, a
+ * younger one dies).
+ *
+ * Errors: KLOCK_NULL_POINTER (`client`, `agent_id`, `out_session`), KLOCK_INVALID_UTF8,
+ * KLOCK_INVALID_AGENT_ID and KLOCK_INVALID_NAMESPACE (the server's refusal),
+ * KLOCK_UNREACHABLE, KLOCK_REFUSED. On failure `*out_session` is NULL.
+ *
+ * Ownership: the handle is the caller's; free it with klock_remote_session_free().
+ * Thread-safety: any thread.
+ *
+ * # Safety
+ * `client` must be NULL or a live client; `agent_id` and `namespace_name` NULL or
+ * NUL-terminated; `out_session` NULL or writable.
+ */
+klock_status klock_remote_session_open(const struct klock_remote_client *client,
+                                       const char *agent_id,
+                                       const char *namespace_name,
+                                       struct klock_remote_session **out_session);
+
+/**
+ * Writes the session's id on the server into `*out_id`.
+ *
+ * Errors: KLOCK_NULL_POINTER. Thread-safety: any thread.
+ *
+ * # Safety
+ * `session` must be NULL or a live session; `out_id` NULL or writable.
+ */
+klock_status klock_remote_session_id(const struct klock_remote_session *session, uint64_t *out_id);
+
+/**
+ * Closes the session on the server: every lease released, every wait withdrawn. Its lease
+ * handles then report KLOCK_LEASE_LOST (`SESSION_CLOSED`) and release nothing when freed.
+ * The handle must still be freed with klock_remote_session_free().
+ *
+ * Errors: KLOCK_NULL_POINTER, KLOCK_UNREACHABLE, KLOCK_UNKNOWN_SESSION (closed already, or
+ * closed by the server for idleness). Thread-safety: any thread.
+ *
+ * # Safety
+ * `session` must be NULL or a live session.
+ */
+klock_status klock_remote_session_close(const struct klock_remote_session *session);
+
+/**
+ * Frees a session handle. When no lease of it is held any more and it was not closed, it is
+ * closed on the server first (blocking, bounded by the request's time limit; a server that
+ * cannot be reached lets its leases end at their TTL).
+ *
+ * NULL is a no-op. Thread-safety: must not race with another use of the same handle.
+ *
+ * # Safety
+ * `session` must be NULL or a handle from klock_remote_session_open() not freed yet.
+ */
+void klock_remote_session_free(struct klock_remote_session *session);
+
+/**
+ * Writes the default options into `*out_options`: a 60 000 ms TTL and no timeout (wait until
+ * granted). NULL options to klock_remote_acquire() mean the same.
+ *
+ * Errors: KLOCK_NULL_POINTER. Thread-safety: any thread.
+ *
+ * # Safety
+ * `out_options` must be NULL or point to a writable klock_remote_acquire_options.
+ */
+klock_status klock_remote_acquire_options_default(struct klock_remote_acquire_options *out_options);
+
+/**
+ * Acquires every intent (`"PREDICATE TYPE:/path"`, like `"MUTATES FILE:/src/app.rs"`) at
+ * once, blocking until granted or refused, and stores the grant in `*out_lease`. While
+ * waiting the client follows the server's events and the kernel's backoff; once granted it
+ * renews the leases in the background until they are released or the handle is freed.
+ *
+ * `options`: NULL = klock_remote_acquire_options_default(). `out_retry_after_ms` (may be
+ * NULL) receives, on KLOCK_DIED, how long to wait before asking again (the kernel's backoff:
+ * never compute it yourself), and 0 otherwise.
+ *
+ * Errors: KLOCK_NULL_POINTER (`session`, `intents` with a length, an intent, `out_lease`),
+ * KLOCK_INVALID_UTF8, KLOCK_INVALID_ARGUMENT (no intent, one the kernel cannot read, a TTL of
+ * 0, a closed session), KLOCK_DIED (Wait-Die refused it while this session holds other
+ * leases: free or release them, wait `*out_retry_after_ms`, ask again for everything),
+ * KLOCK_TIMEOUT (the timeout passed first; the message names the holders), the server's
+ * refusal (its kernel status, or KLOCK_REFUSED), KLOCK_UNREACHABLE. On failure `*out_lease`
+ * is NULL.
+ *
+ * Ownership: the handle is the caller's; free it with klock_remote_lease_free().
+ * Thread-safety: any thread; concurrent acquires on one session are allowed.
+ *
+ * # Safety
+ * `session` must be NULL or a live session; `intents` NULL or `intents_len` pointers, each
+ * NULL or NUL-terminated; `options` NULL or readable; `out_lease` NULL or writable;
+ * `out_retry_after_ms` NULL or writable.
+ */
+klock_status klock_remote_acquire(const struct klock_remote_session *session,
+                                  const char *const *intents,
+                                  size_t intents_len,
+                                  const struct klock_remote_acquire_options *options,
+                                  struct klock_remote_lease **out_lease,
+                                  uint64_t *out_retry_after_ms);
+
+/**
+ * Writes the grant (its fence and leases) into `*out_grant`; its pointers belong to the lease
+ * handle and stay valid until klock_remote_lease_free(), released or not.
+ *
+ * Errors: KLOCK_NULL_POINTER. Thread-safety: any thread.
+ *
+ * # Safety
+ * `lease` must be NULL or a live lease; `out_grant` NULL or writable.
+ */
+klock_status klock_remote_lease_grant(const struct klock_remote_lease *lease,
+                                      struct klock_remote_grant *out_grant);
+
+/**
+ * Whether the leases are still held: KLOCK_OK while they are and no loss was reported;
+ * KLOCK_LEASE_LOST once (some of) them were lost (the message names the reason: `EXPIRED`,
+ * `WOUNDED`, `SESSION_CLOSED`, `NOT_RENEWED`, ...): stop acting on them; KLOCK_LEASE_RELEASED
+ * after klock_remote_lease_release(). Asks the server nothing: the client's background
+ * renewals and event stream decide.
+ *
+ * Errors: KLOCK_NULL_POINTER. Thread-safety: any thread.
+ *
+ * # Safety
+ * `lease` must be NULL or a live lease.
+ */
+klock_status klock_remote_lease_check(const struct klock_remote_lease *lease);
+
+/**
+ * Releases the leases now (blocking) and stops renewing them. The handle stays readable
+ * (klock_remote_lease_grant()) and must still be freed.
+ *
+ * Errors: KLOCK_NULL_POINTER, KLOCK_LEASE_RELEASED (released already), KLOCK_UNREACHABLE,
+ * the server's refusal (KLOCK_UNKNOWN_SESSION: the session is gone, its leases with it).
+ * Whatever the outcome, the handle no longer holds the leases.
+ * Thread-safety: any thread.
+ *
+ * # Safety
+ * `lease` must be NULL or a live lease.
+ */
+klock_status klock_remote_lease_release(const struct klock_remote_lease *lease);
+
+/**
+ * Frees a lease handle; leases still held are released first (blocking, bounded by the
+ * request's time limit; a server that cannot be reached lets them end at their TTL).
+ *
+ * NULL is a no-op. Thread-safety: must not race with another use of the same handle.
+ *
+ * # Safety
+ * `lease` must be NULL or a handle from klock_remote_acquire() not freed yet.
+ */
+void klock_remote_lease_free(struct klock_remote_lease *lease);
 
 /**
  * The stable upper-case name of a status code ("OK", "INVALID_RESOURCE", ..., "PANIC"), or

@@ -19,6 +19,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The runtime's handle (or why it could not be built), from its thread to the caller.
+type Built = (
+    std::sync::Mutex<Option<Result<tokio::runtime::Handle, String>>>,
+    std::sync::Condvar,
+);
+
 /// The private runtime and the thread that drives it.
 struct Runtime {
     handle: tokio::runtime::Handle,
@@ -28,25 +34,53 @@ struct Runtime {
 
 impl Runtime {
     fn start() -> Result<Arc<Runtime>, Error> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Unreachable(format!("cannot start the client's runtime: {e}")))?;
-        let handle = runtime.handle().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // Built on its own thread, and handed back through a condition variable: building a
+        // runtime, or blocking in a channel's recv, records the blocking thread (std's
+        // `thread::current()`), and a thread std did not start (a C program's main thread,
+        // through libklock) never frees that record, which valgrind reports as lost.
+        let built: Arc<Built> = Arc::default();
         let thread = std::thread::Builder::new()
             .name(String::from("klock-client"))
-            .spawn(move || {
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
+            .spawn({
+                let built = built.clone();
+                move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build();
+                    let handle = runtime.as_ref().map(|r| r.handle().clone());
+                    *built.0.lock().expect("runtime slot") =
+                        Some(handle.map_err(|e| e.to_string()));
+                    built.1.notify_one();
+                    if let Ok(runtime) = runtime {
+                        runtime.block_on(async {
+                            let _ = stopped.await;
+                        });
+                    }
+                }
             })
             .map_err(|e| Error::Unreachable(format!("cannot start the client's thread: {e}")))?;
-        Ok(Arc::new(Runtime {
-            handle,
-            stop: Some(stop),
-            thread: Some(thread),
-        }))
+        let mut slot = built.0.lock().expect("runtime slot");
+        let handle = loop {
+            match slot.take() {
+                Some(handle) => break handle,
+                None => slot = built.1.wait(slot).expect("runtime slot"),
+            }
+        };
+        drop(slot);
+        match handle {
+            Ok(handle) => Ok(Arc::new(Runtime {
+                handle,
+                stop: Some(stop),
+                thread: Some(thread),
+            })),
+            Err(e) => {
+                let _ = thread.join();
+                Err(Error::Unreachable(format!(
+                    "cannot start the client's runtime: {e}"
+                )))
+            }
+        }
     }
 
     /// Runs `future` to its end on the runtime, blocking this thread.
@@ -103,6 +137,14 @@ impl Client {
         let runtime = Runtime::start()?;
         let client = runtime.block_on(options.connect())??;
         Ok(Client { client, runtime })
+    }
+
+    /// [`crate::Client::in_namespace`]: the same client, on the same runtime.
+    pub fn in_namespace(&self, namespace: &str) -> Client {
+        Client {
+            client: self.client.in_namespace(namespace),
+            runtime: self.runtime.clone(),
+        }
     }
 
     /// [`crate::Client::session`], blocking.

@@ -96,6 +96,16 @@ impl Client {
         &self.namespace
     }
 
+    /// The same client (its kept-alive connections shared) opening its sessions in
+    /// `namespace`: one client serves several namespaces. A bad namespace is refused by the
+    /// server when a session opens (`INVALID_NAMESPACE`).
+    pub fn in_namespace(&self, namespace: &str) -> Client {
+        Client {
+            transport: self.transport.clone(),
+            namespace: namespace.to_owned(),
+        }
+    }
+
     /// The transport under it, for the typed routes ([`crate::routes`]).
     pub fn transport(&self) -> &Transport {
         &self.transport

@@ -66,3 +66,18 @@ fn the_blocking_guard_is_told_of_a_loss() {
     assert_eq!(loss.reason, "WOUNDED");
     assert!(taker.join().unwrap().unwrap() > held.fence());
 }
+
+#[test]
+fn one_blocking_client_opens_sessions_in_several_namespaces() {
+    let server = server(&[]);
+    let client = Client::connect(&url(&server), None).unwrap();
+    let try_lock = LeaseOptions::default().timeout(Duration::ZERO);
+    let (here, also_here) = (client.session("a").unwrap(), client.session("b").unwrap());
+    let there = client.in_namespace("team-b").session("c").unwrap();
+    let held = here.lease([X], try_lock).unwrap();
+    // The same resource in another namespace is another resource; in this one it is held.
+    let elsewhere = there.lease([X], try_lock).unwrap();
+    let refused = also_here.lease([X], try_lock).unwrap_err();
+    assert!(timed_out(&refused, TimedOut::NoWait), "{refused}");
+    drop((held, elsewhere));
+}

@@ -14,7 +14,8 @@
 //! [`convert`] (C strings and arrays in and out), [`digest_json`] (a digest's JSON text, read
 //! strictly), [`types`] (the C structs and their `_free` functions), [`names`] (the enums'
 //! names and numbering, from the core's lists), [`api`] (the operations of SPEC.md on a
-//! `klock_kernel` handle).
+//! `klock_kernel` handle), [`remote`] (the blocking client of a `klock serve`, over the
+//! `klock-client` crate).
 
 // C names on purpose: what is written here is what C sees.
 #![allow(non_camel_case_types)]
@@ -25,5 +26,6 @@ pub mod digest_json;
 #[cfg(test)]
 mod header;
 pub mod names;
+pub mod remote;
 pub mod status;
 pub mod types;

@@ -1,10 +1,10 @@
 //! Result codes, the per-thread error message and the panic boundary.
 //!
 //! Contract: [`klock_status`] mirrors `klock_core::ErrorCode` number for number and name for
-//! name (checked at compile time below) and adds the 9xx block for problems of the C boundary.
-//! Every exported function runs its body through [`ffi`] (or [`ffi_void`] for functions
-//! that return nothing), which catches panics, stores the message of a failure in a
-//! per-thread slot and clears it on success.
+//! name (checked at compile time below) and adds the 5xx block for the outcomes of the remote
+//! client and the 9xx block for problems of the C boundary. Every exported function runs its
+//! body through [`ffi`] (or [`ffi_void`] for functions that return nothing), which catches
+//! panics, stores the message of a failure in a per-thread slot and clears it on success.
 
 use klock_core::ErrorCode;
 use std::any::Any;
@@ -13,9 +13,9 @@ use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The result of every fallible function: 0 on success, otherwise a code grouped in blocks
-/// (1xx bad input, 2xx unknown identifiers, 3xx state conflicts, 4xx limits, 9xx problems of
-/// the C boundary). Codes below 900 equal the kernel's error codes. Numeric values and names
-/// (klock_status_name()) never change once published.
+/// (1xx bad input, 2xx unknown identifiers, 3xx state conflicts, 4xx limits, 5xx outcomes of
+/// the remote client, 9xx problems of the C boundary). Codes below 500 equal the kernel's
+/// error codes. Numeric values and names (klock_status_name()) never change once published.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum klock_status {
@@ -55,6 +55,22 @@ pub enum klock_status {
     KLOCK_LIFETIME_EXCEEDED = 304,
     /// A quota (`max_leases_per_session`) would be exceeded.
     KLOCK_QUOTA_EXCEEDED = 400,
+    /// Remote client: the server URL is not `http://HOST:PORT` or `https://HOST:PORT`.
+    KLOCK_BAD_URL = 500,
+    /// Remote client: the server could not be reached in time (nothing listens, the
+    /// connection broke, no answer within the request's bound).
+    KLOCK_UNREACHABLE = 501,
+    /// Remote client: the server refused with an error that has no kernel status (e.g.
+    /// `UNAUTHORIZED`, `RATE_LIMITED`); the message starts with the server's stable name.
+    KLOCK_REFUSED = 502,
+    /// Remote client: Wait-Die refused the acquire while the session holds other leases:
+    /// release them, wait the reported `retry_after_ms`, ask again for everything at once.
+    KLOCK_DIED = 503,
+    /// Remote client: the acquire's timeout passed before the grant.
+    KLOCK_TIMEOUT = 504,
+    /// Remote client: a held lease was lost (expired, wounded, its session closed, or no
+    /// renewal reached the server in time); the message names the reason.
+    KLOCK_LEASE_LOST = 505,
     /// A required pointer argument is NULL.
     KLOCK_NULL_POINTER = 900,
     /// A string argument is not valid UTF-8.
@@ -119,6 +135,12 @@ fn status_name(status: u32) -> *const c_char {
     }
     let name: &'static CStr = match status {
         0 => c"OK",
+        500 => c"BAD_URL",
+        501 => c"UNREACHABLE",
+        502 => c"REFUSED",
+        503 => c"DIED",
+        504 => c"TIMEOUT",
+        505 => c"LEASE_LOST",
         900 => c"NULL_POINTER",
         901 => c"INVALID_UTF8",
         902 => c"BUFFER_TOO_SMALL",
@@ -399,6 +421,12 @@ mod tests {
             KLOCK_HOLD_AND_WAIT,
             KLOCK_LIFETIME_EXCEEDED,
             KLOCK_QUOTA_EXCEEDED,
+            KLOCK_BAD_URL,
+            KLOCK_UNREACHABLE,
+            KLOCK_REFUSED,
+            KLOCK_DIED,
+            KLOCK_TIMEOUT,
+            KLOCK_LEASE_LOST,
             KLOCK_NULL_POINTER,
             KLOCK_INVALID_UTF8,
             KLOCK_BUFFER_TOO_SMALL,
@@ -413,7 +441,7 @@ mod tests {
                 format!("{status:?}")
             );
         }
-        assert_eq!(all.len(), ErrorCode::ALL.len() + 6);
+        assert_eq!(all.len(), ErrorCode::ALL.len() + 12);
         // SAFETY: as above.
         let unknown = unsafe { CStr::from_ptr(klock_status_name(5)) };
         assert_eq!(unknown, c"UNKNOWN_STATUS");
