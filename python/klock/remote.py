@@ -8,9 +8,10 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
 :mod:`klock.backend`). Sessions opened through it default to its ``namespace``.
 
 * **Transport.** :mod:`klock._http` (HTTP/1.1 on stdlib sockets): the calls go through a pool of
-  keep-alive connections, one per call in flight, and per namespace one reader thread with a
-  transport of its own long-polls the namespace's event stream
-  (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, resumed after the last event id it saw); it
+  keep-alive connections per node, one per call in flight, and per namespace one reader thread
+  with transports of its own long-polls the namespace's event stream
+  (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, resumed after the last event id it saw, on
+  whichever node the failover rules name: it follows the node that last answered); it
   keeps the events of this client's sessions and hands them to the Klock's dispatch.
   ``async with`` blocks run the calls in a worker thread, so the event loop never blocks
   (``offload_async``). The bearer ``token`` goes in ``Authorization``; session tokens
@@ -26,22 +27,29 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
 * **Bounded call.** ``reconnect_timeout`` (default 30 s) is every call's budget, counted from
   its start; one attempt waits at most ``request_timeout`` (default 10 s) and never past the
   budget, so a frozen server costs a call at most the budget.
-* **Reconnect.** Connection refused / reset / timed out: the request is retried with backoff
-  (50 ms doubling to 1 s) within the budget, then :class:`~klock.Unreachable` ("cannot reach
-  klock serve at URL: what failed"). *Busy server*: a 429 (``RATE_LIMITED``,
-  ``TOO_MANY_WAITS``: refused before it did anything) or a 503 is asked again after the
-  server's ``Retry-After`` (delta-seconds), else the backoff, within the same budget; past it
-  a 429 raises the server's error, a 503 :class:`~klock.Unreachable`. *Retries do not starve
+* **Failover.** ``url`` is one server or the nodes of a cluster (a list, or URLs separated by
+  commas; each checked, a bad one a ``ValueError`` naming it). Which node each attempt asks,
+  how long the call pauses and when it gives up are the core's rules
+  (``core/src/client/failover.rs`` through ``klock._core.Servers``/``Attempts``, SPEC.md
+  §13.7): a call starts at the node that last answered; a node that does not answer
+  (connection refused / reset / timed out), or answers 503, is followed at once by the next
+  untried one; after a round of every node the call pauses (a 503's ``Retry-After``, else
+  50 ms doubling to 1 s) and starts a new round. *Busy server*: a 429 (``RATE_LIMITED``,
+  ``TOO_MANY_WAITS``: refused before it did anything) is asked again of the same node after
+  its ``Retry-After``, else the backoff. Nothing waits past the budget: then a 429 raises the
+  server's error, the rest :class:`~klock.Unreachable` ("cannot reach klock serve at URL:
+  what failed", for each URL tried). Once a call gave up unreachable, later calls try each
+  node once until one answers. *Retries do not starve
   heartbeats*: a call holds the Klock's lock while it retries, so each pause between its
   attempts first sends the heartbeats due (but those of a session whose leases the call
   releases). When the event
-  reader reaches the server again it re-polls the open tickets (a restart may have dropped
+  reader reaches the server again, or another node than the last, it re-polls the open tickets (a restart may have dropped
   their events; a ticket whose outcome the server no longer has is asked again, which reuses
   a lease granted meanwhile) and has every held block renewed at once; the server restored
   the sessions in their suspension grace and extended the leases by the downtime, so a quick
-  restart loses nothing, and a renewal the server refuses marks the lease lost as usual. If
-  the reader stays cut off past the budget, every waiting block raises
-  :class:`~klock.Unreachable`.
+  restart (or a cluster's failover) loses nothing, and a renewal the server refuses marks the
+  lease lost as usual. If the reader's poll gives up (cut off past the budget), every waiting
+  block raises :class:`~klock.Unreachable`.
 * **Lost-lease safety.** On the system clock, each lease has a local deadline on the Klock's
   monotonic clock: the send time of the request that granted or last renewed it, plus its TTL
   (never later than the server's expiry). A lease granted after a WAIT takes the *acquire's*
@@ -531,7 +539,9 @@ class RemoteKernel:
         started = _monotonic_ms()
         servers = self._servers
         if once:
-            attempts = servers.call_once(started, int(min(_ONCE_TIMEOUT_S, self._request_timeout) * 1000))
+            attempts = servers.call_once(
+                started, int(min(_ONCE_TIMEOUT_S, self._request_timeout) * 1000)
+            )
         else:
             attempts = servers.call(started, int(self.reconnect_timeout * 1000))
         request_limit_ms = int(self._request_timeout * 1000)
@@ -567,9 +577,7 @@ class RemoteKernel:
                     busy = response
                     retry_after_ms = _retry_after_ms(response)
                     failures.pop(url, None)
-                    failures[url] = (
-                        f"unavailable ({response.status_code}: {response.text[:200]})"
-                    )
+                    failures[url] = f"unavailable ({response.status_code}: {response.text[:200]})"
             except TransportError as e:
                 refused = _refused_certificate(e)
                 if refused is not None:
@@ -1095,6 +1103,7 @@ class RemoteKernel:
             node = attempts.node
             retry_after_ms: int | None = None
             outcome: _Outcome
+            failure = ""
             try:
                 response = clients[node].request(
                     "GET",
@@ -1107,8 +1116,17 @@ class RemoteKernel:
                     outcome = "busy" if response.status_code == 429 else "unavailable"
                     retry_after_ms = _retry_after_ms(response)
                     failure = f"unavailable ({response.status_code}: {response.text[:200]})"
-                else:
+                elif response.is_success:
                     outcome = "answered"
+                else:
+                    # An error answer (a refused token, say): no events from that node; it
+                    # counts as a node that could not serve the poll, so a lasting one fails
+                    # the waiting blocks past the budget, as a server out of reach does.
+                    outcome = "unavailable"
+                    try:
+                        self._answer(response, url=self.urls[node])
+                    except KlockError as e:
+                        failure = str(e)
             except TransportClosed:
                 break
             except TransportError as e:
@@ -1126,12 +1144,7 @@ class RemoteKernel:
             )
             if what == "done":
                 attempts = None
-                try:
-                    d = self._answer(response, url=self.urls[node])
-                except KlockError as e:  # an answer it cannot use: keep it, ask again later
-                    self.reader_error = e
-                    time.sleep(_READER_PAUSE_S)
-                    continue
+                d = self._answer(response, url=self.urls[node])
                 if self._served(namespace, d, cut_off or last_node not in (None, node)):
                     break
                 cut_off, failed, last_node = False, False, node

@@ -18,8 +18,8 @@ import pathlib
 import signal
 import socket
 import subprocess
-import threading
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -167,7 +167,7 @@ class Cluster:
         self.dir = dir
         self.secret = dir / "secret"
         self.secret.write_text(CLUSTER_SECRET)
-        self.ports = [_free_port() for _ in range(size)]
+        self.ports = [free_port() for _ in range(size)]
         self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
         self.peers = ",".join(f"{i + 1}={url}" for i, url in enumerate(self.urls))
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * size
@@ -277,7 +277,7 @@ def cluster(size: int = 3) -> Iterator[Cluster]:
             nodes.kill_all()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A loopback port nothing listens on now (a node binds it just after)."""
     with socket.create_server(("127.0.0.1", 0)) as probe:
         return int(probe.getsockname()[1])

@@ -10,9 +10,10 @@ import time
 from typing import Any
 
 import pytest
-from server import Server, _free_port, cluster
 
 import klock
+from klock import _core
+from server import Server, cluster, free_port
 
 
 def test_a_lease_block_survives_a_leader_killed_and_a_waiter_then_gets_a_higher_fence() -> None:
@@ -73,7 +74,7 @@ def test_a_lease_block_survives_a_leader_killed_and_a_waiter_then_gets_a_higher_
 def test_every_node_down_is_unreachable_naming_each_url_after_the_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    dead = [f"http://127.0.0.1:{_free_port()}" for _ in range(3)]
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(3)]
     monkeypatch.setenv("KLOCK_SERVER", ",".join(dead))
     start = time.monotonic()
     with pytest.raises(klock.Unreachable) as info:
@@ -88,7 +89,7 @@ def test_every_node_down_is_unreachable_naming_each_url_after_the_budget(
 def test_a_dead_node_in_the_list_is_passed_over() -> None:
     server = Server("--memory")
     try:
-        dead = f"http://127.0.0.1:{_free_port()}"
+        dead = f"http://127.0.0.1:{free_port()}"
         with klock.connect([dead, server.url], reconnect_timeout=5) as k:
             with k.session("over") as s, s.lease("MUTATES FILE:/over") as lease:
                 assert lease.held
@@ -120,3 +121,31 @@ def test_a_list_must_name_distinct_urls_as_strings() -> None:
         klock.connect([])
     with pytest.raises(TypeError, match="must be a str, got int"):
         klock.connect(["http://127.0.0.1:1", 7])  # type: ignore[list-item]
+
+
+def test_the_core_rules_cross_the_binding_as_plain_values() -> None:
+    """klock._core.Servers/Attempts translate the core's failover rules (its own tests hold
+    the rules): a round over every node at once, then the backoff; an answer is preferred."""
+    servers = _core.Servers(3)
+    assert (servers.count, servers.preferred, servers.down) == (3, 0, False)
+    call = servers.call(1_000, 10_000)
+    assert (call.node, call.ends_ms) == (0, 11_000)
+    assert call.attempt_limit_ms(10_000, 5_000) == 1_000
+    assert call.after(servers, "unreachable", None, 1_000) == ("retry", 1, 0)
+    assert call.after(servers, "unavailable", 2_000, 1_000) == ("retry", 2, 0)
+    assert call.after(servers, "unavailable", None, 1_000) == ("retry", 0, 50)
+    assert call.after(servers, "busy", 700, 1_050) == ("retry", 0, 700)
+    assert call.after(servers, "unreachable", None, 1_750) == ("retry", 1, 0)
+    assert call.after(servers, "answered", None, 1_760) == ("done", 1, 0)
+    assert servers.preferred == 1
+    once = servers.call_once(0, 100)
+    for node in (2, 0):
+        assert once.after(servers, "unreachable", None, 0) == ("retry", node, 0)
+    assert once.after(servers, "unreachable", None, 0) == ("gave_up_unreachable", 0, 0)
+    assert servers.down
+    busy = servers.call(0, 100)
+    assert busy.after(servers, "busy", 1_000, 0) == ("gave_up_busy", 1, 0)
+    with pytest.raises(ValueError, match="at least one server URL"):
+        _core.Servers(0)
+    with pytest.raises(ValueError, match="outcome must be one of"):
+        servers.call(0, 1).after(servers, "lost", None, 0)  # type: ignore[arg-type]

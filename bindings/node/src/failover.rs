@@ -32,7 +32,10 @@ impl Servers {
         let count = input::number_arg(&env, count, "count")?;
         let count = usize::try_from(count).unwrap_or(usize::MAX);
         failover::Servers::new(count).map(Servers).map_err(|_| {
-            throw::range_error(&env, "a client needs at least one server URL, got none".into())
+            throw::range_error(
+                &env,
+                "a client needs at least one server URL, got none".into(),
+            )
         })
     }
 
