@@ -418,6 +418,7 @@ def run_phase(
                 down = time.monotonic() - since
                 server.restart()
                 killed = None
+                progress.status = f"· leader kills {server.restarts}"
                 progress.say(
                     f"the killed node restarts from its data file after {down:.1f} s, "
                     f"{progress.done - edits_then} edits made without it"
@@ -466,14 +467,15 @@ def run_phase(
                 progress.say("SIGKILL to the cluster's leader")
                 server.kill_leader()
                 killed = (time.monotonic(), progress.done)
+                progress.status = "· leader down"
             else:
                 progress.say("SIGKILL to klock serve; restarting it from its data file")
                 server.crash_and_restart(args.downtime_s)
             for a in agents:
                 if a.proc.poll() is None and a.done is None:
                     a.restarts_seen += 1
-            crashes = "leader kills" if isinstance(server, Cluster) else "server restarts"
-            progress.status = f"· {crashes} {server.restarts}"
+            if not isinstance(server, Cluster):
+                progress.status = f"· server restarts {server.restarts}"
     if isinstance(server, Cluster) and killed is not None:
         server.restart()  # the run ended first: the planned restart still happens
     progress.end()
