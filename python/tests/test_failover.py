@@ -42,19 +42,22 @@ def test_a_lease_block_survives_a_leader_killed_and_a_waiter_then_gets_a_higher_
 
         try:
             with holder.session("holder") as s:
-                # A TTL above an election plus a 503's Retry-After (the renewal due while the
-                # cluster has no leader waits that long), far below the test's bound.
-                with s.lease("MUTATES FILE:/x", ttl=5) as lease:
+                # A TTL well above an election plus a 503's Retry-After (the renewal due while
+                # the cluster has no leader waits that long), even on a loaded machine.
+                with s.lease("MUTATES FILE:/x", ttl=8) as lease:
                     fence = lease.fence
                     thread = threading.Thread(target=wait_for_it, daemon=True)
                     thread.start()
-                    time.sleep(0.5)  # the waiter's acquire is waiting
+                    waited = time.monotonic()
+                    while waiter.counters.waits < 1:  # the waiter's acquire is waiting
+                        assert time.monotonic() - waited < 10, got
+                        time.sleep(0.05)
                     assert "fence" not in got and "error" not in got, got
                     nodes.kill(leader)
                     killed_at = time.monotonic()
                     before = lease.expires_at
                     # Longer than the TTL: the lease lives only if renewals reach a survivor.
-                    time.sleep(6)
+                    time.sleep(9)
                     assert lease.held, lease
                     assert lease.expires_at > before, "no renewal through a survivor"
                     assert holder.kernel._servers.preferred != 0  # type: ignore[attr-defined]
