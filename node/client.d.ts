@@ -171,7 +171,9 @@ export interface ConnectOptions {
 }
 
 /**
- * A Klock whose kernel is `klock serve` at `url`: the same interface as `new Klock()`, over
+ * A Klock whose kernel is `klock serve` at `url` (or the nodes of a cluster: an array of URLs,
+ * or URLs separated by commas; each call starts at the node that last answered and fails over
+ * to the others): the same interface as `new Klock()`, over
  * HTTP (kept-alive connections; one event stream per namespace, shared by its sessions). Each lease has a local deadline
  * (send time of its last grant or renewal + TTL, on the monotonic clock), so it is marked lost
  * no later than the server lets it expire; `expiresAt` shows the server's time. Connection
@@ -179,7 +181,7 @@ export interface ConnectOptions {
  * its event streams, polls its open tickets, reconciles and renews its leases. Call
  * `close()` when done: the event streams keep the process alive until then.
  */
-export declare function connect(url?: string | null, options?: ConnectOptions): RemoteKlock;
+export declare function connect(url?: string | readonly string[] | null, options?: ConnectOptions): RemoteKlock;
 
 /**
  * A Klock made by `connect()`: what reaches the server answers a Promise where the in-process

@@ -1801,12 +1801,17 @@ if (typeof Symbol.dispose === 'symbol') {
  * `stats()`, `resourceState()` (`withLease` and `await using` await them). Call
  * `klock.close()` when done: the event streams keep the process alive until then.
  *
+ * `url` may name every node of a cluster: an array of URLs, or one string of URLs separated by
+ * commas (`'http://a:7300,http://b:7300,http://c:7300'`); each must be an http:// or https://
+ * URL with a host (else a TypeError naming it), none twice. Each call then starts at the node
+ * that last answered and fails over to the others (node/remote.js, "Failover").
+ *
  * What is not given comes from the environment, as for the `klock` CLI (so a program started
- * by `klock exec` reaches the same server): `url` from `KLOCK_SERVER` (else
- * `http://127.0.0.1:7300`), `token` from `KLOCK_TOKEN`, `namespace` from `KLOCK_NAMESPACE` (or
+ * by `klock exec` reaches the same server): `url` from `KLOCK_SERVER` (several separated by
+ * commas; else `http://127.0.0.1:7300`), `token` from `KLOCK_TOKEN`, `namespace` from `KLOCK_NAMESPACE` (or
  * the CLI's older `KLOCK_NS`; both set and different is an error; else `'default'`).
  *
- * @param {string} [url] e.g. `http://127.0.0.1:7300`
+ * @param {string | string[]} [url] e.g. `http://127.0.0.1:7300`, or a cluster's nodes
  * @param {object} [options]
  * @param {string} [options.token] the server's bearer token (`Authorization: Bearer`); the
  *   session tokens are handled inside

@@ -98,6 +98,18 @@ export interface AcquireOptions {
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** One call's attempts (the core's `Attempts`). */
+export declare class Attempts {
+  /** The node the next attempt goes to. */
+  get node(): number
+  /** When the budget ends, on the client's clock. */
+  get endsMs(): number
+  /** How long the attempt sent at `nowMs` may take (the request limit, cut to the budget). */
+  attemptLimitMs(nowMs: number, requestLimitMs: number): number
+  /** What to do after the attempt to `node` ended with `outcome` at `nowMs`. */
+  after(servers: Servers, outcome: 'answered' | 'unreachable' | 'unavailable' | 'busy', retryAfterMs: number | undefined, nowMs: number): AfterAttempt
+}
+
 /**
  * The coordination kernel (SPEC.md). It never reads a clock: every call that can change
  * state takes `now` (integer milliseconds, any epoch the host chooses, never going back).
@@ -210,6 +222,31 @@ export declare class Kernel {
   stats(): Stats
   /** The whole state after settling `now`, for dashboards. */
   snapshot(now: number): Snapshot
+}
+
+/** A client's servers and the node it prefers (the core's `Servers`). */
+export declare class Servers {
+  /** A client of `count` servers, preferring the first. */
+  constructor(count: number)
+  /** How many servers. */
+  get count(): number
+  /** The node a call starts with: the last that answered. */
+  get preferred(): number
+  /** Whether the last call gave up unreachable and none answered since. */
+  get down(): boolean
+  /** A call started at `nowMs` with `budgetMs` to get an answer. */
+  call(nowMs: number, budgetMs: number): Attempts
+  /** A best-effort call: every node once, without pauses, within `budgetMs`. */
+  callOnce(nowMs: number, budgetMs: number): Attempts
+}
+
+/** What the client does after an attempt. */
+export interface AfterAttempt {
+  what: 'done' | 'retry' | 'gave_up_unreachable' | 'gave_up_busy'
+  /** `retry`: the node to ask next; otherwise the node the attempt went to. */
+  node: number
+  /** `retry`: how long to wait first (0: at once); otherwise 0. */
+  ms: number
 }
 
 /**

@@ -835,7 +835,9 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.Attempts = nativeBinding.Attempts
 module.exports.Kernel = nativeBinding.Kernel
+module.exports.Servers = nativeBinding.Servers
 module.exports.afterSetback = nativeBinding.afterSetback
 module.exports.flock = nativeBinding.flock
 module.exports.MAX_MANIFEST_INTENTS = nativeBinding.MAX_MANIFEST_INTENTS

@@ -13,9 +13,9 @@
 // - Errors: the server's `{"error": {code, name, message}}` becomes the `KlockError` the
 //   in-process kernel throws for that code. A refused bearer token (401/403 without a session
 //   token problem) is `KlockError` `UNAUTHORIZED`/`FORBIDDEN` naming the URL. A connection
-//   refused, reset or timed out is retried with backoff (50 ms doubling to 1 s, real time)
-//   for at most `reconnectTimeoutMs` (default 30 000) since the first failure; then it is
-//   `Unreachable`, naming the URL and what failed. Every mutating request carries an
+//   refused, reset or timed out is retried (see "Failover") for at most `reconnectTimeoutMs`
+//   (default 30 000); then it is `Unreachable`, naming each URL tried and what failed there
+//   last. Every mutating request carries an
 //   `Idempotency-Key` made once per logical request and reused on its retries, so a retry
 //   after a lost answer never acts twice. The connections are kept alive and reused (http.js;
 //   a pooled one the server closed while idle is its to recover, not a failure here).
@@ -25,9 +25,17 @@
 // - Bounded call: the budget counts from the call's start, not from its first failure, and
 //   each attempt waits at most `requestTimeoutMs` (default 10 000) and never past the budget,
 //   so a frozen server (SIGSTOP) costs a call at most `reconnectTimeoutMs`.
-// - Busy server: a 429 (`RATE_LIMITED`, `TOO_MANY_WAITS`: refused before it did anything) or
-//   a 503 is asked again after the server's `Retry-After` (delta-seconds), else the backoff,
-//   within the same budget; past it, the 429 is the server's error, a 503 `Unreachable`.
+// - Failover: `url` is one server or the nodes of a cluster (an array, or URLs separated by
+//   commas; each checked, a bad one a TypeError naming it), each node with its own pool of
+//   kept-alive connections. Every call's attempts follow the core's rules
+//   (core/src/client/failover.rs through the addon's `Servers`/`Attempts`, SPEC.md §13.7):
+//   it starts at the node that last answered; a node that does not answer, or answers 503,
+//   is followed at once by the next untried one; after a round of every node the call pauses
+//   (a 503's `Retry-After`, else 50 ms doubling to 1 s); a 429 (`RATE_LIMITED`,
+//   `TOO_MANY_WAITS`: refused before it did anything) is asked again of the same node after
+//   its `Retry-After` (else the backoff). Nothing waits past the budget; past it a 429 is the
+//   server's error, the rest `Unreachable`. Once a call gave up unreachable, later calls try
+//   each node once until one answers. This module sends, waits and words the errors.
 // - Session token refused: a 401 `SESSION_TOKEN_REFUSED` to a request naming a session means
 //   another client resumed the session (a resume issues a new token): `KlockError`
 //   `SESSION_TOKEN_REFUSED` with `sessionId` set, never retried; the friendly layer loses the
@@ -35,7 +43,9 @@
 //   session's current resume secret is `RESUME_SECRET_REFUSED`.
 // - Events: one reader per namespace this client has sessions in, as in Python: it long-polls
 //   the namespace's watch (`GET /v1/ns/{ns}/watch?after=&wait_ms=`), from the newest event
-//   when its first session opened, resumed after the last event id it saw, and keeps the
+//   when its first session opened, resumed after the last event id it saw (each poll a call
+//   of the failover rules, on transports of its own: it follows the node that last answered,
+//   and resumes on another node after the same id when that one fails), and keeps the
 //   events of this client's sessions. So a process with thousands of sessions holds one of its
 //   token's long-polls per namespace, not one per session. Events are queued in order,
 //   duplicates (by id) dropped, and the queue handed to the friendly layer's one dispatch
@@ -52,7 +62,8 @@
 //   `LEASE_LOST` event of this module, routed like the kernel's). `nextDeadline()` is the
 //   earliest local deadline, so the friendly layer's timer fires on it and `advance(now)`
 //   settles it.
-// - Reconnect: after a failure, the first request that gets through starts a resync of every
+// - Reconnect: after a failure (or an event poll answered by another node than the last: it
+//   may have missed events), the first request that gets through starts a resync of every
 //   session: the event readers resume after their last id, open tickets are polled again,
 //   held leases are reconciled (those the server no longer has are lost) and the rest are
 //   renewed at once. The server restores sessions into a suspension grace and extends leases
@@ -69,7 +80,7 @@
 //   deterministically.
 
 const { randomUUID } = require('node:crypto');
-const { KlockError, ERROR_CODES } = require('./index.js');
+const { KlockError, ERROR_CODES, Servers } = require('./index.js');
 const { Transport } = require('./http.js');
 
 /** klock serve could not be reached within the reconnect budget. */
@@ -79,8 +90,8 @@ class Unreachable extends KlockError {
   }
 }
 
-const FIRST_BACKOFF_MS = 50;
-const MAX_BACKOFF_MS = 1000;
+/** The shortest pause a server's Retry-After asks for (a "0" must not make a busy loop). */
+const PAUSE_FLOOR_MS = 50;
 /** A wait is refreshed every third of its TTL (the rule "long waits"), at most this often. */
 const REFRESH_MIN_MS = 50;
 /** How long one watch long-poll waits on the server (it answers earlier when events come). */
@@ -89,8 +100,13 @@ const WATCH_WAIT_MS = 10_000;
 const DEFAULT_TTL_MS = 60_000;
 /** The default of `requestTimeoutMs`: an attempt (not a stream) that takes longer is a network failure. */
 const REQUEST_TIMEOUT_MS = 10_000;
-/** A 429 or 503: the server is reachable but did not take the request ("busy server"). */
-const BUSY = new Set([429, 503]);
+/** How an answer's status counts for the core's failover rules: a 429 is busy, a 503 unavailable. */
+function outcomeOf(status) {
+  return status === 429 ? 'busy' : status === 503 ? 'unavailable' : 'answered';
+}
+
+/** The host's monotonic clock in milliseconds, as the core's failover rules count time. */
+const monotonicMs = () => Math.floor(performance.now());
 
 /** snake_case -> camelCase, remembered: the server's answers use a few dozen keys, over and over. */
 const camelKeys = new Map();
@@ -167,18 +183,61 @@ const ok = (response) => response.status >= 200 && response.status < 300;
 
 const sleepReal = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** The pause before asking a busy server again: its `Retry-After` (delta-seconds), else `backoff`. */
-function retryAfter(response, backoff) {
+/** A busy answer's `Retry-After` (delta-seconds) in milliseconds, or undefined (the core's backoff then). */
+function retryAfterMs(response) {
   const raw = response.headers['retry-after'];
   const seconds = raw === undefined || raw.trim() === '' ? NaN : Number(raw);
-  if (!Number.isFinite(seconds) || seconds < 0) return backoff;
-  return Math.max(FIRST_BACKOFF_MS, seconds * 1000);
+  if (!Number.isFinite(seconds) || seconds < 0 || seconds > 86_400) return undefined;
+  return Math.max(PAUSE_FLOOR_MS, Math.floor(seconds * 1000));
+}
+
+/** A bad `url` argument of `connect()`: a TypeError naming it. */
+function badUrl(message) {
+  const error = new TypeError(message);
+  error.code = 'ERR_INVALID_ARG_VALUE';
+  return error;
+}
+
+/**
+ * The server URLs `connect()` was given (one URL, several separated by commas, or an array of
+ * them), each checked: an http:// or https:// URL with a host, none twice. A bad one is a
+ * TypeError naming it.
+ */
+function serverUrls(url) {
+  let given;
+  if (typeof url === 'string') given = url.split(',').map((part) => part.trim());
+  else if (Array.isArray(url)) given = [...url];
+  else {
+    throw badUrl(
+      `\`url\` must be a URL of klock serve, several separated by commas, or an array of them, got ${typeof url}`,
+    );
+  }
+  if (given.length === 0) throw badUrl('`url` is an empty array: give at least one URL of klock serve');
+  const urls = [];
+  for (const item of given) {
+    let parsed = null;
+    try {
+      parsed = typeof item === 'string' ? new URL(item) : null;
+    } catch {
+      parsed = null;
+    }
+    if (parsed === null || !['http:', 'https:'].includes(parsed.protocol) || parsed.hostname === '') {
+      const where = given.length > 1 ? ` (in ${JSON.stringify(url)})` : '';
+      throw badUrl(`\`url\` must be an http:// or https:// URL of klock serve, got ${JSON.stringify(item)}${where}`);
+    }
+    if (urls.some((u) => u.href === parsed.href)) {
+      throw badUrl(`server URL ${JSON.stringify(item)} is given twice (in ${JSON.stringify(url)})`);
+    }
+    urls.push(parsed);
+  }
+  return urls;
 }
 
 class RemoteKernel {
   /**
    * @param {object} options
-   * @param {string} options.url the server, e.g. `http://127.0.0.1:7300`
+   * @param {string | string[]} options.url the server, e.g. `http://127.0.0.1:7300`, or the
+   *   nodes of a cluster (an array, or URLs separated by commas)
    * @param {string} [options.token] the server's bearer token
    * @param {{ now(): number }} options.clock the client's clock (send times, deadlines)
    * @param {boolean} options.manualTime send `Klock-Now` (a `--clock manual` server)
@@ -197,24 +256,18 @@ class RemoteKernel {
     ca,
     verify = true,
   }) {
-    let parsed;
-    try {
-      parsed = new URL(url);
-    } catch {
-      parsed = null;
-    }
-    if (parsed === null || !['http:', 'https:'].includes(parsed.protocol)) {
-      const error = new TypeError(
-        `\`url\` must be an http:// or https:// URL of klock serve, got ${JSON.stringify(url)}`,
-      );
-      error.code = 'ERR_INVALID_ARG_VALUE';
-      throw error;
-    }
-    this.url = parsed.href.replace(/\/+$/, '');
+    const parsed = serverUrls(url);
+    /** The servers' URLs, in the order given (the core's node positions). */
+    this.urls = parsed.map((u) => u.href.replace(/\/+$/, ''));
+    /** The URLs as one text (the one URL of a single server), for messages. */
+    this.url = this.urls.join(',');
     this.remote = true;
-    this._http = new Transport(parsed, { ca, verify });
-    /** A transport of its own for each event reader: its long-poll never waits for a call's connection. */
-    this._newTransport = () => new Transport(parsed, { ca, verify });
+    /** Which node a call starts with and when it gives up: the core's rules (failover). */
+    this._servers = new Servers(this.urls.length);
+    /** One pool of keep-alive connections per node. */
+    this._http = parsed.map((u) => new Transport(u, { ca, verify }));
+    /** Transports of its own for each event reader (one per node): its long-poll never waits for a call's connection. */
+    this._newTransports = () => parsed.map((u) => new Transport(u, { ca, verify }));
     this._token = token;
     this._clock = clock;
     this._manual = manualTime;
@@ -486,7 +539,7 @@ class RemoteKernel {
   close() {
     this._closed = true;
     for (const watch of this._watches.values()) watch.stop();
-    this._http.close();
+    for (const http of this._http) http.close();
   }
 
   /**
@@ -714,74 +767,82 @@ class RemoteKernel {
   }
 
   /**
-   * One logical request, retried on network failures within the reconnect budget (the same
-   * `Idempotency-Key` on every try of a mutating one). Resolves with the JSON answer, rejects
-   * with the server's error as `KlockError`, or `Unreachable`.
+   * One logical request, retried on network failures and busy answers within the reconnect
+   * budget (the same `Idempotency-Key` on every try of a mutating one), each attempt to the
+   * node the core's failover rules name. Resolves with the JSON answer, rejects with the
+   * server's error as `KlockError`, or `Unreachable` naming the URLs tried.
    */
   async _request(method, path, { body, session, mutating = method !== 'GET', now } = {}) {
     const headers = this._headers(session, body === undefined ? {} : { 'content-type': 'application/json' });
     if (mutating) headers['idempotency-key'] = randomUUID();
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    // Bounded call: every attempt and pause fits in the budget, counted from now.
-    const started = Date.now();
-    const budgetEnds = started + this._budget;
-    let backoff = FIRST_BACKOFF_MS;
+    // Bounded call: every attempt and pause fits in the budget, counted from now. Which node
+    // each attempt asks, how long it pauses and when it gives up are the core's rules.
+    const started = monotonicMs();
+    const attempts = this._servers.call(started, this._budget);
+    /** @type {Map<string, string>} URL -> what failed there last, in the order tried */
+    const failures = new Map();
+    const failed = (url, what) => {
+      failures.delete(url);
+      failures.set(url, what);
+    };
     this._enter();
     try {
       for (;;) {
         if (this._manual) headers['klock-now'] = String(now ?? this._clock.now());
-        const attemptMs = Math.max(1, Math.min(this._requestTimeout, budgetEnds - Date.now()));
+        const node = attempts.node;
+        const url = this.urls[node];
+        const attemptMs = attempts.attemptLimitMs(monotonicMs(), this._requestTimeout);
         let response;
+        let outcome;
+        let pauseAsked;
         try {
-          response = await this._http.request(method, path, { headers, body: payload, timeoutMs: attemptMs });
+          response = await this._http[node].request(method, path, { headers, body: payload, timeoutMs: attemptMs });
+          outcome = outcomeOf(response.status);
         } catch (error) {
           const refused = refusedCertificate(error);
           if (refused !== undefined) {
             // Not a network failure: said at once, not after the whole reconnect budget.
             throw new KlockError(
-              `klock serve at ${this.url}: its TLS certificate was refused (${refused.code}: ${refused.message}); ` +
+              `klock serve at ${url}: its TLS certificate was refused (${refused.code}: ${refused.message}); ` +
                 'trust the CA that signed it: connect(url, { ca: PATH }) or KLOCK_CA=PATH',
               0,
               'CERTIFICATE',
             );
           }
-          const what = describeFailure(error, attemptMs);
-          const t = Date.now();
+          outcome = 'unreachable';
+          failed(url, describeFailure(error, attemptMs));
           this._failing = true;
-          if (this._closed || t + backoff > budgetEnds) {
-            throw new Unreachable(
-              `cannot reach klock serve at ${this.url}: ${what} (${method} ${path.split('?')[0]}; ` +
-                `gave up after ${t - started} ms, reconnectTimeoutMs ${this._budget})`,
-              error,
-            );
+        }
+        if (outcome !== 'unreachable') {
+          if (this._failing) {
+            this._failing = false;
+            this._resync();
           }
-          await sleepReal(backoff);
-          backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+          if (outcome !== 'answered') {
+            pauseAsked = retryAfterMs(response);
+            failed(url, `the server is unavailable (${response.status}: ${response.text.slice(0, 200)})`);
+          }
+        }
+        // A closed client asks no more: its failure is final.
+        const next = this._closed
+          ? { what: outcome === 'busy' ? 'gave_up_busy' : outcome === 'answered' ? 'done' : 'gave_up_unreachable' }
+          : attempts.after(this._servers, outcome, pauseAsked, monotonicMs());
+        if (next.what === 'gave_up_unreachable') {
+          const tried = [...failures].map(([u, what]) => `${u}: ${what}`).join('; ');
+          throw new Unreachable(
+            `cannot reach klock serve at ${tried} (${method} ${path.split('?')[0]}; ` +
+              `gave up after ${monotonicMs() - started} ms, reconnectTimeoutMs ${this._budget})`,
+          );
+        }
+        if (next.what === 'retry') {
+          if (next.ms > 0) await sleepReal(next.ms);
           continue;
         }
-        if (this._failing) {
-          this._failing = false;
-          this._resync();
-        }
-        const text = response.text;
-        if (BUSY.has(response.status)) {
-          // Busy server: asked again after its Retry-After (else the backoff) within the budget.
-          const pause = retryAfter(response, backoff);
-          if (!this._closed && Date.now() + pause <= budgetEnds) {
-            await sleepReal(pause);
-            backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
-            continue;
-          }
-          if (response.status === 503) {
-            throw new Unreachable(
-              `cannot reach klock serve at ${this.url}: the server is unavailable (503: ${text.slice(0, 200)}) ` +
-                `(${method} ${path.split('?')[0]}; gave up after ${Date.now() - started} ms, reconnectTimeoutMs ${this._budget})`,
-            );
-          }
-        }
+        // Answered (or a 429 past the budget: the server's own error, named).
         let answer;
         try {
-          answer = this._answer(response, text, method, path, session);
+          answer = this._answer(response, response.text, method, path, session, url);
         } catch (e) {
           if (e?.sessionId !== undefined && session !== undefined) {
             // Session token refused: the session is another client's now; what it held is lost.
@@ -799,8 +860,8 @@ class RemoteKernel {
     }
   }
 
-  /** A response as its JSON, or the `KlockError` it carries. */
-  _answer(response, text, method, path, session) {
+  /** A response as its JSON, or the `KlockError` it carries (`url`: the node that answered). */
+  _answer(response, text, method, path, session, url = this.url) {
     let json = null;
     try {
       json = text === '' ? {} : JSON.parse(text);
@@ -809,7 +870,7 @@ class RemoteKernel {
     }
     if (ok(response) && json !== null) return json;
     const error = json?.error;
-    const where = `klock serve at ${this.url} (${method} ${path.split('?')[0]})`;
+    const where = `klock serve at ${url} (${method} ${path.split('?')[0]})`;
     if (session !== undefined && response.status === 401 && error?.name === 'SESSION_TOKEN_REFUSED') {
       // Session token refused: another client resumed the session, which is its now.
       const refused = new KlockError(
@@ -917,8 +978,9 @@ class RemoteSession {
 
 /**
  * The reader of one namespace's events for every session of this client in it: long-polls the
- * watch, resumed after the last event id taken in, and reconnects with backoff within the
- * budget until stopped (the module contract, "Events" and "Reconnect").
+ * watch, resumed after the last event id taken in, each poll a call of the core's failover
+ * rules (it follows the node that last answered and moves on when that one fails), until
+ * stopped or cut off past the budget (the module contract, "Events", "Reconnect", "Failover").
  */
 class NamespaceWatch {
   constructor(backend, namespace) {
@@ -927,7 +989,8 @@ class NamespaceWatch {
     this.path = `/v1/ns/${enc(namespace)}/watch`;
     /** The last event id taken in (null: the newest, once placed). */
     this.after = null;
-    this._http = backend._newTransport();
+    /** One transport per node. */
+    this._http = backend._newTransports();
     /** Resolves once the reader knows where to start (the newest event, or the start). */
     this.placed = null;
     this._abort = new AbortController();
@@ -947,7 +1010,7 @@ class NamespaceWatch {
   stop() {
     this._stopped = true;
     this._abort.abort();
-    this._http.close();
+    for (const http of this._http) http.close();
   }
 
   /** Takes in a watch answer: the events of this client's sessions, in order; moves on. */
@@ -970,9 +1033,18 @@ class NamespaceWatch {
 
   async _run() {
     const b = this.backend;
-    let firstFailure = null;
-    let backoff = FIRST_BACKOFF_MS;
+    let cutOff = false; // a poll failed since the last one answered
+    let lastNode = null; // the node of the last answered poll
+    let attempts = null;
+    /** @type {Map<string, string>} URL -> what failed there last, in this outage */
+    const failures = new Map();
     while (!this._stopped) {
+      attempts ??= b._servers.call(monotonicMs(), b._budget);
+      const node = attempts.node;
+      const url = b.urls[node];
+      let outcome;
+      let pauseAsked;
+      let body;
       try {
         const q = this.after === null ? `wait_ms=${WATCH_WAIT_MS}` : `after=${this.after}&wait_ms=${WATCH_WAIT_MS}`;
         const headers = b._headers(undefined, {});
@@ -980,55 +1052,73 @@ class NamespaceWatch {
         // A stream, not a request: it is not counted by `idle()`, and `stop()` ends it at once;
         // a server that does not answer within the wait and an attempt's time is a failure.
         const signal = AbortSignal.any([this._abort.signal, AbortSignal.timeout(WATCH_WAIT_MS + b._requestTimeout)]);
-        const response = await this._http.stream(`${this.path}?${q}`, { headers, signal });
+        const response = await this._http[node].stream(`${this.path}?${q}`, { headers, signal });
         const text = await response.text();
-        if (!ok(response)) {
-          let error;
-          try {
-            b._answer(response, text, 'GET', this.path);
-          } catch (e) {
-            error = e;
-          }
-          // A busy server (429 TOO_MANY_WAITS, 503) is reachable: asked again, within the budget.
-          throw Object.assign(new Error(error?.message ?? `HTTP ${response.status}`), {
-            httpError: error ?? response.status,
-          });
+        outcome = outcomeOf(response.status);
+        if (outcome !== 'answered') {
+          pauseAsked = retryAfterMs(response);
+          failures.delete(url);
+          failures.set(url, `the server is unavailable (${response.status}: ${text.slice(0, 200)})`);
+        } else if (ok(response)) {
+          body = JSON.parse(text);
+        } else {
+          b._answer(response, text, 'GET', this.path, undefined, url); // throws its error
         }
-        const body = JSON.parse(text);
-        if (firstFailure !== null && b._failing) {
+      } catch (error) {
+        if (this._stopped) return;
+        failures.delete(url);
+        if (outcome === 'answered') {
+          // An error answer (a refused token, say): no events from that node; it counts as a
+          // node that could not serve the poll, so a lasting one ends the reader past the
+          // budget, as a server out of reach does.
+          outcome = 'unavailable';
+          failures.set(url, error?.message ?? String(error));
+        } else {
+          outcome = 'unreachable';
+          failures.set(url, describeFailure(error));
+          b._failing = true;
+        }
+      }
+      if (this._stopped) return;
+      const next = attempts.after(b._servers, outcome, pauseAsked, monotonicMs());
+      if (next.what === 'done') {
+        attempts = null;
+        // After a failure, or on another node than the last (either may have missed events
+        // of this client): the open tickets are polled again and the leases renewed.
+        if ((cutOff || (lastNode !== null && lastNode !== node)) && !b._failing) b._failing = true;
+        if (b._failing) {
           b._failing = false;
           b._resync();
         }
-        firstFailure = null;
-        backoff = FIRST_BACKOFF_MS;
+        cutOff = false;
+        lastNode = node;
+        failures.clear();
         this.take(body);
         // The server dropped events this reader never saw (evicted, or folded into a
         // snapshot): what they said is learnt again as after a reconnect.
         if (body.gap) b._resync();
-      } catch (error) {
-        if (this._stopped) return;
-        const t = Date.now();
-        firstFailure ??= t;
-        if (error?.httpError === undefined) b._failing = true;
-        if (t - firstFailure + backoff > b._budget) {
-          this._down(error, t - firstFailure);
-          return;
-        }
-        await sleepReal(backoff);
-        backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+        continue;
       }
+      cutOff = true;
+      if (next.what === 'retry') {
+        await sleepReal(next.ms);
+        continue;
+      }
+      // Gave up: the servers stayed away (or busy) past the budget.
+      this._down(failures, monotonicMs() - attempts.endsMs + b._budget);
+      return;
     }
   }
 
   /** Cut off past the budget: every session of the namespace is lost; the reader ends. */
-  _down(error, spentMs) {
+  _down(failures, spentMs) {
     const b = this.backend;
     b._watches.delete(this.namespace);
-    this._http.close();
+    for (const http of this._http) http.close();
+    const tried = [...failures].map(([u, what]) => `${u}: ${what}`).join('; ');
     const down = new Unreachable(
-      `cannot reach klock serve at ${b.url}: ${describeFailure(error)} (the event stream of namespace ` +
+      `cannot reach klock serve at ${tried} (the event stream of namespace ` +
         `${JSON.stringify(this.namespace)}; gave up after ${spentMs} ms, reconnectTimeoutMs ${b._budget})`,
-      error,
     );
     for (const s of [...b._sessions.values()]) {
       if (s.namespace !== this.namespace) continue;

@@ -12,6 +12,13 @@ heartbeat. Nothing is lost. One Python and one Node agent are also frozen (SIGST
 they hold a lease, for longer than its TTL, as a long GC pause would: their leases expire,
 others take the files, and the frozen agents' late writes are refused by the fence.
 
+`--cluster` runs the Klock phase against three `klock serve --node-id` processes made one
+Raft cluster instead of one server: the agents are given every node's URL, and the crash is a
+SIGKILL of the leader, which stays down until the agents have made a tenth of their edits
+without it (at most `--downtime-s`, then restarts on its data file and rejoins as a follower):
+the agents fail over to a survivor without losing a lease or an edit. The table counts the
+edits made while it was down.
+
 `--policy` chooses the server's policy (SPEC.md §6, §6.1): `wait_die` (the default, as above),
 `wound_wait`, `lanes`, or `detect` (everyone waits; only a real cycle of waiters is broken, by
 killing its youngest unit of work), to compare the deaths each costs the agents
@@ -35,11 +42,13 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -77,6 +86,8 @@ class Server:
         self.url = ""
         self.port = 0
         self.restarts = 0
+        #: more flags (a cluster node's)
+        self.extra: list[str] = []
 
     def start(self) -> None:
         listen = f"127.0.0.1:{self.port}"
@@ -84,6 +95,7 @@ class Server:
             [
                 *(self.binary, "serve", "--data", self.data, "--listen", listen),
                 *("--config", f"policy={self.policy}"),
+                *self.extra,
             ],
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -131,6 +143,96 @@ class Server:
                 self.proc.wait()
 
 
+# The demo cluster's secret (klock serve asks for at least 16 characters).
+_CLUSTER_SECRET = "the-fleet-demo-cluster-secret"
+
+
+class Cluster:
+    """Three `klock serve --node-id N --cluster-peers ...` on free loopback ports, each on a
+    data file of its own, made one cluster by `klock cluster init`; the same interface as
+    :class:`Server` (``url``: every node's, separated by commas). A crash is a SIGKILL of the
+    leader, restarted on its file and port after the downtime (it rejoins as a follower)."""
+
+    def __init__(self, binary: str, folder: str, log: IO[str], policy: str) -> None:
+        self.binary, self.folder, self.log, self.policy = binary, folder, log, policy
+        self.secret = os.path.join(folder, "cluster.secret")
+        with open(self.secret, "w", encoding="utf-8") as f:
+            f.write(_CLUSTER_SECRET)
+        self.nodes: list[Server] = []
+        for i in range(3):
+            node = Server(binary, os.path.join(folder, f"node{i + 1}.redb"), log, policy)
+            node.port = _free_port()
+            self.nodes.append(node)
+        self.urls = [f"http://127.0.0.1:{n.port}" for n in self.nodes]
+        self.url = ",".join(self.urls)
+        self.data = folder
+        self.restarts = 0
+        self.killed: Server | None = None
+        peers = ",".join(f"{i + 1}={url}" for i, url in enumerate(self.urls))
+        for i, node in enumerate(self.nodes):
+            node.extra = ["--node-id", str(i + 1), "--cluster-peers", peers]
+            node.extra += ["--cluster-secret-file", self.secret]
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        init = [self.binary, "cluster", "init", "--node", self.urls[0]]
+        done = subprocess.run(
+            [*init, "--cluster-secret-file", self.secret], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise Failed(f"klock cluster init failed: {done.stderr.strip()[-500:]}")
+        self.leader()
+
+    def leader(self, timeout_s: float = 20) -> int:
+        """The index of the node every live node names as leader, once there is one."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            named = [self._leader_of(n) for n in self.nodes if n.proc is not None]
+            if named and named[0] is not None and all(x == named[0] for x in named):
+                return named[0] - 1
+            if time.monotonic() > deadline:
+                raise Failed(f"the cluster agreed on no leader within {timeout_s:.0f} s: {named}")
+            time.sleep(0.05)
+
+    def _leader_of(self, node: Server) -> int | None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{node.port}/raft/status",
+            headers={"klock-cluster-secret": _CLUSTER_SECRET},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as answer:
+                leader = json.load(answer).get("leader")
+        except (OSError, ValueError):
+            return None
+        return leader if isinstance(leader, int) else None
+
+    def kill_leader(self) -> None:
+        """SIGKILL of the leader (no shutdown of any kind); :meth:`restart` brings it back."""
+        self.killed = self.nodes[self.leader()]
+        assert self.killed.proc is not None
+        _kill_group(self.killed.proc, signal.SIGKILL)
+        self.killed.proc.wait()
+        self.killed.proc = None
+
+    def restart(self) -> None:
+        """The killed node starts again from its file (it rejoins as a follower)."""
+        assert self.killed is not None
+        self.killed.start()
+        self.killed = None
+        self.restarts += 1
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on now (a node binds it just after)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return int(probe.getsockname()[1])
+
+
 @dataclass
 class Agent:
     name: str
@@ -143,6 +245,8 @@ class Agent:
     restarts_seen: int = 0
     #: times it was stopped (SIGSTOP) past its lease's TTL
     frozen: int = 0
+    #: edits it made while the cluster's leader was killed (--cluster)
+    down_edits: int = 0
 
 
 @dataclass
@@ -234,7 +338,7 @@ def run_phase(
     mode: str,
     args: argparse.Namespace,
     root: str,
-    server: Server | None,
+    server: Server | Cluster | None,
     stream: IO[str],
     running: list[Agent],
 ) -> tuple[Column, Column]:
@@ -299,11 +403,32 @@ def run_phase(
     thaws: list[threading.Timer] = []
     start = time.monotonic()
     deadline = start + args.deadline_s
+    # --cluster: when the leader was killed and the edits made by then. It stays down until
+    # the agents made a tenth of their edits without it (they failed over), at most
+    # --downtime-s: the restart must not be what lets them go on.
+    killed: tuple[float, int] | None = None
     open_outputs = len(agents)
     while open_outputs:
+        if isinstance(server, Cluster) and killed is not None:
+            since, edits_then = killed
+            if (
+                progress.done - edits_then >= total // 10
+                or time.monotonic() >= since + args.downtime_s
+            ):
+                down = time.monotonic() - since
+                server.restart()
+                killed = None
+                progress.status = f"· leader kills {server.restarts}"
+                progress.say(
+                    f"the killed node restarts from its data file after {down:.1f} s, "
+                    f"{progress.done - edits_then} edits made without it"
+                )
+        wake = deadline if killed is None else min(deadline, killed[0] + args.downtime_s)
         try:
-            agent, event = events.get(timeout=max(0.0, deadline - time.monotonic()))
+            agent, event = events.get(timeout=max(0.0, wake - time.monotonic()))
         except queue.Empty:
+            if time.monotonic() < deadline:
+                continue  # the killed node's time to restart
             progress.say(f"agents still running after {args.deadline_s:.0f} s: stopped")
             break
         if event is None:
@@ -312,6 +437,8 @@ def run_phase(
         if "progress" in event:
             agent.written.extend(event["progress"])
             progress.add(len(event["progress"]))
+            if killed is not None:
+                agent.down_edits += len(event["progress"])
         elif "done" in event:
             agent.done = event["done"]
         elif "error" in event:
@@ -336,12 +463,21 @@ def run_phase(
                 _signal(min(under_way, key=lambda a: len(a.written)).proc, signal.SIGUSR2)
         if server is not None and crash_at and progress.done >= crash_at[0]:
             crash_at.pop(0)
-            progress.say("SIGKILL to klock serve; restarting it from its data file")
-            server.crash_and_restart(args.downtime_s)
+            if isinstance(server, Cluster):
+                progress.say("SIGKILL to the cluster's leader")
+                server.kill_leader()
+                killed = (time.monotonic(), progress.done)
+                progress.status = "· leader down"
+            else:
+                progress.say("SIGKILL to klock serve; restarting it from its data file")
+                server.crash_and_restart(args.downtime_s)
             for a in agents:
                 if a.proc.poll() is None and a.done is None:
                     a.restarts_seen += 1
-            progress.status = f"· server restarts {server.restarts}"
+            if not isinstance(server, Cluster):
+                progress.status = f"· server restarts {server.restarts}"
+    if isinstance(server, Cluster) and killed is not None:
+        server.restart()  # the run ended first: the planned restart still happens
     progress.end()
     elapsed = time.monotonic() - start
     for thaw in thaws:
@@ -368,7 +504,8 @@ def run_phase(
     return columns[0], columns[1]
 
 
-def table(columns: list[Column]) -> str:
+def table(columns: list[Column], cluster: bool = False) -> str:
+    crashes = "failovers survived" if cluster else "server restarts survived"
     rows: list[tuple[str, Any]] = [
         ("agent processes", lambda c: str(len(c.agents))),
         ("edits made", lambda c: str(sum(len(a.written) for a in c.agents))),
@@ -384,7 +521,11 @@ def table(columns: list[Column]) -> str:
             "late writes refused by the fence",
             lambda c: str(c.total("fences_refused")) if c.guarded else "-",
         ),
-        ("server restarts survived", lambda c: c.survived() if c.guarded else "-"),
+        (crashes, lambda c: c.survived() if c.guarded else "-"),
+        (
+            "edits while the leader was down",
+            lambda c: str(sum(a.down_edits for a in c.agents)) if c.guarded and cluster else "-",
+        ),
         ("finished (no deadlock)", lambda c: "yes" if c.finished else "NO"),
         ("elapsed", lambda c: f"{c.elapsed_s:.1f} s"),
     ]
@@ -407,8 +548,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--files", type=int, default=4, help="shared files (default 4)")
     p.add_argument("--think-ms", type=float, default=5.0, help="between read and write")
     p.add_argument("--restarts", type=int, default=1, help="server SIGKILLs in the Klock run")
-    p.add_argument("--downtime-s", type=float, default=0.5, help="between a kill and the restart")
-    p.add_argument("--ttl-ms", type=int, default=2000, help="the agents' lease TTL")
+    p.add_argument(
+        "--downtime-s",
+        type=float,
+        default=None,
+        help="between a kill and the restart (default 0.5; with --cluster at most 10: the "
+        "leader comes back once the agents made a tenth of their edits without it)",
+    )
+    p.add_argument(
+        "--ttl-ms",
+        type=int,
+        default=None,
+        help="the agents' lease TTL (default 2000; with --cluster 5000: a lease must outlive "
+        "an election and a 503's Retry-After)",
+    )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the Klock run against a three-node cluster; the crash kills its leader",
+    )
     p.add_argument(
         "--no-freeze",
         dest="freeze",
@@ -424,6 +582,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--deadline-s", type=float, default=240.0, help="per phase")
     args = p.parse_args(argv)
+    if args.ttl_ms is None:
+        args.ttl_ms = 5000 if args.cluster else 2000
+    if args.downtime_s is None:
+        args.downtime_s = 10.0 if args.cluster else 0.5
     if min(args.python_agents, args.node_agents) < 1 or args.edits < 1 or args.files < 2:
         p.error("need --python-agents >= 1, --node-agents >= 1, --edits >= 1, --files >= 2")
     if args.restarts < 0 or args.downtime_s < 0 or args.think_ms < 0:
@@ -438,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     root = tempfile.mkdtemp(prefix="klock-fleet-")
     stream = sys.stderr
     running: list[Agent] = []
-    server: Server | None = None
+    server: Server | Cluster | None = None
     log = open(os.path.join(root, "server.log"), "w", encoding="utf-8")
     try:
         stream.write(
@@ -447,13 +609,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         plain = run_phase("without Klock", "plain", args, root, None, stream, running)
         os.makedirs(os.path.join(root, "server"))
-        server = Server(args.klock, os.path.join(root, "server", "klock.redb"), log, args.policy)
+        if args.cluster:
+            server = Cluster(args.klock, os.path.join(root, "server"), log, args.policy)
+        else:
+            server = Server(
+                args.klock, os.path.join(root, "server", "klock.redb"), log, args.policy
+            )
         server.start()
-        stream.write(f"  klock serve: {server.url} (data in {server.data}, policy {args.policy})\n")
+        what = "a cluster of three" if args.cluster else "klock serve"
+        stream.write(f"  {what}: {server.url} (data in {server.data}, policy {args.policy})\n")
         guarded = run_phase("with Klock", "klock", args, root, server, stream, running)
         columns = [*plain, *guarded]
         print()
-        print(table(columns))
+        print(table(columns, args.cluster))
         print()
         for c in columns:
             for a in c.agents:
@@ -473,7 +641,8 @@ def main(argv: list[str] | None = None) -> int:
             refused = sum(c.total("fences_refused") for c in guarded)
             print(
                 f"With Klock: {made} edits by separate Python and Node processes, none lost, no "
-                f"deadlock, through {server.restarts} server crash(es); {refused} late write(s) "
+                f"deadlock, through {server.restarts} "
+                f"{'leader kill(s)' if args.cluster else 'server crash(es)'}; {refused} late write(s) "
                 f"of frozen agents refused by the fence. Without it, {without} edits were lost."
             )
         else:

@@ -56,6 +56,33 @@ def test_nothing_is_lost_through_a_server_crash() -> None:
     assert "none lost" in done.stdout
 
 
+@pytest.mark.timeout(240)
+def test_nothing_is_lost_through_a_leader_kill_in_a_cluster() -> None:
+    """`--cluster`: three nodes, the leader SIGKILLed partway and restarted; the agents, given
+    every node's URL, fail over to a survivor."""
+    done = subprocess.run(
+        command("--python-agents", "2", "--node-agents", "2", "--edits", "12", "--files", "3")
+        + ["--think-ms", "3", "--restarts", "1", "--seed", "7", "--cluster"],
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a cluster of three: http://127.0.0.1:" in done.stderr
+    assert "SIGKILL to the cluster's leader" in done.stderr
+    assert row(done.stdout, "edits made") == ["24", "24", "24", "24"]
+    assert row(done.stdout, "edits lost")[2:] == ["0", "0"]
+    assert row(done.stdout, "finished (no deadlock)") == ["yes"] * 4
+    for cell in row(done.stdout, "failovers survived")[2:]:
+        ok, exposed = re.fullmatch(r"(\d+) of (\d+) agents", cell).groups()  # type: ignore[union-attr]
+        assert ok == exposed and int(exposed) > 0, cell
+    # The agents went on through a survivor while the killed node was down.
+    assert sum(int(cell) for cell in row(done.stdout, "edits while the leader was down")[2:]) > 0
+    assert "edits made without it" in done.stderr
+    assert row(done.stdout, "frozen past the TTL")[2:] == ["1", "1"]
+    assert "through 1 leader kill(s)" in done.stdout
+
+
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_every_process_and_removes_the_folder() -> None:
     proc = subprocess.Popen(

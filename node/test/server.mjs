@@ -3,11 +3,14 @@
 // else the one scripts/klock-bin.sh names (building it if needed). `startManualServer` starts
 // the test kit's resettable manual-clock server instead (`klock-testkit serve`:
 // $KLOCK_TESTKIT_BIN, else `scripts/klock-bin.sh klock-testkit`). And `openLink`, a loopback
-// TCP link to it that a test can cut and restore.
-import { spawn, execFileSync } from 'node:child_process';
+// TCP link to it that a test can cut and restore. And `startCluster`, three `klock serve
+// --node-id` processes on free loopback ports joined by `klock cluster init`.
+import { spawn, execFileSync, execFile } from 'node:child_process';
 import { createServer as createNetServer, connect as connectNet } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, mkdtempSync, writeFileSync, openSync, closeSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -195,4 +198,105 @@ export function within(ms, promise, what) {
       timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
     }),
   ]).finally(() => clearTimeout(timer));
+}
+
+/** The cluster secret of the test clusters (klock serve asks for at least 16 characters). */
+export const CLUSTER_SECRET = 'a-cluster-secret-of-the-tests';
+
+/** A loopback port nothing listens on now (a node binds it just after). */
+export function freePort() {
+  return new Promise((resolve) => {
+    const probe = createNetServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Starts `size` (three) `klock serve --node-id N --cluster-peers ... --cluster-secret-file`
+ * processes on free loopback ports, each with a redb file of its own in a temporary
+ * directory, runs `klock cluster init` through node 1 and resolves once every node names the
+ * same leader: `{ urls, leader(), kill(i), stop() }` (`i` 0-based; its Raft id is `i + 1`).
+ * `stop()` kills every node and removes the directory: call it in a `finally`. A node's log
+ * goes to a file (its INFO lines would fill a pipe nobody reads). If the start fails, the
+ * nodes started are killed before the error is thrown.
+ */
+export async function startCluster(size = 3) {
+  const dir = mkdtempSync(join(tmpdir(), 'klock-cluster-'));
+  const secret = join(dir, 'secret');
+  writeFileSync(secret, CLUSTER_SECRET);
+  const ports = [];
+  for (let i = 0; i < size; i++) ports.push(await freePort());
+  const urls = ports.map((p) => `http://127.0.0.1:${p}`);
+  const peers = urls.map((u, i) => `${i + 1}=${u}`).join(',');
+  /** @type {(import('node:child_process').ChildProcess | null)[]} */
+  const nodes = urls.map(() => null);
+  const start = (i) => {
+    const log = openSync(join(dir, `node${i + 1}.log`), 'a');
+    const args = ['serve', '--listen', `127.0.0.1:${ports[i]}`, '--data', join(dir, `node${i + 1}.redb`)];
+    args.push('--node-id', String(i + 1), '--cluster-peers', peers, '--cluster-secret-file', secret);
+    nodes[i] = spawn(klockBin(), args, { stdio: ['ignore', 'ignore', log] });
+    closeSync(log);
+  };
+  const status = async (i) => {
+    try {
+      const r = await fetch(`${urls[i]}/raft/status`, {
+        headers: { 'klock-cluster-secret': CLUSTER_SECRET },
+        signal: AbortSignal.timeout(2000),
+      });
+      return r.ok ? await r.json() : null;
+    } catch {
+      return null;
+    }
+  };
+  const kill = async (i) => {
+    const child = nodes[i];
+    nodes[i] = null;
+    if (child === null) return;
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGKILL');
+      await exited;
+    }
+  };
+  const stop = async () => {
+    for (let i = 0; i < size; i++) await kill(i);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  /** The index of the live node every live node names as leader, once there is one. */
+  const leader = async (timeoutMs = 15_000) => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const live = nodes.map((n, i) => (n === null ? -1 : i)).filter((i) => i >= 0);
+      const named = await Promise.all(live.map(async (i) => (await status(i))?.leader ?? null));
+      const first = named[0];
+      if (Number.isInteger(first) && named.every((n) => n === first) && nodes[first - 1] !== null) return first - 1;
+      if (Date.now() > deadline)
+        throw new Error(`no leader agreed on within ${timeoutMs} ms: ${JSON.stringify(named)}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+  try {
+    for (let i = 0; i < size; i++) start(i);
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      const init = await new Promise((resolve) =>
+        execFile(
+          klockBin(),
+          ['cluster', 'init', '--node', urls[0], '--cluster-secret-file', secret],
+          { timeout: 15_000 },
+          (error, _out, stderr) => resolve(error === null ? null : stderr || String(error)),
+        ),
+      );
+      if (init === null) break;
+      if (Date.now() > deadline) throw new Error(`klock cluster init failed: ${init}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await leader();
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { urls, leader, kill, stop };
 }

@@ -37,6 +37,8 @@ __all__ = [
     "QuotaExceeded",
     "parse_intent",
     "after_setback",
+    "Servers",
+    "Attempts",
     "ERROR_CODES",
     "PREDICATES",
     "EVENT_KINDS",
@@ -107,6 +109,49 @@ def after_setback(
     """The core's decision after an attempt to acquire that was not granted
     (``klock_core::client::Acquisition``): ask again, sleep ``ms`` then ask again, roll back
     (``died``), or time out (and why)."""
+
+@final
+class Servers:
+    """A remote client's servers, by position in its list of URLs, and the node it prefers:
+    the last that answered (``klock_core::client::failover``). ``ValueError`` for none."""
+
+    def __new__(cls, count: int) -> Self: ...
+    @property
+    def count(self) -> int:
+        """How many servers."""
+    @property
+    def preferred(self) -> int:
+        """The node a call starts with: the last that answered."""
+    @property
+    def down(self) -> bool:
+        """Whether the last call gave up unreachable and none answered since."""
+    def call(self, now_ms: int, budget_ms: int) -> Attempts:
+        """A call started at ``now_ms`` (monotonic milliseconds) with ``budget_ms``."""
+    def call_once(self, now_ms: int, budget_ms: int) -> Attempts:
+        """A best-effort call: every node once, without pauses, within ``budget_ms``."""
+
+@final
+class Attempts:
+    """One call's attempts over the servers (``klock_core::client::failover::Attempts``)."""
+
+    @property
+    def node(self) -> int:
+        """The node the next attempt goes to."""
+    @property
+    def ends_ms(self) -> int:
+        """When the budget ends, on the client's clock."""
+    def attempt_limit_ms(self, now_ms: int, request_limit_ms: int) -> int:
+        """How long the attempt sent at ``now_ms`` may take."""
+    def after(
+        self,
+        servers: Servers,
+        outcome: Literal["answered", "unreachable", "unavailable", "busy"],
+        retry_after_ms: int | None,
+        now_ms: int,
+    ) -> tuple[Literal["done", "retry", "gave_up_unreachable", "gave_up_busy"], int, int]:
+        """What to do after the attempt to :attr:`node` ended with ``outcome`` (``unavailable``:
+        a 503, ``busy``: a 429, with its ``Retry-After`` in ms): ``(what, node, ms)``; ``retry``
+        asks ``node`` after ``ms``."""
 
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
 _EventName = Literal[

@@ -308,6 +308,9 @@ class Transport:
 
     def _open(self, timeout: float) -> _Connection:
         """A new connection (``timeout``: of the connect and the TLS handshake), counted busy."""
+        if self._closed:
+            # A request cut by close() looks like a stale connection: no new one for it.
+            raise TransportClosed("the transport was closed")
         try:
             sock = socket.create_connection((self._host, self._port), timeout)
         except OSError as e:

@@ -8,9 +8,10 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
 :mod:`klock.backend`). Sessions opened through it default to its ``namespace``.
 
 * **Transport.** :mod:`klock._http` (HTTP/1.1 on stdlib sockets): the calls go through a pool of
-  keep-alive connections, one per call in flight, and per namespace one reader thread with a
-  transport of its own long-polls the namespace's event stream
-  (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, resumed after the last event id it saw); it
+  keep-alive connections per node, one per call in flight, and per namespace one reader thread
+  with transports of its own long-polls the namespace's event stream
+  (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, resumed after the last event id it saw, on
+  whichever node the failover rules name: it follows the node that last answered); it
   keeps the events of this client's sessions and hands them to the Klock's dispatch.
   ``async with`` blocks run the calls in a worker thread, so the event loop never blocks
   (``offload_async``). The bearer ``token`` goes in ``Authorization``; session tokens
@@ -26,22 +27,29 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
 * **Bounded call.** ``reconnect_timeout`` (default 30 s) is every call's budget, counted from
   its start; one attempt waits at most ``request_timeout`` (default 10 s) and never past the
   budget, so a frozen server costs a call at most the budget.
-* **Reconnect.** Connection refused / reset / timed out: the request is retried with backoff
-  (50 ms doubling to 1 s) within the budget, then :class:`~klock.Unreachable` ("cannot reach
-  klock serve at URL: what failed"). *Busy server*: a 429 (``RATE_LIMITED``,
-  ``TOO_MANY_WAITS``: refused before it did anything) or a 503 is asked again after the
-  server's ``Retry-After`` (delta-seconds), else the backoff, within the same budget; past it
-  a 429 raises the server's error, a 503 :class:`~klock.Unreachable`. *Retries do not starve
+* **Failover.** ``url`` is one server or the nodes of a cluster (a list, or URLs separated by
+  commas; each checked, a bad one a ``ValueError`` naming it). Which node each attempt asks,
+  how long the call pauses and when it gives up are the core's rules
+  (``core/src/client/failover.rs`` through ``klock._core.Servers``/``Attempts``, SPEC.md
+  §13.7): a call starts at the node that last answered; a node that does not answer
+  (connection refused / reset / timed out), or answers 503, is followed at once by the next
+  untried one; after a round of every node the call pauses (a 503's ``Retry-After``, else
+  50 ms doubling to 1 s) and starts a new round. *Busy server*: a 429 (``RATE_LIMITED``,
+  ``TOO_MANY_WAITS``: refused before it did anything) is asked again of the same node after
+  its ``Retry-After``, else the backoff. Nothing waits past the budget: then a 429 raises the
+  server's error, the rest :class:`~klock.Unreachable` ("cannot reach klock serve at URL:
+  what failed", for each URL tried). Once a call gave up unreachable, later calls try each
+  node once until one answers. *Retries do not starve
   heartbeats*: a call holds the Klock's lock while it retries, so each pause between its
   attempts first sends the heartbeats due (but those of a session whose leases the call
   releases). When the event
-  reader reaches the server again it re-polls the open tickets (a restart may have dropped
+  reader reaches the server again, or another node than the last, it re-polls the open tickets (a restart may have dropped
   their events; a ticket whose outcome the server no longer has is asked again, which reuses
   a lease granted meanwhile) and has every held block renewed at once; the server restored
   the sessions in their suspension grace and extended the leases by the downtime, so a quick
-  restart loses nothing, and a renewal the server refuses marks the lease lost as usual. If
-  the reader stays cut off past the budget, every waiting block raises
-  :class:`~klock.Unreachable`.
+  restart (or a cluster's failover) loses nothing, and a renewal the server refuses marks the
+  lease lost as usual. If the reader's poll gives up (cut off past the budget), every waiting
+  block raises :class:`~klock.Unreachable`.
 * **Lost-lease safety.** On the system clock, each lease has a local deadline on the Klock's
   monotonic clock: the send time of the request that granted or last renewed it, plus its TTL
   (never later than the server's expiry). A lease granted after a WAIT takes the *acquire's*
@@ -72,9 +80,10 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, Literal, cast
+from urllib.parse import quote, urlsplit
 
+from . import _core
 from ._http import Response, Transport, TransportClosed, TransportError, tls_context
 from .clock import Clock, ManualClock
 from .errors import (
@@ -95,8 +104,11 @@ if TYPE_CHECKING:
 
 __all__ = ["connect", "RemoteKernel"]
 
-_BACKOFF_FIRST_S = 0.05
-_BACKOFF_MAX_S = 1.0
+# The shortest pause a server's Retry-After asks for (a "0" must not make a busy loop).
+_PAUSE_FLOOR_MS = 50
+# How long the event reader waits after its call gave up before it asks again (every node
+# once, the core's "down" state) and after an answer it could not use.
+_READER_PAUSE_S = 1.0
 # The longest a best-effort request (giving back a lease lost locally) may take.
 _ONCE_TIMEOUT_S = 1.0
 # A wait is refreshed every third of its TTL (the rule "long waits"), at most this often.
@@ -105,6 +117,9 @@ _REFRESH_MIN_MS = 50
 _DEFAULT_TTL_MS = 60_000
 # How long one event long-poll waits on the server (it answers earlier when events come).
 _WATCH_WAIT_MS = 10_000
+# How an attempt ended, as the core's failover rules take it (a 503 is "unavailable", a 429
+# "busy").
+_Outcome = Literal["answered", "unreachable", "unavailable", "busy"]
 _ERROR_CLASSES: dict[int, type[KlockError]] = {
     1: InvalidInput,
     2: UnknownId,
@@ -117,7 +132,7 @@ _DEFAULT_URL = "http://127.0.0.1:7300"
 
 
 def connect(
-    url: str | None = None,
+    url: str | Sequence[str] | None = None,
     token: str | None = None,
     namespace: str | None = None,
     *,
@@ -129,9 +144,15 @@ def connect(
 ) -> Klock:
     """A :class:`~klock.Klock` on ``klock serve`` at ``url`` (e.g. ``http://127.0.0.1:7300``).
 
+    ``url`` may name every node of a cluster: a list of URLs, or one string of URLs separated
+    by commas (``"http://a:7300,http://b:7300,http://c:7300"``); each must be an ``http://``
+    or ``https://`` URL with a host (else a ``ValueError`` naming it), none twice. Each call
+    then starts at the node that last answered and fails over to the others (the module
+    contract, "Failover").
+
     What is not given comes from the environment, as for the ``klock`` CLI (so a program
-    started by ``klock exec`` reaches the same server): ``url`` from ``KLOCK_SERVER`` (else
-    ``http://127.0.0.1:7300``), ``token`` from ``KLOCK_TOKEN``, ``namespace`` from
+    started by ``klock exec`` reaches the same server): ``url`` from ``KLOCK_SERVER`` (several
+    separated by commas; else ``http://127.0.0.1:7300``), ``token`` from ``KLOCK_TOKEN``, ``namespace`` from
     ``KLOCK_NAMESPACE`` (or the CLI's older ``KLOCK_NS``; both set and different is a
     ``ValueError``; else ``"default"``), ``ca`` from ``KLOCK_CA`` (for ``https://`` only).
 
@@ -159,9 +180,8 @@ def connect(
         token = os.environ.get("KLOCK_TOKEN") or None
     if namespace is None:
         namespace = _env_namespace()
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ValueError(f"url must be an http:// or https:// URL of klock serve, got {url!r}")
-    tls = _tls_verify(url, ca, verify)
+    urls = _server_urls(url)
+    tls = _tls_verify(urls, ca, verify)
     for name, value in (
         ("reconnect_timeout", reconnect_timeout),
         ("request_timeout", request_timeout),
@@ -169,7 +189,7 @@ def connect(
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
     backend = RemoteKernel(
-        url,
+        urls,
         token,
         manual=isinstance(clock, ManualClock),
         reconnect_timeout=float(reconnect_timeout),
@@ -194,18 +214,58 @@ def _env_namespace() -> str:
     return long or short or "default"
 
 
+def _server_urls(url: object) -> list[str]:
+    """The server URLs ``connect`` was given (one URL, several separated by commas, or a list
+    of them), each checked: an ``http://`` or ``https://`` URL with a host and a valid port,
+    none twice. A bad one is a ``ValueError`` naming it."""
+    if isinstance(url, str):
+        given: list[object] = [part.strip() for part in url.split(",")]
+    elif isinstance(url, (list, tuple)):
+        given = list(url)
+    else:
+        raise TypeError(
+            "url must be a URL of klock serve, several separated by commas, or a list of them, "
+            f"got {type(url).__name__}"
+        )
+    if not given:
+        raise ValueError("url is an empty list: give at least one URL of klock serve")
+    urls: list[str] = []
+    for item in given:
+        if not isinstance(item, str):
+            raise TypeError(f"a server URL must be a str, got {type(item).__name__} {item!r}")
+        parts = urlsplit(item)
+        try:
+            parts.port  # noqa: B018 (raises ValueError for a port that is not a number in range)
+            good = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            good = False
+        if not good:
+            where = "" if given == [url] else f" (in {url!r})"
+            raise ValueError(
+                f"url must be an http:// or https:// URL of klock serve with a host, "
+                f"got {item!r}{where}"
+            )
+        normal = item.rstrip("/")
+        if normal in urls:
+            raise ValueError(f"server URL {item!r} is given twice (in {url!r})")
+        urls.append(normal)
+    return urls
+
+
 def _tls_verify(
-    url: str, ca: str | os.PathLike[str] | None, verify: bool | ssl.SSLContext
+    urls: list[str], ca: str | os.PathLike[str] | None, verify: bool | ssl.SSLContext
 ) -> bool | ssl.SSLContext:
-    """What the server's certificate is verified with (``verify=``; :func:`klock._http.tls_context`
-    turns it into the ``ssl.SSLContext`` of an ``https://`` server)."""
+    """What the servers' certificates are verified with (``verify=``;
+    :func:`klock._http.tls_context` turns it into the ``ssl.SSLContext`` of ``https://``
+    servers)."""
     if not isinstance(verify, (bool, ssl.SSLContext)):
         raise TypeError(f"verify must be True, False or an ssl.SSLContext, got {verify!r}")
     if ca is not None and verify is not True:
         raise ValueError("give ca=PATH or verify=..., not both")
-    if ca is not None and not url.startswith("https://"):
-        raise ValueError(f"ca= is for an https:// server, and {url!r} is not one")
-    if ca is None and verify is True and url.startswith("https://"):
+    https = any(url.startswith("https://") for url in urls)
+    if ca is not None and not https:
+        raise ValueError(f"ca= is for an https:// server, and {', '.join(urls)!r} is not one")
+    if ca is None and verify is True and https:
         ca = os.environ.get("KLOCK_CA") or None
     if ca is None:
         return verify
@@ -349,7 +409,7 @@ class RemoteKernel:
 
     def __init__(
         self,
-        url: str,
+        urls: Sequence[str],
         token: str | None,
         *,
         manual: bool,
@@ -357,7 +417,12 @@ class RemoteKernel:
         request_timeout: float,
         verify: bool | ssl.SSLContext = True,
     ) -> None:
-        self.url = url.rstrip("/")
+        #: The servers' URLs, in the order given (the core's node positions).
+        self.urls = tuple(url.rstrip("/") for url in urls)
+        #: The URLs as one text (the one URL of a single server), for messages.
+        self.url = ",".join(self.urls)
+        # Which node a call starts with and when it gives up: the core's rules (failover).
+        self._servers = _core.Servers(len(self.urls))
         self._token = token
         self.manual = manual
         # Blocking calls leave the event loop, except in deterministic manual-clock runs.
@@ -366,8 +431,10 @@ class RemoteKernel:
         self._request_timeout = request_timeout
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         self._headers = headers
-        self._tls = tls_context(verify) if self.url.startswith("https://") else None
-        self._http = Transport(self.url, headers, tls=self._tls)
+        https = any(url.startswith("https://") for url in self.urls)
+        self._tls = tls_context(verify) if https else None
+        # One pool of keep-alive connections per node.
+        self._http = [Transport(url, headers, tls=self._tls) for url in self.urls]
         self._klock: Callable[[], Klock | None] = lambda: None
         self._now: Callable[[], int] = lambda: 0
         self._tokens: dict[int, str] = {}  # session id -> session token
@@ -382,13 +449,13 @@ class RemoteKernel:
         self._refresh: dict[int, tuple[int, int]] = {}
         self._events: collections.deque[RemoteEvent] = collections.deque()
         self._cursor: dict[str, str] = {}  # namespace -> last event id seen
-        self._readers: dict[str, tuple[threading.Thread, Transport]] = {}
+        # namespace -> its reader thread and that reader's transports, one per node
+        self._readers: dict[str, tuple[threading.Thread, list[Transport]]] = {}
         # namespace -> who follows all its events (Klock._watch), under _state_lock
         self._watchers: dict[str, list[Callable[[RemoteEvent], None]]] = {}
         # Starting to read a namespace's events happens once (a session's open or a watch).
         self._follow_lock = threading.Lock()
         self._closed = False
-        self._down = False  # the last request spent its whole budget without an answer
         #: An unexpected error the event reader met (a bug; it kept reading), else None.
         self.reader_error: BaseException | None = None
         self._state_lock = threading.Lock()
@@ -452,7 +519,8 @@ class RemoteKernel:
         if content is not None:
             headers["Content-Type"] = "application/json"
         if self._closed:  # a read after close (stats, resource state): a connection of its own
-            one_off = Transport(self.url, self._headers, tls=self._tls)
+            url = self.urls[self._servers.preferred]
+            one_off = Transport(url, self._headers, tls=self._tls)
             try:
                 return self._answer(
                     one_off.request(
@@ -461,73 +529,88 @@ class RemoteKernel:
                     session,
                 )
             except TransportError as e:
-                raise Unreachable(f"cannot reach klock serve at {self.url}: {e}") from None
+                raise Unreachable(f"cannot reach klock serve at {url}: {e}") from None
             finally:
                 one_off.close()
-        http = self._http
-        started = time.monotonic()
         # The call's whole budget (the rule "bounded call"): no attempt, pause or retry
-        # outlives it, so a frozen server costs a call at most reconnect_timeout.
-        budget_ends = started + (
-            min(_ONCE_TIMEOUT_S, self._request_timeout) if once else self.reconnect_timeout
-        )
-        pause = _BACKOFF_FIRST_S
+        # outlives it, so a frozen server costs a call at most reconnect_timeout. Which node
+        # each attempt asks, how long it pauses and when it gives up are the core's rules
+        # (the rule "failover"); this loop sends, waits and words the errors.
+        started = _monotonic_ms()
+        servers = self._servers
+        if once:
+            attempts = servers.call_once(
+                started, int(min(_ONCE_TIMEOUT_S, self._request_timeout) * 1000)
+            )
+        else:
+            attempts = servers.call(started, int(self.reconnect_timeout * 1000))
+        request_limit_ms = int(self._request_timeout * 1000)
+        failures: dict[str, str] = {}  # URL -> what failed there last, in the order tried
         while True:
-            left_s = max(0.05, budget_ends - time.monotonic())
+            node = attempts.node
+            url = self.urls[node]
+            limit_ms = attempts.attempt_limit_ms(_monotonic_ms(), request_limit_ms)
             if give_up_at is not None:
                 # No attempt outlives the deadline it is racing (a frozen server answers nothing).
-                left_s = min(left_s, max(0.05, (give_up_at - self._now()) / 1000))
+                limit_ms = min(limit_ms, max(50, give_up_at - self._now()))
             busy: Response | None = None
+            retry_after_ms: int | None = None
+            outcome: _Outcome
             try:
-                response = http.request(
+                response = self._http[node].request(
                     method,
                     path,
                     content=content,
                     params=params,
                     headers=headers,
-                    timeout=min(left_s, self._request_timeout),
+                    timeout=limit_ms / 1000,
                 )
-                self._down = False  # it answered
-                if response.status_code not in (429, 503):
-                    return self._answer(response, session)
-                # The rule "busy server": a 429 (RATE_LIMITED, TOO_MANY_WAITS) refused the
-                # request before it did anything, a 503 could not take it; both are asked
-                # again after the server's Retry-After, else the backoff, within the budget.
-                busy = response
-                failure = (
-                    f"the server is unavailable ({response.status_code}: {response.text[:200]})"
-                )
-                pause = _retry_after(response, pause)
+                if response.status_code == 429:
+                    outcome = "busy"
+                elif response.status_code == 503:
+                    outcome = "unavailable"
+                else:
+                    outcome = "answered"
+                if outcome != "answered":
+                    # The rule "busy server": a 429 (RATE_LIMITED, TOO_MANY_WAITS) refused the
+                    # request before it did anything, a 503 could not take it (no leader).
+                    busy = response
+                    retry_after_ms = _retry_after_ms(response)
+                    failures.pop(url, None)
+                    failures[url] = f"unavailable ({response.status_code}: {response.text[:200]})"
             except TransportError as e:
                 refused = _refused_certificate(e)
                 if refused is not None:
                     # Waiting does not fix a certificate: say so now, not after the budget.
                     raise CertificateError(
-                        f"klock serve at {self.url}: its TLS certificate was refused "
+                        f"klock serve at {url}: its TLS certificate was refused "
                         f"({refused.verify_message or refused}); trust the CA that signed it "
                         "with connect(ca=PATH) or $KLOCK_CA"
                     ) from None
-                failure = str(e)
+                outcome = "unreachable"
+                failures.pop(url, None)
+                failures[url] = str(e)
             except TransportClosed:  # closed meanwhile (Klock.close)
                 raise Closed("this Klock is closed") from None
-            spent = time.monotonic() - started
-            out_of_budget = once or time.monotonic() + pause > budget_ends
-            if busy is not None and busy.status_code == 429 and out_of_budget:
-                return self._answer(busy, session)  # the server's own error, named
-            if once:
-                raise Unreachable(f"cannot reach klock serve at {self.url}: {failure}")
-            if self._down or out_of_budget:
-                # Once a budget ran out, later calls try once until one gets through (a
-                # close of many sessions on a dead server must not take a budget each).
-                self._down = True
+            what, _, pause_ms = attempts.after(servers, outcome, retry_after_ms, _monotonic_ms())
+            if what == "done":
+                return self._answer(response, session, url)
+            if what == "gave_up_busy":
+                assert busy is not None
+                return self._answer(busy, session, url)  # the server's own error, named
+            if what == "gave_up_unreachable":
+                spent = (_monotonic_ms() - started) / 1000
+                tried = "; ".join(f"{u}: {failure}" for u, failure in failures.items())
+                if once:
+                    raise Unreachable(f"cannot reach klock serve at {tried}")
                 raise Unreachable(
-                    f"cannot reach klock serve at {self.url}: {failure} "
+                    f"cannot reach klock serve at {tried} "
                     f"(retried for {spent:.1f} s, reconnect_timeout={self.reconnect_timeout:g} s)"
                 ) from None
             if give_up_at is not None and self._now() >= give_up_at:
                 return None
-            self._pause_between_attempts(session if ends_leases else None, pause)
-            pause = min(pause * 2, _BACKOFF_MAX_S)
+            if pause_ms > 0:
+                self._pause_between_attempts(session if ends_leases else None, pause_ms / 1000)
 
     def _pause_between_attempts(self, session: int | None, pause: float) -> None:
         """Waits ``pause`` seconds before a call's next attempt, first sending the heartbeats
@@ -541,9 +624,12 @@ class RemoteKernel:
             klock._heartbeat_while_retrying(session)
         time.sleep(max(0.0, ends - time.monotonic()))
 
-    def _answer(self, response: Response, session: int | None = None) -> Any:
+    def _answer(
+        self, response: Response, session: int | None = None, url: str | None = None
+    ) -> Any:
         """A response as its JSON, or the error it carries (``session``: the session whose
-        token the request carried, if any)."""
+        token the request carried, if any; ``url``: the node that answered)."""
+        url = self.url if url is None else url
         try:
             data = response.json()
         except ValueError:
@@ -553,7 +639,7 @@ class RemoteKernel:
         error = data.get("error") if isinstance(data, dict) else None
         if not isinstance(error, dict):
             raise KlockError(
-                f"HTTP_{response.status_code}: klock serve at {self.url} answered "
+                f"HTTP_{response.status_code}: klock serve at {url} answered "
                 f"{response.status_code}: {response.text[:200]}"
             )
         code, name, message = (
@@ -569,13 +655,13 @@ class RemoteKernel:
             self._forget_session(session)
             raise Unauthorized(
                 name,
-                f"klock serve at {self.url} refused the session token of session {session} "
+                f"klock serve at {url} refused the session token of session {session} "
                 f"({response.status_code}: {message}): another client resumed the session "
                 "(a resume issues a new token), so it is no longer this client's",
                 session=session,
             )
         if response.status_code == 401 and name == "RESUME_SECRET_REFUSED":
-            raise Unauthorized(name, f"klock serve at {self.url}: {message}")
+            raise Unauthorized(name, f"klock serve at {url}: {message}")
         if response.status_code in (401, 403) and name in ("UNAUTHORIZED", "FORBIDDEN"):
             given = (
                 "no bearer token was given"
@@ -583,7 +669,7 @@ class RemoteKernel:
                 else "the bearer token was refused"
             )
             raise Unauthorized(
-                name, f"klock serve at {self.url}: {given} ({response.status_code}: {message})"
+                name, f"klock serve at {url}: {given} ({response.status_code}: {message})"
             )
         raise _error(code, name, message)
 
@@ -988,75 +1074,125 @@ class RemoteKernel:
     # ---- the event reader (system clock) ------------------------------------------------------
 
     def _start_reader(self, namespace: str) -> None:
-        client = Transport(self.url, self._headers, tls=self._tls)
+        clients = [Transport(url, self._headers, tls=self._tls) for url in self.urls]
         thread = threading.Thread(
             target=self._read,
-            args=(namespace, client),
+            args=(namespace, clients),
             name=f"klock-events-{namespace}",
             daemon=True,
         )
-        self._readers[namespace] = (thread, client)
+        self._readers[namespace] = (thread, clients)
         thread.start()
 
-    def _read(self, namespace: str, client: Transport) -> None:
-        """Long-polls the namespace's events until the backend closes; on reconnecting after
-        a failure, re-polls the open tickets and has the held blocks renewed; when the server
-        stays away past the budget, fails the waiting blocks (once per outage)."""
+    def _read(self, namespace: str, clients: list[Transport]) -> None:
+        """Long-polls the namespace's events until the backend closes, each poll a call of
+        the core's failover rules (so it follows the node that last answered, and moves on
+        when that one fails, resuming after its last event id); on reconnecting after a
+        failure or on another node, re-polls the open tickets and has the held blocks
+        renewed; when a poll's call gives up (the servers stayed away past the budget), fails
+        the waiting blocks (once per outage)."""
         path = f"/v1/ns/{quote(namespace, safe='')}/watch"
-        failing_since: float | None = None
         failed = False
-        pause = _BACKOFF_FIRST_S
+        cut_off = False  # a poll failed since the last one answered
+        last_node: int | None = None  # the node of the last answered poll
+        attempts = None
+        failures: dict[str, str] = {}  # URL -> what failed there last, in this outage
         while not self._closed:
+            if attempts is None:
+                attempts = self._servers.call(_monotonic_ms(), int(self.reconnect_timeout * 1000))
+            node = attempts.node
+            retry_after_ms: int | None = None
+            outcome: _Outcome
+            failure = ""
             try:
-                response = client.request(
+                response = clients[node].request(
                     "GET",
                     path,
                     params={"after": self._cursor[namespace], "wait_ms": _WATCH_WAIT_MS},
                     timeout=self._request_timeout,
                     read_timeout=_WATCH_WAIT_MS / 1000 + 10,
                 )
-                d = self._answer(response)
-            except (TransportError, TransportClosed, KlockError) as e:
-                if self._closed:
-                    break
-                if failing_since is None:
-                    failing_since = time.monotonic()
-                if not failed and time.monotonic() - failing_since > self.reconnect_timeout:
-                    failed = True
-                    klock = self._klock()
-                    if klock is not None:
-                        klock._backend_failed(
-                            Unreachable(
-                                f"cannot reach klock serve at {self.url}: {e} (the event stream "
-                                f"was cut off for more than reconnect_timeout={self.reconnect_timeout:g} s)"
-                            )
-                        )
-                time.sleep(pause)
-                pause = min(pause * 2, _BACKOFF_MAX_S)
-                continue
+                if response.status_code in (429, 503):
+                    outcome = "busy" if response.status_code == 429 else "unavailable"
+                    retry_after_ms = _retry_after_ms(response)
+                    failure = f"unavailable ({response.status_code}: {response.text[:200]})"
+                elif response.is_success:
+                    outcome = "answered"
+                else:
+                    # An error answer (a refused token, say): no events from that node; it
+                    # counts as a node that could not serve the poll, so a lasting one fails
+                    # the waiting blocks past the budget, as a server out of reach does.
+                    outcome = "unavailable"
+                    try:
+                        self._answer(response, url=self.urls[node])
+                    except KlockError as e:
+                        failure = str(e)
+            except TransportClosed:
+                break
+            except TransportError as e:
+                outcome, failure = "unreachable", str(e)
             except Exception as e:  # a bug, kept and retried
                 if self._closed:
                     break
                 self.reader_error = e
-                time.sleep(_BACKOFF_MAX_S)
+                time.sleep(_READER_PAUSE_S)
                 continue
-            reconnected = failing_since is not None
-            failing_since, failed, pause = None, False, _BACKOFF_FIRST_S
-            klock = self._klock()
-            if klock is None:
+            if self._closed:
                 break
-            try:
-                kept = self._take(namespace, d)
-                if reconnected or d.get("gap"):
-                    kept = self._repoll_tickets() or kept
-                if kept:
-                    klock._backend_events()
-                if reconnected:
-                    klock._backend_reconnected()
-            except Exception as e:  # never let the reader die: keep what happened, go on
-                if not self._closed:
-                    self.reader_error = e
-        client.close()
+            what, _, pause_ms = attempts.after(
+                self._servers, outcome, retry_after_ms, _monotonic_ms()
+            )
+            if what == "done":
+                attempts = None
+                d = self._answer(response, url=self.urls[node])
+                if self._served(namespace, d, cut_off or last_node not in (None, node)):
+                    break
+                cut_off, failed, last_node = False, False, node
+                failures.clear()
+                continue
+            cut_off = True
+            failures.pop(self.urls[node], None)
+            failures[self.urls[node]] = failure
+            if what == "retry":
+                time.sleep(pause_ms / 1000)
+                continue
+            # Gave up: the servers stayed away (or busy) past the budget.
+            attempts = None
+            if not failed:
+                failed = True
+                klock = self._klock()
+                if klock is not None:
+                    tried = "; ".join(f"{u}: {f}" for u, f in failures.items())
+                    klock._backend_failed(
+                        Unreachable(
+                            f"cannot reach klock serve at {tried} (the event stream was cut "
+                            f"off for more than reconnect_timeout={self.reconnect_timeout:g} s)"
+                        )
+                    )
+            time.sleep(_READER_PAUSE_S)
+        for client in clients:
+            client.close()
+
+    def _served(self, namespace: str, d: dict[str, Any], reconnected: bool) -> bool:
+        """Hands a watch answer's events to the Klock; ``reconnected`` (the poll follows a
+        failure, or went to another node than the last: either may have missed events):
+        re-polls the open tickets and has the held blocks renewed. Whether the Klock is gone
+        (the reader stops)."""
+        klock = self._klock()
+        if klock is None:
+            return True
+        try:
+            kept = self._take(namespace, d)
+            if reconnected or d.get("gap"):
+                kept = self._repoll_tickets() or kept
+            if kept:
+                klock._backend_events()
+            if reconnected:
+                klock._backend_reconnected()
+        except Exception as e:  # never let the reader die: keep what happened, go on
+            if not self._closed:
+                self.reader_error = e
+        return False
 
     def _repoll_tickets(self) -> bool:
         """Asks the server for the outcome of every open ticket (their events may be gone).
@@ -1118,9 +1254,11 @@ class RemoteKernel:
     def close(self) -> None:
         """Stops the event readers and closes the connections (klock.backend's hook)."""
         self._closed = True
-        for _, client in self._readers.values():
+        for _, clients in self._readers.values():
+            for client in clients:
+                client.close()
+        for client in self._http:
             client.close()
-        self._http.close()
 
 
 def _error(code: int, name: str, message: str) -> KlockError:
@@ -1131,17 +1269,22 @@ def _error(code: int, name: str, message: str) -> KlockError:
     return err
 
 
-def _retry_after(response: Response, backoff: float) -> float:
-    """How long to pause before asking a busy server again (seconds): its ``Retry-After``
-    (delta-seconds) when it sent one, else the backoff."""
+def _retry_after_ms(response: Response) -> int | None:
+    """The server's ``Retry-After`` (delta-seconds) in milliseconds, if it sent a usable one
+    (an HTTP date, or nonsense: ``None``, the core's backoff then)."""
     raw = response.headers.get("retry-after")
     try:
         asked = float(raw) if raw is not None else None
     except ValueError:
-        asked = None  # an HTTP date, or nonsense: the backoff
-    if asked is None or asked != asked or asked < 0:
-        return backoff
-    return max(asked, _BACKOFF_FIRST_S)
+        return None
+    if asked is None or asked != asked or asked < 0 or asked > 86_400:
+        return None
+    return max(int(asked * 1000), _PAUSE_FLOOR_MS)
+
+
+def _monotonic_ms() -> int:
+    """The host's monotonic clock in milliseconds, as the core's failover rules count time."""
+    return time.monotonic_ns() // 1_000_000
 
 
 def _check_u64(what: str, value: object) -> int:

@@ -5,7 +5,8 @@ resettable manual-clock server is the test kit's ``klock-testkit serve`` (``$KLO
 else ``scripts/klock-bin.sh klock-testkit``): ``Server(program=testkit_bin())``. And
 :class:`Link`, a loopback TCP link to it that a test can cut and restore, that counts the
 connections made through it and can lose one request or one answer; and :func:`call`, one
-HTTP request by hand (stdlib, a connection of its own)."""
+HTTP request by hand (stdlib, a connection of its own). And :class:`Cluster`, three ``klock
+serve --node-id`` processes on free loopback ports joined by ``klock cluster init``."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import pathlib
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -147,6 +150,137 @@ class Server:
                 self.proc.kill()
                 self.proc.communicate(timeout=10)
         self.proc = None
+
+
+# The cluster secret of the test clusters (klock serve asks for at least 16 characters).
+CLUSTER_SECRET = "a-cluster-secret-of-the-tests"
+
+
+class Cluster:
+    """``size`` (three) ``klock serve --node-id N --cluster-peers ... --cluster-secret-file``
+    processes on free loopback ports, each with a redb file of its own in ``dir``, made one
+    cluster by ``klock cluster init``. ``urls``: the nodes' client URLs, in node order. Made
+    with :func:`cluster`, which kills every node at the end, whatever happened. A node's
+    log goes to a file (its INFO lines would fill a pipe nobody reads)."""
+
+    def __init__(self, dir: pathlib.Path, size: int = 3) -> None:
+        self.dir = dir
+        self.secret = dir / "secret"
+        self.secret.write_text(CLUSTER_SECRET)
+        self.ports = [free_port() for _ in range(size)]
+        self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
+        self.peers = ",".join(f"{i + 1}={url}" for i, url in enumerate(self.urls))
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * size
+
+    def start(self, i: int) -> None:
+        """Starts node ``i`` (0-based; its Raft id is ``i + 1``) on its port."""
+        with open(self.dir / f"node{i + 1}.log", "ab") as log:
+            self.procs[i] = subprocess.Popen(
+                [
+                    klock_bin(),
+                    "serve",
+                    "--listen",
+                    f"127.0.0.1:{self.ports[i]}",
+                    "--data",
+                    str(self.dir / f"node{i + 1}.redb"),
+                    "--node-id",
+                    str(i + 1),
+                    "--cluster-peers",
+                    self.peers,
+                    "--cluster-secret-file",
+                    str(self.secret),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+
+    def status(self, i: int) -> dict[str, Any] | None:
+        """Node ``i``'s ``/raft/status``, or ``None`` if it does not answer."""
+        try:
+            code, text = call(
+                "GET",
+                f"{self.urls[i]}/raft/status",
+                headers={"klock-cluster-secret": CLUSTER_SECRET},
+                timeout=2,
+            )
+        except OSError:
+            return None
+        return json.loads(text) if code == 200 else None
+
+    def init(self) -> None:
+        """``klock cluster init`` through node 1, once it listens (retried until then)."""
+        deadline = time.monotonic() + 15
+        while True:
+            done = subprocess.run(
+                [
+                    klock_bin(),
+                    "cluster",
+                    "init",
+                    "--node",
+                    self.urls[0],
+                    "--cluster-secret-file",
+                    str(self.secret),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=15,
+            )
+            if done.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"klock cluster init failed: {done.stderr[-2000:]}")
+            time.sleep(0.1)
+
+    def leader(self, timeout: float = 15) -> int:
+        """The index of the live node every live node names as leader, once there is one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            live = [i for i, proc in enumerate(self.procs) if proc is not None]
+            named = [(self.status(i) or {}).get("leader") for i in live]
+            first = named[0] if named else None
+            if (
+                isinstance(first, int)
+                and all(n == first for n in named)
+                and self.procs[first - 1] is not None
+            ):
+                return first - 1
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no leader agreed on within {timeout} s: {named}")
+            time.sleep(0.05)
+
+    def kill(self, i: int) -> None:
+        """SIGKILL node ``i``, as a crash, and wait for it."""
+        proc = self.procs[i]
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=10)
+        self.procs[i] = None
+
+    def kill_all(self) -> None:
+        for i in range(len(self.procs)):
+            self.kill(i)
+
+
+@contextmanager
+def cluster(size: int = 3) -> Iterator[Cluster]:
+    """A started, initialized :class:`Cluster` with a leader; every node killed at the end,
+    even on failure."""
+    with tempfile.TemporaryDirectory(prefix="klock-cluster-") as d:
+        nodes = Cluster(pathlib.Path(d), size)
+        try:
+            for i in range(size):
+                nodes.start(i)
+            nodes.init()
+            nodes.leader()
+            yield nodes
+        finally:
+            nodes.kill_all()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (a node binds it just after)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return int(probe.getsockname()[1])
 
 
 def call(

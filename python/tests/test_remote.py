@@ -265,7 +265,7 @@ def test_a_retried_request_carries_the_same_idempotency_key_and_acts_once(
     acted): the retry carries the same Idempotency-Key, so the server answers the first
     answer instead of opening a second session."""
     with klock.connect(memory_server.url) as k:
-        http = k.kernel._http  # type: ignore[attr-defined]
+        http = k.kernel._http[0]  # type: ignore[attr-defined]  (the one node's transport)
         real = http.request
         keys: list[str] = []
 
@@ -297,7 +297,7 @@ def test_a_grant_after_a_wait_is_renewed_at_once(memory_server: Any) -> None:
     with klock.connect(memory_server.url) as k:
         old, young = k.session("renew-old"), k.session("renew-young")
         beats: list[float] = []
-        http = k.kernel._http  # type: ignore[attr-defined]
+        http = k.kernel._http[0]  # type: ignore[attr-defined]  (the one node's transport)
         real = http.request
 
         def spy(method: str, path: str, **kwargs: Any) -> Any:

@@ -61,6 +61,8 @@ export function contractTests(label, api) {
         .concat('flock' in api ? ['flock'] : [])
         // Only the Node addon: the core's acquisition rule for the friendly client (node/client.js).
         .concat(label === 'node' ? ['afterSetback'] : [])
+        // Only the Node addon: the core's failover rules for the remote client (node/remote.js).
+        .concat(label === 'node' ? ['Attempts', 'Servers'] : [])
         // Only the wasm package: the dashboard's replayer of a server's history (bindings/wasm/src/replay.rs).
         .concat(label === 'wasm' && 'Replayer' in api ? ['Replayer'] : [])
         .sort(),

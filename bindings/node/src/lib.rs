@@ -8,7 +8,9 @@
 //! Contract: translation only — argument conversion ([`input`]), error mapping ([`throw`]),
 //! output conversion ([`output`], with the JS-side object constructors and the `KlockError`
 //! class in [`shapes`]) and ownership of the kernel handle ([`kernel`]; the two calls of the
-//! hot path enter through plain Node-API callbacks, see `fast`). Every rule about leases,
+//! hot path enter through plain Node-API callbacks, see `fast`). The friendly clients' rules
+//! are exposed for node/client.js ([`acquire`]) and node/remote.js ([`failover`]: which node
+//! of a cluster a remote call asks next). Every rule about leases,
 //! queues or time lives in `klock-core`.
 //!
 //! - Times, ids and counts cross as JS numbers. Inputs are validated: a non-number is a
@@ -38,6 +40,7 @@
 #![deny(clippy::all)]
 
 pub mod acquire;
+pub mod failover;
 mod fast;
 pub mod flock;
 pub mod input;

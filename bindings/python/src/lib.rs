@@ -8,12 +8,14 @@
 //! client (`klock` package) is written in Python on top of this module, except the edges of
 //! its lease block and the block's bookkeeping ([`block`]): the core's client ledger decides
 //! those, and they run natively because their Python frames cost more than the kernel calls.
-//! The acquisition's decisions after a setback are the core's client rules too ([`acquire`]).
+//! The acquisition's decisions after a setback are the core's client rules too ([`acquire`]),
+//! and so are the remote client's attempts over a cluster's nodes ([`failover`]).
 
 mod acquire;
 mod args;
 mod block;
 mod errors;
+mod failover;
 mod kernel;
 mod values;
 
@@ -41,6 +43,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<values::PyBlocker>()?;
     m.add_class::<values::PyVerdict>()?;
     m.add_class::<values::PyEvent>()?;
+    m.add_class::<failover::PyServers>()?;
+    m.add_class::<failover::PyAttempts>()?;
     m.add("KlockError", py.get_type::<errors::KlockError>())?;
     m.add("InvalidInput", py.get_type::<errors::InvalidInput>())?;
     m.add("UnknownId", py.get_type::<errors::UnknownId>())?;
