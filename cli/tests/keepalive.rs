@@ -212,7 +212,8 @@ fn a_tls_client_sends_its_successive_requests_on_one_connection() {
         key.to_str().unwrap(),
     ]);
     let endpoint = Endpoint::choose(Some(format!("https://localhost:{}", s.port())), None);
-    let client = Client::new(endpoint.unwrap(), None)
+    let client = Client::nodes(endpoint.unwrap(), None)
+        .unwrap()
         .with_ca(Some(cert.clone()))
         .unwrap();
     let config = support::trusting(&certified);
