@@ -98,8 +98,7 @@ pub struct Connection {
 pub const TOKEN_ON_COMMAND_LINE: &str = "klock: warning: --token on the command line is visible to every user of this machine (ps, /proc); set KLOCK_TOKEN in the environment instead";
 
 /// The connection flags, as shown in every tool's help.
-pub const CONNECTION_HELP: &str =
-    "  --server URL[,URL...]
+pub const CONNECTION_HELP: &str = "  --server URL[,URL...]
                    the server, http://HOST:PORT or https://HOST:PORT, or a cluster's nodes,
                    comma-separated: each call goes to the node that last answered and fails
                    over to the others (default $KLOCK_SERVER, else http://127.0.0.1:7300)

@@ -51,18 +51,22 @@ fn a_lease_guard_survives_a_leader_kill_and_its_release_wakes_a_waiter() {
         .lease(["MUTATES FILE:/a"], LeaseOptions::default().ttl(TTL))
         .expect("granted");
     let waiter = std::thread::spawn(move || {
-        let options = LeaseOptions::default().ttl(TTL).timeout(Duration::from_secs(45));
+        let options = LeaseOptions::default()
+            .ttl(TTL)
+            .timeout(Duration::from_secs(45));
         let guard = bob.lease(["MUTATES FILE:/a"], options);
         (bob, guard)
     });
     // Bob's ticket is queued before the kill.
     let started = Instant::now();
-    while nodes.holders(leader, "FILE:/a").is_empty()
-        || waiting(&nodes, leader, "FILE:/a") == 0
-    {
+    while nodes.holders(leader, "FILE:/a").is_empty() || waiting(&nodes, leader, "FILE:/a") == 0 {
         assert!(started.elapsed() < WAIT, "bob's acquire never queued");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Every node knows bob's ticket: a follower answers a ticket's long poll from its own
+    // applied state, and one a heartbeat behind the killed leader would not know it yet
+    // (UNKNOWN_TICKET; docs/DECISIONS.md, "Issue 24: the Rust client fails over").
+    nodes.caught_up_with(leader);
 
     nodes.kill(leader);
     let new_leader = nodes.leader();
@@ -101,4 +105,129 @@ fn a_lease_guard_survives_a_leader_kill_and_its_release_wakes_a_waiter() {
 /// How many tickets wait on `resource`, as node `i` sees it.
 fn waiting(nodes: &Nodes, i: usize, resource: &str) -> usize {
     nodes.waiting(i, resource).len()
+}
+
+/// `klock ARGS...` without the caller's KLOCK_* settings, output captured.
+fn klock(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_klock"));
+    for name in [
+        "KLOCK_SERVER",
+        "KLOCK_SOCKET",
+        "KLOCK_TOKEN",
+        "KLOCK_NS",
+        "KLOCK_NAMESPACE",
+    ] {
+        command.env_remove(name);
+    }
+    command
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+#[test]
+fn klock_exec_given_every_node_keeps_its_lease_through_a_leader_kill() {
+    let mut nodes = Nodes::start();
+    let leader = nodes.leader();
+    let urls = nodes.urls_from(leader);
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("server");
+    // The command outlives the kill and the failover by a few renewals.
+    let script = format!("echo \"$KLOCK_SERVER\" > {}; sleep 9", seen.display());
+    let mut exec = klock(&["exec", "--ttl", "5s", "--intent", "MUTATES FILE:/job", "--"])
+        .args(["sh", "-c", &script])
+        .env("KLOCK_SERVER", &urls)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while nodes.holders(leader, "FILE:/job").is_empty() {
+        assert!(started.elapsed() < WAIT, "klock exec never held its lease");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nodes.kill(leader);
+    let survivor = nodes.leader();
+    // Held through the failover: a renewal past its first TTL reached a survivor.
+    std::thread::sleep(TTL + Duration::from_secs(1));
+    assert_eq!(nodes.holders(survivor, "FILE:/job").len(), 1);
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = exec.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = exec.kill();
+            panic!("klock exec did not end");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = exec.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(!stderr.contains("lost"), "{stderr}");
+    // The command was told every node, so a client it starts fails over too.
+    assert_eq!(std::fs::read_to_string(&seen).unwrap().trim(), urls);
+    assert!(nodes.holders(survivor, "FILE:/job").is_empty(), "released");
+}
+
+#[test]
+fn a_list_with_a_bad_url_is_refused_naming_it() {
+    let bad = "http://127.0.0.1:1,http://127.0.0.1:2/v1";
+    let out = klock(&[
+        "exec",
+        "--server",
+        bad,
+        "--intent",
+        "MUTATES FILE:/x",
+        "--",
+        "true",
+    ])
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--server: URL 2 of 2") && stderr.contains("\"http://127.0.0.1:2/v1\""),
+        "{stderr}"
+    );
+    let out = klock(&["status"])
+        .env("KLOCK_SERVER", "http://127.0.0.1:1,,http://127.0.0.1:3")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("$KLOCK_SERVER: URL 2 of 3"), "{stderr}");
+    let e = Client::connect("http://127.0.0.1:1,ftp://127.0.0.1:2", None).unwrap_err();
+    assert_eq!(e.name(), "BAD_URL", "{e}");
+    assert!(e.to_string().contains("\"ftp://127.0.0.1:2\""), "{e}");
+}
+
+#[test]
+fn when_no_node_answers_the_call_is_unreachable_after_its_budget_naming_every_url() {
+    // Ports nothing listens on: each refused at once, so only the budget ends the call.
+    let ports: Vec<u16> = (0..3)
+        .map(|_| {
+            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            free.local_addr().unwrap().port()
+        })
+        .collect();
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    let budget = Duration::from_millis(1_500);
+    let options = klock_client::Client::options(&urls.join(",")).reconnect_timeout(budget);
+    let started = Instant::now();
+    let e = Client::connect_with(options).unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.name(), "UNREACHABLE", "{e}");
+    for url in &urls {
+        assert!(e.to_string().contains(url.as_str()), "{url} not named: {e}");
+    }
+    // Rounds of every node, paused 50, 100, 200, 400 ms: the next pause would end past the
+    // budget, so it gives up within it, after trying for most of it.
+    assert!(
+        took >= budget / 2 && took <= budget + Duration::from_millis(500),
+        "{took:?}"
+    );
 }

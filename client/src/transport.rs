@@ -473,7 +473,9 @@ impl Transport {
                     Some(format!(
                         "{} answered 503 {}",
                         node.endpoint,
-                        answer.body["error"]["name"].as_str().unwrap_or("UNAVAILABLE")
+                        answer.body["error"]["name"]
+                            .as_str()
+                            .unwrap_or("UNAVAILABLE")
                     )),
                 ),
                 Ok(_) => (Outcome::Answered, None),
@@ -481,8 +483,11 @@ impl Transport {
                 // A refused certificate: waiting does not fix it, nor does another node.
                 Err(refused) => return Err(refused.clone()),
             };
-            let next =
-                attempts.after(&mut self.servers.lock().expect("servers lock"), outcome, self.now_ms());
+            let next = attempts.after(
+                &mut self.servers.lock().expect("servers lock"),
+                outcome,
+                self.now_ms(),
+            );
             match next {
                 Next::Done | Next::GiveUp(GaveUp::Busy) => {
                     return answered(attempt.expect("an answer"));
@@ -603,9 +608,15 @@ mod tests {
     fn a_list_of_urls_is_checked_url_by_url() {
         let nodes = Endpoint::parse_list("http://127.0.0.1:1, 127.0.0.1:2,https://h:3").unwrap();
         let shown: Vec<String> = nodes.iter().map(Endpoint::to_string).collect();
-        assert_eq!(shown, ["http://127.0.0.1:1", "http://127.0.0.1:2", "https://h:3"]);
+        assert_eq!(
+            shown,
+            ["http://127.0.0.1:1", "http://127.0.0.1:2", "https://h:3"]
+        );
         let bad = Endpoint::parse_list("http://a:1,http://b/v1,http://c:3").unwrap_err();
-        assert!(bad.contains("URL 2 of 3") && bad.contains("\"http://b/v1\""), "{bad}");
+        assert!(
+            bad.contains("URL 2 of 3") && bad.contains("\"http://b/v1\""),
+            "{bad}"
+        );
         let stray = Endpoint::parse_list("http://a:1,").unwrap_err();
         assert!(stray.contains("URL 2 of 2"), "{stray}");
         let flag = Endpoint::choose(Some(String::from("http://a:1,nope")), None).unwrap_err();
@@ -614,7 +625,8 @@ mod tests {
 
     #[test]
     fn idempotency_keys_differ() {
-        let keys: std::collections::BTreeSet<String> = (0..1_000).map(|_| idempotency_key()).collect();
+        let keys: std::collections::BTreeSet<String> =
+            (0..1_000).map(|_| idempotency_key()).collect();
         assert_eq!(keys.len(), 1_000);
         assert!(keys.iter().all(|k| k.len() == 32));
     }

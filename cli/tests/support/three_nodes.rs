@@ -110,6 +110,22 @@ impl Nodes {
         }
     }
 
+    /// Waits until every live node has applied what node `i` has: a follower answers
+    /// some reads (a ticket's) from its applied state, which may lag the leader's by a
+    /// heartbeat.
+    pub fn caught_up_with(&self, i: usize) {
+        let applied = |i: usize| self.status(i).and_then(|s| s["applied_index"].as_u64());
+        let target = applied(i).expect("node i answers");
+        let started = Instant::now();
+        while (0..3).any(|n| self.nodes[n].is_some() && applied(n).is_none_or(|a| a < target)) {
+            assert!(
+                started.elapsed() < WAIT,
+                "the nodes never caught up with node {i}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILLs node `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(node) = self.nodes[i].take() {
@@ -117,12 +133,23 @@ impl Nodes {
         }
     }
 
-    /// `GET .../resources/state` of `resource` through node `i` (a read through the leader).
+    /// `GET .../resources/state` of `resource` through node `i` (a command, so a read
+    /// through the leader), asked again while the node has no leader to take it (503).
     fn state(&self, i: usize, resource: &str) -> Value {
         let path = format!("/v1/ns/default/resources/state?resource={resource}");
-        let answer = request(self.ports[i], "GET", &path, &[], b"").unwrap();
-        assert_eq!(answer.status, 200, "{answer:?}");
-        answer.body
+        let started = Instant::now();
+        loop {
+            let answer = request(self.ports[i], "GET", &path, &[], b"").unwrap();
+            if answer.status != 503 {
+                assert_eq!(answer.status, 200, "{answer:?}");
+                return answer.body;
+            }
+            assert!(
+                started.elapsed() < WAIT,
+                "node {i} never answered: {answer:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The holders of `resource`, through node `i`.
