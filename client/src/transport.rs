@@ -547,7 +547,11 @@ impl Transport {
         let exchange = node
             .pool
             .send(&node.endpoint, self.tls.as_ref(), head.as_bytes());
-        let unreachable = |why: String| Failure::Unreachable(format!("{}: {why}", node.endpoint));
+        // Which node failed, when there are several to tell apart.
+        let unreachable = |why: String| match self.nodes.len() {
+            1 => Failure::Unreachable(why),
+            _ => Failure::Unreachable(format!("{}: {why}", node.endpoint)),
+        };
         let bytes = match tokio::time::timeout(limit, exchange).await {
             Err(_) => return Err(unreachable(format!("no answer to {method} {path} in time"))),
             Ok(Err(e)) => {
