@@ -92,6 +92,7 @@ pub struct Connection {
     ns: Option<String>,
     agent: Option<String>,
     ca: Option<PathBuf>,
+    reconnect_timeout: Option<Duration>,
 }
 
 /// The warning a `--token` on the command line gets (issue 22, item 7).
@@ -102,6 +103,9 @@ pub const CONNECTION_HELP: &str = "  --server URL[,URL...]
                    the server, http://HOST:PORT or https://HOST:PORT, or a cluster's nodes,
                    comma-separated: each call goes to the node that last answered and fails
                    over to the others (default $KLOCK_SERVER, else http://127.0.0.1:7300)
+  --reconnect-timeout D
+                   how long each call tries the servers before it gives up unreachable
+                   (default 30s; a wait the call asks the server for comes on top)
   --ca PATH        for an https:// server: the CA certificates (PEM) to trust (default
                    $KLOCK_CA); a certificate they do not vouch for stops the tool at once
   --socket PATH    the server's Unix socket instead (default $KLOCK_SOCKET)
@@ -139,6 +143,10 @@ impl Connection {
                 self.ca = Some(PathBuf::from(flags.value(flag, inline)?));
                 return Ok(true);
             }
+            "--reconnect-timeout" => {
+                self.reconnect_timeout = Some(duration(flag, flags.value(flag, inline)?)?);
+                return Ok(true);
+            }
             _ => return Ok(false),
         };
         *slot = Some(flags.value(flag, inline)?.to_owned());
@@ -151,7 +159,12 @@ impl Connection {
     /// Both a URL and a socket, or a URL this client cannot use (named).
     pub fn client(&self) -> Result<Transport, String> {
         let endpoints = Endpoint::choose(self.server.clone(), self.socket.clone())?;
-        Transport::nodes(endpoints, self.token.clone())?.with_ca(self.ca.clone())
+        let client = Transport::nodes(endpoints, self.token.clone())?;
+        let client = match self.reconnect_timeout {
+            Some(budget) => client.with_reconnect_timeout(budget),
+            None => client,
+        };
+        client.with_ca(self.ca.clone())
     }
 
     /// The namespace: `--ns`, else `$KLOCK_NAMESPACE` (the clients' name for it), else

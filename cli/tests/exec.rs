@@ -366,6 +366,7 @@ fn the_server_down_at_start_says_so() {
     let c = Command::new(klock())
         .env_remove("KLOCK_TOKEN")
         .args(["exec", "--server", &format!("http://127.0.0.1:{port}")])
+        .args(["--reconnect-timeout", "500ms"])
         .args(["--intent", "MUTATES FILE:/x", "--", "true"])
         .output()
         .unwrap();
@@ -375,7 +376,10 @@ fn the_server_down_at_start_says_so() {
         err.contains("cannot reach the Klock server at http://127.0.0.1:"),
         "{err}"
     );
-    assert!(err.contains("--server URL or --socket PATH"), "{err}");
+    assert!(
+        err.contains("--server URL[,URL...] or --socket PATH"),
+        "{err}"
+    );
 }
 
 #[test]

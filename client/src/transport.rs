@@ -20,6 +20,9 @@
 //! - Every request but a `GET` carries one `Idempotency-Key`, made once per logical request
 //!   and sent again with each attempt: a node that answers a retry of a write another node
 //!   already applied answers the first answer, never applying it twice (SPEC §13.7).
+//! - A best-effort call ([`Transport::best_effort`]: a close or a withdrawal nobody waits
+//!   for, the cleanup after a lost lease) tries each node once, without pauses, within
+//!   [`BEST_EFFORT_BUDGET`] (the core's `call_once`).
 //! - A certificate the handshake refuses is `Refused` with the name `CERTIFICATE` (never
 //!   retried as if unreachable).
 
@@ -36,6 +39,9 @@ use tokio::time::Instant;
 /// A call's budget beyond what it asks the server to hold it, unless the client sets one
 /// (Python's `reconnect_timeout`, Node's `reconnectTimeoutMs`: 30 s).
 pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most a best-effort call may take (Python's `_ONCE_TIMEOUT_S`).
+pub const BEST_EFFORT_BUDGET: Duration = Duration::from_secs(1);
 
 /// Where `klock serve` listens.
 #[derive(Clone, Debug)]
@@ -203,6 +209,8 @@ pub struct Transport {
     origin: Instant,
     /// A call's budget beyond what it asks the server to hold it.
     reconnect_timeout: Duration,
+    /// Calls are best effort: each node once ([`Transport::best_effort`]).
+    once: bool,
     token: Option<String>,
     /// For `https://` endpoints: what trusts their certificates.
     tls: Option<tokio_rustls::TlsConnector>,
@@ -328,6 +336,7 @@ impl Transport {
             servers: Arc::new(Mutex::new(servers)),
             origin: Instant::now(),
             reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
+            once: false,
             token,
             tls: None,
             ca: None,
@@ -339,6 +348,17 @@ impl Transport {
     pub fn with_reconnect_timeout(mut self, budget: Duration) -> Transport {
         self.reconnect_timeout = budget;
         self
+    }
+
+    /// The same client (its nodes, connections and preferred node shared) making best-effort
+    /// calls: each node tried once, without pauses, within [`BEST_EFFORT_BUDGET`]. For what
+    /// nobody waits on (a close after a drop, a withdrawal) or what must not hold up a
+    /// program that already knows its server is gone (the cleanup after a lost lease).
+    pub fn best_effort(&self) -> Transport {
+        Transport {
+            once: true,
+            ..self.clone()
+        }
     }
 
     /// The client trusting the CA bundle `ca` (else `KLOCK_CA`) for `https://` endpoints.
@@ -447,12 +467,16 @@ impl Transport {
             key: (method != "GET").then(idempotency_key),
         };
         let started = Instant::now();
-        let budget = self.reconnect_timeout.saturating_add(waits);
-        let mut attempts = self
-            .servers
-            .lock()
-            .expect("servers lock")
-            .call(self.now_ms(), ms(budget));
+        let mut attempts = {
+            let servers = self.servers.lock().expect("servers lock");
+            if self.once {
+                let budget = BEST_EFFORT_BUDGET.min(self.reconnect_timeout);
+                servers.call_once(self.now_ms(), ms(budget.saturating_add(waits)))
+            } else {
+                let budget = self.reconnect_timeout.saturating_add(waits);
+                servers.call(self.now_ms(), ms(budget))
+            }
+        };
         loop {
             let limit = attempts.attempt_limit_ms(self.now_ms(), ms(waits + SLACK));
             let node = &self.nodes[attempts.node()];
