@@ -2,12 +2,9 @@
 //! under `klock exec`, `klock mcp`, `klock status` and `klock reconcile`.
 //!
 //! Contract:
-//! - [`Endpoint::parse`] reads a server URL; [`Endpoint::choose`] turns `--server
-//!   URL[,URL...]` / `--socket PATH` (or `KLOCK_SERVER`, several comma-separated, /
-//!   `KLOCK_SOCKET`, or the default `http://127.0.0.1:7300`) into the endpoints of a server or
-//!   of a cluster's nodes; a bad URL in the list is refused by its position and text. An
-//!   `https://` server needs `--ca PATH` (or `KLOCK_CA`): the PEM certificates to trust, since
-//!   this client carries no system trust store.
+//! - The client is made of [`Endpoint`]s ([`crate::endpoint`]: a server, or a cluster's
+//!   nodes). An `https://` server needs `--ca PATH` (or `KLOCK_CA`): the PEM certificates to
+//!   trust, since this client carries no system trust store.
 //! - [`Transport::call`] sends one logical request and returns the JSON body of a 2xx answer,
 //!   or a [`Failure`] that tells an unreachable cluster from a server that said no. Which node
 //!   each attempt goes to, when to pause and when to give up are the core's
@@ -27,6 +24,7 @@
 //!   retried as if unreachable).
 
 use crate::conn::Pool;
+pub use crate::endpoint::Endpoint;
 use crate::http::{parse, Answer};
 use klock_core::client::failover::{GaveUp, Next, Outcome, Servers};
 use serde_json::Value;
@@ -42,107 +40,6 @@ pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most a best-effort call may take (Python's `_ONCE_TIMEOUT_S`).
 pub const BEST_EFFORT_BUDGET: Duration = Duration::from_secs(1);
-
-/// Where `klock serve` listens.
-#[derive(Clone, Debug)]
-pub enum Endpoint {
-    /// `host:port` over TCP.
-    Tcp(String),
-    /// `host:port` over TLS; `host` is the name the certificate must carry.
-    Tls { addr: String, host: String },
-    /// A Unix socket (`klock serve --socket PATH`).
-    Unix(PathBuf),
-}
-
-impl fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Endpoint::Tcp(addr) => write!(f, "http://{addr}"),
-            Endpoint::Tls { addr, .. } => write!(f, "https://{addr}"),
-            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
-        }
-    }
-}
-
-impl Endpoint {
-    /// The endpoints from the flags, else the environment, else the default: `--server` (or
-    /// `$KLOCK_SERVER`) may list a cluster's nodes, comma-separated; `--socket` is one server.
-    ///
-    /// # Errors
-    /// Both given, or a URL of the list that is not `http(s)://HOST:PORT` (named with its
-    /// position and where it came from).
-    pub fn choose(
-        server: Option<String>,
-        socket: Option<PathBuf>,
-    ) -> Result<Vec<Endpoint>, String> {
-        // Flags win over the environment as a pair, so `--socket` overrides $KLOCK_SERVER.
-        let (server, socket, source) = if server.is_some() || socket.is_some() {
-            (server, socket, "--server")
-        } else {
-            (
-                std::env::var("KLOCK_SERVER").ok(),
-                std::env::var_os("KLOCK_SOCKET").map(PathBuf::from),
-                "$KLOCK_SERVER",
-            )
-        };
-        match (server, socket) {
-            (Some(_), Some(_)) => Err(String::from(
-                "give --server URL or --socket PATH, not both (or only one of $KLOCK_SERVER and $KLOCK_SOCKET)",
-            )),
-            (None, Some(path)) => Ok(vec![Endpoint::Unix(path)]),
-            (Some(urls), None) => Endpoint::parse_list(&urls).map_err(|e| format!("{source}: {e}")),
-            (None, None) => Ok(vec![Endpoint::Tcp(String::from("127.0.0.1:7300"))]),
-        }
-    }
-
-    /// The endpoints of a comma-separated list of server URLs (one URL is a list of one).
-    ///
-    /// # Errors
-    /// The first URL [`Endpoint::parse`] refuses, with its position in the list (an empty
-    /// entry included: a stray comma is a mistake, not a node).
-    pub fn parse_list(urls: &str) -> Result<Vec<Endpoint>, String> {
-        let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
-        let many = parts.len() > 1;
-        parts
-            .iter()
-            .enumerate()
-            .map(|(i, url)| {
-                Endpoint::parse(url).map_err(|e| match many {
-                    true => format!("URL {} of {} in {urls:?}: {e}", i + 1, parts.len()),
-                    false => e,
-                })
-            })
-            .collect()
-    }
-
-    /// The endpoint of a server URL: `http://HOST:PORT` or `https://HOST:PORT` (a trailing
-    /// `/` is allowed; a bare `HOST:PORT` is taken as `http://`).
-    ///
-    /// # Errors
-    /// Anything else (a path, no port, an empty host); the message shows the URL.
-    pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let (tls, rest) = match url.strip_prefix("https://") {
-            Some(rest) => (true, rest),
-            None => (false, url.strip_prefix("http://").unwrap_or(url)),
-        };
-        let addr = rest.trim_end_matches('/');
-        if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
-            return Err(format!(
-                "a server URL is http://HOST:PORT or https://HOST:PORT (like http://127.0.0.1:7300), got {url:?}"
-            ));
-        }
-        if !tls {
-            return Ok(Endpoint::Tcp(addr.to_owned()));
-        }
-        let host = addr[..addr.rfind(':').unwrap_or(addr.len())]
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        Ok(Endpoint::Tls {
-            addr: addr.to_owned(),
-            host: host.to_owned(),
-        })
-    }
-}
 
 /// Why a call did not answer with a 2xx.
 #[derive(Clone, Debug)]
@@ -611,44 +508,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_are_checked() {
-        let tcp = Endpoint::parse("http://127.0.0.1:9/").unwrap();
-        assert_eq!(tcp.to_string(), "http://127.0.0.1:9");
+    fn a_ca_goes_with_https_and_a_list_is_not_empty() {
         let tls = Endpoint::parse("https://localhost:9/").unwrap();
-        assert_eq!(tls.to_string(), "https://localhost:9");
-        assert!(matches!(&tls, Endpoint::Tls { host, .. } if host == "localhost"));
         assert!(Transport::new(tls, None)
             .with_ca(None)
             .is_err_and(|e| e.contains("--ca")));
         assert!(Transport::new(Endpoint::parse("http://x:1").unwrap(), None)
             .with_ca(Some(PathBuf::from("/nonexistent.pem")))
             .is_err_and(|e| e.contains("https://")));
-        assert!(Endpoint::parse("http://x/v1")
-            .unwrap_err()
-            .contains("HOST:PORT"));
-        assert!(Endpoint::parse("localhost")
-            .unwrap_err()
-            .contains("HOST:PORT"));
         assert!(Transport::nodes(Vec::new(), None).is_err());
-    }
-
-    #[test]
-    fn a_list_of_urls_is_checked_url_by_url() {
-        let nodes = Endpoint::parse_list("http://127.0.0.1:1, 127.0.0.1:2,https://h:3").unwrap();
-        let shown: Vec<String> = nodes.iter().map(Endpoint::to_string).collect();
-        assert_eq!(
-            shown,
-            ["http://127.0.0.1:1", "http://127.0.0.1:2", "https://h:3"]
-        );
-        let bad = Endpoint::parse_list("http://a:1,http://b/v1,http://c:3").unwrap_err();
-        assert!(
-            bad.contains("URL 2 of 3") && bad.contains("\"http://b/v1\""),
-            "{bad}"
-        );
-        let stray = Endpoint::parse_list("http://a:1,").unwrap_err();
-        assert!(stray.contains("URL 2 of 2"), "{stray}");
-        let flag = Endpoint::choose(Some(String::from("http://a:1,nope")), None).unwrap_err();
-        assert!(flag.starts_with("--server: URL 2 of 2"), "{flag}");
     }
 
     #[test]
