@@ -92,15 +92,20 @@ pub struct Connection {
     ns: Option<String>,
     agent: Option<String>,
     ca: Option<PathBuf>,
+    reconnect_timeout: Option<Duration>,
 }
 
 /// The warning a `--token` on the command line gets (issue 22, item 7).
 pub const TOKEN_ON_COMMAND_LINE: &str = "klock: warning: --token on the command line is visible to every user of this machine (ps, /proc); set KLOCK_TOKEN in the environment instead";
 
 /// The connection flags, as shown in every tool's help.
-pub const CONNECTION_HELP: &str =
-    "  --server URL     the server, http://HOST:PORT or https://HOST:PORT (default $KLOCK_SERVER,
-                   else http://127.0.0.1:7300)
+pub const CONNECTION_HELP: &str = "  --server URL[,URL...]
+                   the server, http://HOST:PORT or https://HOST:PORT, or a cluster's nodes,
+                   comma-separated: each call goes to the node that last answered and fails
+                   over to the others (default $KLOCK_SERVER, else http://127.0.0.1:7300)
+  --reconnect-timeout D
+                   how long each call tries the servers before it gives up unreachable
+                   (default 30s; a wait the call asks the server for comes on top)
   --ca PATH        for an https:// server: the CA certificates (PEM) to trust (default
                    $KLOCK_CA); a certificate they do not vouch for stops the tool at once
   --socket PATH    the server's Unix socket instead (default $KLOCK_SOCKET)
@@ -138,19 +143,28 @@ impl Connection {
                 self.ca = Some(PathBuf::from(flags.value(flag, inline)?));
                 return Ok(true);
             }
+            "--reconnect-timeout" => {
+                self.reconnect_timeout = Some(duration(flag, flags.value(flag, inline)?)?);
+                return Ok(true);
+            }
             _ => return Ok(false),
         };
         *slot = Some(flags.value(flag, inline)?.to_owned());
         Ok(true)
     }
 
-    /// The client for the chosen server.
+    /// The client for the chosen server (or cluster).
     ///
     /// # Errors
-    /// Both a URL and a socket, or a URL this client cannot use.
+    /// Both a URL and a socket, or a URL this client cannot use (named).
     pub fn client(&self) -> Result<Transport, String> {
-        let endpoint = Endpoint::choose(self.server.clone(), self.socket.clone())?;
-        Transport::new(endpoint, self.token.clone()).with_ca(self.ca.clone())
+        let endpoints = Endpoint::choose(self.server.clone(), self.socket.clone())?;
+        let client = Transport::nodes(endpoints, self.token.clone())?;
+        let client = match self.reconnect_timeout {
+            Some(budget) => client.with_reconnect_timeout(budget),
+            None => client,
+        };
+        client.with_ca(self.ca.clone())
     }
 
     /// The namespace: `--ns`, else `$KLOCK_NAMESPACE` (the clients' name for it), else
@@ -173,16 +187,20 @@ impl Connection {
     }
 
     /// What a command started for this connection needs to reach the same server as the
-    /// same agent: `KLOCK_SERVER` or `KLOCK_SOCKET`, `KLOCK_NAMESPACE`, and `KLOCK_TOKEN` and
+    /// same agent: `KLOCK_SERVER` (every node of a cluster, comma-separated) or `KLOCK_SOCKET`, `KLOCK_NAMESPACE`, and `KLOCK_TOKEN` and
     /// `KLOCK_CA` when there are (the clients read them when not told otherwise).
     ///
     /// # Errors
     /// As [`Connection::client`] and [`Connection::ns`].
     pub fn child_env(&self) -> Result<Vec<(&'static str, String)>, String> {
         let client = self.client()?;
-        let mut env = vec![match &client.endpoint {
-            Endpoint::Unix(path) => ("KLOCK_SOCKET", path.display().to_string()),
-            tcp => ("KLOCK_SERVER", tcp.to_string()),
+        let endpoints: Vec<&Endpoint> = client.endpoints().collect();
+        let mut env = vec![match endpoints.as_slice() {
+            [Endpoint::Unix(path)] => ("KLOCK_SOCKET", path.display().to_string()),
+            urls => {
+                let urls: Vec<String> = urls.iter().map(|e| e.to_string()).collect();
+                ("KLOCK_SERVER", urls.join(","))
+            }
         }];
         env.push(("KLOCK_NAMESPACE", self.ns()?));
         if let Some(token) = client.token() {

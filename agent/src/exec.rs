@@ -342,7 +342,9 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
                 // close or save over its digest.
                 String::from("; the session is another process's now, left as it is")
             } else {
-                keep_or_close(args, &session, "HOLDING").await
+                // Best effort: the lease is lost, most likely with the server; the command
+                // stopped, the tool ends now rather than after a reconnect budget.
+                keep_or_close(args, &session.best_effort(), "HOLDING").await
             };
             Err((
                 EXIT_LOST,

@@ -363,19 +363,26 @@ fn the_server_down_at_start_says_so() {
         let server = server();
         server.port
     };
+    let started = std::time::Instant::now();
     let c = Command::new(klock())
         .env_remove("KLOCK_TOKEN")
         .args(["exec", "--server", &format!("http://127.0.0.1:{port}")])
+        .args(["--reconnect-timeout", "500ms"])
         .args(["--intent", "MUTATES FILE:/x", "--", "true"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&c.stderr);
     assert_eq!(c.status.code(), Some(69), "{err}");
+    // Given up after its budget, not the default 30 s.
+    assert!(started.elapsed() < Duration::from_secs(10), "{err}");
     assert!(
         err.contains("cannot reach the Klock server at http://127.0.0.1:"),
         "{err}"
     );
-    assert!(err.contains("--server URL or --socket PATH"), "{err}");
+    assert!(
+        err.contains("--server URL[,URL...] or --socket PATH"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -249,7 +249,7 @@ impl Drop for Acquire<'_> {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let session = self.session.clone();
+            let session = self.session.best_effort();
             runtime.spawn(async move { session.cancel(ticket).await });
         }
     }

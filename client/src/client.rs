@@ -1,15 +1,18 @@
 //! The friendly client: where the server is, the token to show it, and the namespace its
 //! sessions open in.
 //!
-//! Contract: [`Client::connect`] (or [`Connect::connect`], for a CA bundle or a namespace)
-//! checks the URL before anything is sent ([`Error::BadUrl`]), then makes one authenticated
+//! Contract: [`Client::connect`] (or [`Connect::connect`], for a CA bundle, a namespace or a
+//! reconnect timeout) takes a server URL or a cluster's, comma-separated, and checks each
+//! before anything is sent ([`Error::BadUrl`] names a bad one), then makes one authenticated
 //! read (`GET /v1/version`), so an unreachable server or a refused token fails there and not
-//! at the first lease. A client is cheap to clone (its clones share the kept-alive
-//! connections) and is used within the tokio runtime it was connected in.
+//! at the first lease. Every call then goes to the node that last answered, and fails over to
+//! the others as the core's `failover` rules say (crate::transport), within the reconnect
+//! timeout. A client is cheap to clone (its clones share the kept-alive connections and the
+//! node they prefer) and is used within the tokio runtime it was connected in.
 
 use crate::error::Error;
 use crate::session::Session;
-use crate::transport::{Endpoint, Transport};
+use crate::transport::{Endpoint, Transport, DEFAULT_RECONNECT_TIMEOUT};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,6 +30,7 @@ pub struct Connect {
     token: Option<String>,
     ca: Option<PathBuf>,
     namespace: String,
+    reconnect_timeout: Duration,
 }
 
 impl Connect {
@@ -49,14 +53,25 @@ impl Connect {
         self
     }
 
+    /// Every call's budget (default 30 s, as Python's `reconnect_timeout` and Node's
+    /// `reconnectTimeoutMs`): how long it tries the servers, pauses included, before it fails
+    /// [`Error::Unreachable`]; a call that asks the server to hold it (a wait) has that
+    /// long more.
+    pub fn reconnect_timeout(mut self, budget: Duration) -> Connect {
+        self.reconnect_timeout = budget;
+        self
+    }
+
     /// Connects (module contract).
     ///
     /// # Errors
     /// [`Error::BadUrl`]; [`Error::InvalidInput`] for a CA bundle that cannot be used;
     /// [`Error::Unreachable`]; [`Error::Refused`] (`UNAUTHORIZED`: a missing or wrong token).
     pub async fn connect(self) -> Result<Client, Error> {
-        let endpoint = Endpoint::parse(&self.url).map_err(Error::BadUrl)?;
-        let transport = Transport::new(endpoint, self.token)
+        let endpoints = Endpoint::parse_list(&self.url).map_err(Error::BadUrl)?;
+        let transport = Transport::nodes(endpoints, self.token)
+            .map_err(Error::BadUrl)?
+            .with_reconnect_timeout(self.reconnect_timeout)
             .with_ca(self.ca)
             .map_err(Error::InvalidInput)?;
         transport
@@ -70,7 +85,8 @@ impl Connect {
 }
 
 impl Client {
-    /// Connects to the server at `url` (`http://HOST:PORT`, or `https://` with `$KLOCK_CA`)
+    /// Connects to the server at `url` (`http://HOST:PORT`, or `https://` with `$KLOCK_CA`;
+    /// a cluster's nodes comma-separated)
     /// with a bearer `token` (`None`: `$KLOCK_TOKEN` if set, else none).
     ///
     /// # Errors
@@ -88,6 +104,7 @@ impl Client {
             token: None,
             ca: None,
             namespace: String::from("default"),
+            reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
         }
     }
 

@@ -14,10 +14,10 @@
 //!   sent anything unasked (checked without blocking just before reuse); at most [`MAX_IDLE`]
 //!   are kept, the most recently used first.
 //! - A request that fails on a reused connection before any byte of an answer (the server
-//!   closed it as the request left) is sent once more on a new connection only when
-//!   `resend` says repeating it is safe (the client passes reads: no request of this client
-//!   carries an `Idempotency-Key`); otherwise the error is returned, as for a new connection,
-//!   and the callers' own retry rules apply.
+//!   closed it as the request left) is sent once more on a new connection: every request of
+//!   this client is safe to repeat (a read, or a write carrying an `Idempotency-Key`). Any
+//!   other failure is returned, as for a new connection, and the callers' own retry rules
+//!   apply.
 //! - Connections are registered with the tokio runtime that opened them: a client (and its
 //!   pool) is used within one runtime (each `klock` tool runs on one; the blocking facade has its own).
 
@@ -133,7 +133,6 @@ impl Pool {
         endpoint: &Endpoint,
         tls: Option<&tokio_rustls::TlsConnector>,
         request: &[u8],
-        resend: bool,
     ) -> io::Result<Vec<u8>> {
         if let Some(mut conn) = self.take() {
             match exchange(&mut conn.io, request).await {
@@ -142,8 +141,8 @@ impl Pool {
                     return Ok(answer);
                 }
                 // Nothing came back: the server closed it as the request left, and may not
-                // have read it. Only a request safe to repeat goes again.
-                Err(broken) if !broken.answered && resend => {}
+                // have read it; the request is safe to repeat (module contract).
+                Err(broken) if !broken.answered => {}
                 Err(broken) => return Err(broken.error),
             }
         }

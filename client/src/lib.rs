@@ -13,8 +13,9 @@
 //! - [`error`]: the one error type, [`Error`].
 //!
 //! Under it, shared with the `klock` agent tools (`klock exec`, `klock mcp`, `klock status`):
-//! - [`transport`]: where the server is, and one bounded request to it (TCP, TLS or a Unix
-//!   socket), on the kept-alive connections of [`conn`], read by [`http`].
+//! - [`transport`]: one request to the server, or to a cluster's nodes as the core's failover
+//!   rules say (TCP, TLS or a Unix socket), on the kept-alive connections of [`conn`], read by
+//!   [`http`]; where the servers are is [`endpoint`].
 //! - [`routes`]: one session's routes as typed calls.
 //! - [`keeper`]: background renewals, and the report of a lost lease.
 //! - [`describe`]: leases and blockers as text.
@@ -24,6 +25,7 @@ pub mod blocking;
 pub mod client;
 pub mod conn;
 pub mod describe;
+pub mod endpoint;
 pub mod error;
 pub mod fence;
 pub mod guard;

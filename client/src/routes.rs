@@ -123,6 +123,14 @@ impl Session {
         })
     }
 
+    /// The same session, its calls made best effort ([`Transport::best_effort`]).
+    pub fn best_effort(&self) -> Session {
+        Session {
+            client: self.client.best_effort(),
+            ..self.clone()
+        }
+    }
+
     /// What the next resume of this session must present.
     pub fn resume_secret(&self) -> &str {
         &self.resume_secret

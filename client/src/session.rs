@@ -208,7 +208,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.dispatcher.abort();
         if !self.closed.load(Ordering::SeqCst) {
-            let routes = self.routes.clone();
+            let routes = self.routes.best_effort();
             self.runtime.spawn(async move { routes.close().await });
         }
     }

@@ -1,97 +1,45 @@
 //! Where the server is, and one request to it: the transport under the friendly client and
 //! under `klock exec`, `klock mcp`, `klock status` and `klock reconcile`.
 //!
-//! Contract: [`Endpoint::parse`] reads a server URL; [`Endpoint::choose`] turns `--server URL` / `--socket PATH` (or `KLOCK_SERVER` /
-//! `KLOCK_SOCKET`, or the default `http://127.0.0.1:7300`) into an endpoint. An `https://`
-//! server needs `--ca PATH` (or `KLOCK_CA`): the PEM certificates to trust, since this client
-//! carries no system trust store. [`Transport::call`] sends one HTTP/1.1 request, bounded in
-//! time, on a connection the client keeps alive for the next ones (its clones share them:
-//! [`crate::conn`]), and returns the JSON body of a 2xx answer, or a [`Failure`] that tells an
-//! unreachable server from one that said no; a certificate the handshake refuses is `Refused`
-//! with the name `CERTIFICATE` (never retried as if unreachable).
+//! Contract:
+//! - The client is made of [`Endpoint`]s ([`crate::endpoint`]: a server, or a cluster's
+//!   nodes). An `https://` server needs `--ca PATH` (or `KLOCK_CA`): the PEM certificates to
+//!   trust, since this client carries no system trust store.
+//! - [`Transport::call`] sends one logical request and returns the JSON body of a 2xx answer,
+//!   or a [`Failure`] that tells an unreachable cluster from a server that said no. Which node
+//!   each attempt goes to, when to pause and when to give up are the core's
+//!   ([`klock_core::client::failover`]: one [`Servers`] per transport, shared by its clones);
+//!   this driver only carries out its [`Next`]. Each attempt is one HTTP/1.1 request, bounded
+//!   by what is left of the call's budget, on a connection kept alive for the next ones (one
+//!   [`crate::conn::Pool`] per node, shared by the clones). The budget is the reconnect timeout
+//!   ([`DEFAULT_RECONNECT_TIMEOUT`], as Python's `reconnect_timeout` and Node's
+//!   `reconnectTimeoutMs`) plus what the request asks the server to hold it (a long poll).
+//! - Every request but a `GET` carries one `Idempotency-Key`, made once per logical request
+//!   and sent again with each attempt: a node that answers a retry of a write another node
+//!   already applied answers the first answer, never applying it twice (SPEC §13.7).
+//! - A best-effort call ([`Transport::best_effort`]: a close or a withdrawal nobody waits
+//!   for, the cleanup after a lost lease) tries each node once, without pauses, within
+//!   [`BEST_EFFORT_BUDGET`] (the core's `call_once`).
+//! - A certificate the handshake refuses is `Refused` with the name `CERTIFICATE` (never
+//!   retried as if unreachable).
 
 use crate::conn::Pool;
-use crate::http::parse;
+pub use crate::endpoint::Endpoint;
+use crate::http::{parse, Answer};
+use klock_core::client::failover::{GaveUp, Next, Outcome, Servers};
 use serde_json::Value;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::time::Instant;
 
-/// Where `klock serve` listens.
-#[derive(Clone, Debug)]
-pub enum Endpoint {
-    /// `host:port` over TCP.
-    Tcp(String),
-    /// `host:port` over TLS; `host` is the name the certificate must carry.
-    Tls { addr: String, host: String },
-    /// A Unix socket (`klock serve --socket PATH`).
-    Unix(PathBuf),
-}
+/// A call's budget beyond what it asks the server to hold it, unless the client sets one
+/// (Python's `reconnect_timeout`, Node's `reconnectTimeoutMs`: 30 s).
+pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-impl fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Endpoint::Tcp(addr) => write!(f, "http://{addr}"),
-            Endpoint::Tls { addr, .. } => write!(f, "https://{addr}"),
-            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
-        }
-    }
-}
-
-impl Endpoint {
-    /// The endpoint from the flags, else the environment, else the default.
-    ///
-    /// # Errors
-    /// Both flags given, or a URL that is not `http://HOST:PORT`.
-    pub fn choose(server: Option<String>, socket: Option<PathBuf>) -> Result<Endpoint, String> {
-        // Flags win over the environment as a pair, so `--socket` overrides $KLOCK_SERVER.
-        let (server, socket) = if server.is_some() || socket.is_some() {
-            (server, socket)
-        } else {
-            (
-                std::env::var("KLOCK_SERVER").ok(),
-                std::env::var_os("KLOCK_SOCKET").map(PathBuf::from),
-            )
-        };
-        match (server, socket) {
-            (Some(_), Some(_)) => Err(String::from(
-                "give --server URL or --socket PATH, not both (or only one of $KLOCK_SERVER and $KLOCK_SOCKET)",
-            )),
-            (None, Some(path)) => Ok(Endpoint::Unix(path)),
-            (Some(url), None) => Endpoint::parse(&url).map_err(|e| format!("--server: {e}")),
-            (None, None) => Ok(Endpoint::Tcp(String::from("127.0.0.1:7300"))),
-        }
-    }
-
-    /// The endpoint of a server URL: `http://HOST:PORT` or `https://HOST:PORT` (a trailing
-    /// `/` is allowed; a bare `HOST:PORT` is taken as `http://`).
-    ///
-    /// # Errors
-    /// Anything else (a path, no port, an empty host); the message shows the URL.
-    pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let (tls, rest) = match url.strip_prefix("https://") {
-            Some(rest) => (true, rest),
-            None => (false, url.strip_prefix("http://").unwrap_or(url)),
-        };
-        let addr = rest.trim_end_matches('/');
-        if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
-            return Err(format!(
-                "a server URL is http://HOST:PORT or https://HOST:PORT (like http://127.0.0.1:7300), got {url:?}"
-            ));
-        }
-        if !tls {
-            return Ok(Endpoint::Tcp(addr.to_owned()));
-        }
-        let host = addr[..addr.rfind(':').unwrap_or(addr.len())]
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        Ok(Endpoint::Tls {
-            addr: addr.to_owned(),
-            host: host.to_owned(),
-        })
-    }
-}
+/// The most a best-effort call may take (Python's `_ONCE_TIMEOUT_S`).
+pub const BEST_EFFORT_BUDGET: Duration = Duration::from_secs(1);
 
 /// Why a call did not answer with a 2xx.
 #[derive(Clone, Debug)]
@@ -140,23 +88,37 @@ impl fmt::Display for Failure {
     }
 }
 
-/// A server and the bearer token to show it.
+/// One node of the client's list: where it is, and its idle kept-alive connections.
+#[derive(Clone)]
+struct Node {
+    endpoint: Endpoint,
+    pool: Pool,
+}
+
+/// A server (or a cluster's nodes) and the bearer token to show it.
 #[derive(Clone)]
 pub struct Transport {
-    pub endpoint: Endpoint,
+    /// The nodes, by position in the list the core's [`Servers`] counts in; shared by clones.
+    nodes: Arc<[Node]>,
+    /// The node calls start at, and whether the last call found none: one per client.
+    servers: Arc<Mutex<Servers>>,
+    /// The zero of the milliseconds the core counts in.
+    origin: Instant,
+    /// A call's budget beyond what it asks the server to hold it.
+    reconnect_timeout: Duration,
+    /// Calls are best effort: each node once ([`Transport::best_effort`]).
+    once: bool,
     token: Option<String>,
-    /// For an `https://` endpoint: what trusts its certificate.
+    /// For `https://` endpoints: what trusts their certificates.
     tls: Option<tokio_rustls::TlsConnector>,
     /// The CA bundle it was made from, for a command started with this connection.
     ca: Option<PathBuf>,
-    /// Its idle kept-alive connections, shared by its clones.
-    pool: Pool,
 }
 
 impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Transport")
-            .field("endpoint", &self.endpoint)
+            .field("servers", &self.servers_text())
             .field("ca", &self.ca)
             .finish_non_exhaustive()
     }
@@ -193,35 +155,125 @@ fn refused_certificate(e: &std::io::Error) -> Option<&rustls::Error> {
     .then_some(inner)
 }
 
-/// What every request may take beyond what it asks the server to wait.
+/// What every attempt may take beyond what it asks the server to wait.
 const SLACK: Duration = Duration::from_secs(10);
 
+/// Whole milliseconds of a duration, saturating.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A fresh `Idempotency-Key`: 128 bits from the standard library's randomly seeded hasher
+/// over a process-wide counter. It needs to be unique, not secret (the server scopes a key to
+/// the bearer token, the session and the route, so another client cannot reach its answer).
+fn idempotency_key() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let n = MADE.fetch_add(1, Ordering::Relaxed);
+    let half = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(n);
+        h.write_u64(salt);
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(0), half(1))
+}
+
+/// A `Retry-After` in whole seconds, in milliseconds.
+fn retry_after_ms(answer: &Answer) -> Option<u64> {
+    let seconds: u64 = answer.header("retry-after")?.trim().parse().ok()?;
+    Some(seconds.saturating_mul(1_000))
+}
+
+/// A server's answer as the caller sees it: the JSON and `Klock-Now` of a 2xx, else its error.
+fn answered(answer: Answer) -> Result<(Value, Option<u64>), Failure> {
+    if (200..300).contains(&answer.status) {
+        let now = answer.header("klock-now").and_then(|v| v.parse().ok());
+        return Ok((answer.body, now));
+    }
+    let error = &answer.body["error"];
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    Err(Failure::Refused {
+        status: answer.status,
+        name: text(&error["name"]).unwrap_or_else(|| String::from("HTTP_ERROR")),
+        message: text(&error["message"])
+            .unwrap_or_else(|| String::from_utf8_lossy(&answer.raw).into_owned()),
+    })
+}
+
 impl Transport {
-    /// A client; `token` (else `KLOCK_TOKEN`) goes out as `Authorization: Bearer`.
+    /// A client of one server; `token` (else `KLOCK_TOKEN`) goes out as `Authorization:
+    /// Bearer`.
     pub fn new(endpoint: Endpoint, token: Option<String>) -> Transport {
+        Transport::of(vec![endpoint], Servers::new(1).expect("one server"), token)
+    }
+
+    /// A client of a cluster's nodes (or of one server, a list of one), as [`Transport::new`].
+    ///
+    /// # Errors
+    /// No endpoint.
+    pub fn nodes(endpoints: Vec<Endpoint>, token: Option<String>) -> Result<Transport, String> {
+        let servers = Servers::new(endpoints.len())
+            .map_err(|_| String::from("no server URL: give --server URL[,URL...]"))?;
+        Ok(Transport::of(endpoints, servers, token))
+    }
+
+    fn of(endpoints: Vec<Endpoint>, servers: Servers, token: Option<String>) -> Transport {
         let token = token.or_else(|| std::env::var("KLOCK_TOKEN").ok());
+        let nodes = endpoints
+            .into_iter()
+            .map(|endpoint| Node {
+                endpoint,
+                pool: Pool::default(),
+            })
+            .collect();
         Transport {
-            endpoint,
+            nodes,
+            servers: Arc::new(Mutex::new(servers)),
+            origin: Instant::now(),
+            reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
+            once: false,
             token,
             tls: None,
             ca: None,
-            pool: Pool::default(),
         }
     }
 
-    /// The client trusting the CA bundle `ca` (else `KLOCK_CA`) for an `https://` endpoint.
+    /// The client with this budget for each call (beyond what the call asks the server to
+    /// hold it): how long it tries the nodes, pauses included, before it gives up unreachable.
+    pub fn with_reconnect_timeout(mut self, budget: Duration) -> Transport {
+        self.reconnect_timeout = budget;
+        self
+    }
+
+    /// The same client (its nodes, connections and preferred node shared) making best-effort
+    /// calls: each node tried once, without pauses, within [`BEST_EFFORT_BUDGET`]. For what
+    /// nobody waits on (a close after a drop, a withdrawal) or what must not hold up a
+    /// program that already knows its server is gone (the cleanup after a lost lease).
+    pub fn best_effort(&self) -> Transport {
+        Transport {
+            once: true,
+            ..self.clone()
+        }
+    }
+
+    /// The client trusting the CA bundle `ca` (else `KLOCK_CA`) for `https://` endpoints.
     ///
     /// # Errors
-    /// An `https://` endpoint without a bundle, a bundle for a plain one, or a file that is
-    /// not a PEM bundle of certificates.
+    /// An `https://` endpoint without a bundle, a bundle for plain ones only, or a file that
+    /// is not a PEM bundle of certificates.
     pub fn with_ca(mut self, ca: Option<PathBuf>) -> Result<Transport, String> {
-        let tls = matches!(self.endpoint, Endpoint::Tls { .. });
+        let tls = self
+            .nodes
+            .iter()
+            .any(|n| matches!(n.endpoint, Endpoint::Tls { .. }));
         let ca = match ca {
             Some(ca) if !tls => {
                 return Err(format!(
                     "--ca {} is for an https:// server, and {} is not one",
                     ca.display(),
-                    self.endpoint
+                    self.servers_text()
                 ))
             }
             Some(ca) => Some(ca),
@@ -234,7 +286,7 @@ impl Transport {
             let Some(ca) = ca else {
                 return Err(format!(
                     "{}: give the CA certificates to trust with --ca PATH (or $KLOCK_CA); this client has no system trust store",
-                    self.endpoint
+                    self.servers_text()
                 ));
             };
             self.tls = Some(connector(&ca)?);
@@ -243,7 +295,18 @@ impl Transport {
         Ok(self)
     }
 
-    /// The CA bundle an `https://` endpoint is trusted with.
+    /// The endpoints, in the order given.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
+        self.nodes.iter().map(|n| &n.endpoint)
+    }
+
+    /// The endpoints as words: `http://a:1, http://b:2`.
+    pub fn servers_text(&self) -> String {
+        let urls: Vec<String> = self.endpoints().map(Endpoint::to_string).collect();
+        urls.join(", ")
+    }
+
+    /// The CA bundle `https://` endpoints are trusted with.
     pub fn ca(&self) -> Option<&Path> {
         self.ca.as_deref()
     }
@@ -254,10 +317,12 @@ impl Transport {
     }
 
     /// Sends one request and returns the JSON of a 2xx answer. `waits` is how long the
-    /// server may hold it (a long poll); the whole exchange is bounded by that plus a slack.
+    /// server may hold it (a long poll): each attempt is bounded by that plus a slack, the
+    /// whole call by that plus the reconnect timeout.
     ///
     /// # Errors
-    /// [`Failure::Unreachable`] without an answer, [`Failure::Refused`] for a 4xx or 5xx.
+    /// [`Failure::Unreachable`] when no node answered within the budget, [`Failure::Refused`]
+    /// for a 4xx or 5xx answer.
     pub async fn call(
         &self,
         method: &str,
@@ -270,6 +335,11 @@ impl Transport {
             .call_at(method, path, session_token, body, waits)
             .await?;
         Ok(body)
+    }
+
+    /// Milliseconds on the clock the core's rules count in.
+    fn now_ms(&self) -> u64 {
+        ms(self.origin.elapsed())
     }
 
     /// [`Transport::call`], and the server's time of the command it made (`Klock-Now`), to
@@ -285,10 +355,98 @@ impl Transport {
         body: Option<&Value>,
         waits: Duration,
     ) -> Result<(Value, Option<u64>), Failure> {
-        let body = body.map(Value::to_string).unwrap_or_default();
+        let request = Request {
+            method,
+            path,
+            session_token,
+            body: body.map(Value::to_string).unwrap_or_default(),
+            // One key per logical request: every attempt, on any node, carries the same.
+            key: (method != "GET").then(idempotency_key),
+        };
+        let started = Instant::now();
+        let mut attempts = {
+            let servers = self.servers.lock().expect("servers lock");
+            if self.once {
+                let budget = BEST_EFFORT_BUDGET.min(self.reconnect_timeout);
+                servers.call_once(self.now_ms(), ms(budget.saturating_add(waits)))
+            } else {
+                let budget = self.reconnect_timeout.saturating_add(waits);
+                servers.call(self.now_ms(), ms(budget))
+            }
+        };
+        loop {
+            let limit = attempts.attempt_limit_ms(self.now_ms(), ms(waits + SLACK));
+            let node = &self.nodes[attempts.node()];
+            let attempt = self
+                .attempt(node, &request, Duration::from_millis(limit))
+                .await;
+            let (outcome, why) = match &attempt {
+                Ok(answer) if answer.status == 429 => (
+                    Outcome::Busy {
+                        retry_after_ms: retry_after_ms(answer),
+                    },
+                    None,
+                ),
+                Ok(answer) if answer.status == 503 => (
+                    Outcome::Unavailable {
+                        retry_after_ms: retry_after_ms(answer),
+                    },
+                    Some(format!(
+                        "{} answered 503 {}",
+                        node.endpoint,
+                        answer.body["error"]["name"]
+                            .as_str()
+                            .unwrap_or("UNAVAILABLE")
+                    )),
+                ),
+                Ok(_) => (Outcome::Answered, None),
+                Err(Failure::Unreachable(why)) => (Outcome::Unreachable, Some(why.clone())),
+                // A refused certificate: waiting does not fix it, nor does another node.
+                Err(refused) => return Err(refused.clone()),
+            };
+            let next = attempts.after(
+                &mut self.servers.lock().expect("servers lock"),
+                outcome,
+                self.now_ms(),
+            );
+            match next {
+                Next::Done | Next::GiveUp(GaveUp::Busy) => {
+                    return answered(attempt.expect("an answer"));
+                }
+                Next::Retry { after_ms, .. } => {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                }
+                Next::GiveUp(GaveUp::Unreachable) => {
+                    let why = why.unwrap_or_default();
+                    return Err(Failure::Unreachable(format!(
+                        "cannot reach the Klock server at {}: {why} (tried for {:.1} s, reconnect timeout {} ms; is `klock serve` running there? point to it with --server URL[,URL...] or --socket PATH)",
+                        self.servers_text(),
+                        started.elapsed().as_secs_f64(),
+                        ms(self.reconnect_timeout),
+                    )));
+                }
+            }
+        }
+    }
+
+    /// One attempt of `request` on `node`, bounded by `limit`: the node's answer, whatever
+    /// its status, or why there was none.
+    async fn attempt(
+        &self,
+        node: &Node,
+        request: &Request<'_>,
+        limit: Duration,
+    ) -> Result<Answer, Failure> {
+        let Request {
+            method,
+            path,
+            session_token,
+            body,
+            key,
+        } = request;
         // The Host a tokenless server checks (a browser's page would send its own name); a
         // Unix socket is out of a browser's reach and checks none.
-        let host = match &self.endpoint {
+        let host = match &node.endpoint {
             Endpoint::Tcp(addr) | Endpoint::Tls { addr, .. } => addr.as_str(),
             Endpoint::Unix(_) => "localhost",
         };
@@ -302,33 +460,29 @@ impl Transport {
         if let Some(token) = session_token {
             head.push_str(&format!("klock-session-token: {token}\r\n"));
         }
+        if let Some(key) = key {
+            head.push_str(&format!("idempotency-key: {key}\r\n"));
+        }
         head.push_str("\r\n");
-        head.push_str(&body);
-        // A read is safe to send again after a kept-alive connection broke under it; this
-        // client sends no Idempotency-Key, so nothing else is.
-        let exchange = self.pool.send(
-            &self.endpoint,
-            self.tls.as_ref(),
-            head.as_bytes(),
-            method == "GET",
-        );
-        let unreachable = |why: String| {
-            Failure::Unreachable(format!(
-                "cannot reach the Klock server at {}: {why} (is `klock serve` running there? point to it with --server URL or --socket PATH)",
-                self.endpoint
-            ))
+        head.push_str(body);
+        let exchange = node
+            .pool
+            .send(&node.endpoint, self.tls.as_ref(), head.as_bytes());
+        // Which node failed, when there are several to tell apart.
+        let unreachable = |why: String| match self.nodes.len() {
+            1 => Failure::Unreachable(why),
+            _ => Failure::Unreachable(format!("{}: {why}", node.endpoint)),
         };
-        let bytes = match tokio::time::timeout(waits + SLACK, exchange).await {
+        let bytes = match tokio::time::timeout(limit, exchange).await {
             Err(_) => return Err(unreachable(format!("no answer to {method} {path} in time"))),
             Ok(Err(e)) => {
                 if let Some(refused) = refused_certificate(&e) {
-                    // Waiting does not fix a certificate: say so now, never retried.
                     return Err(Failure::Refused {
                         status: 0,
                         name: String::from("CERTIFICATE"),
                         message: format!(
                             "the TLS certificate of {} was refused ({refused}); give the CA that signed it with --ca PATH",
-                            self.endpoint
+                            node.endpoint
                         ),
                     });
                 }
@@ -336,21 +490,17 @@ impl Transport {
             }
             Ok(Ok(bytes)) => bytes,
         };
-        let answer = parse(&bytes)
-            .ok_or_else(|| unreachable(format!("{method} {path}: the answer is not HTTP")))?;
-        if (200..300).contains(&answer.status) {
-            let now = answer.header("klock-now").and_then(|v| v.parse().ok());
-            return Ok((answer.body, now));
-        }
-        let error = &answer.body["error"];
-        let text = |v: &Value| v.as_str().map(str::to_owned);
-        Err(Failure::Refused {
-            status: answer.status,
-            name: text(&error["name"]).unwrap_or_else(|| String::from("HTTP_ERROR")),
-            message: text(&error["message"])
-                .unwrap_or_else(|| String::from_utf8_lossy(&answer.raw).into_owned()),
-        })
+        parse(&bytes).ok_or_else(|| unreachable(format!("{method} {path}: the answer is not HTTP")))
     }
+}
+
+/// One logical request, as each attempt sends it.
+struct Request<'a> {
+    method: &'a str,
+    path: &'a str,
+    session_token: Option<&'a str>,
+    body: String,
+    key: Option<String>,
 }
 
 #[cfg(test)]
@@ -358,23 +508,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_are_checked() {
-        let tcp = Endpoint::parse("http://127.0.0.1:9/").unwrap();
-        assert_eq!(tcp.to_string(), "http://127.0.0.1:9");
+    fn a_ca_goes_with_https_and_a_list_is_not_empty() {
         let tls = Endpoint::parse("https://localhost:9/").unwrap();
-        assert_eq!(tls.to_string(), "https://localhost:9");
-        assert!(matches!(&tls, Endpoint::Tls { host, .. } if host == "localhost"));
         assert!(Transport::new(tls, None)
             .with_ca(None)
             .is_err_and(|e| e.contains("--ca")));
         assert!(Transport::new(Endpoint::parse("http://x:1").unwrap(), None)
             .with_ca(Some(PathBuf::from("/nonexistent.pem")))
             .is_err_and(|e| e.contains("https://")));
-        assert!(Endpoint::parse("http://x/v1")
-            .unwrap_err()
-            .contains("HOST:PORT"));
-        assert!(Endpoint::parse("localhost")
-            .unwrap_err()
-            .contains("HOST:PORT"));
+        assert!(Transport::nodes(Vec::new(), None).is_err());
+    }
+
+    #[test]
+    fn idempotency_keys_differ() {
+        let keys: std::collections::BTreeSet<String> =
+            (0..1_000).map(|_| idempotency_key()).collect();
+        assert_eq!(keys.len(), 1_000);
+        assert!(keys.iter().all(|k| k.len() == 32));
     }
 }
