@@ -13,13 +13,12 @@
 //! Real processes; bounded (every wait has a deadline, each test well under a minute). Nothing
 //! random is drawn.
 
-#[path = "support/three_nodes.rs"]
-mod three_nodes;
+mod support;
 
 use klock_client::blocking::Client;
 use klock_client::LeaseOptions;
 use std::time::{Duration, Instant};
-use three_nodes::{Nodes, WAIT};
+use support::cluster::{Cluster as Nodes, WAIT};
 
 /// The TTL of the leases held across a kill: renewed every third of it, so a failover (an
 /// election, about a second, then the new leader's first entry) has at least two thirds of it.
@@ -42,7 +41,7 @@ fn expires_at(nodes: &Nodes, i: usize, resource: &str) -> u64 {
 
 #[test]
 fn a_lease_guard_survives_a_leader_kill_and_its_release_wakes_a_waiter() {
-    let mut nodes = Nodes::start();
+    let mut nodes = Nodes::initialised(3);
     let leader = nodes.leader();
     // Both clients start at the leader, so the kill takes the node they talk to.
     let urls = nodes.urls_from(leader);
@@ -130,7 +129,7 @@ fn klock(args: &[&str]) -> std::process::Command {
 
 #[test]
 fn klock_exec_given_every_node_keeps_its_lease_through_a_leader_kill() {
-    let mut nodes = Nodes::start();
+    let mut nodes = Nodes::initialised(3);
     let leader = nodes.leader();
     let urls = nodes.urls_from(leader);
     let dir = tempfile::tempdir().unwrap();

@@ -1,9 +1,10 @@
 //! A loopback cluster of real `klock serve --node-id` processes, for the cluster tests
-//! (cli/tests/cluster.rs) and the nemesis suite (cli/tests/nemesis.rs): nodes on fixed free
-//! ports (the peers must know each other's addresses before they start), started, killed and
-//! restarted by index; their Raft status, the leader they agree on, a client's request
-//! retried while there is no leader, and `klock cluster` against a node or the leader.
-//! Every wait has a deadline ([`WAIT`]).
+//! (cluster.rs, cluster_tls.rs, cluster_leave.rs), the client failover tests (failover.rs)
+//! and the nemesis suite (nemesis.rs): nodes on fixed free ports (the peers must know each
+//! other's addresses before they start), started, killed, stopped and restarted by index;
+//! their Raft status, the leader they agree on, what a node applied, a resource's state, a
+//! client's request retried while there is no leader, and `klock cluster` against a node or
+//! the leader. Every wait has a deadline ([`WAIT`]).
 
 use klock_testkit::http_client::{parse, request, Answer};
 use klock_testkit::process::Spawned;
@@ -104,6 +105,15 @@ impl Cluster {
         for i in 0..size {
             cluster.start(i);
         }
+        cluster
+    }
+
+    /// A cluster of `size` nodes, started, initialised (`klock cluster init`), with a leader
+    /// agreed on.
+    pub fn initialised(size: usize) -> Cluster {
+        let cluster = Cluster::new(size);
+        klock_cluster(&cluster, 0, &["init"]).expect("klock cluster init");
+        cluster.leader();
         cluster
     }
 
@@ -223,6 +233,68 @@ impl Cluster {
             assert!(started.elapsed() < WAIT, "no node leads");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Node `i`'s client URL.
+    pub fn url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[i])
+    }
+
+    /// Every node's URL, `first` first (the node a client starts with), comma-separated.
+    pub fn urls_from(&self, first: usize) -> String {
+        let n = self.ports.len();
+        let urls: Vec<String> = (0..n).map(|k| self.url((first + k) % n)).collect();
+        urls.join(",")
+    }
+
+    /// Waits until every live node has applied what node `i` has: a follower answers some
+    /// reads (a ticket's) from its applied state, which may lag the leader's by a heartbeat.
+    pub fn caught_up_with(&self, i: usize) {
+        let applied = |i: usize| self.status(i).and_then(|s| s["applied_index"].as_u64());
+        let target = applied(i).expect("node i answers");
+        let started = Instant::now();
+        let live = |n: &usize| self.nodes[*n].is_some();
+        while (0..self.ports.len())
+            .filter(live)
+            .any(|n| applied(n).is_none_or(|a| a < target))
+        {
+            assert!(
+                started.elapsed() < WAIT,
+                "the nodes never caught up with node {i}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `GET .../resources/state` of `resource` through node `i` (a command, so a read through
+    /// the leader), asked again while the node has no leader to take it (503).
+    fn resource_state(&self, i: usize, resource: &str) -> Value {
+        let path = format!("/v1/ns/default/resources/state?resource={resource}");
+        let started = Instant::now();
+        loop {
+            let answer = request(self.ports[i], "GET", &path, &[], b"").unwrap();
+            if answer.status != 503 {
+                assert_eq!(answer.status, 200, "{answer:?}");
+                return answer.body;
+            }
+            assert!(
+                started.elapsed() < WAIT,
+                "node {i} never answered: {answer:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The holders of `resource`, through node `i`.
+    pub fn holders(&self, i: usize, resource: &str) -> Vec<Value> {
+        let state = self.resource_state(i, resource);
+        state["holders"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The tickets waiting on `resource`, through node `i`.
+    pub fn waiting(&self, i: usize, resource: &str) -> Vec<Value> {
+        let state = self.resource_state(i, resource);
+        state["waiting"].as_array().cloned().unwrap_or_default()
     }
 
     /// `GET /v1/ns/default/overview` of node `i`.
