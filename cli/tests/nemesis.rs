@@ -38,6 +38,7 @@
 
 mod support;
 
+use klock_testkit::http_client::request_within as call;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -45,7 +46,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::cluster::{call, on_leader, Cluster, WAIT};
+use support::cluster::{on_leader, Cluster, WAIT};
 
 const WORKERS: usize = 4;
 const RESOURCES: [&str; 2] = ["FILE:/r0", "FILE:/r1"];

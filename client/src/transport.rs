@@ -124,10 +124,15 @@ impl fmt::Debug for Transport {
     }
 }
 
-/// A TLS connector trusting the PEM certificates in `ca` only.
-fn connector(ca: &Path) -> Result<tokio_rustls::TlsConnector, String> {
+/// A TLS connector trusting only the PEM certificates in the file `ca` (this client carries
+/// no system trust store). Also what a cluster node trusts its `https://` peers with
+/// (`klock-raft`).
+///
+/// # Errors
+/// `PATH: why`: the file cannot be read, or holds no PEM certificate.
+pub fn trusting(ca: &Path) -> Result<tokio_rustls::TlsConnector, String> {
     use rustls::pki_types::{pem::PemObject, CertificateDer};
-    let bad = |why: String| format!("--ca {}: {why}", ca.display());
+    let bad = |why: String| format!("{}: {why}", ca.display());
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))? {
         let cert = cert.map_err(|e| bad(e.to_string()))?;
@@ -289,7 +294,7 @@ impl Transport {
                     self.servers_text()
                 ));
             };
-            self.tls = Some(connector(&ca)?);
+            self.tls = Some(trusting(&ca).map_err(|e| format!("--ca {e}"))?);
             self.ca = Some(ca);
         }
         Ok(self)

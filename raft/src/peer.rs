@@ -17,7 +17,8 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::StatusCode;
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::{pem::PemObject as _, CertificateDer, ServerName};
+use klock_client::transport::trusting;
+use rustls::pki_types::ServerName;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +43,9 @@ impl PeerAccess {
     /// # Errors
     /// `ca` cannot be read, or holds no PEM certificate.
     pub fn new(secret: Arc<str>, ca: Option<&Path>) -> Result<PeerAccess, String> {
-        let tls = ca.map(connector).transpose()?;
+        let tls = ca
+            .map(|ca| trusting(ca).map_err(|e| format!("BAD_CLUSTER_CA: {e}")))
+            .transpose()?;
         Ok(PeerAccess { secret, tls })
     }
 
@@ -50,27 +53,6 @@ impl PeerAccess {
     pub fn secret(&self) -> &Arc<str> {
         &self.secret
     }
-}
-
-/// A TLS connector trusting only the PEM certificates in `ca`.
-fn connector(ca: &Path) -> Result<TlsConnector, String> {
-    let bad = |why: String| format!("BAD_CLUSTER_CA: {}: {why}", ca.display());
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))? {
-        roots
-            .add(cert.map_err(|e| bad(e.to_string()))?)
-            .map_err(|e| bad(e.to_string()))?;
-    }
-    if roots.is_empty() {
-        return Err(bad(String::from("no PEM certificate in it")));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(TlsConnector::from(Arc::new(config)))
 }
 
 /// How a peer is reached.

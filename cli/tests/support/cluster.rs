@@ -6,11 +6,9 @@
 //! client's request retried while there is no leader, and `klock cluster` against a node or
 //! the leader. Every wait has a deadline ([`WAIT`]).
 
-use klock_testkit::http_client::{parse, request, Answer};
+use klock_testkit::http_client::{request, request_within, Answer};
 use klock_testkit::process::Spawned;
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -22,39 +20,6 @@ pub const WAIT: Duration = Duration::from_secs(15);
 /// answer for seconds (a snapshot being installed), and a node paused with SIGSTOP never
 /// answers, so callers leave out a node while it is paused.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One request to `127.0.0.1:port` on a new connection, as the test kit's `request`, but given
-/// up after `timeout` without an answer (a paused node accepts connections and never answers).
-///
-/// # Errors
-/// The connection failed, was cut or timed out, or the answer is not HTTP.
-pub fn call(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-    timeout: Duration,
-) -> Result<Answer, String> {
-    let fail = |e: std::io::Error| format!("{method} {path}: {e}");
-    let mut s =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout).map_err(fail)?;
-    s.set_read_timeout(Some(timeout)).map_err(fail)?;
-    s.set_write_timeout(Some(timeout)).map_err(fail)?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).map_err(fail)?;
-    s.write_all(body).map_err(fail)?;
-    let mut bytes = Vec::new();
-    s.read_to_end(&mut bytes).map_err(fail)?;
-    parse(&bytes).ok_or_else(|| format!("{method} {path}: not an HTTP answer"))
-}
 
 /// The nodes of one cluster (node `i + 1` listens on `ports[i]`; `None`: not running), their
 /// data files and the cluster secret in a temporary directory.
@@ -186,7 +151,7 @@ impl Cluster {
 
     /// `/raft/status` of node `i` (`None` if it does not answer within 10 s).
     pub fn status(&self, i: usize) -> Option<Value> {
-        let answer = call(
+        let answer = request_within(
             self.ports[i],
             "GET",
             "/raft/status",
