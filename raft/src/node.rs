@@ -19,6 +19,10 @@
 //!   the leader (`/raft/propose`); the answers are given once this node has applied their
 //!   entries too (so a read through it right after sees its own write). With no leader known,
 //!   or a leader that does not answer, the answer is `Unavailable` (503, retry).
+//! - Reads that must see every acknowledged write (`Replicate::caught_up`: a session or a
+//!   ticket this node does not know yet) wait for a read index: the leader confirms with a
+//!   quorum that it still leads; a follower asks its leader for that index
+//!   (`/raft/read-index`) and waits until it applied up to it.
 //! - Leaving (`Replicate::leave`, when the server stops on SIGTERM or Ctrl-C): a leader
 //!   hands its leadership to the voter with the most of the log and waits (3 s at most) for
 //!   another node to lead, so the cluster does not wait out an election timeout; then the
@@ -432,6 +436,55 @@ fn unavailable(message: String) -> EngineError {
     EngineError::Unavailable(message)
 }
 
+impl Replicator {
+    /// The read index (module contract): on the leader, once a quorum confirmed it still leads
+    /// and it applied what it had committed; on a follower, once it applied up to the index
+    /// its leader gives (`/raft/read-index`).
+    async fn read_index(&self) -> Result<(), EngineError> {
+        let leader = match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => return Ok(()),
+            Err(e) => e
+                .forward_to_leader()
+                .and_then(|f| f.leader_id)
+                .ok_or_else(|| unavailable(format!("no leader to take a read index from: {e}")))?,
+        };
+        let peer = self.leader_peer(leader)?;
+        let (status, bytes) = peer
+            .post("/raft/read-index", None, b"{}".to_vec(), FORWARD_TIMEOUT)
+            .await
+            .map_err(|e| unavailable(format!("the leader (node {leader}) did not answer: {e}")))?;
+        let index = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .filter(|_| status.is_success())
+            .and_then(|v| v["index"].as_u64())
+            .ok_or_else(|| {
+                unavailable(format!(
+                    "the leader (node {leader}) gave no read index ({status}): {}",
+                    String::from_utf8_lossy(&bytes)
+                ))
+            })?;
+        self.raft
+            .wait(Some(CATCH_UP_TIMEOUT))
+            .applied_index_at_least(Some(index), "a read index")
+            .await
+            .map(|_| ())
+            .map_err(|e| unavailable(format!("not caught up with the leader's read index: {e}")))
+    }
+
+    /// The leader's read index: the index a follower applies up to before a read (see
+    /// [`Replicator::read_index`]).
+    ///
+    /// # Errors
+    /// This node does not lead (any more).
+    pub async fn leader_read_index(&self) -> Result<u64, String> {
+        self.raft
+            .ensure_linearizable(ReadPolicy::ReadIndex)
+            .await
+            .map(|read| read.log_id().index)
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// How long a leaving leader waits for the peer it hands leadership to to take it.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -528,6 +581,11 @@ impl Replicate for Replicator {
 
     fn clock(&self) -> Option<Clock> {
         lock(&self.anchor).as_ref().map(|a| a.clock)
+    }
+
+    fn caught_up(&self) -> BoxFuture<'static, Result<(), EngineError>> {
+        let me = self.me.upgrade();
+        Box::pin(async move { me.ok_or(EngineError::Stopped)?.read_index().await })
     }
 
     fn leave(&self) -> BoxFuture<'static, ()> {

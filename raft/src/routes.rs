@@ -10,7 +10,8 @@
 //! - The Raft RPCs (`append`, `vote`, `pre-vote`, `transfer-leader`, `snapshot`) answer 200 with the JSON of the
 //!   local Raft's `Result`. `propose` takes a follower's submissions: stamped and written only
 //!   if this node is the anchored leader ([`crate::node::Replicator::propose_as_leader`]),
-//!   never forwarded again. `init` makes the configured peers the first voters; `status` is
+//!   never forwarded again. `read-index` answers the leader's read index (`{"index": N}`,
+//!   once a quorum confirmed it leads) or 503. `init` makes the configured peers the first voters; `status` is
 //!   the Raft metrics; `add-learner` and `change-membership` change the membership: a
 //!   follower passes either to the leader it knows, once (a request passed on carries
 //!   [`PASSED_ON_HEADER`] and is never passed on again), and returns the leader's answer; with
@@ -72,6 +73,7 @@ pub fn router(
         .route("/raft/pre-vote", post(pre_vote))
         .route("/raft/transfer-leader", post(transfer_leader))
         .route("/raft/propose", post(propose))
+        .route("/raft/read-index", post(read_index))
         .route("/raft/init", post(init))
         .route("/raft/add-learner", post(add_learner))
         .route("/raft/change-membership", post(change_membership))
@@ -142,6 +144,13 @@ async fn pre_vote(State(node): State<Node>, body: Bytes) -> Response {
     match decode::<VoteRequest<KlockRaft>>(&body) {
         Ok(rpc) => Json(node.raft.pre_vote(rpc).await).into_response(),
         Err(e) => bad_request(e),
+    }
+}
+
+async fn read_index(State(node): State<Node>) -> Response {
+    match node.replicator.leader_read_index().await {
+        Ok(index) => Json(json!({"index": index})).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "NO_LEADER", e),
     }
 }
 

@@ -189,6 +189,15 @@ pub trait Replicate: Send + Sync + 'static {
     fn leave(&self) -> futures_util::future::BoxFuture<'static, ()> {
         Box::pin(async {})
     }
+    /// Ends once this node has applied every entry the cluster had committed when it was
+    /// called (a read index), so that a read after it sees every write acknowledged before
+    /// the call, through any node. A single server has applied everything already.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`]: no leader to ask, or not caught up in time.
+    fn caught_up(&self) -> futures_util::future::BoxFuture<'static, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What every handle shares.
@@ -267,6 +276,22 @@ impl EngineHandle {
         read: impl FnOnce(&Machine) -> T + Send + 'static,
     ) -> Result<T, EngineError> {
         Ok(read(lock(&self.core.state).machine()))
+    }
+
+    /// [`EngineHandle::read`] once this node has applied everything the cluster had
+    /// committed when it was called ([`Replicate::caught_up`]; at once on a single server):
+    /// for a read that must see a write acknowledged through another node a moment ago.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`] from the read index.
+    pub async fn read_caught_up<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Machine) -> T + Send + 'static,
+    ) -> Result<T, EngineError> {
+        if let Path::Replicated(replicate) = &self.core.path {
+            replicate.caught_up().await?;
+        }
+        self.read(read).await
     }
 
     /// The engine's thread, to wait for once the handles are gone (taken once; later calls get

@@ -145,10 +145,12 @@ pub(super) async fn ticket(
     // Read between the engine's batches, which record their events before the next read: a
     // ticket that has ended by now has its outcome in the stream already, so only a waiting
     // one is worth holding the request for.
-    let waiting = api
-        .engine
-        .read(move |m| m.kernel().ticket_waiting(session, ticket))
-        .await?;
+    let state = move |m: &Machine| m.kernel().ticket_waiting(session, ticket);
+    let mut waiting = api.engine.read(state).await?;
+    if waiting.is_none() {
+        // A ticket given through another node a moment ago may not be applied here yet.
+        waiting = api.engine.read_caught_up(state).await?;
+    }
     let hold = if waiting == Some(true) {
         hold
     } else {

@@ -37,7 +37,7 @@
 use crate::auth::{self, Auth, PollSlots, Role};
 use crate::engine::{EngineError, EngineHandle, Reply, Submission};
 use crate::events::{EventId, Stream};
-use crate::machine::{Caller, Refused, SessionCaps};
+use crate::machine::{Caller, Machine, Refused, SessionCaps};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -417,10 +417,21 @@ async fn authorize(
     headers: &HeaderMap,
 ) -> Result<SessionId, ApiError> {
     let (session, caller) = named(ns, sid, headers)?;
-    api.engine
-        .read(move |m| m.check_reader(session, &caller))
-        .await?
-        .map_err(refusal)?;
+    let check = |caller: Caller| {
+        move |m: &Machine| {
+            let known = m.kernel().session_info_of(session).is_some();
+            (known, m.check_reader(session, &caller))
+        }
+    };
+    let (known, checked) = api.engine.read(check(caller.clone())).await?;
+    // A session opened through another node a moment ago may not be applied here yet: once
+    // this node caught up with the cluster (a read index) it knows every session that exists.
+    let checked = if known {
+        checked
+    } else {
+        api.engine.read_caught_up(check(caller)).await?.1
+    };
+    checked.map_err(refusal)?;
     Ok(session)
 }
 
