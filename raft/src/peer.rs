@@ -3,8 +3,11 @@
 //!
 //! Contract:
 //! - A [`Peer`] is one peer's address (`http://HOST:PORT`; `https` is refused by name: TLS
-//!   between nodes is not built yet) and one keep-alive HTTP/1.1 connection to it, opened on
-//!   the first request and again after a failure. Requests to one peer take turns on it.
+//!   between nodes is not built yet) and its idle keep-alive HTTP/1.1 connections. A request
+//!   takes an idle connection, or opens one when none is idle, and gives it back once
+//!   answered (a failed one is dropped): concurrent requests (a follower forwarding many
+//!   clients' writes) each have a connection of their own instead of waiting for each
+//!   other's round trip, and a connection is never shared by two requests at once.
 //! - Every request carries the cluster secret in [`SECRET_HEADER`] and a JSON body; it gives
 //!   up after its timeout. The answer is its status and body; a transport failure, a timeout
 //!   or a refused secret (401) is an error naming the peer.
@@ -15,8 +18,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::StatusCode;
 use hyper_util::rt::TokioIo;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
-use tokio::sync::Mutex;
 
 /// The header a node's request carries the cluster secret in.
 pub const SECRET_HEADER: &str = "klock-cluster-secret";
@@ -26,7 +29,8 @@ pub struct Peer {
     /// `HOST:PORT`.
     addr: String,
     secret: Arc<str>,
-    conn: Mutex<Option<SendRequest<Full<Bytes>>>>,
+    /// The idle connections (module contract).
+    idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
 }
 
 impl Peer {
@@ -51,7 +55,7 @@ impl Peer {
         Ok(Peer {
             addr: addr.to_owned(),
             secret,
-            conn: Mutex::new(None),
+            idle: Mutex::new(Vec::new()),
         })
     }
 
@@ -102,13 +106,11 @@ impl Peer {
         let request = builder
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| format!("a request to {}: {e}", self.addr))?;
-        let mut conn = self.conn.lock().await;
         let answer = tokio::time::timeout(timeout, async {
-            let sender = match conn.take() {
-                Some(sender) if !sender.is_closed() => sender,
-                _ => self.connect().await?,
+            let mut sender = match self.take_idle() {
+                Some(sender) => sender,
+                None => self.connect().await?,
             };
-            let mut sender = sender;
             sender.ready().await.map_err(|e| e.to_string())?;
             let response = sender
                 .send_request(request)
@@ -127,7 +129,7 @@ impl Peer {
         match answer {
             Ok(Ok((sender, status, body))) => {
                 // Kept for the next request: the connection stays open between them.
-                *conn = Some(sender);
+                lock(&self.idle).push(sender);
                 if status == StatusCode::UNAUTHORIZED {
                     return Err(format!(
                         "CLUSTER_SECRET_REFUSED: {} refused this node's cluster secret",
@@ -145,6 +147,17 @@ impl Peer {
         }
     }
 
+    /// An idle connection still open, if there is one (the closed ones are dropped).
+    fn take_idle(&self) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = lock(&self.idle);
+        while let Some(sender) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
         let tcp = tokio::net::TcpStream::connect(&self.addr)
             .await
@@ -160,4 +173,8 @@ impl Peer {
         });
         Ok(sender)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
