@@ -4,9 +4,12 @@
 //! Contract:
 //! - A [`Peer`] is one peer's address (`http://HOST:PORT`, or `https://HOST:PORT`: TLS, the
 //!   peer's certificate checked against the CA bundle of [`PeerAccess`] for the name `HOST`)
-//!   and one keep-alive HTTP/1.1 connection to it, opened on the first request and again
-//!   after a failure. Requests to one peer take turns on it. An `https://` peer without a CA
-//!   bundle to trust is refused by name when the peer is made, never reached unchecked.
+//!   and its idle keep-alive HTTP/1.1 connections. A request takes an idle connection, or
+//!   opens one when none is idle, and gives it back once answered (a failed one is dropped):
+//!   concurrent requests (a follower forwarding many clients' writes) each have a connection
+//!   of their own instead of waiting for each other's round trip, and a connection is never
+//!   shared by two requests at once; at most [`MAX_IDLE`] stay open idle. An `https://` peer without a CA bundle to trust is
+//!   refused by name when the peer is made, never reached unchecked.
 //! - Every request carries the cluster secret in [`SECRET_HEADER`] and a JSON body; it gives
 //!   up after its timeout. The answer is its status and body; a transport failure, a timeout,
 //!   a certificate the handshake refuses, or a refused secret (401) is an error naming the
@@ -21,9 +24,13 @@ use klock_client::transport::trusting;
 use rustls::pki_types::ServerName;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
-use tokio::sync::Mutex;
 use tokio_rustls::TlsConnector;
+
+/// Most idle connections kept to one peer: enough for a follower's forwarded writes under
+/// load (each in flight has its own), not one per request of a burst forever.
+const MAX_IDLE: usize = 32;
 
 /// The header a node's request carries the cluster secret in.
 pub const SECRET_HEADER: &str = "klock-cluster-secret";
@@ -71,7 +78,8 @@ pub struct Peer {
     addr: String,
     link: Link,
     secret: Arc<str>,
-    conn: Mutex<Option<SendRequest<Full<Bytes>>>>,
+    /// The idle connections (module contract).
+    idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
 }
 
 impl Peer {
@@ -109,7 +117,7 @@ impl Peer {
             addr: addr.to_owned(),
             link,
             secret: Arc::clone(&access.secret),
-            conn: Mutex::new(None),
+            idle: Mutex::new(Vec::new()),
         })
     }
 
@@ -160,13 +168,11 @@ impl Peer {
         let request = builder
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| format!("a request to {}: {e}", self.addr))?;
-        let mut conn = self.conn.lock().await;
         let answer = tokio::time::timeout(timeout, async {
-            let sender = match conn.take() {
-                Some(sender) if !sender.is_closed() => sender,
-                _ => self.connect().await?,
+            let mut sender = match self.take_idle() {
+                Some(sender) => sender,
+                None => self.connect().await?,
             };
-            let mut sender = sender;
             sender.ready().await.map_err(|e| e.to_string())?;
             let response = sender
                 .send_request(request)
@@ -184,8 +190,13 @@ impl Peer {
         .await;
         match answer {
             Ok(Ok((sender, status, body))) => {
-                // Kept for the next request: the connection stays open between them.
-                *conn = Some(sender);
+                // Kept for the next request: the connection stays open between them (up to
+                // MAX_IDLE of them; a burst's extra connections close).
+                let mut idle = lock(&self.idle);
+                if idle.len() < MAX_IDLE {
+                    idle.push(sender);
+                }
+                drop(idle);
                 if status == StatusCode::UNAUTHORIZED {
                     return Err(format!(
                         "CLUSTER_SECRET_REFUSED: {} refused this node's cluster secret",
@@ -201,6 +212,17 @@ impl Peer {
                 timeout.as_millis()
             )),
         }
+    }
+
+    /// An idle connection still open, if there is one (the closed ones are dropped).
+    fn take_idle(&self) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = lock(&self.idle);
+        while let Some(sender) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
     }
 
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
@@ -234,4 +256,8 @@ where
         let _ = connection.await;
     });
     Ok(sender)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -16,13 +16,25 @@
 //! - restart time of a durable server with a log of 1M entries, and from a snapshot holding
 //!   100k active leases.
 //!
-//! - the issue's targets, computed from the same run (64 clients).
+//! - the issue's targets, computed from the same run (64 clients);
+//! - the cluster rows (`bench/cluster.rs`, issue 24): a three-node durable cluster's pairs/s
+//!   through its leader and through a follower, each divided by the single-node durable row
+//!   of the same round; the time from a SIGKILL of the leader to the first acknowledged write
+//!   (over [`cluster::KILLS`] kills); a lagging node's catch-up by snapshot from 100k live
+//!   leases. `--cluster-only` measures those alone (with the single-node durable rows they
+//!   are divided by) and replaces only the report's cluster section.
 //!
 //! A benchmark, not a test: it asserts nothing and prints what it measured.
+//!
+//! `http_bench cluster-ab A B [--rounds N]` compares the cluster throughput rows of several
+//! binaries the same way (`ab` does the single-node rows).
 //!
 //! For a profiler: `http_bench echo` serves the echo floor alone in its own process (it prints
 //! its port), and `http_bench load PORT [echo|batch]` drives a server started by hand with the
 //! 64-client load of one row (acquire+release pairs by default).
+
+#[path = "bench/cluster.rs"]
+mod cluster;
 
 use klock_testkit::process::Spawned;
 use serde_json::{json, Value};
@@ -134,12 +146,14 @@ fn drive(
     work: impl Fn(usize) -> Box<dyn FnMut() -> (u64, u64) + Send> + Sync,
 ) -> Tally {
     let stop = Arc::new(AtomicBool::new(false));
+    // Every client is set up (its session opened) before the clock starts.
+    let steps: Vec<_> = (0..threads).map(work).collect();
     let started = Instant::now();
     let results: Vec<(u64, u64, Vec<u64>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
+        let handles: Vec<_> = steps
+            .into_iter()
+            .map(|mut step| {
                 let stop = Arc::clone(&stop);
-                let mut step = work(t);
                 scope.spawn(move || {
                     let (mut pairs, mut requests, mut lat) = (0, 0, Vec::new());
                     while !stop.load(Ordering::Relaxed) {
@@ -205,11 +219,12 @@ fn pairs(port: u16, threads: usize) -> Tally {
             i += 1;
             let body = json!({"intents": [format!("MUTATES FILE:/b/{t}/{}", i % 16)]}).to_string();
             let h = [("klock-session-token", token.as_str())];
-            let (_, v) = conn.call("POST", &format!("{base}/acquire"), &h, &body);
+            let (acquired, v) = conn.call("POST", &format!("{base}/acquire"), &h, &body);
             let lease = &v["leases"][0]["lease_id"];
             let body = json!({"lease_ids": [lease]}).to_string();
-            conn.call("POST", &format!("{base}/release"), &h, &body);
-            (1, 2)
+            let (released, _) = conn.call("POST", &format!("{base}/release"), &h, &body);
+            // Only an acknowledged pair counts (a cluster node may answer 503 meanwhile).
+            (u64::from(acquired == 200 && released == 200), 2)
         })
     })
 }
@@ -228,10 +243,19 @@ fn batched(port: u16, threads: usize) -> Tally {
         }
         let body = json!({ "operations": ops }).to_string();
         Box::new(move || {
-            conn.call("POST", "/v1/ns/bench/batch", &[], &body);
-            (PER_BATCH as u64, 1)
+            let (_, v) = conn.call("POST", "/v1/ns/bench/batch", &[], &body);
+            (acquired(&v), 1)
         })
     })
+}
+
+/// How many acquires a batch's answer acknowledged (`{"ok": ...}` with a lease granted).
+fn acquired(answer: &Value) -> u64 {
+    let results = answer["results"].as_array().map_or(&[][..], Vec::as_slice);
+    results
+        .iter()
+        .filter(|r| r["ok"]["verdict"] == "GRANTED")
+        .count() as u64
 }
 
 fn echo_server() -> u16 {
@@ -343,8 +367,9 @@ fn fill_log(port: u16, entries: usize) {
     }
 }
 
-/// Holds `leases` active leases (in batches of 1,000 acquires over 100 sessions).
-fn hold_leases(port: u16, leases: usize) {
+/// Holds `leases` active leases (in batches of 1,000 acquires over 100 sessions); how many
+/// were granted.
+fn hold_leases(port: u16, leases: usize) -> usize {
     let mut conn = Conn::new(port);
     let sessions: Vec<(u64, String)> = (0..100)
         .map(|i| {
@@ -352,6 +377,7 @@ fn hold_leases(port: u16, leases: usize) {
             (base.rsplit('/').next().unwrap().parse().unwrap(), token)
         })
         .collect();
+    let mut granted = 0;
     for chunk in 0..leases / 1000 {
         let ops: Vec<Value> = (0..1000)
             .map(|i| {
@@ -360,13 +386,15 @@ fn hold_leases(port: u16, leases: usize) {
                        "intents": [format!("MUTATES FILE:/h/{chunk}/{i}")]})
             })
             .collect();
-        conn.call(
+        let (_, v) = conn.call(
             "POST",
             "/v1/ns/bench/batch",
             &[],
             &json!({ "operations": ops }).to_string(),
         );
+        granted += acquired(&v) as usize;
     }
+    granted
 }
 
 /// Rounds of the report: each row is measured once per round.
@@ -604,7 +632,8 @@ fn ab(binaries: &[String], rounds: usize) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("ab") {
+    let mode = args.first().map(String::as_str);
+    if mode == Some("ab") || mode == Some("cluster-ab") {
         let mut binaries: Vec<String> = args[1..].to_vec();
         let mut rounds = 6;
         if let Some(at) = binaries.iter().position(|a| a == "--rounds") {
@@ -615,10 +644,16 @@ fn main() {
             binaries.drain(at..(at + 2).min(binaries.len()));
         }
         if binaries.len() < 2 || rounds == 0 {
-            eprintln!("usage: http_bench ab KLOCK_A KLOCK_B [KLOCK_C ...] [--rounds N]");
+            eprintln!("usage: http_bench ab|cluster-ab KLOCK_A KLOCK_B [KLOCK_C ...] [--rounds N]");
             std::process::exit(2);
         }
-        ab(&binaries, rounds);
+        if mode == Some("ab") {
+            ab(&binaries, rounds);
+        } else {
+            let dir = std::env::temp_dir().join(format!("klock-ab-{}", std::process::id()));
+            cluster::ab(&binaries, rounds, &dir);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         return;
     }
     // The echo floor alone, in a process of its own (for a profiler or `perf stat`).
@@ -646,23 +681,34 @@ fn main() {
         }
         return;
     }
+    // `--cluster-only`: the cluster rows (and the single-node durable rows they are divided
+    // by) alone, replacing the report's cluster section and keeping the rest of it.
+    let cluster_only = args.iter().any(|a| a == "--cluster-only");
+    let args: Vec<&String> = args.iter().filter(|a| *a != "--cluster-only").collect();
     let (Some(binary), Some(out)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: http_bench KLOCK_BINARY REPORT.md   (see server/bench/run.sh)");
+        eprintln!(
+            "usage: http_bench KLOCK_BINARY REPORT.md [--cluster-only]   (see server/bench/run.sh)"
+        );
         std::process::exit(2);
     };
     let dir = std::env::temp_dir().join(format!("klock-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let data = dir.join("bench.redb");
-    let mut report = String::from("# klock serve benchmark report\n\n");
+    let cluster_dir = dir.join("cluster");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut report = String::from("# klock serve benchmark report\n\n");
     report.push_str(&format!(
         "Written by `bash server/bench/run.sh`. Loopback HTTP/1.1 keep-alive, one connection per client \
          thread, {} s per measurement, every row measured once in each of {ROUNDS} rounds in one run on this \
-         machine ({} CPUs; load average at start {}). Figures are medians over the rounds; a ratio is the \
+         machine ({cpus} CPUs; load average at start {load}). Figures are medians over the rounds; a ratio is the \
          median of the ratios taken within each round.\n\n",
         RUN.as_secs(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     ));
     let echo_port = echo_server();
     let aof_dir = dir.join("redis");
@@ -673,16 +719,18 @@ fn main() {
     let mut samples = Samples::default();
     for round in 0..ROUNDS {
         eprintln!("round {} of {ROUNDS}", round + 1);
-        for threads in [1, 64] {
-            samples.add(ECHO, threads, echo(echo_port, threads));
-        }
-        for (row, args) in [
-            (MEMORY, vec!["--memory"]),
-            (DURABLE, vec!["--data", data.to_str().unwrap()]),
-        ] {
-            let (server, _) = start(binary, &args);
+        let mut servers = vec![(DURABLE, vec!["--data", data.to_str().unwrap()])];
+        if !cluster_only {
             for threads in [1, 64] {
-                samples.add(row, threads, pairs(server.port, threads));
+                samples.add(ECHO, threads, echo(echo_port, threads));
+            }
+            servers.insert(0, (MEMORY, vec!["--memory"]));
+        }
+        for (row, args) in servers {
+            let (server, _) = start(binary, &args);
+            let clients: &[usize] = if cluster_only { &[64] } else { &[1, 64] };
+            for threads in clients {
+                samples.add(row, *threads, pairs(server.port, *threads));
             }
             let batch_row = if row == MEMORY {
                 MEMORY_BATCH
@@ -692,6 +740,10 @@ fn main() {
             samples.add(batch_row, 64, batched(server.port, 64));
             drop(server);
             remove_data(&data);
+        }
+        cluster::throughput_round(binary, &cluster_dir, &mut samples);
+        if cluster_only {
+            continue;
         }
         for (row, aof) in [(REDIS, None), (REDIS_DURABLE, Some(aof_dir.as_path()))] {
             let Some((mut child, port)) = start_redis(aof) else {
@@ -706,8 +758,49 @@ fn main() {
             std::fs::create_dir_all(&aof_dir).unwrap();
         }
     }
-    report.push_str(&samples.table());
-    report.push_str("\n## Restart\n\n| what | restart to listening |\n|---|---:|\n");
+    if !cluster_only {
+        report.push_str(&samples.table());
+        report.push_str(&restart_rows(binary, &data));
+        report.push_str(&samples.targets());
+    }
+    eprintln!("cluster failover: {} kills of the leader", cluster::KILLS);
+    let failover = cluster::failover(binary, &cluster_dir);
+    eprintln!("cluster catch-up by snapshot");
+    let catch_up = cluster::catch_up(binary, &cluster_dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let note = if cluster_only {
+        // The rest of the report is kept from its own run.
+        let kept = std::fs::read_to_string(out).unwrap_or_default();
+        report = match kept.find(cluster::HEADING) {
+            Some(at) => kept[..at].to_owned(),
+            None if kept.is_empty() => report,
+            None => format!("{}\n\n", kept.trim_end()),
+        };
+        format!(
+            "Measured alone by `bash server/bench/run.sh --cluster-only` (its own run, with its own \
+             single-node durable rows; {ROUNDS} rounds, {} s per measurement; {cpus} CPUs; load \
+             average at start {load}). ",
+            RUN.as_secs()
+        )
+    } else {
+        String::new()
+    };
+    report.push('\n');
+    report.push_str(&cluster::section(
+        &samples,
+        (DURABLE, DURABLE_BATCH),
+        &failover,
+        &catch_up,
+        &note,
+    ));
+    std::fs::write(out, &report).expect("write the report");
+    println!("{report}");
+}
+
+/// The restart rows: a durable server's restart with a log of 1M entries, and from a
+/// snapshot holding 100k active leases.
+fn restart_rows(binary: &str, data: &std::path::Path) -> String {
+    let mut report = String::from("\n## Restart\n\n| what | restart to listening |\n|---|---:|\n");
     eprintln!("restart with a log of 1M entries");
     let (server, _) = start(
         binary,
@@ -724,7 +817,7 @@ fn main() {
         took.as_secs_f64()
     ));
     drop(server);
-    remove_data(&data);
+    remove_data(data);
     eprintln!("restart from a snapshot of 100k leases");
     let (server, _) = start(
         binary,
@@ -751,8 +844,6 @@ fn main() {
         took.as_secs_f64()
     ));
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
-    report.push_str(&samples.targets());
-    std::fs::write(out, &report).expect("write the report");
-    println!("{report}");
+    remove_data(data);
+    report
 }

@@ -1,0 +1,609 @@
+//! The cluster rows of the benchmark report (issue 24's targets): a three-node loopback
+//! cluster of real `klock serve --node-id` processes on durable storage, default election
+//! settings (heartbeat 100 ms, election timeout 400-800 ms).
+//!
+//! Contract:
+//! - [`throughput_round`]: one round's pairs/s of a fresh cluster at 64 clients, one request
+//!   per operation and the batch endpoint, through the leader and through a follower (which
+//!   proxies to the leader); the report divides each by the single-node durable row of the
+//!   same round.
+//! - [`failover`]: a client writes continuously (acquire+release pairs) through the two
+//!   followers; the leader is SIGKILLed; the time from the kill to the first acknowledged
+//!   (GRANTED) acquire sent after the kill through a survivor; the killed node is restarted
+//!   and caught up before the next kill. The client retries a refused or failed write after
+//!   [`RETRY`], not after the 503's `Retry-After: 1` (the row measures the cluster, not a
+//!   client's backoff).
+//! - [`catch_up`]: a follower stopped, the cluster then holding 100k live leases (its logs
+//!   purged behind snapshots, so the follower cannot catch up from the log), the follower
+//!   restarted: the time until its applied index reaches the leader's.
+//! - [`section`]: the report's section of these rows and their targets, met or missed.
+//!
+//! A benchmark: a step that cannot go on (no leader within [`WAIT`]) stops the run with a
+//! message naming it; nothing is asserted about the figures.
+
+use crate::{batched, hold_leases, median, pairs, Samples, Spawned};
+use klock_testkit::http_client::{request, Answer};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "the-cluster-secret-of-the-benchmark";
+/// How long any one wait of the benchmark may take before it gives up.
+const WAIT: Duration = Duration::from_secs(30);
+/// How long the writing client waits before it retries a refused or failed write.
+const RETRY: Duration = Duration::from_millis(10);
+/// Leader kills of the failover row.
+pub const KILLS: usize = 24;
+/// Live leases the cluster holds while a node catches up.
+const LEASES: usize = 100_000;
+
+// The throughput rows (64 clients each), in the report's order.
+pub const LEADER: &str = "three nodes, through the leader";
+pub const FOLLOWER: &str = "three nodes, through a follower (proxied)";
+pub const LEADER_BATCH: &str = "three nodes, batch endpoint, through the leader";
+pub const FOLLOWER_BATCH: &str = "three nodes, batch endpoint, through a follower (proxied)";
+
+/// Three (or more) `klock serve` nodes on fixed loopback ports, each with its data file.
+struct Cluster {
+    binary: PathBuf,
+    dir: PathBuf,
+    ports: Vec<u16>,
+    peers: String,
+    nodes: Vec<Option<Spawned>>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Cluster {
+    /// Starts `size` nodes in `dir` (emptied first) and makes them the first voters.
+    fn start(binary: &str, dir: &Path, size: usize) -> Cluster {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).expect("the cluster's directory");
+        std::fs::write(dir.join("secret"), SECRET).expect("the cluster secret");
+        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let peers = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            binary: PathBuf::from(binary),
+            dir: dir.to_owned(),
+            ports,
+            peers,
+            nodes: (0..size).map(|_| None).collect(),
+        };
+        for i in 0..size {
+            cluster.run(i);
+        }
+        let init = cluster.raft(0, "POST", "/raft/init");
+        assert!(
+            init.as_ref().is_ok_and(|a| a.status == 200),
+            "the cluster's init: {init:?}"
+        );
+        cluster.ready();
+        cluster
+    }
+
+    /// Waits until the leader takes writes: an elected leader first anchors its clock and
+    /// writes its `LeaderChanged` entry, answering 503 meanwhile.
+    fn ready(&self) {
+        let started = Instant::now();
+        loop {
+            let leader = self.leader();
+            let body = json!({"agent_id": "ready"}).to_string();
+            let opened = request(
+                self.ports[leader],
+                "POST",
+                "/v1/ns/bench/sessions",
+                &[],
+                body.as_bytes(),
+            );
+            if opened.as_ref().is_ok_and(|a| a.status == 200) {
+                return;
+            }
+            assert!(
+                started.elapsed() < WAIT,
+                "the leader takes no write: {opened:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts node `i` (again) on its port and data file.
+    fn run(&mut self, i: usize) {
+        let data = self.dir.join(format!("node{}.redb", i + 1));
+        let secret = self.dir.join("secret");
+        let listen = format!("127.0.0.1:{}", self.ports[i]);
+        let id = (i + 1).to_string();
+        let args = [
+            "--listen",
+            &listen,
+            "--data",
+            data.to_str().unwrap(),
+            "--node-id",
+            &id,
+            "--cluster-peers",
+            &self.peers,
+            "--cluster-secret-file",
+            secret.to_str().unwrap(),
+            // Openraft's warnings while a peer is down would bury the benchmark's progress.
+            "--log-level",
+            "error",
+        ];
+        let node = Spawned::start(&self.binary, &args).expect("a cluster node starts");
+        self.nodes[i] = Some(node);
+    }
+
+    /// SIGKILLs node `i`.
+    fn kill(&mut self, i: usize) {
+        if let Some(node) = self.nodes[i].take() {
+            node.kill();
+        }
+    }
+
+    /// A `/raft/*` request to node `i` with the cluster secret.
+    fn raft(&self, i: usize, method: &str, path: &str) -> Result<Answer, String> {
+        let headers = [("klock-cluster-secret", SECRET)];
+        request(self.ports[i], method, path, &headers, b"{}")
+    }
+
+    /// `/raft/status` of node `i`, if it answers.
+    fn status(&self, i: usize) -> Option<Value> {
+        let a = self.raft(i, "GET", "/raft/status").ok()?;
+        (a.status == 200).then_some(a.body)
+    }
+
+    fn applied(&self, i: usize) -> Option<u64> {
+        self.status(i)?["applied_index"].as_u64()
+    }
+
+    /// The leader every live node agrees on, once there is one.
+    fn leader(&self) -> usize {
+        let started = Instant::now();
+        loop {
+            let seen: Vec<Option<u64>> = (0..self.ports.len())
+                .filter(|i| self.nodes[*i].is_some())
+                .map(|i| self.status(i).and_then(|s| s["leader"].as_u64()))
+                .collect();
+            if let Some(Some(leader)) = seen.first() {
+                let index = (*leader - 1) as usize;
+                if seen.iter().all(|l| *l == Some(*leader)) && self.nodes[index].is_some() {
+                    return index;
+                }
+            }
+            assert!(started.elapsed() < WAIT, "no leader agreed on: {seen:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until node `i` has applied what the leader had applied when this was called;
+    /// how long that took.
+    fn caught_up(&self, i: usize, leader: usize) -> Duration {
+        let started = Instant::now();
+        let target = self.applied(leader).expect("the leader's applied index");
+        loop {
+            if self.applied(i).is_some_and(|a| a >= target) {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < WAIT,
+                "node {} never caught up to {target}: {:?}",
+                i + 1,
+                self.status(i)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One round of the throughput rows on a fresh cluster (module contract).
+pub fn throughput_round(binary: &str, dir: &Path, samples: &mut Samples) {
+    let cluster = Cluster::start(binary, dir, 3);
+    let leader = cluster.leader();
+    let follower = (leader + 1) % 3;
+    let (lp, fp) = (cluster.ports[leader], cluster.ports[follower]);
+    samples.add(LEADER, 64, pairs(lp, 64));
+    samples.add(FOLLOWER, 64, pairs(fp, 64));
+    samples.add(LEADER_BATCH, 64, batched(lp, 64));
+    samples.add(FOLLOWER_BATCH, 64, batched(fp, 64));
+}
+
+/// A/B of the throughput rows (`http_bench cluster-ab KLOCK_A KLOCK_B ... [--rounds N]`):
+/// each round measures every binary's cluster, in rotating order, and prints each row's
+/// median pairs/s per binary and the median of each round's ratio to binary A.
+pub fn ab(binaries: &[String], rounds: usize, dir: &Path) {
+    let mut samples: Vec<Samples> = binaries.iter().map(|_| Samples::default()).collect();
+    for round in 0..rounds {
+        for k in 0..binaries.len() {
+            let which = (round + k) % binaries.len();
+            eprintln!("round {} of {rounds}: {}", round + 1, binaries[which]);
+            throughput_round(&binaries[which], dir, &mut samples[which]);
+        }
+    }
+    for row in [LEADER, FOLLOWER, LEADER_BATCH, FOLLOWER_BATCH] {
+        let pairs = |k: usize| samples[k].median(row, 64, |s| s.pairs).unwrap_or(f64::NAN);
+        for (k, binary) in binaries.iter().enumerate().skip(1) {
+            let a = &samples[0].0[&(row, 64)];
+            let b = &samples[k].0[&(row, 64)];
+            let ratios = a.iter().zip(b).map(|(a, b)| b.pairs / a.pairs).collect();
+            println!(
+                "{row}, 64 clients: {} {:.0} pairs/s, {binary} {:.0} pairs/s: ratio median {:.2} over {rounds} rounds",
+                binaries[0],
+                pairs(0),
+                pairs(k),
+                median(ratios)
+            );
+        }
+    }
+}
+
+/// What the failover row measured: each kill's time to the first acknowledged write, and
+/// each restarted node's time to catch up.
+pub struct Failover {
+    kills: Vec<Duration>,
+    /// From each kill until a survivor said it leads (`/raft/status`).
+    elected: Vec<Duration>,
+    rejoins: Vec<Duration>,
+}
+
+/// An acknowledged write of the writing client: when it was sent and when answered.
+struct Ack {
+    sent: Instant,
+    answered: Instant,
+}
+
+/// The writing client: acquire+release pairs through `targets` in turn, each acknowledged
+/// acquire reported on `acks`, until `stop`.
+fn writer(
+    targets: Arc<Mutex<Vec<u16>>>,
+    acks: mpsc::Sender<Ack>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let call = |port: u16, path: &str, token: &str, body: Value| {
+            let headers = [("klock-session-token", token)];
+            request(port, "POST", path, &headers, body.to_string().as_bytes())
+                .ok()
+                .filter(|a| a.status == 200)
+        };
+        let mut session: Option<(String, String)> = None;
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            i += 1;
+            let port = {
+                let targets = targets.lock().unwrap();
+                targets[i as usize % targets.len()]
+            };
+            let Some((base, token)) = session.clone() else {
+                let opened = call(port, "/v1/ns/bench/sessions", "", json!({"agent_id": "w"}));
+                match opened {
+                    Some(a) => {
+                        let token = a.body["session_token"].as_str().unwrap_or("").to_owned();
+                        let base = format!("/v1/ns/bench/sessions/{}", a.body["session_id"]);
+                        session = Some((base, token));
+                    }
+                    None => std::thread::sleep(RETRY),
+                }
+                continue;
+            };
+            let sent = Instant::now();
+            let body = json!({"intents": [format!("MUTATES FILE:/failover/{i}")]});
+            match call(port, &format!("{base}/acquire"), &token, body) {
+                Some(a) if a.body["verdict"] == "GRANTED" => {
+                    let answered = Instant::now();
+                    let _ = acks.send(Ack { sent, answered });
+                    let lease = a.body["leases"][0]["lease_id"].clone();
+                    let body = json!({ "lease_ids": [lease] });
+                    call(port, &format!("{base}/release"), &token, body);
+                }
+                _ => std::thread::sleep(RETRY),
+            }
+        }
+    })
+}
+
+/// The failover row (module contract).
+pub fn failover(binary: &str, dir: &Path) -> Failover {
+    let mut cluster = Cluster::start(binary, dir, 3);
+    let leader = cluster.leader();
+    let ports = cluster.ports.clone();
+    let followers =
+        |leader: usize| -> Vec<u16> { (0..3).filter(|i| *i != leader).map(|i| ports[i]).collect() };
+    let targets = Arc::new(Mutex::new(followers(leader)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, acks) = mpsc::channel();
+    let client = writer(Arc::clone(&targets), tx, Arc::clone(&stop));
+    let mut result = Failover {
+        kills: Vec::new(),
+        elected: Vec::new(),
+        rejoins: Vec::new(),
+    };
+    for kill in 0..KILLS {
+        let leader = cluster.leader();
+        *targets.lock().unwrap() = followers(leader);
+        // The client is writing through the followers before the kill.
+        let warm = Instant::now();
+        while acks.recv_timeout(WAIT).expect("no write acknowledged").sent < warm {}
+        let killed = Instant::now();
+        cluster.kill(leader);
+        // Where the time goes: when a survivor first says it leads (polled every 10 ms),
+        // then the new leader's start and the write itself.
+        let mut elected = None;
+        let first = loop {
+            assert!(
+                killed.elapsed() < WAIT,
+                "no write acknowledged after kill {kill}"
+            );
+            if elected.is_none()
+                && (0..3).any(|i| {
+                    i != leader && cluster.status(i).is_some_and(|s| s["state"] == "Leader")
+                })
+            {
+                elected = Some(killed.elapsed());
+            }
+            match acks.recv_timeout(Duration::from_millis(10)) {
+                Ok(ack) if ack.sent >= killed => break ack.answered - killed,
+                _ => {}
+            }
+        };
+        let elected = elected.unwrap_or(first);
+        eprintln!(
+            "  kill {} of {KILLS}: node {} killed, a survivor leads after {:.0} ms, first write acknowledged after {:.0} ms",
+            kill + 1,
+            leader + 1,
+            elected.as_secs_f64() * 1000.0,
+            first.as_secs_f64() * 1000.0
+        );
+        result.kills.push(first);
+        result.elected.push(elected);
+        cluster.run(leader);
+        let new = cluster.leader();
+        result.rejoins.push(cluster.caught_up(leader, new));
+    }
+    stop.store(true, Ordering::Relaxed);
+    client.join().expect("the writing client");
+    result
+}
+
+/// What the catch-up row measured.
+pub struct CatchUp {
+    /// From the restart of the lagging node to its applied index reaching the leader's.
+    took: Duration,
+    /// From the same restart until the node listened.
+    listening: Duration,
+    /// The lagging node's log end before it stopped.
+    before: u64,
+    /// The leader's log purged up to here when the node restarted: beyond `before`, the
+    /// node could only catch up by snapshot.
+    purged: Option<u64>,
+    /// The lagging node's snapshot index once caught up.
+    snapshot: Option<u64>,
+    leader_applied: u64,
+}
+
+impl CatchUp {
+    /// The leader's log no longer held what the node lacked: it caught up by snapshot.
+    fn by_snapshot(&self) -> bool {
+        self.purged.is_some_and(|p| p > self.before) && self.snapshot.is_some()
+    }
+}
+
+/// The catch-up row (module contract).
+pub fn catch_up(binary: &str, dir: &Path) -> CatchUp {
+    let mut cluster = Cluster::start(binary, dir, 3);
+    let leader = cluster.leader();
+    let lagging = (leader + 1) % 3;
+    let before = cluster.status(lagging).expect("the follower's status")["last_log_index"]
+        .as_u64()
+        .unwrap_or(0);
+    cluster.kill(lagging);
+    let held = hold_leases(cluster.ports[leader], LEASES);
+    assert_eq!(held, LEASES, "the cluster did not grant every lease");
+    let status = cluster.status(leader).expect("the leader's status");
+    let leader_applied = status["applied_index"].as_u64().unwrap_or(0);
+    let purged = status["purged_index"].as_u64();
+    let restarted = Instant::now();
+    cluster.run(lagging);
+    let listening = restarted.elapsed();
+    let took = listening + cluster.caught_up(lagging, leader);
+    let snapshot = cluster
+        .status(lagging)
+        .and_then(|s| s["snapshot_index"].as_u64());
+    CatchUp {
+        took,
+        listening,
+        before,
+        purged,
+        snapshot,
+        leader_applied,
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// The `p`-th percentile (nearest rank) of `v`.
+fn percentile(v: &[Duration], p: f64) -> Duration {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// The heading the report's cluster section starts with (`--cluster-only` replaces the
+/// report from there on).
+pub const HEADING: &str = "## Cluster (three nodes on loopback)";
+
+/// The report's cluster section (module contract): the throughput rows beside the
+/// single-node durable rows `single` and `single_batch` of the same rounds, the failover and
+/// catch-up rows, and the targets.
+pub fn section(
+    samples: &Samples,
+    (single, single_batch): (&str, &str),
+    failover: &Failover,
+    catch_up: &CatchUp,
+    note: &str,
+) -> String {
+    let met = |ok: bool| if ok { "met" } else { "missed" };
+    let mut out = format!(
+        "{HEADING}\n\n{note}Three `klock serve --node-id N` processes, each with its own data file \
+         (durable), default election settings (heartbeat 100 ms, election timeout 400-800 ms), \
+         snapshot every 10,000 entries. A cluster row is divided by the single-node durable row \
+         of the same round (same way of asking, 64 clients).\n\n\
+         ### Throughput\n\n| cluster | clients | pairs/s | ÷ single-node durable | p50 ms | p99 ms |\n\
+         |---|---:|---:|---:|---:|---:|\n"
+    );
+    let rows = [
+        (LEADER, single),
+        (FOLLOWER, single),
+        (LEADER_BATCH, single_batch),
+        (FOLLOWER_BATCH, single_batch),
+    ];
+    for (row, base) in rows {
+        let Some(p) = samples.median(row, 64, |s| s.pairs) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "| {row} | 64 | {p:.0} | {:.2} | {:.2} | {:.2} |\n",
+            samples
+                .ratio((row, 64), (base, 64), |s| s.pairs)
+                .unwrap_or(f64::NAN),
+            samples.median(row, 64, |s| s.p50).unwrap_or(f64::NAN),
+            samples.median(row, 64, |s| s.p99).unwrap_or(f64::NAN),
+        ));
+    }
+    for base in [single, single_batch] {
+        if let Some(p) = samples.median(base, 64, |s| s.pairs) {
+            out.push_str(&format!(
+                "| (one node: {base}) | 64 | {p:.0} | 1.00 | | |\n"
+            ));
+        }
+    }
+    let (p50, p99, max) = (
+        percentile(&failover.kills, 0.5),
+        percentile(&failover.kills, 0.99),
+        percentile(&failover.kills, 1.0),
+    );
+    let mut each: Vec<Duration> = failover.kills.clone();
+    each.sort_unstable();
+    let each: Vec<String> = each
+        .iter()
+        .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+        .collect();
+    out.push_str(&format!(
+        "\n### Failover\n\n{} SIGKILLs of the leader while one client writes acquire+release pairs \
+         through the two followers (a refused or failed write retried after {} ms). Measured from \
+         the kill to the answer of the first GRANTED acquire sent after it, through a survivor; \
+         the killed node is then restarted and caught up before the next kill.\n\n\
+         | what | p50 | p99 | max |\n|---|---:|---:|---:|\n\
+         | kill of the leader → first acknowledged write | {} | {} | {} |\n\
+         | of which: kill → a survivor says it leads (`/raft/status`, polled every 10 ms) | {} | {} | {} |\n\
+         | restarted node → caught up to the leader's applied index | {} | {} | {} |\n\n\
+         Each kill, sorted (ms): {}.\n",
+        failover.kills.len(),
+        RETRY.as_millis(),
+        ms(p50),
+        ms(p99),
+        ms(max),
+        ms(percentile(&failover.elected, 0.5)),
+        ms(percentile(&failover.elected, 0.99)),
+        ms(percentile(&failover.elected, 1.0)),
+        ms(percentile(&failover.rejoins, 0.5)),
+        ms(percentile(&failover.rejoins, 0.99)),
+        ms(percentile(&failover.rejoins, 1.0)),
+        each.join(", ")
+    ));
+    out.push_str(&format!(
+        "\n### Catch-up by snapshot\n\nA follower stopped (its log ends at index {}), the leader \
+         then granted {LEASES} leases (live, 5 min TTL) through the batch endpoint and applied up to \
+         index {} with its log purged up to index {}; the follower restarted.\n\n\
+         | what | measured |\n|---|---:|\n\
+         | restart → listening | {} |\n\
+         | restart → applied index reaches the leader's | {} |\n\
+         | the follower's snapshot index after | {} |\n",
+        catch_up.before,
+        catch_up.leader_applied,
+        catch_up
+            .purged
+            .map_or(String::from("none (nothing purged)"), |p| p.to_string()),
+        ms(catch_up.listening),
+        ms(catch_up.took),
+        catch_up
+            .snapshot
+            .map_or(String::from("none (caught up from the log)"), |s| s.to_string()),
+    ));
+    out.push_str("\n### Cluster targets\n\n| target | measured | |\n|---|---:|---|\n");
+    out.push_str(&format!(
+        "| failover: p99 ≤ 2 s over ≥ 20 kills | p50 {}, p99 {}, max {} ({} kills) | {} |\n",
+        ms(p50),
+        ms(p99),
+        ms(max),
+        failover.kills.len(),
+        met(p99 <= Duration::from_secs(2) && failover.kills.len() >= 20)
+    ));
+    let targets = [
+        (
+            LEADER_BATCH,
+            single_batch,
+            0.5,
+            "batch endpoint, through the leader",
+        ),
+        (
+            FOLLOWER_BATCH,
+            single_batch,
+            0.5,
+            "batch endpoint, through a follower",
+        ),
+        (
+            LEADER,
+            single,
+            0.4,
+            "one request per operation, through the leader",
+        ),
+        (
+            FOLLOWER,
+            single,
+            0.4,
+            "one request per operation, through a follower",
+        ),
+    ];
+    for (row, base, floor, what) in targets {
+        if let Some(r) = samples.ratio((row, 64), (base, 64), |s| s.pairs) {
+            out.push_str(&format!(
+                "| {what}: ≥ {:.0}% of single-node durable | {:.0}% | {} |\n",
+                floor * 100.0,
+                r * 100.0,
+                met(r >= floor)
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "| catch-up by snapshot holding {LEASES} live leases: ≤ 5 s | {}{} | {} |\n",
+        ms(catch_up.took),
+        if catch_up.by_snapshot() {
+            ""
+        } else {
+            " (not by snapshot)"
+        },
+        met(catch_up.took <= Duration::from_secs(5) && catch_up.by_snapshot())
+    ));
+    out
+}
