@@ -232,8 +232,6 @@ export declare class Servers {
   get count(): number
   /** The node a call starts with: the last that answered. */
   get preferred(): number
-  /** Whether the last call gave up unreachable and none answered since. */
-  get down(): boolean
   /** A call started at `nowMs` with `budgetMs` to get an answer. */
   call(nowMs: number, budgetMs: number): Attempts
   /** A best-effort call: every node once, without pauses, within `budgetMs`. */

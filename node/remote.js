@@ -34,8 +34,8 @@
 //   (a 503's `Retry-After`, else 50 ms doubling to 1 s); a 429 (`RATE_LIMITED`,
 //   `TOO_MANY_WAITS`: refused before it did anything) is asked again of the same node after
 //   its `Retry-After` (else the backoff). Nothing waits past the budget; past it a 429 is the
-//   server's error, the rest `Unreachable`. Once a call gave up unreachable, later calls try
-//   each node once until one answers. This module sends, waits and words the errors.
+//   server's error, the rest `Unreachable`. Every call gets its whole budget, whatever the
+//   calls before it met. This module sends, waits and words the errors.
 // - Session token refused: a 401 `SESSION_TOKEN_REFUSED` to a request naming a session means
 //   another client resumed the session (a resume issues a new token): `KlockError`
 //   `SESSION_TOKEN_REFUSED` with `sessionId` set, never retried; the friendly layer loses the

@@ -122,9 +122,6 @@ class Servers:
     @property
     def preferred(self) -> int:
         """The node a call starts with: the last that answered."""
-    @property
-    def down(self) -> bool:
-        """Whether the last call gave up unreachable and none answered since."""
     def call(self, now_ms: int, budget_ms: int) -> Attempts:
         """A call started at ``now_ms`` (monotonic milliseconds) with ``budget_ms``."""
     def call_once(self, now_ms: int, budget_ms: int) -> Attempts:

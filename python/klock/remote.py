@@ -38,8 +38,8 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   ``TOO_MANY_WAITS``: refused before it did anything) is asked again of the same node after
   its ``Retry-After``, else the backoff. Nothing waits past the budget: then a 429 raises the
   server's error, the rest :class:`~klock.Unreachable` ("cannot reach klock serve at URL:
-  what failed", for each URL tried). Once a call gave up unreachable, later calls try each
-  node once until one answers. *Retries do not starve
+  what failed", for each URL tried). Every call gets its whole budget, whatever the calls
+  before it met. *Retries do not starve
   heartbeats*: a call holds the Klock's lock while it retries, so each pause between its
   attempts first sends the heartbeats due (but those of a session whose leases the call
   releases). When the event

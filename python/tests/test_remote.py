@@ -104,6 +104,40 @@ def test_a_lease_survives_a_server_restart(tmp_path: pathlib.Path) -> None:
         server.stop()
 
 
+def test_a_call_after_a_failed_best_effort_release_gets_its_whole_budget(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The server is SIGKILLed under a held lease: the lease's local deadline passes, and the
+    client's best-effort release of it (one attempt per node) fails. A call made next, while
+    the server is still down, waits for it within its own budget: it is answered once the
+    server is back, never failed at once because an earlier call gave up (the fleet demo's
+    agents failed so through a server restart)."""
+    server = Server("--data", str(tmp_path / "klock.redb"))
+    restarted = threading.Timer(1.5, server.start)
+    try:
+        with klock.connect(server.url, reconnect_timeout=15) as k, k.session("lost") as s:
+            block = s.lease("MUTATES FILE:/gone", ttl=0.6)
+            block.__enter__()
+            server.kill()
+            deadline = time.monotonic() + 5
+            while not block.lost and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert block.lost
+            time.sleep(0.3)  # the release of the lost lease was sent to nobody, and gave up
+            restarted.start()
+            started = time.monotonic()
+            with k.session("after") as after, after.lease("MUTATES FILE:/next") as lease:
+                assert lease.fence >= 1
+            assert time.monotonic() - started > 1.0, "answered before the server was back?"
+            with pytest.raises(klock.LeaseLost):
+                block.__exit__(None, None, None)
+    finally:
+        restarted.cancel()
+        if restarted.ident is not None:
+            restarted.join()
+        server.stop()
+
+
 def test_a_server_killed_while_a_block_waits_is_a_clear_error() -> None:
     server = Server("--memory")
     outcome: list[BaseException | str] = []

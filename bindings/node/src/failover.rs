@@ -51,12 +51,6 @@ impl Servers {
         num(self.0.preferred() as u64)
     }
 
-    /// Whether the last call gave up unreachable and none answered since.
-    #[napi(getter)]
-    pub fn down(&self) -> bool {
-        self.0.down()
-    }
-
     /// A call started at `nowMs` with `budgetMs` to get an answer.
     #[napi(ts_args_type = "nowMs: number, budgetMs: number")]
     pub fn call(&self, env: Env, now_ms: Unknown<'_>, budget_ms: Unknown<'_>) -> Result<Attempts> {

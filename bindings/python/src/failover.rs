@@ -43,12 +43,6 @@ impl PyServers {
         self.0.preferred()
     }
 
-    /// Whether the last call gave up unreachable and none answered since.
-    #[getter]
-    fn down(&self) -> bool {
-        self.0.down()
-    }
-
     /// A call started at `now_ms` with `budget_ms` to get an answer.
     fn call(&self, now_ms: u64, budget_ms: u64) -> PyAttempts {
         PyAttempts(self.0.call(now_ms, budget_ms))

@@ -18,10 +18,11 @@
 //!     token's limits, and proxy to the same leader);
 //!   - a pause that would end past the budget gives up ([`Next::GiveUp`]), saying whether the
 //!     servers were out of reach or busy; nothing ever waits past the budget.
-//! - *A server known down*: once a call gave up unreachable, later calls try every node once,
-//!   without pauses, until one answers (closing many sessions on a dead cluster must not cost
-//!   a budget each). A call made with [`Servers::call_once`] (a best-effort call: a close, a
-//!   cancel) also tries each node once.
+//! - *Every call its own budget*: a call made with [`Servers::call_once`] (a best-effort call:
+//!   a close, a cancel) tries each node once, without pauses; every other call gets its whole
+//!   budget, whatever the calls before it met. A server that restarts is back within seconds:
+//!   a call that gave up before (a best-effort close during the restart) must not shorten the
+//!   next one, or a client fails a call its budget would have carried through.
 //! - It reads no clock and does no I/O: every time is the host's monotonic `now` in
 //!   milliseconds. The host sends the requests, bounds each attempt
 //!   ([`Attempts::attempt_limit_ms`]) and words the errors.
@@ -39,7 +40,6 @@ pub const ATTEMPT_FLOOR_MS: u64 = 50;
 pub struct Servers {
     count: usize,
     preferred: usize,
-    down: bool,
 }
 
 /// Why a list of servers cannot be made.
@@ -58,7 +58,6 @@ impl Servers {
         Ok(Servers {
             count,
             preferred: 0,
-            down: false,
         })
     }
 
@@ -72,14 +71,9 @@ impl Servers {
         self.preferred
     }
 
-    /// Whether the last call gave up unreachable and none answered since.
-    pub fn down(&self) -> bool {
-        self.down
-    }
-
     /// A call started at `now_ms` with `budget_ms` to get an answer.
     pub fn call(&self, now_ms: u64, budget_ms: u64) -> Attempts {
-        self.attempts(now_ms, budget_ms, self.down)
+        self.attempts(now_ms, budget_ms, false)
     }
 
     /// A best-effort call: every node once, without pauses, within `budget_ms`.
@@ -177,12 +171,11 @@ impl Attempts {
         let (server_pause, gave_up) = match outcome {
             Outcome::Answered => {
                 servers.preferred = self.node;
-                servers.down = false;
                 return Next::Done;
             }
             Outcome::Busy { retry_after_ms } => {
                 // The same node again: the pause is the whole answer to a busy node.
-                return self.pause(retry_after_ms, now_ms, GaveUp::Busy, servers);
+                return self.pause(retry_after_ms, now_ms, GaveUp::Busy);
             }
             Outcome::Unreachable => (None, GaveUp::Unreachable),
             Outcome::Unavailable { retry_after_ms } => (retry_after_ms, GaveUp::Unreachable),
@@ -192,7 +185,7 @@ impl Attempts {
         if self.failed_in_round < servers.count {
             // An untried node of this round: at once, while the budget lasts.
             if now_ms >= self.ends_ms {
-                return self.give_up(gave_up, servers);
+                return Next::GiveUp(gave_up);
             }
             return Next::Retry {
                 node: self.node,
@@ -200,34 +193,21 @@ impl Attempts {
             };
         }
         self.failed_in_round = 0;
-        self.pause(server_pause, now_ms, gave_up, servers)
+        self.pause(server_pause, now_ms, gave_up)
     }
 
     /// A pause before the next attempt (the server's, else the backoff), if the budget
     /// covers it.
-    fn pause(
-        &mut self,
-        server_pause: Option<u64>,
-        now_ms: u64,
-        gave_up: GaveUp,
-        servers: &mut Servers,
-    ) -> Next {
+    fn pause(&mut self, server_pause: Option<u64>, now_ms: u64, gave_up: GaveUp) -> Next {
         let pause = server_pause.unwrap_or(self.pause_ms);
         if self.one_round || now_ms.saturating_add(pause) > self.ends_ms {
-            return self.give_up(gave_up, servers);
+            return Next::GiveUp(gave_up);
         }
         self.pause_ms = (self.pause_ms * 2).min(BACKOFF_MAX_MS);
         Next::Retry {
             node: self.node,
             after_ms: pause,
         }
-    }
-
-    fn give_up(&self, gave_up: GaveUp, servers: &mut Servers) -> Next {
-        if gave_up == GaveUp::Unreachable {
-            servers.down = true;
-        }
-        Next::GiveUp(gave_up)
     }
 }
 
@@ -309,7 +289,6 @@ mod tests {
             call.after(&mut servers, busy, 1_000),
             Next::GiveUp(GaveUp::Busy)
         );
-        assert!(!servers.down(), "a busy server answered");
         let backoff = Outcome::Busy {
             retry_after_ms: None,
         };
@@ -338,26 +317,22 @@ mod tests {
     }
 
     #[test]
-    fn once_down_a_call_tries_each_node_once_until_one_answers() {
+    fn a_call_that_gave_up_does_not_shorten_the_next() {
+        // A server restarting: a best-effort close, and a call whose budget ran out, both
+        // give up; the next call still gets its whole budget, and pauses between rounds.
         let mut servers = Servers::new(2).unwrap();
-        let mut call = servers.call(0, 100);
+        let mut close = servers.call_once(0, 100);
+        close.after(&mut servers, Outcome::Unreachable, 0);
         assert_eq!(
-            call.after(&mut servers, Outcome::Unreachable, 0),
-            retry(1, 0)
-        );
-        assert_eq!(
-            call.after(&mut servers, Outcome::Unreachable, 0),
-            retry(0, 50)
-        );
-        assert_eq!(
-            call.after(&mut servers, Outcome::Unreachable, 60),
-            retry(1, 0)
-        );
-        assert_eq!(
-            call.after(&mut servers, Outcome::Unreachable, 60),
+            close.after(&mut servers, Outcome::Unreachable, 0),
             Next::GiveUp(GaveUp::Unreachable)
         );
-        assert!(servers.down());
+        let mut short = servers.call(0, 40);
+        short.after(&mut servers, Outcome::Unreachable, 0);
+        assert_eq!(
+            short.after(&mut servers, Outcome::Unreachable, 0),
+            Next::GiveUp(GaveUp::Unreachable)
+        );
         let mut call = servers.call(1_000, 60_000);
         assert_eq!(
             call.after(&mut servers, Outcome::Unreachable, 1_000),
@@ -365,20 +340,12 @@ mod tests {
         );
         assert_eq!(
             call.after(&mut servers, Outcome::Unreachable, 1_000),
-            Next::GiveUp(GaveUp::Unreachable)
-        );
-        let mut call = servers.call(2_000, 60_000);
-        assert_eq!(
-            call.after(&mut servers, Outcome::Answered, 2_000),
-            Next::Done
-        );
-        assert!(!servers.down());
-        let mut call = servers.call(3_000, 60_000);
-        call.after(&mut servers, Outcome::Unreachable, 3_000);
-        assert_eq!(
-            call.after(&mut servers, Outcome::Unreachable, 3_000),
             retry(0, 50),
-            "an answer ends the down state: pauses again"
+            "a new round after a pause, not a give-up"
+        );
+        assert_eq!(
+            call.after(&mut servers, Outcome::Answered, 1_050),
+            Next::Done
         );
     }
 
