@@ -75,7 +75,7 @@ fn leader_time(before: &Value, after: &Value, elapsed: Duration, alice: u64, bob
 #[test]
 fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
     let started = Instant::now();
-    let mut cluster = Cluster::new(3);
+    let mut cluster = Cluster::new(support::klock(), 3);
     // klock cluster init, through node 1.
     let init = std::process::Command::new(env!("CARGO_BIN_EXE_klock"))
         .args([
@@ -168,7 +168,7 @@ fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
 /// acknowledged), and is removed again; `klock cluster status` shows each step.
 #[test]
 fn a_node_joins_as_a_learner_then_votes_and_is_removed() {
-    let mut cluster = Cluster::unstarted(4);
+    let mut cluster = Cluster::unstarted(support::klock(), 4);
     cluster.extra = vec![String::from("--snapshot-every"), String::from("3")];
     let all = cluster.peers.clone();
     // Nodes 1-3 form the cluster; node 4 knows them, they learn of it through the membership.
@@ -240,7 +240,7 @@ fn a_node_joins_as_a_learner_then_votes_and_is_removed() {
 
 #[test]
 fn the_raft_routes_refuse_a_missing_or_wrong_secret() {
-    let cluster = Cluster::new(1);
+    let cluster = Cluster::new(support::klock(), 1);
     for headers in [vec![], vec![("klock-cluster-secret", "not-the-secret")]] {
         for (method, path) in [
             ("POST", "/raft/init"),
@@ -279,7 +279,7 @@ fn a_new_leader_continues_the_applied_time() {
     use openraft::impls::leader_id_adv::LeaderId;
     use openraft::{EntryPayload, LogId, Membership};
     const LATE: u64 = 1_000_000_000;
-    let mut cluster = Cluster::unstarted(1);
+    let mut cluster = Cluster::unstarted(support::klock(), 1);
     {
         let (log, _) = klock_raft::log_store::open_file(&cluster.data(0)).unwrap();
         let id = |index| {
@@ -347,7 +347,7 @@ fn a_new_leader_continues_the_applied_time() {
 /// write is answered 503 `NO_LEADER` with `Retry-After: 1`, at once, and nothing is applied.
 #[test]
 fn with_no_leader_a_write_is_503_with_retry_after() {
-    let mut cluster = Cluster::unstarted(2);
+    let mut cluster = Cluster::unstarted(support::klock(), 2);
     cluster.start(0);
     klock_cluster(&cluster, 0, &["init"]).unwrap();
     let body = json!({"agent_id": "nobody"}).to_string();
@@ -489,7 +489,7 @@ fn cluster_flags_that_do_not_go_together_are_refused_by_name() {
 /// again through the woken node, and fences keep growing.
 #[test]
 fn a_paused_leader_grants_nothing_when_it_wakes() {
-    let cluster = Cluster::new(3);
+    let cluster = Cluster::new(support::klock(), 3);
     klock_cluster(&cluster, 0, &["init"]).unwrap();
     let old = cluster.leader();
     let alice = open(&cluster, old, "alice");
@@ -536,7 +536,7 @@ fn a_paused_leader_grants_nothing_when_it_wakes() {
 /// given again, and time has not gone back.
 #[test]
 fn a_whole_cluster_restarted_keeps_its_leases_and_fences() {
-    let mut cluster = Cluster::unstarted(3);
+    let mut cluster = Cluster::unstarted(support::klock(), 3);
     // Snapshots (and purged logs) to restart from, as well as log entries after them.
     cluster.extra = vec![String::from("--snapshot-every"), String::from("4")];
     for i in 0..3 {
@@ -578,7 +578,7 @@ fn a_whole_cluster_restarted_keeps_its_leases_and_fences() {
 /// through a follower right after its answer).
 #[test]
 fn a_session_opened_through_the_leader_is_known_at_once_through_a_follower() {
-    let cluster = Cluster::initialised(3);
+    let cluster = Cluster::initialised(support::klock(), 3);
     let leader = cluster.leader();
     let follower = (leader + 1) % 3;
     for n in 0..20 {

@@ -53,7 +53,7 @@ fn write_through(cluster: &Cluster, i: usize) {
 
 #[test]
 fn a_leader_stopped_with_sigterm_hands_its_leadership_over_and_rejoins() {
-    let mut cluster = Cluster::unstarted(3);
+    let mut cluster = Cluster::unstarted(support::klock(), 3);
     cluster.logged = true;
     for i in 0..3 {
         cluster.start(i);

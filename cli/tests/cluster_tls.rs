@@ -58,7 +58,7 @@ struct TlsCluster {
 
 impl TlsCluster {
     fn start() -> TlsCluster {
-        let mut nodes = Cluster::unstarted(3);
+        let mut nodes = Cluster::unstarted(support::klock(), 3);
         let (_, cert, key) = self_signed(nodes.dir.path());
         let urls: Vec<String> = nodes
             .ports

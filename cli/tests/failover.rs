@@ -41,7 +41,7 @@ fn expires_at(nodes: &Nodes, i: usize, resource: &str) -> u64 {
 
 #[test]
 fn a_lease_guard_survives_a_leader_kill_and_its_release_wakes_a_waiter() {
-    let mut nodes = Nodes::initialised(3);
+    let mut nodes = Nodes::initialised(support::klock(), 3);
     let leader = nodes.leader();
     // Both clients start at the leader, so the kill takes the node they talk to.
     let urls = nodes.urls_from(leader);
@@ -129,7 +129,7 @@ fn klock(args: &[&str]) -> std::process::Command {
 
 #[test]
 fn klock_exec_given_every_node_keeps_its_lease_through_a_leader_kill() {
-    let mut nodes = Nodes::initialised(3);
+    let mut nodes = Nodes::initialised(support::klock(), 3);
     let leader = nodes.leader();
     let urls = nodes.urls_from(leader);
     let dir = tempfile::tempdir().unwrap();

@@ -791,7 +791,7 @@ fn a_cluster_under_nemeses_keeps_every_acknowledged_answer() {
         .unwrap_or(24);
     eprintln!("nemesis seed {seed} (KLOCK_NEMESIS_SEED)");
     let mut rng = Rng(seed);
-    let mut cluster = Cluster::unstarted(3);
+    let mut cluster = Cluster::unstarted(support::klock(), 3);
     cluster.extra = vec![
         String::from("--snapshot-every"),
         String::from(SNAPSHOT_EVERY),

@@ -650,9 +650,7 @@ fn main() {
         if mode == Some("ab") {
             ab(&binaries, rounds);
         } else {
-            let dir = std::env::temp_dir().join(format!("klock-ab-{}", std::process::id()));
-            cluster::ab(&binaries, rounds, &dir);
-            let _ = std::fs::remove_dir_all(&dir);
+            cluster::ab(&binaries, rounds);
         }
         return;
     }
@@ -694,7 +692,6 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("klock-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let data = dir.join("bench.redb");
-    let cluster_dir = dir.join("cluster");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load = load
         .split_whitespace()
@@ -741,7 +738,7 @@ fn main() {
             drop(server);
             remove_data(&data);
         }
-        cluster::throughput_round(binary, &cluster_dir, &mut samples);
+        cluster::throughput_round(binary, &mut samples);
         if cluster_only {
             continue;
         }
@@ -764,9 +761,9 @@ fn main() {
         report.push_str(&samples.targets());
     }
     eprintln!("cluster failover: {} kills of the leader", cluster::KILLS);
-    let failover = cluster::failover(binary, &cluster_dir);
+    let failover = cluster::failover(binary);
     eprintln!("cluster catch-up by snapshot");
-    let catch_up = cluster::catch_up(binary, &cluster_dir);
+    let catch_up = cluster::catch_up(binary);
     let _ = std::fs::remove_dir_all(&dir);
     let note = if cluster_only {
         // The rest of the report is kept from its own run.

@@ -9,11 +9,14 @@
 //! - [`history`]: the work, export and kernel replay the history tests share.
 //! - [`http_client`]: a blocking loopback HTTP client.
 //! - [`link`]: a TCP link a fault test can cut and restore.
+//! - [`cluster`]: a loopback cluster of `klock serve --node-id` processes, for the cluster
+//!   tests and the cluster benchmark.
 //! - [`manual`]: the resettable manual-clock server (`klock-testkit serve`), which the
 //!   Python, Node and dashboard client tests reset between scenarios.
 //! - [`conformance`]: every conformance vector through the HTTP API (`klock-testkit
 //!   conformance PATH...`).
 
+pub mod cluster;
 pub mod conformance;
 pub mod history;
 pub mod http_client;

@@ -21,16 +21,16 @@
 //! A benchmark: a step that cannot go on (no leader within [`WAIT`]) stops the run with a
 //! message naming it; nothing is asserted about the figures.
 
-use crate::{batched, hold_leases, median, pairs, Samples, Spawned};
-use klock_testkit::http_client::{request, Answer};
+use crate::{batched, hold_leases, median, pairs, Samples};
+use klock_testkit::cluster::Cluster;
+use klock_testkit::http_client::request;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const SECRET: &str = "the-cluster-secret-of-the-benchmark";
 /// How long any one wait of the benchmark may take before it gives up.
 const WAIT: Duration = Duration::from_secs(30);
 /// How long the writing client waits before it retries a refused or failed write.
@@ -46,176 +46,21 @@ pub const FOLLOWER: &str = "three nodes, through a follower (proxied)";
 pub const LEADER_BATCH: &str = "three nodes, batch endpoint, through the leader";
 pub const FOLLOWER_BATCH: &str = "three nodes, batch endpoint, through a follower (proxied)";
 
-/// Three (or more) `klock serve` nodes on fixed loopback ports, each with its data file.
-struct Cluster {
-    binary: PathBuf,
-    dir: PathBuf,
-    ports: Vec<u16>,
-    peers: String,
-    nodes: Vec<Option<Spawned>>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-impl Cluster {
-    /// Starts `size` nodes in `dir` (emptied first) and makes them the first voters.
-    fn start(binary: &str, dir: &Path, size: usize) -> Cluster {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir).expect("the cluster's directory");
-        std::fs::write(dir.join("secret"), SECRET).expect("the cluster secret");
-        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        let peers = ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("{}=http://127.0.0.1:{p}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut cluster = Cluster {
-            binary: PathBuf::from(binary),
-            dir: dir.to_owned(),
-            ports,
-            peers,
-            nodes: (0..size).map(|_| None).collect(),
-        };
-        for i in 0..size {
-            cluster.run(i);
-        }
-        let init = cluster.raft(0, "POST", "/raft/init");
-        assert!(
-            init.as_ref().is_ok_and(|a| a.status == 200),
-            "the cluster's init: {init:?}"
-        );
-        cluster.ready();
-        cluster
-    }
-
-    /// Waits until the leader takes writes: an elected leader first anchors its clock and
-    /// writes its `LeaderChanged` entry, answering 503 meanwhile.
-    fn ready(&self) {
-        let started = Instant::now();
-        loop {
-            let leader = self.leader();
-            let body = json!({"agent_id": "ready"}).to_string();
-            let opened = request(
-                self.ports[leader],
-                "POST",
-                "/v1/ns/bench/sessions",
-                &[],
-                body.as_bytes(),
-            );
-            if opened.as_ref().is_ok_and(|a| a.status == 200) {
-                return;
-            }
-            assert!(
-                started.elapsed() < WAIT,
-                "the leader takes no write: {opened:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Starts node `i` (again) on its port and data file.
-    fn run(&mut self, i: usize) {
-        let data = self.dir.join(format!("node{}.redb", i + 1));
-        let secret = self.dir.join("secret");
-        let listen = format!("127.0.0.1:{}", self.ports[i]);
-        let id = (i + 1).to_string();
-        let args = [
-            "--listen",
-            &listen,
-            "--data",
-            data.to_str().unwrap(),
-            "--node-id",
-            &id,
-            "--cluster-peers",
-            &self.peers,
-            "--cluster-secret-file",
-            secret.to_str().unwrap(),
-            // Openraft's warnings while a peer is down would bury the benchmark's progress.
-            "--log-level",
-            "error",
-        ];
-        let node = Spawned::start(&self.binary, &args).expect("a cluster node starts");
-        self.nodes[i] = Some(node);
-    }
-
-    /// SIGKILLs node `i`.
-    fn kill(&mut self, i: usize) {
-        if let Some(node) = self.nodes[i].take() {
-            node.kill();
-        }
-    }
-
-    /// A `/raft/*` request to node `i` with the cluster secret.
-    fn raft(&self, i: usize, method: &str, path: &str) -> Result<Answer, String> {
-        let headers = [("klock-cluster-secret", SECRET)];
-        request(self.ports[i], method, path, &headers, b"{}")
-    }
-
-    /// `/raft/status` of node `i`, if it answers.
-    fn status(&self, i: usize) -> Option<Value> {
-        let a = self.raft(i, "GET", "/raft/status").ok()?;
-        (a.status == 200).then_some(a.body)
-    }
-
-    fn applied(&self, i: usize) -> Option<u64> {
-        self.status(i)?["applied_index"].as_u64()
-    }
-
-    /// The leader every live node agrees on, once there is one.
-    fn leader(&self) -> usize {
-        let started = Instant::now();
-        loop {
-            let seen: Vec<Option<u64>> = (0..self.ports.len())
-                .filter(|i| self.nodes[*i].is_some())
-                .map(|i| self.status(i).and_then(|s| s["leader"].as_u64()))
-                .collect();
-            if let Some(Some(leader)) = seen.first() {
-                let index = (*leader - 1) as usize;
-                if seen.iter().all(|l| *l == Some(*leader)) && self.nodes[index].is_some() {
-                    return index;
-                }
-            }
-            assert!(started.elapsed() < WAIT, "no leader agreed on: {seen:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits until node `i` has applied what the leader had applied when this was called;
-    /// how long that took.
-    fn caught_up(&self, i: usize, leader: usize) -> Duration {
-        let started = Instant::now();
-        let target = self.applied(leader).expect("the leader's applied index");
-        loop {
-            if self.applied(i).is_some_and(|a| a >= target) {
-                return started.elapsed();
-            }
-            assert!(
-                started.elapsed() < WAIT,
-                "node {} never caught up to {target}: {:?}",
-                i + 1,
-                self.status(i)
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// Three nodes of `binary`, initialised, their leader taking writes.
+fn start(binary: &str) -> Cluster {
+    let mut cluster = Cluster::unstarted(Path::new(binary), 3);
+    // Openraft's warnings while a peer is down would bury the benchmark's progress.
+    cluster.extra = vec![String::from("--log-level"), String::from("error")];
+    cluster.wait = WAIT;
+    cluster.start_all();
+    cluster.init();
+    cluster.takes_writes("bench", "ready");
+    cluster
 }
 
 /// One round of the throughput rows on a fresh cluster (module contract).
-pub fn throughput_round(binary: &str, dir: &Path, samples: &mut Samples) {
-    let cluster = Cluster::start(binary, dir, 3);
+pub fn throughput_round(binary: &str, samples: &mut Samples) {
+    let cluster = start(binary);
     let leader = cluster.leader();
     let follower = (leader + 1) % 3;
     let (lp, fp) = (cluster.ports[leader], cluster.ports[follower]);
@@ -228,13 +73,13 @@ pub fn throughput_round(binary: &str, dir: &Path, samples: &mut Samples) {
 /// A/B of the throughput rows (`http_bench cluster-ab KLOCK_A KLOCK_B ... [--rounds N]`):
 /// each round measures every binary's cluster, in rotating order, and prints each row's
 /// median pairs/s per binary and the median of each round's ratio to binary A.
-pub fn ab(binaries: &[String], rounds: usize, dir: &Path) {
+pub fn ab(binaries: &[String], rounds: usize) {
     let mut samples: Vec<Samples> = binaries.iter().map(|_| Samples::default()).collect();
     for round in 0..rounds {
         for k in 0..binaries.len() {
             let which = (round + k) % binaries.len();
             eprintln!("round {} of {rounds}: {}", round + 1, binaries[which]);
-            throughput_round(&binaries[which], dir, &mut samples[which]);
+            throughput_round(&binaries[which], &mut samples[which]);
         }
     }
     for row in [LEADER, FOLLOWER, LEADER_BATCH, FOLLOWER_BATCH] {
@@ -320,8 +165,8 @@ fn writer(
 }
 
 /// The failover row (module contract).
-pub fn failover(binary: &str, dir: &Path) -> Failover {
-    let mut cluster = Cluster::start(binary, dir, 3);
+pub fn failover(binary: &str) -> Failover {
+    let mut cluster = start(binary);
     let leader = cluster.leader();
     let ports = cluster.ports.clone();
     let followers =
@@ -373,7 +218,7 @@ pub fn failover(binary: &str, dir: &Path) -> Failover {
         );
         result.kills.push(first);
         result.elected.push(elected);
-        cluster.run(leader);
+        cluster.start(leader);
         let new = cluster.leader();
         result.rejoins.push(cluster.caught_up(leader, new));
     }
@@ -406,8 +251,8 @@ impl CatchUp {
 }
 
 /// The catch-up row (module contract).
-pub fn catch_up(binary: &str, dir: &Path) -> CatchUp {
-    let mut cluster = Cluster::start(binary, dir, 3);
+pub fn catch_up(binary: &str) -> CatchUp {
+    let mut cluster = start(binary);
     let leader = cluster.leader();
     let lagging = (leader + 1) % 3;
     let before = cluster.status(lagging).expect("the follower's status")["last_log_index"]
@@ -420,7 +265,7 @@ pub fn catch_up(binary: &str, dir: &Path) -> CatchUp {
     let leader_applied = status["applied_index"].as_u64().unwrap_or(0);
     let purged = status["purged_index"].as_u64();
     let restarted = Instant::now();
-    cluster.run(lagging);
+    cluster.start(lagging);
     let listening = restarted.elapsed();
     let took = listening + cluster.caught_up(lagging, leader);
     let snapshot = cluster
