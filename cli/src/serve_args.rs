@@ -58,7 +58,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
                        A data file keeps the settings it was created with and refuses
                        others. NAME is policy (wait_die, wound_wait, lanes, detect) or a number:
 {numeric_fields}
-  --clock manual       every request carries Klock-Now (conformance runs; needs --memory)
+  --clock manual       every request carries Klock-Now (conformance runs; needs --memory,
+                       or on every node of a cluster, its leader stamps entries so)
   --snapshot-every N   store a snapshot and drop the log behind it every N entries
                        (default 10000; 0 never)
   --history N          keep about the last N kernel steps in memory for replay
@@ -446,7 +447,8 @@ fn finish(read: Read) -> Result<ServeConfig, String> {
             "--accept-log-loss goes with a data file (--data), not --memory",
         ));
     }
-    if out.manual_clock && out.data.is_some() {
+    // A cluster node keeps its Raft log in --data whatever its clock (checked in `cluster`).
+    if out.manual_clock && out.data.is_some() && node_id.is_none() {
         return Err(String::from(
             "--clock manual needs --memory: a log of hand-set times is no history to keep",
         ));
@@ -500,7 +502,7 @@ fn parse_peers(v: &str) -> Result<BTreeMap<u64, String>, String> {
 }
 
 /// The cluster node the cluster flags describe (all three or none), checked against the
-/// rest: a node keeps its Raft log in `--data`, keeps its own time, and listens on TCP.
+/// rest: a node keeps its Raft log in `--data` and listens on TCP.
 fn cluster(
     out: &ServeConfig,
     node_id: Option<u64>,
@@ -526,11 +528,6 @@ fn cluster(
         .data
         .clone()
         .ok_or_else(|| String::from("a cluster node needs --data (its Raft log), not --memory"))?;
-    if out.manual_clock {
-        return Err(String::from(
-            "a cluster node keeps its leader's time: it does not take --clock manual",
-        ));
-    }
     if out.socket.is_some() {
         return Err(String::from(
             "a cluster node listens on TCP, where its peers reach it: it does not take --socket",
@@ -573,6 +570,9 @@ fn cluster(
     let access = PeerAccess::new(Arc::from(secret), ca.as_deref())?;
     let mut config = ClusterConfig::new(id, peers, access, data)?;
     config.snapshot_every = out.snapshot_every;
+    // The leader stamps each entry with its request's Klock-Now (conformance runs through a
+    // cluster): every node of one cluster must be started so.
+    config.manual_clock = out.manual_clock;
     Ok(Some(Arc::new(config)))
 }
 

@@ -14,7 +14,8 @@
 //!   once that entry is applied does it stamp and propose clients' commands; until then, and
 //!   whenever it does not lead, it has no clock.
 //! - [`Replicator::propose`]: on the anchored leader, each submission is stamped with the
-//!   leader's clock and written conditional on the leader's term, in order, and answered with
+//!   leader's clock (under [`ClusterConfig::manual_clock`]: with the `now` its request
+//!   carried, for conformance runs through a cluster) and written conditional on the leader's term, in order, and answered with
 //!   the applied entry's reply. On a follower that knows the leader, the submissions go to
 //!   the leader (`/raft/propose`); the answers are given once this node has applied their
 //!   entries too (so a read through it right after sees its own write). With no leader known,
@@ -84,6 +85,10 @@ pub struct ClusterConfig {
     /// Take a snapshot every this many entries and purge the log it covers
     /// (`--snapshot-every`; 0: never). A node too far behind then catches up by snapshot.
     pub snapshot_every: u64,
+    /// `--clock manual` (conformance runs through a cluster): the leader stamps each entry
+    /// with the `now` its request carried, instead of its own clock, and a request without
+    /// one is refused as on a single manual-clock server.
+    pub manual_clock: bool,
 }
 
 impl fmt::Debug for ClusterConfig {
@@ -125,6 +130,7 @@ impl ClusterConfig {
             heartbeat_ms: 100,
             election_ms: (400, 800),
             snapshot_every: 10_000,
+            manual_clock: false,
         })
     }
 
@@ -190,6 +196,7 @@ async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
         state,
         anchor: Arc::new(Mutex::new(None)),
         watch: Mutex::new(None),
+        manual_clock: config.manual_clock,
     });
     replicator.watch_leadership();
     let routes = crate::routes::router(
@@ -222,6 +229,8 @@ pub struct Replicator {
     anchor: Arc<Mutex<Option<Anchor>>>,
     /// Keeps the leadership watch running.
     watch: Mutex<Option<openraft::raft::WatchChangeHandle<KlockRaft>>>,
+    /// [`ClusterConfig::manual_clock`].
+    manual_clock: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -258,7 +267,11 @@ impl Replicator {
             return;
         }
         let last_now = lock(&self.state).machine().last_now();
-        let clock = Clock::monotonic(last_now);
+        let clock = if self.manual_clock {
+            Clock::Manual
+        } else {
+            Clock::monotonic(last_now)
+        };
         let changed = Entry::Recovered { now: last_now };
         match self.write(&leader, changed).await {
             Ok(reply) => {
@@ -552,7 +565,7 @@ impl Replicate for Replicator {
             let this = me.ok_or(EngineError::Stopped)?;
             // A request carrying its own time (all of its submissions then) is refused here,
             // with the clock's own error, as every node refuses it.
-            if submissions.iter().any(|s| s.now.is_some()) {
+            if !this.manual_clock && submissions.iter().any(|s| s.now.is_some()) {
                 let clock = Clock::monotonic(0);
                 return Ok(submissions
                     .into_iter()

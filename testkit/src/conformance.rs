@@ -8,6 +8,11 @@
 //! server, so the "a failed call changes nothing" proof and the resume-priority check are left
 //! to the kernel's own run; everything else is compared exactly. The server is stopped at the
 //! end, also on failure.
+//!
+//! [`run_cluster`] replays each vector through a three-node cluster of `klock serve` processes
+//! started for it (the vector's config, a manual clock: the leader stamps each entry with its
+//! request's `Klock-Now`), through a follower, and then checks that the three nodes' state
+//! hashes are equal at one index.
 
 use crate::http_client::{self, percent_encode as encode, request};
 use crate::manual::ManualServer;
@@ -19,6 +24,9 @@ use klock_core::{
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+
+/// How long a cluster node may take to apply an entry the leader answered.
+const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Sends a request with owned header values.
 fn send(
@@ -41,6 +49,9 @@ pub struct HttpHost {
     resume_secrets: BTreeMap<SessionId, String>,
     /// Namespaces whose watch stream is followed, and the last event id read from each.
     watched: BTreeMap<String, String>,
+    /// A cluster node's host ([`HttpHost::on_node`]): wait until the node applied an entry
+    /// before reading its events.
+    follows: bool,
 }
 
 impl HttpHost {
@@ -55,11 +66,41 @@ impl HttpHost {
             return Err(format!("reset refused: {}", answer.body));
         }
         Ok(HttpHost {
+            follows: false,
+            ..HttpHost::on_node(port)
+        })
+    }
+
+    /// A host over a node of a cluster started for this vector (with its config, on a
+    /// manual clock), through the node at `port`: no reset, and the events of an entry are
+    /// read once the node applied it (a follower applies an entry a moment after the leader
+    /// answered it).
+    pub fn on_node(port: u16) -> HttpHost {
+        HttpHost {
             port,
             sessions: BTreeMap::new(),
             resume_secrets: BTreeMap::new(),
             watched: BTreeMap::new(),
-        })
+            follows: true,
+        }
+    }
+
+    /// Waits until the node applied entry `index` (within [`APPLY_WAIT`]).
+    fn applied(&self, index: u64) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        loop {
+            let answer = send(self.port, "GET", "/v1/state/hash", &[], "")?;
+            let applied = answer.body["index"].as_u64().unwrap_or(0);
+            if applied >= index {
+                return Ok(());
+            }
+            if started.elapsed() > APPLY_WAIT {
+                return Err(format!(
+                    "the node applied entry {applied}, never entry {index}"
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     fn session_path(
@@ -172,11 +213,23 @@ impl HttpHost {
         } else {
             body.to_string()
         };
-        send(self.port, method, &path, &headers, &body)
+        let started = std::time::Instant::now();
+        loop {
+            let answer = send(self.port, method, &path, &headers, &body)?;
+            // A cluster just elected its leader, which takes writes once its first entry is
+            // applied: a 503 changed nothing, and a client asks again (SPEC §13.7).
+            if !(self.follows && answer.status == 503 && started.elapsed() < APPLY_WAIT) {
+                return Ok(answer);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// The events of log entry `index`, from every watched namespace, in order.
     fn events_of(&mut self, index: u64) -> Result<Vec<Event>, String> {
+        if self.follows {
+            self.applied(index)?;
+        }
         let mut found: Vec<(u32, Event)> = Vec::new();
         let namespaces: Vec<String> = self.watched.keys().cloned().collect();
         for ns in namespaces {
@@ -341,4 +394,78 @@ pub fn run(paths: &[String]) -> Result<klock_conformance::Summary, String> {
     let summary = klock_conformance::run_paths_on(paths, &mut each);
     drop(server);
     Ok(summary)
+}
+
+/// Runs every vector the paths stand for through a three-node cluster of `program` (`klock`)
+/// of its own: the nodes started with the vector's config and a manual clock, the steps sent
+/// to a follower (which passes writes on to the leader and serves the events from what it
+/// applied); after the last step the three nodes' state hashes must be equal at one index.
+/// The summary has the usual lines.
+pub fn run_cluster(program: &std::path::Path, paths: &[String]) -> klock_conformance::Summary {
+    let mut each = |_: &str, v: &Vector| -> Result<(), String> {
+        // The cluster helper panics when a wait runs out: that vector fails, the run goes on.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let cluster = cluster_for(program, &v.config)?;
+            let follower = (cluster.leader() + 1) % cluster.ports.len();
+            klock_conformance::run::run_on(HttpHost::on_node(cluster.ports[follower]), v)?;
+            same_state(&cluster)
+        }))
+        .unwrap_or_else(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()));
+            Err(format!("the cluster failed: {}", why.unwrap_or_default()))
+        })
+    };
+    klock_conformance::run_paths_on(paths, &mut each)
+}
+
+/// Three nodes of `program` on a manual clock with `config`, initialised, a leader agreed on.
+fn cluster_for(
+    program: &std::path::Path,
+    config: &klock_core::Config,
+) -> Result<crate::cluster::Cluster, String> {
+    let mut cluster = crate::cluster::Cluster::unstarted(program, 3);
+    cluster.logged = true;
+    cluster.extra = vec![String::from("--clock"), String::from("manual")];
+    let fields = serde_json::to_value(config).map_err(|e| e.to_string())?;
+    for (name, value) in fields.as_object().into_iter().flatten() {
+        let value = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_owned);
+        cluster.extra.push(String::from("--config"));
+        cluster.extra.push(format!("{name}={value}"));
+    }
+    cluster.start_all();
+    cluster.init();
+    Ok(cluster)
+}
+
+/// The three nodes' state hashes, once at one applied index, are equal.
+fn same_state(cluster: &crate::cluster::Cluster) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    loop {
+        let hashes: Vec<(u64, String)> = cluster
+            .ports
+            .iter()
+            .filter_map(|port| {
+                let a = send(*port, "GET", "/v1/state/hash", &[], "").ok()?;
+                Some((
+                    a.body["index"].as_u64()?,
+                    a.body["hash"].as_str()?.to_owned(),
+                ))
+            })
+            .collect();
+        if hashes.len() == cluster.ports.len() && hashes.iter().all(|h| h.0 == hashes[0].0) {
+            if hashes.iter().all(|h| h.1 == hashes[0].1) {
+                return Ok(());
+            }
+            return Err(format!("the nodes' states differ at one index: {hashes:?}"));
+        }
+        if started.elapsed() > APPLY_WAIT {
+            return Err(format!("the nodes never reached one index: {hashes:?}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

@@ -4,6 +4,7 @@
 //! ```text
 //! klock-testkit serve [--listen 127.0.0.1:0]   # the resettable manual-clock server
 //! klock-testkit conformance PATH...             # every vector through the HTTP API
+//! klock-testkit conformance --cluster KLOCK PATH...  # ... through three-node clusters
 //! ```
 
 use klock_testkit::{conformance, manual::ManualServer};
@@ -22,6 +23,10 @@ usage: klock-testkit COMMAND [FLAGS]
                 every conformance vector named (files, or directories of *.json) through the
                 HTTP API of such a server, started in this process; one line per vector and
                 `N passed, M failed`; exits 1 on any failure
+  conformance --cluster KLOCK PATH...
+                the same through a three-node cluster of the `klock` binary KLOCK for each
+                vector (its config, --clock manual), through a follower; the nodes' state
+                hashes must then be equal
 
 Example:
   klock-testkit conformance tests/vectors";
@@ -72,7 +77,21 @@ fn run_conformance(paths: &[String]) -> Result<ExitCode, String> {
             "conformance: name vector files or directories",
         ));
     }
-    match conformance::run(paths) {
+    let ran = match paths {
+        [flag, klock, rest @ ..] if flag == "--cluster" => {
+            if rest.is_empty() {
+                return Err(String::from(
+                    "conformance --cluster KLOCK: name vector files or directories",
+                ));
+            }
+            Ok(conformance::run_cluster(std::path::Path::new(klock), rest))
+        }
+        [flag] if flag == "--cluster" => {
+            return Err(String::from("--cluster needs the klock binary to run"))
+        }
+        _ => conformance::run(paths),
+    };
+    match ran {
         Ok(summary) => {
             for line in summary.lines() {
                 println!("{line}");

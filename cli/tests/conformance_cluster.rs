@@ -1,0 +1,41 @@
+//! Every conformance vector through a three-node cluster of real `klock serve --node-id`
+//! processes (issue 24, "How we will know"): each vector on a cluster of its own, started with
+//! the vector's config on a manual clock, its steps sent to a follower; after the last step
+//! the three nodes' state hashes are equal at one index (`klock_testkit::conformance`).
+
+mod support;
+
+#[test]
+fn every_vector_passes_through_a_three_node_cluster() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+    let paths = [dir.to_string_lossy().into_owned()];
+    let summary = klock_testkit::conformance::run_cluster(support::klock(), &paths);
+    let lines = summary.lines().join("\n");
+    assert!(summary.ok(), "{lines}");
+    assert!(summary.passed() >= 100, "{lines}");
+}
+
+#[test]
+fn a_vector_the_cluster_does_not_meet_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(
+        &wrong,
+        r#"{"name": "a second writer is not granted", "spec": "docs/SPEC.md §4", "config": {},
+            "steps": [
+              {"now": 0, "do": "open", "agent": "a", "as": "A"},
+              {"now": 0, "do": "open", "agent": "b", "as": "B"},
+              {"now": 1, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED", "events": [{"event": "ACQUIRED"}]}},
+              {"now": 2, "do": "acquire", "session": "B", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED", "events": [{"event": "ACQUIRED"}]}}
+            ]}"#,
+    )
+    .unwrap();
+    let paths = [wrong.to_string_lossy().into_owned()];
+    let summary = klock_testkit::conformance::run_cluster(support::klock(), &paths);
+    let lines = summary.lines().join("\n");
+    assert!(!summary.ok(), "{lines}");
+    assert!(
+        lines.contains("step 4") && lines.contains("0 passed, 1 failed"),
+        "{lines}"
+    );
+}
