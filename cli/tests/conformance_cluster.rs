@@ -39,3 +39,27 @@ fn a_vector_the_cluster_does_not_meet_fails() {
         "{lines}"
     );
 }
+
+#[test]
+fn a_request_without_its_time_is_refused_by_every_node_of_a_manual_clock_cluster() {
+    let mut cluster = support::cluster::Cluster::unstarted(support::klock(), 3);
+    cluster.extra = vec![String::from("--clock"), String::from("manual")];
+    cluster.start_all();
+    cluster.init();
+    let leader = cluster.leader();
+    for node in [leader, (leader + 1) % 3] {
+        let body = br#"{"agent_id": "a"}"#;
+        let path = "/v1/ns/default/sessions";
+        let a = klock_testkit::http_client::request(cluster.ports[node], "POST", path, &[], body)
+            .unwrap();
+        // The clock's own refusal, as one manual-clock server answers it; not a 503 that a
+        // client would retry for its whole budget.
+        assert_eq!(a.status, 400, "node {}: {a:?}", node + 1);
+        let message = a.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("every request must carry `now`"),
+            "node {}: {a:?}",
+            node + 1
+        );
+    }
+}

@@ -563,10 +563,19 @@ impl Replicate for Replicator {
         let me = self.me.upgrade();
         Box::pin(async move {
             let this = me.ok_or(EngineError::Stopped)?;
-            // A request carrying its own time (all of its submissions then) is refused here,
-            // with the clock's own error, as every node refuses it.
-            if !this.manual_clock && submissions.iter().any(|s| s.now.is_some()) {
-                let clock = Clock::monotonic(0);
+            // A request carrying its own time to a cluster that keeps its own (or carrying
+            // none to a manual-clock one: all of its submissions then) is refused here, with
+            // the clock's own error, as every node refuses it: passed on to the leader, its
+            // refusal would come back as a message only, answered 503 as if worth a retry.
+            if submissions
+                .iter()
+                .any(|s| s.now.is_some() != this.manual_clock)
+            {
+                let clock = if this.manual_clock {
+                    Clock::Manual
+                } else {
+                    Clock::monotonic(0)
+                };
                 return Ok(submissions
                     .into_iter()
                     .map(|s| match engine::stamp(&clock, s) {
