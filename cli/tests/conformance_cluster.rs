@@ -5,14 +5,32 @@
 
 mod support;
 
-#[test]
-fn every_vector_passes_through_a_three_node_cluster() {
+/// Half of the vectors (`half` 0 or 1 of the sorted files): two tests, so that each stays
+/// well inside the test runner's time bound on a loaded machine.
+fn half_of_the_vectors_pass(half: usize) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
-    let paths = [dir.to_string_lossy().into_owned()];
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let paths: Vec<String> = files.into_iter().skip(half).step_by(2).collect();
     let summary = klock_testkit::conformance::run_cluster(support::klock(), &paths);
     let lines = summary.lines().join("\n");
     assert!(summary.ok(), "{lines}");
-    assert!(summary.passed() >= 100, "{lines}");
+    assert!(summary.passed() >= 50, "{lines}");
+}
+
+#[test]
+fn the_even_vectors_pass_through_a_three_node_cluster() {
+    half_of_the_vectors_pass(0);
+}
+
+#[test]
+fn the_odd_vectors_pass_through_a_three_node_cluster() {
+    half_of_the_vectors_pass(1);
 }
 
 #[test]

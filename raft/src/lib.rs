@@ -17,9 +17,8 @@
 //! - [`routes`]: the `/raft/*` routes a node serves beside the client API, behind the
 //!   cluster secret.
 //! - [`node`]: a cluster node (`klock serve --node-id`): the Raft node on the server's
-//!   applier, the proposer it gives the engine, and the leader's clock.
-//!
-//! Not yet here: a read-index path for reads (see raft/README.md).
+//!   applier (its RPCs over any network: the HTTP one, or the tests' simulated one), the
+//!   proposer it gives the engine, and the leader's clock.
 
 pub mod log_store;
 pub mod network;

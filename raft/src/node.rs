@@ -42,6 +42,7 @@ use klock_server::machine::Entry;
 use klock_server::serve::{Cluster, Started};
 use openraft::alias::CommittedLeaderIdOf;
 use openraft::impls::ProgressResponder;
+use openraft::network::RaftNetworkFactory;
 use openraft::raft::ReadPolicy;
 use openraft::rt::WatchReceiver as _;
 use std::collections::BTreeMap;
@@ -150,8 +151,34 @@ impl Cluster for ClusterConfig {
     }
 }
 
-/// Starts the node (module contract).
+/// Starts the node (module contract): its Raft RPCs over HTTP, and its `/raft/*` routes.
 async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
+    let network = Network::new(config.access.clone());
+    let replicator = node(&config, state, network).await?;
+    let routes = crate::routes::router(
+        replicator.raft.clone(),
+        Arc::clone(&replicator),
+        config.access.secret(),
+        config.peers.clone(),
+    );
+    Ok((replicator, routes))
+}
+
+/// The Raft node of `config` on the applier `state`, its RPCs sent over `network` (the HTTP
+/// network of a server, or a simulated one in the tests), and its proposer.
+///
+/// # Errors
+/// The log file cannot be opened, the Raft configuration is refused, or the node cannot
+/// start.
+pub async fn node<N, P>(
+    config: &ClusterConfig,
+    state: Arc<Mutex<Applier>>,
+    network: N,
+) -> Result<Arc<Replicator>, String>
+where
+    N: RaftNetworkFactory<KlockRaft, Network = P>,
+    P: openraft::RaftNetworkV2<KlockRaft, SnapshotData = std::io::Cursor<Vec<u8>>>,
+{
     let (log, torn) = open_file(&config.data).map_err(|e| e.to_string())?;
     if let Some(torn) = torn {
         tracing::warn!(
@@ -181,7 +208,7 @@ async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
     let raft = RaftNode::new(
         config.id,
         Arc::new(raft_config),
-        Network::new(config.access.clone()),
+        network,
         LogStore::new(log),
         sm,
     )
@@ -199,13 +226,7 @@ async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
         manual_clock: config.manual_clock,
     });
     replicator.watch_leadership();
-    let routes = crate::routes::router(
-        raft,
-        Arc::clone(&replicator),
-        config.access.secret(),
-        config.peers.clone(),
-    );
-    Ok((replicator, routes))
+    Ok(replicator)
 }
 
 /// The leader's clock, once anchored, and the term it holds for.
@@ -238,6 +259,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Replicator {
+    /// The node's Raft handle (its RPCs, its metrics).
+    pub fn raft(&self) -> &RaftNode {
+        &self.raft
+    }
+
     /// Anchors the clock whenever this node becomes the committed leader, and drops it when
     /// it stops leading.
     fn watch_leadership(self: &Arc<Self>) {
