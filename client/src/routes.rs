@@ -59,12 +59,16 @@ pub struct Stamped {
     pub event: Event,
 }
 
-/// A read of a session's events.
+/// A read of a session's events, or of a namespace's (its watch).
 #[derive(Clone, Debug, Deserialize)]
 pub struct EventBatch {
     pub events: Vec<Stamped>,
     /// Ask after this next time.
     pub next: String,
+    /// The server dropped events after the id asked for (its byte budget, or a restart from
+    /// a snapshot): the reader missed some.
+    #[serde(default)]
+    pub gap: bool,
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, Failure> {
@@ -341,6 +345,27 @@ fn outcome(event: Event) -> Outcome {
         | Event::Acquired { .. }
         | Event::Released { .. } => Outcome::Died(0),
     }
+}
+
+/// Every session's events in namespace `ns` after `after` (`None`: from the oldest kept),
+/// waiting up to `wait` (at most [`MAX_HOLD`]) for one; and which node answered (its position
+/// in the client's list).
+///
+/// # Errors
+/// Unreachable, or a token without access to the namespace.
+pub async fn watch(
+    client: &Transport,
+    ns: &str,
+    after: Option<&str>,
+    wait: Duration,
+) -> Result<(EventBatch, usize), Failure> {
+    let wait = wait.min(MAX_HOLD);
+    let mut path = format!("{}/watch?wait_ms={}", ns_path(ns), wait.as_millis());
+    if let Some(after) = after {
+        path.push_str(&format!("&after={}", percent_encode(after)));
+    }
+    let (v, node) = client.get_from(&path, wait).await?;
+    Ok((decode("watch", v)?, node))
 }
 
 /// Who holds and waits on one resource in a namespace, and the server's time then.

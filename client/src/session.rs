@@ -100,7 +100,7 @@ impl Session {
         agent_id: &str,
     ) -> Result<Session, Error> {
         let routes = routes::Session::open(transport, namespace, agent_id).await?;
-        let (keeper, losses) = Keeper::start(routes.clone());
+        let (keeper, losses) = Keeper::start(routes.clone()).await;
         let watchers = Watchers::default();
         let dispatcher = tokio::spawn(dispatch(losses, watchers.clone()));
         Ok(Session {

@@ -26,6 +26,7 @@
 use crate::conn::Pool;
 pub use crate::endpoint::Endpoint;
 use crate::http::{parse, Answer};
+use crate::watch::Watches;
 use klock_core::client::failover::{GaveUp, Next, Outcome, Servers};
 use serde_json::Value;
 use std::fmt;
@@ -113,6 +114,9 @@ pub struct Transport {
     tls: Option<tokio_rustls::TlsConnector>,
     /// The CA bundle it was made from, for a command started with this connection.
     ca: Option<PathBuf>,
+    /// The namespace event streams its sessions share ([`crate::watch`]): one per namespace
+    /// for the transport and its clones.
+    watches: Watches,
 }
 
 impl fmt::Debug for Transport {
@@ -242,6 +246,7 @@ impl Transport {
             token,
             tls: None,
             ca: None,
+            watches: Watches::default(),
         }
     }
 
@@ -316,6 +321,11 @@ impl Transport {
         self.ca.as_deref()
     }
 
+    /// The namespace event streams of this client ([`crate::watch`]).
+    pub(crate) fn watches(&self) -> &Watches {
+        &self.watches
+    }
+
     /// The bearer token this client shows, if any.
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()
@@ -368,6 +378,35 @@ impl Transport {
             // One key per logical request: every attempt, on any node, carries the same.
             key: (method != "GET").then(idempotency_key),
         };
+        let (body, now, _) = self.exchange(&request, waits).await?;
+        Ok((body, now))
+    }
+
+    /// A `GET` of `path` as [`Transport::call`] sends it, and which node answered (its
+    /// position in the list): a reader that resumes a stream must know when the node changed
+    /// (the core's `watch` rules).
+    ///
+    /// # Errors
+    /// As [`Transport::call`].
+    pub async fn get_from(&self, path: &str, waits: Duration) -> Result<(Value, usize), Failure> {
+        let request = Request {
+            method: "GET",
+            path,
+            session_token: None,
+            body: String::new(),
+            key: None,
+        };
+        let (body, _, node) = self.exchange(&request, waits).await?;
+        Ok((body, node))
+    }
+
+    /// Sends `request` (module contract): the JSON and `Klock-Now` of a 2xx answer, and the
+    /// node that gave it.
+    async fn exchange(
+        &self,
+        request: &Request<'_>,
+        waits: Duration,
+    ) -> Result<(Value, Option<u64>, usize), Failure> {
         let started = Instant::now();
         let mut attempts = {
             let servers = self.servers.lock().expect("servers lock");
@@ -381,9 +420,10 @@ impl Transport {
         };
         loop {
             let limit = attempts.attempt_limit_ms(self.now_ms(), ms(waits + SLACK));
-            let node = &self.nodes[attempts.node()];
+            let at = attempts.node();
+            let node = &self.nodes[at];
             let attempt = self
-                .attempt(node, &request, Duration::from_millis(limit))
+                .attempt(node, request, Duration::from_millis(limit))
                 .await;
             let (outcome, why) = match &attempt {
                 Ok(answer) if answer.status == 429 => (
@@ -416,7 +456,8 @@ impl Transport {
             );
             match next {
                 Next::Done | Next::GiveUp(GaveUp::Busy) => {
-                    return answered(attempt.expect("an answer"));
+                    let (body, now) = answered(attempt.expect("an answer"))?;
+                    return Ok((body, now, at));
                 }
                 Next::Retry { after_ms, .. } => {
                     tokio::time::sleep(Duration::from_millis(after_ms)).await;
