@@ -24,7 +24,7 @@ const SECRET: &str = "fleet-secret";
 async fn two_thousand_sessions_behind_one_token_hold_and_renew_their_leases() {
     let dir = tempfile::tempdir().unwrap();
     let server = token_server(dir.path(), SECRET, &["*"]);
-    let gauge = |name| metric(&server, SECRET, name);
+    let gauge = |name| metric(&server, Some(SECRET), name);
     tokio::time::timeout(Duration::from_secs(55), async {
         let client = Client::options(&url(&server))
             .token(SECRET)
@@ -61,11 +61,19 @@ async fn two_thousand_sessions_behind_one_token_hold_and_renew_their_leases() {
         let lost: Vec<usize> = (0..SESSIONS)
             .filter(|&i| fleet[i].lost().is_some() || fleet[i].session().held().len() != 1)
             .collect();
-        assert!(lost.is_empty(), "{} leases lost, the first {:?}", lost.len(), &lost[..lost.len().min(5)]);
+        assert!(
+            lost.is_empty(),
+            "{} leases lost, the first {:?}",
+            lost.len(),
+            &lost[..lost.len().min(5)]
+        );
         let renewed = (0..SESSIONS)
             .filter(|&i| fleet[i].session().held()[0].expires_at > first[i])
             .count();
-        assert_eq!(renewed, SESSIONS, "only {renewed} of {SESSIONS} leases renewed");
+        assert_eq!(
+            renewed, SESSIONS,
+            "only {renewed} of {SESSIONS} leases renewed"
+        );
         assert_eq!(gauge("klock_active_leases"), SESSIONS as f64);
         assert!(gauge("klock_event_readers") <= 1.0);
 

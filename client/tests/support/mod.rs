@@ -63,21 +63,23 @@ pub fn token_server(dir: &std::path::Path, secret: &str, namespaces: &[&str]) ->
 }
 
 /// A gauge or counter of the server's `/metrics` (summed over its labels), read with the
-/// bearer `token`.
-pub fn metric(server: &Server, token: &str, name: &str) -> f64 {
-    let bearer = format!("Bearer {token}");
-    let answer = klock_testkit::http_client::request(
-        server.port(),
-        "GET",
-        "/metrics",
-        &[("authorization", bearer.as_str())],
-        b"",
-    )
-    .expect("read /metrics");
+/// bearer `token` if the server takes tokens.
+pub fn metric(server: &Server, token: Option<&str>, name: &str) -> f64 {
+    let bearer = token.map(|token| format!("Bearer {token}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|bearer| ("authorization", bearer.as_str()))
+        .collect();
+    let answer =
+        klock_testkit::http_client::request(server.port(), "GET", "/metrics", &headers, b"")
+            .expect("read /metrics");
     let text = String::from_utf8(answer.raw).expect("UTF-8 metrics");
     let series: Vec<f64> = text
         .lines()
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
         .collect();
     assert!(!series.is_empty(), "{name} is not in /metrics: {text}");

@@ -115,7 +115,11 @@ impl Follow {
         self.advance(next);
         self.cut_off = false;
         self.last_node = Some(node);
-        Ok(if missed { Resync::Held } else { Resync::Nothing })
+        Ok(if missed {
+            Resync::Held
+        } else {
+            Resync::Nothing
+        })
     }
 
     fn advance(&mut self, next: EventId) {
@@ -138,10 +142,9 @@ pub enum Ended<'a> {
 /// for an event that ends none (grants, waits, releases by their holder).
 pub fn ends(event: &Event) -> Option<(Ended<'_>, &'static str)> {
     match event {
-        Event::LeaseExpired { lease, .. } => Some((
-            Ended::Leases(core::slice::from_ref(lease)),
-            event.name(),
-        )),
+        Event::LeaseExpired { lease, .. } => {
+            Some((Ended::Leases(core::slice::from_ref(lease)), event.name()))
+        }
         Event::Wounded { lost_leases, .. } => Some((Ended::Leases(lost_leases), event.name())),
         Event::SessionClosed { .. } => Some((Ended::All, event.name())),
         Event::Granted { .. }
@@ -200,9 +203,17 @@ mod tests {
         assert_eq!(f.answered(0, "5.0", true), Ok(Resync::Held), "a gap");
         assert_eq!(f.answered(0, "5.0", false), Ok(Resync::Nothing));
         f.failed();
-        assert_eq!(f.answered(0, "5.0", false), Ok(Resync::Held), "after a failure");
+        assert_eq!(
+            f.answered(0, "5.0", false),
+            Ok(Resync::Held),
+            "after a failure"
+        );
         assert_eq!(f.answered(0, "6.0", false), Ok(Resync::Nothing));
-        assert_eq!(f.answered(2, "6.0", false), Ok(Resync::Held), "another node");
+        assert_eq!(
+            f.answered(2, "6.0", false),
+            Ok(Resync::Held),
+            "another node"
+        );
         assert_eq!(f.answered(2, "6.0", false), Ok(Resync::Nothing));
     }
 
