@@ -289,7 +289,7 @@ async fn run_inner(args: &ExecArgs) -> Result<u8, Stop> {
     }
     let client = args.connection.client().map_err(|e| (EXIT_USAGE, e))?;
     let (session, resumed) = start(args, client).await?;
-    let (keeper, mut losses) = Keeper::start(session.clone()).await;
+    let (keeper, mut losses) = Keeper::start(session.clone());
     // Listening from before the first request: a signal during a request is kept for the
     // next wait, which then withdraws what the request queued.
     let mut signals = child::Interrupts::new();

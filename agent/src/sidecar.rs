@@ -191,7 +191,7 @@ impl Sidecar {
         let session = Session::open(self.client.clone(), &self.ns, &self.agent)
             .await
             .map_err(|e| failed(format!("Klock is unavailable, so nothing was claimed: {e}")))?;
-        let (keeper, losses) = Keeper::start(session.clone()).await;
+        let (keeper, losses) = Keeper::start(session.clone());
         tokio::spawn(report_losses(
             losses,
             self.unreported.clone(),

@@ -2,8 +2,8 @@
 //!
 //! Contract: [`Keeper::start`] runs one heartbeat task for a session (on the tokio runtime it
 //! is called in) and joins the client's event stream of the session's namespace
-//! ([`crate::watch`]: one stream per client and namespace, whatever the number of sessions),
-//! returning once that stream is placed. Each lease handed to [`Keeper::hold`] has a local
+//! ([`crate::watch`]: one stream per client and namespace, whatever the number of sessions).
+//! Each lease handed to [`Keeper::hold`] has a local
 //! deadline: the send time of the last request that granted or renewed it, plus its TTL, on
 //! the monotonic clock; the server cannot have let it expire earlier. The heartbeat task
 //! renews every held lease together when the first is due, a third of the way to its local
@@ -100,9 +100,8 @@ fn local_deadline(sent: Instant, ttl_ms: u64) -> Instant {
 const RETRY: Duration = Duration::from_millis(200);
 
 impl Keeper {
-    /// Starts keeping `session`'s leases; losses arrive on the receiver. Returns once the
-    /// session's events are followed (module contract).
-    pub async fn start(session: Session) -> (Keeper, mpsc::UnboundedReceiver<Loss>) {
+    /// Starts keeping `session`'s leases; losses arrive on the receiver.
+    pub fn start(session: Session) -> (Keeper, mpsc::UnboundedReceiver<Loss>) {
         let (losses, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             origin: Instant::now(),
@@ -117,8 +116,7 @@ impl Keeper {
             &session.info.namespace,
             session.info.session_id.0,
             listener,
-        )
-        .await;
+        );
         let beats = tokio::spawn(heartbeats(session, shared.clone()));
         let keeper = Keeper {
             shared,

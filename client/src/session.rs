@@ -100,7 +100,7 @@ impl Session {
         agent_id: &str,
     ) -> Result<Session, Error> {
         let routes = routes::Session::open(transport, namespace, agent_id).await?;
-        let (keeper, losses) = Keeper::start(routes.clone()).await;
+        let (keeper, losses) = Keeper::start(routes.clone());
         let watchers = Watchers::default();
         let dispatcher = tokio::spawn(dispatch(losses, watchers.clone()));
         Ok(Session {
@@ -130,7 +130,8 @@ impl Session {
         &self.inner.routes
     }
 
-    /// The leases this session holds now (through every guard).
+    /// The leases this session holds now (through every guard), each with the `expires_at`
+    /// its last renewal answered.
     pub fn held(&self) -> Vec<Lease> {
         self.inner.keeper.held()
     }

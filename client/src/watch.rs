@@ -6,12 +6,14 @@
 //!   namespace's watch (`GET /v1/ns/{ns}/watch?after=&wait_ms=`, a JSON long-poll, as the
 //!   Python and Node clients read it), so the server counts one long-poll against the token's
 //!   limit however many sessions the client holds. [`Watch::join`] starts it with the first
-//!   session of the namespace and returns once it is *placed* (at the server's newest event,
-//!   so earlier events, which concern others, are not read; if that read fails, from the
-//!   oldest kept event, as right, only longer): a session is handed out only after that, so
-//!   no event of it can come before the cursor. The stream stops when the last session's
-//!   [`Subscription`] is dropped (the client then holds no stream), and starts again, placed
-//!   anew, with the next session.
+//!   session of the namespace; it stops when the last session's [`Subscription`] is dropped
+//!   (the client then holds no stream), and starts again with the next session.
+//! - *Nothing is missed before the first poll*: a new stream reads from the oldest event the
+//!   server keeps, which is before any event of a session joined since (a session's events
+//!   begin with its first acquire, sent after it joined), in the background: a session is
+//!   handed out without waiting for the stream. Older events name other sessions, or leases
+//!   already ended (lease ids are never reused), so they end nothing held; events the server
+//!   dropped before that read are a `gap`.
 //! - Each poll is one call of the transport, so it fails over as every call does (the core's
 //!   `failover` rules) and resumes after the last event id taken in (numbered alike by every
 //!   node). Each event goes to the [`Listener`] of the session it names (its keeper); events
@@ -31,7 +33,6 @@ use klock_core::Event;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// How long one poll asks the server to hold it for an event (Python's and Node's
@@ -60,8 +61,6 @@ pub struct Watches(Arc<Mutex<HashMap<String, Weak<Watch>>>>);
 /// A client's reader of one namespace's events (module contract).
 pub struct Watch {
     listeners: Arc<Listeners>,
-    /// Set once the reader knows where it starts.
-    placed: watch::Receiver<bool>,
     task: JoinHandle<()>,
 }
 
@@ -74,8 +73,8 @@ pub struct Subscription {
 
 impl Watch {
     /// Routes the events of `session` (of namespace `ns`) to `listener` from now on, starting
-    /// the client's watch of `ns` if none runs; returns once the watch is placed.
-    pub async fn join(
+    /// the client's watch of `ns` if none runs.
+    pub fn join(
         transport: &Transport,
         ns: &str,
         session: u64,
@@ -97,21 +96,13 @@ impl Watch {
             .lock()
             .expect("listeners lock")
             .insert(session, listener);
-        let mut placed = watch.placed.clone();
-        // The reader only ends when the watch is dropped, and this holds it.
-        let _ = placed.wait_for(|placed| *placed).await;
         Subscription { watch, session }
     }
 
     fn start(transport: Transport, ns: String) -> Watch {
         let listeners = Arc::new(Listeners::default());
-        let (placed_tx, placed) = watch::channel(false);
-        let task = tokio::spawn(read(transport, ns, listeners.clone(), placed_tx));
-        Watch {
-            listeners,
-            placed,
-            task,
-        }
+        let task = tokio::spawn(read(transport, ns, listeners.clone()));
+        Watch { listeners, task }
     }
 }
 
@@ -128,19 +119,9 @@ impl Drop for Subscription {
     }
 }
 
-/// Places the watch, then polls it until aborted (module contract).
-async fn read(
-    transport: Transport,
-    ns: String,
-    listeners: Arc<Listeners>,
-    placed: watch::Sender<bool>,
-) {
+/// Polls the watch until aborted (module contract).
+async fn read(transport: Transport, ns: String, listeners: Arc<Listeners>) {
     let mut follow = Follow::new();
-    if let Ok((newest, _)) = routes::watch(&transport, &ns, None, Duration::ZERO).await {
-        // A bad id leaves it unplaced: read from the oldest kept event.
-        let _ = follow.placed(&newest.next);
-    }
-    placed.send_replace(true);
     loop {
         let after = follow.after().map(|after| after.to_string());
         let answer = routes::watch(&transport, &ns, after.as_deref(), WAIT).await;

@@ -3,10 +3,9 @@
 //!
 //! Contract:
 //! - [`Follow`] is where the stream resumes: the last event id taken in (`"<index>.<k>"`,
-//!   numbered alike by every node of a cluster), which only ever moves forward. It starts
-//!   unplaced (the stream's oldest kept event); [`Follow::placed`] moves it to the server's
-//!   newest event when the client's first session of the namespace opens, before that
-//!   session is handed out, so no event of it can come before the cursor.
+//!   numbered alike by every node of a cluster), which only ever moves forward. It starts at
+//!   the stream's oldest kept event (no `after`), which comes before any event of a session
+//!   the host routes from then on: nothing of it can be missed before the first poll.
 //! - *What was missed is learnt again*: [`Follow::answered`] says [`Resync::Held`] (renew
 //!   every lease the client holds in the namespace at once: the renewal answers, per lease,
 //!   whether the server still has it) when the answer follows a failed poll, comes from
@@ -77,19 +76,9 @@ pub struct Follow {
 }
 
 impl Follow {
-    /// A watch not placed yet: it reads from the oldest event the server keeps.
+    /// A watch that reads from the oldest event the server keeps.
     pub fn new() -> Follow {
         Follow::default()
-    }
-
-    /// The placing read answered: the stream is read after `next`, its newest event.
-    ///
-    /// # Errors
-    /// [`BadEventId`]; the watch then stays where it was (reading from the oldest kept event
-    /// is as right, only longer).
-    pub fn placed(&mut self, next: &str) -> Result<(), BadEventId> {
-        self.advance(EventId::parse(next)?);
-        Ok(())
     }
 
     /// The id to ask after (`None`: from the oldest kept event), as the query's `after=`.
@@ -167,10 +156,10 @@ mod tests {
     }
 
     #[test]
-    fn the_cursor_starts_unplaced_is_placed_and_only_moves_forward() {
+    fn the_cursor_starts_at_the_oldest_and_only_moves_forward() {
         let mut f = Follow::new();
         assert_eq!(after(&f), None);
-        f.placed("7.2").unwrap();
+        assert_eq!(f.answered(0, "7.2", false), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("7.2"));
         assert_eq!(f.answered(0, "9.0", false), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("9.0"));
@@ -185,10 +174,9 @@ mod tests {
     #[test]
     fn a_bad_next_is_a_named_error_that_moves_nothing() {
         let mut f = Follow::new();
-        f.placed("3.0").unwrap();
+        assert_eq!(f.answered(0, "3.0", false), Ok(Resync::Nothing));
         for bad in ["", "3", "x.1", "3.-1", "3.0.0"] {
             assert_eq!(f.answered(1, bad, true), Err(BadEventId), "{bad:?}");
-            assert_eq!(f.placed(bad), Err(BadEventId));
         }
         assert_eq!(after(&f).as_deref(), Some("3.0"));
         // The bad answers did not count as answers: node 1 never answered.
@@ -198,7 +186,6 @@ mod tests {
     #[test]
     fn a_gap_a_failure_or_another_node_resyncs_once() {
         let mut f = Follow::new();
-        f.placed("1.0").unwrap();
         assert_eq!(f.answered(0, "2.0", false), Ok(Resync::Nothing));
         assert_eq!(f.answered(0, "5.0", true), Ok(Resync::Held), "a gap");
         assert_eq!(f.answered(0, "5.0", false), Ok(Resync::Nothing));
@@ -218,10 +205,11 @@ mod tests {
     }
 
     #[test]
-    fn the_first_answer_after_placing_is_no_reconnect() {
+    fn the_first_answer_is_no_reconnect_but_its_gap_is() {
         let mut f = Follow::new();
-        f.placed("1.0").unwrap();
         assert_eq!(f.answered(1, "1.0", false), Ok(Resync::Nothing));
+        let mut f = Follow::new();
+        assert_eq!(f.answered(1, "1.0", true), Ok(Resync::Held));
     }
 
     #[test]
