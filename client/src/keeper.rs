@@ -114,7 +114,7 @@ impl Keeper {
         let events = Watch::join(
             &session.client,
             &session.info.namespace,
-            session.info.session_id.0,
+            (session.info.session_id.0, session.started_at),
             listener,
         );
         let beats = tokio::spawn(heartbeats(session, shared.clone()));

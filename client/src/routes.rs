@@ -23,6 +23,9 @@ pub const MAX_HOLD: Duration = Duration::from_secs(30);
 pub struct Session {
     pub client: Transport,
     pub info: SessionInfo,
+    /// The log index of the open or resume that answered it (`Klock-Index`), if the server
+    /// said: the session's events all come from later entries.
+    pub started_at: Option<u64>,
     token: String,
     /// What the next resume of the session must present.
     resume_secret: String,
@@ -92,10 +95,8 @@ impl Session {
     pub async fn open(client: Transport, ns: &str, agent_id: &str) -> Result<Session, Failure> {
         let body = json!({ "agent_id": agent_id });
         let path = format!("{}/sessions", ns_path(ns));
-        let v = client
-            .call("POST", &path, None, Some(&body), Duration::ZERO)
-            .await?;
-        Session::started(client, v)
+        let (v, index) = client.post_indexed(&path, &body).await?;
+        Session::started(client, v, index)
     }
 
     /// Re-attaches to the session a StateDigest names: same priority, leases kept.
@@ -109,19 +110,18 @@ impl Session {
     ) -> Result<Session, Failure> {
         let body = json!({ "digest": digest, "resume_secret": resume_secret });
         let path = format!("{}/sessions/resume", ns_path(&digest.identity.namespace));
-        let v = client
-            .call("POST", &path, None, Some(&body), Duration::ZERO)
-            .await?;
-        Session::started(client, v)
+        let (v, index) = client.post_indexed(&path, &body).await?;
+        Session::started(client, v, index)
     }
 
-    fn started(client: Transport, v: Value) -> Result<Session, Failure> {
+    fn started(client: Transport, v: Value, index: Option<u64>) -> Result<Session, Failure> {
         let token = v["session_token"].as_str().unwrap_or_default().to_owned();
         let resume_secret = v["resume_secret"].as_str().unwrap_or_default().to_owned();
         let info = decode("open", v)?;
         Ok(Session {
             client,
             info,
+            started_at: index,
             token,
             resume_secret,
         })

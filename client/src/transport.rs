@@ -195,11 +195,27 @@ fn retry_after_ms(answer: &Answer) -> Option<u64> {
     Some(seconds.saturating_mul(1_000))
 }
 
-/// A server's answer as the caller sees it: the JSON and `Klock-Now` of a 2xx, else its error.
-fn answered(answer: Answer) -> Result<(Value, Option<u64>), Failure> {
+/// A 2xx answer as the caller sees it.
+struct Answered {
+    body: Value,
+    /// `Klock-Now`: the server's time of the command the request made.
+    now: Option<u64>,
+    /// `Klock-Index`: the log index of that command's entry.
+    index: Option<u64>,
+    /// The node that answered, by position in the list.
+    node: usize,
+}
+
+/// A server's answer as the caller sees it: a 2xx's JSON and headers, else its error.
+fn answered(answer: Answer, node: usize) -> Result<Answered, Failure> {
     if (200..300).contains(&answer.status) {
-        let now = answer.header("klock-now").and_then(|v| v.parse().ok());
-        return Ok((answer.body, now));
+        let number = |name: &str| answer.header(name).and_then(|v| v.parse().ok());
+        return Ok(Answered {
+            now: number("klock-now"),
+            index: number("klock-index"),
+            body: answer.body,
+            node,
+        });
     }
     let error = &answer.body["error"];
     let text = |v: &Value| v.as_str().map(str::to_owned);
@@ -378,8 +394,30 @@ impl Transport {
             // One key per logical request: every attempt, on any node, carries the same.
             key: (method != "GET").then(idempotency_key),
         };
-        let (body, now, _) = self.exchange(&request, waits).await?;
-        Ok((body, now))
+        let answered = self.exchange(&request, waits).await?;
+        Ok((answered.body, answered.now))
+    }
+
+    /// A `POST` of `body` to `path` as [`Transport::call`] sends it, and the log index of the
+    /// command it made (`Klock-Index`; `None` from a server that does not say): event ids
+    /// start with it, so a reader of events knows where that command's begin.
+    ///
+    /// # Errors
+    /// As [`Transport::call`].
+    pub async fn post_indexed(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> Result<(Value, Option<u64>), Failure> {
+        let request = Request {
+            method: "POST",
+            path,
+            session_token: None,
+            body: body.to_string(),
+            key: Some(idempotency_key()),
+        };
+        let answered = self.exchange(&request, Duration::ZERO).await?;
+        Ok((answered.body, answered.index))
     }
 
     /// A `GET` of `path` as [`Transport::call`] sends it, and which node answered (its
@@ -396,17 +434,12 @@ impl Transport {
             body: String::new(),
             key: None,
         };
-        let (body, _, node) = self.exchange(&request, waits).await?;
-        Ok((body, node))
+        let answered = self.exchange(&request, waits).await?;
+        Ok((answered.body, answered.node))
     }
 
-    /// Sends `request` (module contract): the JSON and `Klock-Now` of a 2xx answer, and the
-    /// node that gave it.
-    async fn exchange(
-        &self,
-        request: &Request<'_>,
-        waits: Duration,
-    ) -> Result<(Value, Option<u64>, usize), Failure> {
+    /// Sends `request` (module contract): a 2xx answer, with the node that gave it.
+    async fn exchange(&self, request: &Request<'_>, waits: Duration) -> Result<Answered, Failure> {
         let started = Instant::now();
         let mut attempts = {
             let servers = self.servers.lock().expect("servers lock");
@@ -456,8 +489,7 @@ impl Transport {
             );
             match next {
                 Next::Done | Next::GiveUp(GaveUp::Busy) => {
-                    let (body, now) = answered(attempt.expect("an answer"))?;
-                    return Ok((body, now, at));
+                    return answered(attempt.expect("an answer"), at);
                 }
                 Next::Retry { after_ms, .. } => {
                     tokio::time::sleep(Duration::from_millis(after_ms)).await;

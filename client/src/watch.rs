@@ -8,12 +8,13 @@
 //!   limit however many sessions the client holds. [`Watch::join`] starts it with the first
 //!   session of the namespace; it stops when the last session's [`Subscription`] is dropped
 //!   (the client then holds no stream), and starts again with the next session.
-//! - *Nothing is missed before the first poll*: a new stream reads from the oldest event the
-//!   server keeps, which is before any event of a session joined since (a session's events
-//!   begin with its first acquire, sent after it joined), in the background: a session is
-//!   handed out without waiting for the stream. Older events name other sessions, or leases
-//!   already ended (lease ids are never reused), so they end nothing held; events the server
-//!   dropped before that read are a `gap`.
+//! - *Nothing is missed before the first poll*: a new stream reads from the log entry that
+//!   opened (or resumed) the session that started it (the answer's `Klock-Index`; from the
+//!   oldest kept event if the server did not say), so every event of that session, and of
+//!   every session joined later, is at or after its cursor, and older events (others') are
+//!   not read. It costs no request before the session is handed out (Python and Node place
+//!   their watch with a read first). A session that joins a running stream needs nothing:
+//!   its events begin with its first acquire, sent after it joined.
 //! - Each poll is one call of the transport, so it fails over as every call does (the core's
 //!   `failover` rules) and resumes after the last event id taken in (numbered alike by every
 //!   node). Each event goes to the [`Listener`] of the session it names (its keeper); events
@@ -72,12 +73,13 @@ pub struct Subscription {
 }
 
 impl Watch {
-    /// Routes the events of `session` (of namespace `ns`) to `listener` from now on, starting
-    /// the client's watch of `ns` if none runs.
+    /// Routes the events of `session` (of namespace `ns`, opened or resumed by log entry
+    /// `started_at`) to `listener` from now on, starting the client's watch of `ns` if none
+    /// runs.
     pub fn join(
         transport: &Transport,
         ns: &str,
-        session: u64,
+        (session, started_at): (u64, Option<u64>),
         listener: Weak<dyn Listener>,
     ) -> Subscription {
         let watch = {
@@ -85,7 +87,8 @@ impl Watch {
             match running.get(ns).and_then(Weak::upgrade) {
                 Some(watch) => watch,
                 None => {
-                    let watch = Arc::new(Watch::start(transport.clone(), ns.to_owned()));
+                    let follow = started_at.map_or_else(Follow::new, Follow::from_entry);
+                    let watch = Arc::new(Watch::start(transport.clone(), ns.to_owned(), follow));
                     running.insert(ns.to_owned(), Arc::downgrade(&watch));
                     watch
                 }
@@ -99,9 +102,9 @@ impl Watch {
         Subscription { watch, session }
     }
 
-    fn start(transport: Transport, ns: String) -> Watch {
+    fn start(transport: Transport, ns: String, follow: Follow) -> Watch {
         let listeners = Arc::new(Listeners::default());
-        let task = tokio::spawn(read(transport, ns, listeners.clone()));
+        let task = tokio::spawn(read(transport, ns, follow, listeners.clone()));
         Watch { listeners, task }
     }
 }
@@ -120,8 +123,7 @@ impl Drop for Subscription {
 }
 
 /// Polls the watch until aborted (module contract).
-async fn read(transport: Transport, ns: String, listeners: Arc<Listeners>) {
-    let mut follow = Follow::new();
+async fn read(transport: Transport, ns: String, mut follow: Follow, listeners: Arc<Listeners>) {
     loop {
         let after = follow.after().map(|after| after.to_string());
         let answer = routes::watch(&transport, &ns, after.as_deref(), WAIT).await;

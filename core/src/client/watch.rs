@@ -3,9 +3,12 @@
 //!
 //! Contract:
 //! - [`Follow`] is where the stream resumes: the last event id taken in (`"<index>.<k>"`,
-//!   numbered alike by every node of a cluster), which only ever moves forward. It starts at
-//!   the stream's oldest kept event (no `after`), which comes before any event of a session
-//!   the host routes from then on: nothing of it can be missed before the first poll.
+//!   numbered alike by every node of a cluster), which only ever moves forward. A stream
+//!   started for a session reads from the log entry that opened (or resumed) it
+//!   ([`Follow::from_entry`], the answer's `Klock-Index`): every event of the session comes
+//!   from that entry or a later one, and the older events, which concern others, are not
+//!   read. Without that index it reads from the oldest kept event ([`Follow::new`]): as
+//!   right, only longer. Either way nothing of the session is missed before the first poll.
 //! - *What was missed is learnt again*: [`Follow::answered`] says [`Resync::Held`] (renew
 //!   every lease the client holds in the namespace at once: the renewal answers, per lease,
 //!   whether the server still has it) when the answer follows a failed poll, comes from
@@ -79,6 +82,18 @@ impl Follow {
     /// A watch that reads from the oldest event the server keeps.
     pub fn new() -> Follow {
         Follow::default()
+    }
+
+    /// A watch that reads every event of log entry `index` and later ones (module contract).
+    pub fn from_entry(index: u64) -> Follow {
+        Follow {
+            // The last event of the entry before; entry 0 has none before it.
+            after: index.checked_sub(1).map(|before| EventId {
+                index: before,
+                k: u32::MAX,
+            }),
+            ..Follow::default()
+        }
     }
 
     /// The id to ask after (`None`: from the oldest kept event), as the query's `after=`.
@@ -169,6 +184,19 @@ mod tests {
         // Numeric, not textual, order.
         assert_eq!(f.answered(0, "10.0", false), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("10.0"));
+    }
+
+    #[test]
+    fn a_stream_for_a_session_reads_from_the_entry_that_opened_it() {
+        let f = Follow::from_entry(12);
+        assert_eq!(after(&f).as_deref(), Some("11.4294967295"));
+        assert_eq!(after(&Follow::from_entry(0)), None);
+        // An event of entry 12 is after the cursor, the last of entry 11 is not.
+        let mut f = Follow::from_entry(12);
+        assert_eq!(f.answered(0, "11.3", false), Ok(Resync::Nothing));
+        assert_eq!(after(&f).as_deref(), Some("11.4294967295"));
+        assert_eq!(f.answered(0, "12.0", false), Ok(Resync::Nothing));
+        assert_eq!(after(&f).as_deref(), Some("12.0"));
     }
 
     #[test]
