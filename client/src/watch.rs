@@ -25,7 +25,10 @@
 //!   once, and the renewal says which the server no longer has).
 //! - A poll that fails (the servers stayed away past the call's budget, a refusal, an answer
 //!   this client cannot read) is asked again after [`PAUSE`]; meanwhile the keepers' local
-//!   deadlines decide what an absent server costs.
+//!   deadlines decide what an absent server costs. A poll whose call was retried within its
+//!   budget (a cut connection) and answered by the same node without a `gap` missed nothing
+//!   (that node kept every event after the cursor), so only a call that gave up counts as a
+//!   failed poll.
 
 use crate::routes::{self, EventBatch};
 use crate::transport::Transport;
