@@ -1,23 +1,31 @@
 //! Keeps a session's leases alive in the background and says when one is lost.
 //!
-//! Contract: [`Keeper::start`] runs two tasks for a session (on the tokio runtime it is called
-//! in). Each lease handed to [`Keeper::hold`] has a local deadline: the send time of the last
-//! request that granted or renewed it, plus its TTL, on the monotonic clock; the server cannot
-//! have let it expire earlier. The heartbeat task renews every held lease together when the
-//! first is due, a third of the way to its local deadline (the core's [`klock_core::renew_at`]:
-//! two more renewals may fail before it ends). The events task
-//! long-polls the session's events. A lease is reported lost once, on the returned channel,
-//! when a heartbeat answers anything but OK for it or is refused (401: the session was resumed
-//! elsewhere, a new token), an event says it expired, was wounded or
-//! its session closed, or its local deadline passes without a renewal (a server that does
-//! not answer cannot keep a lease alive). A lost lease is no longer held. Dropping the keeper
-//! stops both tasks.
+//! Contract: [`Keeper::start`] runs one heartbeat task for a session (on the tokio runtime it
+//! is called in) and joins the client's event stream of the session's namespace
+//! ([`crate::watch`]: one stream per client and namespace, whatever the number of sessions).
+//! Each lease handed to [`Keeper::hold`] has a local
+//! deadline: the send time of the last request that granted or renewed it, plus its TTL, on
+//! the monotonic clock; the server cannot have let it expire earlier. The heartbeat task
+//! renews every held lease together when the first is due, a third of the way to its local
+//! deadline (the core's [`klock_core::renew_at`]: two more renewals may fail before it ends),
+//! and at once when the stream may have missed events (a reconnect, another node, a gap: the
+//! core's `watch` rules); a renewal keeps the server's new `expires_at` in the lease
+//! ([`Keeper::held`]). A lease is reported lost once, on the returned channel, when a
+//! heartbeat answers anything but OK for it or is refused (401: the session was resumed
+//! elsewhere, a new token), an event of the stream ends it (it expired, was wounded or its
+//! session closed: the core's `watch::ends`), or its local deadline passes without a renewal
+//! (a server that does not answer cannot keep a lease alive). A lost lease is no longer held.
+//! Dropping the keeper stops its task and leaves the stream (the last session of the
+//! namespace stops it).
 
 use crate::routes::Session;
 use crate::transport::Failure;
+use crate::watch::{Listener, Subscription, Watch};
+use klock_core::client::watch::{ends, Ended};
 use klock_core::{renew_at, Event, Lease};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
@@ -62,14 +70,20 @@ struct Shared {
     /// The zero of the milliseconds the core's schedule counts in.
     origin: Instant,
     held: Mutex<BTreeMap<u64, Held>>,
-    /// Wakes the heartbeat task when the set of leases changes.
+    /// Wakes the heartbeat task when the set of leases changes, or a renewal is asked now.
     changed: Notify,
+    /// Renew every held lease now, not when due: the event stream may have missed events.
+    renew_now: AtomicBool,
+    /// Where losses are reported.
+    losses: mpsc::UnboundedSender<Loss>,
 }
 
 /// The background keeper of one session's leases.
 pub struct Keeper {
     shared: Arc<Shared>,
-    tasks: [JoinHandle<()>; 2],
+    beats: JoinHandle<()>,
+    /// The session's place on its namespace's event stream.
+    _events: Subscription,
 }
 
 /// A lease's local deadline: `sent` plus its TTL. A TTL over a century (a server configured
@@ -88,17 +102,26 @@ const RETRY: Duration = Duration::from_millis(200);
 impl Keeper {
     /// Starts keeping `session`'s leases; losses arrive on the receiver.
     pub fn start(session: Session) -> (Keeper, mpsc::UnboundedReceiver<Loss>) {
+        let (losses, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             origin: Instant::now(),
             held: Mutex::default(),
             changed: Notify::new(),
+            renew_now: AtomicBool::new(false),
+            losses,
         });
-        let (tx, rx) = mpsc::unbounded_channel();
-        let beats = tokio::spawn(heartbeats(session.clone(), shared.clone(), tx.clone()));
-        let events = tokio::spawn(events(session, shared.clone(), tx));
+        let listener: Weak<dyn Listener> = Arc::downgrade(&shared) as Weak<dyn Listener>;
+        let events = Watch::join(
+            &session.client,
+            &session.info.namespace,
+            (session.info.session_id.0, session.started_at),
+            listener,
+        );
+        let beats = tokio::spawn(heartbeats(session, shared.clone()));
         let keeper = Keeper {
             shared,
-            tasks: [beats, events],
+            beats,
+            _events: events,
         };
         (keeper, rx)
     }
@@ -154,15 +177,37 @@ impl Keeper {
 
 impl Drop for Keeper {
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.beats.abort();
+    }
+}
+
+impl Listener for Shared {
+    fn event(&self, event: &Event) {
+        let Some((ended, reason)) = ends(event) else {
+            return;
+        };
+        let ids: Vec<u64> = match ended {
+            Ended::Leases(leases) => leases.iter().map(|l| l.0).collect(),
+            Ended::All => self
+                .held
+                .lock()
+                .expect("keeper lock")
+                .keys()
+                .copied()
+                .collect(),
+        };
+        self.lose(&ids, reason);
+    }
+
+    fn resync(&self) {
+        self.renew_now.store(true, Ordering::SeqCst);
+        self.changed.notify_one();
     }
 }
 
 impl Shared {
     /// Removes the leases among `ids` still held and reports them lost.
-    fn lose(&self, ids: &[u64], reason: &str, tx: &mpsc::UnboundedSender<Loss>) {
+    fn lose(&self, ids: &[u64], reason: &str) {
         let mut held = self.held.lock().expect("keeper lock");
         let leases: Vec<Lease> = ids
             .iter()
@@ -170,7 +215,7 @@ impl Shared {
             .map(|h| h.lease)
             .collect();
         if !leases.is_empty() {
-            let _ = tx.send(Loss {
+            let _ = self.losses.send(Loss {
                 leases,
                 reason: reason.to_owned(),
             });
@@ -192,12 +237,19 @@ impl Shared {
     }
 }
 
-async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Loss>) {
+async fn heartbeats(session: Session, shared: Arc<Shared>) {
     // Set after a heartbeat failed: try again at this time rather than a third TTL later.
     let mut retry_at: Option<Instant> = None;
     loop {
         let (ids, due, deadline) = shared.plan();
-        let due = due.map(|due| retry_at.unwrap_or(due));
+        let asked_now = shared.renew_now.swap(false, Ordering::SeqCst);
+        let due = due.map(|due| {
+            if asked_now {
+                Instant::now()
+            } else {
+                retry_at.unwrap_or(due)
+            }
+        });
         let (Some(due), Some(deadline)) = (due, deadline) else {
             shared.changed.notified().await;
             continue;
@@ -205,7 +257,7 @@ async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSe
         tokio::select! {
             () = shared.changed.notified() => continue,
             () = tokio::time::sleep_until(deadline) => {
-                expire_overdue(&shared, &tx);
+                expire_overdue(&shared);
                 continue;
             }
             () = tokio::time::sleep_until(due) => {}
@@ -215,23 +267,23 @@ async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSe
             answer = session.heartbeat(&ids) => answer,
             // A server that does not answer must not hold the deadline back.
             () = tokio::time::sleep_until(deadline) => {
-                expire_overdue(&shared, &tx);
+                expire_overdue(&shared);
                 continue;
             }
         };
         match answer {
             Ok(results) => {
                 retry_at = None;
-                renew(&shared, &ids, &results, sent, &tx);
+                renew(&shared, &ids, &results, sent);
             }
             Err(Failure::Refused { name, .. }) if name == "UNKNOWN_SESSION" => {
-                shared.lose(&ids, "SESSION_CLOSED", &tx);
+                shared.lose(&ids, "SESSION_CLOSED");
             }
             // Refused credentials (the session resumed by another process, which holds it now
             // with a new token; or a bearer token the server no longer takes): no renewal will
             // ever pass, so the leases are lost now, not at their local deadline.
             Err(Failure::Refused { status: 401, .. }) => {
-                shared.lose(&ids, "UNAUTHORIZED", &tx);
+                shared.lose(&ids, "UNAUTHORIZED");
             }
             // Unreachable, or refused for a reason that may pass (a rate limit): try again
             // soon; the local deadline decides when it is too late.
@@ -240,22 +292,19 @@ async fn heartbeats(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSe
     }
 }
 
-/// Moves the deadlines of the leases renewed by a heartbeat sent at `sent` for `asked`; the
-/// others are lost (a lease the answer does not name is not renewed: were it kept, it would be
-/// due again at once, forever).
-fn renew(
-    shared: &Shared,
-    asked: &[u64],
-    results: &[(u64, Result<u64, String>)],
-    sent: Instant,
-    tx: &mpsc::UnboundedSender<Loss>,
-) {
+/// Moves the deadlines of the leases renewed by a heartbeat sent at `sent` for `asked`, and
+/// keeps the server's new expiry; the others are lost (a lease the answer does not name is not
+/// renewed: were it kept, it would be due again at once, forever).
+fn renew(shared: &Shared, asked: &[u64], results: &[(u64, Result<u64, String>)], sent: Instant) {
     let mut lost: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     {
         let mut held = shared.held.lock().expect("keeper lock");
         for (id, result) in results {
             match (result, held.get_mut(id)) {
-                (Ok(_), Some(h)) => h.deadline = local_deadline(sent, h.lease.ttl_ms),
+                (Ok(expires_at), Some(h)) => {
+                    h.deadline = local_deadline(sent, h.lease.ttl_ms);
+                    h.lease.expires_at = *expires_at;
+                }
                 (Err(reason), Some(_)) => lost.entry(reason).or_default().push(*id),
                 (_, None) => {}
             }
@@ -267,11 +316,11 @@ fn renew(
         }
     }
     for (reason, ids) in lost {
-        shared.lose(&ids, reason, tx);
+        shared.lose(&ids, reason);
     }
 }
 
-fn expire_overdue(shared: &Shared, tx: &mpsc::UnboundedSender<Loss>) {
+fn expire_overdue(shared: &Shared) {
     let now = Instant::now();
     let overdue: Vec<u64> = {
         let held = shared.held.lock().expect("keeper lock");
@@ -280,47 +329,5 @@ fn expire_overdue(shared: &Shared, tx: &mpsc::UnboundedSender<Loss>) {
             .map(|(id, _)| *id)
             .collect()
     };
-    shared.lose(&overdue, "NOT_RENEWED", tx);
-}
-
-async fn events(session: Session, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Loss>) {
-    let mut after: Option<String> = None;
-    loop {
-        let batch = match session
-            .events(after.as_deref(), Duration::from_secs(25))
-            .await
-        {
-            Ok(batch) => batch,
-            // The session is gone, or no longer ours: no event will come (the heartbeats
-            // report its leases).
-            Err(Failure::Refused { name, .. }) if name == "UNKNOWN_SESSION" => return,
-            Err(Failure::Refused { status: 401, .. }) => return,
-            Err(_) => {
-                // The heartbeat task judges an unreachable server; just try again later.
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        for stamped in &batch.events {
-            match &stamped.event {
-                Event::LeaseExpired { lease, .. } => shared.lose(&[lease.0], "LEASE_EXPIRED", &tx),
-                Event::Wounded { lost_leases, .. } => {
-                    let ids: Vec<u64> = lost_leases.iter().map(|l| l.0).collect();
-                    shared.lose(&ids, "WOUNDED", &tx);
-                }
-                Event::SessionClosed { .. } => {
-                    let ids: Vec<u64> = shared
-                        .held
-                        .lock()
-                        .expect("keeper lock")
-                        .keys()
-                        .copied()
-                        .collect();
-                    shared.lose(&ids, "SESSION_CLOSED", &tx);
-                }
-                _ => {}
-            }
-        }
-        after = Some(batch.next);
-    }
+    shared.lose(&overdue, "NOT_RENEWED");
 }

@@ -18,6 +18,8 @@
 //!   [`http`]; where the servers are is [`endpoint`].
 //! - [`routes`]: one session's routes as typed calls.
 //! - [`keeper`]: background renewals, and the report of a lost lease.
+//! - [`watch`]: one event stream per client and namespace, carrying every session's events
+//!   to its keeper.
 //! - [`describe`]: leases and blockers as text.
 
 pub mod acquire;
@@ -34,6 +36,7 @@ pub mod keeper;
 pub mod routes;
 pub mod session;
 pub mod transport;
+pub mod watch;
 
 pub use client::{Client, Connect};
 pub use error::Error;

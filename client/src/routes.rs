@@ -23,6 +23,9 @@ pub const MAX_HOLD: Duration = Duration::from_secs(30);
 pub struct Session {
     pub client: Transport,
     pub info: SessionInfo,
+    /// The log index of the open or resume that answered it (`Klock-Index`), if the server
+    /// said: the session's events all come from later entries.
+    pub started_at: Option<u64>,
     token: String,
     /// What the next resume of the session must present.
     resume_secret: String,
@@ -59,12 +62,16 @@ pub struct Stamped {
     pub event: Event,
 }
 
-/// A read of a session's events.
+/// A read of a session's events, or of a namespace's (its watch).
 #[derive(Clone, Debug, Deserialize)]
 pub struct EventBatch {
     pub events: Vec<Stamped>,
     /// Ask after this next time.
     pub next: String,
+    /// The server dropped events after the id asked for (its byte budget, or a restart from
+    /// a snapshot): the reader missed some.
+    #[serde(default)]
+    pub gap: bool,
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, Failure> {
@@ -88,10 +95,8 @@ impl Session {
     pub async fn open(client: Transport, ns: &str, agent_id: &str) -> Result<Session, Failure> {
         let body = json!({ "agent_id": agent_id });
         let path = format!("{}/sessions", ns_path(ns));
-        let v = client
-            .call("POST", &path, None, Some(&body), Duration::ZERO)
-            .await?;
-        Session::started(client, v)
+        let (v, index) = client.post_indexed(&path, &body).await?;
+        Session::started(client, v, index)
     }
 
     /// Re-attaches to the session a StateDigest names: same priority, leases kept.
@@ -105,19 +110,18 @@ impl Session {
     ) -> Result<Session, Failure> {
         let body = json!({ "digest": digest, "resume_secret": resume_secret });
         let path = format!("{}/sessions/resume", ns_path(&digest.identity.namespace));
-        let v = client
-            .call("POST", &path, None, Some(&body), Duration::ZERO)
-            .await?;
-        Session::started(client, v)
+        let (v, index) = client.post_indexed(&path, &body).await?;
+        Session::started(client, v, index)
     }
 
-    fn started(client: Transport, v: Value) -> Result<Session, Failure> {
+    fn started(client: Transport, v: Value, index: Option<u64>) -> Result<Session, Failure> {
         let token = v["session_token"].as_str().unwrap_or_default().to_owned();
         let resume_secret = v["resume_secret"].as_str().unwrap_or_default().to_owned();
         let info = decode("open", v)?;
         Ok(Session {
             client,
             info,
+            started_at: index,
             token,
             resume_secret,
         })
@@ -341,6 +345,27 @@ fn outcome(event: Event) -> Outcome {
         | Event::Acquired { .. }
         | Event::Released { .. } => Outcome::Died(0),
     }
+}
+
+/// Every session's events in namespace `ns` after `after` (`None`: from the oldest kept),
+/// waiting up to `wait` (at most [`MAX_HOLD`]) for one; and which node answered (its position
+/// in the client's list).
+///
+/// # Errors
+/// Unreachable, or a token without access to the namespace.
+pub async fn watch(
+    client: &Transport,
+    ns: &str,
+    after: Option<&str>,
+    wait: Duration,
+) -> Result<(EventBatch, usize), Failure> {
+    let wait = wait.min(MAX_HOLD);
+    let mut path = format!("{}/watch?wait_ms={}", ns_path(ns), wait.as_millis());
+    if let Some(after) = after {
+        path.push_str(&format!("&after={}", percent_encode(after)));
+    }
+    let (v, node) = client.get_from(&path, wait).await?;
+    Ok((decode("watch", v)?, node))
 }
 
 /// Who holds and waits on one resource in a namespace, and the server's time then.

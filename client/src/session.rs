@@ -130,7 +130,8 @@ impl Session {
         &self.inner.routes
     }
 
-    /// The leases this session holds now (through every guard).
+    /// The leases this session holds now (through every guard), each with the `expires_at`
+    /// its last renewal answered.
     pub fn held(&self) -> Vec<Lease> {
         self.inner.keeper.held()
     }

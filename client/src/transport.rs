@@ -26,6 +26,7 @@
 use crate::conn::Pool;
 pub use crate::endpoint::Endpoint;
 use crate::http::{parse, Answer};
+use crate::watch::Watches;
 use klock_core::client::failover::{GaveUp, Next, Outcome, Servers};
 use serde_json::Value;
 use std::fmt;
@@ -113,6 +114,9 @@ pub struct Transport {
     tls: Option<tokio_rustls::TlsConnector>,
     /// The CA bundle it was made from, for a command started with this connection.
     ca: Option<PathBuf>,
+    /// The namespace event streams its sessions share ([`crate::watch`]): one per namespace
+    /// for the transport and its clones.
+    watches: Watches,
 }
 
 impl fmt::Debug for Transport {
@@ -191,11 +195,27 @@ fn retry_after_ms(answer: &Answer) -> Option<u64> {
     Some(seconds.saturating_mul(1_000))
 }
 
-/// A server's answer as the caller sees it: the JSON and `Klock-Now` of a 2xx, else its error.
-fn answered(answer: Answer) -> Result<(Value, Option<u64>), Failure> {
+/// A 2xx answer as the caller sees it.
+struct Answered {
+    body: Value,
+    /// `Klock-Now`: the server's time of the command the request made.
+    now: Option<u64>,
+    /// `Klock-Index`: the log index of that command's entry.
+    index: Option<u64>,
+    /// The node that answered, by position in the list.
+    node: usize,
+}
+
+/// A server's answer as the caller sees it: a 2xx's JSON and headers, else its error.
+fn answered(answer: Answer, node: usize) -> Result<Answered, Failure> {
     if (200..300).contains(&answer.status) {
-        let now = answer.header("klock-now").and_then(|v| v.parse().ok());
-        return Ok((answer.body, now));
+        let number = |name: &str| answer.header(name).and_then(|v| v.parse().ok());
+        return Ok(Answered {
+            now: number("klock-now"),
+            index: number("klock-index"),
+            body: answer.body,
+            node,
+        });
     }
     let error = &answer.body["error"];
     let text = |v: &Value| v.as_str().map(str::to_owned);
@@ -242,6 +262,7 @@ impl Transport {
             token,
             tls: None,
             ca: None,
+            watches: Watches::default(),
         }
     }
 
@@ -316,6 +337,11 @@ impl Transport {
         self.ca.as_deref()
     }
 
+    /// The namespace event streams of this client ([`crate::watch`]).
+    pub(crate) fn watches(&self) -> &Watches {
+        &self.watches
+    }
+
     /// The bearer token this client shows, if any.
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()
@@ -368,6 +394,52 @@ impl Transport {
             // One key per logical request: every attempt, on any node, carries the same.
             key: (method != "GET").then(idempotency_key),
         };
+        let answered = self.exchange(&request, waits).await?;
+        Ok((answered.body, answered.now))
+    }
+
+    /// A `POST` of `body` to `path` as [`Transport::call`] sends it, and the log index of the
+    /// command it made (`Klock-Index`; `None` from a server that does not say): event ids
+    /// start with it, so a reader of events knows where that command's begin.
+    ///
+    /// # Errors
+    /// As [`Transport::call`].
+    pub async fn post_indexed(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> Result<(Value, Option<u64>), Failure> {
+        let request = Request {
+            method: "POST",
+            path,
+            session_token: None,
+            body: body.to_string(),
+            key: Some(idempotency_key()),
+        };
+        let answered = self.exchange(&request, Duration::ZERO).await?;
+        Ok((answered.body, answered.index))
+    }
+
+    /// A `GET` of `path` as [`Transport::call`] sends it, and which node answered (its
+    /// position in the list): a reader that resumes a stream must know when the node changed
+    /// (the core's `watch` rules).
+    ///
+    /// # Errors
+    /// As [`Transport::call`].
+    pub async fn get_from(&self, path: &str, waits: Duration) -> Result<(Value, usize), Failure> {
+        let request = Request {
+            method: "GET",
+            path,
+            session_token: None,
+            body: String::new(),
+            key: None,
+        };
+        let answered = self.exchange(&request, waits).await?;
+        Ok((answered.body, answered.node))
+    }
+
+    /// Sends `request` (module contract): a 2xx answer, with the node that gave it.
+    async fn exchange(&self, request: &Request<'_>, waits: Duration) -> Result<Answered, Failure> {
         let started = Instant::now();
         let mut attempts = {
             let servers = self.servers.lock().expect("servers lock");
@@ -381,9 +453,10 @@ impl Transport {
         };
         loop {
             let limit = attempts.attempt_limit_ms(self.now_ms(), ms(waits + SLACK));
-            let node = &self.nodes[attempts.node()];
+            let at = attempts.node();
+            let node = &self.nodes[at];
             let attempt = self
-                .attempt(node, &request, Duration::from_millis(limit))
+                .attempt(node, request, Duration::from_millis(limit))
                 .await;
             let (outcome, why) = match &attempt {
                 Ok(answer) if answer.status == 429 => (
@@ -416,7 +489,7 @@ impl Transport {
             );
             match next {
                 Next::Done | Next::GiveUp(GaveUp::Busy) => {
-                    return answered(attempt.expect("an answer"));
+                    return answered(attempt.expect("an answer"), at);
                 }
                 Next::Retry { after_ms, .. } => {
                     tokio::time::sleep(Duration::from_millis(after_ms)).await;

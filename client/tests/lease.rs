@@ -360,23 +360,8 @@ async fn a_lease_future_dropped_while_it_waits_withdraws_its_ticket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_wrong_token_fails_at_connect_by_name() {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let mut hash = std::process::Command::new(support::klock())
-        .arg("token-hash")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    hash.stdin.take().unwrap().write_all(b"s3cret").unwrap();
-    let hash = String::from_utf8(hash.wait_with_output().unwrap().stdout).unwrap();
-    let tokens = dir.path().join("tokens.json");
-    let file = format!(
-        r#"{{"tokens": [{{"name": "ci", "sha256": "{}", "role": "agent", "namespaces": ["default"]}}]}}"#,
-        hash.trim()
-    );
-    std::fs::write(&tokens, file).unwrap();
-    let server = server(&["--tokens", tokens.to_str().unwrap()]);
+    let server = support::token_server(dir.path(), "s3cret", &["default"]);
     bounded(async {
         for token in [None, Some("wrong")] {
             let e = Client::connect(&url(&server), token).await.unwrap_err();

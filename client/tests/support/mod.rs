@@ -37,6 +37,55 @@ pub fn server(args: &[&str]) -> Server {
     Server::spawn(&klock(), &all)
 }
 
+/// `klock serve --memory --tokens FILE` (every limit at its default), where FILE, written in
+/// `dir`, lists one `agent` token: `secret`, for the namespaces `namespaces`.
+pub fn token_server(dir: &std::path::Path, secret: &str, namespaces: &[&str]) -> Server {
+    use std::io::Write;
+    let mut hash = std::process::Command::new(klock())
+        .arg("token-hash")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run klock token-hash");
+    hash.stdin
+        .take()
+        .expect("its stdin")
+        .write_all(secret.as_bytes())
+        .expect("write the secret");
+    let hash = hash.wait_with_output().expect("klock token-hash");
+    let hash = String::from_utf8(hash.stdout).expect("a hex digest");
+    let file = serde_json::json!({"tokens": [{
+        "name": "test", "sha256": hash.trim(), "role": "agent", "namespaces": namespaces,
+    }]});
+    let tokens = dir.join("tokens.json");
+    std::fs::write(&tokens, file.to_string()).expect("write the token file");
+    server(&["--tokens", tokens.to_str().expect("a UTF-8 path")])
+}
+
+/// A gauge or counter of the server's `/metrics` (summed over its labels), read with the
+/// bearer `token` if the server takes tokens.
+pub fn metric(server: &Server, token: Option<&str>, name: &str) -> f64 {
+    let bearer = token.map(|token| format!("Bearer {token}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|bearer| ("authorization", bearer.as_str()))
+        .collect();
+    let answer =
+        klock_testkit::http_client::request(server.port(), "GET", "/metrics", &headers, b"")
+            .expect("read /metrics");
+    let text = String::from_utf8(answer.raw).expect("UTF-8 metrics");
+    let series: Vec<f64> = text
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(!series.is_empty(), "{name} is not in /metrics: {text}");
+    series.iter().sum()
+}
+
 pub fn url(server: &Server) -> String {
     format!("http://127.0.0.1:{}", server.port())
 }

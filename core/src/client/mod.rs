@@ -10,10 +10,13 @@
 //! - [`Ledger`]: which nested lease blocks hold which leases, which leases a block's exit
 //!   releases, and when each block's next heartbeat is due.
 //! - [`failover`]: which server a remote call asks next, when it pauses, and when it gives up.
+//! - [`watch`]: one event stream for every session of a remote client: where it resumes,
+//!   when what it missed must be learnt again, and which leases an event ends.
 
 mod acquire;
 pub mod failover;
 mod ledger;
+pub mod watch;
 
 pub use acquire::{Acquisition, Failure, Next, Setback, TimedOut};
 pub use ledger::{renew_at, BlockId, HeldLease, Ledger};
