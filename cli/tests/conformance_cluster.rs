@@ -35,19 +35,10 @@ fn the_odd_vectors_pass_through_a_three_node_cluster() {
 
 #[test]
 fn a_vector_the_cluster_does_not_meet_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let wrong = dir.path().join("wrong.json");
-    std::fs::write(
-        &wrong,
-        r#"{"name": "a second writer is not granted", "spec": "docs/SPEC.md §4", "config": {},
-            "steps": [
-              {"now": 0, "do": "open", "agent": "a", "as": "A"},
-              {"now": 0, "do": "open", "agent": "b", "as": "B"},
-              {"now": 1, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED", "events": [{"event": "ACQUIRED"}]}},
-              {"now": 2, "do": "acquire", "session": "B", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED", "events": [{"event": "ACQUIRED"}]}}
-            ]}"#,
-    )
-    .unwrap();
+    // A vector the kernel does not meet (a second writer granted), shared with the HTTP
+    // run's test (testkit/tests/conformance_http.rs).
+    let wrong = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testkit/fixtures/unmet-vector.json");
     let paths = [wrong.to_string_lossy().into_owned()];
     let summary = klock_testkit::conformance::run_cluster(support::klock(), &paths);
     let lines = summary.lines().join("\n");

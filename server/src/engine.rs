@@ -593,13 +593,18 @@ impl Writer {
         let deadline = state.machine().kernel().next_deadline();
         let snapshot: Option<MachineSnapshot> = snapshot_due.then(|| state.machine().snapshot());
         drop(state);
+        // Counted before the answers go: a client that reads /metrics after its answer sees
+        // its entry (counted after, a read right behind the answer could miss it).
+        self.metrics
+            .commit_entries
+            .fetch_add(count, Ordering::Relaxed);
+        self.metrics
+            .log_entries
+            .store(self.since_snapshot, Ordering::Relaxed);
         for (responder, reply) in responders.into_iter().zip(replies) {
             let _ = responder.send(Ok(reply));
         }
         self.timer.rearm(deadline);
-        self.metrics
-            .commit_entries
-            .fetch_add(count, Ordering::Relaxed);
         if let Some(snapshot) = snapshot {
             self.since_snapshot = 0;
             let compacted = self
@@ -614,10 +619,8 @@ impl Writer {
                 "snapshot stored at entry {}; the log before it compacted away",
                 snapshot.applied
             );
+            self.metrics.log_entries.store(0, Ordering::Relaxed);
         }
-        self.metrics
-            .log_entries
-            .store(self.since_snapshot, Ordering::Relaxed);
         appended
     }
 }

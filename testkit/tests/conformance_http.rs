@@ -27,19 +27,9 @@ fn every_vector_passes_through_http() {
 
 #[test]
 fn a_vector_the_server_does_not_meet_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let wrong = dir.path().join("wrong.json");
-    std::fs::write(
-        &wrong,
-        r#"{"name": "a second writer is not granted", "spec": "docs/SPEC.md §4", "config": {},
-            "steps": [
-              {"now": 0, "do": "open", "agent": "a", "as": "A"},
-              {"now": 0, "do": "open", "agent": "b", "as": "B"},
-              {"now": 1, "do": "acquire", "session": "A", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED", "events": [{"event": "ACQUIRED"}]}},
-              {"now": 2, "do": "acquire", "session": "B", "intents": ["MUTATES FILE:/x"], "expect": {"verdict": "GRANTED", "events": [{"event": "ACQUIRED"}]}}
-            ]}"#,
-    )
-    .unwrap();
+    // A vector the kernel does not meet (a second writer granted), shared with the cluster
+    // run's test (cli/tests/conformance_cluster.rs).
+    let wrong = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/unmet-vector.json");
     let (ok, text) = run(&[&wrong]);
     assert!(!ok, "{text}");
     assert!(
