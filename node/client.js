@@ -1317,18 +1317,19 @@ class LeaseCore {
       // time, so if a lease expired unseen (the timer could not run: a long synchronous
       // callback, a paused process), the LEASE_EXPIRED it settles reaches this Lease, and the
       // release reports it instead of passing a lost lease off as fine. Only the kernel
-      // leases no other Lease of the session holds are released (the ledger's answer).
+      // leases no other Lease of the session holds are released (the ledger's answer); in
+      // process the addon releases them in the same call that asks the ledger.
       try {
         const now = k.now();
-        const ids = k._ledger.releasable(this._block);
-        for (const id of ids) {
-          const done = k.kernel.release(session.sessionId, id, now);
-          if (done instanceof Promise) {
-            (pending ??= []).push(done);
+        if (k._remote === null) k._ledger.releaseIn(k.kernel, this._block, session.sessionId, now);
+        else {
+          const ids = k._ledger.releasable(this._block);
+          for (const id of ids) {
+            (pending ??= []).push(k.kernel.release(session.sessionId, id, now));
             (pendingIds ??= []).push(id);
           }
+          if (ids.length === 0) k.kernel.advance(now);
         }
-        if (ids.length === 0) k.kernel.advance(now);
       } catch (e) {
         if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
         k._sessionGone(session);

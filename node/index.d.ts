@@ -246,6 +246,14 @@ export declare class Ledger {
    */
   releasable(block: number): Array<number>
   /**
+   * In process: releases in `kernel` what the held `block`'s end releases (what
+   * `releasable` names) in `session` at `now` — or, when that is nothing, settles time
+   * there (`advance(now)`), so that a lease the release is the first to see expired is
+   * still reported — in one call instead of one per lease. Returns how many it released;
+   * throws what the kernel throws (`KlockError`), the leases before it released.
+   */
+  releaseIn(kernel: Kernel, block: number, session: number, now: number): number
+  /**
    * The held `block` ended: it leaves the ledger (unscheduled, no longer a holder); its
    * last figures are written into `shown` (the host's lease objects of it, when given).
    * Returns the ledger's earliest scheduled heartbeat afterwards (`null`: none).

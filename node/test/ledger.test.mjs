@@ -150,3 +150,31 @@ test('bad arguments are named errors and change nothing', () => {
   bad(() => ledger.finish(1, [{}, {}]), { name: 'TypeError', message: /`shown` has 2 leases; block 1 holds 1/ });
   bad(() => ledger.finish(9), { name: 'TypeError', code: 'ERR_INVALID_ARG_VALUE', message: /block 9 is not held/ });
 });
+
+test('releaseIn releases in the kernel what the block alone holds, or settles time when nothing', () => {
+  const kernel = new Kernel({ defaultTtlMs: 1000 });
+  const s = kernel.openSession('a', 'default', 0).sessionId;
+  const [x] = kernel.acquire(s, ['MUTATES FILE:/x'], null, 0).leases;
+  const ledger = new Ledger();
+  ledger.grant(1, s, [x.leaseId, x.expiresAt, x.ttlMs], undefined, 0);
+  ledger.grant(2, s, [x.leaseId, x.expiresAt, x.ttlMs], undefined, 0); // nested: the same lease
+  assert.throws(() => ledger.releaseIn({}, 2, s, 10), {
+    name: 'TypeError',
+    code: 'ERR_INVALID_ARG_TYPE',
+    message: /Kernel/,
+  });
+  assert.throws(() => ledger.releaseIn(kernel, 9, s, 10), {
+    code: 'ERR_INVALID_ARG_VALUE',
+    message: /block 9 is not held/,
+  });
+  // The inner block's end releases nothing (the outer holds it): time is settled instead.
+  assert.equal(ledger.releaseIn(kernel, 2, s, 2000), 0);
+  assert.ok(kernel.drainEvents().some((e) => e.event === 'LEASE_EXPIRED' && e.lease === x.leaseId));
+  ledger.finish(2);
+  const [y] = kernel.acquire(s, ['MUTATES FILE:/y'], null, 2000).leases;
+  ledger.grant(3, s, [y.leaseId, y.expiresAt, y.ttlMs], undefined, 2000);
+  assert.equal(ledger.releaseIn(kernel, 3, s, 2001), 1);
+  assert.equal(kernel.stats().activeLeases, 0);
+  kernel.closeSession(s, 2002);
+  assert.throws(() => ledger.releaseIn(kernel, 1, s, 2003), { name: 'UNKNOWN_SESSION' });
+});

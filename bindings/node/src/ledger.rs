@@ -8,33 +8,37 @@
 //! - A block is named by the host: a number (its `BlockId`), unique among its held blocks.
 //!   Granting a held id again, or asking about (or finishing) a block that is not held, is a
 //!   `TypeError` `ERR_INVALID_ARG_VALUE`: a host's bug, never a silent no-op.
-//! - `grant` and `finish` answer the ledger's earliest scheduled heartbeat, so the host
-//!   re-arms its one timer without a `nextHeartbeat()` call per block.
-//! - The host keeps one `Map` from block id to its block object beside the ledger (the ledger's
-//!   handle of a block is only the figures the host's objects were granted with, see below). A napi reference per block (the core's other shape: the ledger
-//!   holds the host's object) would cost a `napi_create_reference` at every grant and a
-//!   `napi_delete_reference` (which needs the env, so it cannot happen in `Drop`) at every
-//!   finish, and a lookup through `napi_get_reference_value` for every routed loss; a JS
-//!   `Map.set`/`delete` per block is cheaper and leaves nothing to free by hand when the
-//!   ledger is collected (docs/DECISIONS.md, "Issue 27: Node on the core's ledger").
+//! - The host keeps one `Map` from block id to its block object beside the ledger. A napi
+//!   reference per block (the core's other shape: the ledger holds the host's object) would
+//!   cost a `napi_create_reference` at every grant, a `napi_get_reference_value` for every
+//!   routed loss or due heartbeat, and a `napi_delete_reference` at every finish, which needs
+//!   the env (so it cannot run in `Drop`: a ledger collected with held blocks would leak
+//!   them); a JS `Map.set`/`delete` per block costs less and leaves nothing to free by hand
+//!   (docs/DECISIONS.md, "Issue 27: Node on the core's ledger"). The ledger's handle of a
+//!   block is instead the figures the host's lease objects were granted with.
 //! - The host keeps the kernel's lease objects it shows (`lease.leases`); the ledger takes
-//!   only the figures its rules use (`leaseId`, `expiresAt`, `ttlMs`) and writes the current
-//!   `expiresAt` and `ttlMs` back into them on request (`show`; `finish`, when they changed
-//!   since the grant), so every block of a shared lease shows the figures of its last renewal.
-//!   The other fields of the core's `Lease` are left empty: the ledger's rules never read them.
-//! - The calls of every lease block (`grant`, `releasable`, `finish`, and `holdsLeases`,
-//!   `nextHeartbeat`) enter through plain Node-API callbacks installed on the prototype (as
-//!   the kernel's `acquire` and `release` do, see `crate::fast`): napi-rs's own method
-//!   wrapper costs a borrow-table round per call, which made a friendly block through the
-//!   ledger cost 3.4–3.9× the raw acquire+release pair instead of at most 2.5×. They convert
-//!   every argument first (which may run user code), then borrow the ledger, and write into
-//!   the host's objects only after the borrow ends.
+//!   only the figures its rules use (`leaseId`, `expiresAt`, `ttlMs`, as one flat array) and
+//!   writes the current `expiresAt` and `ttlMs` back into them on request (`show`; `finish`,
+//!   only when they changed since the grant), so every block of a shared lease shows the
+//!   figures of its last renewal. The other fields of the core's `Lease` are left empty: the
+//!   ledger's rules never read them.
+//! - What a friendly block costs is three calls more than the kernel's pair, each made once
+//!   per block: `grant`, `releaseIn` (in process: the ledger's `releasable` and the kernel's
+//!   releases in one call; remotely the host sends `releasable`'s leases itself) and `finish`.
+//!   `grant`, `finish` and `schedule` answer the ledger's earliest scheduled heartbeat, so the
+//!   host re-arms its timer without a `nextHeartbeat()` call per block. These calls, and
+//!   `holdsLeases` and `nextHeartbeat`, enter through plain Node-API callbacks installed on the
+//!   prototype (as the kernel's `acquire` and `release` do, see `crate::fast`): napi-rs's own
+//!   method wrapper costs a borrow-table round per call. They convert every argument first
+//!   (which may run user code), then borrow the ledger (and, for `releaseIn`, the kernel,
+//!   which runs no JS), and write into the host's objects only after the borrow ends.
 //! - Times are the host's integer milliseconds; "never" (the core's `u64::MAX`) goes out as
 //!   `null`, and an `expiresAt` equal to the kernel's own never-figure (2^64 − 1, as the
 //!   kernel writes it) comes in as never.
 
 use crate::fast::{self, args, boundary};
 use crate::input::{self, number_arg, Label, Place};
+use crate::kernel::{Kernel, ReleaseCall};
 use crate::output::num;
 use crate::{shared, throw};
 use klock_core::client::{self, BlockId, HeldLease};
@@ -42,6 +46,7 @@ use klock_core::{Lease, LeaseId, Predicate, SessionId};
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
+use std::ptr;
 
 /// The ledger of one friendly client's lease blocks (klock_core::client::Ledger).
 #[napi]
@@ -82,6 +87,31 @@ fn optional(env: &Env, value: Unknown<'_>, what: &str) -> Result<Option<u64>> {
         return Ok(None);
     }
     number_arg(env, value, what).map(Some)
+}
+
+/// The `kernel` argument: the addon's own `Kernel` (its type tag checked, as for a receiver).
+fn kernel_arg(env: &Env, value: Unknown<'_>) -> Result<*mut Kernel> {
+    let raw = value.value();
+    let mut wrapped = ptr::null_mut();
+    let unwrapped = unsafe { sys::napi_unwrap(raw.env, raw.value, &mut wrapped) };
+    if unwrapped != sys::Status::napi_ok
+        || unsafe {
+            validate_type_tag(
+                raw.env,
+                raw.value,
+                &<Kernel as TypeTag>::type_tag(),
+                "Kernel",
+            )
+        }
+        .is_err()
+    {
+        return Err(throw::type_error(
+            env,
+            shared::INVALID_ARG_TYPE,
+            "`kernel` must be a Kernel (the addon's in-process kernel)".to_owned(),
+        ));
+    }
+    Ok(wrapped.cast())
 }
 
 fn block_arg(env: &Env, value: Unknown<'_>) -> Result<BlockId> {
@@ -348,6 +378,24 @@ impl Ledger {
         self.run_releasable(&env, id)
     }
 
+    /// In process: releases in `kernel` what the held `block`'s end releases (what
+    /// `releasable` names) in `session` at `now` — or, when that is nothing, settles time
+    /// there (`advance(now)`), so that a lease the release is the first to see expired is
+    /// still reported — in one call instead of one per lease. Returns how many it released;
+    /// throws what the kernel throws (`KlockError`), the leases before it released.
+    #[napi(ts_args_type = "kernel: Kernel, block: number, session: number, now: number")]
+    pub fn release_in(
+        &mut self,
+        env: Env,
+        kernel: Unknown<'_>,
+        block: Unknown<'_>,
+        session: Unknown<'_>,
+        now: Unknown<'_>,
+    ) -> Result<u32> {
+        // SAFETY: `self` is live; napi-rs's borrow table refuses a re-entrant call meanwhile.
+        unsafe { release_in(&env, self, kernel, block, session, now) }
+    }
+
     /// The held `block` ended: it leaves the ledger (unscheduled, no longer a holder); its
     /// last figures are written into `shown` (the host's lease objects of it, when given).
     /// Returns the ledger's earliest scheduled heartbeat afterwards (`null`: none).
@@ -499,6 +547,39 @@ pub fn renew_at(env: Env, expires_at: Unknown<'_>, ttl_ms: Unknown<'_>) -> Resul
     Ok(time(client::renew_at(expires_at, ttl_ms)))
 }
 
+/// `releaseIn` through `ledger`: releases in `kernel` what the held block's end releases (the
+/// ledger's `releasable`), or, when that is nothing, settles time with `advance(now)`, so that
+/// an expiry the release is the first to see is still reported; returns how many it released.
+///
+/// # Safety
+/// `ledger` points to a live Ledger and no reference to it is held by the caller.
+unsafe fn release_in(
+    env: &Env,
+    ledger: *mut Ledger,
+    kernel: Unknown<'_>,
+    block: Unknown<'_>,
+    session: Unknown<'_>,
+    now: Unknown<'_>,
+) -> Result<u32> {
+    let kernel = kernel_arg(env, kernel)?;
+    let id = block_arg(env, block)?;
+    let session = SessionId(number_arg(env, session, "session")?);
+    let now = number_arg(env, now, "now")?;
+    // SAFETY: the caller's promise; the borrow ends with the statement.
+    let ledger = unsafe { &*ledger };
+    ledger.check_held(env, id)?;
+    let ids = ledger.inner.releasable(id);
+    // SAFETY: `kernel_arg` checked its type tag; the kernel runs no JS while borrowed.
+    let kernel = unsafe { &mut *kernel };
+    if ids.is_empty() {
+        kernel.run_advance(env, now)?;
+    }
+    for &lease in &ids {
+        kernel.run_release(env, ReleaseCall::new(session, lease, now))?;
+    }
+    Ok(ids.len() as u32)
+}
+
 /// `finish`'s arguments: the block, and the host's objects to write into (`undefined`: none).
 fn finish_args<'env>(
     env: &Env,
@@ -590,6 +671,27 @@ unsafe fn finish_fast(
     unsafe { ToNapiValue::to_napi_value(env, next) }
 }
 
+unsafe fn release_in_fast(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<sys::napi_value> {
+    let mut cb = CallbackInfo::<4>::new(env, info, None, false)?;
+    let e = Env::from_raw(env);
+    let [kernel, block, session, now] = args(env, &cb);
+    // SAFETY: as in `grant_fast`; no borrow of the ledger lives while the kernel is called.
+    let released = unsafe {
+        release_in(
+            &e,
+            ledger(&e, &mut cb, "releaseIn")?,
+            kernel,
+            block,
+            session,
+            now,
+        )?
+    };
+    unsafe { u32::to_napi_value(env, released) }
+}
+
 unsafe fn holds_leases_fast(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -627,11 +729,12 @@ macro_rules! callback {
 
 callback!(grant_callback, grant_fast);
 callback!(releasable_callback, releasable_fast);
+callback!(release_in_callback, release_in_fast);
 callback!(finish_callback, finish_fast);
 callback!(holds_leases_callback, holds_leases_fast);
 callback!(next_heartbeat_callback, next_heartbeat_fast);
 
-/// Replaces `grant`, `releasable`, `finish`, `holdsLeases` and `nextHeartbeat` on
+/// Replaces `grant`, `releasable`, `releaseIn`, `finish`, `holdsLeases` and `nextHeartbeat` on
 /// `Ledger.prototype` by the fast callbacks.
 pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
     fast::install_methods(
@@ -640,6 +743,7 @@ pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
         &[
             (c"grant", Some(grant_callback)),
             (c"releasable", Some(releasable_callback)),
+            (c"releaseIn", Some(release_in_callback)),
             (c"finish", Some(finish_callback)),
             (c"holdsLeases", Some(holds_leases_callback)),
             (c"nextHeartbeat", Some(next_heartbeat_callback)),
