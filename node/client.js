@@ -404,7 +404,7 @@ class Klock {
     this._ledger = new Ledger();
     /**
      * The LeaseCore of every block in the ledger, by its id: the one table beside the ledger
-     * (a JS Map costs less per block than a napi reference the ledger would hold; DECISIONS).
+     * (a JS Map costs no more per block than a napi reference the ledger would hold; DECISIONS).
      * @type {Map<number, LeaseCore>}
      */
     this._blocks = new Map();
