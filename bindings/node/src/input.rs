@@ -100,6 +100,14 @@ pub fn number_arg(env: &Env, value: Unknown<'_>, what: &str) -> Result<u64> {
     number(env, value, Label::Name(what), Place::Argument)
 }
 
+/// An optional top-level numeric argument: `undefined` is `None`.
+pub fn optional_number_arg(env: &Env, value: Unknown<'_>, what: &str) -> Result<Option<u64>> {
+    if value.get_type()? == ValueType::Undefined {
+        return Ok(None);
+    }
+    number_arg(env, value, what).map(Some)
+}
+
 /// A string that is valid Unicode (no lone surrogate).
 pub fn string_at(env: &Env, value: Unknown<'_>, what: Label<'_>, place: Place) -> Result<String> {
     let mut text = String::new();

@@ -81,14 +81,6 @@ fn time_or_never(env: &Env, value: Unknown<'_>, what: Label<'_>, place: Place) -
     input::number(env, value, what, place)
 }
 
-/// An optional number argument: `undefined` is `None`.
-fn optional(env: &Env, value: Unknown<'_>, what: &str) -> Result<Option<u64>> {
-    if value.get_type()? == ValueType::Undefined {
-        return Ok(None);
-    }
-    number_arg(env, value, what).map(Some)
-}
-
 /// The `kernel` argument: the addon's own `Kernel` (its type tag checked, as for a receiver).
 fn kernel_arg(env: &Env, value: Unknown<'_>) -> Result<*mut Kernel> {
     let raw = value.value();
@@ -450,8 +442,8 @@ impl Ledger {
         let lease = LeaseId(number_arg(&env, lease, "lease")?);
         let expires_at =
             time_or_never(&env, expires_at, Label::Name("expiresAt"), Place::Argument)?;
-        let ttl_ms = optional(&env, ttl_ms, "ttlMs")?;
-        let renew = optional(&env, renew_at, "renewAt")?;
+        let ttl_ms = input::optional_number_arg(&env, ttl_ms, "ttlMs")?;
+        let renew = input::optional_number_arg(&env, renew_at, "renewAt")?;
         self.inner.renewed(lease, expires_at, ttl_ms, renew);
         Ok(())
     }
