@@ -33,7 +33,8 @@ import os from 'node:os';
 
 const require = createRequire(import.meta.url);
 const { Kernel } = require('./index.js');
-const { Klock, connect } = require('./client.js');
+// KLOCK_BENCH_CLIENT: another copy of the friendly client to measure (a before/after run).
+const { Klock, connect, Timeout } = require(process.env.KLOCK_BENCH_CLIENT ?? './client.js');
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
@@ -122,6 +123,48 @@ async function row(others) {
   }
   klock.close();
   return { low, cycle, block };
+}
+
+/**
+ * A refused block: `withLease(HOT, fn, { timeoutMs: 0 })` by a younger session while an older
+ * one holds HOT (wait-die: DIE, so `Timeout` at once), against the raw refused acquire (the
+ * kernel's DIE verdict, `wait: false`); blocks/s and DIEs/s, best of the rounds, interleaved.
+ */
+async function refused() {
+  const kernel = new Kernel(CONFIG);
+  const kOld = kernel.openSession('old', 'default', 1).sessionId;
+  kernel.acquire(kOld, HOT, null, 1);
+  const klock = new Klock({ ...CONFIG, clock: () => 1 });
+  const old = await klock.session('old');
+  await old.lease(HOT);
+  const noWait = { wait: false };
+  let raw = 0;
+  let block = 0;
+  for (let r = 0; r < ROUNDS; r++) {
+    const s = kernel.openSession(`young-${r}`, 'default', 1).sessionId;
+    let t0 = process.hrtime.bigint();
+    for (let i = 0; i < FRIENDLY_N; i++) {
+      if (kernel.acquire(s, HOT, noWait, 1).verdict !== 'DIE') throw new Error('raw acquire not refused');
+    }
+    raw = Math.max(raw, FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9));
+    kernel.closeSession(s, 1);
+    const young = await klock.session(`young-${r}`);
+    const options = { timeoutMs: 0 };
+    const fn = async () => {};
+    t0 = process.hrtime.bigint();
+    for (let i = 0; i < FRIENDLY_N; i++) {
+      try {
+        await young.withLease(HOT, fn, options);
+        throw new Error('block not refused');
+      } catch (e) {
+        if (!(e instanceof Timeout)) throw e;
+      }
+    }
+    block = Math.max(block, FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9));
+    young.close();
+  }
+  klock.close();
+  return { raw, block };
 }
 
 function nativeFloor() {
@@ -245,6 +288,12 @@ lines.push(
   '',
   'cycle ÷ pair, block ÷ pair: what one friendly cycle (block) costs in low-level pairs, from the same ' +
     "rounds (pairs/s ÷ cycles/s); issue 15's target is at most 2.5×.",
+);
+const no = await refused();
+lines.push(
+  '',
+  `Refused \`timeoutMs: 0\` block (a younger session, DIE): ${fmt(no.block)} blocks/s; raw refused acquire ` +
+    `(DIE verdict, \`wait: false\`): ${fmt(no.raw)}/s; block ÷ DIE ${ratio(no.raw, no.block)} (issue 27's target: at most 3×).`,
 );
 lines.push('', `Native-call floor (\`pendingEvents()\`): ${fmt(nativeFloor())} calls/s.`);
 if (remote) lines.push(...(await inProcessVsRemote()));

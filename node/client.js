@@ -40,11 +40,15 @@
 // - A DIE (or DIED, or WOUNDED) is retried only while the session holds nothing else through
 //   this client; otherwise the promise rejects with `Died` so the caller's unit of work
 //   releases everything and starts over with all its intents in one manifest (SPEC.md §6).
-// - Heartbeats follow each lease as the kernel last reported it (grant, re-acquire,
+// - Which Leases (blocks, nested or not) hold which kernel leases, which leases a release
+//   ends (those no other Lease of the session holds), where a lost lease goes (every Lease
+//   holding it) and when each Lease's next heartbeat is due are the core's ledger's answers
+//   (klock_core::client::Ledger, through the addon's `Ledger`); this module carries them out.
+//   Heartbeats follow each lease as the kernel last reported it (grant, re-acquire,
 //   heartbeat): a Lease is renewed when a third of a lease's current `ttlMs` has passed since
-//   its last renewal (at `expiresAt - 2·ttlMs/3`). The Leases of one session that share a
-//   kernel lease (nested blocks) share one record of it, so `lease.leases` and
-//   `lease.expiresAt` always show the current expiry and TTL.
+//   its last renewal (at `expiresAt - 2·ttlMs/3`; remotely from the local deadline). The
+//   Leases of one session that share a kernel lease (nested blocks) see one ledger entry of
+//   it, so `lease.leases` and `lease.expiresAt` always show the current expiry and TTL.
 // - The Klock never refers to a Lease handle (what `lease()` gives), only to its `LeaseCore`
 //   (its state, which never refers back): only a Lease that something can still release is
 //   heartbeated. A Lease that becomes unreachable without being released is released when it
@@ -76,7 +80,7 @@ const { fencedWrite, fencedWriteAsync, StaleFence } = require('./fence.js');
 const { file } = require('./names.js');
 const { Election } = require('./election.js');
 
-const { Kernel, KlockError, ERROR_CODES } = native;
+const { Kernel, KlockError, ERROR_CODES, Ledger, renewAt } = native;
 
 /** The Klock option (internal, used by `connect`) that gives it a backend instead of a Kernel. */
 const BACKEND = Symbol('klock.backend');
@@ -349,49 +353,6 @@ function toClock(clock) {
   return clock;
 }
 
-/** A min-heap of heartbeat entries `{ due, lease: LeaseCore, seq }` (stale entries skipped lazily). */
-class Heap {
-  constructor() {
-    this.items = [];
-  }
-  get size() {
-    return this.items.length;
-  }
-  peek() {
-    return this.items[0];
-  }
-  push(item) {
-    const a = this.items;
-    a.push(item);
-    let i = a.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (a[p].due <= item.due) break;
-      a[i] = a[p];
-      i = p;
-    }
-    a[i] = item;
-  }
-  pop() {
-    const a = this.items;
-    const top = a[0];
-    const last = a.pop();
-    if (a.length > 0) {
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        if (l >= a.length) break;
-        const c = l + 1 < a.length && a[l + 1].due < a[l].due ? l + 1 : l;
-        if (a[c].due >= last.due) break;
-        a[i] = a[c];
-        i = c;
-      }
-      a[i] = last;
-    }
-    return top;
-  }
-}
-
 /**
  * What the client did on the kernel's answers (the kernel's own counts: `klock.stats()`).
  * `deaths`: DIE verdicts and DIED events; `wounds`: WOUNDED events received by this Klock's
@@ -436,11 +397,25 @@ class Klock {
     /** @type {Set<Acquisition>} every `lease()` call in progress (waiting or backing off) */
     this._acquisitions = new Set();
     /**
-     * Every kernel lease held through this Klock: its current view (`info`, shared by the
-     * `leases` of every Lease holding it) and those Leases, held weakly.
-     * @type {Map<number, { info: object, session: Session, holders: LeaseCore[] }>}
+     * Which Leases (blocks) hold which kernel leases, which leases a release ends, where a lost
+     * lease goes and when each block's heartbeat is due: the core's ledger
+     * (klock_core::client::Ledger), by block id (`LeaseCore._block`).
      */
-    this._held = new Map();
+    this._ledger = new Ledger();
+    /**
+     * The LeaseCore of every block in the ledger, by its id: the one table beside the ledger
+     * (a JS Map costs no more per block than a napi reference the ledger would hold; DECISIONS).
+     * @type {Map<number, LeaseCore>}
+     */
+    this._blocks = new Map();
+    /** The id of the last block granted. */
+    this._blockSeq = 0;
+    /**
+     * The ledger's earliest scheduled heartbeat (Infinity: none), as its last answer said:
+     * `grant`, `finish` and `schedule` answer it, so arming the timer costs no call per block.
+     * A loss only unschedules, so it may be early after one: `_fire` then reads it afresh.
+     */
+    this._heartbeatAt = Infinity;
     /** @type {Map<number, Session>} */
     this._sessions = new Map();
     /**
@@ -451,9 +426,6 @@ class Klock {
      */
     this._watchers = new Set();
     this.kernel.setHolderEvents?.(false);
-    this._heartbeats = new Heap();
-    this._heartbeatSeq = 0;
-    this._heartbeatStale = 0;
     /** Releases what a Lease held when it is collected unreleased (its LeaseCore: `_collected`). */
     this._finalizer = new FinalizationRegistry((held) => this._collected(held));
     /** Leases given out and not yet registered with `_finalizer` (held strongly until then). */
@@ -689,7 +661,7 @@ class Klock {
   _sessionGone(session) {
     this._sessions.delete(session.sessionId);
     session._closed = true;
-    this._lose([...session._refs.keys()], 'LEASE_RELEASED', LOST_TO_KERNEL_CLOSE);
+    this._lose(this._ledger.sessionLeases(session.sessionId), 'LEASE_RELEASED', LOST_TO_KERNEL_CLOSE);
   }
 
   /**
@@ -723,14 +695,10 @@ class Klock {
     this._dispatch(event);
   }
 
-  /** These kernel leases ended: every Lease still holding one is lost. */
+  /** These kernel leases ended: every Lease still holding one is lost (the ledger routes them). */
   _lose(leaseIds, name, message) {
     for (const id of leaseIds) {
-      const record = this._held.get(id);
-      if (record === undefined) continue;
-      this._held.delete(id);
-      record.session._refs.delete(id);
-      for (const lease of record.holders) lease._lose(name, message, id);
+      for (const block of this._ledger.lose(id)) this._blocks.get(block)._lose(name, message, id);
     }
   }
 
@@ -743,16 +711,9 @@ class Klock {
     this.counters.collected++;
     const session = lease.session;
     lease._state = 'done'; // no more heartbeats
-    this._unscheduleHeartbeat(lease);
-    const ending = [];
-    for (const { leaseId: id } of lease.leases) {
-      const record = this._held.get(id);
-      if (record === undefined || !unhold(record, lease)) continue; // lost already
-      if (session._drop(id)) {
-        this._held.delete(id);
-        ending.push(id);
-      }
-    }
+    // The leases only it held and that did not end; it leaves the ledger.
+    const ending = this._ledger.releasable(lease._block);
+    lease._finish();
     if (ending.length === 0 || session._closed) return;
     try {
       this._call((now) => {
@@ -814,25 +775,6 @@ class Klock {
     if (leases.length > 0 && leases[leases.length - 1]._core === core) leases.pop();
   }
 
-  _scheduleHeartbeat(lease, due) {
-    lease._heartbeatSeq = ++this._heartbeatSeq;
-    this._heartbeats.push({ due, lease, seq: lease._heartbeatSeq });
-  }
-
-  /** Forgets a lease's pending heartbeat; the heap is compacted when mostly stale. */
-  _unscheduleHeartbeat(lease) {
-    if (lease._heartbeatSeq === 0) return;
-    lease._heartbeatSeq = 0;
-    this._heartbeatStale++;
-    const heap = this._heartbeats;
-    if (this._heartbeatStale > 64 && this._heartbeatStale * 2 > heap.size) {
-      const live = heap.items.filter(isLiveEntry);
-      heap.items = [];
-      for (const entry of live) heap.push(entry);
-      this._heartbeatStale = 0;
-    }
-  }
-
   /** Arms the one timer for the earliest kernel deadline or heartbeat, if sooner than armed. */
   _arm() {
     if (this._closed || this._firing) return;
@@ -842,10 +784,8 @@ class Klock {
   /** `_arm`, the kernel's next deadline being `deadline` (null: none). */
   _armFor(deadline) {
     if (this._closed || this._firing) return;
-    const heap = this._heartbeats;
-    while (heap.size > 0 && !isLiveEntry(heap.peek())) heap.pop();
     let next = deadline === null ? Infinity : deadline;
-    if (heap.size > 0 && heap.peek().due < next) next = heap.peek().due;
+    if (this._heartbeatAt < next) next = this._heartbeatAt;
     if (next >= this._armedAt) return;
     if (this._timer !== null) this.clock.clearTimer(this._timer);
     this._armedAt = next;
@@ -865,16 +805,12 @@ class Klock {
       const now = this.now();
       this.kernel.advance(now);
       this._settled();
-      const heap = this._heartbeats;
-      while (heap.size > 0 && heap.peek().due <= now) {
-        const { lease, seq } = heap.pop();
-        if (lease._heartbeatSeq !== seq) continue; // stale (released, lost, collected, renewed)
-        const due = lease._heartbeatDue();
-        // Renewed meanwhile (a nested block's re-acquire, another Lease of the same kernel
-        // lease): the next renewal is due later.
-        if (due > now) this._scheduleHeartbeat(lease, due);
-        else lease._beat(now);
+      // The ledger moves a block renewed meanwhile (a nested block's re-acquire, a heartbeat
+      // of a lease it shares) to its new time instead of handing it out.
+      for (let due = this._ledger.popDue(now); due !== null; due = this._ledger.popDue(now)) {
+        this._blocks.get(due.block)._beat(now);
       }
+      this._heartbeatAt = this._ledger.nextHeartbeat() ?? Infinity;
     } catch (e) {
       this.timerError = e; // a bug: keep the timer alive, expose what happened
       retryAt = this._lastNow + TIMER_RETRY_MS;
@@ -897,14 +833,6 @@ function bounded(collection) {
   while (collection.size > BOUND) collection.delete(collection.keys().next().value);
 }
 
-/** `lease` no longer holds the kernel lease of `record`; false if it did not. */
-function unhold(record, lease) {
-  const i = record.holders.indexOf(lease);
-  if (i < 0) return false;
-  record.holders.splice(i, 1);
-  return true;
-}
-
 /** The wait to ask for at `now`: Infinity is the largest the addon takes; undefined, the kernel's default. */
 /** The message of a `Timeout` the core decided (`next.what`, afterSetback), by its reason. */
 function timeoutMessage(reason, { what, heldBy, timeoutMs, why, session, retryAfterMs }) {
@@ -916,11 +844,6 @@ function timeoutMessage(reason, { what, heldBy, timeoutMs, why, session, retryAf
 
 function waitFor(forever, deadline, now) {
   return forever ? MAX_MS : deadline === undefined ? undefined : Math.max(0, deadline - now);
-}
-
-/** A heartbeat entry whose Lease is still reachable and still wants that beat. */
-function isLiveEntry(entry) {
-  return entry.lease._heartbeatSeq === entry.seq;
 }
 
 /** One acquisition waiting for the event that resolves its ticket. */
@@ -979,8 +902,6 @@ class Session {
      * youngest one when it starts a new unit (SPEC.md §5): `klock.snapshot()` shows it.
      */
     this.priority = info.priority;
-    /** @type {Map<number, number>} lease id -> how many of this session's Leases hold it */
-    this._refs = new Map();
     this._closed = false;
     this._closedByUser = false;
   }
@@ -1128,7 +1049,7 @@ class Session {
         if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
       }
     }
-    k._lose([...this._refs.keys()], 'LEASE_RELEASED', why);
+    k._lose(k._ledger.sessionLeases(this.sessionId), 'LEASE_RELEASED', why);
     if (done instanceof Promise) {
       // Remote: the server closes it; UNKNOWN_SESSION means it was gone already.
       return k._settledAfter(done).catch((e) => {
@@ -1142,18 +1063,6 @@ class Session {
   _checkOpen() {
     this.klock._checkOpen();
     if (this._closedByUser) throw new Closed(SESSION_CLOSED);
-  }
-
-  /** One Lease of this session lets go of kernel lease `id`; true when it was the last. */
-  _drop(id) {
-    const count = this._refs.get(id);
-    if (count === undefined) return false; // lost already
-    if (count > 1) {
-      this._refs.set(id, count - 1);
-      return false;
-    }
-    this._refs.delete(id);
-    return true;
   }
 }
 
@@ -1290,7 +1199,7 @@ class Lease {
  */
 function warnIfCapped(core) {
   let got = Infinity;
-  for (const l of core.leases) got = Math.min(got, l.ttlMs);
+  for (const l of core._leases) got = Math.min(got, l.ttlMs);
   if (got >= core.ttlMs) return;
   process.emitWarning(
     `asked for a TTL of ${core.ttlMs} ms for ${JSON.stringify(core.intents)}; the kernel granted ${got} ms, its cap (maxTtlMs)`,
@@ -1300,7 +1209,7 @@ function warnIfCapped(core) {
 
 /**
  * A Lease's state and work (acquiring, holding, renewing, releasing), held by the Klock (its
- * `_held` records, heartbeat heap, waiters) while it matters. It never refers to its Lease.
+ * block table beside the ledger, its waiters) while it matters. It never refers to its Lease.
  */
 class LeaseCore {
   constructor(session, intents, ttlMs) {
@@ -1308,18 +1217,18 @@ class LeaseCore {
     this.intents = intents;
     this.ttlMs = ttlMs;
     /**
-     * The kernel leases, one per distinct intent (in order of first appearance), as the
-     * kernel last reported them: shared with the other Leases of the session holding the same
-     * kernel lease, and kept current by every heartbeat and re-acquire.
+     * The kernel's lease objects of the grant, one per distinct intent (in order of first
+     * appearance); `leases` writes the ledger's current expiry and TTL into them.
      */
-    this.leases = [];
+    this._leases = [];
+    /** Its block id in the Klock's ledger while it is there (granted, not finished), else 0. */
+    this._block = 0;
     /** @type {LeaseLost | null} */
     this.lost = null;
     this._state = 'acquiring';
     this._ticket = null;
     /** The Waiter of the ticket the last ask got (WAIT), until the acquisition loop takes it. */
     this._waiter = null;
-    this._heartbeatSeq = 0;
     this._renewable = true;
     /** Whether the Klock's FinalizationRegistry has this core's Lease (`Klock._register`). */
     this._registered = false;
@@ -1336,6 +1245,16 @@ class LeaseCore {
     return this._abort.signal;
   }
 
+  /**
+   * The kernel leases as the kernel last reported them (grant, heartbeat, or a re-acquire by
+   * another Lease of the session holding the same kernel lease): the ledger's current
+   * figures, written into the grant's objects when asked for.
+   */
+  get leases() {
+    if (this._block !== 0) this.session.klock._ledger.show(this._block, this._leases);
+    return this._leases;
+  }
+
   /** Whether every lease is still held (not released, not lost). */
   get held() {
     return this._state === 'held' && this.lost === null;
@@ -1343,18 +1262,18 @@ class LeaseCore {
 
   /** The largest fence of the leases: pass it to the protected resource. */
   get fence() {
-    return Math.max(...this.leases.map((l) => l.fence));
+    return Math.max(...this._leases.map((l) => l.fence));
   }
 
   /** Fence per canonical resource (the largest when one resource has two predicates). */
   get fences() {
     const out = {};
-    for (const l of this.leases) out[l.resource] = Math.max(out[l.resource] ?? 0, l.fence);
+    for (const l of this._leases) out[l.resource] = Math.max(out[l.resource] ?? 0, l.fence);
     return out;
   }
 
   get leaseIds() {
-    return this.leases.map((l) => l.leaseId);
+    return this._leases.map((l) => l.leaseId);
   }
 
   /** The earliest expiry of the leases (moved forward by every heartbeat and re-acquire). */
@@ -1391,7 +1310,6 @@ class LeaseCore {
     if (this._state !== 'held') return this.session.klock._remote === null ? undefined : Promise.resolve();
     const session = this.session;
     const k = session.klock;
-    const leases = this.leases;
     let pending = null; // remote only: the server's answers, and their lease ids
     let pendingIds = null;
     if (!session._closed && !k._closed) {
@@ -1399,20 +1317,19 @@ class LeaseCore {
       // time, so if a lease expired unseen (the timer could not run: a long synchronous
       // callback, a paused process), the LEASE_EXPIRED it settles reaches this Lease, and the
       // release reports it instead of passing a lost lease off as fine. Only the kernel
-      // leases no other Lease of the session holds are released.
+      // leases no other Lease of the session holds are released (the ledger's answer); in
+      // process the addon releases them in the same call that asks the ledger.
       try {
         const now = k.now();
-        let calls = 0;
-        for (const l of leases) {
-          if (session._refs.get(l.leaseId) !== 1) continue;
-          const done = k.kernel.release(session.sessionId, l.leaseId, now);
-          if (done instanceof Promise) {
-            (pending ??= []).push(done);
-            (pendingIds ??= []).push(l.leaseId);
+        if (k._remote === null) k._ledger.releaseIn(k.kernel, this._block, session.sessionId, now);
+        else {
+          const ids = k._ledger.releasable(this._block);
+          for (const id of ids) {
+            (pending ??= []).push(k.kernel.release(session.sessionId, id, now));
+            (pendingIds ??= []).push(id);
           }
-          calls++;
+          if (ids.length === 0) k.kernel.advance(now);
         }
-        if (calls === 0) k.kernel.advance(now);
       } catch (e) {
         if (!(e instanceof KlockError && e.name === 'UNKNOWN_SESSION')) throw e;
         k._sessionGone(session);
@@ -1422,12 +1339,7 @@ class LeaseCore {
     }
     this._state = 'done';
     k._untrack(this);
-    k._unscheduleHeartbeat(this);
-    for (const { leaseId } of leases) {
-      const record = k._held.get(leaseId);
-      if (record !== undefined) unhold(record, this);
-      if (session._drop(leaseId)) k._held.delete(leaseId);
-    }
+    this._finish();
     if (pending !== null) {
       // Remote: the server's answer settles what the release found, as in process.
       return Promise.all(pending).then(
@@ -1458,50 +1370,45 @@ class LeaseCore {
   }
 
   _granted(leases) {
-    const session = this.session;
-    const k = session.klock;
+    const k = this.session.klock;
     this._state = 'held';
-    const infos = new Array(leases.length);
-    for (let i = 0; i < leases.length; i++) {
-      const l = leases[i];
-      let record = k._held.get(l.leaseId);
-      if (record === undefined) {
-        record = { info: l, session, holders: [this] };
-        k._held.set(l.leaseId, record);
-      } else {
-        // A reused lease, renewed by this grant (SPEC.md §6: never shortened): every Lease
-        // holding it now shows its new expiry and TTL.
-        Object.assign(record.info, l);
-        if (!record.holders.includes(this)) record.holders.push(this);
-      }
-      session._refs.set(l.leaseId, (session._refs.get(l.leaseId) ?? 0) + 1);
-      infos[i] = record.info;
-    }
-    this.leases = infos;
+    this._leases = leases;
+    this._block = ++k._blockSeq;
+    k._blocks.set(this._block, this);
+    // Remote: each lease is renewed from its local deadline (the send time of the acquire
+    // + TTL, on this clock), a third of the way through its TTL as the core rules.
+    const remote = k._remote;
+    const renew = remote === null ? undefined : leases.map((l) => this._renewAt(remote, l.leaseId, l.ttlMs));
+    const figures = [];
+    for (const l of leases) figures.push(l.leaseId, l.expiresAt, l.ttlMs);
+    k._heartbeatAt = k._ledger.grant(this._block, this.session.sessionId, figures, renew, k.now()) ?? Infinity;
     k.counters.grants++;
-    k._scheduleHeartbeat(this, Math.max(k.now(), this._heartbeatDue()));
   }
 
-  /**
-   * When the next heartbeat is due: a third of the way through the current TTL of the lease
-   * that needs it first (`expiresAt - 2·ttlMs/3`), from the kernel's figures.
-   */
-  _heartbeatDue() {
-    const remote = this.session.klock._remote;
-    let due = Infinity;
-    for (const l of this.leases) {
-      // Remote: from the local deadline (send time of the last renewal + TTL), on this clock.
-      const expiresAt = remote === null ? l.expiresAt : (remote.deadline(l.leaseId) ?? this.session.klock.now());
-      const at = expiresAt - Math.floor((2 * l.ttlMs) / 3);
-      if (at < due) due = at;
-    }
-    return due;
+  /** Remote: when the lease needs renewing, from its local deadline (none known: now). */
+  _renewAt(remote, leaseId, ttlMs) {
+    const k = this.session.klock;
+    return renewAt(remote.deadline(leaseId) ?? k.now(), ttlMs) ?? MAX_MS;
+  }
+
+  /** The current TTL of one of its kernel leases (as the ledger last reported it). */
+  _ttlOf(leaseId) {
+    return this.leases.find((l) => l.leaseId === leaseId).ttlMs;
+  }
+
+  /** It leaves the ledger (its last figures written into `_leases`) and the block table. */
+  _finish() {
+    const k = this.session.klock;
+    if (this._block === 0) return;
+    k._heartbeatAt = k._ledger.finish(this._block, this._leases) ?? Infinity;
+    k._blocks.delete(this._block);
+    this._block = 0;
   }
 
   _lose(name, message, leaseId) {
     if (this.lost === null) {
+      // The ledger took its block off the heartbeat schedule with the lease.
       this.lost = new LeaseLost(name, message, [leaseId]);
-      this.session.klock._unscheduleHeartbeat(this);
       this.session.klock.counters.lost++;
       this._abort?.abort(this.lost);
     } else {
@@ -1525,14 +1432,14 @@ class LeaseCore {
       k._settled();
     }
     if (results instanceof Promise) {
-      k._unscheduleHeartbeat(this); // none scheduled while this one is out
+      if (this._block !== 0) k._ledger.unschedule(this._block); // none scheduled while this one is out
       return k._settledAfter(results).then(
         (answer) => this._beaten(answer, k.now()),
         (e) => {
           if (e instanceof KlockError && e.name === 'UNKNOWN_SESSION') k._sessionGone(this.session);
           else if (this._state === 'held' && this.lost === null) {
             // Unreachable past the budget: try again soon; the local deadline decides meanwhile.
-            k._scheduleHeartbeat(this, k.now() + TIMER_RETRY_MS);
+            k._heartbeatAt = k._ledger.schedule(this._block, k.now() + TIMER_RETRY_MS) ?? Infinity;
             k._arm();
           }
         },
@@ -1547,8 +1454,11 @@ class LeaseCore {
     const k = this.session.klock;
     for (const r of results) {
       if (r.status === 'OK') {
-        const record = k._held.get(r.leaseId);
-        if (record !== undefined) record.info.expiresAt = r.expiresAt;
+        // Every block holding it sees the new expiry; remote, it is renewed from its new local
+        // deadline (the core's third of the TTL, which the heartbeat kept).
+        const remote = k._remote;
+        const renew = remote === null ? undefined : this._renewAt(remote, r.leaseId, this._ttlOf(r.leaseId));
+        k._ledger.renewed(r.leaseId, r.expiresAt, undefined, renew);
       } else if (r.status === 'LIFETIME_EXCEEDED') {
         this._renewable = false; // valid until its capped expiry, then LEASE_EXPIRED
       } else {
@@ -1556,7 +1466,9 @@ class LeaseCore {
       }
     }
     if (this._state === 'held' && this.lost === null && this._renewable) {
-      k._scheduleHeartbeat(this, Math.max(now + 1, this._heartbeatDue()));
+      // Never twice in one millisecond: a renewal due at once waits for the next tick.
+      const due = k._ledger.renewDue(this._block);
+      if (due !== null) k._heartbeatAt = k._ledger.schedule(this._block, Math.max(now + 1, due)) ?? Infinity;
       if (k._remote !== null) k._arm();
     }
   }
@@ -1713,7 +1625,7 @@ class LeaseCore {
         setback,
         retryAfterMs,
         waiter === null ? waitMs : undefined,
-        session._refs.size > 0,
+        k._ledger.holdsLeases(session.sessionId),
         k.now(),
       );
       if (next.what === 'ask_again') continue; // the kernel's default wait timeout ended

@@ -224,6 +224,83 @@ export declare class Kernel {
   snapshot(now: number): Snapshot
 }
 
+/** The ledger of one friendly client's lease blocks (klock_core::client::Ledger). */
+export declare class Ledger {
+  /** An empty ledger. */
+  constructor()
+  /**
+   * The kernel granted `block` of `session` these leases at `now`: `figures` holds
+   * `[leaseId, expiresAt, ttlMs]` of each, in the grant's order (numbers, not the kernel's
+   * lease objects: reading three named properties per lease from native code costs more
+   * than the JS that lists them); leases an outer block holds are renewed for it too. `renewAt`: the host's due
+   * time per lease (a remote client's, from its local deadlines), or `undefined` for the
+   * core's (a third of the way through each TTL); the block is scheduled for its first
+   * heartbeat then (no earlier than `now`). Returns the ledger's earliest scheduled
+   * heartbeat afterwards (`null`: none), as `nextHeartbeat()` would: the host arms its timer
+   * without another call.
+   */
+  grant(block: number, session: number, figures: number[], renewAt: number[] | undefined, now: number): number | null
+  /**
+   * The leases of the held `block` that no other held block holds and that did not end:
+   * the ones to release in the kernel when it ends (before `finish`).
+   */
+  releasable(block: number): Array<number>
+  /**
+   * In process: releases in `kernel` what the held `block`'s end releases (what
+   * `releasable` names) in `session` at `now` — or, when that is nothing, settles time
+   * there (`advance(now)`), so that a lease the release is the first to see expired is
+   * still reported — in one call instead of one per lease. Returns how many it released;
+   * throws what the kernel throws (`KlockError`), the leases before it released.
+   */
+  releaseIn(kernel: Kernel, block: number, session: number, now: number): number
+  /**
+   * The held `block` ended: it leaves the ledger (unscheduled, no longer a holder); its
+   * last figures are written into `shown` (the host's lease objects of it, when given).
+   * Returns the ledger's earliest scheduled heartbeat afterwards (`null`: none).
+   */
+  finish(block: number, shown?: object[] | undefined): number | null
+  /**
+   * Writes the held `block`'s current `expiresAt` and `ttlMs` into `shown`, the host's
+   * lease objects of it (in its lease order).
+   */
+  show(block: number, shown: object[]): void
+  /**
+   * The lease ended in the kernel: it is forgotten; returns the held blocks that held it
+   * (each keeps its other leases and is no longer scheduled). A lease no block holds
+   * answers `[]`.
+   */
+  lose(lease: number): Array<number>
+  /**
+   * A lease was renewed: every held block holding it sees `expiresAt` (and `ttlMs`, when
+   * given) and renews it at `renewAt` (`undefined`: the core's third of the TTL). A lease no
+   * block holds is ignored (it ended meanwhile).
+   */
+  renewed(lease: number, expiresAt: number, ttlMs: number | undefined, renewAt: number | undefined): void
+  /** Whether a held block of `session` holds a lease that did not end. */
+  holdsLeases(session: number): boolean
+  /** The leases held by blocks of `session` (that did not end), ascending. */
+  sessionLeases(session: number): Array<number>
+  /**
+   * When the held `block` needs its next heartbeat: the earliest renewal of its leases
+   * that did not end (`null`: none).
+   */
+  renewDue(block: number): number | null
+  /**
+   * Schedules the held `block`'s heartbeat at `at` (moving one already scheduled).
+   * Returns the ledger's earliest scheduled heartbeat afterwards (`null`: none).
+   */
+  schedule(block: number, at: number): number | null
+  /** Takes the held `block` off the heartbeat schedule. */
+  unschedule(block: number): void
+  /** The earliest scheduled heartbeat (`null`: none). */
+  nextHeartbeat(): number | null
+  /**
+   * The next block whose heartbeat is due at `now`, taken off the schedule (`null`: none
+   * due); a block renewed meanwhile is moved to its new time instead.
+   */
+  popDue(now: number): DueBlock | null
+}
+
 /** A client's servers and the node it prefers (the core's `Servers`). */
 export declare class Servers {
   /** A client of `count` servers, preferring the first. */
@@ -310,6 +387,16 @@ export interface DigestRecovery {
   lastPhase: 'IDLE' | 'WAITING' | 'HOLDING' | 'SUSPENDED'
   /** The intents of the session's waiting tickets, as `"PREDICATE TYPE:/path"`. */
   pendingIntents: Array<string>
+}
+
+/**
+ * A block whose heartbeat is due, taken off the schedule: renew `leaseIds` (the ones that
+ * did not end) in `session`, report the answers, then schedule it again.
+ */
+export interface DueBlock {
+  block: number
+  session: number
+  leaseIds: Array<number>
 }
 
 /**
@@ -414,6 +501,13 @@ export interface ReconcileResult {
   /** When `status` is `'ACTIVE'`. */
   fence?: number
 }
+
+/**
+ * When a lease expiring at `expiresAt` with `ttlMs` should be renewed: a third of the way
+ * through its TTL (the core's rule; `null`: never). A remote client applies it to its local
+ * deadlines and passes the result as `renewAt`.
+ */
+export declare function renewAt(expiresAt: number, ttlMs: number): number | null
 
 /** Who holds and who waits on one resource node (SPEC.md §10). */
 export interface ResourceState {

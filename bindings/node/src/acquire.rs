@@ -26,14 +26,6 @@ pub struct AfterSetback {
     pub ms: f64,
 }
 
-/// An optional number argument: `undefined` is `None`.
-fn optional(env: &Env, value: Unknown<'_>, what: &str) -> Result<Option<u64>> {
-    if value.get_type()? == ValueType::Undefined {
-        return Ok(None);
-    }
-    input::number(env, value, Label::Name(what), Place::Argument).map(Some)
-}
-
 /// The core's decision after an attempt to acquire that was not granted (the friendly
 /// client's rules, `klock_core::client::Acquisition`): the `setback` at `now` (the wait the
 /// refused attempt asked for, for a DIE), for an acquisition whose budget ends at `deadline`
@@ -50,10 +42,10 @@ pub fn after_setback(
     holds_others: Unknown<'_>,
     now: Unknown<'_>,
 ) -> Result<AfterSetback> {
-    let deadline = optional(&env, deadline, "deadline")?;
+    let deadline = input::optional_number_arg(&env, deadline, "deadline")?;
     let kind = input::string(&env, setback, "setback")?;
     let retry_after_ms = input::number_arg(&env, retry_after_ms, "retryAfterMs")?;
-    let asked_wait_ms = optional(&env, asked_wait_ms, "askedWaitMs")?;
+    let asked_wait_ms = input::optional_number_arg(&env, asked_wait_ms, "askedWaitMs")?;
     let holds_others = input::boolean(
         &env,
         holds_others,

@@ -1,6 +1,8 @@
 //! The hot path's entry points: `Kernel.prototype.acquire`, `release`, and the queries the
 //! friendly client makes after every call (`nextDeadlineIfQuiet`, else `pendingEvents` and
-//! `nextDeadline`), without napi-rs's per-call borrow bookkeeping.
+//! `nextDeadline`), without napi-rs's per-call borrow bookkeeping; and the machinery
+//! ([`boundary`], [`receiver_of`], [`install_methods`]) with which [`crate::ledger`] installs
+//! the `Ledger` calls of every lease block the same way.
 //!
 //! Contract: napi-rs v3 registers every `&mut self` call in a process-wide borrow table
 //! (a mutex and a hash map), about 100 ns per call — a third of an acquire+release pair
@@ -38,10 +40,10 @@ pub(crate) fn with_manifest<R>(work: impl FnOnce(&mut Vec<String>) -> R) -> R {
     result
 }
 
-type Call = unsafe fn(sys::napi_env, sys::napi_callback_info) -> Result<sys::napi_value>;
+pub(crate) type Call = unsafe fn(sys::napi_env, sys::napi_callback_info) -> Result<sys::napi_value>;
 
 /// Runs a callback body at the Node-API boundary: errors are thrown, panics too.
-unsafe fn boundary(
+pub(crate) unsafe fn boundary(
     env: sys::napi_env,
     info: sys::napi_callback_info,
     call: Call,
@@ -67,16 +69,30 @@ unsafe fn receiver<const N: usize>(
     cb: &mut CallbackInfo<N>,
     method: &str,
 ) -> Result<*mut Kernel> {
-    unsafe { cb.unwrap_raw::<Kernel>() }.map_err(|_| {
+    unsafe { receiver_of::<Kernel, N>(env, cb, "Kernel", method) }
+}
+
+/// `this` as an object of the `#[napi]` class `T` (named `class`); anything else is a
+/// `TypeError`.
+pub(crate) unsafe fn receiver_of<T: TypeName + MaybeTypeTag, const N: usize>(
+    env: &Env,
+    cb: &mut CallbackInfo<N>,
+    class: &str,
+    method: &str,
+) -> Result<*mut T> {
+    unsafe { cb.unwrap_raw::<T>() }.map_err(|_| {
         throw::type_error(
             env,
             crate::shared::INVALID_ARG_TYPE,
-            format!("Kernel.prototype.{method} was called on an object that is not a Kernel"),
+            format!("{class}.prototype.{method} was called on an object that is not a {class}"),
         )
     })
 }
 
-fn args<const N: usize>(env: sys::napi_env, cb: &CallbackInfo<N>) -> [Unknown<'static>; N] {
+pub(crate) fn args<const N: usize>(
+    env: sys::napi_env,
+    cb: &CallbackInfo<N>,
+) -> [Unknown<'static>; N] {
     cb.args
         .map(|value| unsafe { Unknown::from_raw_unchecked(env, value) })
 }
@@ -177,7 +193,7 @@ unsafe extern "C" fn release_callback(
 }
 
 /// Replaces `acquire`, `release`, `pendingEvents`, `nextDeadline` and `nextDeadlineIfQuiet` on
-/// `Kernel.prototype` (writable, configurable, not enumerable, as class methods are).
+/// `Kernel.prototype`.
 pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
     let methods: [(&std::ffi::CStr, sys::napi_callback); 5] = [
         (c"acquire", Some(acquire_callback)),
@@ -189,8 +205,19 @@ pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
             Some(next_deadline_if_quiet_callback),
         ),
     ];
+    install_methods(env, prototype, &methods, "Kernel")
+}
+
+/// Replaces `methods` on a class's `prototype` by plain Node-API callbacks (writable,
+/// configurable, not enumerable, as class methods are).
+pub(crate) fn install_methods(
+    env: &Env,
+    prototype: &Object<'_>,
+    methods: &[(&std::ffi::CStr, sys::napi_callback)],
+    class: &str,
+) -> Result<()> {
     let mut descriptors = Vec::with_capacity(methods.len());
-    for (name, method) in methods {
+    for &(name, method) in methods {
         let mut function = ptr::null_mut();
         let status = unsafe {
             sys::napi_create_function(
@@ -205,7 +232,7 @@ pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
         if status != sys::Status::napi_ok {
             return Err(Error::new(
                 Status::from(status),
-                "cannot create the fast Kernel methods",
+                format!("cannot create the fast {class} methods"),
             ));
         }
         descriptors.push(sys::napi_property_descriptor {
@@ -230,7 +257,7 @@ pub(crate) fn install(env: &Env, prototype: &Object<'_>) -> Result<()> {
     if status != sys::Status::napi_ok {
         return Err(Error::new(
             Status::from(status),
-            "cannot install the fast Kernel methods",
+            format!("cannot install the fast {class} methods"),
         ));
     }
     Ok(())

@@ -100,6 +100,14 @@ pub fn number_arg(env: &Env, value: Unknown<'_>, what: &str) -> Result<u64> {
     number(env, value, Label::Name(what), Place::Argument)
 }
 
+/// An optional top-level numeric argument: `undefined` is `None`.
+pub fn optional_number_arg(env: &Env, value: Unknown<'_>, what: &str) -> Result<Option<u64>> {
+    if value.get_type()? == ValueType::Undefined {
+        return Ok(None);
+    }
+    number_arg(env, value, what).map(Some)
+}
+
 /// A string that is valid Unicode (no lone surrogate).
 pub fn string_at(env: &Env, value: Unknown<'_>, what: Label<'_>, place: Place) -> Result<String> {
     let mut text = String::new();
@@ -175,7 +183,8 @@ pub fn boolean(env: &Env, value: Unknown<'_>, what: Label<'_>, place: Place) -> 
     unsafe { value.cast() }
 }
 
-fn is_array(value: &Unknown<'_>) -> Result<bool> {
+/// Whether `value` is an Array.
+pub fn is_array(value: &Unknown<'_>) -> Result<bool> {
     let mut result = false;
     let v = value.value();
     let status = unsafe { sys::napi_is_array(v.env, v.value, &mut result) };
@@ -183,6 +192,33 @@ fn is_array(value: &Unknown<'_>) -> Result<bool> {
         return Err(Error::from_reason("napi_is_array failed"));
     }
     Ok(result)
+}
+
+/// An object (not an Array), for the caller to read or write by name (its other keys are
+/// left alone: the friendly client passes the kernel's own lease objects).
+pub fn object<'env>(
+    env: &Env,
+    value: Unknown<'env>,
+    what: Label<'_>,
+    place: Place,
+) -> Result<Object<'env>> {
+    let t = value.get_type()?;
+    if t != ValueType::Object || is_array(&value)? {
+        if t == ValueType::Undefined && place == Place::Argument {
+            return Err(wrong_type(env, place, what, "an object", t));
+        }
+        let got = if t == ValueType::Object {
+            "an Array"
+        } else {
+            type_name(t)
+        };
+        return Err(throw::type_error(
+            env,
+            INVALID_ARG_TYPE,
+            shared::not_object(what, got),
+        ));
+    }
+    unsafe { value.cast() }
 }
 
 /// An `Array`, element by element.

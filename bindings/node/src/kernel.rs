@@ -68,6 +68,17 @@ pub(crate) struct ReleaseCall {
     now: u64,
 }
 
+impl ReleaseCall {
+    /// The release of `lease` by `session` at `now`, from converted figures.
+    pub(crate) fn new(session: SessionId, lease: LeaseId, now: u64) -> ReleaseCall {
+        ReleaseCall {
+            session,
+            lease,
+            now,
+        }
+    }
+}
+
 /// Converts `release`'s arguments.
 pub(crate) fn release_args(
     env: &Env,
@@ -134,6 +145,13 @@ impl Kernel {
             k.acquire(call.session, manifest, call.options, call.now)
         })
         .map(VerdictJs)
+    }
+
+    pub(crate) fn run_advance(&mut self, env: &Env, now: u64) -> Result<()> {
+        self.call(env, |k| {
+            k.advance(now);
+            Ok(())
+        })
     }
 
     pub(crate) fn run_release(&mut self, env: &Env, call: ReleaseCall) -> Result<bool> {
@@ -387,10 +405,7 @@ impl Kernel {
     #[napi(ts_args_type = "now: number")]
     pub fn advance(&mut self, env: Env, now: Unknown<'_>) -> Result<()> {
         let now = number_arg(&env, now, "now")?;
-        self.call(&env, |k| {
-            k.advance(now);
-            Ok(())
-        })
+        self.run_advance(&env, now)
     }
 
     /// The earliest pending deadline (possibly already past: then call `advance` at once),

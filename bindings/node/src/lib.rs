@@ -9,7 +9,8 @@
 //! output conversion ([`output`], with the JS-side object constructors and the `KlockError`
 //! class in [`shapes`]) and ownership of the kernel handle ([`kernel`]; the two calls of the
 //! hot path enter through plain Node-API callbacks, see `fast`). The friendly clients' rules
-//! are exposed for node/client.js ([`acquire`]) and node/remote.js ([`failover`]: which node
+//! are exposed for node/client.js ([`acquire`]; [`ledger`]: which nested blocks hold which
+//! leases, and their heartbeat schedule) and node/remote.js ([`failover`]: which node
 //! of a cluster a remote call asks next). Every rule about leases,
 //! queues or time lives in `klock-core`.
 //!
@@ -45,6 +46,7 @@ mod fast;
 pub mod flock;
 pub mod input;
 pub mod kernel;
+pub mod ledger;
 pub mod output;
 pub mod shapes;
 #[path = "../../js-api/shared.rs"]
@@ -76,6 +78,8 @@ pub fn init(mut exports: Object, env: Env) -> Result<()> {
     let kernel: Object = exports.get_named_property_unchecked("Kernel")?;
     let prototype: Object = kernel.get_named_property_unchecked("prototype")?;
     fast::install(&env, &prototype)?;
+    let ledger: Object = exports.get_named_property_unchecked("Ledger")?;
+    ledger::install(&env, &ledger.get_named_property_unchecked("prototype")?)?;
     let mut codes = Object::new(&env)?;
     for code in klock_core::ErrorCode::ALL {
         codes.set(code.name(), code.code())?;

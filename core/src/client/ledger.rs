@@ -7,8 +7,8 @@
 //! when the last block holding it ends, route a lost lease (expired, wounded, session closed)
 //! to every block holding it, and renew each held block a third of the way through its
 //! leases' TTL. Those are lease and time rules, so they live here, in the core; the hosts
-//! translate. (The Python client uses this ledger; the Node client's JavaScript still carries
-//! the same rules itself.)
+//! translate. (The Python client uses this ledger through `bindings/python/src/block.rs`, the
+//! Node client through the addon's `Ledger`, `bindings/node/src/ledger.rs`.)
 //!
 //! Contract:
 //! - A block is registered by [`Ledger::grant`] and leaves by [`Ledger::finish`]; between the
@@ -23,8 +23,9 @@
 //!   new time instead.
 //! - The ledger never reads a clock and never calls the kernel: every time is the host's
 //!   `now`, every answer says what the host must do.
-//! - Each held block carries the host's handle for it (`H`: the host's block object), so the
-//!   host keeps no block table of its own.
+//! - Each held block carries the host's handle for it (`H`: the host's block object, or what
+//!   the host keeps per block), so a host needs no block table of its own (Python keeps none;
+//!   Node keeps a `Map` by block id, cheaper than a napi reference per block).
 
 use crate::deadlines::Lane;
 use crate::kernel::Map;
