@@ -109,6 +109,7 @@ impl StateMachine {
     fn done(applier: &Applier, index: u64) -> Reply {
         Reply {
             index,
+            repeat_of: None,
             now: applier.machine().last_now(),
             output: Ok(Output::Done),
             events: Vec::new(),

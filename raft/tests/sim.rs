@@ -12,7 +12,8 @@
 //! the faults stop the links are healed, every node restarted, and:
 //! - `fences`: no fence was acknowledged twice;
 //! - `exclusive`: no two acknowledged grants of one resource overlap in cluster time (the
-//!   log index from a grant's entry to the entry of its holder's next release);
+//!   log index from a grant's entry to the entry of its holder's next release; for an answer
+//!   that repeats a first one, the first one's entry, where it took effect);
 //! - `hashes`: the three nodes' state hashes are equal at one applied index;
 //! - `progress`: grants were acknowledged (a run that did nothing proves nothing).
 //!
@@ -367,6 +368,7 @@ async fn client(name: u64, seen: Rc<RefCell<Seen>>) -> turmoil::Result {
         let reply = submit(acquire, format!("c{name}-acq{op}"), &mut next).await;
         if let Some(Reply {
             index,
+            repeat_of,
             output:
                 Ok(Output::Verdict {
                     verdict: Verdict::Granted { leases },
@@ -374,17 +376,18 @@ async fn client(name: u64, seen: Rc<RefCell<Seen>>) -> turmoil::Result {
             ..
         }) = reply
         {
+            // A repeat (an answer lost with a cut link, asked again) took effect at the entry
+            // that first answered it.
+            let at = repeat_of.unwrap_or(index);
             for lease in leases {
-                let grant = (lease.resource.clone(), lease.fence, session.0, index);
+                let grant = (lease.resource.clone(), lease.fence, session.0, at);
                 seen.borrow_mut().grants.push(grant);
             }
             let release = Command::ReleaseAll { session };
             if let Some(reply) = submit(release, format!("c{name}-rel{op}"), &mut next).await {
+                let at = reply.repeat_of.unwrap_or(reply.index);
                 let mut seen = seen.borrow_mut();
-                seen.releases
-                    .entry(session.0)
-                    .or_default()
-                    .push(reply.index);
+                seen.releases.entry(session.0).or_default().push(at);
             }
         }
         tokio::time::sleep(Duration::from_millis(40)).await;

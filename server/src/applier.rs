@@ -92,6 +92,7 @@ impl Applier {
         let now = repeat_of.map_or(self.machine.last_now(), |(_, first_now)| first_now);
         let reply = Reply {
             index,
+            repeat_of: repeat_of.map(|(first, _)| first),
             now,
             output,
             events,

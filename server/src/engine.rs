@@ -83,6 +83,10 @@ impl Clock {
 pub struct Reply {
     /// The entry's index in the log (its events carry it).
     pub index: u64,
+    /// For a repeated idempotency key: the index of the entry that first answered, where the
+    /// command took effect (this entry changed nothing).
+    #[serde(default)]
+    pub repeat_of: Option<u64>,
     /// The time the answer was given at (for a repeat, the first entry's time).
     pub now: u64,
     pub output: Result<Output, Refused>,
