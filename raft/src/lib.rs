@@ -24,9 +24,11 @@ pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod peer;
+pub mod recent;
 pub mod routes;
 pub mod state_machine;
 pub mod types;
+pub mod writer;
 
 /// A storage failure as openraft's storage traits report it.
 pub(crate) fn io_error(e: impl std::fmt::Display) -> std::io::Error {

@@ -5,9 +5,11 @@
 //!   its single-node record format (one JSON record per entry). Raft numbers entries from 0;
 //!   the seam from 1 (0 means "none", and the file store's header record has index 0), so
 //!   Raft entry `i` is the seam's entry `i + 1`, in both directions and nowhere else.
-//! - [`RaftLogStorage::append`] reports the entries flushed (`io_completed`) only after the
-//!   seam's append returned, which is after the batch is durable (the file store's one
-//!   `write` and one `fdatasync`); the entries are readable as soon as it returns.
+//! - [`RaftLogStorage::append`] returns once the entries are readable: they are kept in
+//!   memory ([`Recent`]) and queued for the log's [`Writer`]. It reports them flushed
+//!   (`io_completed`) only after the seam's append returned, which is after they are durable
+//!   (the file store's one `write` and one `fdatasync`, shared by the appends queued
+//!   together). Reads take what they can from the kept entries and the rest from the log.
 //! - The seam's vote slot holds this layer's durable metadata ([`Meta`]): the vote and the
 //!   last purged log id (whose term the log no longer holds once purged). Both are saved
 //!   durably before the call that changes them returns; a purge saves the purged id first,
@@ -15,12 +17,15 @@
 //!   purged again.
 //! - An empty log starts where the first entry appended to it does (the seam's entries
 //!   before it are marked purged, which Raft's last purged log id does not change).
-//! - Truncation and purging are the seam's, durable when they return. Reads return the
+//! - Truncation and purging are the seam's, done by the writer after the appends queued before
+//!   them, and durable when they return. Reads return the
 //!   entries the log holds inside the asked range: a range reaching before the first entry
 //!   (purged) or past the last (not appended yet) is cut there, never elsewhere.
 
 use crate::io_error;
+use crate::recent::Recent;
 use crate::types::{KlockRaft, LogId, RaftEntry, Vote};
+use crate::writer::Writer;
 use klock_server::log::Log;
 use klock_server::store::{Store, TornTail};
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
@@ -42,16 +47,56 @@ pub struct Meta {
 }
 
 /// Raft's log storage and reader on a seam log (see the module contract). Clones share the
-/// log: a clone is the reader openraft asks for.
+/// log, the kept entries and the writer: a clone is the reader openraft asks for.
 #[derive(Clone)]
 pub struct LogStore {
     log: Arc<dyn Log<RaftEntry>>,
+    recent: Arc<Recent<RaftEntry>>,
+    writer: Writer,
 }
 
 impl LogStore {
-    /// The store on `log` (the file store, see [`open_file`], or a memory log).
+    /// The store on `log` (the file store, see [`open_file`], or a memory log), with its
+    /// writer started on the current tokio runtime.
     pub fn new(log: Arc<dyn Log<RaftEntry>>) -> LogStore {
-        LogStore { log }
+        let recent = Arc::new(Recent::new());
+        let writer = Writer::start(Arc::clone(&log), Arc::clone(&recent));
+        LogStore {
+            log,
+            recent,
+            writer,
+        }
+    }
+
+    /// Drops this handle, then waits until the log is closed: every other handle on it
+    /// dropped too, and its writer done with the queued jobs (a log reopened in the same
+    /// process must wait so).
+    pub async fn closed(self) {
+        let LogStore { log, writer, .. } = self;
+        drop(log);
+        writer.ended().await;
+    }
+
+    /// `(first, last)` as the seam's [`Log::bounds`], the entries accepted but not written
+    /// yet included.
+    fn bounds(&self) -> (u64, u64) {
+        let (first, last) = self.log.bounds();
+        match self.recent.last() {
+            Some(kept) if kept > last => (first.min(kept), kept),
+            _ => (first, last),
+        }
+    }
+
+    /// The entries `from..to`: the kept ones from memory, the others from the log.
+    fn read(&self, from: u64, to: u64) -> io::Result<Vec<(u64, RaftEntry)>> {
+        let (split, kept) = self.recent.tail_of(from, to);
+        let mut entries = if from < split {
+            self.log.read(from, split).map_err(io_error)?
+        } else {
+            Vec::new()
+        };
+        entries.extend(kept);
+        Ok(entries)
     }
 
     /// The metadata last saved (the default before any).
@@ -73,11 +118,11 @@ impl LogStore {
 
     /// The last entry's log id, if the log holds any.
     fn last_held(&self) -> io::Result<Option<LogId>> {
-        let (first, last) = self.log.bounds();
+        let (first, last) = self.bounds();
         if last < first {
             return Ok(None);
         }
-        let entries = self.log.read(last, last + 1).map_err(io_error)?;
+        let entries = self.read(last, last + 1)?;
         Ok(entries.into_iter().next().map(|(_, e)| e.log_id))
     }
 }
@@ -121,12 +166,12 @@ impl RaftLogReader<KlockRaft> for LogStore {
             Bound::Excluded(i) => i.saturating_add(1),
             Bound::Unbounded => u64::MAX,
         };
-        let (first, last) = self.log.bounds();
+        let (first, last) = self.bounds();
         let (from, to) = (from.max(first), to.min(last + 1));
         if from >= to {
             return Ok(Vec::new());
         }
-        let entries = self.log.read(from, to).map_err(io_error)?;
+        let entries = self.read(from, to)?;
         Ok(entries.into_iter().map(|(_, e)| e).collect())
     }
 
@@ -166,23 +211,22 @@ impl RaftLogStorage<KlockRaft> for LogStore {
             .into_iter()
             .map(|e| (seam(e.log_id.index), e))
             .collect();
-        let (first, last) = self.log.bounds();
+        let (first, last) = self.bounds();
         if let Some((start, _)) = batch.first().filter(|_| last < first) {
             // An empty log has no position of its own: it starts where its first entry does
             // (openraft may append to an empty log from any index; its own suite does).
             if *start > last + 1 {
-                self.log.purge_upto(start - 1).map_err(io_error)?;
+                self.writer.purge_upto(start - 1).await.map_err(io_error)?;
             }
         }
-        // The seam's append returns once the batch is durable: only then is it flushed.
-        self.log.append(&batch).map_err(io_error)?;
-        callback.io_completed(Ok(()));
-        Ok(())
+        // Readable from now on; flushed once the writer wrote it.
+        self.recent.keep(&batch);
+        self.writer.append(batch, callback).await.map_err(io_error)
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
         let keep = last_log_id.map_or(0, |id| seam(id.index));
-        self.log.truncate_after(keep).map_err(io_error)
+        self.writer.truncate_after(keep).await.map_err(io_error)
     }
 
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
@@ -190,6 +234,6 @@ impl RaftLogStorage<KlockRaft> for LogStore {
         let index = log_id.index;
         meta.purged = Some(log_id);
         self.save_meta(&meta)?;
-        self.log.purge_upto(seam(index)).map_err(io_error)
+        self.writer.purge_upto(seam(index)).await.map_err(io_error)
     }
 }

@@ -1,7 +1,8 @@
 //! The log store and the state machine on the file implementation across reopens (a
 //! restart): entries, the vote, a purge, a truncation and the snapshot are all still there,
 //! and the machine starts from the snapshot; a torn tail is cut back to the last whole entry
-//! and the log goes on from it; a log purged past the stored snapshot is refused.
+//! and the log goes on from it; a log purged past the stored snapshot is refused. A store is
+//! closed (`LogStore::closed`) before its file is opened again.
 
 mod support;
 
@@ -9,7 +10,7 @@ use klock_raft::log_store::{open_file, LogStore};
 use klock_raft::state_machine::StateMachine;
 use klock_raft::types::{RaftEntry, Vote};
 use klock_server::store::TornTail;
-use openraft::storage::{IOFlushed, RaftLogStorage as _, RaftStateMachine as _};
+use openraft::storage::{RaftLogStorage as _, RaftLogStorageExt as _, RaftStateMachine as _};
 use openraft::{RaftLogReader as _, RaftSnapshotBuilder as _};
 use std::io::Write as _;
 use std::path::Path;
@@ -22,11 +23,9 @@ fn opened(path: &Path) -> (LogStore, StateMachine, Option<TornTail>) {
     (LogStore::new(Arc::clone(&log)), state_machine_on(log), torn)
 }
 
+/// Appends `entries` and waits until they are durable (the store reports so later).
 async fn append(store: &mut LogStore, entries: Vec<RaftEntry>) {
-    store
-        .append(entries, IOFlushed::Noop)
-        .await
-        .expect("append");
+    store.blocking_append(entries).await.expect("append");
 }
 
 async fn held(store: &mut LogStore) -> Vec<RaftEntry> {
@@ -66,6 +65,7 @@ async fn a_restart_keeps_entries_vote_purge_truncation_and_snapshot() {
             .unwrap();
         store.purge(log_id(1, 1)).await.unwrap();
         store.truncate_after(Some(log_id(1, 2))).await.unwrap();
+        store.closed().await;
         snapshot.snapshot.into_inner()
     };
     let (mut store, mut sm, torn) = opened(&path);
@@ -117,6 +117,7 @@ async fn a_log_purged_past_the_stored_snapshot_is_refused_on_reopen() {
         let (mut store, _, _) = opened(&path);
         append(&mut store, entries()).await;
         store.purge(log_id(1, 2)).await.unwrap();
+        store.closed().await;
     }
     let err = open_file(&path).err().expect("refused");
     assert!(err.to_string().contains("LOG_NEWER_THAN_DATA"), "{err}");
@@ -130,6 +131,7 @@ async fn a_torn_tail_is_cut_and_the_log_goes_on() {
     {
         let (mut store, _, _) = opened(&path);
         append(&mut store, first.clone()).await;
+        store.closed().await;
     }
     // A crash in the middle of the next write: part of a record at the end of the log.
     let mut log = std::fs::OpenOptions::new()
@@ -147,7 +149,7 @@ async fn a_torn_tail_is_cut_and_the_log_goes_on() {
     );
     let next = entries()[2].clone();
     append(&mut store, vec![next.clone()]).await;
-    drop(store);
+    store.closed().await;
 
     let (mut store, _, torn) = opened(&path);
     assert_eq!(torn, None);
@@ -183,6 +185,7 @@ async fn an_installed_snapshot_survives_a_restart() {
             .unwrap();
         // What openraft does next: the log the snapshot covers goes.
         store.purge(log_id(1, 3)).await.unwrap();
+        store.closed().await;
     }
     let (mut store, mut follower, _) = opened(&path);
     assert_eq!(

@@ -58,6 +58,8 @@ const ID_KEY: &str = "id";
 const WALL_KEY: &str = "wall_ms";
 /// Bytes before a record's entry: length, CRC, index.
 const HEADER: usize = 16;
+/// The largest append buffer kept for the next append (a larger one is let go).
+const SCRATCH_KEPT: usize = 8 << 20;
 /// The largest entry a record may carry (a manifest of 256 long resources fits many times).
 const MAX_ENTRY_BYTES: u32 = 64 << 20;
 
@@ -142,9 +144,35 @@ struct Log {
     header_end: u64,
     /// The snapshot index the log follows (its header's `base`).
     base: u64,
+    /// The bytes of the last append, kept for the next one: an append of thousands of
+    /// entries would otherwise grow a fresh buffer of megabytes each time.
+    scratch: Vec<u8>,
 }
 
 impl Log {
+    /// Appends the records of `entries` (encoded into `buffer`) with one write and one sync.
+    fn write_records<E: Serialize>(
+        &mut self,
+        buffer: &mut Vec<u8>,
+        entries: &[(u64, E)],
+    ) -> Result<(), StoreError> {
+        let mut ends = Vec::with_capacity(entries.len());
+        for (index, entry) in entries {
+            push_record(buffer, *index, entry)?;
+            ends.push((*index, buffer.len() as u64));
+        }
+        let at = self
+            .file
+            .metadata()
+            .map_err(fail("read the log's size"))?
+            .len();
+        self.file.write_all(buffer).map_err(fail("write the log"))?;
+        self.file.sync_data().map_err(fail("sync the log"))?;
+        let records = self.scanned()?;
+        records.extend(ends.into_iter().map(|(i, end)| (i, at + end)));
+        Ok(())
+    }
+
     /// The records, scanning the file if it has not been yet (a torn tail is left for
     /// [`Store::load`] to report and cut).
     fn scanned(&mut self) -> Result<&mut Vec<(u64, u64)>, StoreError> {
@@ -223,9 +251,38 @@ pub fn log_path(data: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn record<E: Serialize>(index: u64, entry: &E) -> Result<Vec<u8>, StoreError> {
-    let payload = serde_json::to_vec(entry).map_err(fail("encode an entry"))?;
-    record_bytes(index, &payload)
+/// Appends the record of `entry` at `index` to `out`, encoding the entry in place (`out` is
+/// left as it was on an error).
+fn push_record<E: Serialize>(out: &mut Vec<u8>, index: u64, entry: &E) -> Result<(), StoreError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    let encoded = serde_json::to_writer(&mut *out, entry).map_err(fail("encode an entry"));
+    let len = encoded.and_then(|()| {
+        u32::try_from(out.len() - start - HEADER)
+            .ok()
+            .filter(|&n| n <= MAX_ENTRY_BYTES)
+            .ok_or_else(|| StoreError(format!("entry {index} is too large to log")))
+    });
+    let len = match len {
+        Ok(len) => len,
+        Err(e) => {
+            out.truncate(start);
+            return Err(e);
+        }
+    };
+    let crc = crc_of(index, &out[start + HEADER..]);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    out[start + 8..start + HEADER].copy_from_slice(&index.to_le_bytes());
+    Ok(())
+}
+
+/// The checksum of a record: its index and payload.
+fn crc_of(index: u64, payload: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&index.to_le_bytes());
+    crc.update(payload);
+    crc.finalize()
 }
 
 /// A record of `payload` at `index` (0: the header).
@@ -234,12 +291,9 @@ fn record_bytes(index: u64, payload: &[u8]) -> Result<Vec<u8>, StoreError> {
         .ok()
         .filter(|&n| n <= MAX_ENTRY_BYTES)
         .ok_or_else(|| StoreError(format!("entry {index} is too large to log")))?;
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&index.to_le_bytes());
-    crc.update(payload);
     let mut out = Vec::with_capacity(HEADER + payload.len());
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(&crc_of(index, payload).to_le_bytes());
     out.extend_from_slice(&index.to_le_bytes());
     out.extend_from_slice(payload);
     Ok(out)
@@ -548,6 +602,7 @@ impl<E: Serialize + DeserializeOwned> Store<E> {
                 records: None,
                 header_end: 0,
                 base: 0,
+                scratch: Vec::new(),
             }),
             id,
             accept_log_loss,
@@ -745,25 +800,16 @@ fn decode<E: DeserializeOwned>(index: u64, payload: &[u8]) -> Result<E, StoreErr
 impl<E: Serialize + DeserializeOwned> crate::log::Log<E> for Store<E> {
     /// One `write` and one `fdatasync` for the whole batch.
     fn append(&self, entries: &[(u64, E)]) -> Result<(), StoreError> {
-        let mut buffer = Vec::new();
-        let mut ends = Vec::with_capacity(entries.len());
-        for (index, entry) in entries {
-            buffer.extend(record(*index, entry)?);
-            ends.push((*index, buffer.len() as u64));
-        }
         let mut log = self.lock_log();
         let (_, last) = log.bounds()?;
         crate::log::check_follows(last, entries)?;
-        let at = log
-            .file
-            .metadata()
-            .map_err(fail("read the log's size"))?
-            .len();
-        log.file.write_all(&buffer).map_err(fail("write the log"))?;
-        log.file.sync_data().map_err(fail("sync the log"))?;
-        let records = log.scanned()?;
-        records.extend(ends.into_iter().map(|(i, end)| (i, at + end)));
-        Ok(())
+        let mut buffer = std::mem::take(&mut log.scratch);
+        buffer.clear();
+        let written = log.write_records(&mut buffer, entries);
+        if buffer.capacity() <= SCRATCH_KEPT {
+            log.scratch = buffer;
+        }
+        written
     }
 
     fn truncate_after(&self, index: u64) -> Result<(), StoreError> {
