@@ -22,12 +22,19 @@ fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/remote-scenarios")
 }
 
-/// `$KLOCK_TESTKIT_BIN`, else the `klock-testkit` built beside these tests.
+/// `$KLOCK_TESTKIT_BIN`, else the `klock-testkit` built beside these tests (the workspace's
+/// `cargo nextest run` builds it), never one beside `$KLOCK_BIN`, which may be older.
 fn testkit_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("KLOCK_TESTKIT_BIN").filter(|v| !v.is_empty()) {
         return PathBuf::from(bin);
     }
-    let bin = support::klock().with_file_name("klock-testkit");
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/debug/deps/TEST -> target/debug/klock-testkit
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|debug| debug.join("klock-testkit"))
+        .expect("the test runs from target/debug/deps");
     assert!(
         bin.exists(),
         "no klock-testkit binary at {}: build it (cargo build -p klock-testkit) or set KLOCK_TESTKIT_BIN",
@@ -172,7 +179,8 @@ type Blocks = Arc<Mutex<HashMap<String, Block>>>;
 
 struct Run {
     server: ServerProcess,
-    link: LinkProcess,
+    /// Shared with the link commands sent later (`after_ms`).
+    link: Arc<Mutex<LinkProcess>>,
     linked: Client,
     direct: Client,
     sessions: HashMap<String, Session>,
@@ -239,7 +247,10 @@ impl Run {
                 let mut blocks = self.blocks.lock().unwrap();
                 let block = blocks.get_mut(&name).ok_or(format!("no block {name}"))?;
                 block.busy = true;
-                block.guard.take().ok_or(format!("block {name} holds nothing"))?
+                block
+                    .guard
+                    .take()
+                    .ok_or(format!("block {name} holds nothing"))?
             };
             let blocks = Arc::clone(&self.blocks);
             tokio::spawn(async move {
@@ -260,7 +271,16 @@ impl Run {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         } else if let Some(command) = str_of("link") {
-            self.link.command(&command);
+            match ms_of("after_ms") {
+                None => self.link.lock().unwrap().command(&command),
+                Some(after) => {
+                    let link = Arc::clone(&self.link);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(after)).await;
+                        link.lock().unwrap().command(&command);
+                    });
+                }
+            }
         } else if step.contains_key("restart") {
             self.server.restart();
         } else if let Some(ms) = ms_of("sleep") {
@@ -306,6 +326,17 @@ impl Run {
                 .map(|resource| (resource.clone(), holders(self.server.port, resource)))
                 .collect();
             seen.insert(String::from("holders"), Value::Object(holders));
+        }
+        if expected.get("stats").is_some() {
+            let answer = klock_testkit::http_client::request(
+                self.server.port,
+                "GET",
+                "/v1/ns/default/stats",
+                &[],
+                b"",
+            )
+            .expect("read the stats");
+            seen.insert(String::from("stats"), answer.body);
         }
         matches(expected, &Value::Object(seen), "")
     }
@@ -373,7 +404,7 @@ async fn run(file: &str) {
     let direct = connect(server.port).await;
     let mut run = Run {
         server,
-        link,
+        link: Arc::new(Mutex::new(link)),
         linked,
         direct,
         sessions: HashMap::new(),

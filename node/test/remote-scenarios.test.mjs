@@ -28,7 +28,7 @@ const files = readdirSync(dir)
 const NODE_UNMET = {
   'cut-call-raises-unreachable-within-its-budget':
     "node/remote.js forgets every session of a namespace when that namespace's event stream gives up " +
-    '(WatchReader._down -> _lostSession), though the server still has them: the next lease on the session ' +
+    '(NamespaceWatch._down -> _lostSession), though the server still has them: the next lease on the session ' +
     'raises UNKNOWN_SESSION "session N is not open through this client" instead of getting a whole budget ' +
     'of its own (Python and Rust keep the session)',
 };
@@ -44,12 +44,17 @@ async function openLinkProcess(target) {
     child.kill('SIGKILL');
     throw new Error(`the link did not say its port: ${JSON.stringify(first)}`);
   }
+  // One command at a time: a command sent later (after_ms) may overlap a step's.
+  let last = Promise.resolve();
   return {
     port: Number(m[1]),
-    async command(line) {
-      child.stdin.write(`${line}\n`);
-      const answer = (await lines.next()).value;
-      assert.equal(answer, 'ok', `link command ${line}`);
+    command(line) {
+      last = last.then(async () => {
+        child.stdin.write(`${line}\n`);
+        const answer = (await lines.next()).value;
+        assert.equal(answer, 'ok', `link command ${line}`);
+      });
+      return last;
     },
     close() {
       child.kill('SIGKILL');
@@ -60,13 +65,19 @@ async function openLinkProcess(target) {
 /** Every key `expected` names has the same value in `seen`; `took_ms` compares with {min, max}. */
 function matches(expected, seen, at) {
   if (expected !== null && typeof expected === 'object' && !Array.isArray(expected)) {
-    assert.ok(seen !== null && typeof seen === 'object', `${at}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(seen)}`);
+    assert.ok(
+      seen !== null && typeof seen === 'object',
+      `${at}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(seen)}`,
+    );
     for (const [key, value] of Object.entries(expected)) {
       const here = `${at}.${key}`;
       if (key === 'took_ms') {
         const took = seen[key];
         assert.ok(typeof took === 'number', `${here}: no time taken`);
-        assert.ok(took >= (value.min ?? 0) && took <= (value.max ?? took), `${here}: ${took} ms, expected ${JSON.stringify(value)}`);
+        assert.ok(
+          took >= (value.min ?? 0) && took <= (value.max ?? took),
+          `${here}: ${took} ms, expected ${JSON.stringify(value)}`,
+        );
       } else {
         matches(value, seen[key] ?? null, here);
       }
@@ -85,6 +96,7 @@ class Run {
     this.direct = connect(server.url, { reconnectTimeoutMs });
     this.sessions = new Map();
     this.blocks = new Map();
+    this.later = [];
   }
 
   async step(step) {
@@ -117,7 +129,8 @@ class Run {
       const done = await Promise.race([this.blocks.get(step.await).busy.then(() => 'done'), bound]);
       assert.equal(done, 'done', `block ${step.await} did not settle within ${step.within_ms} ms`);
     } else if ('link' in step) {
-      await this.link.command(step.link);
+      if (step.after_ms === undefined) await this.link.command(step.link);
+      else this.later.push(sleep(step.after_ms).then(() => this.link.command(step.link)));
     } else if ('restart' in step) {
       await this.server.kill();
       this.server = await startServer(this.server.args, { port: this.server.port });
@@ -160,10 +173,16 @@ class Run {
         seen.holders[resource] = (await answer.json()).holders.map((h) => h.agent_id);
       }
     }
+    if (expected.stats) {
+      const answer = await fetch(`${this.server.url}/v1/ns/default/stats`);
+      assert.equal(answer.status, 200, 'stats');
+      seen.stats = await answer.json();
+    }
     return seen;
   }
 
   async close() {
+    await Promise.allSettled(this.later);
     for (const k of [this.linked, this.direct]) await k.close().catch(() => {}); // best effort: the link may be cut
     this.link.close();
     await this.server.stop();

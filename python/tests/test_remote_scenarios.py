@@ -42,12 +42,14 @@ class LinkProcess:
             self.proc.kill()
             raise RuntimeError(f"the link did not say its port: {line!r}")
         self.port = int(line.rsplit(":", 1)[1])
+        self.lock = threading.Lock()
 
     def command(self, line: str) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
+        with self.lock:  # a command sent later (after_ms) may come from a timer thread
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+            answer = self.proc.stdout.readline().strip()
         assert answer == "ok", f"link command {line!r}: {answer!r}"
 
     def close(self) -> None:
@@ -84,14 +86,16 @@ class Run:
         self.server = Server("--data", str(tmp / "klock.redb"))
         self.link = LinkProcess(self.server.port)
         budget = scenario.get("client", {}).get("reconnect_timeout_ms", 30_000) / 1000
-        self.linked = klock.connect(
-            f"http://127.0.0.1:{self.link.port}", reconnect_timeout=budget
-        )
+        self.linked = klock.connect(f"http://127.0.0.1:{self.link.port}", reconnect_timeout=budget)
         self.direct = klock.connect(self.server.url, reconnect_timeout=budget)
         self.sessions: dict[str, klock.Session] = {}
         self.blocks: dict[str, Block] = {}
+        self.later: list[threading.Timer] = []
 
     def close(self) -> None:
+        for later in self.later:
+            later.cancel()
+            later.join()
         for k in (self.linked, self.direct):
             try:
                 k.close()
@@ -124,7 +128,12 @@ class Run:
                         f"block {step['await']} did not settle within {step['within_ms']} ms"
                     )
         elif "link" in step:
-            self.link.command(step["link"])
+            if "after_ms" in step:
+                later = threading.Timer(step["after_ms"] / 1000, self.link.command, [step["link"]])
+                later.start()
+                self.later.append(later)
+            else:
+                self.link.command(step["link"])
         elif "restart" in step:
             self.server.kill()
             self.server.start()
@@ -185,6 +194,10 @@ class Run:
                 )
                 assert status == 200, f"resource state of {resource}: {status} {body}"
                 seen["holders"][resource] = [h["agent_id"] for h in json.loads(body)["holders"]]
+        if "stats" in expected:
+            status, body = call("GET", f"{self.server.url}/v1/ns/default/stats")
+            assert status == 200, f"stats: {status} {body}"
+            seen["stats"] = json.loads(body)
         return seen
 
 

@@ -84,8 +84,12 @@ mod tests {
             parse("delay 250"),
             Ok(Command::Delay(Duration::from_millis(250)))
         );
-        assert!(parse("delay -1").unwrap_err().contains("whole milliseconds"));
+        assert!(parse("delay -1")
+            .unwrap_err()
+            .contains("whole milliseconds"));
         assert!(parse("delay").unwrap_err().contains("unknown command"));
-        assert!(parse("thaw").unwrap_err().contains("unknown command \"thaw\""));
+        assert!(parse("thaw")
+            .unwrap_err()
+            .contains("unknown command \"thaw\""));
     }
 }

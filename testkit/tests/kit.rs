@@ -9,8 +9,8 @@ use klock_testkit::manual::ManualServer;
 use klock_testkit::server::Server;
 use klock_testkit::support::open;
 use serde_json::json;
-use std::io::{Read, Write};
 use std::io::{BufRead, BufReader};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -172,10 +172,7 @@ fn a_frozen_link_holds_what_it_reads_until_restored_and_a_cut_drops_it() {
     link.cut();
     let mut rest = Vec::new();
     let read = kept.read_to_end(&mut rest);
-    assert!(
-        matches!(read, Ok(0)) || read.is_err(),
-        "{read:?} {rest:?}"
-    );
+    assert!(matches!(read, Ok(0)) || read.is_err(), "{read:?} {rest:?}");
     link.restore();
     assert_eq!(health(link.port()), Ok(200));
 }
@@ -211,7 +208,6 @@ fn the_link_process_takes_its_commands_on_stdin_and_names_a_bad_one() {
     assert!(health(port).is_err(), "a bad command leaves the link cut");
     assert_eq!(command("restore"), "ok");
     assert_eq!(health(port), Ok(200));
-    drop(command);
     // The end of stdin ends it.
     drop(control);
     assert!(child.wait().unwrap().success());
