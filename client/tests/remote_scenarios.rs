@@ -184,6 +184,8 @@ struct Run {
     linked: Client,
     direct: Client,
     sessions: HashMap<String, Session>,
+    /// How long opening each session took, in ms.
+    opened_in: HashMap<String, u64>,
     blocks: Blocks,
 }
 
@@ -194,10 +196,13 @@ impl Run {
         if let Some(name) = str_of("open") {
             let direct = step.get("direct").and_then(Value::as_bool) == Some(true);
             let client = if direct { &self.direct } else { &self.linked };
+            let started = Instant::now();
             let session = client
                 .session(&name)
                 .await
                 .map_err(|e| format!("open {name}: {e}"))?;
+            self.opened_in
+                .insert(name.clone(), started.elapsed().as_millis() as u64);
             self.sessions.insert(name, session);
         } else if let Some(name) = str_of("enter") {
             let session = str_of("session").ok_or("enter names no session")?;
@@ -320,6 +325,16 @@ impl Run {
                 .collect();
             seen.insert(String::from("blocks"), Value::Object(views));
         }
+        if let Some(named) = expected.get("sessions").and_then(Value::as_object) {
+            let views: Map<String, Value> = named
+                .keys()
+                .map(|name| {
+                    let took = self.opened_in.get(name).copied();
+                    (name.clone(), json!({ "took_ms": took }))
+                })
+                .collect();
+            seen.insert(String::from("sessions"), Value::Object(views));
+        }
         if let Some(named) = expected.get("holders").and_then(Value::as_object) {
             let holders: Map<String, Value> = named
                 .keys()
@@ -408,6 +423,7 @@ async fn run(file: &str) {
         linked,
         direct,
         sessions: HashMap::new(),
+        opened_in: HashMap::new(),
         blocks: Arc::default(),
     };
     let steps = scenario["steps"].as_array().expect("steps");

@@ -95,6 +95,7 @@ class Run {
     this.linked = connect(`http://127.0.0.1:${link.port}`, { reconnectTimeoutMs });
     this.direct = connect(server.url, { reconnectTimeoutMs });
     this.sessions = new Map();
+    this.openedIn = new Map(); // how long opening each session took, in ms
     this.blocks = new Map();
     this.later = [];
   }
@@ -102,7 +103,9 @@ class Run {
   async step(step) {
     if ('open' in step) {
       const k = step.direct ? this.direct : this.linked;
+      const started = performance.now();
       this.sessions.set(step.open, await k.session(step.open));
+      this.openedIn.set(step.open, Math.round(performance.now() - started));
     } else if ('enter' in step) {
       const options = {};
       if (step.ttl_ms !== undefined) options.ttlMs = step.ttl_ms;
@@ -163,6 +166,11 @@ class Run {
         const lost = block?.state === 'held' && block.lease.lost ? { name: block.lease.lost.name } : null;
         seen.blocks[name] = block ? { state: block.state, error: block.error, lost, took_ms: block.took_ms } : null;
       }
+    }
+    if (expected.sessions) {
+      seen.sessions = {};
+      for (const name of Object.keys(expected.sessions))
+        seen.sessions[name] = { took_ms: this.openedIn.get(name) ?? null };
     }
     if (expected.holders) {
       seen.holders = {};

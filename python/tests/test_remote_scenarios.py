@@ -89,6 +89,7 @@ class Run:
         self.linked = klock.connect(f"http://127.0.0.1:{self.link.port}", reconnect_timeout=budget)
         self.direct = klock.connect(self.server.url, reconnect_timeout=budget)
         self.sessions: dict[str, klock.Session] = {}
+        self.opened_in: dict[str, int] = {}  # how long opening each session took, in ms
         self.blocks: dict[str, Block] = {}
         self.later: list[threading.Timer] = []
 
@@ -107,7 +108,9 @@ class Run:
     def step(self, step: dict[str, Any]) -> None:
         if "open" in step:
             k = self.direct if step.get("direct") else self.linked
+            started = time.monotonic()
             self.sessions[step["open"]] = k.session(step["open"])
+            self.opened_in[step["open"]] = round((time.monotonic() - started) * 1000)
         elif "enter" in step:
             ttl, timeout = step.get("ttl_ms"), step.get("timeout_ms")
             lease = self.sessions[step["session"]].lease(
@@ -183,6 +186,10 @@ class Run:
             seen["blocks"] = {
                 name: self.blocks[name].view() if name in self.blocks else None
                 for name in expected["blocks"]
+            }
+        if "sessions" in expected:
+            seen["sessions"] = {
+                name: {"took_ms": self.opened_in.get(name)} for name in expected["sessions"]
             }
         if "holders" in expected:
             seen["holders"] = {}
