@@ -33,6 +33,11 @@ export function klockBin() {
   return binaryPath('klock');
 }
 
+/** The path of the `klock-testkit` binary (resolved once). */
+export function testkitBin() {
+  return binaryPath('klock-testkit');
+}
+
 /**
  * SIGSTOP `child` (a ChildProcess), and wait until every thread of the process has stopped:
  * `kill` returns before the stop reaches the other threads, which can still answer a request

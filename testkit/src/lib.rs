@@ -8,7 +8,8 @@
 //! - [`support`]: sessions, metrics, certificates and token digests the HTTP tests share.
 //! - [`history`]: the work, export and kernel replay the history tests share.
 //! - [`http_client`]: a blocking loopback HTTP client.
-//! - [`link`]: a TCP link a fault test can cut and restore.
+//! - [`link`]: a TCP link a fault test can cut, delay, freeze and restore;
+//!   [`link_process`]: the same as `klock-testkit link`, driven over stdin.
 //! - [`cluster`]: a loopback cluster of `klock serve --node-id` processes, for the cluster
 //!   tests and the cluster benchmark.
 //! - [`manual`]: the resettable manual-clock server (`klock-testkit serve`), which the
@@ -21,6 +22,7 @@ pub mod conformance;
 pub mod history;
 pub mod http_client;
 pub mod link;
+pub mod link_process;
 pub mod manual;
 pub mod process;
 pub mod server;

@@ -5,6 +5,7 @@
 //! klock-testkit serve [--listen 127.0.0.1:0]   # the resettable manual-clock server
 //! klock-testkit conformance PATH...             # every vector through the HTTP API
 //! klock-testkit conformance --cluster KLOCK PATH...  # ... through three-node clusters
+//! klock-testkit link --to PORT                  # a link to cut, delay, freeze, restore
 //! ```
 
 use klock_testkit::{conformance, manual::ManualServer};
@@ -27,6 +28,11 @@ usage: klock-testkit COMMAND [FLAGS]
                 the same through a three-node cluster of the `klock` binary KLOCK for each
                 vector (its config, --clock manual), through a follower; the nodes' state
                 hashes must then be equal
+  link --to PORT
+                a TCP link to 127.0.0.1:PORT that the remote scenarios cut: prints
+                `klock-testkit: link on 127.0.0.1:LPORT`, then reads one command a line on
+                stdin (cut, restore, delay MS, freeze, drop-next), answering `ok` or
+                `error: WHY` once it took effect; ends with stdin
 
 Example:
   klock-testkit conformance tests/vectors";
@@ -36,6 +42,7 @@ fn main() -> ExitCode {
     let done = match args.first().map(String::as_str) {
         Some("serve") => serve(&args[1..]),
         Some("conformance") => run_conformance(&args[1..]),
+        Some("link") => link(&args[1..]),
         Some("--help" | "-h" | "help") | None => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -69,6 +76,22 @@ fn serve(args: &[String]) -> Result<ExitCode, String> {
     println!("klock-testkit: listening on http://{}", server.addr());
     server.serve_until_interrupted();
     Ok(ExitCode::SUCCESS)
+}
+
+fn link(args: &[String]) -> Result<ExitCode, String> {
+    let target: u16 = match args {
+        [flag, port] if flag == "--to" => port
+            .parse()
+            .map_err(|_| format!("--to needs a port number, got {port:?}"))?,
+        _ => return Err(format!("link takes only --to PORT, got {args:?}")),
+    };
+    match klock_testkit::link_process::run(target) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("klock-testkit link: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 fn run_conformance(paths: &[String]) -> Result<ExitCode, String> {

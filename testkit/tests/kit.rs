@@ -1,5 +1,6 @@
-//! The test kit itself: the cuttable link cuts and restores, and drops a kept connection's
-//! next request; the resettable server starts over with the config it is given and refuses a
+//! The test kit itself: the link cuts and restores, delays, freezes (holding what it reads
+//! until restored), drops a kept connection's next request, and runs as `klock-testkit link`
+//! driven over stdin; the resettable server starts over with the config it is given and refuses a
 //! bad one by name, and an in-process server killed on its data file lets the next one open it.
 
 use klock_testkit::http_client::request;
@@ -8,9 +9,11 @@ use klock_testkit::manual::ManualServer;
 use klock_testkit::server::Server;
 use klock_testkit::support::open;
 use serde_json::json;
+use std::io::{BufRead, BufReader};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// A request through `port` on a connection of its own: the status, or the error.
 fn health(port: u16) -> Result<u16, String> {
@@ -99,6 +102,115 @@ fn a_link_drops_the_next_request_of_each_open_connection_and_forwards_new_ones()
     )
     .unwrap();
     assert_eq!(next.body["session_id"].as_u64(), Some(first_id + 1));
+}
+
+/// Sends a health request on `conn` (kept alive); the first bytes of its answer, or the error
+/// (a timeout while nothing comes).
+fn ask_health(conn: &mut TcpStream) -> std::io::Result<String> {
+    let head = "GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n";
+    conn.write_all(head.as_bytes())?;
+    let mut buf = [0u8; 512];
+    let n = conn.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+#[test]
+fn a_delayed_link_answers_late_until_restored() {
+    let s = Server::start(&["--memory"]);
+    let link = Link::open(s.port()).unwrap();
+    link.delay(Duration::from_millis(1000));
+    let started = Instant::now();
+    assert_eq!(health(link.port()), Ok(200));
+    // The request, then the answer, each a second late.
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(2000), "{took:?}");
+    link.restore();
+    let started = Instant::now();
+    assert_eq!(health(link.port()), Ok(200));
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+}
+
+#[test]
+fn a_frozen_link_holds_what_it_reads_until_restored_and_a_cut_drops_it() {
+    let s = Server::start(&["--memory"]);
+    let link = Link::open(s.port()).unwrap();
+    let mut kept = TcpStream::connect(("127.0.0.1", link.port())).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert!(ask_health(&mut kept).unwrap().starts_with("HTTP/1.1 200"));
+    link.freeze();
+    // Nothing comes back, and nothing closes: the request waits in the link.
+    kept.set_read_timeout(Some(Duration::from_millis(1000)))
+        .unwrap();
+    let frozen = ask_health(&mut kept).unwrap_err();
+    assert!(
+        matches!(
+            frozen.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{frozen:?}"
+    );
+    // A new connection is taken but answered no more than the kept one.
+    let mut new = TcpStream::connect(("127.0.0.1", link.port())).unwrap();
+    new.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(ask_health(&mut new).is_err());
+    // The restore delivers what was held: both answers come.
+    link.restore();
+    for conn in [&mut kept, &mut new] {
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = conn.read(&mut buf).unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    }
+    // A cut during a freeze drops what it holds and closes the connection.
+    link.freeze();
+    kept.write_all(b"GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    link.cut();
+    let mut rest = Vec::new();
+    let read = kept.read_to_end(&mut rest);
+    assert!(matches!(read, Ok(0)) || read.is_err(), "{read:?} {rest:?}");
+    link.restore();
+    assert_eq!(health(link.port()), Ok(200));
+}
+
+#[test]
+fn the_link_process_takes_its_commands_on_stdin_and_names_a_bad_one() {
+    let s = Server::start(&["--memory"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_klock-testkit"))
+        .args(["link", "--to", &s.port().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut control = child.stdin.take().unwrap();
+    let mut answers = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    answers.read_line(&mut line).unwrap();
+    let port: u16 = line
+        .trim()
+        .strip_prefix("klock-testkit: link on 127.0.0.1:")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let mut command = |text: &str| {
+        writeln!(control, "{text}").unwrap();
+        let mut answer = String::new();
+        answers.read_line(&mut answer).unwrap();
+        answer.trim().to_owned()
+    };
+    assert_eq!(health(port), Ok(200));
+    assert_eq!(command("cut"), "ok");
+    assert!(health(port).is_err());
+    assert!(command("thaw").starts_with("error: unknown command \"thaw\""));
+    assert!(health(port).is_err(), "a bad command leaves the link cut");
+    assert_eq!(command("restore"), "ok");
+    assert_eq!(health(port), Ok(200));
+    // The end of stdin ends it.
+    drop(control);
+    assert!(child.wait().unwrap().success());
 }
 
 #[test]
