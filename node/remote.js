@@ -1072,7 +1072,10 @@ class NamespaceWatch {
         // A stream, not a request: it is not counted by `idle()`, and `stop()` ends it at once;
         // a server that does not answer within the wait and an attempt's time is a failure.
         const signal = AbortSignal.any([this._abort.signal, AbortSignal.timeout(WATCH_WAIT_MS + b._requestTimeout)]);
-        const response = await this._http[node].stream(`${this.path}?${this.query(WATCH_WAIT_MS)}`, { headers, signal });
+        const response = await this._http[node].stream(`${this.path}?${this.query(WATCH_WAIT_MS)}`, {
+          headers,
+          signal,
+        });
         const text = await response.text();
         outcome = outcomeOf(response.status);
         if (outcome !== 'answered') {

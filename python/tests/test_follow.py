@@ -73,7 +73,7 @@ def test_a_gap_renews_the_held_blocks_at_once() -> None:
 
     def slow_watcher(event: RemoteEvent) -> None:
         if event.event == "ACQUIRED" and not stalled.is_set():
-            trip = [l for l in event.leases or [] if getattr(l, "resource", None) == "FILE:/trip"]
+            trip = [x for x in event.leases or [] if getattr(x, "resource", None) == "FILE:/trip"]
             if trip:
                 stalled.set()
                 go.wait(20)  # the reader does not poll meanwhile

@@ -27,9 +27,10 @@ impl Follow {
     #[napi(constructor, ts_args_type = "entry?: number")]
     pub fn new(env: Env, entry: Unknown<'_>) -> Result<Self> {
         let entry = input::optional_number_arg(&env, entry, "entry")?;
-        Ok(Follow(
-            entry.map_or_else(watch::Follow::new, watch::Follow::from_entry),
-        ))
+        Ok(Follow(entry.map_or_else(
+            watch::Follow::new,
+            watch::Follow::from_entry,
+        )))
     }
 
     /// The event id to ask after, or `null`: from the oldest kept event.
