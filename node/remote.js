@@ -48,10 +48,10 @@
 //   this client's sessions. Where it starts and resumes is the core's rule
 //   (core/src/client/watch.rs through the addon's `Follow`): from the log entry that opened
 //   (or resumed) the client's first session of the namespace (the answer's `Klock-Index`),
-//   so no read is needed before the session is handed out, then after the last id taken in. So a process with thousands of sessions holds one of its
-//   token's long-polls per namespace, not one per session. Events are queued in order,
-//   duplicates (by id) dropped, and the queue handed to the friendly layer's one dispatch
-//   (`onEvents`).
+//   so no read is needed before the session is handed out, then after the last id taken in.
+//   So a process with thousands of sessions holds one of its token's long-polls per
+//   namespace, not one per session. Events are queued in order, duplicates (by id) dropped,
+//   and the queue handed to the friendly layer's one dispatch (`onEvents`).
 // - Lost-lease safety (as the Rust agent's keeper): each held lease has a local deadline on
 //   the client's monotonic clock, the send time of the request that granted or last renewed it
 //   plus its TTL, never later than the server's expiry. A lease granted later to a WAIT (by
@@ -68,10 +68,11 @@
 //   of every session; so does an event poll when the core says the stream may have missed
 //   events (an answer after a failed poll, from another node than the last, or with a `gap`;
 //   every failed attempt of a poll counts as a failed poll): the event readers resume after
-//   their last id, open tickets are polled again, held leases are reconciled (those the server no longer has are lost) and the rest are
-//   renewed at once. The server restores sessions into a suspension grace and extends leases
-//   by downtime + grace (server/README.md), so a lease survives a quick restart. When a
-//   namespace's event reader cannot reconnect within the budget, `onDown(sessionId, error)`
+//   their last id, open tickets are polled again, held leases are reconciled (those the
+//   server no longer has are lost) and the rest are renewed at once. The server restores
+//   sessions into a suspension grace and extends leases by downtime + grace
+//   (server/README.md), so a lease survives a quick restart. When a namespace's event reader
+//   cannot reconnect within the budget, `onDown(sessionId, error)`
 //   fails what waits on each of its sessions and their leases are lost. A session the server
 //   no longer knows (a restart without its data) is found by the poll of a ticket waiting in
 //   it (each third of its TTL, and on a reconnect): its leases and waits are lost at once.

@@ -736,9 +736,7 @@ class RemoteKernel:
             # No session there, so no open to start from: the server's newest event is "now"
             # (one read without a wait), and the stream goes on from it.
             follow = _core.Follow()
-            latest = self._request(
-                "GET", f"/v1/ns/{quote(namespace, safe='')}/watch", params={"wait_ms": 0}
-            )
+            latest = self._request("GET", _watch_path(namespace), params={"wait_ms": 0})
             follow.answered(self._servers.preferred, str(latest.get("next")), False)
             self._follow(namespace, follow)
 
