@@ -110,6 +110,21 @@ export declare class Attempts {
   after(servers: Servers, outcome: 'answered' | 'unreachable' | 'unavailable' | 'busy', retryAfterMs: number | undefined, nowMs: number): AfterAttempt
 }
 
+/** A client's cursor on one namespace's watch (the core's `Follow`). */
+export declare class Follow {
+  /** A watch that reads from log entry `entry` on, or from the oldest kept event. */
+  constructor(entry?: number)
+  /** The event id to ask after, or `null`: from the oldest kept event. */
+  get after(): string | null
+  /** A poll failed: the next answer may follow missed events. */
+  failed(): void
+  /**
+   * A poll answered by node `node` with `next` and `gap`: whether to resync the held
+   * leases (the events are routed first).
+   */
+  answered(node: number, next: string, gap: boolean): boolean
+}
+
 /**
  * The coordination kernel (SPEC.md). It never reads a clock: every call that can change
  * state takes `now` (integer milliseconds, any epoch the host chooses, never going back).

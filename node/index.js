@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Attempts = nativeBinding.Attempts
+module.exports.Follow = nativeBinding.Follow
 module.exports.Kernel = nativeBinding.Kernel
 module.exports.Ledger = nativeBinding.Ledger
 module.exports.Servers = nativeBinding.Servers

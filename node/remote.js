@@ -42,14 +42,16 @@
 //   session's leases at once (LEASE_RELEASED) and forgets the session. A resume without the
 //   session's current resume secret is `RESUME_SECRET_REFUSED`.
 // - Events: one reader per namespace this client has sessions in, as in Python: it long-polls
-//   the namespace's watch (`GET /v1/ns/{ns}/watch?after=&wait_ms=`), from the newest event
-//   when its first session opened, resumed after the last event id it saw (each poll a call
-//   of the failover rules, on transports of its own: it follows the node that last answered,
-//   and resumes on another node after the same id when that one fails), and keeps the
-//   events of this client's sessions. So a process with thousands of sessions holds one of its
-//   token's long-polls per namespace, not one per session. Events are queued in order,
-//   duplicates (by id) dropped, and the queue handed to the friendly layer's one dispatch
-//   (`onEvents`).
+//   the namespace's watch (`GET /v1/ns/{ns}/watch?after=&wait_ms=`), each poll a call of the
+//   failover rules, on transports of its own (it follows the node that last answered, and
+//   resumes on another node after the same id when that one fails), and keeps the events of
+//   this client's sessions. Where it starts and resumes is the core's rule
+//   (core/src/client/watch.rs through the addon's `Follow`): from the log entry that opened
+//   (or resumed) the client's first session of the namespace (the answer's `Klock-Index`),
+//   so no read is needed before the session is handed out, then after the last id taken in.
+//   So a process with thousands of sessions holds one of its token's long-polls per
+//   namespace, not one per session. Events are queued in order, duplicates (by id) dropped,
+//   and the queue handed to the friendly layer's one dispatch (`onEvents`).
 // - Lost-lease safety (as the Rust agent's keeper): each held lease has a local deadline on
 //   the client's monotonic clock, the send time of the request that granted or last renewed it
 //   plus its TTL, never later than the server's expiry. A lease granted later to a WAIT (by
@@ -62,13 +64,15 @@
 //   `LEASE_LOST` event of this module, routed like the kernel's). `nextDeadline()` is the
 //   earliest local deadline, so the friendly layer's timer fires on it and `advance(now)`
 //   settles it.
-// - Reconnect: after a failure (or an event poll answered by another node than the last: it
-//   may have missed events), the first request that gets through starts a resync of every
-//   session: the event readers resume after their last id, open tickets are polled again,
-//   held leases are reconciled (those the server no longer has are lost) and the rest are
-//   renewed at once. The server restores sessions into a suspension grace and extends leases
-//   by downtime + grace (server/README.md), so a lease survives a quick restart. When a
-//   namespace's event reader cannot reconnect within the budget, `onDown(sessionId, error)`
+// - Reconnect: after a failed request, the first request that gets through starts a resync
+//   of every session; so does an event poll when the core says the stream may have missed
+//   events (an answer after a failed poll, from another node than the last, or with a `gap`;
+//   every failed attempt of a poll counts as a failed poll): the event readers resume after
+//   their last id, open tickets are polled again, held leases are reconciled (those the
+//   server no longer has are lost) and the rest are renewed at once. The server restores
+//   sessions into a suspension grace and extends leases by downtime + grace
+//   (server/README.md), so a lease survives a quick restart. When a namespace's event reader
+//   cannot reconnect within the budget, `onDown(sessionId, error)`
 //   fails what waits on each of its sessions and their leases are lost. A session the server
 //   no longer knows (a restart without its data) is found by the poll of a ticket waiting in
 //   it (each third of its TTL, and on a reconnect): its leases and waits are lost at once.
@@ -80,7 +84,7 @@
 //   deterministically.
 
 const { randomUUID } = require('node:crypto');
-const { KlockError, ERROR_CODES, Servers } = require('./index.js');
+const { KlockError, ERROR_CODES, Servers, Follow } = require('./index.js');
 const { Transport } = require('./http.js');
 
 /** klock serve could not be reached within the reconnect budget. */
@@ -96,6 +100,8 @@ const PAUSE_FLOOR_MS = 50;
 const REFRESH_MIN_MS = 50;
 /** How long one watch long-poll waits on the server (it answers earlier when events come). */
 const WATCH_WAIT_MS = 10_000;
+/** How long an event reader pauses after an answer it could not read before it asks again. */
+const READER_PAUSE_MS = 1_000;
 /** The kernel's ttl_ms when an acquire gives none (SPEC.md §6). */
 const DEFAULT_TTL_MS = 60_000;
 /** The default of `requestTimeoutMs`: an attempt (not a stream) that takes longer is a network failure. */
@@ -182,6 +188,15 @@ function refusedCertificate(error) {
 const ok = (response) => response.status >= 200 && response.status < 300;
 
 const sleepReal = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * An answer's `Klock-Index` (the log entry of its command), or undefined if absent or not a
+ * number (a server that does not say: the event stream then reads from the oldest kept event).
+ */
+function klockIndex(response) {
+  const raw = response.headers['klock-index'];
+  return raw !== undefined && /^[0-9]{1,15}$/.test(raw) ? Number(raw) : undefined;
+}
 
 /** A busy answer's `Retry-After` (delta-seconds) in milliseconds, or undefined (the core's backoff then). */
 function retryAfterMs(response) {
@@ -294,8 +309,11 @@ class RemoteKernel {
   // ---- the kernel's calls -------------------------------------------------------------
 
   async openSession(agentId, namespace) {
-    const body = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions`, { body: { agent_id: agentId } });
-    return await this._opened(body);
+    const [body, index] = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions`, {
+      body: { agent_id: agentId },
+      withIndex: true,
+    });
+    return this._opened(body, index);
   }
 
   /** Resumes the session of a StateDigest (the server's JSON, as `digest()` answers it). */
@@ -313,7 +331,10 @@ class RemoteKernel {
     const { resume_secret: given, ...fields } = digest;
     const resumeSecret = given ?? this._sessions.get(digest.identity?.session_id)?.resumeSecret;
     const request = resumeSecret ? { digest: fields, resume_secret: resumeSecret } : { digest: fields };
-    const body = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions/resume`, { body: request });
+    const [body, index] = await this._request('POST', `/v1/ns/${enc(namespace)}/sessions/resume`, {
+      body: request,
+      withIndex: true,
+    });
     const previous = this._sessions.get(body.session_id);
     if (previous !== undefined) {
       // Same client: the new token, the same event position; every lease was renewed.
@@ -325,7 +346,7 @@ class RemoteKernel {
       }
       return this._info(body);
     }
-    return await this._opened(body);
+    return this._opened(body, index);
   }
 
   async suspendSession(sessionId) {
@@ -346,20 +367,19 @@ class RemoteKernel {
   }
 
   /**
-   * A session the server opened or resumed: its token kept, its namespace's event reader
-   * started (on its first session there) and placed, before the session is handed out: no
-   * event of it can come before its first acquire.
+   * A session the server opened or resumed (by log entry `index`, its `Klock-Index`): its
+   * token kept, its namespace's event reader started on its first session there, from that
+   * entry (every event of the session comes from it or a later one; a later session's events
+   * all come after the reader started).
    */
-  async _opened(body) {
+  _opened(body, index) {
     const session = new RemoteSession(this, body);
     this._sessions.set(session.id, session);
-    let watch = this._watches.get(session.namespace);
-    if (watch === undefined) {
-      watch = new NamespaceWatch(this, session.namespace);
+    if (!this._watches.has(session.namespace)) {
+      const watch = new NamespaceWatch(this, session.namespace, index);
       this._watches.set(session.namespace, watch);
       watch.start();
     }
-    await watch.placed;
     return this._info(body);
   }
 
@@ -567,8 +587,9 @@ class RemoteKernel {
    */
   async _catchUp() {
     for (const watch of this._watches.values()) {
-      const q = watch.after === null ? 'wait_ms=0' : `after=${watch.after}&wait_ms=0`;
-      watch.take(await this._request('GET', `${watch.path}?${q}`));
+      const body = await this._request('GET', `${watch.path}?${watch.query(0)}`);
+      // The node that answered: a call's answer makes it the one preferred.
+      watch.take(body, watch.check(this._servers.preferred, body));
     }
   }
 
@@ -769,10 +790,11 @@ class RemoteKernel {
   /**
    * One logical request, retried on network failures and busy answers within the reconnect
    * budget (the same `Idempotency-Key` on every try of a mutating one), each attempt to the
-   * node the core's failover rules name. Resolves with the JSON answer, rejects with the
-   * server's error as `KlockError`, or `Unreachable` naming the URLs tried.
+   * node the core's failover rules name. Resolves with the JSON answer (`withIndex`: with its
+   * `Klock-Index`, `[answer, index]`), rejects with the server's error as `KlockError`, or
+   * `Unreachable` naming the URLs tried.
    */
-  async _request(method, path, { body, session, mutating = method !== 'GET', now } = {}) {
+  async _request(method, path, { body, session, mutating = method !== 'GET', now, withIndex = false } = {}) {
     const headers = this._headers(session, body === undefined ? {} : { 'content-type': 'application/json' });
     if (mutating) headers['idempotency-key'] = randomUUID();
     const payload = body === undefined ? undefined : JSON.stringify(body);
@@ -853,7 +875,7 @@ class RemoteKernel {
         }
         // A test clock: the command may have moved the server's next deadline.
         if (this._manual && mutating && path !== '/v1/advance') this._background(this._refreshDeadline());
-        return answer;
+        return withIndex ? [answer, klockIndex(response)] : answer;
       }
     } finally {
       this._leave();
@@ -983,28 +1005,21 @@ class RemoteSession {
  * stopped or cut off past the budget (the module contract, "Events", "Reconnect", "Failover").
  */
 class NamespaceWatch {
-  constructor(backend, namespace) {
+  /** `entry`: the log entry of the open that started it (undefined: from the oldest kept event). */
+  constructor(backend, namespace, entry) {
     this.backend = backend;
     this.namespace = namespace;
     this.path = `/v1/ns/${enc(namespace)}/watch`;
-    /** The last event id taken in (null: the newest, once placed). */
-    this.after = null;
+    /** Where the stream resumes, and when it may have missed events: the core's rules. */
+    this.follow = new Follow(entry);
     /** One transport per node. */
     this._http = backend._newTransports();
-    /** Resolves once the reader knows where to start (the newest event, or the start). */
-    this.placed = null;
     this._abort = new AbortController();
     this._stopped = false;
   }
 
   start() {
-    // From the server's newest event on: earlier ones concern other clients. If that cannot
-    // be asked now, reading from the start of what the watch keeps is as right, only longer.
-    this.placed = this.backend._request('GET', `${this.path}?wait_ms=0`).then(
-      (body) => this._advance(body.next),
-      () => {},
-    );
-    this.placed.then(() => this._run());
+    this._run();
   }
 
   stop() {
@@ -1013,28 +1028,35 @@ class NamespaceWatch {
     for (const http of this._http) http.close();
   }
 
-  /** Takes in a watch answer: the events of this client's sessions, in order; moves on. */
-  take(body) {
+  /** A poll's query: after the id the core names (none: from the oldest kept event). */
+  query(waitMs) {
+    const after = this.follow.after;
+    return after === null ? `wait_ms=${waitMs}` : `after=${after}&wait_ms=${waitMs}`;
+  }
+
+  /**
+   * The core's word on a poll's answer from node `node`: whether events may have been missed
+   * (a resync after taking it in). Throws (a `RangeError`, moving nothing) if the answer's
+   * `next` is not an event id.
+   */
+  check(node, body) {
+    return this.follow.answered(node, String(body?.next), body?.gap === true);
+  }
+
+  /** Takes in a watch answer: the events of this client's sessions, in order; then `resync`. */
+  take(body, resync) {
     const b = this.backend;
     let took = false;
     for (const event of body.events ?? []) {
       const s = b._sessions.get(event.session);
       if (s !== undefined) took = b._ingest(s, event, event.id) || took;
     }
-    this._advance(body.next);
     if (took) b.onEvents();
-  }
-
-  _advance(next) {
-    if (typeof next === 'string' && next !== '' && (this.after === null || compareIds(next, this.after) > 0)) {
-      this.after = next;
-    }
+    if (resync) b._resync();
   }
 
   async _run() {
     const b = this.backend;
-    let cutOff = false; // a poll failed since the last one answered
-    let lastNode = null; // the node of the last answered poll
     let attempts = null;
     /** @type {Map<string, string>} URL -> what failed there last, in this outage */
     const failures = new Map();
@@ -1046,13 +1068,15 @@ class NamespaceWatch {
       let pauseAsked;
       let body;
       try {
-        const q = this.after === null ? `wait_ms=${WATCH_WAIT_MS}` : `after=${this.after}&wait_ms=${WATCH_WAIT_MS}`;
         const headers = b._headers(undefined, {});
         if (b._manual) headers['klock-now'] = String(b._clock.now());
         // A stream, not a request: it is not counted by `idle()`, and `stop()` ends it at once;
         // a server that does not answer within the wait and an attempt's time is a failure.
         const signal = AbortSignal.any([this._abort.signal, AbortSignal.timeout(WATCH_WAIT_MS + b._requestTimeout)]);
-        const response = await this._http[node].stream(`${this.path}?${q}`, { headers, signal });
+        const response = await this._http[node].stream(`${this.path}?${this.query(WATCH_WAIT_MS)}`, {
+          headers,
+          signal,
+        });
         const text = await response.text();
         outcome = outcomeOf(response.status);
         if (outcome !== 'answered') {
@@ -1076,30 +1100,27 @@ class NamespaceWatch {
         } else {
           outcome = 'unreachable';
           failures.set(url, describeFailure(error));
-          b._failing = true;
         }
       }
       if (this._stopped) return;
       const next = attempts.after(b._servers, outcome, pauseAsked, monotonicMs());
       if (next.what === 'done') {
         attempts = null;
-        // After a failure, or on another node than the last (either may have missed events
-        // of this client): the open tickets are polled again and the leases renewed.
-        if ((cutOff || (lastNode !== null && lastNode !== node)) && !b._failing) b._failing = true;
-        if (b._failing) {
-          b._failing = false;
-          b._resync();
+        let resync;
+        try {
+          resync = this.check(node, body);
+        } catch (error) {
+          // An answer this client cannot read: a failed poll, asked again after a pause.
+          this.follow.failed();
+          failures.set(url, `an unreadable event batch (${error?.message ?? error})`);
+          await sleepReal(READER_PAUSE_MS);
+          continue;
         }
-        cutOff = false;
-        lastNode = node;
         failures.clear();
-        this.take(body);
-        // The server dropped events this reader never saw (evicted, or folded into a
-        // snapshot): what they said is learnt again as after a reconnect.
-        if (body.gap) b._resync();
+        this.take(body, resync);
         continue;
       }
-      cutOff = true;
+      this.follow.failed();
       if (next.what === 'retry') {
         await sleepReal(next.ms);
         continue;

@@ -129,10 +129,15 @@ export async function startServer(args = ['--memory'], { port = 0, bin = klockBi
  * connections it forwarded, `open()` gives the latest request line of each one open now;
  * `reset(keep)` closes every open one whose latest request line does not match `keep` (a
  * RegExp), at once and while still accepting, as a server closing idle keep-alive connections
- * does.
+ * does. `hold(line)` keeps every request whose request line matches `line` (a RegExp) at the
+ * link, neither forwarded nor failed, until `release()`: a request that is late, not lost.
  */
 export async function openLink(port) {
   const open = new Set();
+  /** @type {RegExp | null} the request lines held back */
+  let held = null;
+  /** @type {Array<() => void>} the requests held back, each forwarded by its call */
+  const waiting = [];
   /** @type {Map<import('node:net').Socket, string>} client side -> the first line of its latest request */
   const clients = new Map();
   let cut = false;
@@ -144,12 +149,22 @@ export async function openLink(port) {
     }
     connections++;
     clients.set(conn, '');
+    const upstream = connectNet(port, '127.0.0.1');
     conn.on('data', (chunk) => {
       const line = chunk.toString('latin1', 0, 300).split('\r\n')[0];
       if (/^[A-Z]+ \S+ HTTP\/1\.1$/.test(line)) clients.set(conn, line);
+      if (held !== null && held.test(line)) {
+        conn.pause(); // nothing more of this connection until it is forwarded
+        waiting.push(() => {
+          upstream.write(chunk);
+          conn.resume();
+        });
+        return;
+      }
+      upstream.write(chunk);
     });
+    conn.once('end', () => upstream.end());
     conn.once('close', () => clients.delete(conn));
-    const upstream = connectNet(port, '127.0.0.1');
     for (const end of [conn, upstream]) {
       open.add(end);
       end.on('error', () => {});
@@ -159,7 +174,6 @@ export async function openLink(port) {
         upstream.destroy();
       });
     }
-    conn.pipe(upstream);
     upstream.pipe(conn);
   });
   await new Promise((resolve) => listener.listen(0, '127.0.0.1', resolve));
@@ -175,6 +189,13 @@ export async function openLink(port) {
     },
     restore() {
       cut = false;
+    },
+    hold(line) {
+      held = line;
+    },
+    release() {
+      held = null;
+      for (const forward of waiting.splice(0)) forward();
     },
     get connections() {
       return connections;

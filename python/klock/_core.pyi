@@ -39,6 +39,7 @@ __all__ = [
     "after_setback",
     "Servers",
     "Attempts",
+    "Follow",
     "ERROR_CODES",
     "PREDICATES",
     "EVENT_KINDS",
@@ -149,6 +150,22 @@ class Attempts:
         """What to do after the attempt to :attr:`node` ended with ``outcome`` (``unavailable``:
         a 503, ``busy``: a 429, with its ``Retry-After`` in ms): ``(what, node, ms)``; ``retry``
         asks ``node`` after ``ms``."""
+
+@final
+class Follow:
+    """Where a remote client's watch of one namespace resumes, and whether it may have missed
+    events (``klock_core::client::watch::Follow``). ``Follow(entry)`` reads from log entry
+    ``entry`` on (an open's ``Klock-Index``), ``Follow()`` from the oldest kept event."""
+
+    def __new__(cls, entry: int | None = None) -> Self: ...
+    @property
+    def after(self) -> str | None:
+        """The event id to ask after (``None``: from the oldest kept event)."""
+    def failed(self) -> None:
+        """A poll failed: the next answer may follow missed events."""
+    def answered(self, node: int, next: str, gap: bool) -> bool:
+        """A poll answered by ``node`` with ``next`` and ``gap``: whether events may have been
+        missed (renew every held lease now). ``ValueError`` if ``next`` is not an event id."""
 
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
 _EventName = Literal[

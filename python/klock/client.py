@@ -597,6 +597,10 @@ class Klock:
                 return
             now = self.now()
             for block in self._ledger.scheduled_blocks():
+                # Due now: the ledger moves a heartbeat whose leases are not due yet to
+                # their renewal time, so their renewal time is made now first.
+                for lease in block._leases():
+                    self._ledger.renewed(lease.lease_id, lease.expires_at, None, now)
                 self._schedule_heartbeat_locked(block, now)
 
     def _backend_failed(self, error: KlockError) -> None:

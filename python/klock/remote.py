@@ -10,9 +10,13 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
 * **Transport.** :mod:`klock._http` (HTTP/1.1 on stdlib sockets): the calls go through a pool of
   keep-alive connections per node, one per call in flight, and per namespace one reader thread
   with transports of its own long-polls the namespace's event stream
-  (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, resumed after the last event id it saw, on
-  whichever node the failover rules name: it follows the node that last answered); it
-  keeps the events of this client's sessions and hands them to the Klock's dispatch.
+  (``GET /v1/ns/{ns}/watch?after=&wait_ms=``, on whichever node the failover rules name: it
+  follows the node that last answered); it keeps the events of this client's sessions and
+  hands them to the Klock's dispatch. Where the stream starts and resumes is the core's rule
+  (``core/src/client/watch.rs`` through ``klock._core.Follow``): it starts at the log entry
+  that opened (or resumed) the client's first session of the namespace (the answer's
+  ``Klock-Index``), so it needs no read before the session is handed out, and resumes after
+  the last event id taken in.
   ``async with`` blocks run the calls in a worker thread, so the event loop never blocks
   (``offload_async``). The bearer ``token`` goes in ``Authorization``; session tokens
   (``Klock-Session-Token``) stay inside. Every mutating request carries an
@@ -42,10 +46,12 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   before it met. *Retries do not starve
   heartbeats*: a call holds the Klock's lock while it retries, so each pause between its
   attempts first sends the heartbeats due (but those of a session whose leases the call
-  releases). When the event
-  reader reaches the server again, or another node than the last, it re-polls the open tickets (a restart may have dropped
-  their events; a ticket whose outcome the server no longer has is asked again, which reuses
-  a lease granted meanwhile) and has every held block renewed at once; the server restored
+  releases). When the core
+  says the event stream may have missed events (an answer after a failed poll, from another
+  node than the last, or with a ``gap``; this reader counts every failed attempt of a poll as
+  a failed poll), the reader re-polls the open tickets (a restart may have dropped their
+  events; a ticket whose outcome the server no longer has is asked again, which reuses a
+  lease granted meanwhile) and has every held block renewed at once; the server restored
   the sessions in their suspension grace and extended the leases by the downtime, so a quick
   restart (or a cluster's failover) loses nothing, and a renewal the server refuses marks the
   lease lost as usual. If the reader's poll gives up (cut off past the budget), every waiting
@@ -448,7 +454,9 @@ class RemoteKernel:
         # ticket -> (when to refresh it next, every how many ms): see "Long waits" above.
         self._refresh: dict[int, tuple[int, int]] = {}
         self._events: collections.deque[RemoteEvent] = collections.deque()
-        self._cursor: dict[str, str] = {}  # namespace -> last event id seen
+        # namespace -> where its event stream resumes, and when it may have missed events
+        # (the core's rules: core/src/client/watch.rs)
+        self._follows: dict[str, _core.Follow] = {}
         # namespace -> its reader thread and that reader's transports, one per node
         self._readers: dict[str, tuple[threading.Thread, list[Transport]]] = {}
         # namespace -> who follows all its events (Klock._watch), under _state_lock
@@ -494,11 +502,14 @@ class RemoteKernel:
         give_up_at: int | None = None,
         once: bool = False,
         ends_leases: bool = False,
+        with_index: bool = False,
     ) -> Any:
         """One logical request, retried on connection failures within the reconnect budget
         (or until the Klock's clock reaches ``give_up_at``: then ``None`` is returned; or not
         at all with ``once``). ``ends_leases``: the request releases leases of ``session`` (a
-        release, a close), whose heartbeats therefore wait for it to end."""
+        release, a close), whose heartbeats therefore wait for it to end. ``with_index``: the
+        answer comes with its ``Klock-Index`` (the log entry of the command; ``None`` if the
+        server did not say), as ``(answer, index)``."""
         if self._closed and method != "GET":
             raise Closed("this Klock is closed")
         headers: dict[str, str] = {}
@@ -594,7 +605,8 @@ class RemoteKernel:
                 raise Closed("this Klock is closed") from None
             what, _, pause_ms = attempts.after(servers, outcome, retry_after_ms, _monotonic_ms())
             if what == "done":
-                return self._answer(response, session, url)
+                answer = self._answer(response, session, url)
+                return (answer, _klock_index(response)) if with_index else answer
             if what == "gave_up_busy":
                 assert busy is not None
                 return self._answer(busy, session, url)  # the server's own error, named
@@ -681,36 +693,36 @@ class RemoteKernel:
     def open_session(self, agent_id: str, namespace: str, now: int) -> RemoteSessionInfo:
         _check_name("agent_id", agent_id)
         _check_name("namespace", namespace)
-        answer = self._request(
+        answer, index = self._request(
             "POST",
             f"/v1/ns/{quote(namespace, safe='')}/sessions",
             body={"agent_id": agent_id},
             now=now,
             mutating=True,
+            with_index=True,
         )
-        return self._opened(namespace, answer)
+        return self._opened(namespace, answer, index)
 
-    def _opened(self, namespace: str, answer: dict[str, Any]) -> RemoteSessionInfo:
+    def _opened(
+        self, namespace: str, answer: dict[str, Any], index: int | None
+    ) -> RemoteSessionInfo:
         """Keeps an opened or resumed session's token, and starts reading its namespace's
-        events if this is the client's first session there."""
+        events from the log entry that opened it (``index``) if this is the client's first
+        session there."""
         info = _session_info(answer)
         self._tokens[info.session_id] = answer["session_token"]
         self._resume_secrets[info.session_id] = answer.get("resume_secret", "")
         self._ns[info.session_id] = info.namespace
-        self._follow(namespace)
+        self._follow(namespace, _core.Follow(index))
         return info
 
-    def _follow(self, namespace: str) -> None:
-        """Reads the namespace's events from now on, if it does not already: events before
-        this client's first session (or watch) of the namespace concern others, so the
-        stream is read from the server's newest event on."""
+    def _follow(self, namespace: str, follow: _core.Follow) -> None:
+        """Reads the namespace's events from where ``follow`` starts, if it does not already
+        (a later session's events all come after its open, sent after the stream started)."""
         with self._follow_lock:
-            if namespace in self._cursor:
+            if namespace in self._follows:
                 return
-            latest = self._request(
-                "GET", f"/v1/ns/{quote(namespace, safe='')}/watch", params={"wait_ms": 0}
-            )
-            self._cursor[namespace] = str(latest.get("next") or "0.0")
+            self._follows[namespace] = follow
             if not self.manual:
                 self._start_reader(namespace)
 
@@ -720,7 +732,13 @@ class RemoteKernel:
         returns the function that stops it."""
         with self._state_lock:
             self._watchers.setdefault(namespace, []).append(on_event)
-        self._follow(namespace)
+        if namespace not in self._follows:
+            # No session there, so no open to start from: the server's newest event is "now"
+            # (one read without a wait), and the stream goes on from it.
+            follow = _core.Follow()
+            latest = self._request("GET", _watch_path(namespace), params={"wait_ms": 0})
+            follow.answered(self._servers.preferred, str(latest.get("next")), False)
+            self._follow(namespace, follow)
 
         def stop() -> None:
             with self._state_lock:
@@ -786,8 +804,9 @@ class RemoteKernel:
             body=body,
             now=now,
             mutating=True,
+            with_index=True,
         )
-        return self._opened(str(namespace), answer)
+        return self._opened(str(namespace), *answer)
 
     # ---- leases -------------------------------------------------------------------------------
 
@@ -1019,21 +1038,23 @@ class RemoteKernel:
 
     def drain_events(self) -> list[RemoteEvent]:
         if self.manual:
-            for namespace, cursor in list(self._cursor.items()):
-                d = self._request(
-                    "GET",
-                    f"/v1/ns/{quote(namespace, safe='')}/watch",
-                    params={"after": cursor, "wait_ms": 0},
+            for namespace, follow in list(self._follows.items()):
+                d = self._request("GET", _watch_path(namespace), params=_after(follow, 0))
+                # The node that answered: a call's answer makes it the one preferred.
+                resync = follow.answered(
+                    self._servers.preferred, str(d.get("next")), d.get("gap") is True
                 )
                 self._take(namespace, d)
+                if resync:
+                    self._resync()
         out: list[RemoteEvent] = []
         while self._events:
             out.append(self._events.popleft())
         return out
 
     def _take(self, namespace: str, d: dict[str, Any]) -> bool:
-        """Keeps the events of this client's sessions from a watch answer (in order), moves
-        the cursor; whether any was kept."""
+        """Keeps the events of this client's sessions from a watch answer (in order), and
+        hands every event to the namespace's watchers; whether any was kept."""
         kept = False
         with self._state_lock:
             watchers = list(self._watchers.get(namespace, ()))
@@ -1046,8 +1067,6 @@ class RemoteKernel:
                 if own:
                     self._note(event)
                     kept = True
-        if d.get("next"):
-            self._cursor[namespace] = str(d["next"])
         return kept
 
     def _note(self, event: RemoteEvent) -> None:
@@ -1087,14 +1106,15 @@ class RemoteKernel:
     def _read(self, namespace: str, clients: list[Transport]) -> None:
         """Long-polls the namespace's events until the backend closes, each poll a call of
         the core's failover rules (so it follows the node that last answered, and moves on
-        when that one fails, resuming after its last event id); on reconnecting after a
-        failure or on another node, re-polls the open tickets and has the held blocks
-        renewed; when a poll's call gives up (the servers stayed away past the budget), fails
-        the waiting blocks (once per outage)."""
-        path = f"/v1/ns/{quote(namespace, safe='')}/watch"
+        when that one fails). Where it resumes and when it may have missed events are the
+        core's rules (``_core.Follow``): every failed attempt and every answer it cannot use
+        is a failed poll; when an answer says events may have been missed, it re-polls the
+        open tickets and has the held blocks renewed. When a poll's call gives up (the
+        servers stayed away past the budget), it fails the waiting blocks (once per
+        outage)."""
+        path = _watch_path(namespace)
+        follow = self._follows[namespace]
         failed = False
-        cut_off = False  # a poll failed since the last one answered
-        last_node: int | None = None  # the node of the last answered poll
         attempts = None
         failures: dict[str, str] = {}  # URL -> what failed there last, in this outage
         while not self._closed:
@@ -1108,7 +1128,7 @@ class RemoteKernel:
                 response = clients[node].request(
                     "GET",
                     path,
-                    params={"after": self._cursor[namespace], "wait_ms": _WATCH_WAIT_MS},
+                    params=_after(follow, _WATCH_WAIT_MS),
                     timeout=self._request_timeout,
                     read_timeout=_WATCH_WAIT_MS / 1000 + 10,
                 )
@@ -1145,12 +1165,20 @@ class RemoteKernel:
             if what == "done":
                 attempts = None
                 d = self._answer(response, url=self.urls[node])
-                if self._served(namespace, d, cut_off or last_node not in (None, node)):
+                try:
+                    resync = follow.answered(node, str(d.get("next")), d.get("gap") is True)
+                except (AttributeError, ValueError) as e:
+                    # An answer this client cannot read: a failed poll, asked again later.
+                    follow.failed()
+                    failures[self.urls[node]] = f"an unreadable event batch ({e})"
+                    time.sleep(_READER_PAUSE_S)
+                    continue
+                if self._served(namespace, d, resync):
                     break
-                cut_off, failed, last_node = False, False, node
+                failed = False
                 failures.clear()
                 continue
-            cut_off = True
+            follow.failed()
             failures.pop(self.urls[node], None)
             failures[self.urls[node]] = failure
             if what == "retry":
@@ -1173,26 +1201,32 @@ class RemoteKernel:
         for client in clients:
             client.close()
 
-    def _served(self, namespace: str, d: dict[str, Any], reconnected: bool) -> bool:
-        """Hands a watch answer's events to the Klock; ``reconnected`` (the poll follows a
-        failure, or went to another node than the last: either may have missed events):
-        re-polls the open tickets and has the held blocks renewed. Whether the Klock is gone
-        (the reader stops)."""
+    def _served(self, namespace: str, d: dict[str, Any], resync: bool) -> bool:
+        """Hands a watch answer's events to the Klock, then resyncs if ``resync`` (the core
+        said events may have been missed). Whether the Klock is gone (the reader stops)."""
         klock = self._klock()
         if klock is None:
             return True
         try:
             kept = self._take(namespace, d)
-            if reconnected or d.get("gap"):
-                kept = self._repoll_tickets() or kept
+            if resync:
+                kept = self._resync() or kept
             if kept:
                 klock._backend_events()
-            if reconnected:
-                klock._backend_reconnected()
         except Exception as e:  # never let the reader die: keep what happened, go on
             if not self._closed:
                 self.reader_error = e
         return False
+
+    def _resync(self) -> bool:
+        """Events of this client's sessions may have been missed: re-polls the open tickets
+        (their outcomes) and has every held block renewed at once (a renewal the server
+        refuses marks its lease lost). Whether a ticket's outcome was kept as an event."""
+        kept = self._repoll_tickets()
+        klock = self._klock()
+        if klock is not None:
+            klock._backend_reconnected()
+        return kept
 
     def _repoll_tickets(self) -> bool:
         """Asks the server for the outcome of every open ticket (their events may be gone).
@@ -1267,6 +1301,23 @@ def _error(code: int, name: str, message: str) -> KlockError:
     err = cls(f"{name}: {message}")
     err.code, err.name, err.message = code, name, message
     return err
+
+
+def _watch_path(namespace: str) -> str:
+    return f"/v1/ns/{quote(namespace, safe='')}/watch"
+
+
+def _after(follow: _core.Follow, wait_ms: int) -> dict[str, Any]:
+    """A watch poll's query: after the id ``follow`` names (none: from the oldest kept event)."""
+    after = follow.after
+    return {"wait_ms": wait_ms} if after is None else {"after": after, "wait_ms": wait_ms}
+
+
+def _klock_index(response: Response) -> int | None:
+    """The answer's ``Klock-Index`` (the log entry of its command), ``None`` if absent or not
+    a number (a server that does not say: the stream then reads from the oldest kept event)."""
+    index = response.headers.get("klock-index", "")
+    return int(index) if index.isdigit() else None
 
 
 def _retry_after_ms(response: Response) -> int | None:

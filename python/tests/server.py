@@ -319,7 +319,9 @@ class Link:
     ``"request"`` closes that connection without forwarding the request (a server that closed
     an idle connection as the request arrived), ``"answer"`` forwards it and closes the
     connection instead of passing the answer on (the server acted; the client hears nothing).
-    ``lost`` counts the faults that happened."""
+    ``lost`` counts the faults that happened. :meth:`hold` keeps every request starting with a
+    given prefix at the link (neither forwarded nor failed) until :meth:`release`: a request
+    that is late, not lost."""
 
     def __init__(self, port: int) -> None:
         self._port = port
@@ -332,6 +334,9 @@ class Link:
         self.lost = 0
         self._fault: tuple[bytes, str] | None = None
         self._mute: set[socket.socket] = set()  # upstreams whose next answer is lost
+        self._held: bytes | None = None  # the prefix of the requests held back, if any
+        self._released = threading.Event()
+        self._released.set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def lose(self, what: str, prefix: str) -> None:
@@ -341,6 +346,18 @@ class Link:
             raise ValueError(f"what must be 'request' or 'answer', got {what!r}")
         with self._lock:
             self._fault = (prefix.encode(), what)
+
+    def hold(self, prefix: str) -> None:
+        """Holds back every request starting with ``prefix`` until :meth:`release`."""
+        with self._lock:
+            self._held = prefix.encode()
+            self._released.clear()
+
+    def release(self) -> None:
+        """Forwards the requests held back, and holds no more."""
+        with self._lock:
+            self._held = None
+            self._released.set()
 
     def _accept(self) -> None:
         while True:
@@ -369,6 +386,10 @@ class Link:
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                with self._lock:
+                    held = self._held is not None and data.startswith(self._held)
+                if held:
+                    self._released.wait(30)  # bounded: a forgotten release fails the test
                 with self._lock:
                     fault = self._fault
                     if fault is not None and data.startswith(fault[0]):

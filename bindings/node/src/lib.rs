@@ -11,7 +11,8 @@
 //! hot path enter through plain Node-API callbacks, see `fast`). The friendly clients' rules
 //! are exposed for node/client.js ([`acquire`]; [`ledger`]: which nested blocks hold which
 //! leases, and their heartbeat schedule) and node/remote.js ([`failover`]: which node
-//! of a cluster a remote call asks next). Every rule about leases,
+//! of a cluster a remote call asks next; [`watch`]: where its event stream resumes, and when
+//! it may have missed events). Every rule about leases,
 //! queues or time lives in `klock-core`.
 //!
 //! - Times, ids and counts cross as JS numbers. Inputs are validated: a non-number is a
@@ -52,6 +53,7 @@ pub mod shapes;
 #[path = "../../js-api/shared.rs"]
 pub mod shared;
 pub mod throw;
+pub mod watch;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;

@@ -9,7 +9,8 @@
 //! its lease block and the block's bookkeeping ([`block`]): the core's client ledger decides
 //! those, and they run natively because their Python frames cost more than the kernel calls.
 //! The acquisition's decisions after a setback are the core's client rules too ([`acquire`]),
-//! and so are the remote client's attempts over a cluster's nodes ([`failover`]).
+//! and so are the remote client's attempts over a cluster's nodes ([`failover`]) and where
+//! its event stream resumes ([`watch`]).
 
 mod acquire;
 mod args;
@@ -18,6 +19,7 @@ mod errors;
 mod failover;
 mod kernel;
 mod values;
+mod watch;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -45,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<values::PyEvent>()?;
     m.add_class::<failover::PyServers>()?;
     m.add_class::<failover::PyAttempts>()?;
+    m.add_class::<watch::PyFollow>()?;
     m.add("KlockError", py.get_type::<errors::KlockError>())?;
     m.add("InvalidInput", py.get_type::<errors::InvalidInput>())?;
     m.add("UnknownId", py.get_type::<errors::UnknownId>())?;

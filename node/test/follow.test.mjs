@@ -1,0 +1,135 @@
+// How the remote client follows its namespace's event stream (the core's `Follow`, through the
+// addon's `Follow`), against real `klock serve --memory` processes in real time:
+// - the stream starts at the log entry that opened the client's first session (its
+//   `Klock-Index`), so a grant that happens before the reader's first poll reaches the server
+//   (held back at a link, not failed) is still read from the stream, long before the ticket's
+//   own refresh would find it; a stream started later (at the newest event when it first
+//   polls, say) misses it;
+// - an answer with a `gap` (the server dropped events the reader had not read: its byte
+//   budget) has every held lease renewed at once, so a wound the dropped events told is learnt
+//   then, not at the renewal due a third of the TTL after the grant. The reader is kept from
+//   polling by a watcher of the client's events that blocks the event loop while another
+//   process wounds and bursts (it runs inside the reader's hand-over of an answer), so no poll
+//   fails and only the gap can say events were missed.
+// Every wait is bounded.
+
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { startServer, openLink, within } from './server.mjs';
+
+const require = createRequire(import.meta.url);
+const { connect } = require('../client.js');
+
+const servers = [];
+after(async () => {
+  for (const s of servers) await s.stop();
+});
+
+async function server(args) {
+  const s = await startServer(args);
+  servers.push(s);
+  return s;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+test("a grant before the reader's first poll is read from the stream", async () => {
+  // Under wound_wait the younger session waits for the older holder (under wait_die it dies).
+  const s = await server(['--memory', '--config', 'policy=wound_wait']);
+  const link = await openLink(s.port);
+  const direct = connect(s.url);
+  let k;
+  try {
+    const holder = await direct.session('holder');
+    const held = await holder.lease(['MUTATES FILE:/x']);
+    // Every event poll of the client waits at the link: its first one reaches the server only
+    // after the grant below.
+    link.hold(/^GET \/v1\/ns\/default\/watch/);
+    k = connect(link.url);
+    const late = await k.session('late');
+    let granted = false;
+    const waiting = late.lease(['MUTATES FILE:/x'], { timeoutMs: 30_000 }).then((lease) => {
+      granted = true;
+      return lease;
+    });
+    const queued = async () => {
+      while ((await direct.resourceState('FILE:/x')).waiting.length === 0) await sleep(20);
+    };
+    await within(10_000, queued(), 'the waiter queuing');
+    await held.release(); // the grant: an event of a later entry
+    await sleep(300);
+    assert.equal(granted, false, 'granted before any poll read the grant');
+    link.release();
+    // The ticket's own refresh comes a third of the TTL (20 s) after its acquire: only the
+    // stream can tell the grant this soon.
+    const lease = await within(5_000, waiting, 'the grant read from the stream');
+    await lease.release();
+  } finally {
+    link.release();
+    await k?.close();
+    await direct.close();
+    await link.close();
+  }
+});
+
+/** Wounds session `id` (older than the holder of FILE:/x) onto FILE:/x, then makes 200 events. */
+const WOUND_AND_BURST = `
+const [url, id, token] = process.argv.slice(1);
+const headers = { 'content-type': 'application/json', 'klock-session-token': token };
+const post = async (tail, body) => {
+  const r = await fetch(url + '/v1/ns/default/sessions/' + id + tail, { method: 'POST', headers, body: JSON.stringify(body) });
+  const answer = await r.json();
+  if (!r.ok) throw new Error(tail + ': ' + JSON.stringify(answer));
+  return answer;
+};
+(async () => {
+  const wound = await post('/acquire', { intents: ['MUTATES FILE:/x'] });
+  if (wound.verdict !== 'GRANTED') throw new Error('the wound: ' + JSON.stringify(wound));
+  for (let i = 0; i < 100; i++) {
+    const burst = await post('/acquire', { intents: ['MUTATES FILE:/burst'] });
+    await post('/release', { lease_ids: burst.leases.map((l) => l.lease_id) });
+  }
+})().catch((e) => { console.error(e); process.exit(1); });
+`;
+
+test('a gap renews the held leases at once', async () => {
+  // A budget of a few events: a burst of others' events drops the wound that concerns us.
+  const s = await server(['--memory', '--config', 'policy=wound_wait', '--event-bytes', '4096']);
+  // The oldest session, opened before the client's, by hand: the other process wounds with it.
+  const opened = await fetch(`${s.url}/v1/ns/default/sessions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ agent_id: 'oldest' }),
+  });
+  const oldest = await opened.json();
+  const k = connect(s.url);
+  try {
+    const younger = await k.session('younger');
+    const tripper = await k.session('tripper');
+    const grantedAt = Date.now();
+    const held = await younger.lease(['MUTATES FILE:/x']);
+    let tripped = false;
+    const stop = k._watch((event) => {
+      const trip = event.event === 'ACQUIRED' && event.leases.some((l) => l.resource === 'FILE:/trip');
+      if (!trip || tripped) return;
+      tripped = true;
+      // Synchronous: the reader cannot poll until the other process is done.
+      execFileSync(process.execPath, ['-e', WOUND_AND_BURST, s.url, String(oldest.session_id), oldest.session_token], {
+        timeout: 20_000,
+      });
+      assert.equal(held.lost, null, 'the loss cannot have been heard yet');
+    });
+    const trip = await tripper.lease(['MUTATES FILE:/trip']);
+    const lost = new Promise((resolve) => held.signal.addEventListener('abort', () => resolve(held.signal.reason)));
+    const loss = await within(8_000, lost, 'the loss learnt after the gap');
+    assert.ok(tripped);
+    assert.ok(Date.now() - grantedAt < 18_000, 'too slow to tell a resync from the renewal due at 20 s');
+    assert.notEqual(loss.name, 'NOT_RENEWED', String(loss));
+    stop();
+    await trip.release();
+  } finally {
+    await k.close();
+  }
+});
