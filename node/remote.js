@@ -72,8 +72,10 @@
 //   server no longer has are lost) and the rest are renewed at once. The server restores
 //   sessions into a suspension grace and extends leases by downtime + grace
 //   (server/README.md), so a lease survives a quick restart. When a namespace's event reader
-//   cannot reconnect within the budget, `onDown(sessionId, error)`
-//   fails what waits on each of its sessions and their leases are lost. A session the server
+//   cannot reconnect within the budget, `onDown(sessionId, error)` fails what waits on each of
+//   its sessions (once per outage), as Python's reader does; the sessions stay (the server
+//   still has them, and a held lease is lost at its local deadline, not before), and the
+//   reader asks again after a pause. A session the server
 //   no longer knows (a restart without its data) is found by the poll of a ticket waiting in
 //   it (each third of its TTL, and on a reconnect): its leases and waits are lost at once.
 // - Under a test clock (`manualTime`: the client's clock is a ManualClock and the server runs
@@ -100,7 +102,7 @@ const PAUSE_FLOOR_MS = 50;
 const REFRESH_MIN_MS = 50;
 /** How long one watch long-poll waits on the server (it answers earlier when events come). */
 const WATCH_WAIT_MS = 10_000;
-/** How long an event reader pauses after an answer it could not read before it asks again. */
+/** How long an event reader pauses before it asks again after an answer it could not read or a give-up. */
 const READER_PAUSE_MS = 1_000;
 /** The kernel's ttl_ms when an acquire gives none (SPEC.md §6). */
 const DEFAULT_TTL_MS = 60_000;
@@ -1060,6 +1062,8 @@ class NamespaceWatch {
     let attempts = null;
     /** @type {Map<string, string>} URL -> what failed there last, in this outage */
     const failures = new Map();
+    // Whether the waiting blocks were told of this outage already.
+    let told = false;
     while (!this._stopped) {
       attempts ??= b._servers.call(monotonicMs(), b._budget);
       const node = attempts.node;
@@ -1117,6 +1121,7 @@ class NamespaceWatch {
           continue;
         }
         failures.clear();
+        told = false;
         this.take(body, resync);
         continue;
       }
@@ -1126,26 +1131,25 @@ class NamespaceWatch {
         continue;
       }
       // Gave up: the servers stayed away (or busy) past the budget.
-      this._down(failures, monotonicMs() - attempts.endsMs + b._budget);
-      return;
+      if (!told) this._down(failures, monotonicMs() - attempts.endsMs + b._budget);
+      told = true;
+      attempts = null;
+      await sleepReal(READER_PAUSE_MS);
     }
   }
 
-  /** Cut off past the budget: every session of the namespace is lost; the reader ends. */
+  /**
+   * Cut off past the budget: what waits on the namespace's sessions fails. The sessions stay
+   * (the server still has them; a held lease is lost at its local deadline, not before).
+   */
   _down(failures, spentMs) {
     const b = this.backend;
-    b._watches.delete(this.namespace);
-    for (const http of this._http) http.close();
     const tried = [...failures].map(([u, what]) => `${u}: ${what}`).join('; ');
     const down = new Unreachable(
       `cannot reach klock serve at ${tried} (the event stream of namespace ` +
         `${JSON.stringify(this.namespace)}; gave up after ${spentMs} ms, reconnectTimeoutMs ${b._budget})`,
     );
-    for (const s of [...b._sessions.values()]) {
-      if (s.namespace !== this.namespace) continue;
-      b._lostSession(s, down.message);
-      b.onDown(s.id, down);
-    }
+    for (const s of [...b._sessions.values()]) if (s.namespace === this.namespace) b.onDown(s.id, down);
     b.onEvents();
   }
 }

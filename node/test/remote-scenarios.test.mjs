@@ -3,8 +3,10 @@
 // FILE` reached through a `klock-testkit link` process that the steps cut, delay, freeze and
 // restore. python/tests/test_remote_scenarios.py and client/tests/remote_scenarios.rs run the
 // same files on the Python and Rust clients. Real time, bounded: sleeps and `within_ms` are
-// wall-clock; each lease block is a promise of its own.
-import { test } from 'node:test';
+// wall-clock; each lease block is a promise of its own. Three scenarios run at a time (each
+// on its own server and link): one after another they take about 50 s, near the whole file's
+// bound in scripts/test-node.sh.
+import { describe, it, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -21,17 +23,6 @@ const dir = new URL('../../tests/remote-scenarios/', import.meta.url);
 const files = readdirSync(dir)
   .filter((f) => f.endsWith('.json'))
   .sort();
-/**
- * Scenarios the Node client does not meet today, and why: each still runs, as a `todo` test
- * (reported as TODO with its failure, never counted as a pass); delete its line once it passes.
- */
-const NODE_UNMET = {
-  'cut-call-raises-unreachable-within-its-budget':
-    "node/remote.js forgets every session of a namespace when that namespace's event stream gives up " +
-    '(NamespaceWatch._down -> _lostSession), though the server still has them: the next lease on the session ' +
-    'raises UNKNOWN_SESSION "session N is not open through this client" instead of getting a whole budget ' +
-    'of its own (Python and Rust keep the session)',
-};
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** `klock-testkit link --to PORT`: its port, and one control line at a time. */
@@ -199,30 +190,31 @@ class Run {
 
 test('the remote scenarios are found', () => {
   assert.ok(files.length >= 6, String(files));
-  for (const name of Object.keys(NODE_UNMET)) assert.ok(files.includes(`${name}.json`), name);
 });
 
-for (const file of files) {
-  const name = file.replace(/\.json$/, '');
-  test(name, { timeout: 120_000, todo: NODE_UNMET[name] }, async () => {
-    const scenario = JSON.parse(readFileSync(new URL(file, dir), 'utf8'));
-    const data = mkdtempSync(join(tmpdir(), 'klock-rscen-'));
-    const args = ['--data', join(data, 'klock.redb')];
-    const server = await startServer(args);
-    server.args = args;
-    const link = await openLinkProcess(server.port);
-    const run = new Run(scenario, server, link);
-    try {
-      for (const [i, step] of scenario.steps.entries()) {
-        try {
-          await run.step(step);
-        } catch (e) {
-          throw new Error(`${file}: step ${i} ${JSON.stringify(step)}: ${e.message}`, { cause: e });
+describe('the remote scenarios', { concurrency: 3 }, () => {
+  for (const file of files) {
+    const name = file.replace(/\.json$/, '');
+    it(name, async () => {
+      const scenario = JSON.parse(readFileSync(new URL(file, dir), 'utf8'));
+      const data = mkdtempSync(join(tmpdir(), 'klock-rscen-'));
+      const args = ['--data', join(data, 'klock.redb')];
+      const server = await startServer(args);
+      server.args = args;
+      const link = await openLinkProcess(server.port);
+      const run = new Run(scenario, server, link);
+      try {
+        for (const [i, step] of scenario.steps.entries()) {
+          try {
+            await run.step(step);
+          } catch (e) {
+            throw new Error(`${file}: step ${i} ${JSON.stringify(step)}: ${e.message}`, { cause: e });
+          }
         }
+      } finally {
+        await run.close();
+        rmSync(data, { recursive: true, force: true });
       }
-    } finally {
-      await run.close();
-      rmSync(data, { recursive: true, force: true });
-    }
-  });
-}
+    });
+  }
+});

@@ -8,7 +8,10 @@
 //! - [`types`]: the Raft type configuration ([`types::KlockRaft`]); a log entry's app data is
 //!   today's log record (a [`klock_server::machine::Entry`]: command and leader-stamped `now`).
 //! - [`log_store`]: [`log_store::LogStore`], openraft's `RaftLogStorage` and `RaftLogReader`
-//!   on the server's [`klock_server::log::Log`] seam (the file store or the memory log).
+//!   on the server's [`klock_server::log::Log`] seam (the file store or the memory log);
+//!   [`writer`]: the task that writes its appends (grouped), truncations and purges in order;
+//!   [`recent`]: its newest entries, readable decoded from memory before and after they are
+//!   written.
 //! - [`state_machine`]: [`state_machine::StateMachine`], openraft's `RaftStateMachine` and
 //!   `RaftSnapshotBuilder` on the applier; snapshots are the machine's.
 //!

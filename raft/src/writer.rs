@@ -117,19 +117,11 @@ async fn run(
                 }
                 Job::TruncateAfter(index, done) => {
                     write(log.as_ref(), &recent, &mut entries, &mut flushed);
-                    let result = log.truncate_after(index);
-                    if result.is_ok() {
-                        recent.truncated(index);
-                    }
-                    let _ = done.send(result);
+                    let _ = done.send(log.truncate_after(index).map(|()| recent.truncated(index)));
                 }
                 Job::PurgeUpto(index, done) => {
                     write(log.as_ref(), &recent, &mut entries, &mut flushed);
-                    let result = log.purge_upto(index);
-                    if result.is_ok() {
-                        recent.purged(index);
-                    }
-                    let _ = done.send(result);
+                    let _ = done.send(log.purge_upto(index).map(|()| recent.purged(index)));
                 }
             }
             next = queue.try_recv().ok();
