@@ -59,7 +59,7 @@ impl LogStore {
     /// The store on `log` (the file store, see [`open_file`], or a memory log), with its
     /// writer started on the current tokio runtime.
     pub fn new(log: Arc<dyn Log<RaftEntry>>) -> LogStore {
-        let recent = Arc::new(Recent::new());
+        let recent = Arc::new(Recent::default());
         let writer = Writer::start(Arc::clone(&log), Arc::clone(&recent));
         LogStore {
             log,

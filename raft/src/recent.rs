@@ -64,17 +64,19 @@ impl<E> Kept<E> {
     }
 }
 
+impl<E: Clone + Weigh> Default for Recent<E> {
+    /// Nothing kept yet, within [`Recent::ENTRIES`] and [`Recent::BYTES`].
+    fn default() -> Recent<E> {
+        Recent::with_bounds(Recent::<E>::ENTRIES, Recent::<E>::BYTES)
+    }
+}
+
 impl<E: Clone + Weigh> Recent<E> {
     /// At most this many written entries are kept by default (the operations of about 80
     /// batch requests of 100: more than a node has in flight between append and apply).
     pub const ENTRIES: usize = 8192;
     /// At most this much of their weight is kept by default.
     pub const BYTES: usize = 16 << 20;
-
-    /// Nothing kept yet, within [`Recent::ENTRIES`] and [`Recent::BYTES`].
-    pub fn new() -> Recent<E> {
-        Recent::with_bounds(Recent::<E>::ENTRIES, Recent::<E>::BYTES)
-    }
 
     /// Nothing kept yet, within `most_entries` written entries and `most_bytes` of their weight.
     pub fn with_bounds(most_entries: usize, most_bytes: usize) -> Recent<E> {
