@@ -11,8 +11,8 @@
 //! - Jobs are carried out one after another, in the order queued: appends, truncations and
 //!   purges, so a truncation or a purge sees every append queued before it.
 //! - Appends queued while the writer was busy go to the log together, as one append (one
-//!   write and one sync: group commit). Once written, its entries are marked so in
-//!   [`Recent`], and each append's callback is told the outcome, in order.
+//!   write and one sync: group commit), up to [`GROUP`] entries. Once written, their entries
+//!   are marked so in [`Recent`], and each append's callback is told the outcome, in order.
 //! - A truncation or a purge answers once done; [`Recent`] follows it first.
 //! - The task ends when every handle is dropped (the queued jobs are done first). A node
 //!   stopped with its runtime drops the task and its queue: entries not reported durable may be
@@ -28,6 +28,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 /// How many jobs may wait for the writer before the log store waits to queue more.
 const QUEUE: usize = 1024;
+/// Appends stop being grouped once this many entries wait (a queue fed without pause must
+/// still be written: the group is cut there).
+const GROUP: usize = 4096;
 
 /// One change to the log.
 enum Job {
@@ -124,7 +127,11 @@ async fn run(
                     let _ = done.send(log.purge_upto(index).map(|()| recent.purged(index)));
                 }
             }
-            next = queue.try_recv().ok();
+            next = if entries.len() < GROUP {
+                queue.try_recv().ok()
+            } else {
+                None
+            };
         }
         write(log.as_ref(), &recent, &mut entries, &mut flushed);
     }
