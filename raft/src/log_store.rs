@@ -80,11 +80,7 @@ impl LogStore {
     /// `(first, last)` as the seam's [`Log::bounds`], the entries accepted but not written
     /// yet included.
     fn bounds(&self) -> (u64, u64) {
-        let (first, last) = self.log.bounds();
-        match self.recent.last() {
-            Some(kept) if kept > last => (first.min(kept), kept),
-            _ => (first, last),
-        }
+        self.recent.bounds_over(self.log.bounds())
     }
 
     /// The entries `from..to`: the kept ones from memory, the others from the log.

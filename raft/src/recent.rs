@@ -159,6 +159,18 @@ impl<E: Clone + Weigh> Recent<E> {
         (!kept.entries.is_empty()).then(|| kept.end() - 1)
     }
 
+    /// `(first, last)` of the log whose own bounds are `log` (as [`Log::bounds`]), with the
+    /// kept entries not written yet counted in.
+    ///
+    /// [`Log::bounds`]: klock_server::log::Log::bounds
+    pub fn bounds_over(&self, log: (u64, u64)) -> (u64, u64) {
+        let (first, last) = log;
+        match self.last() {
+            Some(kept) if kept > last => (first.min(kept), kept),
+            _ => (first, last),
+        }
+    }
+
     /// The log kept the entries up to `index` only.
     pub fn truncated(&self, index: u64) {
         let mut kept = self.kept();
@@ -350,8 +362,10 @@ mod tests {
                         }
                     }
                 }
-                // Reads may come at any time, unwritten entries pending or not.
+                // The bounds, and reads, may be asked at any time, unwritten entries
+                // pending or not.
                 let (first, last) = plain.bounds();
+                assert_eq!(recent.bounds_over(behind.bounds()), (first, last), "{at}");
                 let from = first + next(last + 2 - first);
                 let to = (from + next(8)).min(last + 1);
                 let expected = plain.read(from, to).unwrap();
