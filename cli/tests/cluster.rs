@@ -5,7 +5,8 @@
 //! new leader's time continues from the applied time; a node joins by snapshot, votes and is
 //! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
 //! or wrong cluster secret; the cluster flags' refusals; a whole cluster restarted keeps its
-//! leases and fences.
+//! leases and fences; the test kit's cluster ports come from below the ephemeral range, and a
+//! node that cannot start is reported with its log.
 //!
 //! Real `klock` processes on fixed free loopback ports (the peers must know each other's
 //! addresses before they start). Seeded (the order of resources), bounded: every wait has a
@@ -614,4 +615,36 @@ fn a_session_opened_through_the_leader_is_known_at_once_through_a_follower() {
         let verdict = (a.status, &a.body["verdict"]);
         assert_eq!(verdict, (200, &json!("WAIT")), "ticket {n}: {a:?}");
     }
+}
+
+/// A cluster's ports are chosen before its nodes bind them, so they come from below the
+/// ephemeral range, where no `bind(0)` and no outgoing connection takes them meanwhile.
+#[test]
+fn cluster_ports_come_from_below_the_ephemeral_range() {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let low: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+    for _ in 0..50 {
+        let port = klock_testkit::cluster::free_port();
+        assert!(port < low, "{port} is in the ephemeral range from {low}");
+        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
+    }
+}
+
+/// A node that cannot start says why in the test's error, not an empty line: its exit and
+/// the end of its log.
+#[test]
+fn a_node_that_cannot_listen_is_reported_with_its_log() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("node.log");
+    let listen = format!("127.0.0.1:{port}");
+    let started = klock_testkit::process::Spawned::start_logged(
+        support::klock(),
+        &["--memory", "--listen", &listen],
+        &log,
+    );
+    let error = started.err().expect("the port is taken");
+    assert!(error.contains("it ended: exit status:"), "{error}");
+    assert!(error.contains(&format!("cannot listen on {listen}")), "{error}");
 }

@@ -229,12 +229,35 @@ export function within(ms, promise, what) {
 /** The cluster secret of the test clusters (klock serve asks for at least 16 characters). */
 export const CLUSTER_SECRET = 'a-cluster-secret-of-the-tests';
 
-/** A loopback port nothing listens on now (a node binds it just after). */
-export function freePort() {
+/**
+ * A loopback port nothing listens on now, for a node that binds it just after. It is drawn
+ * from below the kernel's ephemeral range: until the node binds it, a port of that range can
+ * be handed to any socket of the machine (another test's `listen(0)`, the local end of an
+ * outgoing connection), and the node could not listen.
+ */
+export async function freePort() {
+  let low = 32768;
+  try {
+    low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').split(/\s+/)[0]) || low;
+  } catch {
+    // Not Linux: the default range's start.
+  }
+  const floor = 10000;
+  for (let attempt = 0; low > floor + 1000 && attempt < 1000; attempt++) {
+    const candidate = floor + Math.floor(Math.random() * (low - floor));
+    if ((await listensOn(candidate)) !== null) return candidate;
+  }
+  return listensOn(0);
+}
+
+/** Binds `port` on loopback and lets it go: the port bound, or null if it was taken. */
+function listensOn(port) {
   return new Promise((resolve) => {
-    const probe = createNetServer().listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
+    const probe = createNetServer();
+    probe.once('error', () => resolve(null));
+    probe.listen(port, '127.0.0.1', () => {
+      const bound = probe.address().port;
+      probe.close(() => resolve(bound));
     });
   });
 }

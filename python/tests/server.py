@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -278,7 +279,24 @@ def cluster(size: int = 3) -> Iterator[Cluster]:
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on now (a node binds it just after)."""
+    """A loopback port nothing listens on now, for a node that binds it just after.
+
+    It is drawn from below the kernel's ephemeral range: until the node binds it, a port of
+    that range can be handed to any socket of the machine (another test's ``bind(0)``, the
+    local end of an outgoing connection), and the node could not listen."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            low = int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    floor = 10_000
+    for _ in range(1000 if low > floor + 1000 else 0):
+        candidate = random.randrange(floor, low)
+        try:
+            with socket.create_server(("127.0.0.1", candidate)):
+                return candidate
+        except OSError:
+            continue
     with socket.create_server(("127.0.0.1", 0)) as probe:
         return int(probe.getsockname()[1])
 

@@ -3,7 +3,8 @@
 //! (server/examples/bench/cluster.rs).
 //!
 //! Contract: node `i + 1` listens on `ports[i]`, fixed free loopback ports chosen when the
-//! cluster is made (the peers must know each other's addresses before they start), with its
+//! cluster is made (the peers must know each other's addresses before they start; see
+//! [`free_port`] for why they come from below the ephemeral range), with its
 //! own redb file and log file in a temporary directory removed when the cluster is dropped
 //! (every node still running is SIGKILLed first). Nodes are started, killed, stopped and
 //! restarted by index; the rest reads what the nodes say (their Raft status, the leader they
@@ -55,8 +56,39 @@ pub fn peers(ports: &[u16]) -> String {
         .join(",")
 }
 
-/// A loopback port nothing listens on now.
+/// A loopback port nothing listens on now, for a node that binds it later.
+///
+/// It is taken from below the kernel's ephemeral range (`ip_local_port_range`): the port is
+/// released before the node binds it, and in the meantime a port of the ephemeral range can be
+/// handed to any socket of the machine (another test's `bind(0)`, or the local end of an
+/// outgoing connection), so the node could not listen. Below the range only another caller of
+/// this rule can take it, and the candidates are drawn at random from thousands.
 pub fn free_port() -> u16 {
+    let low = ephemeral_range_start().unwrap_or(32768);
+    // The span [FLOOR, low): clear of the privileged ports and of the usual service ports.
+    const FLOOR: u16 = 10_000;
+    if low <= FLOOR + 1_000 {
+        return any_free_port();
+    }
+    let seed = std::collections::hash_map::RandomState::new();
+    for attempt in 0u32..1_000 {
+        let candidate = FLOOR
+            + (std::hash::BuildHasher::hash_one(&seed, attempt) % u64::from(low - FLOOR)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
+            return candidate;
+        }
+    }
+    any_free_port()
+}
+
+/// The first port of the kernel's ephemeral range, if it can be read.
+fn ephemeral_range_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
+}
+
+/// A port the kernel hands out for `bind(0)`.
+fn any_free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

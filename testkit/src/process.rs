@@ -23,7 +23,7 @@ impl Spawned {
     /// # Errors
     /// It cannot be started, or does not say where it listens.
     pub fn start(program: &Path, args: &[&str]) -> Result<Spawned, String> {
-        Spawned::spawn(program, args, Stdio::inherit())
+        Spawned::spawn(program, args, Stdio::inherit(), None)
     }
 
     /// [`Spawned::start`], its stderr (its log) appended to the file `log`.
@@ -36,10 +36,17 @@ impl Spawned {
             .append(true)
             .open(log)
             .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-        Spawned::spawn(program, args, Stdio::from(file))
+        Spawned::spawn(program, args, Stdio::from(file), Some(log))
     }
 
-    fn spawn(program: &Path, args: &[&str], stderr: Stdio) -> Result<Spawned, String> {
+    /// Starts it, its stderr to `stderr`; `log` names the file that is, so that a failure to
+    /// start can quote the process's last words.
+    fn spawn(
+        program: &Path,
+        args: &[&str],
+        stderr: Stdio,
+        log: Option<&Path>,
+    ) -> Result<Spawned, String> {
         let mut child = Command::new(program)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
@@ -57,9 +64,12 @@ impl Spawned {
             Some(port) => Ok(Spawned { child, port }),
             None => {
                 let _ = child.kill();
-                let _ = child.wait();
+                let status = child
+                    .wait()
+                    .map_or_else(|e| format!("unknown: {e}"), |s| s.to_string());
+                let said = log.map(log_tail).unwrap_or_default();
                 Err(format!(
-                    "klock serve did not say where it listens: {line:?}"
+                    "klock serve did not say where it listens: {line:?} (it ended: {status}){said}"
                 ))
             }
         }
@@ -109,6 +119,14 @@ impl Spawned {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The end of a log file, to quote in an error (a process that could not start says why last).
+fn log_tail(log: &Path) -> String {
+    const TAIL: usize = 2_000;
+    let text = std::fs::read(log).unwrap_or_default();
+    let tail = String::from_utf8_lossy(&text[text.len().saturating_sub(TAIL)..]).into_owned();
+    format!("; the end of its log {}:\n{tail}", log.display())
 }
 
 impl Drop for Spawned {
