@@ -280,6 +280,70 @@ fn concurrent_commands_get_dense_durable_indexes() {
     });
 }
 
+/// Snapshots are spaced by the state's size: after the first, the engine takes the next only
+/// once the log has grown by as many bytes as the last snapshot took, however small
+/// `snapshot_every` is, so a large state is not written out every few entries.
+#[test]
+fn a_snapshot_waits_until_the_log_is_as_large_as_the_last_one() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("klock.redb");
+        let store = Arc::new(Store::open(&path).unwrap());
+        let machine = recover(&store, &Config::default(), &Default::default())
+            .unwrap()
+            .machine;
+        let every = 10;
+        let config = EngineConfig {
+            clock: Clock::monotonic(0),
+            snapshot_every: every,
+            log_entries: 0,
+            metrics: Default::default(),
+        };
+        let engine = engine::spawn(
+            machine,
+            Some(Arc::clone(&store)),
+            config,
+            Default::default(),
+        );
+        // One entry a batch; every open adds a session to the state, so each snapshot is
+        // larger than the last while each entry stays the same size.
+        let mut snapshots = Vec::new();
+        for i in 0..300 {
+            engine
+                .command(open(&format!("agent-{i}")), None)
+                .await
+                .unwrap();
+            let snapshot = store.load().unwrap().snapshot.map(|s| s.applied);
+            if snapshots.last() != Some(&snapshot) {
+                snapshots.push(snapshot);
+            }
+        }
+        let taken: Vec<u64> = snapshots.into_iter().flatten().collect();
+        // The first at `every` entries (no snapshot before it to weigh against).
+        assert_eq!(taken.first(), Some(&every), "{taken:?}");
+        // Then ever further apart: a snapshot every 10 entries would be 30 of them.
+        assert!(taken.len() < 15, "{} snapshots: {taken:?}", taken.len());
+        let gaps: Vec<u64> = taken.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|g| *g >= every), "{gaps:?}");
+        assert!(
+            gaps.last() > gaps.first(),
+            "the gaps grow with the state: {gaps:?}"
+        );
+        // Whatever the spacing, the log after the last snapshot is smaller than it (or
+        // shorter than `every` entries): had it been both, the engine would have compacted.
+        let loaded = store.load().unwrap();
+        let last = serde_json::to_vec(loaded.snapshot.as_ref().unwrap())
+            .unwrap()
+            .len() as u64;
+        assert!(
+            (loaded.entries.len() as u64) < every || store.log_bytes().unwrap() < last,
+            "{} entries, {:?} bytes, snapshot {last} bytes",
+            loaded.entries.len(),
+            store.log_bytes()
+        );
+    });
+}
+
 /// Opens the data file once the engine task has let go of it.
 async fn reopen(path: &std::path::Path) -> Store {
     for _ in 0..200 {
