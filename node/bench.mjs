@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Throughput of the Node host, as a Markdown report on stdout.
 //
-//   node node/bench.mjs [--quick] [--rounds N] [--no-remote]
+//   node node/bench.mjs [--quick] [--rounds N] [--no-remote] [--refused-only]
 //
 // - low-level: `kernel.acquire(session, ["MUTATES FILE:/hot/x"], null, now)` then
 //   `kernel.release(...)`, pairs per second through the native binding;
@@ -38,7 +38,8 @@ const { Klock, connect, Timeout } = require(process.env.KLOCK_BENCH_CLIENT ?? '.
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
-const remote = !args.includes('--no-remote');
+const refusedOnly = args.includes('--refused-only');
+const remote = !args.includes('--no-remote') && !refusedOnly;
 /** How long each in-process vs remote measurement runs. */
 const BLOCKS_MS = quick ? 1500 : 5000;
 const CONCURRENT = 16;
@@ -128,7 +129,8 @@ async function row(others) {
 /**
  * A refused block: `withLease(HOT, fn, { timeoutMs: 0 })` by a younger session while an older
  * one holds HOT (wait-die: DIE, so `Timeout` at once), against the raw refused acquire (the
- * kernel's DIE verdict, `wait: false`); blocks/s and DIEs/s, best of the rounds, interleaved.
+ * kernel's DIE verdict, `wait: false`); blocks/s and DIEs/s, best of the rounds, interleaved,
+ * and each round's ratio (`--refused-only`: this row alone).
  */
 async function refused() {
   const kernel = new Kernel(CONFIG);
@@ -140,13 +142,15 @@ async function refused() {
   const noWait = { wait: false };
   let raw = 0;
   let block = 0;
+  const ratios = [];
   for (let r = 0; r < ROUNDS; r++) {
     const s = kernel.openSession(`young-${r}`, 'default', 1).sessionId;
     let t0 = process.hrtime.bigint();
     for (let i = 0; i < FRIENDLY_N; i++) {
       if (kernel.acquire(s, HOT, noWait, 1).verdict !== 'DIE') throw new Error('raw acquire not refused');
     }
-    raw = Math.max(raw, FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9));
+    const rawRate = FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9);
+    raw = Math.max(raw, rawRate);
     kernel.closeSession(s, 1);
     const young = await klock.session(`young-${r}`);
     const options = { timeoutMs: 0 };
@@ -160,11 +164,13 @@ async function refused() {
         if (!(e instanceof Timeout)) throw e;
       }
     }
-    block = Math.max(block, FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9));
+    const blockRate = FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9);
+    block = Math.max(block, blockRate);
+    ratios.push(rawRate / blockRate);
     young.close();
   }
   klock.close();
-  return { raw, block };
+  return { raw, block, ratios };
 }
 
 function nativeFloor() {
@@ -272,29 +278,35 @@ const lines = [
     .map((x) => x.toFixed(2))
     .join(' ')}`,
   `- best of ${ROUNDS} rounds; ${fmt(LOW_N)} pairs and ${fmt(FRIENDLY_N)} friendly cycles or blocks per round`,
+];
+const table = [
   '',
   '| other active leases | low-level acquire+release pairs/s | friendly lease cycles/s | cycle ÷ pair | ' +
     'friendly `withLease` blocks/s | block ÷ pair |',
   '|---:|---:|---:|---:|---:|---:|',
 ];
+if (!refusedOnly) lines.push(...table);
 const ratio = (low, high) => `${(low / high).toFixed(2)}×`;
-for (const others of BACKGROUND) {
+for (const others of refusedOnly ? [] : BACKGROUND) {
   const { low, cycle, block } = await row(others);
   lines.push(
     `| ${fmt(others)} | ${fmt(low)} | ${fmt(cycle)} | ${ratio(low, cycle)} | ${fmt(block)} | ${ratio(low, block)} |`,
   );
 }
-lines.push(
-  '',
-  'cycle ÷ pair, block ÷ pair: what one friendly cycle (block) costs in low-level pairs, from the same ' +
-    "rounds (pairs/s ÷ cycles/s); issue 15's target is at most 2.5×.",
-);
+if (!refusedOnly) {
+  lines.push(
+    '',
+    'cycle ÷ pair, block ÷ pair: what one friendly cycle (block) costs in low-level pairs, from the same ' +
+      "rounds (pairs/s ÷ cycles/s); issue 15's target is at most 2.5×.",
+  );
+}
 const no = await refused();
 lines.push(
   '',
   `Refused \`timeoutMs: 0\` block (a younger session, DIE): ${fmt(no.block)} blocks/s; raw refused acquire ` +
-    `(DIE verdict, \`wait: false\`): ${fmt(no.raw)}/s; block ÷ DIE ${ratio(no.raw, no.block)} (issue 27's target: at most 3×).`,
+    `(DIE verdict, \`wait: false\`): ${fmt(no.raw)}/s; block ÷ DIE ${ratio(no.raw, no.block)} (per round: ` +
+    `${no.ratios.map((x) => `${x.toFixed(2)}×`).join(', ')}; issue 27's target: at most 3×).`,
 );
-lines.push('', `Native-call floor (\`pendingEvents()\`): ${fmt(nativeFloor())} calls/s.`);
+if (!refusedOnly) lines.push('', `Native-call floor (\`pendingEvents()\`): ${fmt(nativeFloor())} calls/s.`);
 if (remote) lines.push(...(await inProcessVsRemote()));
 process.stdout.write(`${lines.join('\n')}\n`);

@@ -344,6 +344,7 @@ def friendly_table(args: argparse.Namespace) -> None:
             flush=True,
         )
 
+
 def refused_row(args: argparse.Namespace) -> None:
     """The refused ``timeout=0`` block against the raw DIE, interleaved runs."""
     raw = block = 0.0
@@ -359,6 +360,7 @@ def refused_row(args: argparse.Namespace) -> None:
         f"{', '.join(f'{x:.2f}×' for x in ratios)}; issue 27's target: at most 3×).",
         flush=True,
     )
+
 
 if __name__ == "__main__":
     main()

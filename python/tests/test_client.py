@@ -293,7 +293,13 @@ def test_whole_millisecond_timeouts_are_seconds_as_floats(make_klock: MakeKlock)
     # Checked natively when whole milliseconds, else by _check_timeout: the same answers.
     k = make_klock()
     s = k.session("a")
-    for given, seconds in ((2, 2.0), (0.25, 0.25), (0.3, 0.3), (1e-4, 1e-4), (0.0001234, 0.0001234)):
+    for given, seconds in (
+        (2, 2.0),
+        (0.25, 0.25),
+        (0.3, 0.3),
+        (1e-4, 1e-4),
+        (0.0001234, 0.0001234),
+    ):
         block = s.lease("MUTATES FILE:/x", timeout=given)
         assert block.timeout == seconds and isinstance(block.timeout, float)
     for bad in (-1, -0.5, 2**64, float("nan")):
