@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Throughput of the Node host, as a Markdown report on stdout.
 //
-//   node node/bench.mjs [--quick] [--rounds N] [--no-remote] [--refused-only]
+//   node node/bench.mjs [--quick] [--rounds N] [--no-remote] [--refused-only] [--cpu-time]
 //
 // - low-level: `kernel.acquire(session, ["MUTATES FILE:/hot/x"], null, now)` then
 //   `kernel.release(...)`, pairs per second through the native binding;
@@ -24,7 +24,9 @@
 // `connect()`), for a fixed time. Remote is `klock serve --memory` (release build), started
 // here on a free loopback port and stopped at the end: $KLOCK_RELEASE_BIN, else
 // target/release/klock, built with `cargo build --release -p klock-cli --bin klock` when
-// missing. `--no-remote` leaves that part out.
+// missing. `--no-remote` leaves that part out. `--cpu-time` times the in-process rounds by the
+// process's CPU time (user + system) instead of the wall clock: steadier on a loaded machine,
+// where time spent waiting for a core does not count.
 import { createRequire } from 'node:module';
 import { spawn, execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -39,6 +41,14 @@ const { Klock, connect, Timeout } = require(process.env.KLOCK_BENCH_CLIENT ?? '.
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const refusedOnly = args.includes('--refused-only');
+const cpuTime = args.includes('--cpu-time');
+/** Nanoseconds on the clock the in-process rounds are timed by. */
+const now = cpuTime
+  ? () => {
+      const { user, system } = process.cpuUsage();
+      return BigInt(user + system) * 1000n;
+    }
+  : () => process.hrtime.bigint();
 const remote = !args.includes('--no-remote') && !refusedOnly;
 /** How long each in-process vs remote measurement runs. */
 const BLOCKS_MS = quick ? 1500 : 5000;
@@ -70,12 +80,12 @@ function best(rounds, measure) {
 /** Low-level acquire+release pairs per second on `kernel` (one round, its own session). */
 function lowRound(kernel, r) {
   const s = kernel.openSession(`bench-${r}`, 'default', 1).sessionId;
-  const t0 = process.hrtime.bigint();
+  const t0 = now();
   for (let i = 0; i < LOW_N; i++) {
     const v = kernel.acquire(s, HOT, null, 1);
     kernel.release(s, v.leases[0].leaseId, 1);
   }
-  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const seconds = Number(now() - t0) / 1e9;
   kernel.closeSession(s, 1);
   return LOW_N / seconds;
 }
@@ -83,12 +93,12 @@ function lowRound(kernel, r) {
 /** Friendly `lease()` + `release()` cycles per second on `klock` (one round, its own session). */
 async function cycleRound(klock, r) {
   const session = await klock.session(`bench-${r}`);
-  const t0 = process.hrtime.bigint();
+  const t0 = now();
   for (let i = 0; i < FRIENDLY_N; i++) {
     const lease = await session.lease(HOT);
     lease.release();
   }
-  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const seconds = Number(now() - t0) / 1e9;
   session.close();
   return FRIENDLY_N / seconds;
 }
@@ -96,11 +106,11 @@ async function cycleRound(klock, r) {
 /** Friendly `withLease` blocks per second on `klock` (one round, its own session). */
 async function blockRound(klock, r) {
   const session = await klock.session(`block-${r}`);
-  const t0 = process.hrtime.bigint();
+  const t0 = now();
   for (let i = 0; i < FRIENDLY_N; i++) {
     await session.withLease(HOT, async () => {});
   }
-  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const seconds = Number(now() - t0) / 1e9;
   session.close();
   return FRIENDLY_N / seconds;
 }
@@ -145,17 +155,17 @@ async function refused() {
   const ratios = [];
   for (let r = 0; r < ROUNDS; r++) {
     const s = kernel.openSession(`young-${r}`, 'default', 1).sessionId;
-    let t0 = process.hrtime.bigint();
+    let t0 = now();
     for (let i = 0; i < FRIENDLY_N; i++) {
       if (kernel.acquire(s, HOT, noWait, 1).verdict !== 'DIE') throw new Error('raw acquire not refused');
     }
-    const rawRate = FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9);
+    const rawRate = FRIENDLY_N / (Number(now() - t0) / 1e9);
     raw = Math.max(raw, rawRate);
     kernel.closeSession(s, 1);
     const young = await klock.session(`young-${r}`);
     const options = { timeoutMs: 0 };
     const fn = async () => {};
-    t0 = process.hrtime.bigint();
+    t0 = now();
     for (let i = 0; i < FRIENDLY_N; i++) {
       try {
         await young.withLease(HOT, fn, options);
@@ -164,7 +174,7 @@ async function refused() {
         if (!(e instanceof Timeout)) throw e;
       }
     }
-    const blockRate = FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9);
+    const blockRate = FRIENDLY_N / (Number(now() - t0) / 1e9);
     block = Math.max(block, blockRate);
     ratios.push(rawRate / blockRate);
     young.close();
@@ -177,9 +187,9 @@ function nativeFloor() {
   const kernel = new Kernel();
   const n = 2_000_000;
   return best(ROUNDS, () => {
-    const t0 = process.hrtime.bigint();
+    const t0 = now();
     for (let i = 0; i < n; i++) kernel.pendingEvents();
-    return n / (Number(process.hrtime.bigint() - t0) / 1e9);
+    return n / (Number(now() - t0) / 1e9);
   });
 }
 
@@ -277,7 +287,8 @@ const lines = [
     .loadavg()
     .map((x) => x.toFixed(2))
     .join(' ')}`,
-  `- best of ${ROUNDS} rounds; ${fmt(LOW_N)} pairs and ${fmt(FRIENDLY_N)} friendly cycles or blocks per round`,
+  `- best of ${ROUNDS} rounds; ${fmt(LOW_N)} pairs and ${fmt(FRIENDLY_N)} friendly cycles or blocks per round; ` +
+    `in-process rounds timed by ${cpuTime ? 'the process CPU time' : 'the wall clock'}`,
 ];
 const table = [
   '',
