@@ -707,13 +707,7 @@ impl PyBlock {
         message.push_str("] (timeout ");
         message.push_str(this.timeout.bind(py).repr()?.to_str()?);
         message.push_str(" s)");
-        let timeout = TIMEOUT.get_or_try_init(py, || {
-            Ok::<_, PyErr>(
-                py.import(intern!(py, "klock.errors"))?
-                    .getattr(intern!(py, "Timeout"))?
-                    .unbind(),
-            )
-        })?;
+        let timeout = imported(py, &TIMEOUT, "klock.errors", "Timeout")?;
         let error = timeout.bind(py).call1((message, held_by))?;
         this.set_state(State::Failed);
         Ok(Some(PyErr::from_value(error)))
@@ -861,23 +855,22 @@ static READY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// more).
 fn ready(value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let py = value.py();
-    let ready = READY.get_or_try_init(py, || {
-        Ok::<_, PyErr>(
-            py.import(intern!(py, "klock.client"))?
-                .getattr(intern!(py, "_ready"))?
-                .unbind(),
-        )
-    })?;
+    let ready = imported(py, &READY, "klock.client", "_ready")?;
     ready.call1(py, (value,))
 }
 
 fn unreachable_class(py: Python<'_>) -> PyResult<&Py<PyAny>> {
-    UNREACHABLE.get_or_try_init(py, || {
-        Ok(py
-            .import(intern!(py, "klock.errors"))?
-            .getattr(intern!(py, "Unreachable"))?
-            .unbind())
-    })
+    imported(py, &UNREACHABLE, "klock.errors", "Unreachable")
+}
+
+/// `module.name` of the Python package, looked up once into `cell`.
+fn imported<'a>(
+    py: Python<'_>,
+    cell: &'a PyOnceLock<Py<PyAny>>,
+    module: &str,
+    name: &str,
+) -> PyResult<&'a Py<PyAny>> {
+    cell.get_or_try_init(py, || Ok(py.import(module)?.getattr(name)?.unbind()))
 }
 
 /// A core lease from a backend's lease object (klock.backend's `LeaseLike`).
@@ -940,13 +933,7 @@ impl PyBlock {
             timeout_ms = Some(ms);
             (PyFloat::new(py, seconds).into_any(), Budget::Finite)
         } else {
-            let check = CHECK_TIMEOUT.get_or_try_init(py, || {
-                Ok::<_, PyErr>(
-                    py.import(intern!(py, "klock.client"))?
-                        .getattr(intern!(py, "_check_timeout"))?
-                        .unbind(),
-                )
-            })?;
+            let check = imported(py, &CHECK_TIMEOUT, "klock.client", "_check_timeout")?;
             let timeout = check.bind(py).call1((timeout,))?;
             let forever = timeout.extract::<f64>()?.is_infinite();
             (
