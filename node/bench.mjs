@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Throughput of the Node host, as a Markdown report on stdout.
 //
-//   node node/bench.mjs [--quick] [--rounds N] [--no-remote]
+//   node node/bench.mjs [--quick] [--rounds N] [--no-remote] [--refused-only] [--cpu-time]
 //
 // - low-level: `kernel.acquire(session, ["MUTATES FILE:/hot/x"], null, now)` then
 //   `kernel.release(...)`, pairs per second through the native binding;
@@ -24,7 +24,9 @@
 // `connect()`), for a fixed time. Remote is `klock serve --memory` (release build), started
 // here on a free loopback port and stopped at the end: $KLOCK_RELEASE_BIN, else
 // target/release/klock, built with `cargo build --release -p klock-cli --bin klock` when
-// missing. `--no-remote` leaves that part out.
+// missing. `--no-remote` leaves that part out. `--cpu-time` times the in-process rounds by the
+// process's CPU time (user + system) instead of the wall clock: steadier on a loaded machine,
+// where time spent waiting for a core does not count.
 import { createRequire } from 'node:module';
 import { spawn, execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -38,7 +40,16 @@ const { Klock, connect, Timeout } = require(process.env.KLOCK_BENCH_CLIENT ?? '.
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
-const remote = !args.includes('--no-remote');
+const refusedOnly = args.includes('--refused-only');
+const cpuTime = args.includes('--cpu-time');
+/** Nanoseconds on the clock the in-process rounds are timed by. */
+const now = cpuTime
+  ? () => {
+      const { user, system } = process.cpuUsage();
+      return BigInt(user + system) * 1000n;
+    }
+  : () => process.hrtime.bigint();
+const remote = !args.includes('--no-remote') && !refusedOnly;
 /** How long each in-process vs remote measurement runs. */
 const BLOCKS_MS = quick ? 1500 : 5000;
 const CONCURRENT = 16;
@@ -69,12 +80,12 @@ function best(rounds, measure) {
 /** Low-level acquire+release pairs per second on `kernel` (one round, its own session). */
 function lowRound(kernel, r) {
   const s = kernel.openSession(`bench-${r}`, 'default', 1).sessionId;
-  const t0 = process.hrtime.bigint();
+  const t0 = now();
   for (let i = 0; i < LOW_N; i++) {
     const v = kernel.acquire(s, HOT, null, 1);
     kernel.release(s, v.leases[0].leaseId, 1);
   }
-  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const seconds = Number(now() - t0) / 1e9;
   kernel.closeSession(s, 1);
   return LOW_N / seconds;
 }
@@ -82,12 +93,12 @@ function lowRound(kernel, r) {
 /** Friendly `lease()` + `release()` cycles per second on `klock` (one round, its own session). */
 async function cycleRound(klock, r) {
   const session = await klock.session(`bench-${r}`);
-  const t0 = process.hrtime.bigint();
+  const t0 = now();
   for (let i = 0; i < FRIENDLY_N; i++) {
     const lease = await session.lease(HOT);
     lease.release();
   }
-  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const seconds = Number(now() - t0) / 1e9;
   session.close();
   return FRIENDLY_N / seconds;
 }
@@ -95,11 +106,11 @@ async function cycleRound(klock, r) {
 /** Friendly `withLease` blocks per second on `klock` (one round, its own session). */
 async function blockRound(klock, r) {
   const session = await klock.session(`block-${r}`);
-  const t0 = process.hrtime.bigint();
+  const t0 = now();
   for (let i = 0; i < FRIENDLY_N; i++) {
     await session.withLease(HOT, async () => {});
   }
-  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const seconds = Number(now() - t0) / 1e9;
   session.close();
   return FRIENDLY_N / seconds;
 }
@@ -128,7 +139,8 @@ async function row(others) {
 /**
  * A refused block: `withLease(HOT, fn, { timeoutMs: 0 })` by a younger session while an older
  * one holds HOT (wait-die: DIE, so `Timeout` at once), against the raw refused acquire (the
- * kernel's DIE verdict, `wait: false`); blocks/s and DIEs/s, best of the rounds, interleaved.
+ * kernel's DIE verdict, `wait: false`); blocks/s and DIEs/s, best of the rounds, interleaved,
+ * and each round's ratio (`--refused-only`: this row alone).
  */
 async function refused() {
   const kernel = new Kernel(CONFIG);
@@ -140,18 +152,20 @@ async function refused() {
   const noWait = { wait: false };
   let raw = 0;
   let block = 0;
+  const ratios = [];
   for (let r = 0; r < ROUNDS; r++) {
     const s = kernel.openSession(`young-${r}`, 'default', 1).sessionId;
-    let t0 = process.hrtime.bigint();
+    let t0 = now();
     for (let i = 0; i < FRIENDLY_N; i++) {
       if (kernel.acquire(s, HOT, noWait, 1).verdict !== 'DIE') throw new Error('raw acquire not refused');
     }
-    raw = Math.max(raw, FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9));
+    const rawRate = FRIENDLY_N / (Number(now() - t0) / 1e9);
+    raw = Math.max(raw, rawRate);
     kernel.closeSession(s, 1);
     const young = await klock.session(`young-${r}`);
     const options = { timeoutMs: 0 };
     const fn = async () => {};
-    t0 = process.hrtime.bigint();
+    t0 = now();
     for (let i = 0; i < FRIENDLY_N; i++) {
       try {
         await young.withLease(HOT, fn, options);
@@ -160,20 +174,22 @@ async function refused() {
         if (!(e instanceof Timeout)) throw e;
       }
     }
-    block = Math.max(block, FRIENDLY_N / (Number(process.hrtime.bigint() - t0) / 1e9));
+    const blockRate = FRIENDLY_N / (Number(now() - t0) / 1e9);
+    block = Math.max(block, blockRate);
+    ratios.push(rawRate / blockRate);
     young.close();
   }
   klock.close();
-  return { raw, block };
+  return { raw, block, ratios };
 }
 
 function nativeFloor() {
   const kernel = new Kernel();
   const n = 2_000_000;
   return best(ROUNDS, () => {
-    const t0 = process.hrtime.bigint();
+    const t0 = now();
     for (let i = 0; i < n; i++) kernel.pendingEvents();
-    return n / (Number(process.hrtime.bigint() - t0) / 1e9);
+    return n / (Number(now() - t0) / 1e9);
   });
 }
 
@@ -271,30 +287,37 @@ const lines = [
     .loadavg()
     .map((x) => x.toFixed(2))
     .join(' ')}`,
-  `- best of ${ROUNDS} rounds; ${fmt(LOW_N)} pairs and ${fmt(FRIENDLY_N)} friendly cycles or blocks per round`,
+  `- best of ${ROUNDS} rounds; ${fmt(LOW_N)} pairs and ${fmt(FRIENDLY_N)} friendly cycles or blocks per round; ` +
+    `in-process rounds timed by ${cpuTime ? 'the process CPU time' : 'the wall clock'}`,
+];
+const table = [
   '',
   '| other active leases | low-level acquire+release pairs/s | friendly lease cycles/s | cycle ÷ pair | ' +
     'friendly `withLease` blocks/s | block ÷ pair |',
   '|---:|---:|---:|---:|---:|---:|',
 ];
+if (!refusedOnly) lines.push(...table);
 const ratio = (low, high) => `${(low / high).toFixed(2)}×`;
-for (const others of BACKGROUND) {
+for (const others of refusedOnly ? [] : BACKGROUND) {
   const { low, cycle, block } = await row(others);
   lines.push(
     `| ${fmt(others)} | ${fmt(low)} | ${fmt(cycle)} | ${ratio(low, cycle)} | ${fmt(block)} | ${ratio(low, block)} |`,
   );
 }
-lines.push(
-  '',
-  'cycle ÷ pair, block ÷ pair: what one friendly cycle (block) costs in low-level pairs, from the same ' +
-    "rounds (pairs/s ÷ cycles/s); issue 15's target is at most 2.5×.",
-);
+if (!refusedOnly) {
+  lines.push(
+    '',
+    'cycle ÷ pair, block ÷ pair: what one friendly cycle (block) costs in low-level pairs, from the same ' +
+      "rounds (pairs/s ÷ cycles/s); issue 15's target is at most 2.5×.",
+  );
+}
 const no = await refused();
 lines.push(
   '',
   `Refused \`timeoutMs: 0\` block (a younger session, DIE): ${fmt(no.block)} blocks/s; raw refused acquire ` +
-    `(DIE verdict, \`wait: false\`): ${fmt(no.raw)}/s; block ÷ DIE ${ratio(no.raw, no.block)} (issue 27's target: at most 3×).`,
+    `(DIE verdict, \`wait: false\`): ${fmt(no.raw)}/s; block ÷ DIE ${ratio(no.raw, no.block)} (per round: ` +
+    `${no.ratios.map((x) => `${x.toFixed(2)}×`).join(', ')}; issue 27's target: at most 3×).`,
 );
-lines.push('', `Native-call floor (\`pendingEvents()\`): ${fmt(nativeFloor())} calls/s.`);
+if (!refusedOnly) lines.push('', `Native-call floor (\`pendingEvents()\`): ${fmt(nativeFloor())} calls/s.`);
 if (remote) lines.push(...(await inProcessVsRemote()));
 process.stdout.write(`${lines.join('\n')}\n`);

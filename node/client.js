@@ -80,10 +80,13 @@ const { fencedWrite, fencedWriteAsync, StaleFence } = require('./fence.js');
 const { file } = require('./names.js');
 const { Election } = require('./election.js');
 
-const { Kernel, KlockError, ERROR_CODES, Ledger, renewAt } = native;
+const { Kernel, KlockError, ERROR_CODES, Ledger, renewAt, AFTER_NO_WAIT_DIE } = native;
 
 /** The Klock option (internal, used by `connect`) that gives it a backend instead of a Kernel. */
 const BACKEND = Symbol('klock.backend');
+
+/** Whether the core ends an acquisition whose no-wait attempt got a DIE with a timeout (it does). */
+const NO_WAIT_DIE_TIMES_OUT = AFTER_NO_WAIT_DIE.startsWith('timeout_');
 
 /** The default of `connect`'s `reconnectTimeoutMs`. */
 const RECONNECT_TIMEOUT_MS = 30_000;
@@ -1489,7 +1492,30 @@ class LeaseCore {
     const waitMs = waitFor(forever, deadline, now);
     const verdict = this._askOnce(now, waitMs);
     if (verdict.verdict === 'GRANTED') return undefined; // a remote answer is a Promise
+    // A DIE to an attempt that asked for no wait (`timeoutMs: 0`): the core's answer to it
+    // depends on nothing else (AFTER_NO_WAIT_DIE, afterSetback's), so a timeout is thrown
+    // now, with no call, Promise, timer or loop on the way (issue 27).
+    if (waitMs === 0 && NO_WAIT_DIE_TIMES_OUT && verdict.verdict === 'DIE') throw this._refused(verdict, timeoutMs);
     return this._acquireRest(timeoutMs, signal, forever, deadline, verdict, waitMs);
+  }
+
+  /**
+   * The `Timeout` of a DIE `verdict` to an attempt that asked for no wait (the core's
+   * AFTER_NO_WAIT_DIE), counted. A refusal is an answer, not a fault: the error names the
+   * intents and their holders and carries no stack frames, whose capture cost as much as the
+   * refused acquire itself.
+   */
+  _refused(verdict, timeoutMs) {
+    const heldBy = verdict.heldBy.map((b) => b.sessionId);
+    this.session.klock.counters.timeouts++;
+    const message = timeoutMessage(AFTER_NO_WAIT_DIE, { what: intentText(this.intents), heldBy, timeoutMs });
+    const limit = Error.stackTraceLimit;
+    try {
+      Error.stackTraceLimit = 0;
+      return new Timeout(message, heldBy);
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
   }
 
   /** The acquisition after a first ask that did not grant at once (`verdict`, asked with `waitMs`). */

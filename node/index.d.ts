@@ -330,6 +330,13 @@ export declare class Servers {
   callOnce(nowMs: number, budgetMs: number): Attempts
 }
 
+/**
+ * `afterSetback`'s answer to a DIE verdict to an attempt that asked for no wait
+ * (`askedWaitMs` 0), which depends on nothing else: the client ends a refused
+ * `timeoutMs: 0` at once with it, without the call.
+ */
+export declare const AFTER_NO_WAIT_DIE: string
+
 /** What the client does after an attempt. */
 export interface AfterAttempt {
   what: 'done' | 'retry' | 'gave_up_unreachable' | 'gave_up_busy'

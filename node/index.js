@@ -840,6 +840,7 @@ module.exports.Follow = nativeBinding.Follow
 module.exports.Kernel = nativeBinding.Kernel
 module.exports.Ledger = nativeBinding.Ledger
 module.exports.Servers = nativeBinding.Servers
+module.exports.AFTER_NO_WAIT_DIE = nativeBinding.AFTER_NO_WAIT_DIE
 module.exports.afterSetback = nativeBinding.afterSetback
 module.exports.flock = nativeBinding.flock
 module.exports.MAX_MANIFEST_INTENTS = nativeBinding.MAX_MANIFEST_INTENTS

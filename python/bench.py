@@ -12,6 +12,10 @@ Reports, with 0, 1k and 100k other active leases in the kernel:
   manager class that takes a ``threading.Lock``, reads the monotonic clock and makes the raw
   acquire on entry, and takes the lock, reads the clock and makes the raw release on exit
   (no bookkeeping at all), as a ratio to the raw pair;
+- a refused block: ``with session.lease(X, timeout=0)`` by a younger session while an older
+  one holds X (``wait_die``: DIE, so :class:`klock.Timeout` at once), against the raw refused
+  acquire (``_core`` acquire with ``wait=False`` answering DIE), interleaved; its ratio is what
+  one refused block costs in raw DIEs (issue 27's target: at most 3);
 - friendly lease blocks per second in-process vs remote (``klock.connect`` to a ``klock serve
   --memory`` the bench starts itself from the release build, ``--klock PATH``; build it with
   ``cargo build --release -p klock-cli --bin klock``), with 1 client and with 16 concurrent
@@ -155,6 +159,38 @@ def friendly_async_cycles(background: int, cycles: int, repeat: int) -> float:
     return best
 
 
+def refused_blocks(cycles: int) -> tuple[float, float]:
+    """(raw DIEs/s, refused blocks/s), one round each: a younger session asks for what an
+    older one holds, under wait_die, with no wait."""
+    intents = ["MUTATES FILE:/bench/x"]
+    kernel = _core.Kernel("wait_die", default_ttl_ms=LONG, max_ttl_ms=LONG)
+    old = kernel.open_session("old", "default", 1).session_id
+    assert kernel.acquire(old, intents, 1).verdict == "GRANTED"
+    young = kernel.open_session("young", "default", 1).session_id
+    acquire = kernel.acquire
+    start = timer()
+    for _ in range(cycles):
+        verdict = acquire(young, intents, 1, wait=False)
+    raw = cycles / (timer() - start)
+    assert verdict.verdict == "DIE"
+    with klock.Klock("wait_die", default_ttl_ms=LONG, max_ttl_ms=LONG) as k:
+        with k.session("old") as holder, holder.lease(*intents):
+            session = k.session("young")
+            timeout = klock.Timeout
+            refused = 0
+            start = timer()
+            for _ in range(cycles):
+                try:
+                    with session.lease(*intents, timeout=0):
+                        pass
+                except timeout:
+                    refused += 1
+            block = cycles / (timer() - start)
+            assert refused == cycles
+            session.close()
+    return raw, block
+
+
 def blocks_per_second(klocks: list[klock.Klock], seconds: float) -> float:
     """Friendly lease blocks per second, one thread per Klock in ``klocks`` (the same Klock
     may appear several times), each its own session and resource, for ``seconds``."""
@@ -247,6 +283,12 @@ def main() -> None:
     parser.add_argument(
         "--seconds", type=float, default=3.0, help="seconds per remote-vs-in-process run"
     )
+    parser.add_argument(
+        "--no-remote", action="store_true", help="leave out the in-process vs remote rows"
+    )
+    parser.add_argument(
+        "--refused-only", action="store_true", help="only the refused-block row (no remote)"
+    )
     args = parser.parse_args()
     global timer
     if args.cpu_time:
@@ -254,7 +296,9 @@ def main() -> None:
     if args.quick:
         args.pairs, args.cycles, args.repeat = args.pairs // 10, args.cycles // 10, 1
         args.seconds = min(args.seconds, 1.0)
-    if not os.access(args.klock, os.X_OK):
+    if args.refused_only:
+        args.no_remote = True
+    if not args.no_remote and not os.access(args.klock, os.X_OK):
         raise SystemExit(
             f"{args.klock} is not an executable klock: build it with "
             "`cargo build --release -p klock-cli --bin klock`, or pass --klock PATH"
@@ -264,6 +308,23 @@ def main() -> None:
         f"Best of {args.repeat} interleaved runs; {args.pairs:,} low-level pairs and {args.cycles:,} "
         f"friendly cycles per run; timed by {'CPU time' if args.cpu_time else 'the wall clock'}.\n"
     )
+    if not args.refused_only:
+        friendly_table(args)
+    refused_row(args)
+    if args.no_remote:
+        return
+    print(
+        f"\nFriendly `with session.lease()` blocks/s, in-process vs remote (`klock serve --memory`, "
+        f"{os.path.relpath(args.klock)}, loopback), {args.seconds:g} s per run:\n"
+    )
+    print("| concurrent clients | in-process blocks/s | remote blocks/s |")
+    print("|---|---:|---:|")
+    for clients, local, remote in remote_vs_inprocess(args.klock, args.seconds, args.repeat):
+        print(f"| {clients} | {local:,.0f} | {remote:,.0f} |", flush=True)
+
+
+def friendly_table(args: argparse.Namespace) -> None:
+    """The friendly-vs-raw table, with 0, 1k and 100k other active leases."""
     print(
         "| other active leases | `_core` acquire+release pairs/s | `with session.lease()` cycles/s "
         "| `with` block / pair | `async with` cycles/s | `async with` block / pair "
@@ -282,14 +343,23 @@ def main() -> None:
             f"| {low / asy:.2f}× | {low / bare:.2f}× |",
             flush=True,
         )
+
+
+def refused_row(args: argparse.Namespace) -> None:
+    """The refused ``timeout=0`` block against the raw DIE, interleaved runs."""
+    raw = block = 0.0
+    ratios = []
+    for _ in range(args.repeat):
+        r, b = refused_blocks(args.cycles)
+        raw, block = max(raw, r), max(block, b)
+        ratios.append(r / b)
     print(
-        f"\nFriendly `with session.lease()` blocks/s, in-process vs remote (`klock serve --memory`, "
-        f"{os.path.relpath(args.klock)}, loopback), {args.seconds:g} s per run:\n"
+        f"\nRefused `with session.lease(X, timeout=0)` block (a younger session, wait_die: DIE): "
+        f"{block:,.0f} blocks/s; raw refused `_core` acquire (DIE verdict, `wait=False`): "
+        f"{raw:,.0f}/s; block / DIE {raw / block:.2f}× (per run: "
+        f"{', '.join(f'{x:.2f}×' for x in ratios)}; issue 27's target: at most 3×).",
+        flush=True,
     )
-    print("| concurrent clients | in-process blocks/s | remote blocks/s |")
-    print("|---|---:|---:|")
-    for clients, local, remote in remote_vs_inprocess(args.klock, args.seconds, args.repeat):
-        print(f"| {clients} | {local:,.0f} | {remote:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

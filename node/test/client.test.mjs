@@ -279,6 +279,41 @@ for (const backend of BACKENDS) {
     await klock.close();
   });
 
+  test(`${backend}: a refused try-lock (timeoutMs: 0, DIE) rejects with Timeout at once, counted; never Died`, async () => {
+    // Issue 27: the core's answer to a DIE that asked for no wait (AFTER_NO_WAIT_DIE) is known
+    // when the verdict is: in process the block rejects before any other job runs.
+    const klock = await fakeKlock();
+    const old = await klock.session('old');
+    const young = await klock.session('young');
+    const held = await old.lease('MUTATES FILE:/x');
+    const message = `MUTATES FILE:/x held by sessions ${old.sessionId} (timeout 0 ms)`;
+    const limit = Error.stackTraceLimit;
+    let ran = false;
+    let caught = null;
+    young.withLease('MUTATES FILE:/x', () => (ran = true), { timeoutMs: 0 }).catch((e) => (caught = e));
+    await null; // one turn of the microtask queue
+    if (backend === 'inprocess') {
+      assert.ok(caught instanceof Timeout, 'rejected before the next microtask');
+      // An answer, not a fault: no stack frames were captured for it.
+      assert.doesNotMatch(caught.stack, /\n\s+at /);
+    }
+    await settled(klock);
+    for (const e of [caught, await young.lease('MUTATES FILE:/x', { timeoutMs: 0 }).catch((error) => error)]) {
+      assert.ok(e instanceof Timeout && e instanceof KlockError);
+      assert.deepEqual([e.name, e.code, e.message, e.heldBy], ['TIMEOUT', 0, message, [old.sessionId]]);
+    }
+    assert.equal(ran, false);
+    assert.equal(Error.stackTraceLimit, limit);
+    // Holding another lease changes nothing: it asked not to wait, so it has nothing to roll back.
+    const other = await young.lease('MUTATES FILE:/y');
+    await assert.rejects(young.lease('MUTATES FILE:/x', { timeoutMs: 0 }), Timeout);
+    const { deaths, timeouts, retries, waits } = klock.counters;
+    assert.deepEqual({ deaths, timeouts, retries, waits }, { deaths: 3, timeouts: 3, retries: 0, waits: 0 });
+    await other.release();
+    await held.release();
+    await klock.close();
+  });
+
   test(`${backend}: AbortSignal cancels a wait (cancelWait), a backoff sleep, and an aborted signal rejects at once`, async () => {
     const klock = await fakeKlock({ backoffBaseMs: 10_000, backoffCapMs: 10_000 });
     const older = await klock.session('older');

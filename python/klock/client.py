@@ -973,6 +973,8 @@ class Session:
         ``None`` also has no client-side limit, but each wait uses the kernel's
         ``default_wait_timeout_ms`` and the block asks again when it passes. NaN, a negative
         value or a finite value above ``(2**64-1)/1000`` seconds is a ``ValueError``."""
+        if ttl is None and ttl_ms is None:  # the common case: no call on the way
+            return Lease(self, self._handle, intents, None, timeout)
         return self._lease_ms(intents, _lease_ttl_ms(ttl, ttl_ms), timeout)
 
     def _lease_ms(
@@ -1380,11 +1382,10 @@ class Lease(_core.Block):
                 )
             if what.startswith("timeout"):
                 k.counters.timeouts += 1
-                if what == "timeout_no_wait":
-                    message = (
-                        f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)"
-                    )
-                elif what == "timeout_wait_ended":
+                # timeout_no_wait (a DIE to an attempt that asked for no wait) never comes
+                # here: the native attempt (Block._attempt) raises that Timeout itself.
+                assert what != "timeout_no_wait", what
+                if what == "timeout_wait_ended":
                     message = f"{why}; still held by sessions {held_by}"
                 else:
                     message = (

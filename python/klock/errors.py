@@ -131,15 +131,15 @@ class Died(KlockError):
 class Timeout(KlockError):
     """The manifest could not be acquired within the caller's ``timeout``."""
 
-    code: int
-    name: str
+    # Class attributes, and ``args`` set directly (what ``Exception.__init__`` would do):
+    # a refused try-lock (``timeout=0``) makes one, and its cost counts (issue 27).
+    code: int = 0
+    name: str = "TIMEOUT"
     message: str
     held_by: list[int]
 
     def __init__(self, message: str, held_by: list[int]) -> None:
-        super().__init__(f"TIMEOUT: {message}")
-        self.code = 0
-        self.name = "TIMEOUT"
+        self.args = (f"TIMEOUT: {message}",)
         self.message = message
         self.held_by = held_by
 

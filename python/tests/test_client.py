@@ -247,6 +247,82 @@ def test_timeout_and_try_lock(make_klock: MakeKlock) -> None:
     assert k.stats()["waiting_tickets"] == 0  # the timed-out wait left nothing queued
 
 
+def test_a_refused_try_lock_fails_at_once_and_is_counted(make_klock: MakeKlock) -> None:
+    # Issue 27: a DIE to a block that asked for no wait (timeout=0) is the core's
+    # timeout_no_wait, raised by the native attempt: the same Timeout, message and counts as
+    # the acquisition loop's, in threads and in asyncio, on every backend.
+    k = make_klock()
+    old, young = k.session("old"), k.session("young")
+    x = "MUTATES FILE:/x"
+    expected = f"['{x}'] are held by sessions [{old.session_id}] (timeout 0.0 s)"
+    with old.lease(x):
+        for timeout in (0, 0.0):
+            block = young.lease(x, timeout=timeout)
+            assert block.timeout == 0.0 and isinstance(block.timeout, float)
+            with pytest.raises(klock.Timeout) as e:
+                with block:
+                    pass
+            assert (e.value.code, e.value.name, e.value.message) == (0, "TIMEOUT", expected)
+            assert e.value.held_by == [old.session_id]
+            assert e.value.args == (f"TIMEOUT: {expected}",) and str(e.value) == e.value.args[0]
+            assert not block.held and not block.lost and block._state == "failed"
+            with pytest.raises(RuntimeError, match="entered once"):
+                block.__enter__()
+
+        async def refused() -> klock.Timeout:
+            try:
+                async with young.lease(x, timeout=0):
+                    pass
+            except klock.Timeout as error:
+                return error
+            raise AssertionError("not refused")
+
+        assert asyncio.run(refused()).message == expected
+        # Holding other leases changes nothing: it asked not to wait, so it never rolls back.
+        with young.lease("MUTATES FILE:/y"), pytest.raises(klock.Timeout):
+            with young.lease(x, timeout=0):
+                pass
+        with pytest.raises(TypeError, match="timeout must be a number"):
+            young.lease(x, timeout=False)  # type: ignore[arg-type]
+    counters = k.counters
+    assert (counters.deaths, counters.timeouts, counters.retries, counters.waits) == (4, 4, 0, 0)
+    assert k.stats()["waiting_tickets"] == 0
+
+
+def test_whole_millisecond_timeouts_are_seconds_as_floats(make_klock: MakeKlock) -> None:
+    # Checked natively when whole milliseconds, else by _check_timeout: the same answers.
+    k = make_klock()
+    s = k.session("a")
+    for given, seconds in (
+        (2, 2.0),
+        (0.25, 0.25),
+        (0.3, 0.3),
+        (1e-4, 1e-4),
+        (0.0001234, 0.0001234),
+    ):
+        block = s.lease("MUTATES FILE:/x", timeout=given)
+        assert block.timeout == seconds and isinstance(block.timeout, float)
+    for bad in (-1, -0.5, 2**64, float("nan")):
+        with pytest.raises(ValueError, match="timeout must be a number"):
+            s.lease("MUTATES FILE:/x", timeout=bad)
+
+
+def test_a_retry_left_with_no_budget_is_refused_like_a_try_lock(make_klock: MakeKlock) -> None:
+    # seed 4, base 100: the first backoff is 178 ms; a 178 ms budget retries at its very end,
+    # asking for no wait, and that DIE ends it (timeout_no_wait, from a retry).
+    clock = klock.ManualClock()
+    k = make_klock(clock=clock, seed=4, backoff_base_ms=100)
+    old, young = k.session("old"), k.session("young")
+    with old.lease("MUTATES FILE:/x"):
+        t, errors = in_thread(lambda: young.lease("MUTATES FILE:/x", timeout=0.178).__enter__())
+        wait_until(lambda: clock.next_timer() == 178)
+        clock.advance(178)
+        t.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], klock.Timeout), errors
+    assert errors[0].message.endswith(f"held by sessions [{old.session_id}] (timeout 0.178 s)")
+    assert (k.counters.deaths, k.counters.retries, k.counters.timeouts) == (2, 1, 1)
+
+
 def test_heartbeats_keep_a_short_lease_alive(make_klock: MakeKlock) -> None:
     k = make_klock()
     with k.session("a") as s, s.lease("MUTATES FILE:/x", ttl=0.6) as lease:

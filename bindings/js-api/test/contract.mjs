@@ -60,7 +60,7 @@ export function contractTests(label, api) {
         // Node only: flock(2) for the fence helper (node/fence.js); a browser has no files.
         .concat('flock' in api ? ['flock'] : [])
         // Only the Node addon: the core's acquisition rule for the friendly client (node/client.js).
-        .concat(label === 'node' ? ['afterSetback'] : [])
+        .concat(label === 'node' ? ['AFTER_NO_WAIT_DIE', 'afterSetback'] : [])
         // Only the Node addon: the core's failover rules for the remote client (node/remote.js).
         .concat(label === 'node' ? ['Attempts', 'Servers'] : [])
         // Only the Node addon: the core's rules of following a watch for node/remote.js.

@@ -15,6 +15,12 @@ use klock_core::client::{Acquisition, Setback};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
+/// `afterSetback`'s answer to a DIE verdict to an attempt that asked for no wait
+/// (`askedWaitMs` 0), which depends on nothing else: the client ends a refused
+/// `timeoutMs: 0` at once with it, without the call.
+#[napi]
+pub const AFTER_NO_WAIT_DIE: &str = Acquisition::AFTER_NO_WAIT_DIE.name();
+
 /// What the client does next.
 #[napi(object, object_from_js = false)]
 pub struct AfterSetback {

@@ -10,7 +10,9 @@
 //!   - `WAIT_TIMEOUT`: ask again at once while the budget lasts (the kernel caps a wait, and
 //!     the cap can be shorter than the client's budget), else [`TimedOut::WaitEnded`];
 //!   - a DIE verdict to an attempt that asked for no wait (a zero budget, or none left):
-//!     [`TimedOut::NoWait`], never slept;
+//!     [`TimedOut::NoWait`], never slept, whatever else holds (the session's other leases,
+//!     the budget, the backoff, the time): [`Acquisition::AFTER_NO_WAIT_DIE`], so a host may
+//!     end a refused try-lock as soon as it sees the verdict, with no call, await or timer;
 //!   - DIE, DIED, WOUNDED: while the session holds other leases, [`Failure::Died`] (it must
 //!     roll back: waiting while holding is what deadlocks); else, when sleeping the kernel's
 //!     `retry_after_ms` would pass the budget, [`TimedOut::RetryTooLate`] at once (no retry
@@ -87,7 +89,7 @@ pub enum Failure {
 impl Next {
     /// Its name, for hosts that pass it on as text: `ask_again`, `sleep`, `died`,
     /// `timeout_no_wait`, `timeout_wait_ended` or `timeout_retry_too_late`.
-    pub fn name(&self) -> &'static str {
+    pub const fn name(&self) -> &'static str {
         match self {
             Next::AskAgain => "ask_again",
             Next::Sleep { .. } => "sleep",
@@ -128,6 +130,11 @@ pub struct Acquisition {
 }
 
 impl Acquisition {
+    /// What follows a DIE verdict to an attempt that asked for no wait (`asked_wait_ms`
+    /// `Some(0)`: a zero budget, or none left): [`Acquisition::after`]'s answer to it, which
+    /// depends on nothing else.
+    pub const AFTER_NO_WAIT_DIE: Next = Next::Fail(Failure::Timeout(TimedOut::NoWait));
+
     /// An acquisition whose first attempt is at `now`, with `timeout_ms` of budget (`None`:
     /// no client-side limit). A deadline saturates at the end of the clock.
     pub fn new(now: u64, timeout_ms: Option<u64>) -> Acquisition {
@@ -180,7 +187,7 @@ impl Acquisition {
             Setback::Die {
                 asked_wait_ms: Some(0),
                 ..
-            } => return Next::Fail(Failure::Timeout(TimedOut::NoWait)),
+            } => return Acquisition::AFTER_NO_WAIT_DIE,
             Setback::Die { retry_after_ms, .. } | Setback::Withdrawn { retry_after_ms } => {
                 retry_after_ms
             }
@@ -296,6 +303,25 @@ mod tests {
         assert_eq!(a.after(refused, false, 0), no_wait);
         // Checked before the rollback: the caller asked not to wait at all.
         assert_eq!(a.after(refused, true, 0), no_wait);
+        // Whatever else holds: the constant hosts may act on without asking.
+        assert_eq!(Acquisition::AFTER_NO_WAIT_DIE, no_wait);
+        assert_eq!(Acquisition::AFTER_NO_WAIT_DIE.name(), "timeout_no_wait");
+        for acquisition in [
+            a,
+            Acquisition::new(0, Some(500)),
+            Acquisition::new(0, None),
+            Acquisition::kernel_default(),
+        ] {
+            for (retry_after_ms, holds, now) in
+                [(0, false, 0), (100, true, 499), (u64::MAX, false, u64::MAX)]
+            {
+                let refused = Setback::Die {
+                    retry_after_ms,
+                    asked_wait_ms: Some(0),
+                };
+                assert_eq!(acquisition.after(refused, holds, now), no_wait);
+            }
+        }
     }
 
     #[test]
