@@ -841,6 +841,7 @@ module.exports.Kernel = nativeBinding.Kernel
 module.exports.Ledger = nativeBinding.Ledger
 module.exports.Servers = nativeBinding.Servers
 module.exports.afterSetback = nativeBinding.afterSetback
+module.exports.ends = nativeBinding.ends
 module.exports.flock = nativeBinding.flock
 module.exports.MAX_MANIFEST_INTENTS = nativeBinding.MAX_MANIFEST_INTENTS
 module.exports.MAX_NAME_BYTES = nativeBinding.MAX_NAME_BYTES
