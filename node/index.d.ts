@@ -58,6 +58,13 @@ export declare const PREDICATES: ReadonlyArray<Predicate>
 export declare const EVENT_KINDS: ReadonlyArray<Event['event']>
 
 /**
+ * The name of a lease a remote client found lost at its local deadline (no renewal answered
+ * before the send time of its last granting or renewing request plus its TTL): the kernel's
+ * expiry name, in every driver (the core's `LOST_AT_LOCAL_DEADLINE`).
+ */
+export declare const LOST_AT_LOCAL_DEADLINE: 'LEASE_EXPIRED'
+
+/**
  * A kernel configuration; every key is optional (SPEC.md defaults). An unknown key is
  * `INVALID_CONFIG`; a key holding `undefined` counts as absent.
  */
@@ -419,6 +426,19 @@ export interface DueBlock {
   block: number
   session: number
   leaseIds: Array<number>
+}
+
+/**
+ * Which of its session's leases `event` ends, and the kernel's name for why (module
+ * contract); `null` when it ends none.
+ */
+export declare function ends(event: { event: string; lease?: number; lostLeases?: number[] }): Ends | null
+
+/** The leases an event ends, and the kernel's name for why. */
+export interface Ends {
+  /** The ended leases, or `null`: every lease of the event's session (it was closed). */
+  leases: number[] | null
+  name: 'LEASE_EXPIRED' | 'WOUNDED' | 'SESSION_CLOSED'
 }
 
 /**

@@ -58,6 +58,13 @@ export declare const PREDICATES: ReadonlyArray<Predicate>
 export declare const EVENT_KINDS: ReadonlyArray<Event['event']>
 
 /**
+ * The name of a lease a remote client found lost at its local deadline (no renewal answered
+ * before the send time of its last granting or renewing request plus its TTL): the kernel's
+ * expiry name, in every driver (the core's `LOST_AT_LOCAL_DEADLINE`).
+ */
+export declare const LOST_AT_LOCAL_DEADLINE: 'LEASE_EXPIRED'
+
+/**
  * A kernel configuration; every key is optional (SPEC.md defaults). An unknown key is
  * `INVALID_CONFIG`; a key holding `undefined` counts as absent.
  */

@@ -842,6 +842,7 @@ module.exports.Ledger = nativeBinding.Ledger
 module.exports.Servers = nativeBinding.Servers
 module.exports.AFTER_NO_WAIT_DIE = nativeBinding.AFTER_NO_WAIT_DIE
 module.exports.afterSetback = nativeBinding.afterSetback
+module.exports.ends = nativeBinding.ends
 module.exports.flock = nativeBinding.flock
 module.exports.MAX_MANIFEST_INTENTS = nativeBinding.MAX_MANIFEST_INTENTS
 module.exports.MAX_NAME_BYTES = nativeBinding.MAX_NAME_BYTES

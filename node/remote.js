@@ -59,11 +59,12 @@
 //   at once. Long waits: every third of the asked TTL a waiting ticket is polled (`GET
 //   …/tickets/{tid}?wait_ms=0`), and each WAIT answer moves that send time to the poll's (the
 //   grant comes after it), so a lease granted after a wait longer than its TTL (an election's
-//   campaign) is not lost on arrival. A lease whose local deadline passes, whose renewal answers anything but OK, or
-//   for which LEASE_EXPIRED / WOUNDED / SESSION_CLOSED arrives, is reported lost at once (a
-//   `LEASE_LOST` event of this module, routed like the kernel's). `nextDeadline()` is the
-//   earliest local deadline, so the friendly layer's timer fires on it and `advance(now)`
-//   settles it.
+//   campaign) is not lost on arrival. A lease whose local deadline passes (named
+//   `LEASE_EXPIRED`, the core's `LOST_AT_LOCAL_DEADLINE`), whose renewal answers anything but
+//   OK, or which an event ends (the core's `ends`: LEASE_EXPIRED / WOUNDED / SESSION_CLOSED),
+//   is reported lost at once (a `LEASE_LOST` event of this module, routed like the
+//   kernel's). `nextDeadline()` is the earliest local deadline, so the friendly layer's timer
+//   fires on it and `advance(now)` settles it.
 // - Reconnect: after a failed request, the first request that gets through starts a resync
 //   of every session; so does an event poll when the core says the stream may have missed
 //   events (an answer after a failed poll, from another node than the last, or with a `gap`;
@@ -86,7 +87,7 @@
 //   deterministically.
 
 const { randomUUID } = require('node:crypto');
-const { KlockError, ERROR_CODES, Servers, Follow } = require('./index.js');
+const { KlockError, ERROR_CODES, Servers, Follow, ends, LOST_AT_LOCAL_DEADLINE } = require('./index.js');
 const { Transport } = require('./http.js');
 
 /** klock serve could not be reached within the reconnect budget. */
@@ -510,7 +511,7 @@ class RemoteKernel {
         event: 'LEASE_LOST',
         lease: leaseId,
         session: held.sessionId,
-        name: 'LEASE_EXPIRED',
+        name: LOST_AT_LOCAL_DEADLINE,
         message:
           `no renewal reached klock serve at ${this.url} before the lease's TTL ran out ` +
           '(its local deadline passed); the server may have let it expire',
@@ -650,19 +651,18 @@ class RemoteKernel {
         if (!s.tickets.has(event.ticket)) s.resolved.add(event.ticket);
         s.tickets.delete(event.ticket);
         break;
-      case 'LEASE_EXPIRED':
-        this._leases.delete(event.lease);
-        break;
       case 'WOUNDED':
-        for (const id of event.lostLeases) this._leases.delete(id);
         for (const t of event.lostTickets) s.tickets.delete(t);
-        break;
-      case 'SESSION_CLOSED':
-        this._lostSession(s, `the server closed the session (${event.reason ?? 'closed'})`, false);
         break;
       default:
         break;
     }
+    // The leases it ends (the core's rule): no longer held here. Every lease of a closed
+    // session: the session is gone.
+    const ended = ends(event);
+    if (ended?.leases === null)
+      this._lostSession(s, `the server closed the session (${event.reason ?? 'closed'})`, false);
+    else for (const id of ended?.leases ?? []) this._leases.delete(id);
     this._queue.push(event);
     return true;
   }

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::fence;
 use crate::keeper::Loss;
 use crate::session::Session;
+use klock_core::client::watch::LOST_AT_LOCAL_DEADLINE;
 use klock_core::Lease;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -42,7 +43,8 @@ impl LeaseGuard {
             }
         }
         // A loss reported between the grant and the lines above found no guard to tell: a
-        // lease the keeper no longer holds is lost.
+        // lease the keeper no longer holds is lost (its reason went with the report: named as
+        // a lease not renewed in time, the core's name for it).
         let held = session.inner.keeper.held();
         let gone: Vec<Lease> = leases
             .iter()
@@ -52,7 +54,7 @@ impl LeaseGuard {
         if !gone.is_empty() {
             tx.send_replace(Some(Loss {
                 leases: gone,
-                reason: String::from("NOT_RENEWED"),
+                reason: String::from(LOST_AT_LOCAL_DEADLINE),
             }));
         }
         LeaseGuard {

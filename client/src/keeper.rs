@@ -21,7 +21,7 @@
 use crate::routes::Session;
 use crate::transport::Failure;
 use crate::watch::{Listener, Subscription, Watch};
-use klock_core::client::watch::{ends, Ended};
+use klock_core::client::watch::{ends, Ended, LOST_AT_LOCAL_DEADLINE};
 use klock_core::{renew_at, Event, Lease};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,8 +35,10 @@ use tokio::time::Instant;
 #[derive(Clone, Debug)]
 pub struct Loss {
     pub leases: Vec<Lease>,
-    /// The kernel's name for why (`LEASE_EXPIRED`, `WOUNDED`, `SESSION_CLOSED`, ...) or
-    /// `NOT_RENEWED` when the local deadline passed.
+    /// The kernel's name for why (`LEASE_EXPIRED`, `WOUNDED`, `SESSION_CLOSED`,
+    /// `LEASE_RELEASED`, ...), or `UNAUTHORIZED` when a renewal was refused. A lease whose
+    /// local deadline passed without a renewal is `LEASE_EXPIRED` too, the core's
+    /// [`LOST_AT_LOCAL_DEADLINE`], as in every driver.
     pub reason: String,
 }
 
@@ -44,14 +46,11 @@ impl Loss {
     /// Why, in words.
     pub fn why(&self) -> String {
         match self.reason.as_str() {
-            "NOT_RENEWED" => String::from(
-                "no renewal reached the server before the lease's TTL ran out; the server may have let it expire",
+            LOST_AT_LOCAL_DEADLINE => String::from(
+                "no renewal reached the server before the lease's TTL ran out (the server said so, or no renewal was answered by the local deadline): it expired, or the server lets it expire",
             ),
             "WOUNDED" => String::from(
                 "the server says WOUNDED: an older agent needed it and took it from you",
-            ),
-            "LEASE_EXPIRED" => String::from(
-                "the server says LEASE_EXPIRED: no renewal reached it before its TTL ran out",
             ),
             "UNAUTHORIZED" => String::from(
                 "the server refused the renewal (401): another process resumed this session, which holds it now, or the bearer token is no longer accepted",
@@ -309,9 +308,11 @@ fn renew(shared: &Shared, asked: &[u64], results: &[(u64, Result<u64, String>)],
                 (_, None) => {}
             }
         }
+        // A held lease the answer does not name was not renewed: it is lost now, as at its
+        // local deadline.
         for id in asked {
             if held.contains_key(id) && !results.iter().any(|(r, _)| r == id) {
-                lost.entry("NOT_RENEWED").or_default().push(*id);
+                lost.entry(LOST_AT_LOCAL_DEADLINE).or_default().push(*id);
             }
         }
     }
@@ -329,5 +330,5 @@ fn expire_overdue(shared: &Shared) {
             .map(|(id, _)| *id)
             .collect()
     };
-    shared.lose(&overdue, "NOT_RENEWED");
+    shared.lose(&overdue, LOST_AT_LOCAL_DEADLINE);
 }

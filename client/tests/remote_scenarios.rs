@@ -156,16 +156,11 @@ struct Block {
 
 impl Block {
     fn view(&self) -> Value {
-        // The Rust client names a loss at the local deadline NOT_RENEWED; the scenarios use
-        // the kernel's LEASE_EXPIRED for it, as Python and Node report it (DECISIONS.md,
-        // "Issue 27: remote scenarios"). Every other reason is compared as it is.
-        let lost = self.guard.as_ref().and_then(LeaseGuard::lost).map(|loss| {
-            let name = match loss.reason.as_str() {
-                "NOT_RENEWED" => "LEASE_EXPIRED",
-                other => other,
-            };
-            json!({ "name": name })
-        });
+        let lost = self
+            .guard
+            .as_ref()
+            .and_then(LeaseGuard::lost)
+            .map(|loss| json!({ "name": loss.reason }));
         json!({
             "state": self.state,
             "error": self.error.as_ref().map(|name| json!({ "name": name })),

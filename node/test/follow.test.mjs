@@ -10,7 +10,11 @@
 //   then, not at the renewal due a third of the TTL after the grant. The reader is kept from
 //   polling by a watcher of the client's events that blocks the event loop while another
 //   process wounds and bursts (it runs inside the reader's hand-over of an answer), so no poll
-//   fails and only the gap can say events were missed.
+//   fails and only the gap can say events were missed;
+// - which leases an event ends is the core's rule (the addon's `ends`), for the kernel's events
+//   and the remote client's alike, and a lease an event of the stream ends no longer has a
+//   local deadline; a lease lost at its local deadline is named by the core
+//   (`LOST_AT_LOCAL_DEADLINE`: `LEASE_EXPIRED`).
 // Every wait is bounded.
 
 import { test, after } from 'node:test';
@@ -21,6 +25,7 @@ import { startServer, openLink, within } from './server.mjs';
 
 const require = createRequire(import.meta.url);
 const { connect } = require('../client.js');
+const { Kernel, ends, LOST_AT_LOCAL_DEADLINE } = require('../index.js');
 
 const servers = [];
 after(async () => {
@@ -34,6 +39,65 @@ async function server(args) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+test("ends is the core's rule for kernel and remote events", () => {
+  const k = new Kernel({ policy: 'wound_wait' });
+  const old = k.openSession('old', 'default', 0).sessionId;
+  const young = k.openSession('young', 'default', 0).sessionId;
+  const [a, b] = k.acquire(young, ['MUTATES FILE:/a', 'MUTATES FILE:/b'], { ttlMs: 1000 }, 1).leases;
+  k.acquire(old, ['MUTATES FILE:/a'], null, 2); // wounds the younger holder
+  const byKind = Object.fromEntries(k.drainEvents().map((e) => [e.event, e]));
+  assert.equal(ends(byKind.ACQUIRED), null);
+  assert.deepEqual(ends(byKind.WOUNDED), { leases: [a.leaseId, b.leaseId], name: 'WOUNDED' });
+  k.advance(1e6);
+  const expired = k.drainEvents().filter((e) => e.event === 'LEASE_EXPIRED');
+  assert.ok(expired.length > 0);
+  for (const e of expired) assert.deepEqual(ends(e), { leases: [e.lease], name: 'LEASE_EXPIRED' });
+  // The remote client's events (camelCase, as remote.js makes them).
+  assert.deepEqual(ends({ event: 'LEASE_EXPIRED', session: 1, lease: 7 }), { leases: [7], name: 'LEASE_EXPIRED' });
+  assert.deepEqual(ends({ event: 'WOUNDED', session: 1, lostLeases: [3, 4] }), { leases: [3, 4], name: 'WOUNDED' });
+  assert.deepEqual(ends({ event: 'WOUNDED', session: 1 }), { leases: [], name: 'WOUNDED' });
+  assert.deepEqual(ends({ event: 'SESSION_CLOSED', session: 1, reason: 'IDLE' }), {
+    leases: null,
+    name: 'SESSION_CLOSED',
+  });
+  for (const event of ['GRANTED', 'ACQUIRED', 'RELEASED', 'WAIT_TIMEOUT', 'DIED', 'LEASE_LOST']) {
+    assert.equal(ends({ event, session: 1, lease: 7, lostLeases: [7] }), null, event);
+  }
+  // Bad fields are named.
+  assert.throws(() => ends({ event: 'LEASE_EXPIRED', lease: '7' }), { name: 'TypeError', message: /event\.lease/ });
+  assert.throws(() => ends({ event: 'WOUNDED', lostLeases: [1, -2] }), {
+    name: 'RangeError',
+    message: /event\.lostLeases\[1\]/,
+  });
+  assert.throws(() => ends({ event: 7 }), { name: 'TypeError', message: /event\.event/ });
+  assert.throws(() => ends(null), { name: 'TypeError' });
+  assert.equal(LOST_AT_LOCAL_DEADLINE, 'LEASE_EXPIRED');
+});
+
+test('an event that ends a lease drops its local deadline', async () => {
+  const s = await server(['--memory', '--config', 'policy=wound_wait']);
+  const direct = connect(s.url);
+  const k = connect(s.url);
+  try {
+    const older = await direct.session('older');
+    const younger = await k.session('younger');
+    const held = await younger.lease(['MUTATES FILE:/x']);
+    const [leaseId] = held.leaseIds;
+    assert.notEqual(k.kernel.deadline(leaseId), undefined, 'a held lease has a local deadline');
+    const lost = new Promise((resolve) => held.signal.addEventListener('abort', () => resolve(held.signal.reason)));
+    const taken = await older.lease(['MUTATES FILE:/x']); // wounds the holder: a WOUNDED on the stream
+    const loss = await within(8_000, lost, 'the wound heard');
+    assert.equal(loss.name, 'LEASE_RELEASED', String(loss));
+    // Its local deadline is gone with it: nothing is left for the timer.
+    assert.equal(k.kernel.deadline(leaseId), undefined);
+    assert.equal(k.kernel.nextDeadline(), null);
+    await taken.release();
+  } finally {
+    await k.close();
+    await direct.close();
+  }
+});
 
 test("a grant before the reader's first poll is read from the stream", async () => {
   // Under wound_wait the younger session waits for the older holder (under wait_die it dies).
@@ -126,7 +190,9 @@ test('a gap renews the held leases at once', async () => {
     const loss = await within(8_000, lost, 'the loss learnt after the gap');
     assert.ok(tripped);
     assert.ok(Date.now() - grantedAt < 18_000, 'too slow to tell a resync from the renewal due at 20 s');
-    assert.notEqual(loss.name, 'NOT_RENEWED', String(loss));
+    // The renewal's answer (a wounded lease counts as released), not the local deadline's
+    // LEASE_EXPIRED.
+    assert.equal(loss.name, 'LEASE_RELEASED', String(loss));
     stop();
     await trip.release();
   } finally {

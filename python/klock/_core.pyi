@@ -37,6 +37,7 @@ __all__ = [
     "QuotaExceeded",
     "parse_intent",
     "after_setback",
+    "ends",
     "Servers",
     "Attempts",
     "Follow",
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_MANIFEST_INTENTS",
     "MAX_RESOURCE_BYTES",
     "MAX_NAME_BYTES",
+    "LOST_AT_LOCAL_DEADLINE",
     "__version__",
 ]
 
@@ -62,6 +64,10 @@ CONFIG_FIELDS: Final[tuple[str, ...]]
 MAX_MANIFEST_INTENTS: Final[int]
 MAX_RESOURCE_BYTES: Final[int]
 MAX_NAME_BYTES: Final[int]
+LOST_AT_LOCAL_DEADLINE: Final[Literal["LEASE_EXPIRED"]]
+"""The name of a lease a remote client found lost at its local deadline (no renewal answered
+before the send time of its last granting or renewing request plus its TTL): the kernel's
+expiry name, in every driver (``klock_core::client::watch::LOST_AT_LOCAL_DEADLINE``)."""
 
 class KlockError(Exception):
     """Base class of every Klock error."""
@@ -110,6 +116,15 @@ def after_setback(
     """The core's decision after an attempt to acquire that was not granted
     (``klock_core::client::Acquisition``): ask again, sleep ``ms`` then ask again, roll back
     (``died``), or time out (and why)."""
+
+def ends(
+    event: object,
+) -> tuple[list[int] | None, Literal["LEASE_EXPIRED", "WOUNDED", "SESSION_CLOSED"]] | None:
+    """Which of its session's leases ``event`` ends (``klock_core::client::watch::ends``), for
+    an :class:`Event` or any object with the server's field names (``event``, ``lease``,
+    ``lost_leases``): ``None`` when it ends none, else ``(lease_ids, name)``, ``lease_ids``
+    ``None`` when every lease of the session ends (it was closed), ``name`` the kernel's. A
+    field of the wrong type is a ``TypeError`` naming it."""
 
 @final
 class Servers:

@@ -64,7 +64,9 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   each WAIT answer moves that send time to the poll's (the grant comes after it), so a lease
   granted after a wait longer than its TTL (an election's campaign) is not lost on arrival.
   Heartbeats are due a third of the way to the deadline; when a deadline passes without a renewal the lease is lost
-  (``LEASE_EXPIRED``) at once, whatever the server says later. ``Lease.expires_at`` shows the
+  (``LEASE_EXPIRED``, the core's name for it in every driver) at once, whatever the server
+  says later. Which leases an event ends (expired, wounded, a closed session's) is the core's
+  rule too (``klock._core.ends``). ``Lease.expires_at`` shows the
   server's value (server milliseconds).
 * **Manual clock (tests).** With a :class:`~klock.ManualClock` the server must run
   ``--clock manual``: every request carries ``Klock-Now`` from the clock, the Klock's timer
@@ -886,7 +888,7 @@ class RemoteKernel:
             give_up_at=give_up_at,
         )
         if d is None:  # the server stayed away until the local deadline passed
-            return [(i, "LEASE_EXPIRED", None) for i in ids or []]
+            return [(i, _core.LOST_AT_LOCAL_DEADLINE, None) for i in ids or []]
         results = [(r["lease_id"], r["status"], r.get("expires_at")) for r in d["results"]]
         if not self.manual:
             with self._state_lock:
@@ -959,7 +961,9 @@ class RemoteKernel:
 
     def advance(self, now: int) -> None:
         """Manual clock: settle the server's time. System clock: every lease whose local
-        deadline has passed is lost (a LEASE_EXPIRED of the client's own)."""
+        deadline has passed is lost (a LEASE_EXPIRED of the client's own: the core names a
+        loss at the local deadline as the kernel's expiry, so it is that event, routed as the
+        server's would be)."""
         if self.manual:
             self._request("POST", "/v1/advance", now=now, mutating=True)
             return
@@ -967,7 +971,9 @@ class RemoteKernel:
             due = [(i, rec) for i, rec in self._local.items() if rec.deadline <= now]
             for lease_id, rec in due:
                 del self._local[lease_id]
-                self._events.append(RemoteEvent("LEASE_EXPIRED", rec.session, lease=lease_id))
+                self._events.append(
+                    RemoteEvent(_core.LOST_AT_LOCAL_DEADLINE, rec.session, lease=lease_id)
+                )
             for ticket in [t for t in self._refresh if t not in self._tickets]:
                 del self._refresh[ticket]  # resolved or withdrawn
             refresh = [t for t, (at, _) in self._refresh.items() if at <= now]
@@ -1071,7 +1077,10 @@ class RemoteKernel:
 
     def _note(self, event: RemoteEvent) -> None:
         """Bookkeeping of an event before the Klock routes it: local deadlines of a grant
-        after a WAIT (the acquire's send time), tickets resolved, leases ended."""
+        after a WAIT (the acquire's send time), tickets resolved, and the local deadlines of
+        the leases it ends (the core's ``ends``: expired, wounded, or every lease of a closed
+        session)."""
+        ended = _core.ends(event)
         with self._state_lock:
             kind = event.event
             if kind in ("GRANTED", "WAIT_TIMEOUT", "DIED") and event.ticket is not None:
@@ -1084,10 +1093,14 @@ class RemoteKernel:
             elif kind == "WOUNDED":
                 for ticket in event.lost_tickets or []:
                     self._tickets.pop(ticket, None)
-                for lease_id in event.lost_leases or []:
+            if ended is not None:
+                lease_ids, _ = ended
+                if lease_ids is None:
+                    lease_ids = [
+                        i for i, rec in self._local.items() if rec.session == event.session
+                    ]
+                for lease_id in lease_ids:
                     self._local.pop(lease_id, None)
-            elif kind == "LEASE_EXPIRED" and event.lease is not None:
-                self._local.pop(event.lease, None)
             self._events.append(event)
 
     # ---- the event reader (system clock) ------------------------------------------------------

@@ -10,7 +10,11 @@
   budget) has every held block renewed at once, so a wound the dropped events told is learnt
   then, not at the renewal due a third of the TTL after the grant. The reader is kept from
   polling by a watcher of the namespace that takes its time (it runs in the reader's thread),
-  so no poll fails and only the gap can say events were missed.
+  so no poll fails and only the gap can say events were missed;
+* which leases an event ends is the core's rule (``klock._core.ends``), for the kernel's
+  events and the remote client's alike, and a lease an event of the stream ends no longer has
+  a local deadline (the client's timer no longer wakes for it); a lease lost at its local
+  deadline is named by the core (``LOST_AT_LOCAL_DEADLINE``: ``LEASE_EXPIRED``).
 
 Every wait is bounded."""
 
@@ -19,9 +23,74 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 import klock
+from klock import _core
 from klock.remote import RemoteEvent
 from server import Link, Server
+
+
+def test_ends_is_the_cores_rule_for_kernel_and_remote_events() -> None:
+    k = _core.Kernel("wound_wait")
+    old = k.open_session("old", "default", 0).session_id
+    young = k.open_session("young", "default", 0).session_id
+    a, b = k.acquire(young, ["MUTATES FILE:/a", "MUTATES FILE:/b"], 1, ttl_ms=1000).leases
+    k.acquire(old, ["MUTATES FILE:/a"], 2)  # wounds the younger holder
+    events = k.drain_events()
+    by_kind = {e.event: e for e in events}
+    assert _core.ends(by_kind["ACQUIRED"]) is None
+    assert _core.ends(by_kind["WOUNDED"]) == ([a.lease_id, b.lease_id], "WOUNDED")
+    k.advance(10**6)
+    expired = [e for e in k.drain_events() if e.event == "LEASE_EXPIRED"]
+    assert expired and all(_core.ends(e) == ([e.lease], "LEASE_EXPIRED") for e in expired)
+    # The remote client's events: the server's field names.
+    assert _core.ends(RemoteEvent("LEASE_EXPIRED", 1, lease=7)) == ([7], "LEASE_EXPIRED")
+    assert _core.ends(RemoteEvent("WOUNDED", 1, by=2, lost_leases=[3, 4], lost_tickets=[])) == (
+        [3, 4],
+        "WOUNDED",
+    )
+    assert _core.ends(RemoteEvent("WOUNDED", 1, lost_leases=None)) == ([], "WOUNDED")
+    assert _core.ends(RemoteEvent("SESSION_CLOSED", 1, reason="IDLE")) == (None, "SESSION_CLOSED")
+    for kind in ("GRANTED", "ACQUIRED", "RELEASED", "WAIT_TIMEOUT", "DIED", "LEASE_LOST"):
+        assert _core.ends(RemoteEvent(kind, 1, lease=7, lost_leases=[7])) is None, kind
+    # Bad fields are named.
+    with pytest.raises(TypeError, match="event.lease"):
+        _core.ends(RemoteEvent("LEASE_EXPIRED", 1, lease="7"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"event.lost_leases"):
+        _core.ends(RemoteEvent("WOUNDED", 1, lost_leases=[1, "2"]))  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="event.event"):
+        _core.ends(RemoteEvent(None, 1))  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        _core.ends(object())
+    assert _core.LOST_AT_LOCAL_DEADLINE == "LEASE_EXPIRED"
+
+
+def test_an_event_that_ends_a_lease_drops_its_local_deadline() -> None:
+    server = Server("--memory", "--config", "policy=wound_wait")
+    try:
+        with (
+            klock.connect(server.url) as direct,
+            direct.session("older") as older,
+            klock.connect(server.url) as k,
+            k.session("younger") as younger,
+        ):
+            block = younger.lease("MUTATES FILE:/x")
+            block.__enter__()
+            assert k.kernel.next_deadline() is not None, "a held lease has a local deadline"
+            with older.lease("MUTATES FILE:/x"):  # wounds the holder: a WOUNDED on the stream
+                pass
+            deadline = time.monotonic() + 8
+            while not block.lost and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert block.lost, "the wound was not heard within 8 s"
+            # Its local deadline is gone with it: nothing is left for the timer.
+            assert k.kernel.next_deadline() is None
+            with pytest.raises(klock.LeaseLost) as lost:
+                block.__exit__(None, None, None)
+            assert lost.value.name == "LEASE_RELEASED", lost.value
+    finally:
+        server.stop()
 
 
 def test_a_grant_before_the_readers_first_poll_is_read_from_the_stream() -> None:
@@ -112,7 +181,9 @@ def test_a_gap_renews_the_held_blocks_at_once() -> None:
             try:
                 block.__exit__(None, None, None)
             except klock.LeaseLost as lost:
-                assert lost.name != "NOT_RENEWED", lost
+                # The renewal's answer (a wounded lease counts as released), not the local
+                # deadline's LEASE_EXPIRED.
+                assert lost.name == "LEASE_RELEASED", lost
             else:
                 raise AssertionError("the block's exit did not raise its loss")
     finally:

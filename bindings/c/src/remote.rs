@@ -430,8 +430,9 @@ fn locked(lease: &klock_remote_lease) -> Outcome<std::sync::MutexGuard<'_, Optio
 }
 
 /// Whether the leases are still held: KLOCK_OK while they are and no loss was reported;
-/// KLOCK_LEASE_LOST once (some of) them were lost (the message names the reason: `EXPIRED`,
-/// `WOUNDED`, `SESSION_CLOSED`, `NOT_RENEWED`, ...): stop acting on them; KLOCK_LEASE_RELEASED
+/// KLOCK_LEASE_LOST once (some of) them were lost (the message names the reason:
+/// `LEASE_EXPIRED`, also when no renewal was answered before the lease's local deadline,
+/// `WOUNDED`, `SESSION_CLOSED`, `LEASE_RELEASED`, ...): stop acting on them; KLOCK_LEASE_RELEASED
 /// after klock_remote_lease_release(). Asks the server nothing: the client's background
 /// renewals and event stream decide.
 ///

@@ -63,8 +63,9 @@ export function contractTests(label, api) {
         .concat(label === 'node' ? ['AFTER_NO_WAIT_DIE', 'afterSetback'] : [])
         // Only the Node addon: the core's failover rules for the remote client (node/remote.js).
         .concat(label === 'node' ? ['Attempts', 'Servers'] : [])
-        // Only the Node addon: the core's rules of following a watch for node/remote.js.
-        .concat(label === 'node' ? ['Follow'] : [])
+        // Only the Node addon: the core's rules of following a watch, and of losing leases, for
+        // node/remote.js.
+        .concat(label === 'node' ? ['Follow', 'LOST_AT_LOCAL_DEADLINE', 'ends'] : [])
         // Node only: the core's ledger of nested lease blocks for node/client.js.
         .concat(label === 'node' ? ['Ledger', 'renewAt'] : [])
         // Only the wasm package: the dashboard's replayer of a server's history (bindings/wasm/src/replay.rs).

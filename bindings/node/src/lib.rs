@@ -70,8 +70,9 @@ pub const MAX_NAME_BYTES: u32 = klock_core::MAX_NAME_BYTES as u32;
 #[napi]
 pub const MAX_RESOURCE_BYTES: u32 = klock_core::MAX_RESOURCE_BYTES as u32;
 
-/// Registers `KlockError` and the core's lists (`ERROR_CODES`, `PREDICATES`,
-/// `EVENT_KINDS`, frozen) on the module's exports, and the fast `acquire`/`release`/`pendingEvents`/`nextDeadline`.
+/// Registers `KlockError`, the core's lists (`ERROR_CODES`, `PREDICATES`, `EVENT_KINDS`,
+/// frozen) and its name of a lease lost at its local deadline (`LOST_AT_LOCAL_DEADLINE`) on
+/// the module's exports, and the fast `acquire`/`release`/`pendingEvents`/`nextDeadline`.
 #[napi(module_exports)]
 pub fn init(mut exports: Object, env: Env) -> Result<()> {
     let class = shapes::define(&env)?;
@@ -90,6 +91,10 @@ pub fn init(mut exports: Object, env: Env) -> Result<()> {
     exports.set("ERROR_CODES", codes)?;
     exports.set("PREDICATES", frozen_list(&env, &shapes::predicate_names())?)?;
     exports.set("EVENT_KINDS", frozen_list(&env, &klock_core::Event::KINDS)?)?;
+    exports.set(
+        "LOST_AT_LOCAL_DEADLINE",
+        klock_core::client::watch::LOST_AT_LOCAL_DEADLINE,
+    )?;
     Ok(())
 }
 

@@ -10,11 +10,20 @@
 //! every held lease of the namespace now). A `next` that is not an event id is a
 //! `RangeError` naming it, and moves nothing; bad numbers the binding's usual
 //! `TypeError`/`RangeError`.
+//!
+//! `ends(event)` is the core's [`watch::ending`]: which of its session's leases an event ends
+//! (an event object as the kernel's `drainEvents` or the remote client makes them: `event`,
+//! `lease`, `lostLeases`); `null` for an event that ends none, else `{ leases, name }` with
+//! `leases` `null` when every lease of the session ends (it was closed) and `name` the
+//! kernel's. A field of the wrong type is the binding's usual `TypeError`/`RangeError`
+//! naming it; a missing `lease`/`lostLeases` names no lease. `LOST_AT_LOCAL_DEADLINE` (set by
+//! the module's init) is the core's name of a lease lost at its local deadline.
 
 use crate::input::{self, Label, Place};
-use crate::throw;
-use klock_core::client::watch::{self, Resync};
+use crate::{output::num, throw};
+use klock_core::client::watch::{self, Ending, Resync};
 use napi::bindgen_prelude::*;
+use napi::ValueType;
 use napi_derive::napi;
 
 /// A client's cursor on one namespace's watch (the core's `Follow`).
@@ -64,4 +73,61 @@ impl Follow {
             Err(bad) => Err(throw::range_error(&env, format!("{bad}, not {next:?}"))),
         }
     }
+}
+
+/// The leases an event ends, and the kernel's name for why.
+#[napi(object, object_from_js = false)]
+pub struct Ends {
+    /// The ended leases, or `null`: every lease of the event's session (it was closed).
+    #[napi(ts_type = "number[] | null")]
+    pub leases: Either<Vec<f64>, Null>,
+    #[napi(ts_type = "'LEASE_EXPIRED' | 'WOUNDED' | 'SESSION_CLOSED'")]
+    pub name: String,
+}
+
+/// A field that is absent, `undefined` or `null`.
+fn absent(value: &Unknown<'_>) -> Result<bool> {
+    Ok(matches!(
+        value.get_type()?,
+        ValueType::Undefined | ValueType::Null
+    ))
+}
+
+/// Which of its session's leases `event` ends, and the kernel's name for why (module
+/// contract); `null` when it ends none.
+#[napi(ts_args_type = "event: { event: string; lease?: number; lostLeases?: number[] }")]
+pub fn ends(env: Env, event: Unknown<'_>) -> Result<Option<Ends>> {
+    let event = input::object(&env, event, Label::Name("event"), Place::Argument)?;
+    let kind: Unknown<'_> = event.get_named_property_unchecked("event")?;
+    let kind = input::string_at(&env, kind, Label::Key("event", "event"), Place::Field)?;
+    let Some(ending) = watch::ending(&kind) else {
+        return Ok(None);
+    };
+    let leases = match ending {
+        Ending::Lease => {
+            let lease: Unknown<'_> = event.get_named_property_unchecked("lease")?;
+            Either::A(if absent(&lease)? {
+                Vec::new()
+            } else {
+                let label = Label::Key("event", "lease");
+                vec![num(input::number(&env, lease, label, Place::Field)?)]
+            })
+        }
+        Ending::LostLeases => {
+            let lost: Unknown<'_> = event.get_named_property_unchecked("lostLeases")?;
+            Either::A(if absent(&lost)? {
+                Vec::new()
+            } else {
+                let label = Label::Key("event", "lostLeases");
+                input::list(&env, lost, label, Place::Field, |id, at| {
+                    input::number(&env, id, at, Place::Field).map(num)
+                })?
+            })
+        }
+        Ending::Session => Either::B(Null),
+    };
+    Ok(Some(Ends {
+        leases,
+        name: ending.name().to_owned(),
+    }))
 }

@@ -9,8 +9,8 @@
 //! its lease block and the block's bookkeeping ([`block`]): the core's client ledger decides
 //! those, and they run natively because their Python frames cost more than the kernel calls.
 //! The acquisition's decisions after a setback are the core's client rules too ([`acquire`]),
-//! and so are the remote client's attempts over a cluster's nodes ([`failover`]) and where
-//! its event stream resumes ([`watch`]).
+//! and so are the remote client's attempts over a cluster's nodes ([`failover`]), where
+//! its event stream resumes and which leases an event ends ([`watch`]).
 
 mod acquire;
 mod args;
@@ -55,6 +55,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("QuotaExceeded", py.get_type::<errors::QuotaExceeded>())?;
     m.add_function(wrap_pyfunction!(parse_intent, m)?)?;
     m.add_function(wrap_pyfunction!(acquire::after_setback, m)?)?;
+    m.add_function(wrap_pyfunction!(watch::ends, m)?)?;
+    m.add(
+        "LOST_AT_LOCAL_DEADLINE",
+        klock_core::client::watch::LOST_AT_LOCAL_DEADLINE,
+    )?;
     // The kernel's catalogs, from its own lists (the stubs' Literal types are tested
     // against these).
     let codes = PyDict::new(py);

@@ -9,8 +9,17 @@
 //! list of URLs) and says whether events may have been missed (`True`: renew every held
 //! lease of the namespace now). A `next` that is not an event id is a `ValueError` naming
 //! it, and moves nothing.
+//!
+//! `ends(event)` is the core's [`watch::ends`]: which of its session's leases an event ends,
+//! for a kernel `Event` or any object with the server's field names (`event`, `lease`,
+//! `lost_leases`: the remote client's events); `None` for an event that ends none, else
+//! `(lease_ids, name)` with `lease_ids` `None` when every lease of the session ends (it was
+//! closed) and `name` the kernel's. Fields of the wrong type are a `TypeError` naming them.
+//! `LOST_AT_LOCAL_DEADLINE` is the core's name of a lease lost at its local deadline.
 
-use klock_core::client::watch::{Follow, Resync};
+use crate::args;
+use crate::values::PyEvent;
+use klock_core::client::watch::{self, Ended, Ending, Follow, Resync};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -45,4 +54,46 @@ impl PyFollow {
             Err(bad) => Err(PyValueError::new_err(format!("{bad}, not {next:?}"))),
         }
     }
+}
+
+/// What an event ends, as `ends` answers it (module contract).
+type PyEnded = Option<(Option<Vec<u64>>, &'static str)>;
+
+/// Which of its session's leases `event` ends, and the kernel's name for why (module
+/// contract).
+#[pyfunction]
+pub fn ends(event: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
+    if let Ok(kernel) = event.cast::<PyEvent>() {
+        return Ok(watch::ends(&kernel.get().0).map(|(ended, name)| {
+            let ids = match ended {
+                Ended::Leases(ids) => Some(ids.iter().map(|id| id.0).collect()),
+                Ended::All => None,
+            };
+            (ids, name)
+        }));
+    }
+    let kind = event.getattr("event")?;
+    let Some(ending) = watch::ending(args::str_arg(&kind, "event.event")?) else {
+        return Ok(None);
+    };
+    let ids = match ending {
+        // A field the event leaves out (`None`) names no lease.
+        Ending::Lease => {
+            let lease = event.getattr("lease")?;
+            Some(match args::opt_u64_arg(Some(&lease), "event.lease")? {
+                Some(id) => vec![id],
+                None => Vec::new(),
+            })
+        }
+        Ending::LostLeases => {
+            let lost = event.getattr("lost_leases")?;
+            Some(if lost.is_none() {
+                Vec::new()
+            } else {
+                args::u64_list(&lost, "event.lost_leases")?
+            })
+        }
+        Ending::Session => None,
+    };
+    Ok(Some((ids, ending.name())))
 }

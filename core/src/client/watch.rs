@@ -16,12 +16,27 @@
 //!   cursor: its byte budget, or a restart from a snapshot). Each of these may have hidden an
 //!   expiry, a wound or a close. A poll the host could not use is [`Follow::failed`].
 //! - [`ends`]: which of its session's leases an event ends, and the kernel's name for why
-//!   (`LEASE_EXPIRED`, `WOUNDED`, `SESSION_CLOSED`); every other event ends none.
+//!   (`LEASE_EXPIRED`, `WOUNDED`, `SESSION_CLOSED`); every other event ends none. A host that
+//!   keeps events in its own shape (Python's and Node's JSON events) asks [`ending`] with the
+//!   event's name: it says where such an event names the leases it ends.
+//! - [`LOST_AT_LOCAL_DEADLINE`]: the name of a lease lost because its local deadline passed
+//!   (the send time of the request that granted or last renewed it, plus its TTL, without a
+//!   renewal answered): the kernel's `LEASE_EXPIRED`, in every driver (docs/SPEC.md §13).
 //! - It reads no clock and does no I/O: the host polls, pauses, routes each event to the
 //!   session it names ([`Event::session`]) and renews.
 
+use crate::error::ErrorCode;
 use crate::types::{Event, LeaseId};
 use core::fmt;
+
+/// The name of a lease the client found lost at its local deadline (module contract): the
+/// kernel's name for a lease whose TTL ran out without a renewal, `LEASE_EXPIRED` (an error
+/// name, code 301, and the name of the kernel's event). The server cannot have kept the
+/// lease past that deadline without a renewal the client saw answered, so the client reports
+/// it as the expiry it is or is about to be, in the words it would use had the server's
+/// event arrived; no driver names it otherwise (docs/DECISIONS.md, "Issue 27: one name for a
+/// lease lost at its local deadline").
+pub const LOST_AT_LOCAL_DEADLINE: &str = ErrorCode::LeaseExpired.name();
 
 /// An event id, ordered as the log is: `"<index>.<k>"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -142,21 +157,52 @@ pub enum Ended<'a> {
     All,
 }
 
-/// The leases `event` ends for the session it names, and the kernel's name for why; `None`
-/// for an event that ends none (grants, waits, releases by their holder).
-pub fn ends(event: &Event) -> Option<(Ended<'_>, &'static str)> {
-    match event {
-        Event::LeaseExpired { lease, .. } => {
-            Some((Ended::Leases(core::slice::from_ref(lease)), event.name()))
+/// Where an event that ends leases names them, for a host that keeps events in its own
+/// shape (their fields are named as in the server's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// The one lease of its `lease` field.
+    Lease,
+    /// The leases of its `lost_leases` field.
+    LostLeases,
+    /// Every lease its session holds (it was closed).
+    Session,
+}
+
+impl Ending {
+    /// The kernel's name of the event kind that ends leases so, the name [`ends`] gives.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Ending::Lease => "LEASE_EXPIRED",
+            Ending::LostLeases => "WOUNDED",
+            Ending::Session => "SESSION_CLOSED",
         }
-        Event::Wounded { lost_leases, .. } => Some((Ended::Leases(lost_leases), event.name())),
-        Event::SessionClosed { .. } => Some((Ended::All, event.name())),
-        Event::Granted { .. }
-        | Event::Acquired { .. }
-        | Event::Released { .. }
-        | Event::WaitTimeout { .. }
-        | Event::Died { .. } => None,
     }
+}
+
+/// Whether an event named `kind` (its `event` field, e.g. `"WOUNDED"`) ends leases of the
+/// session it names, and where it names them; `None` for an event that ends none (grants,
+/// waits, releases by their holder) and for a name that is no event's. The one rule: [`ends`]
+/// reads a kernel [`Event`] through it.
+pub fn ending(kind: &str) -> Option<Ending> {
+    [Ending::Lease, Ending::LostLeases, Ending::Session]
+        .into_iter()
+        .find(|ending| ending.name() == kind)
+}
+
+/// The leases `event` ends for the session it names, and the kernel's name for why; `None`
+/// for an event that ends none ([`ending`]).
+pub fn ends(event: &Event) -> Option<(Ended<'_>, &'static str)> {
+    let ended = match (ending(event.name())?, event) {
+        (Ending::Lease, Event::LeaseExpired { lease, .. }) => {
+            Ended::Leases(core::slice::from_ref(lease))
+        }
+        (Ending::LostLeases, Event::Wounded { lost_leases, .. }) => Ended::Leases(lost_leases),
+        (Ending::Session, _) => Ended::All,
+        // Each kind names its leases in the field `ending` says: no other pair occurs.
+        (Ending::Lease | Ending::LostLeases, _) => return None,
+    };
+    Some((ended, event.name()))
 }
 
 #[cfg(test)]
@@ -277,5 +323,44 @@ mod tests {
             leases: alloc::vec![LeaseId(9)],
         };
         assert_eq!(ends(&released), None);
+    }
+
+    #[test]
+    fn ending_names_the_field_of_each_kind_that_ends_leases() {
+        let named: Vec<(&str, Option<Ending>)> = Event::KINDS
+            .iter()
+            .map(|kind| (*kind, ending(kind)))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("GRANTED", None),
+                ("WAIT_TIMEOUT", None),
+                ("DIED", None),
+                ("LEASE_EXPIRED", Some(Ending::Lease)),
+                ("WOUNDED", Some(Ending::LostLeases)),
+                ("SESSION_CLOSED", Some(Ending::Session)),
+                ("ACQUIRED", None),
+                ("RELEASED", None),
+            ]
+        );
+        for (kind, ending) in named.iter().filter_map(|(k, e)| Some((k, (*e)?))) {
+            assert_eq!(ending.name(), *kind);
+        }
+        // A host's own names (Node's LEASE_LOST), other cases and nothing end none.
+        for other in ["LEASE_LOST", "lease_expired", "", "WOUNDED "] {
+            assert_eq!(ending(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn a_lease_lost_at_its_local_deadline_has_the_kernels_expiry_name() {
+        assert_eq!(LOST_AT_LOCAL_DEADLINE, "LEASE_EXPIRED");
+        assert_eq!(LOST_AT_LOCAL_DEADLINE, ErrorCode::LeaseExpired.name());
+        let expired = Event::LeaseExpired {
+            lease: LeaseId(1),
+            session: SessionId(1),
+        };
+        assert_eq!(expired.name(), LOST_AT_LOCAL_DEADLINE);
     }
 }
