@@ -11,12 +11,8 @@
 //! - Group commit on the engine's own thread. Handlers send their commands to it; it takes
 //!   every command waiting as one batch, appends the batch (durable: one write and one sync,
 //!   on this thread; in memory there is no log), applies it, then answers and publishes.
-//!   Commands that arrive meanwhile form the next batch. A durable engine stores a snapshot
-//!   and purges the entries it covers once the log holds at least `snapshot_every` entries
-//!   after the last snapshot *and* at least as many bytes as that snapshot took: a snapshot
-//!   costs the size of the whole state, so it is taken no more often than the log grows by
-//!   that much, which keeps its cost per entry bounded however large the state is (a restart
-//!   replays at most about one snapshot's worth of log more than `snapshot_every` allows).
+//!   Commands that arrive meanwhile form the next batch. Every `snapshot_every` entries a
+//!   durable engine stores a snapshot and purges the entries it covers.
 //! - Under load, a durable batch lingers for the requests about to come (group commit): when
 //!   the last batch answered several requests, the next one waits for as many requests as
 //!   that batch answered plus those already queued (the answered clients' next requests),
@@ -360,8 +356,7 @@ impl Core {
 /// How the engine runs.
 pub struct EngineConfig {
     pub clock: Clock,
-    /// Store a snapshot after at least this many entries (0: never; see the module contract
-    /// for the size rule that can space snapshots further apart).
+    /// Store a snapshot every this many entries (0: never).
     pub snapshot_every: u64,
     /// Entries in the log after its last snapshot when the engine starts.
     pub log_entries: u64,
@@ -412,7 +407,6 @@ pub fn spawn_with_history(
             metrics: Arc::clone(&metrics),
             snapshot_every: config.snapshot_every,
             since_snapshot: config.log_entries,
-            snapshot_bytes: 0,
         };
         let spawned = std::thread::Builder::new()
             .name(String::from("klock-engine"))
@@ -536,9 +530,6 @@ struct Writer {
     metrics: Arc<Metrics>,
     snapshot_every: u64,
     since_snapshot: u64,
-    /// The size of the last snapshot this engine stored (0 before its first): the log grows
-    /// at least as much before the next one.
-    snapshot_bytes: u64,
 }
 
 impl Writer {
@@ -598,7 +589,9 @@ impl Writer {
         }
         let count = entries.len() as u64;
         self.since_snapshot += count;
-        let snapshot_due = self.snapshot_due();
+        let snapshot_due = self.log.is_some()
+            && self.snapshot_every > 0
+            && self.since_snapshot >= self.snapshot_every;
         let mut state = lock(&self.state);
         let replies = state.apply_batch(entries);
         let deadline = state.machine().kernel().next_deadline();
@@ -621,10 +614,9 @@ impl Writer {
             let compacted = self
                 .log
                 .as_ref()
-                .map_or(Ok(0), |log| log.compact(&snapshot));
-            match compacted {
-                Ok(bytes) => self.snapshot_bytes = bytes,
-                Err(e) => fail_stop(&format!("storage failed: {e}")),
+                .map_or(Ok(()), |log| log.compact(&snapshot));
+            if let Err(e) = compacted {
+                fail_stop(&format!("storage failed: {e}"));
             }
             tracing::info!(
                 index = snapshot.applied,
@@ -634,18 +626,6 @@ impl Writer {
             self.metrics.log_entries.store(0, Ordering::Relaxed);
         }
         appended
-    }
-
-    /// Whether a snapshot is due after the entries just appended (module contract): enough
-    /// entries, and a log at least as large as the last snapshot.
-    fn snapshot_due(&self) -> bool {
-        let Some(log) = &self.log else {
-            return false;
-        };
-        self.snapshot_every > 0
-            && self.since_snapshot >= self.snapshot_every
-            // A log whose size cannot be read is compacted: the purge then says what failed.
-            && log.log_bytes().is_none_or(|bytes| bytes >= self.snapshot_bytes)
     }
 }
 

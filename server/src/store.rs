@@ -734,26 +734,9 @@ impl<E: Serialize + DeserializeOwned> Store<E> {
     ///
     /// # Errors
     /// Any storage failure.
-    /// Returns the size of the stored snapshot in bytes.
-    pub fn compact(&self, snapshot: &MachineSnapshot) -> Result<u64, StoreError> {
-        let bytes = self.put_snapshot(snapshot)?;
-        self.purge_upto(snapshot.applied)?;
-        Ok(bytes)
-    }
-
-    /// Stores `snapshot` (durably); its size in bytes.
-    fn put_snapshot(&self, snapshot: &MachineSnapshot) -> Result<u64, StoreError> {
-        let bytes = serde_json::to_vec(snapshot).map_err(fail("encode the snapshot"))?;
-        self.put(SNAPSHOT_KEY, &bytes, true)?;
-        Ok(bytes.len() as u64)
-    }
-
-    /// The bytes of the entries' records in the log (its header left out), if the log can
-    /// be read.
-    pub fn log_bytes(&self) -> Option<u64> {
-        let mut log = self.lock_log();
-        let last_end = log.scanned().ok()?.last().map(|(_, end)| *end);
-        Some(last_end.map_or(0, |end| end.saturating_sub(log.header_end)))
+    pub fn compact(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
+        self.save_snapshot(snapshot)?;
+        self.purge_upto(snapshot.applied)
     }
 
     /// The configuration the file was created with, if any.
@@ -912,7 +895,8 @@ impl<E: Serialize + DeserializeOwned> crate::log::Log<E> for Store<E> {
     }
 
     fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
-        self.put_snapshot(snapshot).map(|_| ())
+        let bytes = serde_json::to_vec(snapshot).map_err(fail("encode the snapshot"))?;
+        self.put(SNAPSHOT_KEY, &bytes, true)
     }
 
     fn read_snapshot(&self) -> Result<Option<MachineSnapshot>, StoreError> {
