@@ -646,5 +646,8 @@ fn a_node_that_cannot_listen_is_reported_with_its_log() {
     );
     let error = started.err().expect("the port is taken");
     assert!(error.contains("it ended: exit status:"), "{error}");
-    assert!(error.contains(&format!("cannot listen on {listen}")), "{error}");
+    assert!(
+        error.contains(&format!("cannot listen on {listen}")),
+        "{error}"
+    );
 }
