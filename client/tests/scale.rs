@@ -8,8 +8,9 @@
 //! The second test is the resync burst: the server (durable) is SIGKILLed and restarted on
 //! its port and data file after longer than the client's watch may retry a poll, so the
 //! watch's next answer may follow missed events and every keeper renews at once: 2,000
-//! concurrent heartbeats from one address, far above the server's 256 connections per peer.
-//! Every lease must survive it.
+//! renewals due at the same instant, which sent together would be 2,000 connections from one
+//! address, far above the server's 256 connections per peer. The client paces them (the core's
+//! `renewals` rule): every lease must survive, and the server close or refuse no connection.
 
 mod support;
 
