@@ -93,8 +93,12 @@ def main() -> None:
         a = [args.klock, *exec_args]
         b = [args.b_klock, *exec_args] if args.b_klock else ["flock", lock_file, "true"]
         print(f"A: {' '.join(a)}\nB: {' '.join(b)}")
-        print(f"{args.rounds} rounds of {args.runs} pairs (A then B), after {args.warmup} warm-up pairs each")
-        print("| round | load before-after | A wall median ms | B wall median ms | A/B per pair: median (min-max) | A CPU ms | B CPU ms |")
+        print(
+            f"{args.rounds} rounds of {args.runs} pairs (A then B), after {args.warmup} warm-up pairs each"
+        )
+        print(
+            "| round | load before-after | A wall median ms | B wall median ms | A/B per pair: median (min-max) | A CPU ms | B CPU ms |"
+        )
         print("|---:|---|---:|---:|---:|---:|---:|")
         rounds = []
         for r in range(args.rounds):
@@ -110,7 +114,7 @@ def main() -> None:
             bad = sorted({x[2] for x in ra + rb} - {0})
             if bad:
                 sys.exit(f"round {r}: a run exited {bad}; nothing is measured from failed runs")
-            ratios = [x[0] / y[0] for x, y in zip(ra, rb)]
+            ratios = [x[0] / y[0] for x, y in zip(ra, rb, strict=True)]
             row = {
                 "round": r,
                 "load": [load0, load1],
