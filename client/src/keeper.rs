@@ -10,7 +10,9 @@
 //! deadline (the core's [`klock_core::renew_at`]: two more renewals may fail before it ends),
 //! and at once when the stream may have missed events (a reconnect, another node, a gap: the
 //! core's `watch` rules); a renewal keeps the server's new `expires_at` in the lease
-//! ([`Keeper::held`]). A lease is reported lost once, on the returned channel, when a
+//! ([`Keeper::held`]). A renewal waits for its turn among the client's few in flight (the
+//! core's `renewals` rule: a resync renews every session at once); its local deadline counts
+//! meanwhile. A lease is reported lost once, on the returned channel, when a
 //! heartbeat answers anything but OK for it or is refused (401: the session was resumed
 //! elsewhere, a new token), an event of the stream ends it (it expired, was wounded or its
 //! session closed: the core's `watch::ends`), or its local deadline passes without a renewal
@@ -261,9 +263,15 @@ async fn heartbeats(session: Session, shared: Arc<Shared>) {
             }
             () = tokio::time::sleep_until(due) => {}
         }
-        let sent = Instant::now();
-        let answer = tokio::select! {
-            answer = session.heartbeat(&ids) => answer,
+        let renewal = async {
+            // One of the client's few renewals in flight (the core's `renewals` rule); the
+            // send time, which the local deadline counts from, is taken once it is our turn.
+            let _turn = session.client.renewal_turn().await;
+            let sent = Instant::now();
+            (session.heartbeat(&ids).await, sent)
+        };
+        let (answer, sent) = tokio::select! {
+            answered = renewal => answered,
             // A server that does not answer must not hold the deadline back.
             () = tokio::time::sleep_until(deadline) => {
                 expire_overdue(&shared);

@@ -28,11 +28,13 @@ pub use crate::endpoint::Endpoint;
 use crate::http::{parse, Answer};
 use crate::watch::Watches;
 use klock_core::client::failover::{GaveUp, Next, Outcome, Servers};
+use klock_core::client::renewals::MAX_RENEWALS_IN_FLIGHT;
 use serde_json::Value;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 /// A call's budget beyond what it asks the server to hold it, unless the client sets one
@@ -117,6 +119,9 @@ pub struct Transport {
     /// The namespace event streams its sessions share ([`crate::watch`]): one per namespace
     /// for the transport and its clones.
     watches: Watches,
+    /// Turns for the keepers' renewals, shared by the clones: at most the core's
+    /// [`MAX_RENEWALS_IN_FLIGHT`] heartbeats in flight at once.
+    renewals: Arc<Semaphore>,
 }
 
 impl fmt::Debug for Transport {
@@ -263,6 +268,7 @@ impl Transport {
             tls: None,
             ca: None,
             watches: Watches::default(),
+            renewals: Arc::new(Semaphore::new(MAX_RENEWALS_IN_FLIGHT)),
         }
     }
 
@@ -340,6 +346,16 @@ impl Transport {
     /// The namespace event streams of this client ([`crate::watch`]).
     pub(crate) fn watches(&self) -> &Watches {
         &self.watches
+    }
+
+    /// Waits for a renewal's turn (the core's [`klock_core::client::renewals`]); the renewal
+    /// is sent while the permit is held.
+    pub(crate) async fn renewal_turn(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.renewals
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the renewals' semaphore is never closed")
     }
 
     /// The bearer token this client shows, if any.

@@ -40,6 +40,13 @@ pub fn server(args: &[&str]) -> Server {
 /// `klock serve --memory --tokens FILE` (every limit at its default), where FILE, written in
 /// `dir`, lists one `agent` token: `secret`, for the namespaces `namespaces`.
 pub fn token_server(dir: &std::path::Path, secret: &str, namespaces: &[&str]) -> Server {
+    let tokens = token_file(dir, secret, namespaces);
+    server(&["--tokens", tokens.to_str().expect("a UTF-8 path")])
+}
+
+/// The token file [`token_server`] serves with, written in `dir`: one `agent` token, `secret`,
+/// for the namespaces `namespaces`.
+pub fn token_file(dir: &std::path::Path, secret: &str, namespaces: &[&str]) -> PathBuf {
     use std::io::Write;
     let mut hash = std::process::Command::new(klock())
         .arg("token-hash")
@@ -59,7 +66,7 @@ pub fn token_server(dir: &std::path::Path, secret: &str, namespaces: &[&str]) ->
     }]});
     let tokens = dir.join("tokens.json");
     std::fs::write(&tokens, file.to_string()).expect("write the token file");
-    server(&["--tokens", tokens.to_str().expect("a UTF-8 path")])
+    tokens
 }
 
 /// A gauge or counter of the server's `/metrics` (summed over its labels), read with the
@@ -84,6 +91,27 @@ pub fn metric(server: &Server, token: Option<&str>, name: &str) -> f64 {
         .collect();
     assert!(!series.is_empty(), "{name} is not in /metrics: {text}");
     series.iter().sum()
+}
+
+/// A counter of the server's `/metrics` summed over the series whose labels contain `label`
+/// (like `heartbeat"`), read with the bearer `token` if the server takes tokens; 0 when none.
+pub fn metric_where(server: &Server, token: Option<&str>, name: &str, label: &str) -> f64 {
+    let bearer = token.map(|token| format!("Bearer {token}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|bearer| ("authorization", bearer.as_str()))
+        .collect();
+    let answer =
+        klock_testkit::http_client::request(server.port(), "GET", "/metrics", &headers, b"")
+            .expect("read /metrics");
+    let text = String::from_utf8(answer.raw).expect("UTF-8 metrics");
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') && rest.contains(label))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 pub fn url(server: &Server) -> String {

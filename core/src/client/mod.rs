@@ -12,10 +12,12 @@
 //! - [`failover`]: which server a remote call asks next, when it pauses, and when it gives up.
 //! - [`watch`]: one event stream for every session of a remote client: where it resumes,
 //!   when what it missed must be learnt again, and which leases an event ends.
+//! - [`renewals`]: how many renewals one remote client sends at once.
 
 mod acquire;
 pub mod failover;
 mod ledger;
+pub mod renewals;
 pub mod watch;
 
 pub use acquire::{Acquisition, Failure, Next, Setback, TimedOut};
