@@ -69,9 +69,8 @@ pub fn token_file(dir: &std::path::Path, secret: &str, namespaces: &[&str]) -> P
     tokens
 }
 
-/// A gauge or counter of the server's `/metrics` (summed over its labels), read with the
-/// bearer `token` if the server takes tokens.
-pub fn metric(server: &Server, token: Option<&str>, name: &str) -> f64 {
+/// The server's `/metrics`, read with the bearer `token` if the server takes tokens.
+fn metrics(server: &Server, token: Option<&str>) -> String {
     let bearer = token.map(|token| format!("Bearer {token}"));
     let headers: Vec<(&str, &str)> = bearer
         .iter()
@@ -80,7 +79,13 @@ pub fn metric(server: &Server, token: Option<&str>, name: &str) -> f64 {
     let answer =
         klock_testkit::http_client::request(server.port(), "GET", "/metrics", &headers, b"")
             .expect("read /metrics");
-    let text = String::from_utf8(answer.raw).expect("UTF-8 metrics");
+    String::from_utf8(answer.raw).expect("UTF-8 metrics")
+}
+
+/// A gauge or counter of the server's `/metrics` (summed over its labels), read with the
+/// bearer `token` if the server takes tokens.
+pub fn metric(server: &Server, token: Option<&str>, name: &str) -> f64 {
+    let text = metrics(server, token);
     let series: Vec<f64> = text
         .lines()
         .filter(|l| {
@@ -96,16 +101,8 @@ pub fn metric(server: &Server, token: Option<&str>, name: &str) -> f64 {
 /// A counter of the server's `/metrics` summed over the series whose labels contain `label`
 /// (like `heartbeat"`), read with the bearer `token` if the server takes tokens; 0 when none.
 pub fn metric_where(server: &Server, token: Option<&str>, name: &str, label: &str) -> f64 {
-    let bearer = token.map(|token| format!("Bearer {token}"));
-    let headers: Vec<(&str, &str)> = bearer
-        .iter()
-        .map(|bearer| ("authorization", bearer.as_str()))
-        .collect();
-    let answer =
-        klock_testkit::http_client::request(server.port(), "GET", "/metrics", &headers, b"")
-            .expect("read /metrics");
-    let text = String::from_utf8(answer.raw).expect("UTF-8 metrics");
-    text.lines()
+    metrics(server, token)
+        .lines()
         .filter(|l| {
             l.strip_prefix(name)
                 .is_some_and(|rest| rest.starts_with('{') && rest.contains(label))
