@@ -1382,10 +1382,11 @@ class Lease(_core.Block):
                 )
             if what.startswith("timeout"):
                 k.counters.timeouts += 1
-                # timeout_no_wait (a DIE to an attempt that asked for no wait) never comes
-                # here: the native attempt (Block._attempt) raises that Timeout itself.
-                assert what != "timeout_no_wait", what
-                if what == "timeout_wait_ended":
+                if what == "timeout_no_wait":
+                    message = (
+                        f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)"
+                    )
+                elif what == "timeout_wait_ended":
                     message = f"{why}; still held by sessions {held_by}"
                 else:
                     message = (

@@ -16,7 +16,7 @@ use crate::args::{borrow_strs, opt_u64_arg, str_arg, str_list, u64_arg};
 use crate::errors::{OrRaise, UnknownId};
 use crate::kernel::PyKernel;
 use crate::values::{PyLease, PyVerdict};
-use klock_core::client::{Acquisition, Failure, Next, Setback, TimedOut};
+use klock_core::client::Acquisition;
 use klock_core::{
     AcquireOptions, BlockId, HeldLease, Kernel, Lease, LeaseId, Ledger, Predicate, SessionId,
     Verdict,
@@ -26,7 +26,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -398,9 +398,6 @@ pub struct PyBlock {
     id: BlockId,
     ttl: Option<u64>,
     budget: Budget,
-    /// A finite timeout in whole milliseconds, when checked here (`Budget::Finite` without
-    /// it: `Lease._deadline` counts it).
-    timeout_ms: Option<u64>,
     /// A [`State`] (an atomic: read and written on every edge, always under the GIL).
     state: AtomicU8,
     /// Whether `_lost` is set (read by every exit).
@@ -409,28 +406,6 @@ pub struct PyBlock {
 }
 
 static CHECK_TIMEOUT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-static TIMEOUT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-/// `timeout` (seconds) in whole milliseconds, when it is an `int` or a `float` (not a
-/// subclass, so not a `bool`), not negative, whose milliseconds are a whole number of at most
-/// `2**64-1`: then exactly what `klock.client._check_timeout` and `_timeout_ms` make of it
-/// (`float(timeout)`; rounding a whole number changes nothing). `None`: ask them.
-fn whole_ms(timeout: &Bound<'_, PyAny>) -> Option<(f64, u64)> {
-    if timeout.is_exact_instance_of::<PyInt>() {
-        let s: u64 = timeout.extract().ok()?;
-        let ms = s.checked_mul(1000)?;
-        return Some((s as f64, ms));
-    }
-    if timeout.is_exact_instance_of::<PyFloat>() {
-        let s = timeout.cast::<PyFloat>().ok()?.value();
-        let ms = s * 1000.0;
-        // 2**64 as a float; every whole float below it fits a u64.
-        if s >= 0.0 && ms.fract() == 0.0 && ms < 18_446_744_073_709_551_616.0 {
-            return Some((s, ms as u64));
-        }
-    }
-    None
-}
 static UNREACHABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 impl PyBlock {
@@ -594,20 +569,6 @@ impl PyBlock {
                         PyBlock::record_grant(slf, leases, None, now)?;
                         return Ok(None);
                     }
-                    Verdict::Die {
-                        retry_after_ms,
-                        ref held_by,
-                        ..
-                    } if wait_ms == Some(0) => {
-                        let held_by = held_by.iter().map(|b| b.session_id.0);
-                        let held_by = PyList::new(py, held_by)?;
-                        if let Some(refusal) =
-                            PyBlock::refused(slf, &acquisition, retry_after_ms, held_by, now)?
-                        {
-                            return Err(refusal);
-                        }
-                        Bound::new(py, PyVerdict(verdict))?.into_any()
-                    }
                     other => Bound::new(py, PyVerdict(other))?.into_any(),
                 }
             }
@@ -623,26 +584,12 @@ impl PyBlock {
                     kwargs.set_item("wait_timeout_ms", wait_ms)?;
                     backend.call_method(intern!(py, "acquire"), args, Some(&kwargs))?
                 };
-                let kind = verdict.getattr(intern!(py, "verdict"))?;
-                if kind.eq("GRANTED")? {
+                if verdict.getattr(intern!(py, "verdict"))?.eq("GRANTED")? {
                     slf.call_method1(
                         intern!(py, "_granted_locked"),
                         (verdict.getattr(intern!(py, "leases"))?, now),
                     )?;
                     return Ok(None);
-                }
-                if wait_ms == Some(0) && kind.eq("DIE")? {
-                    let retry_after_ms =
-                        verdict.getattr(intern!(py, "retry_after_ms"))?.extract()?;
-                    let held_by = PyList::empty(py);
-                    for b in verdict.getattr(intern!(py, "held_by"))?.try_iter()? {
-                        held_by.append(b?.getattr(intern!(py, "session_id"))?)?;
-                    }
-                    if let Some(refusal) =
-                        PyBlock::refused(slf, &acquisition, retry_after_ms, held_by, now)?
-                    {
-                        return Err(refusal);
-                    }
                 }
                 verdict
             }
@@ -652,65 +599,6 @@ impl PyBlock {
             (verdict, loop_, wait_ms),
         )?;
         Ok(Some(rest.unbind()))
-    }
-
-    /// A DIE verdict to an attempt that asked for no wait (`timeout=0`, or no budget left):
-    /// when the core decides it ends the acquisition (`TimedOut::NoWait`), the block fails
-    /// here, with no Python frame (issue 27: a refused try-lock costs a few raw DIEs):
-    /// `Some(the klock.Timeout to raise)`, counted as a death and a timeout (the client's
-    /// counters, as its loop counts them). `None`: any other decision, which the client's
-    /// loop carries out.
-    fn refused(
-        slf: &Bound<'_, PyBlock>,
-        acquisition: &Acquisition,
-        retry_after_ms: u64,
-        held_by: Bound<'_, PyList>,
-        now: u64,
-    ) -> PyResult<Option<PyErr>> {
-        let py = slf.py();
-        let this = slf.get();
-        let setback = Setback::Die {
-            retry_after_ms,
-            asked_wait_ms: Some(0),
-        };
-        let holds_others = this
-            .ledger
-            .get()
-            .state()?
-            .ledger
-            .holds_leases(SessionId(this.session_id));
-        if acquisition.after(setback, holds_others, now)
-            != Next::Fail(Failure::Timeout(TimedOut::NoWait))
-        {
-            return Ok(None);
-        }
-        let counters = this.klock.bind(py).getattr(intern!(py, "_counters"))?;
-        for name in [intern!(py, "deaths"), intern!(py, "timeouts")] {
-            let n: u64 = counters.getattr(name)?.extract()?;
-            counters.setattr(name, n + 1)?;
-        }
-        // "['MUTATES FILE:/x'] are held by sessions [1] (timeout 0.0 s)": Python's reprs.
-        let mut message = String::from("[");
-        for (i, intent) in this.intents.bind(py).iter().enumerate() {
-            if i > 0 {
-                message.push_str(", ");
-            }
-            message.push_str(intent.repr()?.to_str()?);
-        }
-        message.push_str("] are held by sessions [");
-        for (i, id) in held_by.iter().enumerate() {
-            if i > 0 {
-                message.push_str(", ");
-            }
-            message.push_str(&id.extract::<u64>()?.to_string());
-        }
-        message.push_str("] (timeout ");
-        message.push_str(this.timeout.bind(py).repr()?.to_str()?);
-        message.push_str(" s)");
-        let timeout = imported(py, &TIMEOUT, "klock.errors", "Timeout")?;
-        let error = timeout.bind(py).call1((message, held_by))?;
-        this.set_state(State::Failed);
-        Ok(Some(PyErr::from_value(error)))
     }
 
     /// The release, under the client's lock: `Err` for an error the block's exit raises.
@@ -829,19 +717,14 @@ impl PyBlock {
         }
         // (A Klock or session closed meanwhile: the attempt raises Closed, under the lock.)
         this.set_state(State::Acquiring);
-        let deadline = match (this.budget, this.timeout_ms) {
-            // As `Lease._deadline`: counted from now, the first attempt.
-            (Budget::Finite, Some(ms)) => Some(this.now(py, this.ledger.get())?.saturating_add(ms)),
-            (Budget::Finite, None) => slf.call_method0(intern!(py, "_deadline"))?.extract()?,
+        let deadline = match this.budget {
+            Budget::Finite => slf.call_method0(intern!(py, "_deadline"))?.extract()?,
             _ => None,
         };
         match PyBlock::_attempt(slf, loop_, deadline, false) {
             Ok(first) => Ok((first, deadline)),
             Err(e) => {
-                // A refusal (`refused`) ended the block already: there is nothing to abort.
-                if this.state() != State::Failed {
-                    slf.call_method0(intern!(py, "_abort"))?;
-                }
+                slf.call_method0(intern!(py, "_abort"))?;
                 Err(e)
             }
         }
@@ -855,22 +738,23 @@ static READY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// more).
 fn ready(value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let py = value.py();
-    let ready = imported(py, &READY, "klock.client", "_ready")?;
+    let ready = READY.get_or_try_init(py, || {
+        Ok::<_, PyErr>(
+            py.import(intern!(py, "klock.client"))?
+                .getattr(intern!(py, "_ready"))?
+                .unbind(),
+        )
+    })?;
     ready.call1(py, (value,))
 }
 
 fn unreachable_class(py: Python<'_>) -> PyResult<&Py<PyAny>> {
-    imported(py, &UNREACHABLE, "klock.errors", "Unreachable")
-}
-
-/// `module.name` of the Python package, looked up once into `cell`.
-fn imported<'a>(
-    py: Python<'_>,
-    cell: &'a PyOnceLock<Py<PyAny>>,
-    module: &str,
-    name: &str,
-) -> PyResult<&'a Py<PyAny>> {
-    cell.get_or_try_init(py, || Ok(py.import(module)?.getattr(name)?.unbind()))
+    UNREACHABLE.get_or_try_init(py, || {
+        Ok(py
+            .import(intern!(py, "klock.errors"))?
+            .getattr(intern!(py, "Unreachable"))?
+            .unbind())
+    })
 }
 
 /// A core lease from a backend's lease object (klock.backend's `LeaseLike`).
@@ -926,14 +810,16 @@ impl PyBlock {
                 )));
             }
         }
-        let mut timeout_ms = None;
         let (timeout, budget) = if timeout.is_none() {
             (timeout.clone(), Budget::KernelWaits)
-        } else if let Some((seconds, ms)) = whole_ms(timeout) {
-            timeout_ms = Some(ms);
-            (PyFloat::new(py, seconds).into_any(), Budget::Finite)
         } else {
-            let check = imported(py, &CHECK_TIMEOUT, "klock.client", "_check_timeout")?;
+            let check = CHECK_TIMEOUT.get_or_try_init(py, || {
+                Ok::<_, PyErr>(
+                    py.import(intern!(py, "klock.client"))?
+                        .getattr(intern!(py, "_check_timeout"))?
+                        .unbind(),
+                )
+            })?;
             let timeout = check.bind(py).call1((timeout,))?;
             let forever = timeout.extract::<f64>()?.is_infinite();
             (
@@ -964,7 +850,6 @@ impl PyBlock {
             id,
             ttl,
             budget,
-            timeout_ms,
             state: AtomicU8::new(State::New as u8),
             lost: AtomicBool::new(false),
             rest: Mutex::new(BlockState {
