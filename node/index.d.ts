@@ -123,6 +123,11 @@ export declare class Follow {
   constructor(entry?: number)
   /** The event id to ask after, or `null`: from the oldest kept event. */
   get after(): string | null
+  /**
+   * How long the next poll asks the server to wait for an event (`wait_ms=`): `long`, or 0
+   * right after a failed poll (its answer is the resync's).
+   */
+  waitMs(long: number): number
   /** A poll failed: the next answer may follow missed events. */
   failed(): void
   /**

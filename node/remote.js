@@ -1031,7 +1031,9 @@ class NamespaceWatch {
   }
 
   /** A poll's query: after the id the core names (none: from the oldest kept event). */
-  query(waitMs) {
+  query(longMs) {
+    // Not held for an event right after a failed poll: that answer is the resync's (the core's rule).
+    const waitMs = this.follow.waitMs(longMs);
     const after = this.follow.after;
     return after === null ? `wait_ms=${waitMs}` : `after=${after}&wait_ms=${waitMs}`;
   }

@@ -129,7 +129,8 @@ impl Drop for Subscription {
 async fn read(transport: Transport, ns: String, mut follow: Follow, listeners: Arc<Listeners>) {
     loop {
         let after = follow.after().map(|after| after.to_string());
-        let answer = routes::watch(&transport, &ns, after.as_deref(), WAIT).await;
+        let wait = Duration::from_millis(follow.wait_ms(WAIT.as_millis() as u64));
+        let answer = routes::watch(&transport, &ns, after.as_deref(), wait).await;
         let taken = answer.ok().and_then(|(batch, node)| {
             let resync = follow.answered(node, &batch.next, batch.gap).ok()?;
             Some((batch, resync))

@@ -11,6 +11,8 @@
 //   polling by a watcher of the client's events that blocks the event loop while another
 //   process wounds and bursts (it runs inside the reader's hand-over of an answer), so no poll
 //   fails and only the gap can say events were missed;
+// - a poll right after a failed one asks with `wait_ms=0` (the core's `waitMs`): its answer is
+//   the one that has the held leases renewed;
 // - which leases an event ends is the core's rule (the addon's `ends`), for the kernel's events
 //   and the remote client's alike, and a lease an event of the stream ends no longer has a
 //   local deadline; a lease lost at its local deadline is named by the core
@@ -25,7 +27,7 @@ import { startServer, openLink, within } from './server.mjs';
 
 const require = createRequire(import.meta.url);
 const { connect } = require('../client.js');
-const { Kernel, ends, LOST_AT_LOCAL_DEADLINE } = require('../index.js');
+const { Kernel, Follow, ends, LOST_AT_LOCAL_DEADLINE } = require('../index.js');
 
 const servers = [];
 after(async () => {
@@ -39,6 +41,16 @@ async function server(args) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+test('a poll right after a failed one is not held for an event', () => {
+  // The core's rule, through the addon: the answer after a failed poll is the resync's.
+  const follow = new Follow(3);
+  assert.equal(follow.waitMs(10_000), 10_000);
+  follow.failed();
+  assert.equal(follow.waitMs(10_000), 0);
+  assert.equal(follow.answered(0, '3.0', false), true);
+  assert.equal(follow.waitMs(10_000), 10_000);
+});
 
 test("ends is the core's rule for kernel and remote events", () => {
   const k = new Kernel({ policy: 'wound_wait' });

@@ -176,6 +176,9 @@ class Follow:
     @property
     def after(self) -> str | None:
         """The event id to ask after (``None``: from the oldest kept event)."""
+    def wait_ms(self, long: int) -> int:
+        """How long the next poll asks the server to wait for an event: ``long``, or 0 right
+        after a failed poll (its answer is the resync's)."""
     def failed(self) -> None:
         """A poll failed: the next answer may follow missed events."""
     def answered(self, node: int, next: str, gap: bool) -> bool:

@@ -1321,8 +1321,10 @@ def _watch_path(namespace: str) -> str:
 
 
 def _after(follow: _core.Follow, wait_ms: int) -> dict[str, Any]:
-    """A watch poll's query: after the id ``follow`` names (none: from the oldest kept event)."""
+    """A watch poll's query: after the id ``follow`` names (none: from the oldest kept event),
+    held up to ``wait_ms`` for an event (none right after a failed poll: the core's rule)."""
     after = follow.after
+    wait_ms = follow.wait_ms(wait_ms)
     return {"wait_ms": wait_ms} if after is None else {"after": after, "wait_ms": wait_ms}
 
 

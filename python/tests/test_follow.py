@@ -11,6 +11,8 @@
   then, not at the renewal due a third of the TTL after the grant. The reader is kept from
   polling by a watcher of the namespace that takes its time (it runs in the reader's thread),
   so no poll fails and only the gap can say events were missed;
+* a poll right after a failed one asks with ``wait_ms=0`` (the core's ``Follow.wait_ms``): its
+  answer is the one that has the held leases renewed;
 * which leases an event ends is the core's rule (``klock._core.ends``), for the kernel's
   events and the remote client's alike, and a lease an event of the stream ends no longer has
   a local deadline (the client's timer no longer wakes for it); a lease lost at its local
@@ -29,6 +31,17 @@ import klock
 from klock import _core
 from klock.remote import RemoteEvent
 from server import Link, Server
+
+
+def test_a_poll_right_after_a_failed_one_is_not_held_for_an_event() -> None:
+    """The core's rule, through the binding: the answer after a failed poll is the resync's,
+    so that poll asks with ``wait_ms=0``, and the long wait comes back once one answers."""
+    follow = _core.Follow(3)
+    assert follow.wait_ms(10_000) == 10_000
+    follow.failed()
+    assert follow.wait_ms(10_000) == 0
+    assert follow.answered(0, "3.0", False) is True
+    assert follow.wait_ms(10_000) == 10_000
 
 
 def test_ends_is_the_cores_rule_for_kernel_and_remote_events() -> None:

@@ -48,6 +48,14 @@ impl Follow {
         self.0.after().map(|after| after.to_string())
     }
 
+    /// How long the next poll asks the server to wait for an event (`wait_ms=`): `long`, or 0
+    /// right after a failed poll (its answer is the resync's).
+    #[napi]
+    pub fn wait_ms(&self, long: u32) -> u32 {
+        // The core's answer is `long` or 0, so it fits what came in.
+        u32::try_from(self.0.wait_ms(u64::from(long))).unwrap_or(long)
+    }
+
     /// A poll failed: the next answer may follow missed events.
     #[napi]
     pub fn failed(&mut self) {

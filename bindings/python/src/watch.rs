@@ -41,6 +41,12 @@ impl PyFollow {
         self.0.after().map(|after| after.to_string())
     }
 
+    /// How long the next poll asks the server to wait for an event: `long`, or 0 right after a
+    /// failed poll (its answer is the resync's).
+    fn wait_ms(&self, long: u64) -> u64 {
+        self.0.wait_ms(long)
+    }
+
     /// A poll failed: the next answer may follow missed events.
     fn failed(&mut self) {
         self.0.failed();

@@ -15,6 +15,9 @@
 //!   another node than the last answer, or has a `gap` (the server dropped events after the
 //!   cursor: its byte budget, or a restart from a snapshot). Each of these may have hidden an
 //!   expiry, a wound or a close. A poll the host could not use is [`Follow::failed`].
+//! - A poll asks the server to hold it for an event up to the host's long wait, except right
+//!   after a failed poll ([`Follow::wait_ms`]: 0): that answer is the one that says
+//!   [`Resync::Held`], and held for an event it would put the resync off by the whole wait.
 //! - [`ends`]: which of its session's leases an event ends, and the kernel's name for why
 //!   (`LEASE_EXPIRED`, `WOUNDED`, `SESSION_CLOSED`); every other event ends none. A host that
 //!   keeps events in its own shape (Python's and Node's JSON events) asks [`ending`] with the
@@ -114,6 +117,16 @@ impl Follow {
     /// The id to ask after (`None`: from the oldest kept event), as the query's `after=`.
     pub fn after(&self) -> Option<impl fmt::Display> {
         self.after
+    }
+
+    /// How long the next poll asks the server to hold it for an event (its `wait_ms=`): the
+    /// host's `long` wait, or 0 right after a failed poll (module contract).
+    pub fn wait_ms(&self, long: u64) -> u64 {
+        if self.cut_off {
+            0
+        } else {
+            long
+        }
     }
 
     /// A poll failed (unreachable past its budget, refused, or an answer the host could not
@@ -276,6 +289,23 @@ mod tests {
             "another node"
         );
         assert_eq!(f.answered(2, "6.0", false), Ok(Resync::Nothing));
+    }
+
+    /// The poll after a failed one is not held for an event: its answer is the resync's.
+    #[test]
+    fn a_poll_after_a_failed_one_asks_without_waiting() {
+        let mut f = Follow::new();
+        assert_eq!(f.wait_ms(10_000), 10_000);
+        f.failed();
+        assert_eq!(f.wait_ms(10_000), 0);
+        f.failed();
+        assert_eq!(f.wait_ms(10_000), 0, "until a poll is answered");
+        assert_eq!(f.answered(0, "3.0", false), Ok(Resync::Held));
+        assert_eq!(f.wait_ms(10_000), 10_000);
+        // An answer it could not read is no answer: still no wait.
+        f.failed();
+        assert_eq!(f.answered(0, "x", false), Err(BadEventId));
+        assert_eq!(f.wait_ms(10_000), 0);
     }
 
     #[test]
