@@ -370,18 +370,23 @@ class RemoteKernel {
   }
 
   /**
-   * A session the server opened or resumed (by log entry `index`, its `Klock-Index`): its
-   * token kept, its namespace's event reader started on its first session there, from that
-   * entry (every event of the session comes from it or a later one; a later session's events
-   * all come after the reader started).
+   * A session the server opened or resumed (by log entry `index`, its `Klock-Index`, of the
+   * answer's `log`): its token kept, its namespace's event reader started on its first session
+   * there, from that entry (every event of the session comes from it or a later one); a
+   * running reader is told of the session (a later session's events all come after the reader
+   * started, unless the session is of another log: then the core moves the reader to it).
    */
   _opened(body, index) {
     const session = new RemoteSession(this, body);
     this._sessions.set(session.id, session);
-    if (!this._watches.has(session.namespace)) {
-      const watch = new NamespaceWatch(this, session.namespace, index);
+    const log = typeof body.log === 'string' ? body.log : undefined;
+    const running = this._watches.get(session.namespace);
+    if (running === undefined) {
+      const watch = new NamespaceWatch(this, session.namespace, index, log);
       this._watches.set(session.namespace, watch);
       watch.start();
+    } else if (index !== undefined) {
+      running.follow.opened(index, log);
     }
     return this._info(body);
   }
@@ -1007,13 +1012,16 @@ class RemoteSession {
  * stopped or cut off past the budget (the module contract, "Events", "Reconnect", "Failover").
  */
 class NamespaceWatch {
-  /** `entry`: the log entry of the open that started it (undefined: from the oldest kept event). */
-  constructor(backend, namespace, entry) {
+  /**
+   * `entry`: the log entry of the open that started it (undefined: from the oldest kept event),
+   * of log `log` (the open's answer's, if any).
+   */
+  constructor(backend, namespace, entry, log) {
     this.backend = backend;
     this.namespace = namespace;
     this.path = `/v1/ns/${enc(namespace)}/watch`;
     /** Where the stream resumes, and when it may have missed events: the core's rules. */
-    this.follow = new Follow(entry);
+    this.follow = new Follow(entry, log);
     /** One transport per node. */
     this._http = backend._newTransports();
     this._abort = new AbortController();
@@ -1030,12 +1038,14 @@ class NamespaceWatch {
     for (const http of this._http) http.close();
   }
 
-  /** A poll's query: after the id the core names (none: from the oldest kept event). */
+  /** A poll's query: after the id the core names (none: from the oldest kept event), of its log. */
   query(longMs) {
     // Not held for an event right after a failed poll: that answer is the resync's (the core's rule).
-    const waitMs = this.follow.waitMs(longMs);
-    const after = this.follow.after;
-    return after === null ? `wait_ms=${waitMs}` : `after=${after}&wait_ms=${waitMs}`;
+    const params = new URLSearchParams({ wait_ms: String(this.follow.waitMs(longMs)) });
+    const { after, log } = this.follow;
+    if (after !== null) params.set('after', after);
+    if (log !== null) params.set('log', log);
+    return params.toString();
   }
 
   /**
@@ -1044,7 +1054,8 @@ class NamespaceWatch {
    * `next` is not an event id.
    */
   check(node, body) {
-    return this.follow.answered(node, String(body?.next), body?.gap === true);
+    const log = typeof body?.log === 'string' ? body.log : undefined;
+    return this.follow.answered(node, String(body?.next), body?.gap === true, log);
   }
 
   /** Takes in a watch answer: the events of this client's sessions, in order; then `resync`. */
@@ -1127,12 +1138,13 @@ class NamespaceWatch {
         this.take(body, resync);
         continue;
       }
-      this.follow.failed();
       if (next.what === 'retry') {
         await sleepReal(next.ms);
         continue;
       }
-      // Gave up: the servers stayed away (or busy) past the budget.
+      // Gave up: the servers stayed away (or busy) past the budget. Only then may events have
+      // been missed: a server back within the budget missed none, or its answer names another log.
+      this.follow.failed();
       if (!told) this._down(failures, monotonicMs() - attempts.endsMs + b._budget);
       told = true;
       attempts = null;

@@ -115,7 +115,11 @@ impl Keeper {
         let events = Watch::join(
             &session.client,
             &session.info.namespace,
-            (session.info.session_id.0, session.started_at),
+            (
+                session.info.session_id.0,
+                session.started_at,
+                session.log.as_deref(),
+            ),
             listener,
         );
         let beats = tokio::spawn(heartbeats(session, shared.clone()));

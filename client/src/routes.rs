@@ -26,6 +26,8 @@ pub struct Session {
     /// The log index of the open or resume that answered it (`Klock-Index`), if the server
     /// said: the session's events all come from later entries.
     pub started_at: Option<u64>,
+    /// The log `started_at` counts entries of (the answer's `log`), if the server said.
+    pub log: Option<String>,
     token: String,
     /// What the next resume of the session must present.
     resume_secret: String,
@@ -69,9 +71,13 @@ pub struct EventBatch {
     /// Ask after this next time.
     pub next: String,
     /// The server dropped events after the id asked for (its byte budget, or a restart from
-    /// a snapshot): the reader missed some.
+    /// a snapshot), or read this stream from its start because the cursor was of another log:
+    /// the reader missed some.
     #[serde(default)]
     pub gap: bool,
+    /// The log the ids count entries of, if the server named one.
+    #[serde(default)]
+    pub log: Option<String>,
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, Failure> {
@@ -117,11 +123,13 @@ impl Session {
     fn started(client: Transport, v: Value, index: Option<u64>) -> Result<Session, Failure> {
         let token = v["session_token"].as_str().unwrap_or_default().to_owned();
         let resume_secret = v["resume_secret"].as_str().unwrap_or_default().to_owned();
+        let log = v["log"].as_str().map(str::to_owned);
         let info = decode("open", v)?;
         Ok(Session {
             client,
             info,
             started_at: index,
+            log,
             token,
             resume_secret,
         })
@@ -347,9 +355,9 @@ fn outcome(event: Event) -> Outcome {
     }
 }
 
-/// Every session's events in namespace `ns` after `after` (`None`: from the oldest kept),
-/// waiting up to `wait` (at most [`MAX_HOLD`]) for one; and which node answered (its position
-/// in the client's list).
+/// Every session's events in namespace `ns` after `after` (`None`: from the oldest kept) of
+/// log `log` (if known), waiting up to `wait` (at most [`MAX_HOLD`]) for one; and which node
+/// answered (its position in the client's list).
 ///
 /// # Errors
 /// Unreachable, or a token without access to the namespace.
@@ -357,12 +365,16 @@ pub async fn watch(
     client: &Transport,
     ns: &str,
     after: Option<&str>,
+    log: Option<&str>,
     wait: Duration,
 ) -> Result<(EventBatch, usize), Failure> {
     let wait = wait.min(MAX_HOLD);
     let mut path = format!("{}/watch?wait_ms={}", ns_path(ns), wait.as_millis());
     if let Some(after) = after {
         path.push_str(&format!("&after={}", percent_encode(after)));
+    }
+    if let Some(log) = log {
+        path.push_str(&format!("&log={}", percent_encode(log)));
     }
     let (v, node) = client.get_from(&path, wait).await?;
     Ok((decode("watch", v)?, node))

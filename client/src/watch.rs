@@ -14,7 +14,9 @@
 //!   every session joined later, is at or after its cursor, and older events (others') are
 //!   not read. It costs no request before the session is handed out (Python and Node place
 //!   their watch with a read first). A session that joins a running stream needs nothing:
-//!   its events begin with its first acquire, sent after it joined.
+//!   its events begin with its first acquire, sent after it joined; unless it was opened on
+//!   another log than the stream's (a `--memory` server restarted on its port): then the
+//!   stream moves to read that log from the session's entry ([`Follow::opened`]).
 //! - Each poll is one call of the transport, so it fails over as every call does (the core's
 //!   `failover` rules) and resumes after the last event id taken in (numbered alike by every
 //!   node). Each event goes to the [`Listener`] of the session it names (its keeper); events
@@ -65,6 +67,8 @@ pub struct Watches(Arc<Mutex<HashMap<String, Weak<Watch>>>>);
 /// A client's reader of one namespace's events (module contract).
 pub struct Watch {
     listeners: Arc<Listeners>,
+    /// Where the stream resumes: the reader's, and a joining session's on another log.
+    follow: Arc<Mutex<Follow>>,
     task: JoinHandle<()>,
 }
 
@@ -77,20 +81,26 @@ pub struct Subscription {
 
 impl Watch {
     /// Routes the events of `session` (of namespace `ns`, opened or resumed by log entry
-    /// `started_at`) to `listener` from now on, starting the client's watch of `ns` if none
-    /// runs.
+    /// `started_at` of log `log`) to `listener` from now on, starting the client's watch of
+    /// `ns` if none runs.
     pub fn join(
         transport: &Transport,
         ns: &str,
-        (session, started_at): (u64, Option<u64>),
+        (session, started_at, log): (u64, Option<u64>, Option<&str>),
         listener: Weak<dyn Listener>,
     ) -> Subscription {
         let watch = {
             let mut running = transport.watches().0.lock().expect("watches lock");
             match running.get(ns).and_then(Weak::upgrade) {
-                Some(watch) => watch,
+                Some(watch) => {
+                    if let Some(index) = started_at {
+                        lock(&watch.follow).opened(index, log);
+                    }
+                    watch
+                }
                 None => {
-                    let follow = started_at.map_or_else(Follow::new, Follow::from_entry);
+                    let follow =
+                        started_at.map_or_else(Follow::new, |index| Follow::from_entry(index, log));
                     let watch = Arc::new(Watch::start(transport.clone(), ns.to_owned(), follow));
                     running.insert(ns.to_owned(), Arc::downgrade(&watch));
                     watch
@@ -107,8 +117,13 @@ impl Watch {
 
     fn start(transport: Transport, ns: String, follow: Follow) -> Watch {
         let listeners = Arc::new(Listeners::default());
-        let task = tokio::spawn(read(transport, ns, follow, listeners.clone()));
-        Watch { listeners, task }
+        let follow = Arc::new(Mutex::new(follow));
+        let task = tokio::spawn(read(transport, ns, Arc::clone(&follow), listeners.clone()));
+        Watch {
+            listeners,
+            follow,
+            task,
+        }
     }
 }
 
@@ -126,17 +141,29 @@ impl Drop for Subscription {
 }
 
 /// Polls the watch until aborted (module contract).
-async fn read(transport: Transport, ns: String, mut follow: Follow, listeners: Arc<Listeners>) {
+async fn read(
+    transport: Transport,
+    ns: String,
+    follow: Arc<Mutex<Follow>>,
+    listeners: Arc<Listeners>,
+) {
     loop {
-        let after = follow.after().map(|after| after.to_string());
-        let wait = Duration::from_millis(follow.wait_ms(WAIT.as_millis() as u64));
-        let answer = routes::watch(&transport, &ns, after.as_deref(), wait).await;
+        let (after, log, wait) = {
+            let follow = lock(&follow);
+            let after = follow.after().map(|after| after.to_string());
+            let wait = follow.wait_ms(WAIT.as_millis() as u64);
+            (after, follow.log().map(str::to_owned), wait)
+        };
+        let wait = Duration::from_millis(wait);
+        let answer = routes::watch(&transport, &ns, after.as_deref(), log.as_deref(), wait).await;
         let taken = answer.ok().and_then(|(batch, node)| {
-            let resync = follow.answered(node, &batch.next, batch.gap).ok()?;
+            let resync = lock(&follow)
+                .answered(node, &batch.next, batch.gap, batch.log.as_deref())
+                .ok()?;
             Some((batch, resync))
         });
         let Some((batch, resync)) = taken else {
-            follow.failed();
+            lock(&follow).failed();
             tokio::time::sleep(PAUSE).await;
             continue;
         };
@@ -168,4 +195,9 @@ fn route(listeners: &Listeners, batch: &EventBatch) {
 fn every(listeners: &Listeners) -> Vec<Arc<dyn Listener>> {
     let listeners = listeners.lock().expect("listeners lock");
     listeners.values().filter_map(Weak::upgrade).collect()
+}
+
+/// The stream's cursor (each use leaves it whole, so a poisoned lock is taken as it is).
+fn lock(follow: &Mutex<Follow>) -> std::sync::MutexGuard<'_, Follow> {
+    follow.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -169,21 +169,29 @@ class Attempts:
 @final
 class Follow:
     """Where a remote client's watch of one namespace resumes, and whether it may have missed
-    events (``klock_core::client::watch::Follow``). ``Follow(entry)`` reads from log entry
-    ``entry`` on (an open's ``Klock-Index``), ``Follow()`` from the oldest kept event."""
+    events (``klock_core::client::watch::Follow``). ``Follow(entry, log)`` reads from log
+    entry ``entry`` (an open's ``Klock-Index``) of log ``log`` (its answer's ``log``) on,
+    ``Follow()`` from the oldest kept event."""
 
-    def __new__(cls, entry: int | None = None) -> Self: ...
+    def __new__(cls, entry: int | None = None, log: str | None = None) -> Self: ...
     @property
     def after(self) -> str | None:
         """The event id to ask after (``None``: from the oldest kept event)."""
+    @property
+    def log(self) -> str | None:
+        """The log the cursor is of (the query's ``log=``); ``None``: not known yet."""
+    def opened(self, entry: int, log: str | None = None) -> None:
+        """A session of the stream was opened (or resumed) by log entry ``entry`` of log
+        ``log``: on another log than the stream's, the stream moves to read it from there."""
     def wait_ms(self, long: int) -> int:
         """How long the next poll asks the server to wait for an event: ``long``, or 0 right
         after a failed poll (its answer is the resync's)."""
     def failed(self) -> None:
-        """A poll failed: the next answer may follow missed events."""
-    def answered(self, node: int, next: str, gap: bool) -> bool:
-        """A poll answered by ``node`` with ``next`` and ``gap``: whether events may have been
-        missed (renew every held lease now). ``ValueError`` if ``next`` is not an event id."""
+        """A poll gave up: the next answer may follow missed events."""
+    def answered(self, node: int, next: str, gap: bool, log: str | None = None) -> bool:
+        """A poll answered by ``node`` with ``next``, ``gap`` and ``log``: whether events may
+        have been missed (renew every held lease now). ``ValueError`` if ``next`` is not an
+        event id."""
 
 _Predicate = Literal["PROVIDES", "CONSUMES", "MUTATES", "DELETES", "DEPENDS_ON", "RENAMES"]
 _EventName = Literal[

@@ -709,20 +709,33 @@ class RemoteKernel:
         self, namespace: str, answer: dict[str, Any], index: int | None
     ) -> RemoteSessionInfo:
         """Keeps an opened or resumed session's token, and starts reading its namespace's
-        events from the log entry that opened it (``index``) if this is the client's first
-        session there."""
+        events from the log entry that opened it (``index``, of the answer's ``log``) if this
+        is the client's first session there; else the stream is told of the session (the
+        core moves it if the session is of another log: a restarted ``--memory`` server)."""
         info = _session_info(answer)
         self._tokens[info.session_id] = answer["session_token"]
         self._resume_secrets[info.session_id] = answer.get("resume_secret", "")
         self._ns[info.session_id] = info.namespace
-        self._follow(namespace, _core.Follow(index))
+        log = answer.get("log")
+        log = log if isinstance(log, str) else None
+        self._follow(namespace, _core.Follow(index, log), index, log)
         return info
 
-    def _follow(self, namespace: str, follow: _core.Follow) -> None:
-        """Reads the namespace's events from where ``follow`` starts, if it does not already
-        (a later session's events all come after its open, sent after the stream started)."""
+    def _follow(
+        self,
+        namespace: str,
+        follow: _core.Follow,
+        index: int | None = None,
+        log: str | None = None,
+    ) -> None:
+        """Reads the namespace's events from where ``follow`` starts, if it does not already;
+        a running stream is told of the session opened by entry ``index`` of log ``log`` (on
+        its own log, a later session's events all come after its open, sent after the stream
+        started)."""
         with self._follow_lock:
             if namespace in self._follows:
+                if index is not None:
+                    self._follows[namespace].opened(index, log)
                 return
             self._follows[namespace] = follow
             if not self.manual:
@@ -739,7 +752,7 @@ class RemoteKernel:
             # (one read without a wait), and the stream goes on from it.
             follow = _core.Follow()
             latest = self._request("GET", _watch_path(namespace), params={"wait_ms": 0})
-            follow.answered(self._servers.preferred, str(latest.get("next")), False)
+            _answered(follow, self._servers.preferred, {**latest, "gap": False})
             self._follow(namespace, follow)
 
         def stop() -> None:
@@ -1047,9 +1060,7 @@ class RemoteKernel:
             for namespace, follow in list(self._follows.items()):
                 d = self._request("GET", _watch_path(namespace), params=_after(follow, 0))
                 # The node that answered: a call's answer makes it the one preferred.
-                resync = follow.answered(
-                    self._servers.preferred, str(d.get("next")), d.get("gap") is True
-                )
+                resync = _answered(follow, self._servers.preferred, d)
                 self._take(namespace, d)
                 if resync:
                     self._resync()
@@ -1120,8 +1131,9 @@ class RemoteKernel:
         """Long-polls the namespace's events until the backend closes, each poll a call of
         the core's failover rules (so it follows the node that last answered, and moves on
         when that one fails). Where it resumes and when it may have missed events are the
-        core's rules (``_core.Follow``): every failed attempt and every answer it cannot use
-        is a failed poll; when an answer says events may have been missed, it re-polls the
+        core's rules (``_core.Follow``): a call that gave up and an answer it cannot use are
+        failed polls (a server back within the call's budget missed nothing, or its answer
+        names another log); when an answer says events may have been missed, it re-polls the
         open tickets and has the held blocks renewed. When a poll's call gives up (the
         servers stayed away past the budget), it fails the waiting blocks (once per
         outage)."""
@@ -1179,7 +1191,7 @@ class RemoteKernel:
                 attempts = None
                 d = self._answer(response, url=self.urls[node])
                 try:
-                    resync = follow.answered(node, str(d.get("next")), d.get("gap") is True)
+                    resync = _answered(follow, node, d)
                 except (AttributeError, ValueError) as e:
                     # An answer this client cannot read: a failed poll, asked again later.
                     follow.failed()
@@ -1191,13 +1203,13 @@ class RemoteKernel:
                 failed = False
                 failures.clear()
                 continue
-            follow.failed()
             failures.pop(self.urls[node], None)
             failures[self.urls[node]] = failure
             if what == "retry":
                 time.sleep(pause_ms / 1000)
                 continue
             # Gave up: the servers stayed away (or busy) past the budget.
+            follow.failed()
             attempts = None
             if not failed:
                 failed = True
@@ -1321,11 +1333,24 @@ def _watch_path(namespace: str) -> str:
 
 
 def _after(follow: _core.Follow, wait_ms: int) -> dict[str, Any]:
-    """A watch poll's query: after the id ``follow`` names (none: from the oldest kept event),
-    held up to ``wait_ms`` for an event (none right after a failed poll: the core's rule)."""
-    after = follow.after
-    wait_ms = follow.wait_ms(wait_ms)
-    return {"wait_ms": wait_ms} if after is None else {"after": after, "wait_ms": wait_ms}
+    """A watch poll's query: after the id ``follow`` names (none: from the oldest kept event)
+    of the log it names, held up to ``wait_ms`` for an event (none right after a failed poll:
+    the core's rule)."""
+    query: dict[str, Any] = {"wait_ms": follow.wait_ms(wait_ms)}
+    if follow.after is not None:
+        query["after"] = follow.after
+    if follow.log is not None:
+        query["log"] = follow.log
+    return query
+
+
+def _answered(follow: _core.Follow, node: int, d: Any) -> bool:
+    """The core's word on a watch answer ``d`` from node ``node``: whether events may have been
+    missed. ``AttributeError``/``ValueError`` (moving nothing) for an answer it cannot read."""
+    log = d.get("log")
+    return follow.answered(
+        node, str(d.get("next")), d.get("gap") is True, log if isinstance(log, str) else None
+    )
 
 
 def _klock_index(response: Response) -> int | None:

@@ -298,7 +298,15 @@ impl Replicator {
         } else {
             Clock::monotonic(last_now)
         };
-        let changed = Entry::Recovered { now: last_now };
+        // Every leader draws a log id; the first one applied names the cluster's log for good.
+        let log = match klock_server::store::new_id() {
+            Ok(log) => log,
+            Err(e) => {
+                tracing::warn!("leading, but no LeaderChanged entry: {e}");
+                return;
+            }
+        };
+        let changed = Entry::LeaderChanged { now: last_now, log };
         match self.write(&leader, changed).await {
             Ok(reply) => {
                 tracing::info!(

@@ -23,6 +23,7 @@ impl fmt::Display for Proposal {
         match &self.0 {
             Entry::Command { now, command, .. } => write!(f, "{} at {now}", command.name()),
             Entry::Recovered { now } => write!(f, "recovered at {now}"),
+            Entry::LeaderChanged { now, .. } => write!(f, "leader changed at {now}"),
         }
     }
 }

@@ -22,6 +22,12 @@
 //!   when it has no open session, no reader, and its events were dropped by the budget. What a
 //!   freed ring had dropped is kept as one hub-wide mark, so a later reader still learns of it.
 //! - Readers wait on their own ring's signal: a publish wakes only the streams it concerns.
+//! - Event ids count entries of one log, named by [`EventHub::log`] (the machine's
+//!   `Machine::log`, which the applier hands over), and every batch says which. A reader
+//!   whose cursor belongs to another log (a `--memory` server restarted on its port, a new
+//!   data file, a new cluster) is read this log from its start, told so as a `gap`
+//!   ([`EventHub::other_log`]): its cursor's number means nothing here, and taken as one it
+//!   would skip this log's events up to it.
 
 use crate::machine::{Entry, Refused};
 use klock_core::{Command, Event, Output, SessionId};
@@ -128,6 +134,9 @@ pub struct Batch {
     /// The stream has ended (its session closed) and this batch holds its last events.
     #[serde(skip)]
     pub ended: bool,
+    /// The log the ids count entries of ([`EventHub::log`]); none before a cluster named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<Arc<str>>,
 }
 
 /// Which stream a reader follows.
@@ -339,6 +348,8 @@ pub struct EventHub {
     rings: Mutex<Rings>,
     budget: usize,
     counters: Counters,
+    /// The log the event ids count entries of (module contract).
+    log: Mutex<Option<Arc<str>>>,
 }
 
 impl Default for EventHub {
@@ -373,7 +384,30 @@ impl EventHub {
             rings: Mutex::new(Rings::default()),
             budget,
             counters: Counters::default(),
+            log: Mutex::new(None),
         }
+    }
+
+    /// Names the log the event ids count entries of (the applier, from its machine).
+    pub fn name_log(&self, id: Option<&str>) {
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        if log.as_deref() != id {
+            *log = id.map(Arc::from);
+        }
+    }
+
+    /// The log the event ids count entries of (module contract); none before one is named.
+    pub fn log(&self) -> Option<Arc<str>> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether a reader's cursor, said to be of log `asked`, belongs to another log than this
+    /// hub's: then it counts nothing here, and the reader is read this log from its start with
+    /// a `gap` (module contract). A reader that names no log, or a hub that has none yet,
+    /// cannot tell: the cursor is taken as it is.
+    pub fn other_log(&self, asked: Option<&str>) -> bool {
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        asked.is_some_and(|asked| log.as_deref().is_some_and(|ours| ours != asked))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Rings> {
@@ -494,6 +528,7 @@ impl EventHub {
                 next: next.to_string(),
                 gap,
                 ended,
+                log: self.log(),
             };
         };
         let from = ring.events.partition_point(|h| h.id <= after);
@@ -518,6 +553,7 @@ impl EventHub {
             next: next.to_string(),
             gap,
             ended: ended && complete,
+            log: self.log(),
         }
     }
 

@@ -52,13 +52,20 @@ pub enum Entry {
     /// grace (docs/SPEC.md §5) so its agent can reconnect, reconcile and heartbeat: a lease is never
     /// shortened because the server was down.
     Recovered { now: u64 },
+    /// A new leader of a cluster took over: applied as [`Entry::Recovered`] (every session in
+    /// its grace), and the first one a machine applies names its log ([`Machine::log`]): a
+    /// random id its leader drew, so every node of the cluster, and a node rebuilt from a
+    /// snapshot, says the same one.
+    LeaderChanged { now: u64, log: String },
 }
 
 impl Entry {
     /// The time the entry was stamped with.
     pub fn now(&self) -> u64 {
         match self {
-            Entry::Command { now, .. } | Entry::Recovered { now } => *now,
+            Entry::Command { now, .. }
+            | Entry::Recovered { now }
+            | Entry::LeaderChanged { now, .. } => *now,
         }
     }
 }
@@ -187,6 +194,8 @@ pub struct Machine {
     /// Whether [`Applied::kernel_calls`] is filled: only a kept history reads it, and copying
     /// every command costs the batch endpoint about a tenth of its throughput.
     record_calls: bool,
+    /// The id of the log this machine's history belongs to ([`Machine::log`]).
+    log: Option<String>,
 }
 
 /// Everything needed to rebuild a [`Machine`]: a compaction point of the log.
@@ -209,6 +218,9 @@ pub struct MachineSnapshot {
     /// Bearer token names of open sessions opened with one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub owners: BTreeMap<SessionId, String>,
+    /// The id of the log the state belongs to ([`Machine::log`]); none before any was named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
     /// What a consensus layer stores with the snapshot, stored and read back in the same
     /// commit (Raft: the last log id and the membership it includes). Opaque to the machine:
     /// [`Machine::snapshot`] leaves it out, [`Machine::restore`] ignores it; a single node
@@ -278,7 +290,22 @@ impl Machine {
             answer_budget: DEFAULT_ANSWER_BYTES,
             drop_from: 0,
             record_calls: true,
+            log: None,
         })
+    }
+
+    /// The id of the log this machine's history belongs to: event ids (`"<index>.<k>"`) and
+    /// `Klock-Index` count entries of that log, and mean nothing in another. A single server
+    /// names it when it starts ([`Machine::name_log`]: a new one for a `--memory` server, its
+    /// data file's id with `--data`); a cluster's first [`Entry::LeaderChanged`] names it.
+    /// Readers compare it to tell a cursor of another log (docs/SPEC.md §13).
+    pub fn log(&self) -> Option<&str> {
+        self.log.as_deref()
+    }
+
+    /// Names the log this machine's history belongs to ([`Machine::log`]).
+    pub fn name_log(&mut self, id: String) {
+        self.log = Some(id);
     }
 
     /// The byte budget of remembered answers (by default [`DEFAULT_ANSWER_BYTES`]): past it,
@@ -353,6 +380,7 @@ impl Machine {
             answer_budget: DEFAULT_ANSWER_BYTES,
             drop_from: 0,
             record_calls: true,
+            log: snapshot.log.clone(),
         };
         if let Some(id) = machine
             .tokens
@@ -389,6 +417,7 @@ impl Machine {
             tokens: self.tokens.clone(),
             resumes: self.resumes.clone(),
             owners: self.owners.clone(),
+            log: self.log.clone(),
             consensus: None,
         }
     }
@@ -446,7 +475,12 @@ impl Machine {
                 fingerprint,
                 ..
             } => (command, key, token, caller, resume, fingerprint),
-            Entry::Recovered { .. } => {
+            Entry::Recovered { .. } | Entry::LeaderChanged { .. } => {
+                if let Entry::LeaderChanged { log, .. } = entry {
+                    if self.log.is_none() {
+                        self.log = Some(log.clone());
+                    }
+                }
                 let open = self.kernel.snapshot(now).sessions;
                 for session in open {
                     self.kernel

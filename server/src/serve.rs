@@ -204,7 +204,9 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
             (recovered.machine, Some(store), history)
         }
         None => {
-            let machine = Machine::new(kernel_config).map_err(|e| e.message)?;
+            let mut machine = Machine::new(kernel_config).map_err(|e| e.message)?;
+            // A memory server's log lives as long as its process: each start is a new one.
+            machine.name_log(crate::store::new_id().map_err(|e| e.to_string())?);
             let history = History::new(&machine, config.history);
             (machine, None, history)
         }

@@ -308,7 +308,11 @@ fn header_of(id: &str, base: u64) -> Result<Vec<u8>, StoreError> {
 }
 
 /// A fresh random id for a data file.
-fn new_id() -> Result<String, StoreError> {
+/// A new random id (32 hex digits): a data file's, or a log's (`Machine::log`).
+///
+/// # Errors
+/// The system has no randomness to give.
+pub fn new_id() -> Result<String, StoreError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(fail("draw a data file id"))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
@@ -442,6 +446,12 @@ impl Store {
     /// data file's.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         Store::open_with(path, false)
+    }
+
+    /// The data file's id (random, made with the file): also the id of its log's history
+    /// (`Machine::log`), which no other data file shares.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// [`Store::open`], and with `accept_log_loss` a log that is missing or not this file's

@@ -268,6 +268,7 @@ fn concurrent_commands_get_dense_durable_indexes() {
             tokens: Default::default(),
             resumes: Default::default(),
             owners: Default::default(),
+            log: None,
             consensus: None,
         })
         .unwrap();

@@ -290,3 +290,143 @@ fn a_retried_held_acquire_answers_the_outcome_of_its_ended_ticket() {
         "the retry answered {again}"
     );
 }
+
+/// Event ids count entries of one log, named by every open and watch answer (`log`): a cursor
+/// of another log (what a client of a `--memory` server restarted on its port holds) is read
+/// from this log's start, at once, with a gap; the same cursor without `log=` skips this log's
+/// events up to it, which is why the clients name it. A `--data` server keeps its log across
+/// restarts. A `log=` that is no log id is a 400 naming it.
+#[test]
+fn a_cursor_of_another_log_is_read_from_this_logs_start_with_a_gap() {
+    let old = Server::start(&["--memory"]);
+    let (status, v) = old.call(
+        "POST",
+        "/v1/ns/default/sessions",
+        &[],
+        r#"{"agent_id": "a"}"#,
+    );
+    assert_eq!(status, 200, "{v}");
+    let old_log = v["log"].as_str().expect("an open names its log").to_owned();
+    assert_eq!(old_log.len(), 32, "{v}");
+    for agent in ["b", "c", "d", "e", "f", "g"] {
+        open(&old, "default", agent);
+    }
+    let (_, v) = old.get("/v1/ns/default/watch?wait_ms=0");
+    assert_eq!(v["log"], old_log.as_str(), "{v}");
+    // The kernel publishes no event for an open: the cursor is where a client's stream
+    // started by the last open would be.
+    let cursor = "6.4294967295";
+
+    // The "restarted" server: another process, another log, whose first entries are below the
+    // old cursor.
+    let new = Server::start(&["--memory"]);
+    let bob = open(&new, "default", "bob");
+    on(
+        &new,
+        &bob,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/x"]}),
+    );
+    let (_, v) = new.get("/v1/ns/default/watch?wait_ms=0");
+    let new_log = v["log"].as_str().unwrap().to_owned();
+    assert_ne!(new_log, old_log);
+    assert_eq!(v["events"][0]["event"], "ACQUIRED", "{v}");
+    assert_eq!(v["events"][0]["id"], "2.0", "{v}");
+
+    // Without the log, the old cursor hides bob's grant.
+    let (_, v) = new.get(&format!("/v1/ns/default/watch?after={cursor}&wait_ms=0"));
+    assert_eq!(
+        (v["events"].as_array().map(Vec::len), &v["gap"]),
+        (Some(0), &json!(false)),
+        "{v}"
+    );
+    // With it, the server reads its own log from the start, says so, and does not hold the
+    // poll for an event (the client's resync waits on this answer).
+    let started = std::time::Instant::now();
+    let (status, v) = new.get(&format!(
+        "/v1/ns/default/watch?after={cursor}&log={old_log}&wait_ms=20000"
+    ));
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "held: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(v["gap"], true, "{v}");
+    assert_eq!(v["events"][0]["event"], "ACQUIRED", "{v}");
+    assert_eq!(
+        (v["next"].as_str(), v["log"].as_str()),
+        (Some("2.0"), Some(new_log.as_str()))
+    );
+    // A session's own stream (and its SSE) follows the same rule.
+    let (_, v) = on(
+        &new,
+        &bob,
+        "GET",
+        &format!("events?after={cursor}&log={old_log}"),
+        json!({}),
+    );
+    assert_eq!(
+        (v["gap"].as_bool(), v["events"][0]["event"].as_str()),
+        (Some(true), Some("ACQUIRED")),
+        "{v}"
+    );
+    let headers = [("klock-session-token", bob.token.as_str())];
+    let path = format!("/v1/ns/default/sessions/{}/events?log={old_log}", bob.id);
+    let (status, mut reader) = sse(new.port(), &path, &[headers[0], ("last-event-id", cursor)]);
+    assert_eq!(status, 200);
+    assert_eq!(next_event(&mut reader).0, "gap");
+    assert_eq!(
+        next_event(&mut reader),
+        (String::from("ACQUIRED"), String::from("2.0"))
+    );
+    // Its own log: read after the cursor as ever.
+    let (_, v) = new.get(&format!(
+        "/v1/ns/default/watch?after=2.0&log={new_log}&wait_ms=0"
+    ));
+    assert_eq!(
+        (v["events"].as_array().map(Vec::len), &v["gap"]),
+        (Some(0), &json!(false)),
+        "{v}"
+    );
+    for bad in [
+        "",
+        "XYZ",
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0",
+    ] {
+        let (status, v) = new.get(&format!("/v1/ns/default/watch?log={bad}"));
+        assert_eq!(status, 400, "{bad:?}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("log must be a log id"),
+            "{v}"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("k.redb");
+    let args = ["--data", data.to_str().unwrap()];
+    let s = Server::start(&args);
+    let (_, v) = s.call(
+        "POST",
+        "/v1/ns/default/sessions",
+        &[],
+        r#"{"agent_id": "a"}"#,
+    );
+    let kept = v["log"].as_str().unwrap().to_owned();
+    s.kill();
+    let s = Server::start(&args);
+    let (_, v) = s.get("/v1/ns/default/watch?wait_ms=0");
+    assert_eq!(v["log"], kept.as_str(), "a data file keeps its log: {v}");
+    let other = tempfile::tempdir().unwrap();
+    let s = Server::start(&["--data", other.path().join("k.redb").to_str().unwrap()]);
+    let (_, v) = s.get("/v1/ns/default/watch?wait_ms=0");
+    assert_ne!(
+        v["log"],
+        kept.as_str(),
+        "another data file, another log: {v}"
+    );
+}

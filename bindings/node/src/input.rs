@@ -108,6 +108,14 @@ pub fn optional_number_arg(env: &Env, value: Unknown<'_>, what: &str) -> Result<
     number_arg(env, value, what).map(Some)
 }
 
+/// An optional top-level string argument: `undefined` or `null` is `None`.
+pub fn optional_string_arg(env: &Env, value: Unknown<'_>, what: &str) -> Result<Option<String>> {
+    if matches!(value.get_type()?, ValueType::Undefined | ValueType::Null) {
+        return Ok(None);
+    }
+    string(env, value, what).map(Some)
+}
+
 /// A string that is valid Unicode (no lone surrogate).
 pub fn string_at(env: &Env, value: Unknown<'_>, what: Label<'_>, place: Place) -> Result<String> {
     let mut text = String::new();

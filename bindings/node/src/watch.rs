@@ -2,12 +2,15 @@
 //! missed events ([`klock_core::client::watch::Follow`]), for the event reader of
 //! node/remote.js.
 //!
-//! Contract: translation only. `new Follow(entry)` reads from log entry `entry` on (an
-//! open's or resume's `Klock-Index`), `new Follow()` from the oldest kept event; `after` is
-//! the id to ask after (`null`: ask without `after=`); `failed()` notes a poll the client
-//! could not use; `answered(node, next, gap)` takes a poll's answer (`node`: its position in
-//! the client's list of URLs) and says whether events may have been missed (`true`: renew
-//! every held lease of the namespace now). A `next` that is not an event id is a
+//! Contract: translation only. `new Follow(entry, log)` reads from log entry `entry` on (an
+//! open's or resume's `Klock-Index`) of log `log` (the answer's `log`, if any), `new
+//! Follow()` from the oldest kept event; `after` is the id to ask after (`null`: ask without
+//! `after=`) and `log` the log it is of (`null`: not known; else the query's `log=`);
+//! `opened(entry, log)` notes a session of the stream opened by entry `entry` of log `log`
+//! (on another log the stream moves to it); `failed()` notes a poll that gave up;
+//! `answered(node, next, gap, log)` takes a poll's answer (`node`: its position in the
+//! client's list of URLs; `log` its `log`, if any) and says whether events may have been
+//! missed (`true`: renew every held lease of the namespace now). A `next` that is not an event id is a
 //! `RangeError` naming it, and moves nothing; bad numbers the binding's usual
 //! `TypeError`/`RangeError`.
 //!
@@ -32,20 +35,36 @@ pub struct Follow(watch::Follow);
 
 #[napi]
 impl Follow {
-    /// A watch that reads from log entry `entry` on, or from the oldest kept event.
-    #[napi(constructor, ts_args_type = "entry?: number")]
-    pub fn new(env: Env, entry: Unknown<'_>) -> Result<Self> {
+    /// A watch that reads from log entry `entry` (of log `log`) on, or from the oldest kept
+    /// event.
+    #[napi(constructor, ts_args_type = "entry?: number, log?: string | null")]
+    pub fn new(env: Env, entry: Unknown<'_>, log: Unknown<'_>) -> Result<Self> {
         let entry = input::optional_number_arg(&env, entry, "entry")?;
-        Ok(Follow(entry.map_or_else(
-            watch::Follow::new,
-            watch::Follow::from_entry,
-        )))
+        let log = input::optional_string_arg(&env, log, "log")?;
+        Ok(Follow(entry.map_or_else(watch::Follow::new, |entry| {
+            watch::Follow::from_entry(entry, log.as_deref())
+        })))
     }
 
     /// The event id to ask after, or `null`: from the oldest kept event.
     #[napi(getter, ts_return_type = "string | null")]
     pub fn after(&self) -> Option<String> {
         self.0.after().map(|after| after.to_string())
+    }
+
+    /// The log the cursor is of (the query's `log=`), or `null`: not known yet.
+    #[napi(getter, ts_return_type = "string | null")]
+    pub fn log(&self) -> Option<String> {
+        self.0.log().map(str::to_owned)
+    }
+
+    /// A session of the stream was opened (or resumed) by log entry `entry` of log `log`.
+    #[napi(ts_args_type = "entry: number, log?: string | null")]
+    pub fn opened(&mut self, env: Env, entry: Unknown<'_>, log: Unknown<'_>) -> Result<()> {
+        let entry = input::number_arg(&env, entry, "entry")?;
+        let log = input::optional_string_arg(&env, log, "log")?;
+        self.0.opened(entry, log.as_deref());
+        Ok(())
     }
 
     /// How long the next poll asks the server to wait for an event (`wait_ms=`): `long`, or 0
@@ -62,21 +81,23 @@ impl Follow {
         self.0.failed();
     }
 
-    /// A poll answered by node `node` with `next` and `gap`: whether to resync the held
-    /// leases (the events are routed first).
-    #[napi(ts_args_type = "node: number, next: string, gap: boolean")]
+    /// A poll answered by node `node` with `next`, `gap` and `log`: whether to resync the
+    /// held leases (the events are routed first).
+    #[napi(ts_args_type = "node: number, next: string, gap: boolean, log?: string | null")]
     pub fn answered(
         &mut self,
         env: Env,
         node: Unknown<'_>,
         next: Unknown<'_>,
         gap: Unknown<'_>,
+        log: Unknown<'_>,
     ) -> Result<bool> {
         let node = input::number_arg(&env, node, "node")?;
         let next = input::string(&env, next, "next")?;
         let gap = input::boolean(&env, gap, Label::Name("gap"), Place::Argument)?;
+        let log = input::optional_string_arg(&env, log, "log")?;
         let node = usize::try_from(node).unwrap_or(usize::MAX);
-        match self.0.answered(node, &next, gap) {
+        match self.0.answered(node, &next, gap, log.as_deref()) {
             Ok(resync) => Ok(resync == Resync::Held),
             Err(bad) => Err(throw::range_error(&env, format!("{bad}, not {next:?}"))),
         }

@@ -2,12 +2,15 @@
 //! may have missed events ([`klock_core::client::watch::Follow`]), for the event reader of
 //! `klock.remote`.
 //!
-//! Contract: translation only. `Follow(entry)` reads from log entry `entry` on (an open's or
-//! resume's `Klock-Index`), `Follow()` from the oldest kept event; `after` is the id to ask
-//! after (`None`: ask without `after=`); `failed()` notes a poll the client could not use;
-//! `answered(node, next, gap)` takes a poll's answer (`node`: its position in the client's
-//! list of URLs) and says whether events may have been missed (`True`: renew every held
-//! lease of the namespace now). A `next` that is not an event id is a `ValueError` naming
+//! Contract: translation only. `Follow(entry, log)` reads from log entry `entry` on (an open's
+//! or resume's `Klock-Index`) of log `log` (the answer's `log`, if any), `Follow()` from the
+//! oldest kept event; `after` is the id to ask after (`None`: ask without `after=`) and `log`
+//! the log it is of (`None`: not known; else the query's `log=`); `opened(entry, log)` notes
+//! a session of the stream opened by entry `entry` of log `log` (on another log the stream
+//! moves to it); `failed()` notes a poll that gave up; `answered(node, next, gap, log)` takes
+//! a poll's answer (`node`: its position in the client's list of URLs; `log` its `log`, if
+//! any) and says whether events may have been missed (`True`: renew every held lease of the
+//! namespace now). A `next` that is not an event id is a `ValueError` naming
 //! it, and moves nothing.
 //!
 //! `ends(event)` is the core's [`watch::ends`]: which of its session's leases an event ends,
@@ -30,15 +33,27 @@ pub struct PyFollow(Follow);
 #[pymethods]
 impl PyFollow {
     #[new]
-    #[pyo3(signature = (entry=None))]
-    fn new(entry: Option<u64>) -> Self {
-        PyFollow(entry.map_or_else(Follow::new, Follow::from_entry))
+    #[pyo3(signature = (entry=None, log=None))]
+    fn new(entry: Option<u64>, log: Option<&str>) -> Self {
+        PyFollow(entry.map_or_else(Follow::new, |entry| Follow::from_entry(entry, log)))
     }
 
     /// The event id to ask after, or `None`: from the oldest kept event.
     #[getter]
     fn after(&self) -> Option<String> {
         self.0.after().map(|after| after.to_string())
+    }
+
+    /// The log the cursor is of (the query's `log=`), or `None`: not known yet.
+    #[getter]
+    fn log(&self) -> Option<&str> {
+        self.0.log()
+    }
+
+    /// A session of the stream was opened (or resumed) by log entry `entry` of log `log`.
+    #[pyo3(signature = (entry, log=None))]
+    fn opened(&mut self, entry: u64, log: Option<&str>) {
+        self.0.opened(entry, log);
     }
 
     /// How long the next poll asks the server to wait for an event: `long`, or 0 right after a
@@ -52,10 +67,17 @@ impl PyFollow {
         self.0.failed();
     }
 
-    /// A poll answered by node `node` with `next` and `gap`: whether to resync the held
-    /// leases (the events are routed first).
-    fn answered(&mut self, node: usize, next: &str, gap: bool) -> PyResult<bool> {
-        match self.0.answered(node, next, gap) {
+    /// A poll answered by node `node` with `next`, `gap` and `log`: whether to resync the
+    /// held leases (the events are routed first).
+    #[pyo3(signature = (node, next, gap, log=None))]
+    fn answered(
+        &mut self,
+        node: usize,
+        next: &str,
+        gap: bool,
+        log: Option<&str>,
+    ) -> PyResult<bool> {
+        match self.0.answered(node, next, gap, log) {
             Ok(resync) => Ok(resync == Resync::Held),
             Err(bad) => Err(PyValueError::new_err(format!("{bad}, not {next:?}"))),
         }

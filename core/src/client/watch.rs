@@ -15,6 +15,18 @@
 //!   another node than the last answer, or has a `gap` (the server dropped events after the
 //!   cursor: its byte budget, or a restart from a snapshot). Each of these may have hidden an
 //!   expiry, a wound or a close. A poll the host could not use is [`Follow::failed`].
+//! - *A cursor belongs to one log.* Event ids count entries of the server's log, named by an
+//!   id (a `--memory` server makes a new one at each start; a data file and a cluster keep
+//!   theirs): a number from one log means nothing in another, and taken as one it would skip
+//!   the new log's events up to it. The stream knows the log of its cursor (an open's or a
+//!   watch answer's `log`) and names it with each poll ([`Follow::log`], the query's
+//!   `log=`); a server whose log is another reads it from that log's start with a `gap`, and
+//!   [`Follow::answered`] then *replaces* the cursor (it only moves forward within a log) and
+//!   says [`Resync::Held`]. A session opened on another log than the stream's
+//!   ([`Follow::opened`]) moves the stream to read from that session's entry of its log, and
+//!   the next answer resyncs: the old log's sessions are gone with it. So the host counts as
+//!   a failed poll only a call that gave up: a server's return within the call's budget
+//!   missed nothing (same log) or says so (another log).
 //! - A poll asks the server to hold it for an event up to the host's long wait, except right
 //!   after a failed poll ([`Follow::wait_ms`]: 0): that answer is the one that says
 //!   [`Resync::Held`], and held for an event it would put the resync off by the whole wait.
@@ -30,6 +42,7 @@
 
 use crate::error::ErrorCode;
 use crate::types::{Event, LeaseId};
+use alloc::string::String;
 use core::fmt;
 
 /// The name of a lease the client found lost at its local deadline (module contract): the
@@ -90,6 +103,8 @@ pub enum Resync {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Follow {
     after: Option<EventId>,
+    /// The log `after` counts entries of, once known.
+    log: Option<String>,
     /// The node of the last answered poll.
     last_node: Option<usize>,
     /// A poll failed since the last answer.
@@ -102,14 +117,12 @@ impl Follow {
         Follow::default()
     }
 
-    /// A watch that reads every event of log entry `index` and later ones (module contract).
-    pub fn from_entry(index: u64) -> Follow {
+    /// A watch that reads every event of log entry `index` (of log `log`, when the server
+    /// named it) and later ones (module contract).
+    pub fn from_entry(index: u64, log: Option<&str>) -> Follow {
         Follow {
-            // The last event of the entry before; entry 0 has none before it.
-            after: index.checked_sub(1).map(|before| EventId {
-                index: before,
-                k: u32::MAX,
-            }),
+            after: before_entry(index),
+            log: log.map(String::from),
             ..Follow::default()
         }
     }
@@ -117,6 +130,28 @@ impl Follow {
     /// The id to ask after (`None`: from the oldest kept event), as the query's `after=`.
     pub fn after(&self) -> Option<impl fmt::Display> {
         self.after
+    }
+
+    /// The log the cursor belongs to (`None`: not known yet), as the query's `log=`.
+    pub fn log(&self) -> Option<&str> {
+        self.log.as_deref()
+    }
+
+    /// A session of this stream was opened (or resumed) by log entry `index` of log `log`
+    /// (its answer's `Klock-Index` and `log`). On the stream's own log (or an unknown one)
+    /// nothing moves: the session's events come after its open, sent after the stream
+    /// started. On another log, the stream reads that log from the session's entry, and the
+    /// next answer says [`Resync::Held`] (module contract).
+    pub fn opened(&mut self, index: u64, log: Option<&str>) {
+        match (self.log.as_deref(), log) {
+            (Some(ours), Some(theirs)) if ours != theirs => {
+                self.after = before_entry(index);
+                self.log = Some(String::from(theirs));
+                self.cut_off = true;
+            }
+            (None, Some(theirs)) => self.log = Some(String::from(theirs)),
+            _ => {}
+        }
     }
 
     /// How long the next poll asks the server to hold it for an event (its `wait_ms=`): the
@@ -135,15 +170,33 @@ impl Follow {
         self.cut_off = true;
     }
 
-    /// A poll answered by node `node` (its position in the client's list) with `next` and
-    /// `gap`; the host routes its events, then does what this says.
+    /// A poll answered by node `node` (its position in the client's list) with `next`,
+    /// `gap` and `log` (the answer's log, if it named one); the host routes its events, then
+    /// does what this says.
     ///
     /// # Errors
     /// [`BadEventId`]: nothing moved; the host takes it as a failed poll.
-    pub fn answered(&mut self, node: usize, next: &str, gap: bool) -> Result<Resync, BadEventId> {
+    pub fn answered(
+        &mut self,
+        node: usize,
+        next: &str,
+        gap: bool,
+        log: Option<&str>,
+    ) -> Result<Resync, BadEventId> {
         let next = EventId::parse(next)?;
         let moved = self.last_node.is_some_and(|last| last != node);
-        let missed = gap || self.cut_off || moved;
+        let other_log =
+            matches!((self.log.as_deref(), log), (Some(ours), Some(theirs)) if ours != theirs);
+        let missed = gap || self.cut_off || moved || other_log;
+        if other_log {
+            // The server read this stream from its log's start: its `next` is where to go on.
+            self.after = None;
+        }
+        if let Some(log) = log {
+            if self.log.as_deref() != Some(log) {
+                self.log = Some(String::from(log));
+            }
+        }
         self.advance(next);
         self.cut_off = false;
         self.last_node = Some(node);
@@ -159,6 +212,15 @@ impl Follow {
             self.after = Some(next);
         }
     }
+}
+
+/// The cursor just before log entry `index`: the last event of the entry before (entry 0
+/// has none before it).
+fn before_entry(index: u64) -> Option<EventId> {
+    index.checked_sub(1).map(|before| EventId {
+        index: before,
+        k: u32::MAX,
+    })
 }
 
 /// Which of its session's leases an event ends.
@@ -233,62 +295,62 @@ mod tests {
     fn the_cursor_starts_at_the_oldest_and_only_moves_forward() {
         let mut f = Follow::new();
         assert_eq!(after(&f), None);
-        assert_eq!(f.answered(0, "7.2", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "7.2", false, None), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("7.2"));
-        assert_eq!(f.answered(0, "9.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "9.0", false, None), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("9.0"));
         // A node behind (a follower that applied less) answers an older next: kept where it was.
-        assert_eq!(f.answered(0, "8.5", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "8.5", false, None), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("9.0"));
         // Numeric, not textual, order.
-        assert_eq!(f.answered(0, "10.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "10.0", false, None), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("10.0"));
     }
 
     #[test]
     fn a_stream_for_a_session_reads_from_the_entry_that_opened_it() {
-        let f = Follow::from_entry(12);
+        let f = Follow::from_entry(12, None);
         assert_eq!(after(&f).as_deref(), Some("11.4294967295"));
-        assert_eq!(after(&Follow::from_entry(0)), None);
+        assert_eq!(after(&Follow::from_entry(0, None)), None);
         // An event of entry 12 is after the cursor, the last of entry 11 is not.
-        let mut f = Follow::from_entry(12);
-        assert_eq!(f.answered(0, "11.3", false), Ok(Resync::Nothing));
+        let mut f = Follow::from_entry(12, None);
+        assert_eq!(f.answered(0, "11.3", false, None), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("11.4294967295"));
-        assert_eq!(f.answered(0, "12.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "12.0", false, None), Ok(Resync::Nothing));
         assert_eq!(after(&f).as_deref(), Some("12.0"));
     }
 
     #[test]
     fn a_bad_next_is_a_named_error_that_moves_nothing() {
         let mut f = Follow::new();
-        assert_eq!(f.answered(0, "3.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "3.0", false, None), Ok(Resync::Nothing));
         for bad in ["", "3", "x.1", "3.-1", "3.0.0"] {
-            assert_eq!(f.answered(1, bad, true), Err(BadEventId), "{bad:?}");
+            assert_eq!(f.answered(1, bad, true, None), Err(BadEventId), "{bad:?}");
         }
         assert_eq!(after(&f).as_deref(), Some("3.0"));
         // The bad answers did not count as answers: node 1 never answered.
-        assert_eq!(f.answered(0, "4.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "4.0", false, None), Ok(Resync::Nothing));
     }
 
     #[test]
     fn a_gap_a_failure_or_another_node_resyncs_once() {
         let mut f = Follow::new();
-        assert_eq!(f.answered(0, "2.0", false), Ok(Resync::Nothing));
-        assert_eq!(f.answered(0, "5.0", true), Ok(Resync::Held), "a gap");
-        assert_eq!(f.answered(0, "5.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "2.0", false, None), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "5.0", true, None), Ok(Resync::Held), "a gap");
+        assert_eq!(f.answered(0, "5.0", false, None), Ok(Resync::Nothing));
         f.failed();
         assert_eq!(
-            f.answered(0, "5.0", false),
+            f.answered(0, "5.0", false, None),
             Ok(Resync::Held),
             "after a failure"
         );
-        assert_eq!(f.answered(0, "6.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(0, "6.0", false, None), Ok(Resync::Nothing));
         assert_eq!(
-            f.answered(2, "6.0", false),
+            f.answered(2, "6.0", false, None),
             Ok(Resync::Held),
             "another node"
         );
-        assert_eq!(f.answered(2, "6.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(2, "6.0", false, None), Ok(Resync::Nothing));
     }
 
     /// The poll after a failed one is not held for an event: its answer is the resync's.
@@ -300,20 +362,78 @@ mod tests {
         assert_eq!(f.wait_ms(10_000), 0);
         f.failed();
         assert_eq!(f.wait_ms(10_000), 0, "until a poll is answered");
-        assert_eq!(f.answered(0, "3.0", false), Ok(Resync::Held));
+        assert_eq!(f.answered(0, "3.0", false, None), Ok(Resync::Held));
         assert_eq!(f.wait_ms(10_000), 10_000);
         // An answer it could not read is no answer: still no wait.
         f.failed();
-        assert_eq!(f.answered(0, "x", false), Err(BadEventId));
+        assert_eq!(f.answered(0, "x", false, None), Err(BadEventId));
         assert_eq!(f.wait_ms(10_000), 0);
+    }
+
+    /// A restarted `--memory` server (another log) answers from its start: the cursor is
+    /// replaced, not kept as the larger number, and the host resyncs.
+    #[test]
+    fn an_answer_of_another_log_replaces_the_cursor_and_resyncs() {
+        let mut f = Follow::from_entry(40, Some("aa"));
+        assert_eq!(f.log(), Some("aa"));
+        assert_eq!(
+            f.answered(0, "45.0", false, Some("aa")),
+            Ok(Resync::Nothing)
+        );
+        assert_eq!(after(&f).as_deref(), Some("45.0"));
+        // The new log's events so far end at 3.1, below the old cursor.
+        assert_eq!(f.answered(0, "3.1", true, Some("bb")), Ok(Resync::Held));
+        assert_eq!(after(&f).as_deref(), Some("3.1"));
+        assert_eq!(f.log(), Some("bb"));
+        assert_eq!(f.answered(0, "4.0", false, Some("bb")), Ok(Resync::Nothing));
+        assert_eq!(after(&f).as_deref(), Some("4.0"));
+        // An answer that names no log (or the first log learnt) changes nothing of the kind.
+        assert_eq!(f.answered(0, "5.0", false, None), Ok(Resync::Nothing));
+        assert_eq!(f.log(), Some("bb"));
+        let mut f = Follow::new();
+        assert_eq!(f.log(), None);
+        assert_eq!(f.answered(0, "9.0", false, Some("cc")), Ok(Resync::Nothing));
+        assert_eq!((after(&f).as_deref(), f.log()), (Some("9.0"), Some("cc")));
+        // A bad answer of another log moves nothing, not even the log.
+        assert_eq!(f.answered(0, "x", false, Some("dd")), Err(BadEventId));
+        assert_eq!(f.log(), Some("cc"));
+    }
+
+    /// A session opened on another log than the stream's: the stream reads that log from the
+    /// session's entry, and the next answer resyncs; on the same log nothing moves.
+    #[test]
+    fn a_session_opened_on_another_log_moves_the_stream_to_it() {
+        let mut f = Follow::from_entry(40, Some("aa"));
+        assert_eq!(
+            f.answered(0, "45.0", false, Some("aa")),
+            Ok(Resync::Nothing)
+        );
+        f.opened(50, Some("aa"));
+        f.opened(7, None);
+        assert_eq!((after(&f).as_deref(), f.log()), (Some("45.0"), Some("aa")));
+        assert_eq!(f.wait_ms(10_000), 10_000);
+        f.opened(3, Some("bb"));
+        assert_eq!(
+            (after(&f).as_deref(), f.log()),
+            (Some("2.4294967295"), Some("bb"))
+        );
+        assert_eq!(f.wait_ms(10_000), 0, "the resync's answer is not held");
+        assert_eq!(f.answered(0, "3.0", false, Some("bb")), Ok(Resync::Held));
+        assert_eq!(f.answered(0, "3.1", false, Some("bb")), Ok(Resync::Nothing));
+        // A stream that knew no log learns the session's, and keeps its cursor.
+        let mut f = Follow::new();
+        assert_eq!(f.answered(0, "8.0", false, None), Ok(Resync::Nothing));
+        f.opened(9, Some("cc"));
+        assert_eq!((after(&f).as_deref(), f.log()), (Some("8.0"), Some("cc")));
+        assert_eq!(f.answered(0, "9.0", false, Some("cc")), Ok(Resync::Nothing));
     }
 
     #[test]
     fn the_first_answer_is_no_reconnect_but_its_gap_is() {
         let mut f = Follow::new();
-        assert_eq!(f.answered(1, "1.0", false), Ok(Resync::Nothing));
+        assert_eq!(f.answered(1, "1.0", false, None), Ok(Resync::Nothing));
         let mut f = Follow::new();
-        assert_eq!(f.answered(1, "1.0", true), Ok(Resync::Held));
+        assert_eq!(f.answered(1, "1.0", true, None), Ok(Resync::Held));
     }
 
     #[test]

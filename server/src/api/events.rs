@@ -33,10 +33,17 @@ async fn follow(
     slots: Option<axum::Extension<PollSlots>>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (hold, mut after) = q.parse()?;
+    let (mut hold, mut after, log) = q.parse()?;
+    // A cursor of another log counts nothing in this one: read this log from its start, at
+    // once, and say so with a gap (the events module's contract).
+    let other_log = api.engine.events().other_log(log);
     let accepts = header(headers, "accept")?.unwrap_or_default();
     if !accepts.contains("text/event-stream") {
-        let batch = api.engine.events().wait_after(&stream, after, hold).await;
+        if other_log {
+            (after, hold) = (EventId::default(), Duration::ZERO);
+        }
+        let mut batch = api.engine.events().wait_after(&stream, after, hold).await;
+        batch.gap |= other_log;
         return Ok(Json(to_json(&batch)).into_response());
     }
     if let Some(last) = header(headers, "last-event-id")? {
@@ -46,38 +53,48 @@ async fn follow(
             ))
         })?;
     }
+    if other_log {
+        after = EventId::default();
+    }
     // The stream outlives this handler: it keeps the caller's long-poll slot while it is open
     // (the access layer's own slot for this request is freed when the handler returns).
     let slot = slots.map(|axum::Extension(slots)| slots.hand_over());
-    Ok(sse(&api, stream, after, slot).into_response())
+    Ok(sse(&api, stream, after, other_log, slot).into_response())
 }
 
 /// An SSE stream of `stream` after `after`, until its session closes or the client goes; a
-/// `gap` event (its id past what was missed) says the reader missed events.
+/// `gap` event (its id past what was missed) says the reader missed events, or (`other_log`)
+/// that its cursor was of another log.
 fn sse(
     api: &Api,
     stream: Stream,
     after: EventId,
+    other_log: bool,
     slot: Option<auth::LongPoll>,
 ) -> impl IntoResponse {
     use axum::response::sse::{Event as Sse, KeepAlive};
     type Pending = std::collections::VecDeque<Sse>;
     // Follows the stream from now on, so no event published after this answer is missed.
     let reader = api.engine.events().follow(stream);
-    let start = (reader, after, Pending::new(), false, slot);
+    let start = (reader, after, Pending::new(), false, other_log, slot);
     let events = futures_util::stream::unfold(
         start,
-        |(reader, mut after, mut pending, mut ended, slot)| async move {
+        |(reader, mut after, mut pending, mut ended, mut other_log, slot)| async move {
             loop {
                 if let Some(next) = pending.pop_front() {
-                    let state = (reader, after, pending, ended, slot);
+                    let state = (reader, after, pending, ended, other_log, slot);
                     return Some((Ok::<_, std::convert::Infallible>(next), state));
                 }
                 if ended {
                     return None;
                 }
-                let batch = reader.wait_after(after, Duration::from_secs(15)).await;
-                if batch.gap {
+                let wait = if other_log {
+                    Duration::ZERO
+                } else {
+                    Duration::from_secs(15)
+                };
+                let batch = reader.wait_after(after, wait).await;
+                if batch.gap || std::mem::take(&mut other_log) {
                     let gap = Sse::default().event("gap").id(&batch.next);
                     pending.push_back(gap.data(&batch.next));
                 }

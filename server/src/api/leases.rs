@@ -141,7 +141,10 @@ pub(super) async fn ticket(
 ) -> Answer {
     let session = authorize(&api, &ns, &sid, &headers).await?;
     let ticket = ticket_id(&tid)?;
-    let (hold, after) = q.parse()?;
+    let (hold, mut after, log) = q.parse()?;
+    if api.engine.events().other_log(log) {
+        after = EventId::default(); // a cursor of another log counts nothing here
+    }
     // Read between the engine's batches, which record their events before the next read: a
     // ticket that has ended by now has its outcome in the stream already, so only a waiting
     // one is worth holding the request for.

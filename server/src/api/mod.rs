@@ -732,11 +732,17 @@ fn hold_of(ms: Option<u64>, what: &str) -> Result<Option<Duration>, ApiError> {
 struct WaitQuery {
     wait_ms: Option<u64>,
     after: Option<String>,
+    /// The log `after` is an event id of (a watch answer's `log`, an open's): a cursor of
+    /// another log is read from this log's start, with a gap.
+    log: Option<String>,
 }
 
+/// The longest log id a query may name (the server's are 32 hex digits).
+const MAX_LOG_ID: usize = 64;
+
 impl WaitQuery {
-    /// How long to wait, and the event id to read after.
-    fn parse(&self) -> Result<(Duration, EventId), ApiError> {
+    /// How long to wait, the event id to read after, and the log that id is of.
+    fn parse(&self) -> Result<(Duration, EventId, Option<&str>), ApiError> {
         let hold = hold_of(self.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
         let after = match &self.after {
             Some(a) => EventId::parse(a).ok_or_else(|| {
@@ -744,7 +750,18 @@ impl WaitQuery {
             })?,
             None => EventId::default(),
         };
-        Ok((hold, after))
+        let log = self.log.as_deref();
+        if let Some(log) = log {
+            let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+            if log.is_empty() || log.len() > MAX_LOG_ID || !log.chars().all(hex) {
+                return Err(ApiError::bad_request(format!(
+                    "log must be a log id as a watch or an open answered it (1 to \
+                     {MAX_LOG_ID} lowercase hex digits), got {:?}",
+                    log.chars().take(MAX_LOG_ID + 8).collect::<String>()
+                )));
+            }
+        }
+        Ok((hold, after, log))
     }
 }
 

@@ -129,6 +129,11 @@ async fn start_session(
             v["session_token"] = json!(token);
             v["resume_secret"] = json!(resume_secret);
             v["server_now"] = json!(now);
+            // The log its `Klock-Index` counts entries of: the watch's `log=` for a stream
+            // that starts at the session's entry.
+            if let Some(log) = api.engine.events().log() {
+                v["log"] = json!(&*log);
+            }
             Ok(Json(v))
         }
         other => Err(unexpected(what, &other)),
