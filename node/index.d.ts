@@ -119,10 +119,17 @@ export declare class Attempts {
 
 /** A client's cursor on one namespace's watch (the core's `Follow`). */
 export declare class Follow {
-  /** A watch that reads from log entry `entry` on, or from the oldest kept event. */
-  constructor(entry?: number)
+  /**
+   * A watch that reads from log entry `entry` (of log `log`) on, or from the oldest kept
+   * event.
+   */
+  constructor(entry?: number, log?: string | null)
   /** The event id to ask after, or `null`: from the oldest kept event. */
   get after(): string | null
+  /** The log the cursor is of (the query's `log=`), or `null`: not known yet. */
+  get log(): string | null
+  /** A session of the stream was opened (or resumed) by log entry `entry` of log `log`. */
+  opened(entry: number, log?: string | null): void
   /**
    * How long the next poll asks the server to wait for an event (`wait_ms=`): `long`, or 0
    * right after a failed poll (its answer is the resync's).
@@ -131,10 +138,10 @@ export declare class Follow {
   /** A poll failed: the next answer may follow missed events. */
   failed(): void
   /**
-   * A poll answered by node `node` with `next` and `gap`: whether to resync the held
-   * leases (the events are routed first).
+   * A poll answered by node `node` with `next`, `gap` and `log`: whether to resync the
+   * held leases (the events are routed first).
    */
-  answered(node: number, next: string, gap: boolean): boolean
+  answered(node: number, next: string, gap: boolean, log?: string | null): boolean
 }
 
 /**

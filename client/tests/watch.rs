@@ -8,8 +8,9 @@ mod support;
 
 use klock_client::{Client, LeaseOptions};
 use klock_testkit::link::Link;
+use klock_testkit::server::Server;
 use std::time::{Duration, Instant};
-use support::{eventually, metric, server, url};
+use support::{eventually, klock, metric, server, url};
 
 /// Runs a test's body under a bound, so a client that hangs fails instead of stalling.
 async fn bounded<F: std::future::Future>(body: F) -> F::Output {
@@ -125,6 +126,65 @@ async fn a_loss_the_stream_missed_in_a_gap_is_learnt_by_renewing_at_once() {
         // counts as released.
         assert_eq!(loss.reason, "LEASE_RELEASED", "{loss:?}");
         assert!(younger.held().is_empty());
+    })
+    .await;
+}
+
+/// A `--memory` server restarted on its port starts a new log, whose entries begin below the
+/// stream's cursor. The stream names its cursor's log, so the restarted server reads it from
+/// its log's start, and a session opened there hears of its loss through the stream (the
+/// core's `Follow::opened`, `answered`), not at its renewal a third of the TTL later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_memory_servers_restart_the_stream_reads_the_new_log() {
+    let server = server(&["--config", "policy=wound_wait"]);
+    let port = server.port();
+    bounded(async {
+        let client = Client::connect(&url(&server), None).await.unwrap();
+        // Kept through the restart, so the client's stream (and its cursor) lives on.
+        let first = client.session("first").await.unwrap();
+        for _ in 0..20 {
+            let lease = first
+                .lease(["MUTATES FILE:/warm"], LeaseOptions::default())
+                .await
+                .unwrap();
+            lease.release().await.unwrap();
+        }
+        server.kill();
+        let listen = format!("127.0.0.1:{port}");
+        let server = Server::spawn(
+            &klock(),
+            &[
+                "--memory",
+                "--config",
+                "policy=wound_wait",
+                "--listen",
+                &listen,
+            ],
+        );
+        // On the new log: an older session of another client, then this client's younger one.
+        let other = Client::connect(&url(&server), None).await.unwrap();
+        let older = other.session("older").await.unwrap();
+        let younger = client.session("younger").await.unwrap();
+        let granted = Instant::now();
+        let mut held = younger
+            .lease(["MUTATES FILE:/x"], LeaseOptions::default())
+            .await
+            .unwrap();
+        // Wound-Wait: the older session takes /x; the WOUNDED is an early entry of the new log.
+        let _taken = older
+            .lease(["MUTATES FILE:/x"], LeaseOptions::default())
+            .await
+            .unwrap();
+        let loss = tokio::time::timeout(Duration::from_secs(8), held.until_lost())
+            .await
+            .expect("no loss heard within 8 s: the stream did not read the new log");
+        assert!(
+            granted.elapsed() < Duration::from_secs(18),
+            "too slow to tell the stream from the renewal due at 20 s"
+        );
+        // The stream's event, by its name (a renewal would say LEASE_RELEASED).
+        assert_eq!(loss.reason, "WOUNDED", "{loss:?}");
+        drop(first);
     })
     .await;
 }

@@ -11,6 +11,10 @@
 //   polling by a watcher of the client's events that blocks the event loop while another
 //   process wounds and bursts (it runs inside the reader's hand-over of an answer), so no poll
 //   fails and only the gap can say events were missed;
+// - a `--memory` server restarted on its port starts a new log, whose entries begin below the
+//   stream's cursor: the stream names its cursor's log (`log=`), the server reads it from its
+//   log's start, and a session opened there hears of its wound through the stream, long before
+//   its renewal would tell;
 // - a poll right after a failed one asks with `wait_ms=0` (the core's `waitMs`): its answer is
 //   the one that has the held leases renewed;
 // - which leases an event ends is the core's rule (the addon's `ends`), for the kernel's events
@@ -34,8 +38,8 @@ after(async () => {
   for (const s of servers) await s.stop();
 });
 
-async function server(args) {
-  const s = await startServer(args);
+async function server(args, options) {
+  const s = await startServer(args, options);
   servers.push(s);
   return s;
 }
@@ -207,6 +211,42 @@ test('a gap renews the held leases at once', async () => {
     assert.equal(loss.name, 'LEASE_RELEASED', String(loss));
     stop();
     await trip.release();
+  } finally {
+    await k.close();
+  }
+});
+
+test("after a --memory server's restart the stream reads the new log", async () => {
+  const s = await server(['--memory', '--config', 'policy=wound_wait']);
+  const k = connect(s.url, { reconnectTimeoutMs: 15_000 });
+  try {
+    const first = await k.session('first');
+    // Entries push the stream's cursor past where a new log starts.
+    for (let i = 0; i < 20; i += 1) await (await first.lease(['MUTATES FILE:/warm'])).release();
+    const watch = k.kernel._watches.get('default');
+    const log = watch.follow.log;
+    assert.match(log, /^[0-9a-f]{32}$/);
+    await s.stop();
+    const again = await server(['--memory', '--config', 'policy=wound_wait'], { port: s.port });
+    // On the new log: an older session of another client, then this client's younger one.
+    const direct = connect(again.url);
+    try {
+      const older = await direct.session('older');
+      const younger = await k.session('younger');
+      const grantedAt = Date.now();
+      const held = await younger.lease(['MUTATES FILE:/x']);
+      const lost = new Promise((resolve) => held.signal.addEventListener('abort', () => resolve(held.signal.reason)));
+      // Wound-Wait: the older session takes /x; the WOUNDED is an early entry of the new log,
+      // below the old cursor.
+      await (await older.lease(['MUTATES FILE:/x'])).release();
+      const loss = await within(8_000, lost, 'the loss heard through the stream of the new log');
+      assert.ok(Date.now() - grantedAt < 18_000, 'too slow to tell from the renewal due at 20 s');
+      assert.ok(loss instanceof Error, String(loss));
+      assert.notEqual(watch.follow.log, log);
+      assert.notEqual(watch.follow.log, null);
+    } finally {
+      await direct.close();
+    }
   } finally {
     await k.close();
   }

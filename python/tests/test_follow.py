@@ -11,6 +11,10 @@
   then, not at the renewal due a third of the TTL after the grant. The reader is kept from
   polling by a watcher of the namespace that takes its time (it runs in the reader's thread),
   so no poll fails and only the gap can say events were missed;
+* a ``--memory`` server restarted on its port starts a new log, whose entries begin below the
+  stream's cursor: the stream names its cursor's log (``log=``), the server reads it from its
+  log's start, and a session opened there hears of its wound through the stream, long before
+  its renewal would tell;
 * a poll right after a failed one asks with ``wait_ms=0`` (the core's ``Follow.wait_ms``): its
   answer is the one that has the held leases renewed;
 * which leases an event ends is the core's rule (``klock._core.ends``), for the kernel's
@@ -201,4 +205,39 @@ def test_a_gap_renews_the_held_blocks_at_once() -> None:
                 raise AssertionError("the block's exit did not raise its loss")
     finally:
         go.set()
+        server.stop()
+
+
+def test_after_a_memory_servers_restart_the_stream_reads_the_new_log() -> None:
+    server = Server("--memory", "--config", "policy=wound_wait")
+    try:
+        with klock.connect(server.url, reconnect_timeout=15) as k, k.session("first") as first:
+            for _ in range(20):  # entries push the stream's cursor past where a new log starts
+                with first.lease("MUTATES FILE:/warm"):
+                    pass
+            log = k.kernel._follows["default"].log  # type: ignore[attr-defined]
+            assert isinstance(log, str) and len(log) == 32, log
+            server.kill()
+            server.start()  # the same port, a new log
+            with (
+                klock.connect(server.url) as direct,
+                direct.session("older") as older,
+                k.session("younger") as younger,
+            ):
+                granted = time.monotonic()
+                block = younger.lease("MUTATES FILE:/x")
+                block.__enter__()
+                # Wound-Wait: the older session takes /x; the WOUNDED is an early entry of the
+                # new log, below the old cursor.
+                with older.lease("MUTATES FILE:/x"):
+                    pass
+                deadline = time.monotonic() + 8
+                while not block.lost and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert block.lost, "no loss heard within 8 s: the stream did not read the new log"
+                assert time.monotonic() - granted < 18, "too slow to tell from the renewal at 20 s"
+                assert k.kernel._follows["default"].log  # type: ignore[attr-defined] not in (None, log)
+                with pytest.raises(klock.LeaseLost):
+                    block.__exit__(None, None, None)
+    finally:
         server.stop()
