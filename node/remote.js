@@ -67,8 +67,8 @@
 //   fires on it and `advance(now)` settles it.
 // - Reconnect: after a failed request, the first request that gets through starts a resync
 //   of every session; so does an event poll when the core says the stream may have missed
-//   events (an answer after a failed poll, from another node than the last, or with a `gap`;
-//   every failed attempt of a poll counts as a failed poll): the event readers resume after
+//   events (an answer after a poll that gave up, from another node than the last, of another
+//   log than its cursor's, or with a `gap`): the event readers resume after
 //   their last id, open tickets are polled again, held leases are reconciled (those the
 //   server no longer has are lost) and the rest are renewed at once. The server restores
 //   sessions into a suspension grace and extends leases by downtime + grace

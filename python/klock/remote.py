@@ -47,9 +47,9 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   heartbeats*: a call holds the Klock's lock while it retries, so each pause between its
   attempts first sends the heartbeats due (but those of a session whose leases the call
   releases). When the core
-  says the event stream may have missed events (an answer after a failed poll, from another
-  node than the last, or with a ``gap``; this reader counts every failed attempt of a poll as
-  a failed poll), the reader re-polls the open tickets (a restart may have dropped their
+  says the event stream may have missed events (an answer after a poll that gave up, from
+  another node than the last, of another log than its cursor's, or with a ``gap``), the
+  reader re-polls the open tickets (a restart may have dropped their
   events; a ticket whose outcome the server no longer has is asked again, which reuses a
   lease granted meanwhile) and has every held block renewed at once; the server restored
   the sessions in their suspension grace and extended the leases by the downtime, so a quick
