@@ -6,9 +6,9 @@
 //! Contract: [`Applier::apply`] and [`Applier::apply_batch`] take entries in log order, only
 //! once they are durable (committed); nothing else changes the machine. For each entry they
 //! apply the machine, add the step to the history, record the entry's events in the event
-//! streams, and return the answer to release to the entry's sender. The event streams are
-//! told which log their ids count ([`EventHub::name_log`]) from the machine: when the applier
-//! is made and when an entry may have named it.
+//! streams, and return the answer to release to the entry's sender. In a cluster, the event
+//! streams are told which log their ids count ([`EventHub::name_log`]) from the machine: when
+//! the applier is made and when an entry may have named it.
 
 use crate::engine::Reply;
 use crate::events::{EventHub, Membership};
@@ -27,7 +27,9 @@ impl Applier {
     /// An applier on `machine` (at its last applied entry), recording into `events` and
     /// `history`.
     pub fn new(machine: Machine, events: Arc<EventHub>, history: Arc<Mutex<History>>) -> Applier {
-        events.name_log(machine.log());
+        if let Some(log) = machine.log() {
+            events.name_log(log);
+        }
         Applier {
             machine,
             events,
@@ -91,9 +93,9 @@ impl Applier {
             commands: kernel_calls,
         };
         let membership = Membership::of(entry, &output, repeat_of.is_some());
-        if let Entry::LeaderChanged { .. } = entry {
-            // The first one names the machine's log: the streams count its entries.
-            self.events.name_log(self.machine.log());
+        if let (Entry::LeaderChanged { .. }, Some(log)) = (entry, self.machine.log()) {
+            // The first one named the cluster's log: the streams count its entries.
+            self.events.name_log(log);
         }
         // A repeated request is answered as the first one was, at the first one's time.
         let now = repeat_of.map_or(self.machine.last_now(), |(_, first_now)| first_now);

@@ -22,8 +22,9 @@
 //!   when it has no open session, no reader, and its events were dropped by the budget. What a
 //!   freed ring had dropped is kept as one hub-wide mark, so a later reader still learns of it.
 //! - Readers wait on their own ring's signal: a publish wakes only the streams it concerns.
-//! - Event ids count entries of one log, named by [`EventHub::log`] (the machine's
-//!   `Machine::log`, which the applier hands over), and every batch says which. A reader
+//! - Event ids count entries of one log, named by [`EventHub::log`] (a single server's data
+//!   file's id or its process's own, a cluster's `Machine::log`, which the applier hands
+//!   over), and every batch says which. A reader
 //!   whose cursor belongs to another log (a `--memory` server restarted on its port, a new
 //!   data file, a new cluster) is read this log from its start, told so as a `gap`
 //!   ([`EventHub::other_log`]): its cursor's number means nothing here, and taken as one it
@@ -388,11 +389,12 @@ impl EventHub {
         }
     }
 
-    /// Names the log the event ids count entries of (the applier, from its machine).
-    pub fn name_log(&self, id: Option<&str>) {
+    /// Names the log the event ids count entries of: a single server's (its data file's id,
+    /// or a `--memory` process's own), or a cluster's (the applier, from its machine).
+    pub fn name_log(&self, id: &str) {
         let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-        if log.as_deref() != id {
-            *log = id.map(Arc::from);
+        if log.as_deref() != Some(id) {
+            *log = Some(Arc::from(id));
         }
     }
 

@@ -194,7 +194,7 @@ pub struct Machine {
     /// Whether [`Applied::kernel_calls`] is filled: only a kept history reads it, and copying
     /// every command costs the batch endpoint about a tenth of its throughput.
     record_calls: bool,
-    /// The id of the log this machine's history belongs to ([`Machine::log`]).
+    /// The id of a cluster's log ([`Machine::log`]).
     log: Option<String>,
 }
 
@@ -218,7 +218,8 @@ pub struct MachineSnapshot {
     /// Bearer token names of open sessions opened with one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub owners: BTreeMap<SessionId, String>,
-    /// The id of the log the state belongs to ([`Machine::log`]); none before any was named.
+    /// The id of the cluster's log the state belongs to ([`Machine::log`]); none on a single
+    /// server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
     /// What a consensus layer stores with the snapshot, stored and read back in the same
@@ -294,18 +295,13 @@ impl Machine {
         })
     }
 
-    /// The id of the log this machine's history belongs to: event ids (`"<index>.<k>"`) and
-    /// `Klock-Index` count entries of that log, and mean nothing in another. A single server
-    /// names it when it starts ([`Machine::name_log`]: a new one for a `--memory` server, its
-    /// data file's id with `--data`); a cluster's first [`Entry::LeaderChanged`] names it.
-    /// Readers compare it to tell a cursor of another log (docs/SPEC.md §13).
+    /// The id of a cluster's log, which its first [`Entry::LeaderChanged`] named: event ids
+    /// (`"<index>.<k>"`) and `Klock-Index` count entries of that log, and mean nothing in
+    /// another (docs/SPEC.md §13.9). Replicated, so every node and every snapshot says the
+    /// same. A single server applies no such entry: its log is named outside the machine (its
+    /// data file's id, or a new one per `--memory` process), so its state is unchanged.
     pub fn log(&self) -> Option<&str> {
         self.log.as_deref()
-    }
-
-    /// Names the log this machine's history belongs to ([`Machine::log`]).
-    pub fn name_log(&mut self, id: String) {
-        self.log = Some(id);
     }
 
     /// The byte budget of remembered answers (by default [`DEFAULT_ANSWER_BYTES`]): past it,

@@ -98,9 +98,6 @@ pub fn recover(
     if let Some(loss) = &loaded.lost {
         machine = past_the_loss(store, &machine, loss)?;
     }
-    // The data file names the log its history is of: the same across restarts and
-    // compactions, another for another file (a snapshot of an older file carries none).
-    machine.name_log(store.id().to_owned());
     let replayed = loaded.entries.len() as u64;
     let history = Arc::new(Mutex::new(History::new(&machine, DEFAULT_CAPACITY)));
     let mut applier = Applier::new(machine, Arc::clone(events), Arc::clone(&history));

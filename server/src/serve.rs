@@ -176,6 +176,9 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
                 Store::open_with(path, config.accept_log_loss).map_err(|e| e.to_string())?,
             );
             let recovered = recover(&store, &kernel_config, &hub)?;
+            // The data file names its log: the same across restarts and compactions, another
+            // for another file.
+            hub.name_log(store.id());
             if let Some(torn) = recovered.torn {
                 tracing::warn!(
                     at = torn.at,
@@ -204,9 +207,9 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
             (recovered.machine, Some(store), history)
         }
         None => {
-            let mut machine = Machine::new(kernel_config).map_err(|e| e.message)?;
             // A memory server's log lives as long as its process: each start is a new one.
-            machine.name_log(crate::store::new_id().map_err(|e| e.to_string())?);
+            hub.name_log(&crate::store::new_id().map_err(|e| e.to_string())?);
+            let machine = Machine::new(kernel_config).map_err(|e| e.message)?;
             let history = History::new(&machine, config.history);
             (machine, None, history)
         }
