@@ -6,7 +6,8 @@
 // Checked: every lease held and renewed by the restarted server (a heartbeat each answered
 // OK), none lost; no connection
 // closed or refused at the per-peer cap; and never more than `MAX_RENEWALS_IN_FLIGHT` renewals
-// (heartbeats and the resync's reconciles) in flight at once. Bounded: about 10 s in a debug
+// (heartbeats and the resync's reconciles) in flight at once, each heartbeat's send time (where
+// its local deadline counts from) taken when its turn comes. Bounded: about 10 s in a debug
 // build.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -29,6 +30,8 @@ const DOWN_MS = 1000;
 const BURST_MS = 30_000;
 /** Room under the per-peer cap for the client's event reader and this test's reads of /metrics. */
 const ROOM = 8;
+/** How much older than the moment a heartbeat goes its send time may be (the time to call it). */
+const LAG_MS = 50;
 
 const dir = mkdtempSync(join(tmpdir(), 'klock-node-pace-'));
 let running = null;
@@ -48,13 +51,17 @@ async function metric(url, name, label = '') {
   return total;
 }
 
-/** Counts the backend's renewals in flight (heartbeats, reconciles), and the most at once. */
+/**
+ * Counts the backend's renewals in flight (heartbeats, reconciles), and the most at once; and
+ * notes when each lease's last heartbeat went (`sent`: lease id -> the client's clock).
+ */
 function countRenewals(kernel) {
-  const flight = { now: 0, most: 0 };
+  const flight = { now: 0, most: 0, sent: new Map() };
   const request = kernel._request.bind(kernel);
   kernel._request = async (method, path, options) => {
     const renewal = /\/(heartbeat|reconcile)$/.test(path);
     if (renewal) flight.most = Math.max(flight.most, ++flight.now);
+    if (path.endsWith('/heartbeat')) for (const id of options.body.lease_ids) flight.sent.set(id, kernel._clock.now());
     try {
       return await request(method, path, options);
     } finally {
@@ -115,6 +122,11 @@ test('after a restart, hundreds of leases renew paced and all survive', async ()
       flight.most >= 1 && flight.most <= MAX_RENEWALS_IN_FLIGHT,
       `${flight.most} renewals in flight at once, more than ${MAX_RENEWALS_IN_FLIGHT}`,
     );
+    // Each renewal's local deadline counts from when it went, not from when it fell due (the
+    // last of 400 waits about a second for its turn).
+    let lag = 0;
+    for (const [id, held] of k.kernel._leases) lag = Math.max(lag, flight.sent.get(id) - (held.deadline - held.ttlMs));
+    assert.ok(lag <= LAG_MS, `a send time ${lag} ms old`);
     assert.equal(await metric(running.url, 'klock_active_leases'), SESSIONS);
 
     for (let i = 0; i < SESSIONS; i += 50) await Promise.all(leases.slice(i, i + 50).map((lease) => lease.release()));

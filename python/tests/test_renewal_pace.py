@@ -6,7 +6,8 @@ port and data file, so the event reader's next answer may follow missed events a
 is renewed at once. Checked: every lease held and renewed by the restarted server, none lost;
 no connection closed or refused at the per-peer cap; and never more than
 ``MAX_RENEWALS_IN_FLIGHT`` heartbeats in flight at once (this driver sends them one at a time,
-under the Klock's lock). Bounded: about 15 s in a debug build."""
+under the Klock's lock), each with its send time (where its local deadline counts from) taken
+as it goes. Bounded: about 15 s in a debug build."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ BURST_S = 30.0
 #: Room under the per-peer cap for the client's other connections (its event reader, a call
 #: in flight) and this test's reads of /metrics, above the renewals' bound.
 ROOM = 8
+#: How much older than the moment a heartbeat goes its send time may be (the time to call it).
+LAG_MS = 50
 
 
 def _metric(url: str, name: str, label: str = "") -> float:
@@ -47,20 +50,23 @@ def _metric(url: str, name: str, label: str = "") -> float:
 
 
 class _InFlight:
-    """Counts the backend's heartbeats in flight (the most at once)."""
+    """Counts the backend's heartbeats in flight (the most at once), and how much older than
+    the moment it went the send time each was given is (the most, in milliseconds)."""
 
-    def __init__(self, kernel: Any) -> None:
-        self.now = self.most = 0
+    def __init__(self, k: klock.Klock) -> None:
+        self.now = self.most = self.lag_ms = 0
         self._lock = threading.Lock()
-        self._heartbeat = kernel.heartbeat
-        kernel.heartbeat = self
+        self._clock = k.now
+        self._heartbeat = k.kernel.heartbeat
+        k.kernel.heartbeat = self  # type: ignore[method-assign]
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, session: int, leases: Any, now: int) -> Any:
         with self._lock:
             self.now += 1
             self.most = max(self.most, self.now)
+            self.lag_ms = max(self.lag_ms, self._clock() - now)
         try:
-            return self._heartbeat(*args)
+            return self._heartbeat(session, leases, now)
         finally:
             with self._lock:
                 self.now -= 1
@@ -74,7 +80,7 @@ def test_after_a_restart_hundreds_of_leases_renew_paced_and_all_survive(
     server = Server("--data", data, "--max-connections-per-peer", str(cap))
     try:
         with klock.connect(server.url, namespace="pace", reconnect_timeout=5) as k:
-            flight = _InFlight(k.kernel)
+            flight = _InFlight(k)
             with contextlib.ExitStack() as held:
                 blocks = [
                     held.enter_context(
@@ -112,12 +118,15 @@ def test_after_a_restart_hundreds_of_leases_renew_paced_and_all_survive(
                     f"burst: {SESSIONS} leases renewed {took:.2f} s after the restart; "
                     f"{heartbeats:g} heartbeats answered 200, {accepted:g} connections accepted, "
                     f"{evicted:g} evicted at the cap of {cap}, {refused:g} refused; at most "
-                    f"{flight.most} heartbeats in flight"
+                    f"{flight.most} heartbeats in flight, send times at most {flight.lag_ms} ms old"
                 )
                 assert heartbeats >= SESSIONS
                 # Paced: the burst stayed under the per-peer cap, which closed or refused nothing.
                 assert (evicted, refused) == (0, 0), "connections closed at the per-peer cap"
                 assert 1 <= flight.most <= _core.MAX_RENEWALS_IN_FLIGHT
+                # Each renewal's local deadline counts from when it went, not from when the
+                # burst fell due (the last of 400 goes about a second later).
+                assert flight.lag_ms <= LAG_MS, f"a send time {flight.lag_ms} ms old"
                 assert _metric(server.url, "klock_active_leases") == SESSIONS
             assert _metric(server.url, "klock_active_leases") == 0
     finally:
