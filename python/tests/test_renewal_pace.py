@@ -104,11 +104,15 @@ def test_after_a_restart_hundreds_of_leases_renew_paced_and_all_survive(
                     time.sleep(0.05)
                 took = time.monotonic() - back
                 lost = [i for i, b in enumerate(blocks) if b.lost or not b.held]
-                assert not lost, f"{len(lost)} leases lost after the restart: {blocks[lost[0]].lost}"
+                assert not lost, (
+                    f"{len(lost)} leases lost after the restart: {blocks[lost[0]].lost}"
+                )
                 assert renewed == SESSIONS, (
                     f"only {renewed} of {SESSIONS} leases renewed within {BURST_S} s of the restart"
                 )
-                heartbeats = _metric(server.url, "klock_http_requests_total", '/heartbeat",status="200"')
+                heartbeats = _metric(
+                    server.url, "klock_http_requests_total", '/heartbeat",status="200"'
+                )
                 evicted = _metric(server.url, "klock_connections_closed_total", '"evicted_idle"')
                 refused = _metric(
                     server.url, "klock_connections_closed_total", '"too_many_connections_from_peer"'
