@@ -6,7 +6,8 @@
 // Checked: every lease held and renewed by the restarted server (a heartbeat each answered
 // OK), none lost; no connection
 // closed or refused at the per-peer cap; and never more than `MAX_RENEWALS_IN_FLIGHT` renewals
-// (heartbeats and the resync's reconciles) in flight at once, each heartbeat's send time (where
+// (heartbeats, and the resync's reconciles and polls of the tickets of 40 more sessions that
+// wait) in flight at once, each heartbeat's send time (where
 // its local deadline counts from) taken when its turn comes. Bounded: about 10 s in a debug
 // build.
 import { test, after } from 'node:test';
@@ -22,6 +23,8 @@ const { connect } = require('../client.js');
 const { MAX_RENEWALS_IN_FLIGHT } = require('../index.js');
 
 const SESSIONS = 400;
+/** Sessions waiting for a lease held by one of the others: the resync polls their tickets. */
+const WAITERS = 40;
 /** No renewal falls due on its schedule during the test: every renewal it sees is the resync's. */
 const TTL_MS = 240_000;
 /** How long the server stays away: long enough for calls and the event poll to fail. */
@@ -52,14 +55,15 @@ async function metric(url, name, label = '') {
 }
 
 /**
- * Counts the backend's renewals in flight (heartbeats, reconciles), and the most at once; and
+ * Counts the backend's renewals in flight (heartbeats, reconciles, ticket polls), and the most
+ * at once; and
  * notes when each lease's last heartbeat went (`sent`: lease id -> the client's clock).
  */
 function countRenewals(kernel) {
   const flight = { now: 0, most: 0, sent: new Map() };
   const request = kernel._request.bind(kernel);
   kernel._request = async (method, path, options) => {
-    const renewal = /\/(heartbeat|reconcile)$/.test(path);
+    const renewal = /\/(heartbeat|reconcile|tickets\/\d+\?wait_ms=0)$/.test(path);
     if (renewal) flight.most = Math.max(flight.most, ++flight.now);
     if (path.endsWith('/heartbeat')) for (const id of options.body.lease_ids) flight.sent.set(id, kernel._clock.now());
     try {
@@ -81,12 +85,25 @@ test('after a restart, hundreds of leases renew paced and all survive', async ()
   const flight = countRenewals(k.kernel);
   const leases = [];
   try {
+    // Older than the holders, so they wait for them (an older session waits, a younger one dies).
+    const waiters = [];
+    for (let i = 0; i < WAITERS; i++) waiters.push(await k.session(`waiter-${i}`));
     for (let i = 0; i < SESSIONS; i += 50) {
       const batch = Array.from({ length: 50 }, async (_, j) => {
         const session = await k.session(`agent-${i + j}`);
         return session.lease(`MUTATES FILE:/pace/${i + j}`, { ttlMs: TTL_MS });
       });
       leases.push(...(await Promise.all(batch)));
+    }
+    // Waiting for the first WAITERS leases: a ticket each, which the resync polls.
+    const waiting = [];
+    for (const [i, session] of waiters.entries()) {
+      const lease = session.lease(`MUTATES FILE:/pace/${i}`, { ttlMs: TTL_MS, timeoutMs: 120_000 });
+      lease.catch(() => {}); // awaited below; abandoned by the close if an assertion fails first
+      waiting.push(lease);
+    }
+    while ((await metric(running.url, 'klock_waiting_tickets')) < WAITERS) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
     }
     assert.equal(flight.most, 0); // nothing renewed yet: every renewal below is the resync's
 
@@ -130,6 +147,8 @@ test('after a restart, hundreds of leases renew paced and all survive', async ()
     assert.equal(await metric(running.url, 'klock_active_leases'), SESSIONS);
 
     for (let i = 0; i < SESSIONS; i += 50) await Promise.all(leases.slice(i, i + 50).map((lease) => lease.release()));
+    // The waiters are granted what was released.
+    await Promise.all((await Promise.all(waiting)).map((lease) => lease.release()));
     assert.equal(await metric(running.url, 'klock_active_leases'), 0);
   } finally {
     await k.close();
