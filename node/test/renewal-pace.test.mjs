@@ -122,6 +122,9 @@ test('after a restart, hundreds of leases renew paced and all survive', async ()
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     const took = performance.now() - back;
+    // The server counted the last answers: let the client take them in.
+    while (flight.now > 0 && performance.now() - back < BURST_MS)
+      await new Promise((resolve) => setTimeout(resolve, 20));
     const lost = leases.flatMap((lease, i) => (lease.held ? [] : [i]));
     assert.deepEqual(lost.slice(0, 5), [], `${lost.length} leases lost after the restart: ${leases[lost[0]]?.lost}`);
     assert.ok(heartbeats >= SESSIONS, `only ${heartbeats} of ${SESSIONS} leases renewed within ${BURST_MS} ms`);
