@@ -535,6 +535,12 @@ export declare const MAX_MANIFEST_INTENTS: number
 /** Longest `agentId` or `namespace`, in UTF-8 bytes. */
 export declare const MAX_NAME_BYTES: number
 
+/**
+ * How many heartbeats one remote client has in flight at most (the core's
+ * `client::renewals` rule): a renewal due while that many are out waits for one to end.
+ */
+export declare const MAX_RENEWALS_IN_FLIGHT: number
+
 /** Longest resource text, in UTF-8 bytes (as given, before normalisation). */
 export declare const MAX_RESOURCE_BYTES: number
 

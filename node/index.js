@@ -846,6 +846,7 @@ module.exports.ends = nativeBinding.ends
 module.exports.flock = nativeBinding.flock
 module.exports.MAX_MANIFEST_INTENTS = nativeBinding.MAX_MANIFEST_INTENTS
 module.exports.MAX_NAME_BYTES = nativeBinding.MAX_NAME_BYTES
+module.exports.MAX_RENEWALS_IN_FLIGHT = nativeBinding.MAX_RENEWALS_IN_FLIGHT
 module.exports.MAX_RESOURCE_BYTES = nativeBinding.MAX_RESOURCE_BYTES
 module.exports.parseIntent = nativeBinding.parseIntent
 module.exports.renewAt = nativeBinding.renewAt

@@ -79,6 +79,13 @@
 //   reader asks again after a pause. A session the server
 //   no longer knows (a restart without its data) is found by the poll of a ticket waiting in
 //   it (each third of its TTL, and on a reconnect): its leases and waits are lost at once.
+// - Renewals are paced (the core's rule, core/src/client/renewals.rs): at most the addon's
+//   `MAX_RENEWALS_IN_FLIGHT` (32) heartbeats and resync requests (a reconnect's reconcile and
+//   ticket poll of each session) are out at once per client; one due while that many are out
+//   waits, in order, for one to end, and a heartbeat's send time (where its local deadline
+//   counts from) is taken when its turn comes. So a resync of thousands of sessions (a
+//   server's return) neither opens a connection per session nor queues them all in the
+//   transport ahead of the client's other calls.
 // - Under a test clock (`manualTime`: the client's clock is a ManualClock and the server runs
 //   `--clock manual`), every request carries `Klock-Now` from the client's clock, `advance`
 //   also settles the server's time (`POST /v1/advance`), `nextDeadline` includes the server's
@@ -87,7 +94,15 @@
 //   deterministically.
 
 const { randomUUID } = require('node:crypto');
-const { KlockError, ERROR_CODES, Servers, Follow, ends, LOST_AT_LOCAL_DEADLINE } = require('./index.js');
+const {
+  KlockError,
+  ERROR_CODES,
+  Servers,
+  Follow,
+  ends,
+  LOST_AT_LOCAL_DEADLINE,
+  MAX_RENEWALS_IN_FLIGHT,
+} = require('./index.js');
 const { Transport } = require('./http.js');
 
 /** klock serve could not be reached within the reconnect budget. */
@@ -299,6 +314,9 @@ class RemoteKernel {
     this._inFlight = 0;
     this._idleWaiters = [];
     this._failing = false;
+    /** Renewal turns not taken (the core's `MAX_RENEWALS_IN_FLIGHT` at most), and who waits for one, oldest first. */
+    this._renewalsFree = MAX_RENEWALS_IN_FLIGHT;
+    this._renewalWaiters = [];
     this._serverDeadline = null;
     /** @type {Map<string, NamespaceWatch>} namespace -> the reader of its events */
     this._watches = new Map();
@@ -428,8 +446,18 @@ class RemoteKernel {
   }
 
   async heartbeat(sessionId, leaseIds) {
-    const s = this._session(sessionId);
-    const sentAt = this._clock.now();
+    this._session(sessionId);
+    return this._paced(async () => {
+      // Closed while it waited for its turn: UNKNOWN_SESSION, as the server would say.
+      const s = this._session(sessionId);
+      // The send time is taken when its turn comes (the core's `renewals` rule).
+      const sentAt = this._clock.now();
+      return this._sendHeartbeat(s, leaseIds, sentAt);
+    });
+  }
+
+  /** Sends a heartbeat that has its turn; `sentAt`: its send time. */
+  async _sendHeartbeat(s, leaseIds, sentAt) {
     const body = camel(
       await this._request('POST', `${s.path}/heartbeat`, {
         body: leaseIds === 'all' ? {} : { lease_ids: leaseIds },
@@ -737,7 +765,7 @@ class RemoteKernel {
       const ids = [...this._leases].filter(([, h]) => h.sessionId === s.id).map(([id]) => id);
       if (ids.length > 0) {
         this._background(
-          this.reconcile(s.id, ids).then(
+          this._paced(() => this.reconcile(s.id, ids)).then(
             (statuses) => {
               const active = [];
               for (const r of statuses) {
@@ -759,7 +787,31 @@ class RemoteKernel {
           ),
         );
       }
-      for (const ticket of [...s.tickets.keys()]) this._background(s.pollTicket(ticket));
+      for (const ticket of [...s.tickets.keys()]) this._background(this._paced(() => s.pollTicket(ticket)));
+    }
+  }
+
+  /**
+   * Runs `send` (one renewal: a heartbeat, or a resync's request for one session) once a
+   * renewal turn is free, and gives the turn back when it ends (the core's `renewals` rule:
+   * at most `MAX_RENEWALS_IN_FLIGHT` out at once; the rest wait, in order). A waiting renewal
+   * counts as a request in flight (`idle()`).
+   */
+  async _paced(send) {
+    this._enter();
+    try {
+      if (this._renewalsFree > 0) this._renewalsFree--;
+      else await new Promise((resolve) => this._renewalWaiters.push(resolve));
+      try {
+        return await send();
+      } finally {
+        // The turn passes to the oldest waiter, else it is free again.
+        const next = this._renewalWaiters.shift();
+        if (next !== undefined) next();
+        else this._renewalsFree++;
+      }
+    } finally {
+      this._leave();
     }
   }
 

@@ -49,6 +49,7 @@ __all__ = [
     "MAX_RESOURCE_BYTES",
     "MAX_NAME_BYTES",
     "LOST_AT_LOCAL_DEADLINE",
+    "MAX_RENEWALS_IN_FLIGHT",
     "__version__",
 ]
 
@@ -68,6 +69,10 @@ LOST_AT_LOCAL_DEADLINE: Final[Literal["LEASE_EXPIRED"]]
 """The name of a lease a remote client found lost at its local deadline (no renewal answered
 before the send time of its last granting or renewing request plus its TTL): the kernel's
 expiry name, in every driver (``klock_core::client::watch::LOST_AT_LOCAL_DEADLINE``)."""
+MAX_RENEWALS_IN_FLIGHT: Final[int]
+"""How many heartbeats one remote client has in flight at most (the core's
+``klock_core::client::renewals`` rule): a renewal due while that many are out waits for one
+to end."""
 
 class KlockError(Exception):
     """Base class of every Klock error."""

@@ -494,7 +494,9 @@ class Klock:
                 # re-acquire or a heartbeat of a lease it shares, to its later time.)
                 while (due := self._ledger.pop_due(now)) is not None:
                     block, ids = due
-                    self._heartbeat_locked(block, now, ids)
+                    # One at a time (the lock), each with its send time taken as it goes: a
+                    # resync's renewals of many blocks do not count from the first one's.
+                    self._heartbeat_locked(block, self.now(), ids)
             except Exception as e:  # a bug: keep the timer alive, expose what happened
                 self.timer_error = e
                 retry_at = now + _TIMER_RETRY_MS
@@ -525,7 +527,7 @@ class Klock:
                 if block.session.session_id == session:
                     skipped.append(block)
                 else:
-                    self._heartbeat_locked(block, now, ids)
+                    self._heartbeat_locked(block, self.now(), ids)
         finally:
             for block in skipped:
                 self._ledger.schedule(block, now)

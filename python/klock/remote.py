@@ -56,6 +56,11 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   restart (or a cluster's failover) loses nothing, and a renewal the server refuses marks the
   lease lost as usual. If the reader's poll gives up (cut off past the budget), every waiting
   block raises :class:`~klock.Unreachable`.
+* **Renewals paced.** The core's rule (``core/src/client/renewals.rs``): a client has at most
+  ``klock._core.MAX_RENEWALS_IN_FLIGHT`` (32) heartbeats in flight. Here they go one at a
+  time: the Klock sends them from its timer under its lock, as every call, so a resync of
+  thousands of blocks takes one connection, not one per block; each takes its send time as it
+  goes (where its local deadline counts from), not the time the batch fell due.
 * **Lost-lease safety.** On the system clock, each lease has a local deadline on the Klock's
   monotonic clock: the send time of the request that granted or last renewed it, plus its TTL
   (never later than the server's expiry). A lease granted after a WAIT takes the *acquire's*

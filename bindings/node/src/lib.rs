@@ -70,6 +70,11 @@ pub const MAX_NAME_BYTES: u32 = klock_core::MAX_NAME_BYTES as u32;
 #[napi]
 pub const MAX_RESOURCE_BYTES: u32 = klock_core::MAX_RESOURCE_BYTES as u32;
 
+/// How many heartbeats one remote client has in flight at most (the core's
+/// `client::renewals` rule): a renewal due while that many are out waits for one to end.
+#[napi]
+pub const MAX_RENEWALS_IN_FLIGHT: u32 = klock_core::client::renewals::MAX_RENEWALS_IN_FLIGHT as u32;
+
 /// Registers `KlockError`, the core's lists (`ERROR_CODES`, `PREDICATES`, `EVENT_KINDS`,
 /// frozen) and its name of a lease lost at its local deadline (`LOST_AT_LOCAL_DEADLINE`) on
 /// the module's exports, and the fast `acquire`/`release`/`pendingEvents`/`nextDeadline`.

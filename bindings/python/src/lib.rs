@@ -60,6 +60,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "LOST_AT_LOCAL_DEADLINE",
         klock_core::client::watch::LOST_AT_LOCAL_DEADLINE,
     )?;
+    // How many heartbeats one remote client has in flight at most (the core's rule).
+    m.add(
+        "MAX_RENEWALS_IN_FLIGHT",
+        klock_core::client::renewals::MAX_RENEWALS_IN_FLIGHT,
+    )?;
     // The kernel's catalogs, from its own lists (the stubs' Literal types are tested
     // against these).
     let codes = PyDict::new(py);
