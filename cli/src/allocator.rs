@@ -202,7 +202,11 @@ mod tests {
             let grown = ByCommand::realloc_as(Kind::Tool, early, layout, 4096);
             assert!(!grown.is_null());
             assert_eq!(*grown.add(47), 0x5a);
-            ByCommand::dealloc_as(Kind::Tool, grown, Layout::from_size_align(4096, 16).unwrap());
+            ByCommand::dealloc_as(
+                Kind::Tool,
+                grown,
+                Layout::from_size_align(4096, 16).unwrap(),
+            );
 
             let own = System.alloc(layout);
             own.write_bytes(1, 48);
