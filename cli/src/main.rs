@@ -15,10 +15,13 @@
 //! klock cluster init|status|add|voters|remove --node URL --cluster-secret-file FILE ...
 //! ```
 
-/// mimalloc, not glibc's allocator: malloc/free took about 15 % of the server's CPU per
-/// request; measured in the bench (issue 23).
+mod allocator;
+
+/// mimalloc for `klock serve` (glibc's malloc/free took about 15 % of the server's CPU per
+/// request, issue 23), the C library's for the short-lived tools, whose start mimalloc's
+/// arena made dearer (issue 27): allocator.rs.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::ByCommand = allocator::ByCommand;
 
 use klock_cli::serve_args;
 use klock_server::auth;

@@ -977,3 +977,40 @@ fn a_token_on_the_command_line_is_warned_about() {
         "{err}"
     );
 }
+
+/// The address space a process has reserved without a file behind it, from its
+/// `/proc/PID/maps` text: mimalloc's arena is 1 GiB of it from the first allocation on.
+fn anonymous_bytes(maps: &str) -> u64 {
+    maps.lines()
+        .filter(|line| line.split_whitespace().nth(5).is_none())
+        .map(|line| {
+            let range = line.split_whitespace().next().unwrap();
+            let (start, end) = range.split_once('-').unwrap();
+            u64::from_str_radix(end, 16).unwrap() - u64::from_str_radix(start, 16).unwrap()
+        })
+        .sum()
+}
+
+/// `klock exec` runs on the C library's allocator, `klock serve` on mimalloc (issue 27: the
+/// arena mimalloc reserves and fills with huge pages at its first allocation was the largest
+/// item of exec's start-up). Seen from outside: the command reads its parent's memory map.
+#[cfg(target_os = "linux")]
+#[test]
+fn exec_starts_without_the_servers_allocator() {
+    const ARENA: u64 = 512 << 20;
+    let server = server();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
+    assert!(
+        anonymous_bytes(&maps) >= ARENA,
+        "klock serve should be on mimalloc (a 1 GiB arena):\n{maps}"
+    );
+    let mut c = exec(&server, &["--intent", "MUTATES FILE:/alloc"]);
+    c.args(["--", "sh", "-c", "cat /proc/$PPID/maps"]);
+    let (code, out, err) = Running::spawn(c).finish(Duration::from_secs(10));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("klock"), "not klock exec's map:\n{out}");
+    assert!(
+        anonymous_bytes(&out) < ARENA,
+        "klock exec reserved mimalloc's arena:\n{out}"
+    );
+}
