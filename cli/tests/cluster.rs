@@ -5,7 +5,8 @@
 //! new leader's time continues from the applied time; a node joins by snapshot, votes and is
 //! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
 //! or wrong cluster secret; the cluster flags' refusals; a whole cluster restarted keeps its
-//! leases and fences; the test kit's cluster ports come from below the ephemeral range, and a
+//! leases and fences; the cluster names one log for its event ids, kept through a new leader
+//! and a restart; the test kit's cluster ports come from below the ephemeral range, and a
 //! node that cannot start is reported with its log.
 //!
 //! Real `klock` processes on fixed free loopback ports (the peers must know each other's
@@ -32,6 +33,23 @@ fn open(cluster: &Cluster, node: usize, name: &str) -> (u64, String) {
         a.body["session_id"].as_u64().unwrap(),
         a.body["session_token"].as_str().unwrap().to_owned(),
     )
+}
+
+/// The log node `i`'s event streams count entries of (a watch answer's `log`).
+fn log_of(cluster: &Cluster, i: usize) -> String {
+    let a = request(
+        cluster.ports[i],
+        "GET",
+        "/v1/ns/default/watch?wait_ms=0",
+        &[],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(a.status, 200, "{a:?}");
+    let log = a.body["log"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no log: {a:?}"));
+    log.to_owned()
 }
 
 /// Acquires `resource` for the session; the granted lease (id, fence).
@@ -100,6 +118,10 @@ fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
         seen["snapshot"]["sessions"][0]["session_id"], alice.0,
         "{seen}"
     );
+    // One log for the cluster, named by its first LeaderChanged entry: every node says it.
+    let log = log_of(&cluster, leader);
+    assert_eq!(log.len(), 32, "{log}");
+    assert_eq!(log_of(&cluster, follower), log);
     let first = acquire(&cluster, leader, &alice, "FILE:/a");
     assert_eq!(first["verdict"], "GRANTED", "{first}");
     let lease = &first["leases"][0];
@@ -123,6 +145,11 @@ fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
         killed_at.elapsed(),
         alice.0,
         bob.0,
+    );
+    // A new leader's LeaderChanged entry does not rename the log: event ids go on.
+    assert_eq!(
+        (log_of(&cluster, new_leader), log_of(&cluster, survivor)),
+        (log.clone(), log.clone())
     );
     let contended = acquire(&cluster, survivor, &bob, "FILE:/a");
     assert_ne!(contended["verdict"], "GRANTED", "{contended}");
@@ -161,6 +188,7 @@ fn a_leader_killed_with_a_lease_held_loses_neither_the_lease_nor_a_fence() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert_eq!(log_of(&cluster, leader), log, "the restarted node's log");
     assert!(started.elapsed() < Duration::from_secs(60));
 }
 
