@@ -2,14 +2,18 @@
 //! still accepts (a paused process) is not: three in-process nodes on loopback HTTP, each on a
 //! tokio runtime of its own (dropping it is the process's death: its tasks and sockets go),
 //! with election timeouts long enough (lease 4 s, timeout 3-4 s) that openraft's own timers
-//! could not elect a new leader within the bound the first test asserts.
+//! could not elect a new leader within the bound the first test asserts, and a vote request
+//! inside a leader's lease is granted only once the leader's port refuses.
 
 use klock_raft::node::{serve_node, ClusterConfig, Replicator};
-use klock_raft::peer::PeerAccess;
+use klock_raft::peer::{Peer, PeerAccess};
+use klock_raft::types::{KlockRaft, LogId, Vote};
 use klock_server::applier::Applier;
 use klock_server::events::EventHub;
 use klock_server::history::History;
 use klock_server::machine::Machine;
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::raft::VoteRequest;
 use openraft::rt::WatchReceiver as _;
 use openraft::ServerState;
 use std::collections::BTreeMap;
@@ -17,13 +21,29 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "a-cluster-secret-for-the-gone-test";
-const HEARTBEAT_MS: u64 = 200;
+/// Long enough that a follower's watch waits a second (two heartbeats) before it looks.
+const HEARTBEAT_MS: u64 = 500;
 const ELECTION_MS: (u64, u64) = (3000, 4000);
 
 /// One node: its runtime (its "process") and its proposer.
 struct Node {
-    runtime: tokio::runtime::Runtime,
+    runtime: Option<tokio::runtime::Runtime>,
     replicator: Arc<Replicator>,
+}
+
+impl Node {
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("the node runs")
+    }
+}
+
+impl Drop for Node {
+    /// The process dies: its tasks and sockets go at once (a blocked worker is not waited for).
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// The committed leader node `node` sees, if it is a voter that follows or leads one.
@@ -67,13 +87,13 @@ fn start(
         replicator
     });
     Node {
-        runtime,
+        runtime: Some(runtime),
         replicator,
     }
 }
 
-/// Three nodes, initialised, a leader agreed on by all; the nodes and their addresses.
-fn cluster(dir: &std::path::Path) -> (Vec<Option<Node>>, Vec<std::net::SocketAddr>) {
+/// Three nodes, initialised, a leader agreed on by all.
+fn cluster(dir: &std::path::Path) -> Vec<Option<Node>> {
     let listeners: Vec<std::net::TcpListener> = (0..3)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
@@ -92,7 +112,7 @@ fn cluster(dir: &std::path::Path) -> (Vec<Option<Node>>, Vec<std::net::SocketAdd
         .collect();
     let first = nodes[0].as_ref().unwrap();
     first
-        .runtime
+        .runtime()
         .block_on(first.replicator.raft().initialize(members))
         .expect("initialised");
     let agreed = Instant::now();
@@ -107,32 +127,42 @@ fn cluster(dir: &std::path::Path) -> (Vec<Option<Node>>, Vec<std::net::SocketAdd
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (nodes, addrs)
+    nodes
 }
 
-/// Kills the leader (drops its runtime) and waits up to `within` for a survivor to lead;
-/// returns how long it took, or `None`. With `paused`, the leader's port is taken again at
-/// once by a listener that accepts and never answers (what a SIGSTOPped process does).
+/// Kills the leader (drops its runtime), or with `paused` stops it as SIGSTOP would (its one
+/// worker thread blocked: nothing of it runs, while the kernel still accepts connections on
+/// its port), and waits up to `within` for a survivor to lead; how long that took, or `None`.
 fn kill_leader(paused: bool, within: Duration) -> Option<Duration> {
     let dir = tempfile::tempdir().unwrap();
-    let (mut nodes, addrs) = cluster(dir.path());
+    let mut nodes = cluster(dir.path());
     let leader = leader_seen(nodes[0].as_ref().unwrap()).unwrap() as usize - 1;
     // A heartbeat or two after the leader's start, so its lease is fresh at every voter.
     std::thread::sleep(Duration::from_millis(2 * HEARTBEAT_MS));
     let killed = Instant::now();
-    nodes[leader].take().unwrap().runtime.shutdown_background();
-    let _paused = paused.then(|| std::net::TcpListener::bind(addrs[leader]).expect("rebound"));
+    let old = nodes[leader].take().unwrap();
+    let old_paused = if paused {
+        old.runtime()
+            .spawn(async move { std::thread::sleep(within + Duration::from_secs(1)) });
+        Some(old)
+    } else {
+        drop(old);
+        None
+    };
+    let mut took = None;
     while killed.elapsed() < within {
         if nodes
             .iter()
             .flatten()
             .any(|n| state(n) == ServerState::Leader)
         {
-            return Some(killed.elapsed());
+            took = Some(killed.elapsed());
+            break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    None
+    drop(old_paused);
+    took
 }
 
 #[test]
@@ -152,6 +182,73 @@ fn a_leader_whose_port_accepts_keeps_its_lease() {
     assert_eq!(
         took, None,
         "a survivor led while the old leader's port accepted"
+    );
+}
+
+/// A vote request from node `candidate` for the term after `term`, with a log longer than
+/// any (only the lease can refuse it), sent to `to`'s `/raft/vote`: whether it was granted.
+fn vote(to: &Node, candidate: u64, term: u64, leader: u64) -> bool {
+    let url = {
+        let metrics = to.replicator.raft().metrics();
+        let m = metrics.borrow_watched();
+        let id = m.id;
+        m.membership_config
+            .membership()
+            .get_node(&id)
+            .unwrap()
+            .raft_addr
+            .clone()
+    };
+    let last = LogId::new(
+        LeaderId {
+            term,
+            node_id: leader,
+        },
+        1_000_000,
+    );
+    let request = VoteRequest::<KlockRaft>::new(Vote::new(term + 1, candidate), Some(last));
+    let access = PeerAccess::new(Arc::from(SECRET), None).unwrap();
+    let peer = Peer::new(&url, &access).unwrap();
+    let body = serde_json::to_vec(&request).unwrap();
+    let (status, answer) = to
+        .runtime()
+        .block_on(peer.post("/raft/vote", None, body, Duration::from_secs(5)))
+        .expect("the vote answered");
+    assert!(status.is_success(), "{status}");
+    let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    answer["Ok"]["vote_granted"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("not a vote response: {answer}"))
+}
+
+#[test]
+fn a_vote_passes_the_lease_only_while_the_leaders_port_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(dir.path());
+    let first = nodes[0].as_ref().unwrap();
+    let leader = leader_seen(first).unwrap();
+    let term = first
+        .replicator
+        .raft()
+        .metrics()
+        .borrow_watched()
+        .vote
+        .leader_id()
+        .term;
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let (voter, candidate) = (others[0], others[1]);
+    let voter_node = nodes[voter as usize - 1].take().unwrap();
+    // The leader lives: its lease holds the vote back.
+    assert!(
+        !vote(&voter_node, candidate, term, leader),
+        "granted inside a live leader's lease"
+    );
+    // The leader is gone: asked at once (the voter's watch waits two heartbeats, 1 s, before it
+    // looks), the voter sees the refusal itself and grants.
+    drop(nodes[leader as usize - 1].take());
+    assert!(
+        vote(&voter_node, candidate, term, leader),
+        "refused inside a gone leader's lease"
     );
 }
 
