@@ -181,10 +181,9 @@ impl GoneLeader {
             return;
         };
         let (leader, term) = (f.leader, f.term);
-        if lock(&self.last_append).elapsed() < 2 * self.heartbeat
-            || *lock(&self.acted) == Some((leader, term))
-            || !refused(&f.addr).await
-        {
+        let silent = lock(&self.last_append).elapsed() >= 2 * self.heartbeat;
+        let acted = *lock(&self.acted) == Some((leader, term));
+        if !silent || acted || !refused(&f.addr).await {
             return;
         }
         *lock(&self.acted) = Some((leader, term));
