@@ -4,7 +4,8 @@
 //! Why: openraft's voters refuse every vote while the leader lease of the leader they follow
 //! runs (`election_timeout_max`, 800 ms since its last heartbeat), and a follower elects only
 //! once that lease and its own election timeout (400-800 ms) have passed: 1.2-1.6 s after the
-//! last heartbeat, plus a split vote's retry now and then (docs/DECISIONS.md, "Failover time").
+//! last heartbeat, and up to one timeout more when the first candidate's log is the shorter
+//! (docs/DECISIONS.md, "Issue 24: failover time").
 //! When the leader's process is gone (SIGKILL, a crash, a stop), its port refuses connections
 //! at once, and that proves the lease has no one left to protect.
 //!
