@@ -23,6 +23,7 @@
 //!   applier (its RPCs over any network: the HTTP one, or the tests' simulated one), the
 //!   proposer it gives the engine, and the leader's clock.
 
+pub mod gone;
 pub mod log_store;
 pub mod network;
 pub mod node;

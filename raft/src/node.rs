@@ -28,7 +28,11 @@
 //!   hands its leadership to the voter with the most of the log and waits (3 s at most) for
 //!   another node to lead, so the cluster does not wait out an election timeout; then the
 //!   Raft node stops. Every answer given was committed already: leaving loses nothing.
+//! - A leader whose port refuses connections (its process is gone) is replaced at once, not
+//!   after openraft's leader lease and election timeout ([`crate::gone`]: the watch runs on
+//!   a node started by [`ClusterConfig`]'s `start`, with its HTTP routes).
 
+use crate::gone::GoneLeader;
 use crate::log_store::{open_file, LogStore};
 use crate::network::Network;
 use crate::peer::{Peer, PeerAccess};
@@ -153,8 +157,23 @@ impl Cluster for ClusterConfig {
 
 /// Starts the node (module contract): its Raft RPCs over HTTP, and its `/raft/*` routes.
 async fn start(config: ClusterConfig, state: Arc<Mutex<Applier>>) -> Started {
+    let (replicator, routes) = serve_node(config, state).await?;
+    Ok((replicator, routes))
+}
+
+/// The node of `config` on `state` as `klock serve` runs it: its Raft RPCs over HTTP, the
+/// watch for a leader whose process is gone ([`crate::gone`]), and its `/raft/*` routes (to
+/// be served on its address).
+///
+/// # Errors
+/// As [`node`].
+pub async fn serve_node(
+    config: ClusterConfig,
+    state: Arc<Mutex<Applier>>,
+) -> Result<(Arc<Replicator>, axum::Router), String> {
     let network = Network::new(config.access.clone());
     let replicator = node(&config, state, network).await?;
+    crate::gone::watch(replicator.raft.clone(), Arc::downgrade(&replicator.gone));
     let routes = crate::routes::router(
         replicator.raft.clone(),
         Arc::clone(&replicator),
@@ -224,6 +243,11 @@ where
         anchor: Arc::new(Mutex::new(None)),
         watch: Mutex::new(None),
         manual_clock: config.manual_clock,
+        gone: Arc::new(GoneLeader::new(
+            config.id,
+            Duration::from_millis(config.heartbeat_ms),
+            config.access.clone(),
+        )),
     });
     replicator.watch_leadership();
     Ok(replicator)
@@ -252,6 +276,8 @@ pub struct Replicator {
     watch: Mutex<Option<openraft::raft::WatchChangeHandle<KlockRaft>>>,
     /// [`ClusterConfig::manual_clock`].
     manual_clock: bool,
+    /// Whether the leader's process is gone ([`crate::gone`]).
+    gone: Arc<GoneLeader>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -262,6 +288,11 @@ impl Replicator {
     /// The node's Raft handle (its RPCs, its metrics).
     pub fn raft(&self) -> &RaftNode {
         &self.raft
+    }
+
+    /// What this node knows of its leader's liveness ([`crate::gone`]).
+    pub fn gone(&self) -> &GoneLeader {
+        &self.gone
     }
 
     /// Anchors the clock whenever this node becomes the committed leader, and drops it when

@@ -8,7 +8,8 @@
 //! - Bodies are bounded: [`MAX_RPC_BYTES`] for the RPCs, [`MAX_SNAPSHOT_BYTES`] for a
 //!   snapshot (413 beyond). A body that does not decode is 400, before Raft sees it.
 //! - The Raft RPCs (`append`, `vote`, `pre-vote`, `transfer-leader`, `snapshot`) answer 200 with the JSON of the
-//!   local Raft's `Result`. `propose` takes a follower's submissions: stamped and written only
+//!   local Raft's `Result`. A vote request passes this node's leader lease when its leader's
+//!   port refuses connections ([`crate::gone`]). `propose` takes a follower's submissions: stamped and written only
 //!   if this node is the anchored leader ([`crate::node::Replicator::propose_as_leader`]),
 //!   never forwarded again. `read-index` answers the leader's read index (`{"index": N}`,
 //!   once a quorum confirmed it leads) or 503. `init` makes the configured peers the first voters; `status` is
@@ -128,14 +129,30 @@ fn bad_request(message: String) -> Response {
 
 async fn append(State(node): State<Node>, body: Bytes) -> Response {
     match decode::<AppendEntriesRequest<KlockRaft>>(&body) {
-        Ok(rpc) => Json(node.raft.append_entries(rpc).await).into_response(),
+        Ok(rpc) => {
+            node.replicator.gone().heard();
+            Json(node.raft.append_entries(rpc).await).into_response()
+        }
         Err(e) => bad_request(e),
     }
 }
 
 async fn vote(State(node): State<Node>, body: Bytes) -> Response {
     match decode::<VoteRequest<KlockRaft>>(&body) {
-        Ok(rpc) => Json(node.raft.vote(rpc).await).into_response(),
+        Ok(mut rpc) => {
+            // A leader whose port refuses holds no lease (crate::gone).
+            let candidate = rpc.vote.leader_id().node_id;
+            if !rpc.leadership_transfer
+                && node
+                    .replicator
+                    .gone()
+                    .lease_void(&node.raft, candidate)
+                    .await
+            {
+                rpc.leadership_transfer = true;
+            }
+            Json(node.raft.vote(rpc).await).into_response()
+        }
         Err(e) => bad_request(e),
     }
 }

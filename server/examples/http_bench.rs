@@ -26,6 +26,9 @@
 //!
 //! A benchmark, not a test: it asserts nothing and prints what it measured.
 //!
+//! `http_bench failover KLOCK [KILLS] [--log FILTER DIR]` measures the failover row alone and
+//! prints it (each kill, then p50/p99/max), the nodes logging at FILTER into DIR if asked.
+//!
 //! `http_bench cluster-ab A B [--rounds N]` compares the cluster throughput rows of several
 //! binaries the same way (`ab` does the single-node rows).
 //!
@@ -652,6 +655,11 @@ fn main() {
         } else {
             cluster::ab(&binaries, rounds);
         }
+        return;
+    }
+    // The failover row alone (issue 24's failover time), printed, not written to the report.
+    if mode == Some("failover") {
+        cluster::failover_only(&args[1..]);
         return;
     }
     // The echo floor alone, in a process of its own (for a profiler or `perf stat`).

@@ -48,9 +48,17 @@ pub const FOLLOWER_BATCH: &str = "three nodes, batch endpoint, through a followe
 
 /// Three nodes of `binary`, initialised, their leader taking writes.
 fn start(binary: &str) -> Cluster {
+    start_logging(binary, None)
+}
+
+/// [`start`], the nodes logging at `log` (a `--log-level` filter) to files in the cluster's
+/// directory ([`Cluster::log`]) if given, else logging errors only to stderr.
+fn start_logging(binary: &str, log: Option<&str>) -> Cluster {
     let mut cluster = Cluster::unstarted(Path::new(binary), 3);
     // Openraft's warnings while a peer is down would bury the benchmark's progress.
-    cluster.extra = vec![String::from("--log-level"), String::from("error")];
+    let level = log.unwrap_or("error");
+    cluster.extra = vec![String::from("--log-level"), level.to_owned()];
+    cluster.logged = log.is_some();
     cluster.wait = WAIT;
     cluster.start_all();
     cluster.init();
@@ -164,9 +172,63 @@ fn writer(
     })
 }
 
-/// The failover row (module contract).
+/// The failover row (module contract): [`KILLS`] kills.
 pub fn failover(binary: &str) -> Failover {
-    let mut cluster = start(binary);
+    failover_kills(binary, KILLS, None)
+}
+
+/// The failover row alone (`http_bench failover KLOCK [KILLS] [--log FILTER DIR]`): `kills`
+/// kills, each printed with its wall-clock time, and their percentiles; with `--log`, the
+/// nodes log at FILTER and their logs are copied to DIR at the end (where the time goes).
+pub fn failover_only(args: &[String]) {
+    let usage = || -> ! {
+        eprintln!("usage: http_bench failover KLOCK_BINARY [KILLS] [--log FILTER DIR]");
+        std::process::exit(2);
+    };
+    let mut args = args.to_vec();
+    let mut log = None;
+    if let Some(at) = args.iter().position(|a| a == "--log") {
+        let (Some(filter), Some(dir)) = (args.get(at + 1), args.get(at + 2)) else {
+            usage()
+        };
+        log = Some((filter.clone(), dir.clone()));
+        args.drain(at..at + 3);
+    }
+    let Some(binary) = args.first() else { usage() };
+    let kills = match args.get(1).map(|k| k.parse::<usize>()) {
+        None => KILLS,
+        Some(Ok(k)) if k > 0 => k,
+        Some(_) => usage(),
+    };
+    let f = failover_kills(
+        binary,
+        kills,
+        log.as_ref().map(|(f, d)| (f.as_str(), d.as_str())),
+    );
+    let row = |what: &str, v: &[Duration]| {
+        println!(
+            "{what}: p50 {}, p99 {}, max {} ({} kills)",
+            ms(percentile(v, 0.5)),
+            ms(percentile(v, 0.99)),
+            ms(percentile(v, 1.0)),
+            v.len()
+        );
+    };
+    row("kill -> first acknowledged write", &f.kills);
+    row("kill -> a survivor says it leads", &f.elected);
+    row("restarted node -> caught up", &f.rejoins);
+    let mut each = f.kills.clone();
+    each.sort_unstable();
+    let each: Vec<String> = each
+        .iter()
+        .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+        .collect();
+    println!("each kill, sorted (ms): {}", each.join(", "));
+}
+
+/// The failover row with `kills` kills, the nodes logging as `log` says (FILTER, DIR).
+fn failover_kills(binary: &str, kills: usize, log: Option<(&str, &str)>) -> Failover {
+    let mut cluster = start_logging(binary, log.map(|(filter, _)| filter));
     let leader = cluster.leader();
     let ports = cluster.ports.clone();
     let followers =
@@ -180,13 +242,16 @@ pub fn failover(binary: &str) -> Failover {
         elected: Vec::new(),
         rejoins: Vec::new(),
     };
-    for kill in 0..KILLS {
+    for kill in 0..kills {
         let leader = cluster.leader();
         *targets.lock().unwrap() = followers(leader);
         // The client is writing through the followers before the kill.
         let warm = Instant::now();
         while acks.recv_timeout(WAIT).expect("no write acknowledged").sent < warm {}
         let killed = Instant::now();
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         cluster.kill(leader);
         // Where the time goes: when a survivor first says it leads (polled every 10 ms),
         // then the new leader's start and the write itself.
@@ -210,8 +275,10 @@ pub fn failover(binary: &str) -> Failover {
         };
         let elected = elected.unwrap_or(first);
         eprintln!(
-            "  kill {} of {KILLS}: node {} killed, a survivor leads after {:.0} ms, first write acknowledged after {:.0} ms",
+            "  kill {} of {kills} (at {}.{:06} s since the epoch): node {} killed, a survivor leads after {:.0} ms, first write acknowledged after {:.0} ms",
             kill + 1,
+            wall.as_secs(),
+            wall.subsec_micros(),
             leader + 1,
             elected.as_secs_f64() * 1000.0,
             first.as_secs_f64() * 1000.0
@@ -224,6 +291,13 @@ pub fn failover(binary: &str) -> Failover {
     }
     stop.store(true, Ordering::Relaxed);
     client.join().expect("the writing client");
+    if let Some((_, dir)) = log {
+        std::fs::create_dir_all(dir).expect("the log directory");
+        for i in 0..3 {
+            let to = Path::new(dir).join(format!("node{}.log", i + 1));
+            std::fs::write(&to, cluster.log(i)).expect("a node's log copied");
+        }
+    }
     result
 }
 
