@@ -2,8 +2,8 @@
 client/tests/scale.rs and node/test/renewal-pace.test.mjs): hundreds of sessions of one
 ``klock.connect`` each hold a lease against a durable ``klock serve`` whose connections per
 peer are capped at ``MAX_RENEWALS_IN_FLIGHT + 8``; the server is SIGKILLed and restarted on its
-port and data file, so the event reader's next answer may follow missed events and every block
-is renewed at once. Checked: every lease held and renewed by the restarted server, none lost;
+port and data file after the client's reconnect budget, so the event reader's poll gives up,
+its next answer may follow missed events, and every block is renewed at once. Checked: every lease held and renewed by the restarted server, none lost;
 no connection closed or refused at the per-peer cap; and never more than
 ``MAX_RENEWALS_IN_FLIGHT`` heartbeats in flight at once (this driver sends them one at a time,
 under the Klock's lock), each with its send time (where its local deadline counts from) taken
@@ -26,8 +26,13 @@ SESSIONS = 400
 #: No renewal falls due on its schedule (a third of the TTL) during the test: every renewal
 #: it sees is the resync's, and the local deadlines stay far beyond the downtime.
 TTL_S = 240
-#: How long the server stays away: long enough for the event reader's poll to fail.
-DOWN_S = 1.0
+#: The client's reconnect budget: a call gives up once the server has been away this long.
+RECONNECT_S = 1.5
+#: How long the server stays away: longer than the budget, so the event reader's poll gives
+#: up and its next answer has every block renewed (a server back within the budget, on the
+#: same data file, kept every event after the cursor: nothing to resync, as in Rust's
+#: client/tests/scale.rs).
+DOWN_S = 3.5
 #: How long after the restart every lease must have been renewed (generous: a loaded machine).
 BURST_S = 30.0
 #: Room under the per-peer cap for the client's other connections (its event reader, a call
@@ -79,7 +84,7 @@ def test_after_a_restart_hundreds_of_leases_renew_paced_and_all_survive(
     data = str(tmp_path / "klock.redb")
     server = Server("--data", data, "--max-connections-per-peer", str(cap))
     try:
-        with klock.connect(server.url, namespace="pace", reconnect_timeout=5) as k:
+        with klock.connect(server.url, namespace="pace", reconnect_timeout=RECONNECT_S) as k:
             flight = _InFlight(k)
             with contextlib.ExitStack() as held:
                 blocks = [
