@@ -2,7 +2,8 @@
 // client/tests/scale.rs and python/tests/test_renewal_pace.py): hundreds of sessions of one
 // `connect()` each hold a lease against a durable `klock serve` whose connections per peer are
 // capped at `MAX_RENEWALS_IN_FLIGHT + 8`; the server is SIGKILLed and restarted on its port and
-// data file, so the client resyncs every session at once (a reconcile, then a heartbeat, each).
+// data file, and a call made meanwhile gets through after the restart, so the client resyncs
+// every session at once (a reconcile, then a heartbeat, each).
 // Checked: every lease held and renewed by the restarted server (a heartbeat each answered
 // OK), none lost; no connection
 // closed or refused at the per-peer cap; and never more than `MAX_RENEWALS_IN_FLIGHT` renewals
@@ -27,7 +28,12 @@ const SESSIONS = 400;
 const WAITERS = 40;
 /** No renewal falls due on its schedule during the test: every renewal it sees is the resync's. */
 const TTL_MS = 240_000;
-/** How long the server stays away: long enough for calls and the event poll to fail. */
+/**
+ * How long the server stays away: within the client's reconnect budget. A call made meanwhile
+ * fails its attempts until the server is back; the first that gets through resyncs every
+ * session (this driver's reconnect rule). The event poll, back within the budget on the same
+ * data file, missed nothing and resyncs nothing (the core's rule).
+ */
 const DOWN_MS = 1000;
 /** How long after the restart every lease must have been renewed (generous: a loaded machine). */
 const BURST_MS = 30_000;
@@ -108,9 +114,12 @@ test('after a restart, hundreds of leases renew paced and all survive', async ()
     assert.equal(flight.most, 0); // nothing renewed yet: every renewal below is the resync's
 
     await running.kill('SIGKILL'); // a crash
+    // A call while the server is away: its attempts fail until the restart.
+    const meanwhile = k.session('meanwhile');
     await new Promise((resolve) => setTimeout(resolve, DOWN_MS));
     running = await startServer(args, { port }); // the same port and data file
     const back = performance.now();
+    await meanwhile;
 
     // Every lease renewed by the restarted server (its own count of heartbeats answered OK:
     // a resync's renewal moves the local deadline, not `lease.expiresAt`), none lost.

@@ -66,6 +66,8 @@ export function contractTests(label, api) {
         // Only the Node addon: the core's rules of following a watch, and of losing leases, for
         // node/remote.js.
         .concat(label === 'node' ? ['Follow', 'LOST_AT_LOCAL_DEADLINE', 'ends'] : [])
+        // Only the Node addon: the core's bound on renewals in flight, for node/remote.js.
+        .concat(label === 'node' ? ['MAX_RENEWALS_IN_FLIGHT'] : [])
         // Node only: the core's ledger of nested lease blocks for node/client.js.
         .concat(label === 'node' ? ['Ledger', 'renewAt'] : [])
         // Only the wasm package: the dashboard's replayer of a server's history (bindings/wasm/src/replay.rs).
