@@ -648,20 +648,40 @@ fn a_write_through_a_follower_is_seen_at_once_by_every_read_through_it() {
         let older = open(&cluster, f, &format!("older-{n}"));
         let younger = open(&cluster, f, &format!("younger-{n}"));
         let resource = format!("FILE:/seen/{n}");
-        let held = acquire(&cluster, f, &younger, &resource);
+        let held = cluster.ask(
+            f,
+            &format!("/v1/ns/default/sessions/{}/acquire", younger.0),
+            &younger.1,
+            &format!("acq-{n}"),
+            json!({"intents": [format!("MUTATES {resource}")], "ttl_ms": 60_000}),
+        );
+        let index: u64 = held.header("klock-index").unwrap().parse().unwrap();
+        let held = held.body;
         let lease = held["leases"][0]["lease_id"].clone();
         assert_eq!(held["verdict"], "GRANTED", "{held}");
-        // The overview and the stats count the lease; the state hash is past it.
-        let overview = get("/v1/ns/default/overview", "");
-        assert_eq!(overview.status, 200, "{overview:?}");
-        let leases = overview.body["snapshot"]["leases"].as_array().unwrap();
-        assert!(
-            leases.iter().any(|l| l["lease_id"] == lease),
-            "{n}: the overview misses lease {lease}: {overview:?}"
-        );
-        let hash = get("/v1/state/hash", "");
-        let at = overview.body["index"].as_u64().unwrap();
-        assert!(hash.body["index"].as_u64().unwrap() >= at, "{hash:?}");
+        // Each read first in turn (a read waits for what the node answered, then the
+        // next one finds it applied): the overview holds the lease; the state hash is past it.
+        let overview = || {
+            let overview = get("/v1/ns/default/overview", "");
+            assert_eq!(overview.status, 200, "{overview:?}");
+            let leases = overview.body["snapshot"]["leases"].as_array().unwrap();
+            assert!(
+                leases.iter().any(|l| l["lease_id"] == lease),
+                "{n}: the overview misses lease {lease}: {overview:?}"
+            );
+        };
+        let hash = || {
+            let hash = get("/v1/state/hash", "");
+            let at = hash.body["index"].as_u64().unwrap();
+            assert!(
+                at >= index,
+                "{n}: the state hash is of {at}, before {index}"
+            );
+        };
+        let reads: [&dyn Fn(); 2] = [&overview, &hash];
+        for k in 0..reads.len() {
+            reads[(n + k) % reads.len()]();
+        }
         let stats = get("/v1/ns/default/stats", "");
         assert_eq!(stats.status, 200, "{stats:?}");
         // Resource state and reconcile go through the log: the holder and its lease.
@@ -698,21 +718,27 @@ fn a_write_through_a_follower_is_seen_at_once_by_every_read_through_it() {
             json!({"lease_ids": [lease]}),
         );
         assert_eq!(released.status, 200, "{released:?}");
-        let polled = get(
-            &format!(
+        let poll = || {
+            let path = format!(
                 "/v1/ns/default/sessions/{}/tickets/{ticket}?wait_ms=0",
                 older.0
-            ),
-            &older.1,
-        );
-        assert_eq!(polled.body["event"], "GRANTED", "{n}: {polled:?}");
-        let events = get(
-            &format!("/v1/ns/default/sessions/{}/events?wait_ms=0", older.0),
-            &older.1,
-        );
-        assert!(has_grant(&events, &ticket), "{n}: {events:?}");
-        let watched = get("/v1/ns/default/watch?wait_ms=0", "");
-        assert!(has_grant(&watched, &ticket), "{n}: {watched:?}");
+            );
+            let polled = get(&path, &older.1);
+            assert_eq!(polled.body["event"], "GRANTED", "{n}: {polled:?}");
+        };
+        let events = || {
+            let path = format!("/v1/ns/default/sessions/{}/events?wait_ms=0", older.0);
+            let events = get(&path, &older.1);
+            assert!(has_grant(&events, &ticket), "{n}: {events:?}");
+        };
+        let watch = || {
+            let watched = get("/v1/ns/default/watch?wait_ms=0", "");
+            assert!(has_grant(&watched, &ticket), "{n}: {watched:?}");
+        };
+        let reads: [&dyn Fn(); 3] = [&poll, &events, &watch];
+        for k in 0..reads.len() {
+            reads[(n + k) % reads.len()]();
+        }
         let history = get("/v1/ns/default/history", "");
         assert_eq!(history.status, 200, "{history:?}");
         // The digest goes through the log.

@@ -18,8 +18,9 @@
 //!   carried, for conformance runs through a cluster) and written conditional on the leader's term, in order, and answered with
 //!   the applied entry's reply. On a follower that knows the leader, the submissions go to
 //!   the leader (`/raft/propose`: the requests that come while [`FORWARDS_IN_FLIGHT`] are
-//!   under way to that leader wait, and go together in the next one, each keeping its own
-//!   submissions' order and answers); the answers are given as soon as the leader's are in
+//!   under way to that leader wait, and go together in the next one, up to
+//!   [`FORWARD_ALONE`] submissions, each keeping its own submissions' order and answers; a
+//!   request of that many or more goes alone, at once); the answers are given as soon as the leader's are in
 //!   (committed), and every read through this node first applies up to the entries it
 //!   answered ([`Replicate::answered`]: so a read through it right after sees its own
 //!   write, without a write waiting for this node's apply). With no leader known,
@@ -67,6 +68,10 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many `/raft/propose` requests a follower has under way at once: the requests that come
 /// meanwhile wait, and go together in the next one (fewer, larger requests to the leader).
 const FORWARDS_IN_FLIGHT: usize = 4;
+
+/// A request with this many submissions or more (the batch endpoint's) is forwarded on its
+/// own, at once; smaller ones are joined, up to this many submissions a `/raft/propose`.
+const FORWARD_ALONE: usize = 64;
 
 /// How long a follower waits for its leader's answer to a membership change it passed on (a
 /// learner's catch-up is part of adding it).
@@ -464,8 +469,14 @@ impl Replicator {
 
     /// Passes `submissions` on to the leader `leader` (module contract): queued, and sent with
     /// the other requests' queued meanwhile in one `/raft/propose`, once fewer than
-    /// [`FORWARDS_IN_FLIGHT`] are under way to that leader.
+    /// [`FORWARDS_IN_FLIGHT`] are under way to that leader; [`FORWARD_ALONE`] or more
+    /// submissions go alone, at once.
     async fn forward(&self, leader: u64, submissions: Vec<Submission>) -> Answers {
+        if submissions.len() >= FORWARD_ALONE {
+            // A batch request: its own request to the leader, at once (joined with others,
+            // each would wait for the last entry of all).
+            return self.post_forward(leader, submissions).await;
+        }
         let this = self.me.upgrade().ok_or(EngineError::Stopped)?;
         let (answer, answered) = tokio::sync::oneshot::channel();
         let send = {
@@ -491,8 +502,8 @@ impl Replicator {
         })
     }
 
-    /// Sends the forwards queued for `leader`, all of them in one request, until none is
-    /// left; then this sender's place in flight is free.
+    /// Sends the forwards queued for `leader`, up to [`FORWARD_ALONE`] submissions a request,
+    /// until none is left; then this sender's place in flight is free.
     async fn send_forwards(&self, leader: u64) {
         loop {
             let batch = {
@@ -507,7 +518,16 @@ impl Replicator {
                     }
                     return;
                 }
-                std::mem::take(&mut queue.waiting)
+                // The oldest first, up to FORWARD_ALONE submissions (one at least).
+                let (mut taken, mut n) = (0, 0);
+                for f in &queue.waiting {
+                    if taken > 0 && n + f.submissions.len() > FORWARD_ALONE {
+                        break;
+                    }
+                    n += f.submissions.len();
+                    taken += 1;
+                }
+                queue.waiting.drain(..taken).collect::<Vec<_>>()
             };
             let (mut all, mut counts) = (Vec::new(), Vec::with_capacity(batch.len()));
             let mut answers = Vec::with_capacity(batch.len());
