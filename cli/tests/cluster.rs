@@ -5,8 +5,10 @@
 //! new leader's time continues from the applied time; a node joins by snapshot, votes and is
 //! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
 //! or wrong cluster secret; the cluster flags' refusals; a whole cluster restarted keeps its
-//! leases and fences; the test kit's cluster ports come from below the ephemeral range, and a
-//! node that cannot start is reported with its log.
+//! leases and fences; a write through a follower is seen at once by every read through it,
+//! and concurrent writes through a follower each get their own answers; the test kit's
+//! cluster ports come from below the ephemeral range, and a node that cannot start is
+//! reported with its log.
 //!
 //! Real `klock` processes on fixed free loopback ports (the peers must know each other's
 //! addresses before they start). Seeded (the order of resources), bounded: every wait has a

@@ -79,7 +79,8 @@ pub fn throughput_round(binary: &str, samples: &mut Samples) {
 
 /// A/B of the throughput rows (`http_bench cluster-ab KLOCK_A KLOCK_B ... [--rounds N]`):
 /// each round measures every binary's cluster, in rotating order, and prints each row's
-/// median pairs/s per binary and the median of each round's ratio to binary A.
+/// median pairs/s and p50 per binary, and the median of the rounds' ratios to binary A (and
+/// each round's).
 pub fn ab(binaries: &[String], rounds: usize) {
     let mut samples: Vec<Samples> = binaries.iter().map(|_| Samples::default()).collect();
     for round in 0..rounds {
