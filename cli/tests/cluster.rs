@@ -6,8 +6,10 @@
 //! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
 //! or wrong cluster secret; the cluster flags' refusals; a whole cluster restarted keeps its
 //! leases and fences; the cluster names one log for its event ids, kept through a new leader
-//! and a restart; the test kit's cluster ports come from below the ephemeral range, and a
-//! node that cannot start is reported with its log.
+//! and a restart; a write through a follower is seen at once by every read through it, and
+//! concurrent writes through a follower each get their own answers; the test kit's cluster
+//! ports come from below the ephemeral range, and a node that cannot start is reported with
+//! its log.
 //!
 //! Real `klock` processes on fixed free loopback ports (the peers must know each other's
 //! addresses before they start). Seeded (the order of resources), bounded: every wait has a
@@ -643,6 +645,199 @@ fn a_session_opened_through_the_leader_is_known_at_once_through_a_follower() {
         let verdict = (a.status, &a.body["verdict"]);
         assert_eq!(verdict, (200, &json!("WAIT")), "ticket {n}: {a:?}");
     }
+}
+
+/// Whether the JSON events answer `a` holds the GRANTED event of `ticket`.
+fn has_grant(a: &klock_testkit::http_client::Answer, ticket: &Value) -> bool {
+    a.body["events"].as_array().is_some_and(|e| {
+        e.iter()
+            .any(|e| e["event"] == "GRANTED" && e["ticket"] == *ticket)
+    })
+}
+
+/// A follower answers a proxied write once its leader has (committed), before it applied the
+/// entry itself; a read through that follower right after still sees the write: every kind
+/// of read that the node answers from its own machine or streams (a ticket poll, a session's
+/// events, the namespace's watch, the overview, the stats, the state hash, the history, a
+/// closed session's refusal) and those that go through the log (resource state, reconcile,
+/// digest). Repeated, so a follower that answered before applying is caught in the act.
+#[test]
+fn a_write_through_a_follower_is_seen_at_once_by_every_read_through_it() {
+    let mut cluster = Cluster::unstarted(support::klock(), 3);
+    cluster.extra = vec![String::from("--history"), String::from("10000")];
+    cluster.start_all();
+    cluster.init();
+    let leader = cluster.leader();
+    let f = (leader + 1) % 3;
+    let port = cluster.ports[f];
+    let get = |path: &str, token: &str| {
+        let headers = [("klock-session-token", token)];
+        request(port, "GET", path, &headers, b"").unwrap()
+    };
+    for n in 0..20 {
+        let older = open(&cluster, f, &format!("older-{n}"));
+        let younger = open(&cluster, f, &format!("younger-{n}"));
+        let resource = format!("FILE:/seen/{n}");
+        let held = cluster.ask(
+            f,
+            &format!("/v1/ns/default/sessions/{}/acquire", younger.0),
+            &younger.1,
+            &format!("acq-{n}"),
+            json!({"intents": [format!("MUTATES {resource}")], "ttl_ms": 60_000}),
+        );
+        let index: u64 = held.header("klock-index").unwrap().parse().unwrap();
+        let held = held.body;
+        let lease = held["leases"][0]["lease_id"].clone();
+        assert_eq!(held["verdict"], "GRANTED", "{held}");
+        // Each read first in turn (a read waits for what the node answered, then the
+        // next one finds it applied): the overview holds the lease; the state hash is past it.
+        let overview = || {
+            let overview = get("/v1/ns/default/overview", "");
+            assert_eq!(overview.status, 200, "{overview:?}");
+            let leases = overview.body["snapshot"]["leases"].as_array().unwrap();
+            assert!(
+                leases.iter().any(|l| l["lease_id"] == lease),
+                "{n}: the overview misses lease {lease}: {overview:?}"
+            );
+        };
+        let hash = || {
+            let hash = get("/v1/state/hash", "");
+            let at = hash.body["index"].as_u64().unwrap();
+            assert!(
+                at >= index,
+                "{n}: the state hash is of {at}, before {index}"
+            );
+        };
+        let reads: [&dyn Fn(); 2] = [&overview, &hash];
+        for k in 0..reads.len() {
+            reads[(n + k) % reads.len()]();
+        }
+        let stats = get("/v1/ns/default/stats", "");
+        assert_eq!(stats.status, 200, "{stats:?}");
+        // Resource state and reconcile go through the log: the holder and its lease.
+        let state = get(
+            &format!("/v1/ns/default/resources/state?resource={resource}"),
+            "",
+        );
+        assert!(
+            state.body.to_string().contains(&lease.to_string()),
+            "{state:?}"
+        );
+        let reconciled = cluster.ask(
+            f,
+            &format!("/v1/ns/default/sessions/{}/reconcile", younger.0),
+            &younger.1,
+            &format!("rec-{n}"),
+            json!({"lease_ids": [lease]}),
+        );
+        assert_eq!(reconciled.status, 200, "{reconciled:?}");
+        assert!(
+            reconciled.body.to_string().contains(&lease.to_string()),
+            "{reconciled:?}"
+        );
+        // The older session waits; the younger one releases through the follower: the ticket
+        // poll, the older session's events and the namespace's watch show the grant at once.
+        let waiting = acquire(&cluster, f, &older, &resource);
+        assert_eq!(waiting["verdict"], "WAIT", "{waiting}");
+        let ticket = waiting["ticket"].clone();
+        let released = cluster.ask(
+            f,
+            &format!("/v1/ns/default/sessions/{}/release", younger.0),
+            &younger.1,
+            &format!("rel-{n}"),
+            json!({"lease_ids": [lease]}),
+        );
+        assert_eq!(released.status, 200, "{released:?}");
+        let poll = || {
+            let path = format!(
+                "/v1/ns/default/sessions/{}/tickets/{ticket}?wait_ms=0",
+                older.0
+            );
+            let polled = get(&path, &older.1);
+            assert_eq!(polled.body["event"], "GRANTED", "{n}: {polled:?}");
+        };
+        let events = || {
+            let path = format!("/v1/ns/default/sessions/{}/events?wait_ms=0", older.0);
+            let events = get(&path, &older.1);
+            assert!(has_grant(&events, &ticket), "{n}: {events:?}");
+        };
+        let watch = || {
+            let watched = get("/v1/ns/default/watch?wait_ms=0", "");
+            assert!(has_grant(&watched, &ticket), "{n}: {watched:?}");
+        };
+        let reads: [&dyn Fn(); 3] = [&poll, &events, &watch];
+        for k in 0..reads.len() {
+            reads[(n + k) % reads.len()]();
+        }
+        let history = get("/v1/ns/default/history", "");
+        assert_eq!(history.status, 200, "{history:?}");
+        // The digest goes through the log.
+        let digest = get(
+            &format!("/v1/ns/default/sessions/{}/digest", older.0),
+            &older.1,
+        );
+        let phase = &digest.body["recovery"]["last_phase"];
+        assert_eq!(
+            phase, "HOLDING",
+            "{n}: the digest misses the grant: {digest:?}"
+        );
+        // A session closed through the follower is refused by it at once.
+        let headers = [("klock-session-token", younger.1.as_str())];
+        let path = format!("/v1/ns/default/sessions/{}", younger.0);
+        let closed = request(port, "DELETE", &path, &headers, b"").unwrap();
+        assert_eq!(closed.status, 200, "{closed:?}");
+        let after = get(
+            &format!("/v1/ns/default/sessions/{}/events?wait_ms=0", younger.0),
+            &younger.1,
+        );
+        assert_ne!(after.status, 200, "{n}: a closed session read: {after:?}");
+    }
+}
+
+/// Writes through a follower from many clients at once (the follower sends the ones that
+/// come while others are under way together, in one request to its leader): each client
+/// gets its own answers, in its own order, and a batch request's operations stay in order.
+#[test]
+fn concurrent_writes_through_a_follower_each_get_their_own_answers() {
+    let cluster = Cluster::initialised(support::klock(), 3);
+    let leader = cluster.leader();
+    let f = (leader + 1) % 3;
+    let cluster = &cluster;
+    std::thread::scope(|scope| {
+        for t in 0..24 {
+            scope.spawn(move || {
+                let me = open(cluster, f, &format!("many-{t}"));
+                for i in 0..5 {
+                    let resource = format!("FILE:/many/{t}/{i}");
+                    let a = acquire(cluster, f, &me, &resource);
+                    assert_eq!(a["verdict"], "GRANTED", "{a}");
+                    assert_eq!(a["leases"][0]["resource"], resource, "{t}.{i}: {a}");
+                    assert_eq!(a["leases"][0]["session_id"], me.0, "{t}.{i}: {a}");
+                }
+                // A batch of this session's operations: in order, each its own answer.
+                let ops: Vec<Value> = (0..6)
+                    .map(|i| {
+                        json!({"op": "acquire", "session": me.0, "token": me.1,
+                               "intents": [format!("MUTATES FILE:/many/{t}/b{i}")]})
+                    })
+                    .collect();
+                let a = cluster.ask(
+                    f,
+                    "/v1/ns/default/batch",
+                    "",
+                    &format!("batch-{t}"),
+                    json!({ "operations": ops }),
+                );
+                assert_eq!(a.status, 200, "{a:?}");
+                let results = a.body["results"].as_array().unwrap();
+                assert_eq!(results.len(), 6, "{a:?}");
+                for (i, r) in results.iter().enumerate() {
+                    let lease = &r["ok"]["leases"][0];
+                    assert_eq!(lease["resource"], format!("FILE:/many/{t}/b{i}"), "{r}");
+                }
+            });
+        }
+    });
 }
 
 /// A cluster's ports are chosen before its nodes bind them, so they come from below the

@@ -17,8 +17,13 @@
 //!   leader's clock (under [`ClusterConfig::manual_clock`]: with the `now` its request
 //!   carried, for conformance runs through a cluster) and written conditional on the leader's term, in order, and answered with
 //!   the applied entry's reply. On a follower that knows the leader, the submissions go to
-//!   the leader (`/raft/propose`); the answers are given once this node has applied their
-//!   entries too (so a read through it right after sees its own write). With no leader known,
+//!   the leader (`/raft/propose`: the requests that come while [`FORWARDS_IN_FLIGHT`] are
+//!   under way to that leader wait, and go together in the next one, up to
+//!   [`FORWARD_ALONE`] submissions, each keeping its own submissions' order and answers; a
+//!   request of that many or more goes alone, at once); the answers are given as soon as the leader's are in
+//!   (committed), and every read through this node first applies up to the entries it
+//!   answered ([`Replicate::answered`]: so a read through it right after sees its own
+//!   write, without a write waiting for this node's apply). With no leader known,
 //!   or a leader that does not answer, the answer is `Unavailable` (503, retry).
 //! - Reads that must see every acknowledged write (`Replicate::caught_up`: a session or a
 //!   ticket this node does not know yet) wait for a read index: the leader confirms with a
@@ -52,6 +57,7 @@ use openraft::rt::WatchReceiver as _;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,12 +69,20 @@ type LeaderId = CommittedLeaderIdOf<KlockRaft>;
 /// acquire is answered at once: holding is the handler's, never the engine's).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How many `/raft/propose` requests a follower has under way at once: the requests that come
+/// meanwhile wait, and go together in the next one (fewer, larger requests to the leader).
+const FORWARDS_IN_FLIGHT: usize = 4;
+
+/// A request with this many submissions or more (the batch endpoint's) is forwarded on its
+/// own, at once; smaller ones are joined, up to this many submissions a `/raft/propose`.
+const FORWARD_ALONE: usize = 64;
+
 /// How long a follower waits for its leader's answer to a membership change it passed on (a
 /// learner's catch-up is part of adding it).
 const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long a follower waits to apply what its leader answered before answering anyway (the
-/// entries are committed: only a read through this node right after could miss them).
+/// How long a read through a follower waits to apply what its leader answered (or for a read
+/// index) before it is refused as unavailable.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A cluster node's configuration (`--node-id`, `--cluster-peers`, `--cluster-secret-file`,
@@ -248,6 +262,8 @@ where
             Duration::from_millis(config.heartbeat_ms),
             config.access.clone(),
         )),
+        answered: AtomicU64::new(0),
+        forwards: Mutex::new(BTreeMap::new()),
     });
     replicator.watch_leadership();
     Ok(replicator)
@@ -258,6 +274,20 @@ where
 struct Anchor {
     leader: LeaderId,
     clock: Clock,
+}
+
+/// A request's submissions waiting to be passed on to the leader.
+struct Forward {
+    submissions: Vec<Submission>,
+    answer: tokio::sync::oneshot::Sender<Answers>,
+}
+
+/// The forwards queued for one leader, and the senders under way to it (at most
+/// [`FORWARDS_IN_FLIGHT`]; a leader that does not answer holds up only its own queue).
+#[derive(Default)]
+struct Forwards {
+    waiting: Vec<Forward>,
+    in_flight: usize,
 }
 
 /// The proposer of a cluster node (module contract).
@@ -278,6 +308,12 @@ pub struct Replicator {
     manual_clock: bool,
     /// Whether the leader's process is gone ([`crate::gone`]).
     gone: Arc<GoneLeader>,
+    /// For each leader forwarded to: the forwards waiting to be sent, and the senders under
+    /// way.
+    forwards: Mutex<BTreeMap<u64, Forwards>>,
+    /// The machine index of the last entry a forwarded write of this node was answered with
+    /// (module contract: a read through this node applies up to it first).
+    answered: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -462,8 +498,104 @@ impl Replicator {
             .map_err(|e| format!("the leader (node {leader}) did not answer: {e}"))
     }
 
-    /// Sends `submissions` to the leader `leader`, then waits to apply their entries here.
+    /// Passes `submissions` on to the leader `leader` (module contract): queued, and sent with
+    /// the other requests' queued meanwhile in one `/raft/propose`, once fewer than
+    /// [`FORWARDS_IN_FLIGHT`] are under way to that leader; [`FORWARD_ALONE`] or more
+    /// submissions go alone, at once.
     async fn forward(&self, leader: u64, submissions: Vec<Submission>) -> Answers {
+        if submissions.len() >= FORWARD_ALONE {
+            // A batch request: its own request to the leader, at once (joined with others,
+            // each would wait for the last entry of all).
+            return self.post_forward(leader, submissions).await;
+        }
+        let this = self.me.upgrade().ok_or(EngineError::Stopped)?;
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let send = {
+            let mut queue = lock(&self.forwards);
+            let queue = queue.entry(leader).or_default();
+            queue.waiting.push(Forward {
+                submissions,
+                answer,
+            });
+            let send = queue.in_flight < FORWARDS_IN_FLIGHT;
+            queue.in_flight += usize::from(send);
+            send
+        };
+        if send {
+            // A task of its own: the request that started it may go (its client hung up)
+            // while the others' submissions are on their way.
+            tokio::spawn(async move { this.send_forwards(leader).await });
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(unavailable(String::from(
+                "the forwarded write got no answer (the node is stopping)",
+            )))
+        })
+    }
+
+    /// Sends the forwards queued for `leader`, up to [`FORWARD_ALONE`] submissions a request,
+    /// until none is left; then this sender's place in flight is free.
+    async fn send_forwards(&self, leader: u64) {
+        loop {
+            let batch = {
+                let mut forwards = lock(&self.forwards);
+                let Some(queue) = forwards.get_mut(&leader) else {
+                    return;
+                };
+                if queue.waiting.is_empty() {
+                    queue.in_flight -= 1;
+                    if queue.in_flight == 0 {
+                        forwards.remove(&leader);
+                    }
+                    return;
+                }
+                // The oldest first, up to FORWARD_ALONE submissions (one at least).
+                let (mut taken, mut n) = (0, 0);
+                for f in &queue.waiting {
+                    if taken > 0 && n + f.submissions.len() > FORWARD_ALONE {
+                        break;
+                    }
+                    n += f.submissions.len();
+                    taken += 1;
+                }
+                queue.waiting.drain(..taken).collect::<Vec<_>>()
+            };
+            let (mut all, mut counts) = (Vec::new(), Vec::with_capacity(batch.len()));
+            let mut answers = Vec::with_capacity(batch.len());
+            for f in batch {
+                counts.push(f.submissions.len());
+                all.extend(f.submissions);
+                answers.push(f.answer);
+            }
+            match self.post_forward(leader, all).await {
+                Ok(replies) if replies.len() == counts.iter().sum::<usize>() => {
+                    let mut replies = replies.into_iter();
+                    for (answer, n) in answers.into_iter().zip(counts) {
+                        let _ = answer.send(Ok(replies.by_ref().take(n).collect()));
+                    }
+                }
+                Ok(replies) => {
+                    let e = unavailable(format!(
+                        "the leader (node {leader}) answered {} of {} forwarded submissions",
+                        replies.len(),
+                        counts.iter().sum::<usize>()
+                    ));
+                    for answer in answers {
+                        let _ = answer.send(Err(e.clone()));
+                    }
+                }
+                Err(e) => {
+                    for answer in answers {
+                        let _ = answer.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `submissions` to the leader `leader` and answers with its answers, once they are
+    /// in (committed), raising [`Replicator::answered`] to their entries.
+    async fn post_forward(&self, leader: u64, submissions: Vec<Submission>) -> Answers {
         let peer = self.leader_peer(leader)?;
         let body = serde_json::to_vec(&submissions).map_err(|e| unavailable(e.to_string()))?;
         let (status, bytes) = peer
@@ -479,13 +611,10 @@ impl Replicator {
         let answers: Result<Vec<Result<Reply, String>>, String> = serde_json::from_slice(&bytes)
             .map_err(|e| unavailable(format!("the leader's answer is undecodable: {e}")))?;
         let answers = answers.map_err(unavailable)?;
+        // Answered at once: the entries are committed (nothing answered is lost), and every
+        // read through this node first applies up to them (`Replicate::answered`).
         if let Some(last) = answers.iter().flatten().map(|r| r.index).max() {
-            // The machine's index is the Raft index plus one.
-            let _ = self
-                .raft
-                .wait(Some(CATCH_UP_TIMEOUT))
-                .applied_index_at_least(Some(last - 1), "a forwarded write")
-                .await;
+            self.answered.fetch_max(last, Ordering::AcqRel);
         }
         Ok(answers
             .into_iter()
@@ -673,6 +802,24 @@ impl Replicate for Replicator {
     fn caught_up(&self) -> BoxFuture<'static, Result<(), EngineError>> {
         let me = self.me.upgrade();
         Box::pin(async move { me.ok_or(EngineError::Stopped)?.read_index().await })
+    }
+
+    fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Acquire)
+    }
+
+    fn applied_up_to(&self, index: u64) -> BoxFuture<'static, Result<(), EngineError>> {
+        let raft = self.raft.clone();
+        Box::pin(async move {
+            // The machine's index is the Raft index plus one.
+            raft.wait(Some(CATCH_UP_TIMEOUT))
+                .applied_index_at_least(Some(index.saturating_sub(1)), "the answered writes")
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    unavailable(format!("not caught up with its own answered writes: {e}"))
+                })
+        })
     }
 
     fn leave(&self) -> BoxFuture<'static, ()> {

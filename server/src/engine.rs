@@ -202,6 +202,25 @@ pub trait Replicate: Send + Sync + 'static {
     fn caught_up(&self) -> futures_util::future::BoxFuture<'static, Result<(), EngineError>> {
         Box::pin(async { Ok(()) })
     }
+    /// The machine index of the last write this node answered (0: none). A node may answer a
+    /// write once it is committed, before it applied it itself (a follower that proxied it to
+    /// its leader): every read through this node first applies up to this index
+    /// ([`EngineHandle::settled`]), so it sees the writes this node answered.
+    fn answered(&self) -> u64 {
+        0
+    }
+    /// Ends once this node has applied its machine up to `index` (see
+    /// [`Replicate::answered`]).
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`]: not applied in time.
+    fn applied_up_to(
+        &self,
+        index: u64,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), EngineError>> {
+        let _ = index;
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What every handle shares.
@@ -271,15 +290,35 @@ impl EngineHandle {
         self.core.propose(submissions).await
     }
 
-    /// Runs `read` on the machine as it stands (after the last committed entry).
+    /// Runs `read` on the machine as it stands, once it has applied every write this node
+    /// answered ([`EngineHandle::settled`]).
     ///
     /// # Errors
-    /// None today (kept for engines whose reads must wait).
+    /// [`EngineError::Unavailable`]: a cluster node that did not apply its answered writes in
+    /// time.
     pub async fn read<T: Send + 'static>(
         &self,
         read: impl FnOnce(&Machine) -> T + Send + 'static,
     ) -> Result<T, EngineError> {
+        self.settled().await?;
         Ok(read(lock(&self.core.state).machine()))
+    }
+
+    /// Ends once this node's machine has applied every write it answered (at once on a single
+    /// server, which answers a write once applied; a cluster node may answer a proxied write
+    /// once committed, see [`Replicate::answered`]): a read through this node after it sees
+    /// the node's own answered writes, its events too.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`]: not applied in time.
+    pub async fn settled(&self) -> Result<(), EngineError> {
+        if let Path::Replicated(replicate) = &self.core.path {
+            let answered = replicate.answered();
+            if answered > lock(&self.core.state).machine().applied() {
+                replicate.applied_up_to(answered).await?;
+            }
+        }
+        Ok(())
     }
 
     /// [`EngineHandle::read`] once this node has applied everything the cluster had

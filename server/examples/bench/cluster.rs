@@ -6,7 +6,8 @@
 //! - [`throughput_round`]: one round's pairs/s of a fresh cluster at 64 clients, one request
 //!   per operation and the batch endpoint, through the leader and through a follower (which
 //!   proxies to the leader); the report divides each by the single-node durable row of the
-//!   same round.
+//!   same round. Then one client through each, for the latency a follower adds (printed by
+//!   [`ab`] only).
 //! - [`failover`]: a client writes continuously (acquire+release pairs) through the two
 //!   followers; the leader is SIGKILLed; the time from the kill to the first acknowledged
 //!   (GRANTED) acquire sent after the kill through a survivor; the killed node is restarted
@@ -45,6 +46,10 @@ pub const LEADER: &str = "three nodes, through the leader";
 pub const FOLLOWER: &str = "three nodes, through a follower (proxied)";
 pub const LEADER_BATCH: &str = "three nodes, batch endpoint, through the leader";
 pub const FOLLOWER_BATCH: &str = "three nodes, batch endpoint, through a follower (proxied)";
+// One client, for the latency a follower adds without load (`cluster-ab` prints them; the
+// report does not).
+pub const LEADER_ONE: &str = "three nodes, through the leader, one client";
+pub const FOLLOWER_ONE: &str = "three nodes, through a follower (proxied), one client";
 
 /// Three nodes of `binary`, initialised, their leader taking writes.
 fn start(binary: &str) -> Cluster {
@@ -76,11 +81,14 @@ pub fn throughput_round(binary: &str, samples: &mut Samples) {
     samples.add(FOLLOWER, 64, pairs(fp, 64));
     samples.add(LEADER_BATCH, 64, batched(lp, 64));
     samples.add(FOLLOWER_BATCH, 64, batched(fp, 64));
+    samples.add(LEADER_ONE, 1, pairs(lp, 1));
+    samples.add(FOLLOWER_ONE, 1, pairs(fp, 1));
 }
 
 /// A/B of the throughput rows (`http_bench cluster-ab KLOCK_A KLOCK_B ... [--rounds N]`):
 /// each round measures every binary's cluster, in rotating order, and prints each row's
-/// median pairs/s per binary and the median of each round's ratio to binary A.
+/// median pairs/s and p50 per binary, and the median of the rounds' ratios to binary A (and
+/// each round's).
 pub fn ab(binaries: &[String], rounds: usize) {
     let mut samples: Vec<Samples> = binaries.iter().map(|_| Samples::default()).collect();
     for round in 0..rounds {
@@ -90,18 +98,39 @@ pub fn ab(binaries: &[String], rounds: usize) {
             throughput_round(&binaries[which], &mut samples[which]);
         }
     }
-    for row in [LEADER, FOLLOWER, LEADER_BATCH, FOLLOWER_BATCH] {
-        let pairs = |k: usize| samples[k].median(row, 64, |s| s.pairs).unwrap_or(f64::NAN);
+    let rows = [
+        (LEADER, 64),
+        (FOLLOWER, 64),
+        (LEADER_BATCH, 64),
+        (FOLLOWER_BATCH, 64),
+        (LEADER_ONE, 1),
+        (FOLLOWER_ONE, 1),
+    ];
+    for (row, clients) in rows {
+        let pairs = |k: usize| {
+            samples[k]
+                .median(row, clients, |s| s.pairs)
+                .unwrap_or(f64::NAN)
+        };
+        let p50 = |k: usize| {
+            samples[k]
+                .median(row, clients, |s| s.p50)
+                .unwrap_or(f64::NAN)
+        };
         for (k, binary) in binaries.iter().enumerate().skip(1) {
-            let a = &samples[0].0[&(row, 64)];
-            let b = &samples[k].0[&(row, 64)];
-            let ratios = a.iter().zip(b).map(|(a, b)| b.pairs / a.pairs).collect();
+            let a = &samples[0].0[&(row, clients)];
+            let b = &samples[k].0[&(row, clients)];
+            let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| b.pairs / a.pairs).collect();
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
             println!(
-                "{row}, 64 clients: {} {:.0} pairs/s, {binary} {:.0} pairs/s: ratio median {:.2} over {rounds} rounds",
+                "{row}, {clients} clients: {} {:.0} pairs/s (p50 {:.2} ms), {binary} {:.0} pairs/s (p50 {:.2} ms): ratio median {:.2} over {rounds} rounds ({})",
                 binaries[0],
                 pairs(0),
+                p50(0),
                 pairs(k),
-                median(ratios)
+                p50(k),
+                median(ratios),
+                each.join(", ")
             );
         }
     }

@@ -34,6 +34,8 @@ async fn follow(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let (mut hold, mut after, log) = q.parse()?;
+    // The events of every write this node answered are in its streams before it reads them.
+    api.engine.settled().await?;
     // A cursor of another log counts nothing in this one: read this log from its start, at
     // once, and say so with a gap (the events module's contract).
     let other_log = api.engine.events().other_log(log);

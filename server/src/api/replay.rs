@@ -155,6 +155,8 @@ pub(super) async fn history(
             ));
         }
     }
+    // Every write this node answered is in its history first.
+    api.engine.settled().await?;
     let history = Arc::clone(api.engine.history());
     let work = move || -> Result<Value, ApiError> {
         let (slice, start_index, kept, config) = {
@@ -241,6 +243,8 @@ pub(super) async fn state_hash(State(api): State<Shared>, RawQuery(raw): RawQuer
             .await?;
         return Ok(Json(json!({"index": index, "now": now, "hash": hex(hash)})));
     };
+    // Every write this node answered is in its history first.
+    api.engine.settled().await?;
     let history = Arc::clone(api.engine.history());
     let work = move || -> Result<Value, ApiError> {
         let slice = {

@@ -158,6 +158,9 @@ pub(super) async fn close(
         Command::Close { session }
     })
     .await?;
+    // Forgotten once the close is applied here (a proxied one may be answered before): its
+    // events would otherwise make the stream anew.
+    api.engine.settled().await?;
     api.engine.events().forget(session);
     Ok(Json(json!({"closed": true})))
 }
