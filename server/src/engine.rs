@@ -13,11 +13,6 @@
 //!   on this thread; in memory there is no log), applies it, then answers and publishes.
 //!   Commands that arrive meanwhile form the next batch. Every `snapshot_every` entries a
 //!   durable engine stores a snapshot and purges the entries it covers.
-//! - Between batches the engine's thread polls for the next request for [`ENGINE_POLL`],
-//!   yielding its core between polls, and only then parks: under load the next request
-//!   usually comes within that time, and taking it without a park spares the handler's
-//!   futex wake and the thread's sleep and wake-up (docs/DECISIONS.md, "the per-request
-//!   path, fifth pass"). An idle server parks after one such poll.
 //! - Under load, a durable batch lingers for the requests about to come (group commit): when
 //!   the last batch answered several requests, the next one waits for as many requests as
 //!   that batch answered plus those already queued (the answered clients' next requests),
@@ -52,10 +47,6 @@ const MAX_BATCH_ENTRIES: usize = 1024;
 
 /// The longest a durable batch lingers for requests about to come (see the module contract).
 const MAX_LINGER: Duration = Duration::from_millis(5);
-
-/// How long the engine's thread polls for the next batch's first request before it parks
-/// (see the module contract).
-const ENGINE_POLL: Duration = Duration::from_micros(50);
 
 /// Where `now` comes from.
 #[derive(Clone, Copy, Debug)]
@@ -584,7 +575,7 @@ impl Writer {
     fn run(mut self, mut inbox: mpsc::Receiver<Proposal>) {
         let mut next = lock(&self.state).machine().applied() + 1;
         let mut group = GroupCommit::default();
-        while let Some(first) = next_proposal(&mut inbox) {
+        while let Some(first) = inbox.blocking_recv() {
             let mut entries: Vec<(u64, Entry)> = Vec::new();
             let mut responders = Vec::new();
             let mut proposal = Some(first);
@@ -709,23 +700,6 @@ impl GroupCommit {
     }
 }
 
-/// The next proposal: polled for [`ENGINE_POLL`] (yielding the core between polls) before the
-/// thread parks until one comes; `None` once every handle is gone (module contract).
-fn next_proposal(inbox: &mut mpsc::Receiver<Proposal>) -> Option<Proposal> {
-    let until = Instant::now() + ENGINE_POLL;
-    loop {
-        match inbox.try_recv() {
-            Ok(proposal) => return Some(proposal),
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
-            Err(mpsc::error::TryRecvError::Empty) => {}
-        }
-        if Instant::now() >= until {
-            return inbox.blocking_recv();
-        }
-        std::thread::yield_now();
-    }
-}
-
 /// The next proposal, waiting for one until `until` at most (`None` then, or when every
 /// handle is gone).
 fn recv_until(inbox: &mut mpsc::Receiver<Proposal>, until: Instant) -> Option<Proposal> {
@@ -835,36 +809,6 @@ mod tests {
         assert!(!group.waits(5));
         group.committed(3, 0, Duration::from_secs(1));
         assert_eq!(group.deadline(true, now), Some(now + MAX_LINGER));
-    }
-
-    /// `next_proposal` takes a waiting proposal at once, parks after its poll until one is
-    /// sent, and ends when every sender is gone.
-    #[test]
-    fn next_proposal_polls_then_parks_until_one_comes() {
-        let (tx, mut inbox) = mpsc::channel::<Proposal>(4);
-        // Queued before: taken at once.
-        tx.blocking_send(Vec::new()).unwrap();
-        assert!(next_proposal(&mut inbox).is_some());
-        // Sent long after the poll gave up: the parked thread is woken by the send.
-        let sender = std::thread::spawn(move || {
-            std::thread::sleep(ENGINE_POLL * 200);
-            tx.blocking_send(Vec::new()).unwrap();
-            tx
-        });
-        let started = Instant::now();
-        assert!(
-            next_proposal(&mut inbox).is_some(),
-            "the proposal sent later"
-        );
-        assert!(started.elapsed() >= ENGINE_POLL * 100, "it waited for it");
-        // Every sender gone: none, at once.
-        drop(sender.join().unwrap());
-        let started = Instant::now();
-        assert!(next_proposal(&mut inbox).is_none());
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "every sender gone"
-        );
     }
 
     /// `recv_until` gives up at its deadline, and wakes as soon as a proposal is sent.
