@@ -65,10 +65,11 @@
 //   is reported lost at once (a `LEASE_LOST` event of this module, routed like the
 //   kernel's). `nextDeadline()` is the earliest local deadline, so the friendly layer's timer
 //   fires on it and `advance(now)` settles it.
-// - Reconnect: after a failed request, the first request that gets through starts a resync
-//   of every session; so does an event poll when the core says the stream may have missed
-//   events (an answer after a poll that gave up, from another node than the last, of another
-//   log than its cursor's, or with a `gap`): the event readers resume after
+// - Resync (the core's stream rule, as in Python and Rust): an event poll starts a resync of
+//   every session when the core says the stream may have missed events (an answer after a
+//   poll that gave up, from another node than the last, of another log than its cursor's, or
+//   with a `gap`); a request that failed and then got through within its budget does not (the
+//   server kept what came meanwhile, and the stream's cursor still reads it): the event readers resume after
 //   their last id, open tickets are polled again, held leases are reconciled (those the
 //   server no longer has are lost) and the rest are renewed at once. The server restores
 //   sessions into a suspension grace and extends leases by downtime + grace
@@ -313,7 +314,6 @@ class RemoteKernel {
     this._queue = [];
     this._inFlight = 0;
     this._idleWaiters = [];
-    this._failing = false;
     /** Renewal turns not taken (the core's `MAX_RENEWALS_IN_FLIGHT` at most), and who waits for one, oldest first. */
     this._renewalsFree = MAX_RENEWALS_IN_FLIGHT;
     this._renewalWaiters = [];
@@ -893,17 +893,10 @@ class RemoteKernel {
           }
           outcome = 'unreachable';
           failed(url, describeFailure(error, attemptMs));
-          this._failing = true;
         }
-        if (outcome !== 'unreachable') {
-          if (this._failing) {
-            this._failing = false;
-            this._resync();
-          }
-          if (outcome !== 'answered') {
-            pauseAsked = retryAfterMs(response);
-            failed(url, `the server is unavailable (${response.status}: ${response.text.slice(0, 200)})`);
-          }
+        if (outcome === 'busy' || outcome === 'unavailable') {
+          pauseAsked = retryAfterMs(response);
+          failed(url, `the server is unavailable (${response.status}: ${response.text.slice(0, 200)})`);
         }
         // A closed client asks no more: its failure is final.
         const next = this._closed

@@ -151,6 +151,38 @@ test('server restarted mid-lease (SIGKILL, same file and port): the lease surviv
   }
 });
 
+test('a server back within the budget on its data file: a call that failed meanwhile resyncs nothing', async () => {
+  // The core's stream rule is the only resync rule (as in Python and Rust): the server kept
+  // every event after the reader's cursor, so nothing was missed and no session is reconciled,
+  // even though a request failed while the server was away and then got through.
+  const data = join(dir, 'no-resync.redb');
+  let s = await server(['--data', data]);
+  const port = s.port;
+  const k = connect(s.url, { reconnectTimeoutMs: 20_000 });
+  const reconciles = [];
+  const request = k.kernel._request.bind(k.kernel);
+  k.kernel._request = (method, path, options) => {
+    if (path.endsWith('/reconcile')) reconciles.push(path);
+    return request(method, path, options);
+  };
+  try {
+    const session = await k.session('a');
+    const lease = await session.lease('MUTATES FILE:/no-resync', { ttlMs: 30_000 });
+    await s.kill('SIGKILL');
+    const meanwhile = k.session('meanwhile'); // its attempts fail until the restart
+    await sleep(500);
+    s = await server(['--data', data], { port });
+    await within(20_000, meanwhile, 'the call made while the server was away');
+    await sleep(1000); // time for a resync to start, were there one
+    assert.deepEqual(reconciles, []);
+    lease.check();
+    await lease.release();
+    assert.equal(k.counters.lost, 0);
+  } finally {
+    await k.close();
+  }
+});
+
 test('a wait whose outcome the server no longer has asks again, reusing the lease granted meanwhile', async () => {
   // The waiter's client loses its network while the holder (another client) releases, so the
   // grant's event goes unheard; the server then restarts from a snapshot taken after it, so
