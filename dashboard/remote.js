@@ -8,7 +8,10 @@
 // second. When the stream or a read fails (a restarting server), the page says so and
 // reconnects with capped exponential backoff (250 ms doubling up to 5 s, with jitter),
 // resumes the stream after the last event id it saw (Last-Event-ID) and re-reads the state.
-// A server that came back with a shorter log (an in-memory server restarted) starts over.
+// Event ids count entries of one log, which the server names (the SSE answer's `Klock-Log`
+// header): the page sends its cursor's log (`log=`), and a server of another log (an in-memory
+// server restarted) reads its stream from its start, which the page lists as the server
+// starting over (docs/SPEC.md, "A cursor belongs to one log").
 // The verdict stream shows the events, and grants and waits as the state shows them appear
 // (a DIE changes no state and is only counted live; the replay lists every verdict).
 //
@@ -56,6 +59,7 @@ const state = {
   token: '',
   status: 'starting',
   lastEventId: '0.0',
+  cursorLog: null, // the log lastEventId counts entries of (the stream's Klock-Log)
   overview: null,
   log: [], // newest last: {t, kind, agent, text, ...}
   selected: null,
@@ -383,12 +387,11 @@ const fmtTime = (t) => `${((t - (timeBase ?? 0)) / 1000).toFixed(3)}s`;
 // ---- live -------------------------------------------------------------------------------------
 
 const live = {
-  abort: null,
   attempt: 0,
   known: { leases: new Map(), tickets: new Map() },
   dirty: false,
   reading: false,
-  serverIndex: 0,
+  newLog: false, // the stream was answered by another log: its first gap says so, not a loss
 };
 
 function logEntry(entry) {
@@ -442,13 +445,6 @@ async function readOverview() {
   live.reading = true;
   try {
     const o = await getJson(`${nsPath()}/overview`);
-    if (o.index < live.serverIndex) {
-      // A shorter log: an in-memory server started over. Its event ids start over too.
-      state.lastEventId = '0.0';
-      logEntry({ t: o.now, kind: 'RESTART', agent: 'server', text: `the server started over (log index ${o.index})` });
-      restartStream();
-    }
-    live.serverIndex = o.index;
     timeBase ??= o.now;
     const seen = live.known;
     const next = { leases: new Map(), tickets: new Map() };
@@ -502,20 +498,26 @@ function backoff() {
   return base / 2 + Math.random() * (base / 2);
 }
 
-function restartStream() {
-  live.abort?.abort();
-}
-
 /** Follows the watch stream until it ends or fails; resolves then. */
 async function follow() {
-  const ctl = new AbortController();
-  live.abort = ctl;
-  const res = await fetch(api(`${nsPath()}/watch`), {
+  const log = state.cursorLog ? `?log=${encodeURIComponent(state.cursorLog)}` : '';
+  const res = await fetch(api(`${nsPath()}/watch${log}`), {
     headers: headers({ Accept: 'text/event-stream', 'Last-Event-ID': state.lastEventId }),
-    signal: ctl.signal,
     cache: 'no-store',
   });
   if (!res.ok) throw httpError(res, await res.text());
+  const answered = res.headers.get('klock-log');
+  if (answered && state.cursorLog && answered !== state.cursorLog) {
+    // Another log (an in-memory server restarted): the server reads it from its start.
+    logEntry({
+      t: state.overview?.now ?? 0,
+      kind: 'RESTART',
+      agent: 'server',
+      text: 'the server started over (a new log): its events are read from the start',
+    });
+    live.newLog = true;
+  }
+  if (answered) state.cursorLog = answered;
   live.attempt = 0;
   setStatus('live', `live · ${state.ns}`);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -531,7 +533,9 @@ async function follow() {
       buffer = buffer.slice(nl + 1);
       if (line === '') {
         if (ev.data.length) {
-          if (ev.kind === 'gap') {
+          if (ev.kind === 'gap' && live.newLog) {
+            live.newLog = false; // the new log's start, said above
+          } else if (ev.kind === 'gap') {
             logEntry({
               t: state.overview?.now ?? 0,
               kind: 'RESTART',

@@ -4,7 +4,8 @@
 //      its command, seen by the file the command writes); screenshot target/dashboard/live.png;
 //   2. after a SIGKILL of the server and a restart on the same data file and port, the page
 //      says it is reconnecting, comes back live by itself, shows a lease granted after the
-//      restart, and lists no event twice;
+//      restart, and lists no event twice; an in-memory server restarted on its port (a new
+//      log): the page reads the new log from its start and says the server started over;
 //   3. replay: a contended run in two namespaces, the server's live state hash sampled at
 //      several instants; the page replays the history in its wasm kernel and gives the same
 //      hash at each sampled log index (and the server's own GET /v1/state/hash?index=); a DIE
@@ -177,6 +178,79 @@ test(
       [],
     );
     await page.close();
+  },
+);
+
+/** `pairs` acquire+release pairs of `resource` by session `s`: one log entry each. */
+async function pump(url, s, resource, pairs) {
+  for (let i = 0; i < pairs; i++) {
+    const { body } = await onSession(url, s, 'acquire', { intents: [`MUTATES ${resource}`] });
+    assert.equal(body.verdict, 'GRANTED', JSON.stringify(body));
+    await onSession(url, s, 'release', { lease_ids: body.leases.map((l) => l.lease_id) });
+  }
+}
+
+test(
+  'live: an in-memory server restarted on its port: the page reads the new log from its start',
+  { timeout: 90_000 },
+  async () => {
+    // Event ids count entries of one log. The page's cursor is pushed past where the new log's
+    // first grant will be; the new log then grows past the cursor before the page may reach
+    // it, so neither the cursor nor the log's length tells the page the server started over:
+    // only the log's name does.
+    let mem = await startKlock(['--memory']);
+    const port = mem.port;
+    const { page, errors } = await openPage(mem.url, '?live&ns=team');
+    try {
+      const first = await openSession(mem.url, 'team', 'pump');
+      await pump(mem.url, first, 'FILE:/old-log/x', 30);
+      await page.waitForFunction(() => Number(window.klock.state.lastEventId.split('.')[0]) >= 60, null, {
+        timeout: 15_000,
+      });
+      const oldLog = await page.evaluate(() => window.klock.state.cursorLog);
+      assert.match(oldLog ?? '', /^[0-9a-f]{32}$/);
+      const cursor = await page.evaluate(() => window.klock.state.lastEventId);
+      // The page cannot reach the server until the new log is ready.
+      await page.route('**/v1/**', (route) => route.abort());
+      await mem.kill();
+      mem = await startKlock(['--memory'], { port });
+      // A grant by an event, early in the new log (an older session waits, then is granted).
+      const waiter = await openSession(mem.url, 'team', 'waiter');
+      const holder = await openSession(mem.url, 'team', 'holder');
+      const held = await onSession(mem.url, holder, 'acquire', { intents: ['MUTATES FILE:/new-log/x'] });
+      assert.equal(held.body.verdict, 'GRANTED', JSON.stringify(held.body));
+      const wait = await onSession(mem.url, waiter, 'acquire', {
+        intents: ['MUTATES FILE:/new-log/x'],
+        wait_timeout_ms: 60_000,
+      });
+      assert.equal(wait.body.verdict, 'WAIT', JSON.stringify(wait.body));
+      await onSession(mem.url, holder, 'release', { lease_ids: held.body.leases.map((l) => l.lease_id) });
+      await pump(mem.url, holder, 'FILE:/new-log/y', 50);
+      const { index } = await liveHash(mem.url);
+      assert.ok(index > Number(cursor.split('.')[0]), `the new log (${index}) is past the cursor (${cursor})`);
+      await page.unroute('**/v1/**');
+      await page.waitForFunction(
+        () => window.klock.state.log.some((e) => e.kind === 'GRANTED' && e.id && /FILE:\/new-log\/x/.test(e.text)),
+        null,
+        { timeout: 20_000 },
+      );
+      const entries = await page.evaluate(() => window.klock.state.log.map((e) => `${e.kind}: ${e.text}`));
+      assert.ok(
+        entries.some((e) => /^RESTART: the server started over \(a new log\)/.test(e)),
+        entries.slice(-10).join('\n'),
+      );
+      assert.ok(!entries.some((e) => /were dropped/.test(e)), 'the new log is not reported as dropped events');
+      const newLog = await page.evaluate(() => window.klock.state.cursorLog);
+      assert.match(newLog ?? '', /^[0-9a-f]{32}$/);
+      assert.notEqual(newLog, oldLog);
+      assert.deepEqual(
+        errors.filter((e) => e.startsWith('pageerror')),
+        [],
+      );
+    } finally {
+      await page.close();
+      await mem.kill();
+    }
   },
 );
 

@@ -247,7 +247,7 @@ pub async fn cors(
         h.insert(header::VARY, header::HeaderValue::from_static("origin"));
         h.insert(
             header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            header::HeaderValue::from_static("klock-index, klock-now"),
+            header::HeaderValue::from_static("klock-index, klock-now, klock-log"),
         );
     };
     let preflight = request.method() == axum::http::Method::OPTIONS

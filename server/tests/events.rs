@@ -15,6 +15,17 @@ use support::{metric, on, open, sha256_of, Agent, Server};
 
 /// Opens an SSE stream; returns the status and the reader, past the answer's head.
 fn sse(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, BufReader<TcpStream>) {
+    let (status, _, reader) = sse_with_head(port, path, headers);
+    (status, reader)
+}
+
+/// Opens an SSE stream; returns the status, the answer's headers (names lowercased) and the
+/// reader, past the answer's head.
+fn sse_with_head(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, BufReader<TcpStream>) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -31,14 +42,18 @@ fn sse(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, BufReader<TcpSt
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
     let status = line.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut head = Vec::new();
     loop {
         line.clear();
         reader.read_line(&mut line).unwrap();
         if line == "\r\n" || line.is_empty() {
             break;
         }
+        if let Some((name, value)) = line.trim_end().split_once(':') {
+            head.push((name.to_ascii_lowercase(), value.trim().to_owned()));
+        }
     }
-    (status, reader)
+    (status, head, reader)
 }
 
 /// The next SSE event of a stream: (event name, id).
@@ -374,9 +389,16 @@ fn a_cursor_of_another_log_is_read_from_this_logs_start_with_a_gap() {
     );
     let headers = [("klock-session-token", bob.token.as_str())];
     let path = format!("/v1/ns/default/sessions/{}/events?log={old_log}", bob.id);
-    let (status, mut reader) = sse(new.port(), &path, &[headers[0], ("last-event-id", cursor)]);
+    let (status, head, mut reader) =
+        sse_with_head(new.port(), &path, &[headers[0], ("last-event-id", cursor)]);
     assert_eq!(status, 200);
+    // An SSE answer's body is events: it names its log in a header.
+    let named = head.iter().find(|(name, _)| name == "klock-log");
+    assert_eq!(named.map(|(_, v)| v.as_str()), Some(new_log.as_str()), "{head:?}");
     assert_eq!(next_event(&mut reader).0, "gap");
+    // So does the namespace's overview (what a dashboard reads beside the stream).
+    let (_, v) = new.get("/v1/ns/default/overview");
+    assert_eq!(v["log"], new_log.as_str(), "{v}");
     assert_eq!(
         next_event(&mut reader),
         (String::from("ACQUIRED"), String::from("2.0"))

@@ -61,7 +61,14 @@ async fn follow(
     // The stream outlives this handler: it keeps the caller's long-poll slot while it is open
     // (the access layer's own slot for this request is freed when the handler returns).
     let slot = slots.map(|axum::Extension(slots)| slots.hand_over());
-    Ok(sse(&api, stream, after, other_log, slot).into_response())
+    let mut response = sse(&api, stream, after, other_log, slot).into_response();
+    // An SSE answer's body is its events: the log they count entries of is a header.
+    if let Some(log) = api.engine.events().log() {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&log) {
+            response.headers_mut().insert("klock-log", value);
+        }
+    }
+    Ok(response)
 }
 
 /// An SSE stream of `stream` after `after`, until its session closes or the client goes; a

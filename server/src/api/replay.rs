@@ -15,7 +15,8 @@
 //! - `GET /v1/ns/{ns}/overview` is the kernel's snapshot (docs/SPEC.md §10) at the last applied
 //!   entry, cut to the namespace: its sessions, their leases and tickets, its top contended
 //!   resources, its next deadline (of its leases and tickets); counters and ghost agents are
-//!   server-wide, as `/stats` reports them (only to callers that may read every namespace).
+//!   server-wide, as `/stats` reports them (only to callers that may read every namespace);
+//!   `log` names the log its `index` counts entries of (as a watch answer's `log`).
 //! - Every bad input is a 4xx with a stable name and a message naming the fix; nothing panics.
 
 use super::access::Reach;
@@ -283,7 +284,7 @@ pub(super) async fn state_hash(State(api): State<Shared>, RawQuery(raw): RawQuer
     tag = "observe",
     summary = "The kernel's snapshot cut to the namespace: sessions, leases, tickets, stats",
     params(NamespacePath),
-    responses((status = 200, description = "{index, now, snapshot}", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
+    responses((status = 200, description = "{namespace, index, now, log, snapshot}", body = Object), (status = "4XX", description = "a stable code, name and message", body = ErrorBody))
 )]
 pub(super) async fn overview(
     State(api): State<Shared>,
@@ -309,7 +310,9 @@ pub(super) async fn overview(
         .chain(snapshot.tickets.iter().map(|t| t.deadline))
         .min();
     super::observe::server_wide_only_to(&mut snapshot.stats, reach.as_deref());
-    let value =
-        json!({"namespace": ns, "index": index, "now": now, "snapshot": to_json(&snapshot)});
+    // `index` counts entries of the log named `log` (a watch's `log=`; docs/SPEC.md §13.9).
+    let log = api.engine.events().log();
+    let value = json!({"namespace": ns, "index": index, "now": now, "log": log.as_deref(),
+        "snapshot": to_json(&snapshot)});
     Ok(Json(value))
 }
