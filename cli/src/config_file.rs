@@ -56,6 +56,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("max-request-ids", Kind::Number),
     ("max-batch-items", Kind::Number),
     ("accept-log-loss", Kind::Switch),
+    ("workers", Kind::Number),
     ("log-level", Kind::Text),
     ("log-format", Kind::Text),
 ];

@@ -130,7 +130,8 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(serve.workers)
+        .thread_name("klock-worker")
         .enable_all()
         .build()
     {

@@ -28,7 +28,7 @@ usage: klock serve [--config FILE] [--listen ADDR:PORT | --socket PATH] [--data 
                    [--max-connections N] [--max-connections-per-peer N]
                    [--header-timeout-ms MS] [--idle-timeout-ms MS]
                    [--max-requests-per-connection N] [--max-request-ids N]
-                   [--max-batch-items N] [--accept-log-loss]
+                   [--max-batch-items N] [--accept-log-loss] [--workers N]
                    [--log-level FILTER] [--log-format text|json]
                    [--node-id N --cluster-peers ID=URL,... --cluster-secret-file FILE [--cluster-ca FILE]]
 
@@ -88,6 +88,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --max-request-ids N  lease ids one heartbeat or reconcile may name (default: the kernel's
                        max_leases_per_session); 413 TOO_MANY_IDS beyond
   --max-batch-items N  lease ids and intents one batch may carry in all (default 4096)
+  --workers N          threads that serve connections (default: one per CPU; 1 to 1024);
+                       the kernel's own thread comes on top
   --node-id N, --cluster-peers ID=URL,..., --cluster-secret-file FILE
                        run as node N of a replicated cluster (Raft): every node's id and
                        http://HOST:PORT (this node's is where it listens), and a file holding
@@ -358,6 +360,17 @@ fn read_flags(args: &[String]) -> Result<Read, String> {
             }
             "--max-requests-per-connection" => {
                 out.conn.max_requests = positive(flag, value()?)? as u64;
+                i += 2;
+            }
+            "--workers" => {
+                let n = positive(flag, value()?)?;
+                if n > klock_server::serve::MAX_WORKERS {
+                    return Err(format!(
+                        "{flag} is at most {}, got {n}",
+                        klock_server::serve::MAX_WORKERS
+                    ));
+                }
+                out.workers = n;
                 i += 2;
             }
             "--accept-log-loss" => {

@@ -777,6 +777,58 @@ fn an_online_backup_under_load_is_a_committed_prefix_and_restores_into_a_new_ser
     assert!(!target.exists());
 }
 
+/// `--workers N` starts N threads that serve connections (besides the kernel's own), from the
+/// command line or a config file; 0, more than 1,024 and a non-number are refused, naming the
+/// flag, before anything is served.
+#[test]
+fn workers_sets_the_threads_that_serve_and_refuses_what_cannot_be() {
+    /// The threads of `pid` named as the runtime's workers.
+    fn workers_of(pid: u32) -> usize {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim() == "klock-worker")
+            .count()
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("workers.toml");
+    std::fs::write(&file, "memory = true\nworkers = 5\n").unwrap();
+    for (args, expected) in [
+        (vec!["--memory", "--workers", "3"], 3),
+        (vec!["--config", file.to_str().unwrap()], 5),
+        (vec!["--memory", "--workers", "1"], 1),
+    ] {
+        let p = Proc::start(dir.path(), "workers", &args);
+        let (status, _) = p.call("GET", "/v1/ns/default/overview", &[], Value::Null);
+        assert_eq!(status, 200, "{args:?}");
+        assert_eq!(workers_of(p.child.id()), expected, "{args:?}");
+        p.stop();
+    }
+    for (value, expected) in [
+        ("0", "--workers needs a whole number above 0, got \"0\""),
+        ("1025", "--workers is at most 1024, got 1025"),
+        (
+            "many",
+            "--workers needs a whole number above 0, got \"many\"",
+        ),
+    ] {
+        let out = run(
+            &[
+                "serve",
+                "--memory",
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                value,
+            ],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(2), "{value}");
+        let err = text_of(&out.stderr);
+        assert!(err.contains(expected), "{value}: {err}");
+    }
+}
+
 #[test]
 fn a_config_mismatch_names_each_setting_and_both_values() {
     let dir = tempfile::tempdir().unwrap();

@@ -82,6 +82,9 @@ pub struct ServeConfig {
     pub accept_log_loss: bool,
     /// `--log-level`, `--log-format`: installed by the `klock` command (crate::logging).
     pub log: crate::logging::LogConfig,
+    /// `--workers`: the runtime's worker threads, which the `klock` command starts
+    /// ([`serve`] runs on its caller's runtime). Default: one per CPU ([`default_workers`]).
+    pub workers: usize,
     /// `--node-id`, `--cluster-peers`, `--cluster-secret-file`: this server is a node of a
     /// replicated cluster, and this is its consensus layer (`klock-raft`); `None`: one node.
     pub cluster: Option<Arc<dyn Cluster>>,
@@ -128,9 +131,20 @@ impl Default for ServeConfig {
             conn: ConnLimits::default(),
             accept_log_loss: false,
             log: crate::logging::LogConfig::default(),
+            workers: default_workers(),
             cluster: None,
         }
     }
+}
+
+/// The most worker threads `--workers` may ask for: a typo must not start a thread per
+/// request's worth of them.
+pub const MAX_WORKERS: usize = 1024;
+
+/// One worker thread per CPU this process may use (2 when that cannot be read), as tokio's
+/// own default; the engine's thread comes on top.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().min(MAX_WORKERS))
 }
 
 impl ServeConfig {

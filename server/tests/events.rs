@@ -394,7 +394,11 @@ fn a_cursor_of_another_log_is_read_from_this_logs_start_with_a_gap() {
     assert_eq!(status, 200);
     // An SSE answer's body is events: it names its log in a header.
     let named = head.iter().find(|(name, _)| name == "klock-log");
-    assert_eq!(named.map(|(_, v)| v.as_str()), Some(new_log.as_str()), "{head:?}");
+    assert_eq!(
+        named.map(|(_, v)| v.as_str()),
+        Some(new_log.as_str()),
+        "{head:?}"
+    );
     assert_eq!(next_event(&mut reader).0, "gap");
     // So does the namespace's overview (what a dashboard reads beside the stream).
     let (_, v) = new.get("/v1/ns/default/overview");
