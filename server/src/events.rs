@@ -147,6 +147,24 @@ pub enum Stream {
     Namespace(String),
 }
 
+/// Which events a reader asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kinds {
+    /// Every event of the stream.
+    Every,
+    /// Every event but the holder events (ACQUIRED, RELEASED: docs/SPEC.md §13.8), which a
+    /// client that learns its grants and releases from their answers needs nowhere. They are
+    /// skipped, not held back: the batch's `next` moves past them, and a long-poll is not
+    /// answered by them alone.
+    NoHolderEvents,
+}
+
+impl Kinds {
+    fn wants(self, event: &Event) -> bool {
+        self == Kinds::Every || !matches!(event, Event::Acquired { .. } | Event::Released { .. })
+    }
+}
+
 /// What an applied entry changes in which session belongs to which namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Membership {
@@ -516,6 +534,12 @@ impl EventHub {
 
     /// The stream's events after `after` (at most about [`BATCH_BYTES`] of them).
     pub fn after(&self, stream: &Stream, after: EventId) -> Batch {
+        self.read(stream, after, Kinds::Every)
+    }
+
+    /// The stream's events of `kinds` after `after` (at most about [`BATCH_BYTES`] of them);
+    /// `next` is past every event read, skipped ones included.
+    pub fn read(&self, stream: &Stream, after: EventId, kinds: Kinds) -> Batch {
         let rings = self.lock();
         let ended = rings.ended(stream);
         let Some(ring) = rings.ring(stream) else {
@@ -535,18 +559,23 @@ impl EventHub {
         };
         let from = ring.events.partition_point(|h| h.id <= after);
         let mut events = Vec::new();
-        let mut bytes = 0;
+        let (mut bytes, mut read, mut last) = (0, 0, None);
         for held in ring.events.range(from..) {
+            if !kinds.wants(&held.event) {
+                (read, last) = (read + 1, Some(held.id));
+                continue;
+            }
             if !events.is_empty() && bytes + held.bytes > BATCH_BYTES {
                 break;
             }
             bytes += held.bytes;
+            (read, last) = (read + 1, Some(held.id));
             events.push(Stamped(Arc::clone(held)));
         }
-        let complete = from + events.len() == ring.events.len();
+        let complete = from + read == ring.events.len();
         let gap = ring.dropped > Some(after);
-        let next = match events.last() {
-            Some(last) => last.id(),
+        let next = match last {
+            Some(last) => last,
             None if gap => ring.dropped.unwrap_or(after),
             None => after,
         };
@@ -603,14 +632,17 @@ impl EventHub {
         }
     }
 
-    /// The stream's events after `after`, waiting up to `wait` for the first one.
+    /// The stream's events of `kinds` after `after`, waiting up to `wait` for the first one.
     pub async fn wait_after(
         self: &Arc<Self>,
         stream: &Stream,
         after: EventId,
         wait: Duration,
+        kinds: Kinds,
     ) -> Batch {
-        self.follow(stream.clone()).wait_after(after, wait).await
+        self.follow(stream.clone())
+            .wait_after(after, wait, kinds)
+            .await
     }
 
     /// The hub's series of the text exposition (`/metrics`).
@@ -702,20 +734,23 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// The stream's events after `after`, waiting up to `wait` for one (or a gap, or the end).
-    pub async fn wait_after(&self, after: EventId, wait: Duration) -> Batch {
+    /// The stream's events of `kinds` after `after`, waiting up to `wait` for one (or a gap,
+    /// or the end). Skipped events move the cursor without answering.
+    pub async fn wait_after(&self, mut after: EventId, wait: Duration, kinds: Kinds) -> Batch {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before reading, so a publish between the read and the wait wakes it.
             let woken = self.signal.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let batch = self.hub.after(&self.stream, after);
+            let batch = self.hub.read(&self.stream, after, kinds);
             if !batch.events.is_empty() || batch.gap || batch.ended {
                 return batch;
             }
+            // Only skipped events (if any) came: read after them from now on.
+            after = EventId::parse(&batch.next).unwrap_or(after);
             if tokio::time::timeout_at(deadline, woken).await.is_err() {
-                return self.hub.after(&self.stream, after);
+                return self.hub.read(&self.stream, after, kinds);
             }
             self.hub.counters.wakeups.fetch_add(1, Ordering::Relaxed);
         }
@@ -742,6 +777,51 @@ mod tests {
 
     fn opened(session: u64, ns: &str) -> Membership {
         Membership::Opened(SessionId(session), ns.to_owned())
+    }
+
+    fn released(session: u64, lease: u64) -> Event {
+        Event::Released {
+            session: SessionId(session),
+            leases: vec![LeaseId(lease)],
+        }
+    }
+
+    /// Without holder events a read skips ACQUIRED/RELEASED but moves past them, and a wait is
+    /// not answered by them alone: it goes on waiting from after them.
+    #[tokio::test]
+    async fn a_reader_without_holder_events_skips_them_and_waits_past_them() {
+        let hub = Arc::new(EventHub::new(DEFAULT_BUDGET));
+        hub.record(1, &opened(1, "a"), &[]);
+        hub.record(2, &Membership::Unchanged, &[released(1, 7)]);
+        hub.record(3, &Membership::Unchanged, &[expired(1, 8), released(1, 9)]);
+        let ns = Stream::Namespace("a".into());
+        let every = hub.read(&ns, EventId::default(), Kinds::Every);
+        assert_eq!(every.events.len(), 3);
+        let batch = hub.read(&ns, EventId::default(), Kinds::NoHolderEvents);
+        let names: Vec<&str> = batch.events.iter().map(|e| e.event().name()).collect();
+        assert_eq!((names, batch.next.as_str()), (vec!["LEASE_EXPIRED"], "3.1"));
+        // Only holder events after the cursor: nothing, but past them.
+        hub.record(4, &Membership::Unchanged, &[released(1, 10)]);
+        let batch = hub.read(&ns, EventId::parse("3.1").unwrap(), Kinds::NoHolderEvents);
+        assert_eq!((batch.events.len(), batch.next.as_str()), (0, "4.0"));
+        // A waiting reader: a holder event does not answer it, the next other event does.
+        let reader = hub.follow(ns.clone());
+        let at = EventId::parse("4.0").unwrap();
+        let wait = reader.wait_after(at, Duration::from_secs(10), Kinds::NoHolderEvents);
+        let publish = async {
+            tokio::task::yield_now().await;
+            hub.record(5, &Membership::Unchanged, &[released(1, 11)]);
+            tokio::task::yield_now().await;
+            hub.record(6, &Membership::Unchanged, &[expired(1, 12)]);
+        };
+        let (batch, ()) = tokio::join!(wait, publish);
+        let ids: Vec<String> = batch.events.iter().map(|e| e.id().to_string()).collect();
+        assert_eq!((ids, batch.next.as_str()), (vec!["6.0".to_owned()], "6.0"));
+        // With every kind the same wait is answered by the holder event.
+        let batch = reader
+            .wait_after(at, Duration::from_secs(10), Kinds::Every)
+            .await;
+        assert_eq!(batch.events[0].event().name(), "RELEASED");
     }
 
     #[test]

@@ -456,3 +456,78 @@ fn a_cursor_of_another_log_is_read_from_this_logs_start_with_a_gap() {
         "another data file, another log: {v}"
     );
 }
+
+/// `holder_events=false` leaves ACQUIRED and RELEASED out of a watch, a session's events and
+/// their SSE, and moves `next` past them; a long-poll is not answered by them alone, only by
+/// another event; any other value is a 400 naming the parameter.
+#[test]
+fn holder_events_false_leaves_acquired_and_released_out() {
+    let s = Server::start(&["--memory"]);
+    let older = open(&s, "default", "older");
+    let younger = open(&s, "default", "younger");
+    let lease = |a: &Agent, resource: &str| -> u64 {
+        let intents = json!({"intents": [format!("MUTATES {resource}")]});
+        let (status, v) = on(&s, a, "POST", "acquire", intents);
+        assert_eq!((status, v["verdict"].as_str()), (200, Some("GRANTED")), "{v}");
+        v["leases"][0]["lease_id"].as_u64().unwrap()
+    };
+    let release = |a: &Agent, id: u64| {
+        let (status, v) = on(&s, a, "POST", "release", json!({"lease_ids": [id]}));
+        assert_eq!(status, 200, "{v}");
+    };
+    let id = lease(&younger, "FILE:/a");
+    release(&younger, id);
+    let (_, every) = s.get("/v1/ns/default/watch?wait_ms=0");
+    let names = |v: &Value| -> Vec<String> {
+        let events = v["events"].as_array().unwrap();
+        events.iter().map(|e| e["event"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(names(&every), ["ACQUIRED", "RELEASED"], "{every}");
+    let (_, none) = s.get("/v1/ns/default/watch?wait_ms=0&holder_events=false");
+    assert_eq!(
+        (names(&none), &none["next"], &none["gap"]),
+        (vec![], &every["next"], &json!(false)),
+        "{none}"
+    );
+    let (_, mine) = on(&s, &younger, "GET", "events?holder_events=false", json!({}));
+    assert_eq!((names(&mine), &mine["next"]), (vec![], &every["next"]), "{mine}");
+
+    // A held poll: the holder events come first and do not answer it; the older session's
+    // wait, then its grant, does (GRANTED after the younger one's release).
+    let id = lease(&younger, "FILE:/b");
+    let (status, v) = on(
+        &s,
+        &older,
+        "POST",
+        "acquire",
+        json!({"intents": ["MUTATES FILE:/b"], "wait_timeout_ms": 30_000}),
+    );
+    assert_eq!((status, v["verdict"].as_str()), (200, Some("WAIT")), "{v}");
+    let cursor = every["next"].as_str().unwrap().to_owned();
+    let port = s.port();
+    let poll = std::thread::spawn(move || {
+        let path = format!(
+            "/v1/ns/default/watch?after={cursor}&wait_ms=20000&holder_events=false"
+        );
+        let a = klock_testkit::http_client::request(port, "GET", &path, &[], b"").unwrap();
+        (a.status, a.body)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!poll.is_finished(), "answered by the ACQUIRED before it");
+    release(&younger, id);
+    let (status, got) = poll.join().unwrap();
+    assert_eq!((status, names(&got)), (200, vec!["GRANTED".to_owned()]), "{got}");
+
+    // SSE: the first event read is the grant, not the holder events before it.
+    let path = "/v1/ns/default/watch?holder_events=false";
+    let (status, mut reader) = sse(port, path, &[]);
+    assert_eq!(status, 200);
+    assert_eq!(next_event(&mut reader).0, "GRANTED");
+
+    for bad in ["no", "0", ""] {
+        let (status, v) = s.get(&format!("/v1/ns/default/watch?holder_events={bad}"));
+        assert_eq!(status, 400, "{bad:?}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("holder_events"), "{v}");
+    }
+}

@@ -16,7 +16,7 @@ use super::*;
 pub(super) async fn events(
     State(api): State<Shared>,
     Path((ns, sid)): SessionPath,
-    Query(q): Query<WaitQuery>,
+    Q(q): Q<WaitQuery>,
     slots: Option<axum::Extension<PollSlots>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -33,7 +33,7 @@ async fn follow(
     slots: Option<axum::Extension<PollSlots>>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (mut hold, mut after, log) = q.parse()?;
+    let (mut hold, mut after, log, kinds) = q.parse()?;
     // The events of every write this node answered are in its streams before it reads them.
     api.engine.settled().await?;
     // A cursor of another log counts nothing in this one: read this log from its start, at
@@ -44,7 +44,11 @@ async fn follow(
         if other_log {
             (after, hold) = (EventId::default(), Duration::ZERO);
         }
-        let mut batch = api.engine.events().wait_after(&stream, after, hold).await;
+        let mut batch = api
+            .engine
+            .events()
+            .wait_after(&stream, after, hold, kinds)
+            .await;
         batch.gap |= other_log;
         return Ok(Json(to_json(&batch)).into_response());
     }
@@ -61,7 +65,7 @@ async fn follow(
     // The stream outlives this handler: it keeps the caller's long-poll slot while it is open
     // (the access layer's own slot for this request is freed when the handler returns).
     let slot = slots.map(|axum::Extension(slots)| slots.hand_over());
-    let mut response = sse(&api, stream, after, other_log, slot).into_response();
+    let mut response = sse(&api, stream, after, kinds, other_log, slot).into_response();
     // An SSE answer's body is its events: the log they count entries of is a header.
     if let Some(log) = api.engine.events().log() {
         if let Ok(value) = axum::http::HeaderValue::from_str(&log) {
@@ -78,6 +82,7 @@ fn sse(
     api: &Api,
     stream: Stream,
     after: EventId,
+    kinds: Kinds,
     other_log: bool,
     slot: Option<auth::LongPoll>,
 ) -> impl IntoResponse {
@@ -88,7 +93,7 @@ fn sse(
     let start = (reader, after, Pending::new(), false, other_log, slot);
     let events = futures_util::stream::unfold(
         start,
-        |(reader, mut after, mut pending, mut ended, mut other_log, slot)| async move {
+        move |(reader, mut after, mut pending, mut ended, mut other_log, slot)| async move {
             loop {
                 if let Some(next) = pending.pop_front() {
                     let state = (reader, after, pending, ended, other_log, slot);
@@ -102,7 +107,7 @@ fn sse(
                 } else {
                     Duration::from_secs(15)
                 };
-                let batch = reader.wait_after(after, wait).await;
+                let batch = reader.wait_after(after, wait, kinds).await;
                 if batch.gap || std::mem::take(&mut other_log) {
                     let gap = Sse::default().event("gap").id(&batch.next);
                     pending.push_back(gap.data(&batch.next));
@@ -133,7 +138,7 @@ fn sse(
 pub(super) async fn watch(
     State(api): State<Shared>,
     Path(ns): Path<String>,
-    Query(q): Query<WaitQuery>,
+    Q(q): Q<WaitQuery>,
     slots: Option<axum::Extension<PollSlots>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {

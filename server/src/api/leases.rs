@@ -94,7 +94,7 @@ async fn resolve_ticket(
     let reader = api.engine.events().follow(Stream::Session(session));
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let batch = reader.wait_after(after, left).await;
+        let batch = reader.wait_after(after, left, Kinds::NoHolderEvents).await;
         for stamped in &batch.events {
             let resolves = match stamped.event() {
                 Event::Granted { ticket: t, .. }
@@ -136,12 +136,13 @@ fn ticket_id(tid: &str) -> Result<TicketId, ApiError> {
 pub(super) async fn ticket(
     State(api): State<Shared>,
     Path((ns, sid, tid)): Path<(String, String, String)>,
-    Query(q): Query<WaitQuery>,
+    Q(q): Q<WaitQuery>,
     headers: HeaderMap,
 ) -> Answer {
     let session = authorize(&api, &ns, &sid, &headers).await?;
     let ticket = ticket_id(&tid)?;
-    let (hold, mut after, log) = q.parse()?;
+    // A ticket's outcome is never a holder event: it is read without them in any case.
+    let (hold, mut after, log, _) = q.parse()?;
     if api.engine.events().other_log(log) {
         after = EventId::default(); // a cursor of another log counts nothing here
     }

@@ -36,7 +36,7 @@
 
 use crate::auth::{self, Auth, PollSlots, Role};
 use crate::engine::{EngineError, EngineHandle, Reply, Submission};
-use crate::events::{EventId, Stream};
+use crate::events::{EventId, Kinds, Stream};
 use crate::machine::{Caller, Machine, Refused, SessionCaps};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -726,6 +726,24 @@ fn hold_of(ms: Option<u64>, what: &str) -> Result<Option<Duration>, ApiError> {
     }
 }
 
+/// axum's `Query`, whose refusal is the API's JSON error (400 naming the parameter and what was
+/// wrong with it) rather than axum's plain text.
+struct Q<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Q<T>, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(Q(value)),
+            Err(refused) => Err(ApiError::bad_request(refused.body_text())),
+        }
+    }
+}
+
 #[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -735,14 +753,17 @@ struct WaitQuery {
     /// The log `after` is an event id of (a watch answer's `log`, an open's): a cursor of
     /// another log is read from this log's start, with a gap.
     log: Option<String>,
+    /// `false`: leave out the holder events (ACQUIRED, RELEASED), which a client that learns
+    /// its grants and releases from their answers needs nowhere (default `true`).
+    holder_events: Option<bool>,
 }
 
 /// The longest log id a query may name (the server's are 32 hex digits).
 const MAX_LOG_ID: usize = 64;
 
 impl WaitQuery {
-    /// How long to wait, the event id to read after, and the log that id is of.
-    fn parse(&self) -> Result<(Duration, EventId, Option<&str>), ApiError> {
+    /// How long to wait, the event id to read after, the log that id is of, and which events.
+    fn parse(&self) -> Result<(Duration, EventId, Option<&str>, Kinds), ApiError> {
         let hold = hold_of(self.wait_ms, "wait_ms")?.unwrap_or(Duration::ZERO);
         let after = match &self.after {
             Some(a) => EventId::parse(a).ok_or_else(|| {
@@ -761,7 +782,11 @@ impl WaitQuery {
                 )));
             }
         }
-        Ok((hold, after, log))
+        let kinds = match self.holder_events {
+            Some(false) => Kinds::NoHolderEvents,
+            Some(true) | None => Kinds::Every,
+        };
+        Ok((hold, after, log, kinds))
     }
 }
 

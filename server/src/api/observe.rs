@@ -51,7 +51,7 @@ pub(super) struct ResourceQuery {
 pub(super) async fn resource_state(
     State(api): State<Shared>,
     Path(ns): Path<String>,
-    Query(q): Query<ResourceQuery>,
+    Q(q): Q<ResourceQuery>,
     headers: HeaderMap,
 ) -> Answer {
     let command = Command::ResourceState {
