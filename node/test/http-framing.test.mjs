@@ -263,7 +263,11 @@ test("a request's signal ends it (AbortError), and one aborted before it is sent
     await assert.rejects(within(5000, held, 'the aborted request'), { name: 'AbortError' });
     // A signal that never aborts changes nothing; an answered request lets go of it.
     const kept = new AbortController();
-    const answer = await within(5000, t.request('GET', '/ok', { headers: {}, timeoutMs: 5000, signal: kept.signal }), 'ok');
+    const answer = await within(
+      5000,
+      t.request('GET', '/ok', { headers: {}, timeoutMs: 5000, signal: kept.signal }),
+      'ok',
+    );
     assert.equal(answer.text, 'ok');
     kept.abort(); // after the answer: nothing to end
     const sent = state.requests.length;

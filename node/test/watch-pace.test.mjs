@@ -75,8 +75,14 @@ test('a reader whose answers bring nothing for its client polls at most once per
     // poll about once per operation (more than the bound below by far).
     const bound = Math.ceil(RUN_MS / PACE_MS) + 3;
     assert.ok(ops >= 3 * bound, `the churn made ${ops} operations, too few for this test to tell (load?)`);
-    assert.ok(busyPolls.polls <= bound, `the churner's own reader polled ${busyPolls.polls} times (bound ${bound}) for ${ops} operations`);
-    assert.ok(idlePolls.polls <= bound, `the idle client's reader polled ${idlePolls.polls} times (bound ${bound}) for ${ops} operations`);
+    assert.ok(
+      busyPolls.polls <= bound,
+      `the churner's own reader polled ${busyPolls.polls} times (bound ${bound}) for ${ops} operations`,
+    );
+    assert.ok(
+      idlePolls.polls <= bound,
+      `the idle client's reader polled ${idlePolls.polls} times (bound ${bound}) for ${ops} operations`,
+    );
     // The idle client still takes in its sessions' events: its session is open and usable.
     const lease = await bystander.lease('MUTATES FILE:/pace/bystander');
     await lease.release();
