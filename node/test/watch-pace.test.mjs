@@ -114,7 +114,7 @@ test("a ticket's outcome is not held back by the pause: a wait opened while the 
     await sleep(300);
     const polls = countPolls(waiter);
     const wait = w.lease('MUTATES FILE:/pace/x', { timeoutMs: 20_000, ttlMs: 60_000 });
-    await sleep(300);
+    for (let i = 0; i < 100 && waiter.counters.waits === 0; i++) await sleep(50);
     assert.equal(waiter.counters.waits, 1, 'the wait is a ticket');
     const released = performance.now();
     await held.release();
