@@ -41,6 +41,8 @@ One operation = one uncontended acquire + release of a lock on the client's own 
   serve, redis `appendfsync always` and etcd's WAL all use fdatasync).
 * `node_friendly`: Node, `await session.withLease(intent, async () => {})` on the project's
   `connect(url)` (`remote_locks_node.cjs`; one client per process, the process's event loop).
+* `node_friendly_base_mem`: the same under `--node-client-base`, another checkout's Node client
+  (e.g. a copy of main's node/ before a change), for a before/after comparison inside one run.
 * `node_raw_fetch` / `node_raw_http`: the same two requests by hand in Node, with the built-in
   `fetch` (what the project's Node remote backend used before) / with `node:http` and a
   keep-alive Agent (what it uses now, node/http.js).
@@ -95,10 +97,17 @@ CASES = {
     "fsync_floor": ("stdlib", "disk"),
     "node_friendly_mem": ("node", "klock_mem"),
     "node_friendly_durable": ("node", "klock_durable"),
+    "node_friendly_base_mem": ("node_base", "klock_mem"),
     "node_raw_fetch_mem": ("node", "klock_mem"),
     "node_raw_http_mem": ("node", "klock_mem"),
 }
-NODE_CASES = {"node_friendly_mem", "node_friendly_durable", "node_raw_fetch_mem", "node_raw_http_mem"}
+NODE_CASES = {
+    "node_friendly_mem",
+    "node_friendly_durable",
+    "node_friendly_base_mem",
+    "node_raw_fetch_mem",
+    "node_raw_http_mem",
+}
 SINGLE_CLIENT_CASES = NODE_CASES | {"fsync_floor"}
 
 
@@ -482,8 +491,9 @@ class Servers:
 def run_case(args, servers: Servers, case: str, clients: int) -> dict:
     lang, server = CASES[case]
     url = servers.urls[server]
-    if lang == "node":
-        cmd = [args.node, os.path.join(HERE, "remote_locks_node.cjs"), "--client", args.node_client,
+    if lang in ("node", "node_base"):
+        client = args.node_client if lang == "node" else args.node_client_base
+        cmd = [args.node, os.path.join(HERE, "remote_locks_node.cjs"), "--client", client,
                "--url", url, "--clients", str(clients), "--seconds", str(args.seconds),
                "--warmup", str(args.warmup), "--case", case,
                "--mode", "fetch" if "fetch" in case else "http" if "raw_http" in case else "friendly"]
@@ -522,13 +532,16 @@ def main() -> None:
     ap.add_argument("--redis-py", default=os.environ.get("REDIS_PY", ""))
     ap.add_argument("--node", default="node")
     ap.add_argument("--node-client", default="node/client.js")
+    ap.add_argument("--node-client-base", default="",
+                    help="the node/client.js of another checkout (e.g. main's, copied before a change): "
+                         "the node_friendly_base_mem case")
     ap.add_argument("--redis-server", default="redis-server")
     ap.add_argument("--etcd", default="etcd")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--warmup", type=float, default=0.3)
     ap.add_argument("--clients", default="1,16")
-    ap.add_argument("--cases", default=",".join(c for c in CASES if CASES[c][0] != "klock_base"))
+    ap.add_argument("--cases", default=",".join(c for c in CASES if CASES[c][0] not in ("klock_base", "node_base")))
     ap.add_argument("--single-client-only", default=",".join(sorted(SINGLE_CLIENT_CASES)),
                     help="cases run with 1 client only")
     ap.add_argument("--workdir", default=None)
@@ -545,6 +558,8 @@ def main() -> None:
             raise SystemExit(f"unknown case {c}; known: {', '.join(CASES)}")
     if any(CASES[c][0] == "redis" for c in cases) and not args.redis_py:
         raise SystemExit("--redis-py (or $REDIS_PY): a python with redis-py installed")
+    if any(CASES[c][0] == "node_base" for c in cases) and not args.node_client_base:
+        raise SystemExit("--node-client-base: the node/client.js to compare with")
     if any(CASES[c][0] == "klock_base" for c in cases) and not args.klock_py_base:
         raise SystemExit("--klock-py-base: the python of the klock to compare with (and httpx)")
     single = set(args.single_client_only.split(","))
@@ -623,6 +638,8 @@ def report(samples: list[dict], counts: list[int]) -> None:
         ("redis_lock_fsync", "klock_raw_httpclient_durable"),
         ("etcd_session", "klock_raw_httpclient_durable"),
         ("node_friendly_mem", "klock_friendly_mem"),
+        ("node_friendly_base_mem", "klock_friendly_mem"),
+        ("node_friendly_mem", "node_friendly_base_mem"),
         ("klock_raw_httpclient_mem", "node_friendly_mem"),
         ("node_friendly_durable", "klock_friendly_durable"),
         ("node_raw_http_mem", "node_raw_fetch_mem"),

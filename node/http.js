@@ -9,7 +9,7 @@
 // - `new Transport(url, { ca, verify })`: `url` an http:// or https:// URL (a path in it
 //   prefixes every request's); `ca` a PEM bundle to trust instead of the system's, `verify`
 //   false to accept any certificate (https only; as `tls.connect`'s `ca`/`rejectUnauthorized`).
-// - `request(method, path, { headers, body, timeoutMs })` sends one request (`headers` with
+// - `request(method, path, { headers, body, timeoutMs, signal })` sends one request (`headers` with
 //   lower-case names; `body` a string, sent as UTF-8 with its Content-Length) and resolves with
 //   `{ status, headers, text }` (answer header names lower-cased, repeated ones joined by ", ")
 //   once the whole answer is read, whatever its status: deciding what a status means is the
@@ -19,7 +19,8 @@
 //   the answer's end, `ERR_BAD_ANSWER` when the answer is not HTTP/1.1 this
 //   client can read (a bad status line or header, a head over `MAX_HEAD` bytes, a bad
 //   Content-Length or chunk), or an error named `TimeoutError` when the answer is not complete
-//   within `timeoutMs`. A header name or value that cannot be sent (a CR, LF or other control
+//   within `timeoutMs`, or one named `AbortError` when `signal` (optional, an AbortSignal)
+//   aborts first. A header name or value that cannot be sent (a CR, LF or other control
 //   character) rejects with a TypeError coded `ERR_INVALID_CHAR`, before anything is sent.
 // - Answers: a 1xx head (but 101) is skipped; the body is framed by `Transfer-Encoding:
 //   chunked`, else `Content-Length`, else it runs to the connection's close (HEAD, 204 and 304
@@ -141,12 +142,17 @@ class Transport {
     this._closed = false;
   }
 
-  request(method, path, { headers, body, timeoutMs }) {
+  request(method, path, { headers, body, timeoutMs, signal }) {
     return new Promise((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(abortError());
+        return;
+      }
       let head = null;
       let timer; // set once the request can be sent
       const chunks = [];
       let size = 0;
+      const onAbort = () => this._abandon(x, abortError());
       const x = this._exchange(method, path, headers, body, {
         onHead: (status, answerHeaders) => {
           head = { status, headers: answerHeaders };
@@ -160,16 +166,19 @@ class Transport {
         },
         onEnd: () => {
           clearTimeout(timer);
+          signal?.removeEventListener('abort', onAbort);
           const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks).toString('utf8');
           resolve({ status: head.status, headers: head.headers, text });
         },
         onError: (error) => {
           clearTimeout(timer);
+          signal?.removeEventListener('abort', onAbort);
           reject(error);
         },
       });
       if (x === null) return;
       timer = setTimeout(() => this._abandon(x, timeoutError(timeoutMs)), timeoutMs);
+      signal?.addEventListener('abort', onAbort, { once: true });
       this._send(x);
     });
   }

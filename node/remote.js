@@ -51,7 +51,18 @@
 //   so no read is needed before the session is handed out, then after the last id taken in.
 //   So a process with thousands of sessions holds one of its token's long-polls per
 //   namespace, not one per session. Events are queued in order, duplicates (by id) dropped,
-//   and the queue handed to the friendly layer's one dispatch (`onEvents`).
+//   and the queue handed to the friendly layer's one dispatch (`onEvents`). The sessions' own
+//   ACQUIRED and RELEASED are dropped while holder events are off (`setHolderEvents(false)`,
+//   which the friendly layer calls unless something watches, as on the in-process kernel: it
+//   knows its grants and releases from their answers). Pacing: the watch carries every session
+//   of the namespace, so in a namespace busy with other processes an answer comes back at once
+//   for nearly every event; after an answer that brought nothing this client takes in, the
+//   next poll is sent no sooner than `coalesceMs` (25) after the last one, unless a session
+//   of this client waits on a ticket (a WAIT answer ends a pause at once: an outcome is never
+//   held back) or the clock is a test's. So a reader polls at most about 40 times a second
+//   for what is not its own, instead of once per event of every other process; the first event
+//   after a quiet spell still comes at once (the held poll), and a lost lease's event (WOUNDED,
+//   LEASE_EXPIRED, SESSION_CLOSED) in a busy namespace comes at most `coalesceMs` later.
 // - Lost-lease safety (as the Rust agent's keeper): each held lease has a local deadline on
 //   the client's monotonic clock, the send time of the request that granted or last renewed it
 //   plus its TTL, never later than the server's expiry. A lease granted later to a WAIT (by
@@ -119,6 +130,14 @@ const PAUSE_FLOOR_MS = 50;
 const REFRESH_MIN_MS = 50;
 /** How long one watch long-poll waits on the server (it answers earlier when events come). */
 const WATCH_WAIT_MS = 10_000;
+/**
+ * The shortest time between two polls of an event reader whose last answer brought nothing
+ * this client routes, while none of its sessions waits on a ticket (the module contract,
+ * "Events"): in a namespace busy with other processes' events, each answer would otherwise be
+ * followed at once by another poll, so every process's reader woke for every event of every
+ * other process (a cost that grows with the square of the processes sharing the namespace).
+ */
+const WATCH_COALESCE_MS = 25;
 /** How long an event reader pauses before it asks again after an answer it could not read or a give-up. */
 const READER_PAUSE_MS = 1_000;
 /** The kernel's ttl_ms when an acquire gives none (SPEC.md §6). */
@@ -318,6 +337,14 @@ class RemoteKernel {
     this._renewalsFree = MAX_RENEWALS_IN_FLIGHT;
     this._renewalWaiters = [];
     this._serverDeadline = null;
+    /**
+     * Whether the sessions' own ACQUIRED and RELEASED are taken in from the event stream: the
+     * friendly layer has no use for them unless something watches (it turns them off, as on
+     * the in-process kernel: `setHolderEvents`).
+     */
+    this._holderEvents = true;
+    /** The shortest time between two polls of a reader that has nothing to wait for (ms). */
+    this.coalesceMs = WATCH_COALESCE_MS;
     /** @type {Map<string, NamespaceWatch>} namespace -> the reader of its events */
     this._watches = new Map();
     this._closed = false;
@@ -436,6 +463,8 @@ class RemoteKernel {
     if (verdict.verdict === 'GRANTED') this._hold(sessionId, verdict.leases, sentAt);
     else if (verdict.verdict === 'WAIT' && !s.resolved.has(verdict.ticket)) {
       s.tickets.set(verdict.ticket, sentAt);
+      // Its outcome is an event: the reader polls now, not after a pause between polls.
+      this._watches.get(s.namespace)?.wake();
       if (!this._manual) {
         const every = Math.max(REFRESH_MIN_MS, Math.floor((options?.ttlMs ?? DEFAULT_TTL_MS) / 3));
         s.refresh.set(verdict.ticket, { at: sentAt + every, every });
@@ -583,6 +612,21 @@ class RemoteKernel {
 
   pendingEvents() {
     return this._queue.length;
+  }
+
+  /**
+   * Whether the sessions' own ACQUIRED and RELEASED events are taken in (and routed), as the
+   * in-process kernel's `setHolderEvents`: the friendly layer turns them off unless something
+   * watches every event.
+   */
+  setHolderEvents(on) {
+    this._holderEvents = Boolean(on);
+  }
+
+  /** Whether a session of this client waits on a ticket (its outcome comes as an event). */
+  _waiting() {
+    for (const s of this._sessions.values()) if (s.tickets.size > 0) return true;
+    return false;
   }
 
   drainEvents() {
@@ -1071,6 +1115,10 @@ class NamespaceWatch {
     this._http = backend._newTransports();
     this._abort = new AbortController();
     this._stopped = false;
+    /** When the last poll was sent (`performance.now()`), for the pause between polls. */
+    this._sentAt = -Infinity;
+    /** Ends the pause before the next poll early, while one runs. */
+    this._wake = null;
   }
 
   start() {
@@ -1080,17 +1128,48 @@ class NamespaceWatch {
   stop() {
     this._stopped = true;
     this._abort.abort();
+    this.wake();
     for (const http of this._http) http.close();
+  }
+
+  /** Ends the pause before the next poll, if one runs (a ticket opened, or the reader stops). */
+  wake() {
+    const wake = this._wake;
+    this._wake = null;
+    wake?.();
+  }
+
+  /**
+   * After an answer that brought nothing this client routes: waits until `coalesceMs` after
+   * the last poll was sent, unless a session waits on a ticket (its outcome must come at once)
+   * or the clock is a test's (it steps the events itself). The first event after a quiet
+   * spell still comes at once (the poll is already held on the server); what follows within
+   * the pause comes in the next answer, together.
+   */
+  async _pause() {
+    const b = this.backend;
+    const ms = this._sentAt + b.coalesceMs - performance.now();
+    if (ms <= 0 || b._manual || b._waiting()) return;
+    await new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this._wake = null;
+        resolve();
+      }, ms);
+      this._wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
   }
 
   /** A poll's query: after the id the core names (none: from the oldest kept event), of its log. */
   query(longMs) {
     // Not held for an event right after a failed poll: that answer is the resync's (the core's rule).
-    const params = new URLSearchParams({ wait_ms: String(this.follow.waitMs(longMs)) });
+    let query = `wait_ms=${this.follow.waitMs(longMs)}`;
     const { after, log } = this.follow;
-    if (after !== null) params.set('after', after);
-    if (log !== null) params.set('log', log);
-    return params.toString();
+    if (after !== null) query += `&after=${encodeURIComponent(after)}`;
+    if (log !== null) query += `&log=${encodeURIComponent(log)}`;
+    return query;
   }
 
   /**
@@ -1103,16 +1182,22 @@ class NamespaceWatch {
     return this.follow.answered(node, String(body?.next), body?.gap === true, log);
   }
 
-  /** Takes in a watch answer: the events of this client's sessions, in order; then `resync`. */
+  /**
+   * Takes in a watch answer: the events of this client's sessions, in order (their ACQUIRED
+   * and RELEASED only while holder events are on); then `resync`. Whether any was taken in.
+   */
   take(body, resync) {
     const b = this.backend;
     let took = false;
     for (const event of body.events ?? []) {
       const s = b._sessions.get(event.session);
-      if (s !== undefined) took = b._ingest(s, event, event.id) || took;
+      if (s === undefined) continue;
+      if (!b._holderEvents && (event.event === 'ACQUIRED' || event.event === 'RELEASED')) continue;
+      took = b._ingest(s, event, event.id) || took;
     }
     if (took) b.onEvents();
     if (resync) b._resync();
+    return took;
   }
 
   async _run() {
@@ -1122,7 +1207,14 @@ class NamespaceWatch {
     const failures = new Map();
     // Whether the waiting blocks were told of this outage already.
     let told = false;
+    // Whether the last answer brought nothing this client routes (then a pause, `_pause`).
+    let quiet = false;
     while (!this._stopped) {
+      if (quiet) {
+        quiet = false;
+        await this._pause();
+        if (this._stopped) return;
+      }
       attempts ??= b._servers.call(monotonicMs(), b._budget);
       const node = attempts.node;
       const url = b.urls[node];
@@ -1132,14 +1224,16 @@ class NamespaceWatch {
       try {
         const headers = b._headers(undefined, {});
         if (b._manual) headers['klock-now'] = String(b._clock.now());
-        // A stream, not a request: it is not counted by `idle()`, and `stop()` ends it at once;
-        // a server that does not answer within the wait and an attempt's time is a failure.
-        const signal = AbortSignal.any([this._abort.signal, AbortSignal.timeout(WATCH_WAIT_MS + b._requestTimeout)]);
-        const response = await this._http[node].stream(`${this.path}?${this.query(WATCH_WAIT_MS)}`, {
+        // Sent on the reader's own transport, not through `_request`: it is not counted by
+        // `idle()`, and `stop()` ends it at once; a server that does not answer within the wait
+        // and an attempt's time is a failure.
+        this._sentAt = performance.now();
+        const response = await this._http[node].request('GET', `${this.path}?${this.query(WATCH_WAIT_MS)}`, {
           headers,
-          signal,
+          timeoutMs: WATCH_WAIT_MS + b._requestTimeout,
+          signal: this._abort.signal,
         });
-        const text = await response.text();
+        const text = response.text;
         outcome = outcomeOf(response.status);
         if (outcome !== 'answered') {
           pauseAsked = retryAfterMs(response);
@@ -1180,7 +1274,7 @@ class NamespaceWatch {
         }
         failures.clear();
         told = false;
-        this.take(body, resync);
+        quiet = !this.take(body, resync) && !resync;
         continue;
       }
       if (next.what === 'retry') {

@@ -248,6 +248,38 @@ test('an event stream: its body arrives as written, in chunks; its signal ends i
   }
 });
 
+test("a request's signal ends it (AbortError), and one aborted before it is sent sends nothing", async () => {
+  const { url, state } = await rawServer({
+    // Never answers: the request waits until its signal aborts it.
+    '/held': () => {},
+    '/ok': (s) => s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'),
+  });
+  const t = new Transport(url);
+  try {
+    const stop = new AbortController();
+    const held = t.request('GET', '/held', { headers: {}, timeoutMs: 30_000, signal: stop.signal });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    stop.abort();
+    await assert.rejects(within(5000, held, 'the aborted request'), { name: 'AbortError' });
+    // A signal that never aborts changes nothing; an answered request lets go of it.
+    const kept = new AbortController();
+    const answer = await within(
+      5000,
+      t.request('GET', '/ok', { headers: {}, timeoutMs: 5000, signal: kept.signal }),
+      'ok',
+    );
+    assert.equal(answer.text, 'ok');
+    kept.abort(); // after the answer: nothing to end
+    const sent = state.requests.length;
+    await assert.rejects(t.request('GET', '/ok', { headers: {}, timeoutMs: 5000, signal: stop.signal }), {
+      name: 'AbortError',
+    });
+    assert.equal(state.requests.length, sent, 'a request whose signal had aborted is not sent');
+  } finally {
+    t.close();
+  }
+});
+
 test('a body over MAX_BODY is ERR_BAD_ANSWER: declared, chunked or read to the close; one at the bound is whole', async () => {
   const { MAX_BODY } = require('../http.js');
   const piece = Buffer.alloc(1024 * 1024, 0x61);

@@ -1,0 +1,134 @@
+// The event reader's pause between polls (issue 27, Node at 16 client processes; the module
+// contract of remote.js, "Events"): every process's reader follows its namespace's whole event
+// stream, so in a namespace busy with other processes' acquires and releases each answer used
+// to be followed at once by another poll, and every reader woke for every event of every other
+// process. Checked against a real `klock serve`, one client churning acquire + release in a
+// loop:
+// - a reader whose answers bring nothing its client routes (the churner's own ACQUIRED and
+//   RELEASED, which the friendly layer does not take in, as in process; another client's events),
+//   and whose sessions wait on nothing, polls at most about once per `coalesceMs`: both the
+//   churner's own reader and an idle client's;
+// - a ticket's outcome is not held back by that pause: a wait that opens while the reader
+//   pauses (a pause far longer than the test) is granted by its event at once when the holder
+//   releases.
+// Every test is bounded (node --test-timeout, and `within` here).
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { startServer, within } from './server.mjs';
+
+const require = createRequire(import.meta.url);
+const { connect } = require('../client.js');
+
+const servers = [];
+after(async () => {
+  for (const s of servers) await s.stop();
+});
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Counts the polls of a client's event reader of namespace `default` (its own transports). */
+function countPolls(klock) {
+  const watch = klock._remote._watches.get('default');
+  assert.ok(watch !== undefined, 'the client reads the namespace');
+  const counter = { polls: 0 };
+  for (const http of watch._http) {
+    const request = http.request.bind(http);
+    http.request = (...args) => {
+      counter.polls++;
+      return request(...args);
+    };
+  }
+  return counter;
+}
+
+/** Acquires and releases `intent` in `session` until `stop.done`; resolves with the count. */
+async function churn(session, intent, stop) {
+  let ops = 0;
+  while (!stop.done) {
+    await session.withLease(intent, async () => {});
+    ops++;
+  }
+  return ops;
+}
+
+test('a reader whose answers bring nothing for its client polls at most once per coalesceMs', async () => {
+  const s = await startServer();
+  servers.push(s);
+  const busy = connect(s.url);
+  const idle = connect(s.url);
+  const PACE_MS = 200;
+  const RUN_MS = 1500;
+  try {
+    busy._remote.coalesceMs = PACE_MS;
+    idle._remote.coalesceMs = PACE_MS;
+    const churner = await busy.session('churner');
+    const bystander = await idle.session('bystander');
+    const busyPolls = countPolls(busy);
+    const idlePolls = countPolls(idle);
+    const stop = { done: false };
+    const running = churn(churner, 'MUTATES FILE:/pace/churn', stop);
+    await sleep(RUN_MS);
+    stop.done = true;
+    const ops = await within(10_000, running, 'the churn');
+    // Each operation is two events (ACQUIRED, RELEASED): without the pause, every reader would
+    // poll about once per operation (more than the bound below by far).
+    const bound = Math.ceil(RUN_MS / PACE_MS) + 3;
+    assert.ok(ops >= 3 * bound, `the churn made ${ops} operations, too few for this test to tell (load?)`);
+    assert.ok(
+      busyPolls.polls <= bound,
+      `the churner's own reader polled ${busyPolls.polls} times (bound ${bound}) for ${ops} operations`,
+    );
+    assert.ok(
+      idlePolls.polls <= bound,
+      `the idle client's reader polled ${idlePolls.polls} times (bound ${bound}) for ${ops} operations`,
+    );
+    // The idle client still takes in its sessions' events: its session is open and usable.
+    const lease = await bystander.lease('MUTATES FILE:/pace/bystander');
+    await lease.release();
+    assert.equal(busy.counters.lost + idle.counters.lost, 0);
+  } finally {
+    await busy.close();
+    await idle.close();
+  }
+});
+
+test("a ticket's outcome is not held back by the pause: a wait opened while the reader pauses is granted at once", async () => {
+  const s = await startServer();
+  servers.push(s);
+  const waiter = connect(s.url);
+  const holder = connect(s.url);
+  const busy = connect(s.url);
+  try {
+    // A pause far longer than the test: the grant below can only come from a poll the new
+    // ticket started (or the ticket's own refresh, each third of its TTL: 60 s here).
+    waiter._remote.coalesceMs = 120_000;
+    // Opened first: the oldest, so it waits (a ticket) where a younger one would die.
+    const w = await waiter.session('w');
+    const h = await holder.session('h');
+    const c = await busy.session('c');
+    const held = await h.lease('MUTATES FILE:/pace/x', { ttlMs: 60_000 });
+    // The namespace is busy: the waiter's reader gets answers with nothing for it, and pauses.
+    const stop = { done: false };
+    const running = churn(c, 'MUTATES FILE:/pace/churn', stop);
+    await sleep(300);
+    const polls = countPolls(waiter);
+    const wait = w.lease('MUTATES FILE:/pace/x', { timeoutMs: 20_000, ttlMs: 60_000 });
+    for (let i = 0; i < 100 && waiter.counters.waits === 0; i++) await sleep(50);
+    assert.equal(waiter.counters.waits, 1, 'the wait is a ticket');
+    const released = performance.now();
+    await held.release();
+    const granted = await within(5000, wait, 'the grant of the waiting lease');
+    const tookMs = performance.now() - released;
+    assert.ok(granted.held);
+    assert.ok(polls.polls >= 1, 'the new ticket started a poll');
+    assert.ok(tookMs < 5000, `the grant took ${tookMs} ms`);
+    await granted.release();
+    stop.done = true;
+    await within(10_000, running, 'the churn');
+  } finally {
+    await waiter.close();
+    await holder.close();
+    await busy.close();
+  }
+});
