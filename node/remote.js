@@ -52,9 +52,12 @@
 //   So a process with thousands of sessions holds one of its token's long-polls per
 //   namespace, not one per session. Events are queued in order, duplicates (by id) dropped,
 //   and the queue handed to the friendly layer's one dispatch (`onEvents`). The sessions' own
-//   ACQUIRED and RELEASED are dropped while holder events are off (`setHolderEvents(false)`,
+//   ACQUIRED and RELEASED are not asked for while holder events are off (`setHolderEvents(false)`,
 //   which the friendly layer calls unless something watches, as on the in-process kernel: it
-//   knows its grants and releases from their answers). Pacing: the watch carries every session
+//   knows its grants and releases from their answers): the poll says `holder_events=false`,
+//   and the server leaves every session's out, so an uncontended acquire+release of another
+//   process wakes no reader (those that come anyway, from a poll sent before the switch,
+//   are dropped). Pacing: the watch carries every session
 //   of the namespace, so in a namespace busy with other processes an answer comes back at once
 //   for nearly every event; after an answer that brought nothing this client takes in, the
 //   next poll is sent no sooner than `coalesceMs` (25) after the last one, unless a session
@@ -1169,6 +1172,8 @@ class NamespaceWatch {
     const { after, log } = this.follow;
     if (after !== null) query += `&after=${encodeURIComponent(after)}`;
     if (log !== null) query += `&log=${encodeURIComponent(log)}`;
+    // Holder events off: the server leaves them out, so they neither come nor answer a poll.
+    if (!this.backend._holderEvents) query += '&holder_events=false';
     return query;
   }
 

@@ -356,8 +356,8 @@ fn outcome(event: Event) -> Outcome {
 }
 
 /// Every session's events in namespace `ns` after `after` (`None`: from the oldest kept) of
-/// log `log` (if known), waiting up to `wait` (at most [`MAX_HOLD`]) for one; and which node
-/// answered (its position in the client's list).
+/// log `log` (if known), but the holder events (ACQUIRED, RELEASED), waiting up to `wait` (at
+/// most [`MAX_HOLD`]) for one; and which node answered (its position in the client's list).
 ///
 /// # Errors
 /// Unreachable, or a token without access to the namespace.
@@ -369,7 +369,14 @@ pub async fn watch(
     wait: Duration,
 ) -> Result<(EventBatch, usize), Failure> {
     let wait = wait.min(MAX_HOLD);
-    let mut path = format!("{}/watch?wait_ms={}", ns_path(ns), wait.as_millis());
+    // The keepers act on the events that end leases only; a client learns its own grants and
+    // releases from their answers: the holder events (ACQUIRED, RELEASED) of every process in
+    // the namespace would only wake this poll.
+    let mut path = format!(
+        "{}/watch?holder_events=false&wait_ms={}",
+        ns_path(ns),
+        wait.as_millis()
+    );
     if let Some(after) = after {
         path.push_str(&format!("&after={}", percent_encode(after)));
     }

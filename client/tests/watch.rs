@@ -10,7 +10,7 @@ use klock_client::{Client, LeaseOptions};
 use klock_testkit::link::Link;
 use klock_testkit::server::Server;
 use std::time::{Duration, Instant};
-use support::{eventually, klock, metric, server, url};
+use support::{eventually, klock, metric, metric_where, server, url};
 
 /// Runs a test's body under a bound, so a client that hangs fails instead of stalling.
 async fn bounded<F: std::future::Future>(body: F) -> F::Output {
@@ -185,6 +185,43 @@ async fn after_a_memory_servers_restart_the_stream_reads_the_new_log() {
         // The stream's event, by its name (a renewal would say LEASE_RELEASED).
         assert_eq!(loss.reason, "WOUNDED", "{loss:?}");
         drop(first);
+    })
+    .await;
+}
+
+/// The stream asks the server to leave the holder events (ACQUIRED, RELEASED) out: another
+/// client's uncontended acquires and releases in the namespace answer none of this client's
+/// polls (each would be answered at once by them otherwise: a poll per event of every process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_acquires_and_releases_answer_no_poll() {
+    let server = server(&[]);
+    bounded(async {
+        let idle = Client::connect(&url(&server), None).await.unwrap();
+        let _bystander = idle.session("bystander").await.unwrap();
+        let busy = Client::connect(&url(&server), None).await.unwrap();
+        let churner = busy.session("churner").await.unwrap();
+        let watch = "/v1/ns/{ns}/watch\"";
+        let polls = || metric_where(&server, None, "klock_http_requests_total", watch);
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                metric(&server, None, "klock_event_readers") == 2.0
+            })
+            .await
+        );
+        let before = polls();
+        for _ in 0..100 {
+            let lease = churner
+                .lease(["MUTATES FILE:/churn"], LeaseOptions::default())
+                .await
+                .unwrap();
+            lease.release().await.unwrap();
+        }
+        // Each reader's poll is held (10 s): none answered by the 200 holder events.
+        let answered = polls() - before;
+        assert!(
+            answered <= 1.0,
+            "{answered} polls answered during 100 acquire+release pairs"
+        );
     })
     .await;
 }

@@ -4,10 +4,12 @@
 // to be followed at once by another poll, and every reader woke for every event of every other
 // process. Checked against a real `klock serve`, one client churning acquire + release in a
 // loop:
-// - a reader whose answers bring nothing its client routes (the churner's own ACQUIRED and
-//   RELEASED, which the friendly layer does not take in, as in process; another client's events),
-//   and whose sessions wait on nothing, polls at most about once per `coalesceMs`: both the
-//   churner's own reader and an idle client's;
+// - with holder events off (the friendly layer's default), the poll asks the server to leave
+//   ACQUIRED and RELEASED out (`holder_events=false`): an idle client's reader is not woken by
+//   another client's uncontended acquires and releases at all, even with no pause;
+// - with them on (something watches), a reader whose answers bring nothing its client routes
+//   (another client's events) and whose sessions wait on nothing polls at most about once per
+//   `coalesceMs`;
 // - a ticket's outcome is not held back by that pause: a wait that opens while the reader
 //   pauses (a pause far longer than the test) is granted by its event at once when the holder
 //   releases.
@@ -52,36 +54,67 @@ async function churn(session, intent, stop) {
   return ops;
 }
 
-test('a reader whose answers bring nothing for its client polls at most once per coalesceMs', async () => {
+/**
+ * One client churns acquire+release for `RUN_MS` while an idle one holds a session: the polls
+ * of both readers, and the churn's operations. `setup(busy, idle)` runs before the churn.
+ */
+async function churnBeside(setup) {
   const s = await startServer();
   servers.push(s);
   const busy = connect(s.url);
   const idle = connect(s.url);
-  const PACE_MS = 200;
-  const RUN_MS = 1500;
+  const churner = await busy.session('churner');
+  const bystander = await idle.session('bystander');
+  setup(busy, idle);
+  const busyPolls = countPolls(busy);
+  const idlePolls = countPolls(idle);
+  const stop = { done: false };
+  const running = churn(churner, 'MUTATES FILE:/pace/churn', stop);
+  await sleep(RUN_MS);
+  stop.done = true;
+  const ops = await within(10_000, running, 'the churn');
+  return { busy, idle, bystander, busyPolls: busyPolls.polls, idlePolls: idlePolls.polls, ops };
+}
+
+const RUN_MS = 1500;
+
+test("with holder events off, another client's acquires and releases wake no reader", async () => {
+  // No pause at all: only the server's leaving ACQUIRED and RELEASED out keeps the readers
+  // still (a held poll is answered once its wait ends: 10 s, longer than the run).
+  const run = await churnBeside((busy, idle) => {
+    busy._remote.coalesceMs = 0;
+    idle._remote.coalesceMs = 0;
+  });
   try {
+    assert.ok(run.ops >= 30, `the churn made ${run.ops} operations, too few for this test to tell (load?)`);
+    assert.ok(run.idlePolls <= 2, `the idle client's reader polled ${run.idlePolls} times for ${run.ops} operations`);
+    assert.ok(run.busyPolls <= 2, `the churner's own reader polled ${run.busyPolls} times for ${run.ops} operations`);
+    const lease = await run.bystander.lease('MUTATES FILE:/pace/bystander');
+    await lease.release();
+  } finally {
+    await run.busy.close();
+    await run.idle.close();
+  }
+});
+
+test('a reader whose answers bring nothing for its client polls at most once per coalesceMs', async () => {
+  const PACE_MS = 200;
+  // Holder events on in the idle client (as when something watches): the churn's ACQUIRED and
+  // RELEASED reach its reader, which takes none of them in (another client's sessions).
+  const run = await churnBeside((busy, idle) => {
     busy._remote.coalesceMs = PACE_MS;
     idle._remote.coalesceMs = PACE_MS;
-    const churner = await busy.session('churner');
-    const bystander = await idle.session('bystander');
-    const busyPolls = countPolls(busy);
-    const idlePolls = countPolls(idle);
-    const stop = { done: false };
-    const running = churn(churner, 'MUTATES FILE:/pace/churn', stop);
-    await sleep(RUN_MS);
-    stop.done = true;
-    const ops = await within(10_000, running, 'the churn');
-    // Each operation is two events (ACQUIRED, RELEASED): without the pause, every reader would
-    // poll about once per operation (more than the bound below by far).
+    idle._remote.setHolderEvents(true);
+  });
+  const { busy, idle, bystander, ops } = run;
+  try {
+    // Each operation is two events (ACQUIRED, RELEASED): without the pause, the idle reader
+    // would poll about once per operation (more than the bound below by far).
     const bound = Math.ceil(RUN_MS / PACE_MS) + 3;
     assert.ok(ops >= 3 * bound, `the churn made ${ops} operations, too few for this test to tell (load?)`);
     assert.ok(
-      busyPolls.polls <= bound,
-      `the churner's own reader polled ${busyPolls.polls} times (bound ${bound}) for ${ops} operations`,
-    );
-    assert.ok(
-      idlePolls.polls <= bound,
-      `the idle client's reader polled ${idlePolls.polls} times (bound ${bound}) for ${ops} operations`,
+      run.idlePolls <= bound,
+      `the idle client's reader polled ${run.idlePolls} times (bound ${bound}) for ${ops} operations`,
     );
     // The idle client still takes in its sessions' events: its session is open and usable.
     const lease = await bystander.lease('MUTATES FILE:/pace/bystander');

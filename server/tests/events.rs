@@ -468,7 +468,11 @@ fn holder_events_false_leaves_acquired_and_released_out() {
     let lease = |a: &Agent, resource: &str| -> u64 {
         let intents = json!({"intents": [format!("MUTATES {resource}")]});
         let (status, v) = on(&s, a, "POST", "acquire", intents);
-        assert_eq!((status, v["verdict"].as_str()), (200, Some("GRANTED")), "{v}");
+        assert_eq!(
+            (status, v["verdict"].as_str()),
+            (200, Some("GRANTED")),
+            "{v}"
+        );
         v["leases"][0]["lease_id"].as_u64().unwrap()
     };
     let release = |a: &Agent, id: u64| {
@@ -480,7 +484,10 @@ fn holder_events_false_leaves_acquired_and_released_out() {
     let (_, every) = s.get("/v1/ns/default/watch?wait_ms=0");
     let names = |v: &Value| -> Vec<String> {
         let events = v["events"].as_array().unwrap();
-        events.iter().map(|e| e["event"].as_str().unwrap().to_owned()).collect()
+        events
+            .iter()
+            .map(|e| e["event"].as_str().unwrap().to_owned())
+            .collect()
     };
     assert_eq!(names(&every), ["ACQUIRED", "RELEASED"], "{every}");
     let (_, none) = s.get("/v1/ns/default/watch?wait_ms=0&holder_events=false");
@@ -490,7 +497,11 @@ fn holder_events_false_leaves_acquired_and_released_out() {
         "{none}"
     );
     let (_, mine) = on(&s, &younger, "GET", "events?holder_events=false", json!({}));
-    assert_eq!((names(&mine), &mine["next"]), (vec![], &every["next"]), "{mine}");
+    assert_eq!(
+        (names(&mine), &mine["next"]),
+        (vec![], &every["next"]),
+        "{mine}"
+    );
 
     // A held poll: the holder events come first and do not answer it; the older session's
     // wait, then its grant, does (GRANTED after the younger one's release).
@@ -506,9 +517,7 @@ fn holder_events_false_leaves_acquired_and_released_out() {
     let cursor = every["next"].as_str().unwrap().to_owned();
     let port = s.port();
     let poll = std::thread::spawn(move || {
-        let path = format!(
-            "/v1/ns/default/watch?after={cursor}&wait_ms=20000&holder_events=false"
-        );
+        let path = format!("/v1/ns/default/watch?after={cursor}&wait_ms=20000&holder_events=false");
         let a = klock_testkit::http_client::request(port, "GET", &path, &[], b"").unwrap();
         (a.status, a.body)
     });
@@ -516,7 +525,11 @@ fn holder_events_false_leaves_acquired_and_released_out() {
     assert!(!poll.is_finished(), "answered by the ACQUIRED before it");
     release(&younger, id);
     let (status, got) = poll.join().unwrap();
-    assert_eq!((status, names(&got)), (200, vec!["GRANTED".to_owned()]), "{got}");
+    assert_eq!(
+        (status, names(&got)),
+        (200, vec!["GRANTED".to_owned()]),
+        "{got}"
+    );
 
     // SSE: the first event read is the grant, not the holder events before it.
     let path = "/v1/ns/default/watch?holder_events=false";
