@@ -623,7 +623,10 @@ class RemoteKernel {
    * watches every event.
    */
   setHolderEvents(on) {
+    const was = this._holderEvents;
     this._holderEvents = Boolean(on);
+    // A poll held without them would skip those that come meanwhile: sent again with them.
+    if (this._holderEvents && !was) for (const watch of this._watches.values()) watch.again();
   }
 
   /** Whether a session of this client waits on a ticket (its outcome comes as an event). */
@@ -1116,7 +1119,10 @@ class NamespaceWatch {
     this.follow = new Follow(entry, log);
     /** One transport per node. */
     this._http = backend._newTransports();
+    /** Ends the poll in flight: `stop()`, or `again()`. */
     this._abort = new AbortController();
+    /** The poll in flight was ended to be sent again at once (`again()`), not by a failure. */
+    this._again = false;
     this._stopped = false;
     /** When the last poll was sent (`performance.now()`), for the pause between polls. */
     this._sentAt = -Infinity;
@@ -1133,6 +1139,17 @@ class NamespaceWatch {
     this._abort.abort();
     this.wake();
     for (const http of this._http) http.close();
+  }
+
+  /**
+   * Sends the poll again at once, from the same cursor: holder events were turned on, and a
+   * poll held without them would move past those that come meanwhile. The ended poll was not
+   * answered, so nothing it would have skipped is lost.
+   */
+  again() {
+    this._again = true;
+    this._abort.abort();
+    this.wake();
   }
 
   /** Ends the pause before the next poll, if one runs (a ticket opened, or the reader stops). */
@@ -1233,6 +1250,8 @@ class NamespaceWatch {
         // `idle()`, and `stop()` ends it at once; a server that does not answer within the wait
         // and an attempt's time is a failure.
         this._sentAt = performance.now();
+        if (this._abort.signal.aborted) this._abort = new AbortController(); // after again()
+        this._again = false;
         const response = await this._http[node].request('GET', `${this.path}?${this.query(WATCH_WAIT_MS)}`, {
           headers,
           timeoutMs: WATCH_WAIT_MS + b._requestTimeout,
@@ -1251,6 +1270,7 @@ class NamespaceWatch {
         }
       } catch (error) {
         if (this._stopped) return;
+        if (this._again) continue; // ended by again(): sent again at once, nothing failed
         failures.delete(url);
         if (outcome === 'answered') {
           // An error answer (a refused token, say): no events from that node; it counts as a

@@ -165,3 +165,29 @@ test("a ticket's outcome is not held back by the pause: a wait opened while the 
     await busy.close();
   }
 });
+
+test('holder events turned on while a poll is held without them: the next ACQUIRED still comes', async () => {
+  const s = await startServer();
+  servers.push(s);
+  const k = connect(s.url);
+  try {
+    const session = await k.session('a');
+    await sleep(300); // the reader's poll is held, without holder events (the default)
+    const seen = [];
+    const ingest = k._remote._ingest.bind(k._remote);
+    k._remote._ingest = (owner, event, id) => {
+      seen.push(event.event);
+      return ingest(owner, event, id);
+    };
+    k._remote.setHolderEvents(true);
+    const lease = await session.lease('MUTATES FILE:/pace/holder');
+    const heard = (async () => {
+      while (!seen.includes('ACQUIRED')) await sleep(20);
+    })();
+    // The held poll would have skipped it and gone on waiting (10 s): it is sent again at once.
+    await within(3000, heard, "the session's ACQUIRED");
+    await lease.release();
+  } finally {
+    await k.close();
+  }
+});
