@@ -16,7 +16,11 @@ resume, with every rule of :mod:`klock.client` (which exists once, for both back
   (``core/src/client/watch.rs`` through ``klock._core.Follow``): it starts at the log entry
   that opened (or resumed) the client's first session of the namespace (the answer's
   ``Klock-Index``), so it needs no read before the session is handed out, and resumes after
-  the last event id taken in.
+  the last event id taken in. Its polls leave the holder events (ACQUIRED, RELEASED) out
+  (``holder_events=false``) unless something watches the namespace (``Klock._watch``, an
+  election's ``observe``): the client learns its grants and releases from their answers, and
+  every other process's would wake the poll for nothing. A first watcher has the held poll
+  sent again at once, with them, from the same cursor.
   ``async with`` blocks run the calls in a worker thread, so the event loop never blocks
   (``offload_async``). The bearer ``token`` goes in ``Authorization``; session tokens
   (``Klock-Session-Token``) stay inside. Every mutating request carries an
@@ -751,7 +755,10 @@ class RemoteKernel:
         on, every session's (the reader's thread, or a manual-clock drain), each with its id;
         returns the function that stops it."""
         with self._state_lock:
+            first = not self._watchers.get(namespace)
             self._watchers.setdefault(namespace, []).append(on_event)
+        if first:
+            self._poll_again(namespace)
         if namespace not in self._follows:
             # No session there, so no open to start from: the server's newest event is "now"
             # (one read without a wait), and the stream goes on from it.
@@ -767,6 +774,27 @@ class RemoteKernel:
                     watchers.remove(on_event)
 
         return stop
+
+    def _watched(self, namespace: str) -> bool:
+        """Whether someone follows every event of ``namespace`` (then its polls ask for the
+        holder events too)."""
+        with self._state_lock:
+            return bool(self._watchers.get(namespace))
+
+    def _poll_again(self, namespace: str) -> None:
+        """The namespace's reader sends its poll again at once, from the same cursor, with the
+        holder events: a poll held without them would move past those that come meanwhile,
+        which the new watcher must see. Its transports are replaced (closing the old ones ends
+        the held poll, unanswered, so nothing it would have skipped is lost)."""
+        with self._follow_lock:
+            reader = self._readers.get(namespace)
+            if reader is None or self._closed:
+                return
+            thread, old = reader
+            fresh = [Transport(url, self._headers, tls=self._tls) for url in self.urls]
+            self._readers[namespace] = (thread, fresh)
+        for client in old:
+            client.close()
 
     def close_session(self, session: int, now: int) -> None:
         self._request(
@@ -1063,7 +1091,8 @@ class RemoteKernel:
     def drain_events(self) -> list[RemoteEvent]:
         if self.manual:
             for namespace, follow in list(self._follows.items()):
-                d = self._request("GET", _watch_path(namespace), params=_after(follow, 0))
+                params = _after(follow, 0, self._watched(namespace))
+                d = self._request("GET", _watch_path(namespace), params=params)
                 # The node that answered: a call's answer makes it the one preferred.
                 resync = _answered(follow, self._servers.preferred, d)
                 self._take(namespace, d)
@@ -1158,7 +1187,7 @@ class RemoteKernel:
                 response = clients[node].request(
                     "GET",
                     path,
-                    params=_after(follow, _WATCH_WAIT_MS),
+                    params=_after(follow, _WATCH_WAIT_MS, self._watched(namespace)),
                     timeout=self._request_timeout,
                     read_timeout=_WATCH_WAIT_MS / 1000 + 10,
                 )
@@ -1178,7 +1207,13 @@ class RemoteKernel:
                     except KlockError as e:
                         failure = str(e)
             except TransportClosed:
-                break
+                if self._closed:
+                    break
+                # Its transports were replaced (``_poll_again``): the poll goes again at once,
+                # on the new ones, from the same cursor; nothing failed.
+                with self._follow_lock:
+                    clients = self._readers[namespace][1]
+                continue
             except TransportError as e:
                 outcome, failure = "unreachable", str(e)
             except Exception as e:  # a bug, kept and retried
@@ -1337,11 +1372,15 @@ def _watch_path(namespace: str) -> str:
     return f"/v1/ns/{quote(namespace, safe='')}/watch"
 
 
-def _after(follow: _core.Follow, wait_ms: int) -> dict[str, Any]:
+def _after(follow: _core.Follow, wait_ms: int, holder_events: bool) -> dict[str, Any]:
     """A watch poll's query: after the id ``follow`` names (none: from the oldest kept event)
     of the log it names, held up to ``wait_ms`` for an event (none right after a failed poll:
-    the core's rule)."""
+    the core's rule); without the holder events (ACQUIRED, RELEASED) unless ``holder_events``
+    (only a watcher of the namespace reads them: the client learns its own grants and
+    releases from their answers, and every other process's would only wake the poll)."""
     query: dict[str, Any] = {"wait_ms": follow.wait_ms(wait_ms)}
+    if not holder_events:
+        query["holder_events"] = "false"
     if follow.after is not None:
         query["after"] = follow.after
     if follow.log is not None:
