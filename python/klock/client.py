@@ -96,6 +96,8 @@ _Verdict = _core.Verdict
 # Acquisition): no timeout (each wait the kernel's default), and math.inf (no limit).
 _KERNEL_WAITS = _core.Acquisition.kernel_default()
 _NO_LIMIT = _core.Acquisition(0, None)
+# The wait every attempt of _KERNEL_WAITS asks for (the core's answer, whatever the time).
+_KERNEL_WAIT_MS = _KERNEL_WAITS.wait_ms(0)
 # The core's answer to a DIE to an attempt that asked for no wait depends on nothing else: a
 # timeout (its reason "no wait"), which the entry raises right after the verdict.
 _NO_WAIT_DIE_TIMES_OUT = _core.AFTER_NO_WAIT_DIE == "timeout_no_wait"
@@ -1101,6 +1103,8 @@ def _died_why(cycle: list[int], intents: object, otherwise: str) -> str:
 def _timeout_ms(timeout: float) -> int:
     """A checked finite ``timeout`` in whole milliseconds, rounded up (rounded to a nanosecond
     first, so that 0.3 s is 300 ms however the float is represented)."""
+    if timeout == 0:  # a try-lock: no arithmetic on the way
+        return 0
     return math.ceil(round(timeout * 1000, 6))
 
 
@@ -1319,7 +1323,10 @@ class Lease(_core.Block):
         session = self.session
         k = session.klock
         unreachable: Unreachable | None = None
-        with k._lock:
+        # (The lock's own methods, not `with`: this is every block's exit.)
+        lock = k._lock
+        lock.acquire()
+        try:
             if self._state != "held":
                 return
             if not session._closed:
@@ -1331,7 +1338,15 @@ class Lease(_core.Block):
                 kernel = k.kernel
                 ended: Sequence[int] = ()
                 try:
-                    now = k.now()
+                    t0 = k._system_t0
+                    if t0 is None:
+                        now = k.now()
+                    else:  # Klock.now() of a SystemClock, in this frame
+                        now = (_monotonic_ns() - t0) // 1_000_000
+                        if now > k._last_now:
+                            k._last_now = now
+                        else:
+                            now = k._last_now
                     if type(kernel) is _Kernel:
                         got = k._ledger.release_in(kernel, self, now)
                         if type(got) is int:  # released, nothing to route: it left the ledger
@@ -1359,40 +1374,83 @@ class Lease(_core.Block):
                     self._ended_before_release_locked(lease_id)
             k._ledger.finish(self)
             self._state = "done"
+        finally:
+            lock.release()
         if unreachable is not None:
             raise unreachable
 
     def __enter__(self) -> Lease:
+        first = self._enter_in_process(None)
+        if first is None:
+            return self
+        return self._enter_contended(*first)
+
+    def _enter_in_process(
+        self, loop: asyncio.AbstractEventLoop | bool | None
+    ) -> tuple[_Attempt, _core.Acquisition] | None:
+        """:meth:`_enter_first` (``None`` when granted), in one frame for the in-process kernel
+        (the common case): the first attempt, and when it is granted what :meth:`_held_locked`
+        does; when it is a DIE to an attempt that asked for no wait, the Timeout."""
         session = self.session
         k = session.klock
         kernel = k.kernel
         if type(kernel) is not _Kernel or self._state != "new" or k._closed:
-            return self._enter()
-        # The in-process kernel (the common case, in one frame): the first attempt.
-        with k._lock:
-            try:
-                if session._closed_by_user:
-                    session._check_open()
+            return self._enter_first(loop)
+        refused: Timeout | None = None
+        lock = k._lock
+        lock.acquire()
+        try:
+            if session._closed_by_user:
+                session._check_open()
+            t0 = k._system_t0
+            if t0 is None:
                 now = k.now()
-                timeout = self.timeout
-                acquisition = _KERNEL_WAITS if timeout is None else self._acquisition(now)
+            else:  # Klock.now() of a SystemClock, in this frame
+                now = (_monotonic_ns() - t0) // 1_000_000
+                if now > k._last_now:
+                    k._last_now = now
+                else:
+                    now = k._last_now
+            timeout = self.timeout
+            if timeout is None:
+                acquisition, wait_ms = _KERNEL_WAITS, _KERNEL_WAIT_MS
+            else:
+                acquisition = self._acquisition(now)
                 wait_ms = acquisition.wait_ms(now)
-                got = k._ledger.acquire_in(kernel, self, wait_ms, now)
-                if type(got) is not _Verdict:
-                    self._held_locked(got)
-                    return self
-                if wait_ms == 0 and _NO_WAIT_DIE_TIMES_OUT and got.verdict == "DIE":
-                    # The core's answer to a DIE to an attempt that asked for no wait depends
-                    # on nothing else (AFTER_NO_WAIT_DIE): the Timeout is raised here, with
-                    # no acquisition loop on the way.
+            got = k._ledger.acquire_in(kernel, self, wait_ms, now)
+            if type(got) is not _Verdict:
+                self._state = "held"
+                k.counters.grants += 1
+                if got is None:
                     k._settled_locked()
-                    raise self._refused_locked(got)
-                first = self._not_granted_locked(got, None, wait_ms)
+                    k._arm_locked()
+                else:
+                    at = k._alarm.at
+                    if at is None or got < at:
+                        k._arm_locked()
+                return None
+            if wait_ms == 0 and _NO_WAIT_DIE_TIMES_OUT and got.verdict == "DIE":
+                # The core's answer to a DIE to an attempt that asked for no wait depends on
+                # nothing else (AFTER_NO_WAIT_DIE): the Timeout is raised here, with no
+                # acquisition loop on the way (the block failed: nothing to withdraw).
                 k._settled_locked()
-            except BaseException:
-                self._abort()
-                raise
-        return self._enter_contended(first, acquisition)
+                refused = self._refused_locked(got)
+            else:
+                first = self._not_granted_locked(got, loop, wait_ms)
+                k._settled_locked()
+        except BaseException:
+            self._abort()
+            raise
+        finally:
+            lock.release()
+        if refused is not None:
+            try:
+                raise refused
+            finally:
+                # The traceback holds this frame: without its reference to the error, the
+                # two make no cycle for the garbage collector to find.
+                del refused
+        return first, acquisition
 
     def __exit__(
         self,
@@ -1630,14 +1688,6 @@ class Lease(_core.Block):
             raise RuntimeError("a Lease block can be entered once; call session.lease(...) again")
         self._state = "acquiring"  # (a closed Klock or session: the attempt raises Closed)
 
-    def _enter(self) -> Lease:
-        """``__enter__`` the general way (any backend): the first attempt, then
-        :meth:`_enter_contended` when it was not granted."""
-        first = self._enter_first(None)
-        if first is None:
-            return self
-        return self._enter_contended(*first)
-
     def _enter_first(
         self, loop: asyncio.AbstractEventLoop | bool | None
     ) -> tuple[_Attempt, _core.Acquisition] | None:
@@ -1677,7 +1727,7 @@ class Lease(_core.Block):
         # ``block.__aenter__()`` cancelled at once) has asked for nothing.
         if self.session.klock._offload_async:  # a backend whose calls may block
             return await self._aenter_offloading()
-        first = self._enter_first(True)
+        first = self._enter_in_process(True)
         if first is None:  # granted
             return self
         return await self._acquire_async(*first)

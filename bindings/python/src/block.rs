@@ -73,7 +73,7 @@ impl PyLedger {
     fn finish_locked(&self, block: &PyBlock) -> PyResult<()> {
         let finished = self.ledger()?.finish(block.id);
         if let Some((handle, leases)) = finished {
-            block.ended()?.clone_from(&leases);
+            *block.ended()? = leases;
             drop(handle); // after both locks: dropping the block may run Python code
         }
         Ok(())
