@@ -125,13 +125,13 @@ class Acquisition:
         now: int,
     ) -> tuple[
         Literal[
-        "ask_again",
-        "sleep",
-        "died",
-        "timeout_no_wait",
-        "timeout_wait_ended",
-        "timeout_retry_too_late",
-    ],
+            "ask_again",
+            "sleep",
+            "died",
+            "timeout_no_wait",
+            "timeout_wait_ended",
+            "timeout_retry_too_late",
+        ],
         int,
     ]:
         """What to do after a setback (``"DIE"``, ``"DIED"``, ``"WOUNDED"``,
@@ -139,7 +139,6 @@ class Acquisition:
 
 #: The answer to a DIE to an attempt that asked for no wait (it depends on nothing else).
 AFTER_NO_WAIT_DIE: Final[str]
-
 
 def ends(
     event: object,
@@ -465,9 +464,7 @@ class Ledger:
     due. Translation only: the client calls it under its lock, with its clock's ``now``."""
 
     def __new__(cls) -> Ledger: ...
-    def grant(
-        self, block: Block, leases: Iterable[Any], renew: list[int] | None, now: int
-    ) -> int:
+    def grant(self, block: Block, leases: Iterable[Any], renew: list[int] | None, now: int) -> int:
         """Records a grant; the block's first heartbeat time (``2**64-1``: never)."""
     def acquire_in(
         self, kernel: Kernel, block: Block, wait_ms: int | None, now: int
