@@ -1742,7 +1742,9 @@ class Lease(_core.Block):
         at once (so it happens even if the awaitable returned is never awaited)."""
         if self.session.klock._offload_async:
             return self._aexit_offloading(exc)
-        self.__exit__(exc_type, exc, tb)
+        self._release()  # what __exit__ does, one frame fewer
+        if self._lost is not None:
+            self._exit_lost(exc)
         return _ready(None)
 
     async def _acquire_async(self, first: _Attempt, acquisition: _core.Acquisition) -> Lease:
