@@ -1319,65 +1319,72 @@ class Lease(_core.Block):
     def _release(self) -> None:
         """Releases what this block holds (leases shared with an outer block stay held), once;
         the block then leaves the ledger. Raises :class:`Unreachable` when a remote server
-        could not be reached (the block ends all the same: its leases end at their TTL)."""
+        could not be reached (the block ends all the same: its leases end at their TTL). (The
+        block's exit does the same in its own frame in the common case: :meth:`__exit__`.)"""
         session = self.session
         k = session.klock
         unreachable: Unreachable | None = None
-        # (The lock's own methods, not `with`: this is every block's exit.)
-        lock = k._lock
+        lock = k._lock  # (the lock's own methods, not `with`: a block's exit is hot)
         lock.acquire()
         try:
             if self._state != "held":
                 return
-            if not session._closed:
-                # Kernel calls made while the block still holds its leases in the ledger: the
-                # first settles time, so a lease that expired unseen (a long callback, a paused
-                # process) reaches this block as LEASE_EXPIRED, and its exit raises LeaseLost
-                # instead of reporting a lost lease as fine. Only the leases no other block of
-                # the session holds are released (the ledger's answer).
-                kernel = k.kernel
-                ended: Sequence[int] = ()
-                try:
-                    t0 = k._system_t0
-                    if t0 is None:
-                        now = k.now()
-                    else:  # Klock.now() of a SystemClock, in this frame
-                        now = (_monotonic_ns() - t0) // 1_000_000
-                        if now > k._last_now:
-                            k._last_now = now
-                        else:
-                            now = k._last_now
-                    if type(kernel) is _Kernel:
-                        got = k._ledger.release_in(kernel, self, now)
-                        if type(got) is int:  # released, nothing to route: it left the ledger
-                            self._state = "done"
-                            at = k._alarm.at
-                            if (at is None or got < at) and got != U64_MAX:
-                                k._arm_locked()
-                            return
-                        if got is not None:
-                            ended = got
-                    else:
-                        ids = k._ledger.releasable(self)
-                        ended = [i for i in ids if not kernel.release(session._id, i, now)]
-                        if not ids:
-                            kernel.advance(now)
-                except UnknownId:
-                    k._session_gone_locked(session)
-                except Unreachable as e:
-                    unreachable = e
-                finally:
-                    if self._state == "held":
-                        k._settled_locked()
-                # A lease the release found ended already: lost (the client says why).
-                for lease_id in ended:
-                    self._ended_before_release_locked(lease_id)
-            k._ledger.finish(self)
-            self._state = "done"
+            if session._closed:
+                k._ledger.finish(self)
+                self._state = "done"
+                return
+            # Kernel calls made while the block still holds its leases in the ledger: the first
+            # settles time, so a lease that expired unseen (a long callback, a paused process)
+            # reaches this block as LEASE_EXPIRED, and its exit raises LeaseLost instead of
+            # reporting a lost lease as fine. Only the leases no other block of the session
+            # holds are released (the ledger's answer).
+            kernel = k.kernel
+            ended: list[int] = []
+            gone = False
+            try:
+                now = k.now()
+                if type(kernel) is _Kernel:
+                    got = k._ledger.release_in(kernel, self, now)
+                    if type(got) is int:  # released, nothing to route: it left the ledger
+                        self._state = "done"
+                        at = k._alarm.at
+                        if (at is None or got < at) and got != U64_MAX:
+                            k._arm_locked()
+                        return
+                    if got is not None:
+                        ended = got
+                else:
+                    ids = k._ledger.releasable(self)
+                    for lease_id in ids:
+                        if not kernel.release(session._id, lease_id, now):
+                            ended.append(lease_id)
+                    if not ids:
+                        kernel.advance(now)
+            except UnknownId:
+                gone = True
+            except Unreachable as e:
+                unreachable = e
+            except BaseException:
+                k._settled_locked()
+                raise
+            self._released_locked(ended, gone)
         finally:
             lock.release()
         if unreachable is not None:
             raise unreachable
+
+    def _released_locked(self, ended: Sequence[int] | None, gone: bool) -> None:
+        """The end of a release whose answer was not the quiet one: ``gone``, the session was
+        found closed in the kernel; events to route; ``ended``, leases the release found
+        ended already, lost (the client says why). Then the block leaves the ledger."""
+        k = self.session.klock
+        if gone:
+            k._session_gone_locked(self.session)
+        k._settled_locked()
+        for lease_id in ended or ():
+            self._ended_before_release_locked(lease_id)
+        k._ledger.finish(self)
+        self._state = "done"
 
     def __enter__(self) -> Lease:
         first = self._enter_in_process(None)
@@ -1458,7 +1465,41 @@ class Lease(_core.Block):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._release()
+        session = self.session
+        k = session.klock
+        kernel = k.kernel
+        t0 = k._system_t0
+        if type(kernel) is not _Kernel or t0 is None or session._closed:
+            self._release()  # the general way
+        else:
+            # The in-process kernel and a SystemClock (the common case, in this frame): what
+            # _release does.
+            lock = k._lock
+            lock.acquire()
+            try:
+                if self._state == "held":
+                    now = (_monotonic_ns() - t0) // 1_000_000  # Klock.now(), in this frame
+                    if now > k._last_now:
+                        k._last_now = now
+                    else:
+                        now = k._last_now
+                    try:
+                        got = k._ledger.release_in(kernel, self, now)
+                    except UnknownId:
+                        self._released_locked(None, True)
+                    except BaseException:
+                        k._settled_locked()
+                        raise
+                    else:
+                        if type(got) is int:  # released, nothing to route: it left the ledger
+                            self._state = "done"
+                            at = k._alarm.at
+                            if (at is None or got < at) and got != U64_MAX:
+                                k._arm_locked()
+                        else:
+                            self._released_locked(got, False)
+            finally:
+                lock.release()
         if self._lost is not None:
             self._exit_lost(exc)
 
@@ -1742,9 +1783,7 @@ class Lease(_core.Block):
         at once (so it happens even if the awaitable returned is never awaited)."""
         if self.session.klock._offload_async:
             return self._aexit_offloading(exc)
-        self._release()  # what __exit__ does, one frame fewer
-        if self._lost is not None:
-            self._exit_lost(exc)
+        Lease.__exit__(self, exc_type, exc, tb)
         return _ready(None)
 
     async def _acquire_async(self, first: _Attempt, acquisition: _core.Acquisition) -> Lease:
