@@ -23,8 +23,8 @@ from typing_extensions import Unpack, disjoint_base
 __all__ = [
     "Kernel",
     "Ledger",
-    "SessionHandle",
     "Block",
+    "Acquisition",
     "SessionInfo",
     "Lease",
     "Blocker",
@@ -36,7 +36,7 @@ __all__ = [
     "StateError",
     "QuotaExceeded",
     "parse_intent",
-    "after_setback",
+    "AFTER_NO_WAIT_DIE",
     "ends",
     "Servers",
     "Attempts",
@@ -100,27 +100,45 @@ class QuotaExceeded(KlockError):
 def parse_intent(intent: str) -> tuple[str, str]:
     """Validates ``"PREDICATE TYPE:/path"``: ``(canonical predicate, canonical resource)``."""
 
-def after_setback(
-    deadline: int | None,
-    setback: str,
-    retry_after_ms: int,
-    asked_wait_ms: int | None,
-    holds_others: bool,
-    now: int,
-) -> tuple[
-    Literal[
-        "ask_again",
-        "sleep",
-        "died",
-        "timeout_no_wait",
-        "timeout_wait_ended",
-        "timeout_retry_too_late",
-    ],
-    int,
-]:
-    """The core's decision after an attempt to acquire that was not granted
-    (``klock_core::client::Acquisition``): ask again, sleep ``ms`` then ask again, roll back
-    (``died``), or time out (and why)."""
+@final
+class Acquisition:
+    """One acquisition's budget and what follows a setback (klock_core::client::Acquisition):
+    ``Acquisition(now, timeout_ms)`` from its first attempt at ``now`` (``timeout_ms`` ``None``:
+    no client-side limit), or :meth:`kernel_default` (each attempt waits the kernel's default
+    wait, then asks again)."""
+
+    def __new__(cls, now: int, timeout_ms: int | None) -> Acquisition: ...
+    @staticmethod
+    def kernel_default() -> Acquisition: ...
+    @property
+    def deadline(self) -> int | None:
+        """The end of the budget (``None``: no client-side limit)."""
+    def wait_ms(self, now: int) -> int | None:
+        """The wait an attempt at ``now`` asks for (``0``: no wait; ``2**64-1``: no limit;
+        ``None``: the kernel's default)."""
+    def after(
+        self,
+        setback: str,
+        retry_after_ms: int,
+        asked_wait_ms: int | None,
+        holds_others: bool,
+        now: int,
+    ) -> tuple[
+        Literal[
+            "ask_again",
+            "sleep",
+            "died",
+            "timeout_no_wait",
+            "timeout_wait_ended",
+            "timeout_retry_too_late",
+        ],
+        int,
+    ]:
+        """What to do after a setback (``"DIE"``, ``"DIED"``, ``"WOUNDED"``,
+        ``"WAIT_TIMEOUT"``): ``(what, ms)``."""
+
+#: The answer to a DIE to an attempt that asked for no wait (it depends on nothing else).
+AFTER_NO_WAIT_DIE: Final[str]
 
 def ends(
     event: object,
@@ -441,25 +459,26 @@ class Kernel:
 
 @final
 class Ledger:
-    """The friendly client's bookkeeping of one Klock (klock_core::Ledger): which lease blocks
-    hold which leases, and when each block's next heartbeat is due. Its blocks use the
-    Klock's ``lock`` (re-entrant) and clock (``system_t0``: the ``time.monotonic_ns()`` a
-    SystemClock counts from, read natively; ``None``: ``klock.now()`` is asked)."""
+    """The core's ledger of one Klock's lease blocks (klock_core::client::Ledger): which blocks
+    hold which leases, what a block's end releases, and when each block's next heartbeat is
+    due. Translation only: the client calls it under its lock, with its clock's ``now``."""
 
-    def __new__(cls, lock: Any, system_t0: int | None, offload_async: bool) -> Ledger: ...
-    @property
-    def closed(self) -> bool:
-        """Whether the Klock was closed."""
-    @closed.setter
-    def closed(self, closed: bool) -> None: ...
-    @property
-    def grants(self) -> int:
-        """How many blocks were granted."""
-    @property
-    def armed_at(self) -> int | None:
-        """When the Klock's timer is armed for (``None``: not armed)."""
-    @armed_at.setter
-    def armed_at(self, at: int | None) -> None: ...
+    def __new__(cls) -> Ledger: ...
+    def grant(self, block: Block, leases: Iterable[Any], renew: list[int] | None, now: int) -> int:
+        """Records a grant; the block's first heartbeat time (``2**64-1``: never)."""
+    def acquire_in(
+        self, kernel: Kernel, block: Block, wait_ms: int | None, now: int
+    ) -> Verdict | int | None:
+        """The in-process kernel's acquire for the block, recorded when granted: the verdict
+        when not granted; else the earliest time the timer is wanted for (``None``: events to
+        route)."""
+    def releasable(self, block: Block) -> list[int]: ...
+    def release_in(self, kernel: Kernel, block: Block, now: int) -> int | list[int] | None:
+        """The in-process kernel's release of what the block's end releases: the kernel's next
+        deadline once the block left the ledger (nothing to route); ``None``: events to route;
+        a list: the lease ids found ended already (the block is still held)."""
+    def finish(self, block: Block) -> None: ...
+    def is_held(self, block: Block) -> bool: ...
     def lose(self, lease_ids: list[int]) -> list[tuple[Any, int]]:
         """The leases ended: ``(block, lease_id)`` for every held block holding one."""
     def session_leases(self, session: int) -> list[int]: ...
@@ -478,30 +497,17 @@ class Ledger:
     def scheduled_blocks(self) -> list[Any]: ...
     def next_heartbeat(self) -> int | None: ...
 
-@final
-class SessionHandle:
-    """What the native block edges read of a ``klock.Session``: its Klock and ledger, its id
-    and its closed flags."""
-
-    def __new__(cls, klock: Any, ledger: Ledger, session_id: int) -> SessionHandle: ...
-    @property
-    def closed(self) -> bool: ...
-    @closed.setter
-    def closed(self, closed: bool) -> None: ...
-    @property
-    def closed_by_user(self) -> bool: ...
-    @closed_by_user.setter
-    def closed_by_user(self, closed: bool) -> None: ...
-
 @disjoint_base
 class Block:
-    """The native base of ``klock.Lease``: its state and its edges (the attempt, the grant's
-    bookkeeping, the release, ``__enter__``, ``__exit__`` and ``__aexit__``)."""
+    """The native base of ``klock.Lease``: a block's values (its session, intents, TTL,
+    timeout, its id in the ledger, its leases once it ended) and the storage of the client's
+    ``_state``, ``_ticket`` and ``_lost``."""
 
     def __new__(
         cls,
         session: Any,
-        handle: SessionHandle,
+        ledger: Ledger,
+        session_id: int,
         intents: tuple[str, ...],
         ttl_ms: int | None,
         timeout: float | None,
@@ -528,10 +534,3 @@ class Block:
     def _ticket(self, ticket: int | None) -> None: ...
     def _leases(self) -> list[Lease]: ...
     def _lease_ids(self) -> list[int]: ...
-    def _granted_locked(self, leases: Iterable[Any], now: int) -> None: ...
-    def _attempt(self, loop_: Any, deadline: int | None, retry: bool) -> Any: ...
-    def _aenter_first(self) -> tuple[Any, int | None] | bool | None: ...
-    def _release(self) -> None: ...
-    def __enter__(self) -> Self: ...
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
-    def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any: ...

@@ -44,10 +44,11 @@ Contract
   both; "the kernel" above means whichever the Klock talks to.
 * Which blocks hold which leases (nested blocks share one), when each block's next heartbeat
   is due and what a block releases when it ends are the core's client ledger's decisions
-  (``klock._core.Ledger``); a block's edges (each acquire attempt, recording a grant, the
-  release, ``__enter__``, ``__exit__``, ``__aexit__``) are native (``klock._core.Block``, the
-  base of :class:`Lease`), under the same lock as everything here, and call back into this
-  module where it owns the state (waiters, counters, the timer, sessions found closed).
+  (``klock._core.Ledger``, ``klock_core::client::Ledger``); an acquisition's budget and what
+  follows a setback are the core's too (``klock._core.Acquisition``). This module drives
+  them: under its lock, with its clock, it makes the calls and acts on the answers (its
+  errors, waiters, counters and timer). In process, a block's edges reach the kernel and the
+  ledger in one native call each (``Ledger.acquire_in``, ``Ledger.release_in``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ import math
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from time import monotonic_ns as _monotonic_ns
 from types import TracebackType
@@ -89,6 +90,17 @@ __all__ = [
 ]
 
 U64_MAX = 2**64 - 1
+_Kernel = _core.Kernel
+_Verdict = _core.Verdict
+# The acquisitions that do not depend on their first attempt's time (klock_core's
+# Acquisition): no timeout (each wait the kernel's default), and math.inf (no limit).
+_KERNEL_WAITS = _core.Acquisition.kernel_default()
+_NO_LIMIT = _core.Acquisition(0, None)
+# The wait every attempt of _KERNEL_WAITS asks for (the core's answer, whatever the time).
+_KERNEL_WAIT_MS = _KERNEL_WAITS.wait_ms(0)
+# The core's answer to a DIE to an attempt that asked for no wait depends on nothing else: a
+# timeout (its reason "no wait"), which the entry raises right after the verdict.
+_NO_WAIT_DIE_TIMES_OUT = _core.AFTER_NO_WAIT_DIE == "timeout_no_wait"
 # The largest finite `timeout` (seconds) whose milliseconds fit the kernel's u64.
 _MAX_TIMEOUT_S = U64_MAX / 1000
 # After an unexpected error in the timer callback (a bug), try again this much later.
@@ -263,25 +275,13 @@ class _Alarm:
     """The Klock's one timer on its clock. It holds the Klock weakly, so a Klock dropped
     without close() is still collected (a finalizer then clears the timer)."""
 
-    __slots__ = ("_ref", "timer")
+    __slots__ = ("_ref", "timer", "at")
 
     def __init__(self, klock: Klock) -> None:
         self._ref = weakref.ref(klock)
         self.timer: Timer | None = None
-
-    @property
-    def at(self) -> int | None:
-        """When the timer is armed for (``None``: not armed); kept in the Klock's ledger,
-        whose native block edges read it. (Through the weak reference: the clock's timer
-        thread holds the alarm, and must not keep the Klock alive.)"""
-        klock = self._ref()
-        return None if klock is None else klock._ledger.armed_at
-
-    @at.setter
-    def at(self, at: int | None) -> None:
-        klock = self._ref()
-        if klock is not None:
-            klock._ledger.armed_at = at
+        #: When the timer is armed for (``None``: not armed).
+        self.at: int | None = None
 
     def fire(self) -> None:
         klock = self._ref()
@@ -376,7 +376,8 @@ class Klock:
         self._pending_events: Callable[[], int] | None = getattr(
             self.kernel, "pending_events", None
         )
-        self._counters = ClientCounters()
+        #: What the client did on the kernel's answers.
+        self.counters = ClientCounters()
         self.clock, self._own_clock = _as_clock(clock)
         # The start of a SystemClock's own monotonic milliseconds (now() then reads them
         # itself, as SystemClock.now does), or None: ask the clock.
@@ -396,8 +397,8 @@ class Klock:
         self._watchers: list[Callable[[Event], None]] = []
         self._holder_events(False)
         # Which blocks hold which leases, and when each block's next heartbeat is due: the
-        # core's ledger (klock_core::Ledger), which the native block edges share.
-        self._ledger = _core.Ledger(self._lock, self._system_t0, self._offload_async)
+        # core's ledger (klock_core::client::Ledger).
+        self._ledger = _core.Ledger()
         self._closed = False
         self._firing = False  # in _on_timer: it arms the timer once, at the end
         self.timer_error: BaseException | None = None
@@ -406,23 +407,6 @@ class Klock:
         attach = getattr(self.kernel, "attach", None)
         if attach is not None:
             attach(self)
-
-    @property
-    def _closed(self) -> bool:
-        """Whether :meth:`close` was called (kept in the ledger, which the native block edges
-        read)."""
-        return self._ledger.closed
-
-    @_closed.setter
-    def _closed(self, closed: bool) -> None:
-        self._ledger.closed = closed
-
-    @property
-    def counters(self) -> ClientCounters:
-        """What the client did on the kernel's answers (the grants are counted by the native
-        block edges, in the ledger)."""
-        self._counters.grants = self._ledger.grants
-        return self._counters
 
     # ---- clock and plumbing -------------------------------------------------------------
 
@@ -904,27 +888,12 @@ class Session:
         self.klock = klock
         self.info = info
         self._id: int = info.session_id  # never changes (a resume keeps it)
-        # What the native block edges read of this session (its closed flags among them).
-        self._handle = _core.SessionHandle(klock, klock._ledger, self._id)
-
-    @property
-    def _closed(self) -> bool:
-        """Closed in the kernel."""
-        return self._handle.closed
-
-    @_closed.setter
-    def _closed(self, closed: bool) -> None:
-        self._handle.closed = closed
-
-    @property
-    def _closed_by_user(self) -> bool:
-        """Closed by :meth:`close` or the Klock's (``Closed``), rather than by the kernel
-        (idle: UNKNOWN_SESSION)."""
-        return self._handle.closed_by_user
-
-    @_closed_by_user.setter
-    def _closed_by_user(self, closed: bool) -> None:
-        self._handle.closed_by_user = closed
+        self._ledger = klock._ledger
+        #: Closed in the kernel.
+        self._closed = False
+        #: Closed by :meth:`close` or the Klock's (``Closed``), rather than by the kernel (idle:
+        #: UNKNOWN_SESSION).
+        self._closed_by_user = False
 
     @property
     def session_id(self) -> int:
@@ -975,16 +944,19 @@ class Session:
         ``None`` also has no client-side limit, but each wait uses the kernel's
         ``default_wait_timeout_ms`` and the block asks again when it passes. NaN, a negative
         value or a finite value above ``(2**64-1)/1000`` seconds is a ``ValueError``."""
-        if ttl is None and ttl_ms is None:  # the common case: no call on the way
-            return Lease(self, self._handle, intents, None, timeout)
+        if ttl is None and ttl_ms is None:  # the common case: no other call on the way
+            if timeout is not None:
+                timeout = _check_timeout(timeout)
+            return Lease(self, self._ledger, self._id, intents, None, timeout)
         return self._lease_ms(intents, _lease_ttl_ms(ttl, ttl_ms), timeout)
 
     def _lease_ms(
         self, intents: tuple[str, ...], asked: int | None, timeout: float | None
     ) -> Lease:
+        timeout = _check_timeout(timeout)
         if asked is None:
-            return Lease(self, self._handle, intents, None, timeout)
-        lease = _TtlLease(self, self._handle, intents, asked, timeout)
+            return Lease(self, self._ledger, self._id, intents, None, timeout)
+        lease = _TtlLease(self, self._ledger, self._id, intents, asked, timeout)
         lease._asked_ttl_ms = asked
         return lease
 
@@ -1105,7 +1077,7 @@ def _lease_ttl_ms(ttl: float | None, ttl_ms: int | None) -> int | None:
             DeprecationWarning,
             stacklevel=3,
         )
-        return ttl_ms  # checked as an integer by the native block, as before
+        return ttl_ms  # checked as an integer by the native block
     if ttl is None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
@@ -1131,6 +1103,8 @@ def _died_why(cycle: list[int], intents: object, otherwise: str) -> str:
 def _timeout_ms(timeout: float) -> int:
     """A checked finite ``timeout`` in whole milliseconds, rounded up (rounded to a nanosecond
     first, so that 0.3 s is 300 ms however the float is represented)."""
+    if timeout == 0:  # a try-lock: no arithmetic on the way
+        return 0
     return math.ceil(round(timeout * 1000, 6))
 
 
@@ -1188,14 +1162,14 @@ class Lease(_core.Block):
     outer TTL; a longer one lengthens it for both), and it is released when the last block
     holding it ends.
 
-    Its edges are native (``klock._core.Block``: the attempt, the grant's bookkeeping in the
-    core's ledger, the release, ``__enter__`` when granted at once and ``__exit__``); waiting,
-    backing off and asyncio are here.
+    Its values (session, intents, TTL, timeout, its leases once it ended) are kept by its
+    native base (``klock._core.Block``, which the core's ledger names); everything it does is
+    here.
     """
 
-    # Made by Block.__new__(session, handle, intents, ttl_ms, timeout), which checks the
-    # intents and the timeout (_check_timeout); _state, _ticket and _lost are the native
-    # block's.
+    # Made by Block.__new__(session, ledger, session_id, intents, ttl_ms, timeout), which
+    # checks the intents (the caller checks the timeout: _check_timeout); _state, _ticket and
+    # _lost are kept by the native block for this class.
     __slots__ = ("__weakref__",)
 
     # ---- what the block holds -----------------------------------------------------------
@@ -1254,6 +1228,294 @@ class Lease(_core.Block):
                 k._heartbeat_locked(self, k.now())
         self.check()
 
+    # ---- the edges: each attempt, a grant, the release ---------------------------------------
+
+    def _acquisition(self, now: int) -> _core.Acquisition:
+        """The block's acquisition (klock_core::client::Acquisition) from its first attempt at
+        ``now``: its ``timeout`` budget, which decides the wait of every attempt and what
+        follows a setback."""
+        timeout = self.timeout
+        if timeout is None:
+            return _KERNEL_WAITS
+        if timeout == math.inf:
+            return _NO_LIMIT
+        return _core.Acquisition(now, _timeout_ms(timeout))
+
+    def _attempt(
+        self,
+        loop: asyncio.AbstractEventLoop | bool | None,
+        acquisition: _core.Acquisition,
+        retry: bool,
+    ) -> _Attempt | None:
+        """One acquire attempt under the client's lock: ``None`` once granted (recorded in the
+        ledger), else what :meth:`_not_granted_locked` made of the verdict. ``loop`` is the
+        event loop of an ``async with`` (``True``: the running one), ``None`` for a thread."""
+        session = self.session
+        k = session.klock
+        with k._lock:
+            try:
+                if k._closed or session._closed_by_user:
+                    session._check_open()
+                now = k.now()
+                wait_ms = acquisition.wait_ms(now)
+                if retry:
+                    k.counters.retries += 1
+                kernel = k.kernel
+                if type(kernel) is _Kernel:
+                    got = k._ledger.acquire_in(kernel, self, wait_ms, now)
+                    if type(got) is not _Verdict:
+                        self._held_locked(got)
+                        return None
+                    verdict: Any = got
+                else:
+                    # A backend (klock.backend): the client's call, the ledger's record.
+                    if wait_ms is None and self.ttl_ms is None:
+                        verdict = kernel.acquire(session._id, self.intents, now)
+                    else:
+                        verdict = kernel.acquire(
+                            session._id,
+                            self.intents,
+                            now,
+                            ttl_ms=self.ttl_ms,
+                            wait=wait_ms != 0,
+                            wait_timeout_ms=wait_ms,
+                        )
+                    if verdict.verdict == "GRANTED":
+                        self._granted_locked(verdict.leases, now)
+                        return None
+                return self._not_granted_locked(verdict, loop, wait_ms)
+            finally:
+                k._settled_locked()
+
+    def _held_locked(self, wake: int | None) -> None:
+        """The in-process kernel granted the block and the ledger recorded it (``acquire_in``):
+        held; the timer is armed sooner if ``wake`` (the earliest time the grant needs it) is
+        sooner, and ``None`` (events to route first) settles in full."""
+        self._state = "held"
+        k = self.session.klock
+        k.counters.grants += 1
+        if wake is None:
+            k._settled_locked()
+            k._arm_locked()
+        else:
+            at = k._alarm.at
+            if at is None or wake < at:
+                k._arm_locked()
+
+    def _granted_locked(self, leases: Sequence[LeaseLike], now: int) -> None:
+        """A backend granted the block ``leases`` at ``now`` (its verdict, or a GRANTED
+        event): recorded in the ledger, its first heartbeat scheduled (a backend that measures
+        its own deadlines says when), the timer armed if it would fire later."""
+        k = self.session.klock
+        due_of = k._heartbeat_due_of
+        renew = None if due_of is None else [due_of(lease.lease_id) for lease in leases]
+        due = k._ledger.grant(self, leases, renew, now)
+        self._state = "held"
+        k.counters.grants += 1
+        at = k._alarm.at
+        if due != U64_MAX and (at is None or due < at):
+            k._arm_locked()
+
+    def _release(self) -> None:
+        """Releases what this block holds (leases shared with an outer block stay held), once;
+        the block then leaves the ledger. Raises :class:`Unreachable` when a remote server
+        could not be reached (the block ends all the same: its leases end at their TTL). (The
+        block's exit does the same in its own frame in the common case: :meth:`__exit__`.)"""
+        session = self.session
+        k = session.klock
+        unreachable: Unreachable | None = None
+        lock = k._lock  # (the lock's own methods, not `with`: a block's exit is hot)
+        lock.acquire()
+        try:
+            if self._state != "held":
+                return
+            if session._closed:
+                k._ledger.finish(self)
+                self._state = "done"
+                return
+            # Kernel calls made while the block still holds its leases in the ledger: the first
+            # settles time, so a lease that expired unseen (a long callback, a paused process)
+            # reaches this block as LEASE_EXPIRED, and its exit raises LeaseLost instead of
+            # reporting a lost lease as fine. Only the leases no other block of the session
+            # holds are released (the ledger's answer).
+            kernel = k.kernel
+            ended: list[int] = []
+            gone = False
+            try:
+                now = k.now()
+                if type(kernel) is _Kernel:
+                    got = k._ledger.release_in(kernel, self, now)
+                    if type(got) is int:  # released, nothing to route: it left the ledger
+                        self._state = "done"
+                        at = k._alarm.at
+                        if (at is None or got < at) and got != U64_MAX:
+                            k._arm_locked()
+                        return
+                    if got is not None:
+                        ended = got
+                else:
+                    ids = k._ledger.releasable(self)
+                    for lease_id in ids:
+                        if not kernel.release(session._id, lease_id, now):
+                            ended.append(lease_id)
+                    if not ids:
+                        kernel.advance(now)
+            except UnknownId:
+                gone = True
+            except Unreachable as e:
+                unreachable = e
+            except BaseException:
+                k._settled_locked()
+                raise
+            self._released_locked(ended, gone)
+        finally:
+            lock.release()
+        if unreachable is not None:
+            raise unreachable
+
+    def _released_locked(self, ended: Sequence[int] | None, gone: bool) -> None:
+        """The end of a release whose answer was not the quiet one: ``gone``, the session was
+        found closed in the kernel; events to route; ``ended``, leases the release found
+        ended already, lost (the client says why). Then the block leaves the ledger."""
+        k = self.session.klock
+        if gone:
+            k._session_gone_locked(self.session)
+        k._settled_locked()
+        for lease_id in ended or ():
+            self._ended_before_release_locked(lease_id)
+        k._ledger.finish(self)
+        self._state = "done"
+
+    def __enter__(self) -> Lease:
+        first = self._enter_in_process(None)
+        if first is None:
+            return self
+        return self._enter_contended(*first)
+
+    def _enter_in_process(
+        self, loop: asyncio.AbstractEventLoop | bool | None
+    ) -> tuple[_Attempt, _core.Acquisition] | None:
+        """:meth:`_enter_first` (``None`` when granted), in one frame for the in-process kernel
+        (the common case): the first attempt, and when it is granted what :meth:`_held_locked`
+        does; when it is a DIE to an attempt that asked for no wait, the Timeout."""
+        session = self.session
+        k = session.klock
+        kernel = k.kernel
+        if type(kernel) is not _Kernel or self._state != "new" or k._closed:
+            return self._enter_first(loop)
+        refused: Timeout | None = None
+        lock = k._lock
+        lock.acquire()
+        try:
+            if session._closed_by_user:
+                session._check_open()
+            t0 = k._system_t0
+            if t0 is None:
+                now = k.now()
+            else:  # Klock.now() of a SystemClock, in this frame
+                now = (_monotonic_ns() - t0) // 1_000_000
+                if now > k._last_now:
+                    k._last_now = now
+                else:
+                    now = k._last_now
+            timeout = self.timeout
+            if timeout is None:
+                acquisition, wait_ms = _KERNEL_WAITS, _KERNEL_WAIT_MS
+            else:
+                acquisition = self._acquisition(now)
+                wait_ms = acquisition.wait_ms(now)
+            got = k._ledger.acquire_in(kernel, self, wait_ms, now)
+            if type(got) is not _Verdict:
+                self._state = "held"
+                k.counters.grants += 1
+                if got is None:
+                    k._settled_locked()
+                    k._arm_locked()
+                else:
+                    at = k._alarm.at
+                    if at is None or got < at:
+                        k._arm_locked()
+                return None
+            if wait_ms == 0 and _NO_WAIT_DIE_TIMES_OUT and got.verdict == "DIE":
+                # The core's answer to a DIE to an attempt that asked for no wait depends on
+                # nothing else (AFTER_NO_WAIT_DIE): the Timeout is raised here, with no
+                # acquisition loop on the way (the block failed: nothing to withdraw).
+                k._settled_locked()
+                refused = self._refused_locked(got)
+            else:
+                first = self._not_granted_locked(got, loop, wait_ms)
+                k._settled_locked()
+        except BaseException:
+            self._abort()
+            raise
+        finally:
+            lock.release()
+        if refused is not None:
+            try:
+                raise refused
+            finally:
+                # The traceback holds this frame: without its reference to the error, the
+                # two make no cycle for the garbage collector to find.
+                del refused
+        return first, acquisition
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        session = self.session
+        k = session.klock
+        kernel = k.kernel
+        t0 = k._system_t0
+        if type(kernel) is not _Kernel or t0 is None or session._closed:
+            self._release()  # the general way
+        else:
+            # The in-process kernel and a SystemClock (the common case, in this frame): what
+            # _release does.
+            lock = k._lock
+            lock.acquire()
+            try:
+                if self._state == "held":
+                    now = (_monotonic_ns() - t0) // 1_000_000  # Klock.now(), in this frame
+                    if now > k._last_now:
+                        k._last_now = now
+                    else:
+                        now = k._last_now
+                    try:
+                        got = k._ledger.release_in(kernel, self, now)
+                    except UnknownId:
+                        self._released_locked(None, True)
+                    except BaseException:
+                        k._settled_locked()
+                        raise
+                    else:
+                        if type(got) is int:  # released, nothing to route: it left the ledger
+                            self._state = "done"
+                            at = k._alarm.at
+                            if (at is None or got < at) and got != U64_MAX:
+                                k._arm_locked()
+                        else:
+                            self._released_locked(got, False)
+            finally:
+                lock.release()
+        if self._lost is not None:
+            self._exit_lost(exc)
+
+    def _refused_locked(self, verdict: Any) -> Timeout:
+        """The :class:`Timeout` of a DIE ``verdict`` to an attempt that asked for no wait (the
+        core's ``AFTER_NO_WAIT_DIE``), counted; the block failed."""
+        k = self.session.klock
+        counters = k.counters
+        counters.deaths += 1
+        counters.timeouts += 1
+        self._state = "failed"
+        held_by = [b.session_id for b in verdict.held_by]
+        return Timeout(
+            f"{self.intents} are held by sessions {held_by} (timeout {self.timeout} s)", held_by
+        )
+
     # ---- kernel bookkeeping (under the Klock's lock) -------------------------------------
 
     def _lost_locked(self, name: str, message: str, lease_id: int) -> None:
@@ -1293,20 +1555,10 @@ class Lease(_core.Block):
 
     # ---- acquisition ----------------------------------------------------------------------
 
-    def _deadline(self) -> int | None:
-        """The end of the ``timeout`` budget on the Klock's clock (``None``: no client-side
-        limit), counted from now: the first attempt. (Every attempt is the native
-        ``_attempt(loop, deadline, retry)``.)"""
-        timeout = self.timeout
-        if timeout is None or timeout == math.inf:
-            return None
-        k: Klock = self.session.klock
-        return min(U64_MAX, k.now() + _timeout_ms(timeout))
-
     def _acquire_steps(
         self,
         loop: asyncio.AbstractEventLoop | None,
-        deadline: int | None,
+        acquisition: _core.Acquisition,
         first: _Attempt,
     ) -> Generator[_Step, Any, None]:
         """The acquisition as a generator shared by the thread and asyncio drivers, from its
@@ -1318,7 +1570,7 @@ class Lease(_core.Block):
         Every backoff is the kernel's ``retry_after_ms`` (DIE verdict, DIED or WOUNDED event,
         SPEC.md §8); all three follow the same rules: retry in place while the session holds
         nothing else, else raise :class:`Died`. Every attempt is :meth:`_attempt`. The
-        ``timeout`` budget (``deadline``) is counted on the Klock's clock, from the first
+        ``timeout`` budget (``acquisition``) is counted on the Klock's clock, from the first
         attempt."""
         k = self.session.klock
         verdict, waiter, wait_ms = first
@@ -1366,8 +1618,7 @@ class Lease(_core.Block):
                     f"is younger than sessions {held_by} blocking {self.intents}",
                 )
             # What comes next is the core's decision (klock_core::client::Acquisition).
-            what, sleep_ms = _core.after_setback(
-                deadline,
+            what, sleep_ms = acquisition.after(
                 setback,
                 retry_after_ms,
                 wait_ms if waiter is None else None,
@@ -1398,19 +1649,19 @@ class Lease(_core.Block):
                 raise Timeout(message, held_by)
             if what == "sleep":
                 yield _Sleep(sleep_ms)
-            again = self._attempt(loop, deadline, True)
+            again = self._attempt(loop, acquisition, True)
             if again is None:
                 return
             verdict, waiter, wait_ms = again
 
     def _acquire_all_steps(
-        self, loop: asyncio.AbstractEventLoop | None, deadline: int | None
+        self, loop: asyncio.AbstractEventLoop | None, acquisition: _core.Acquisition
     ) -> Generator[_Step, Any, None]:
         """The whole acquisition as steps, its first attempt included (for drivers that run
         each step in a worker thread)."""
-        first = self._attempt(loop, deadline, False)
+        first = self._attempt(loop, acquisition, False)
         if first is not None:
-            yield from self._acquire_steps(loop, deadline, first)
+            yield from self._acquire_steps(loop, acquisition, first)
 
     def _sleep_thread(self, ms: int) -> None:
         """A backoff in a thread, on the Klock's clock, cut short by Klock.close() or
@@ -1476,19 +1727,28 @@ class Lease(_core.Block):
     def _begin(self) -> None:
         if self._state != "new":
             raise RuntimeError("a Lease block can be entered once; call session.lease(...) again")
-        session = self.session
-        if session._closed_by_user or session.klock._closed:
-            session._check_open()
-        self._state = "acquiring"
+        self._state = "acquiring"  # (a closed Klock or session: the attempt raises Closed)
 
-    # __enter__ and __exit__ are native (klock._core.Block): the first attempt, then
-    # _enter_contended when it was not granted.
+    def _enter_first(
+        self, loop: asyncio.AbstractEventLoop | bool | None
+    ) -> tuple[_Attempt, _core.Acquisition] | None:
+        """The entry's first attempt (``loop``: ``True`` for the running event loop of an
+        ``async with``, ``None`` for a thread): ``None`` when granted, else what it came to and
+        the block's acquisition. A failed attempt aborts the block."""
+        self._begin()
+        try:
+            acquisition = self._acquisition(self.session.klock.now())
+            first = self._attempt(loop, acquisition, False)
+        except BaseException:
+            self._abort()
+            raise
+        return None if first is None else (first, acquisition)
 
-    def _enter_contended(self, first: _Attempt, deadline: int | None) -> Lease:
+    def _enter_contended(self, first: _Attempt, acquisition: _core.Acquisition) -> Lease:
         """``__enter__`` after a first attempt that was not granted: waits and backoffs in
         this thread until the block holds its leases."""
         try:
-            steps = self._acquire_steps(None, deadline, first)
+            steps = self._acquire_steps(None, acquisition, first)
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
@@ -1506,24 +1766,32 @@ class Lease(_core.Block):
     async def __aenter__(self) -> Lease:
         # Everything happens in the coroutine: one cancelled before it ran (a task of
         # ``block.__aenter__()`` cancelled at once) has asked for nothing.
-        first = self._aenter_first()
+        if self.session.klock._offload_async:  # a backend whose calls may block
+            return await self._aenter_offloading()
+        first = self._enter_in_process(True)
         if first is None:  # granted
             return self
-        if isinstance(first, bool):  # False: a backend whose calls may block
-            return await self._aenter_offloading()
-        attempt, deadline = first
-        return await self._acquire_async(attempt, deadline)
+        return await self._acquire_async(*first)
 
-    # __aexit__ is native (klock._core.Block): with a backend whose calls do not block it
-    # releases at once and returns a coroutine ready with None; otherwise it returns
-    # _aexit_offloading(exc).
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Awaitable[None]:
+        """``async with``'s exit: with a backend whose calls do not block, the release is made
+        at once (so it happens even if the awaitable returned is never awaited)."""
+        if self.session.klock._offload_async:
+            return self._aexit_offloading(exc)
+        Lease.__exit__(self, exc_type, exc, tb)
+        return _ready(None)
 
-    async def _acquire_async(self, first: _Attempt, deadline: int | None) -> Lease:
+    async def _acquire_async(self, first: _Attempt, acquisition: _core.Acquisition) -> Lease:
         """``__aenter__`` after a first attempt that was not granted: waits and backoffs on
         the event loop until the block holds its leases."""
         loop = asyncio.get_running_loop()
         try:
-            steps = self._acquire_steps(loop, deadline, first)
+            steps = self._acquire_steps(loop, acquisition, first)
             step = next(steps)
             while True:
                 if isinstance(step, _Sleep):
@@ -1543,8 +1811,8 @@ class Lease(_core.Block):
         a worker thread (the generator makes it)."""
         loop = asyncio.get_running_loop()
         self._begin()
-        deadline = None if self.timeout is None else self._deadline()
-        return await self._aenter_offloaded(loop, self._acquire_all_steps(loop, deadline))
+        acquisition = self._acquisition(self.session.klock.now())
+        return await self._aenter_offloaded(loop, self._acquire_all_steps(loop, acquisition))
 
     async def _aenter_offloaded(
         self, loop: asyncio.AbstractEventLoop, steps: Generator[_Step, Any, None]
@@ -1620,8 +1888,8 @@ class _TtlLease(Lease):
 
 
 async def _ready(value: Any) -> Any:
-    """An awaitable ready at once with ``value`` (a native ``async with`` edge that did not
-    wait)."""
+    """An awaitable ready at once with ``value`` (an ``async with`` edge that did not wait:
+    a coroutine, which the interpreter runs on its fast path)."""
     return value
 
 

@@ -310,10 +310,11 @@ class Election:
         session = self.klock.session(self.agent_id, self.namespace)
         block = _LeaderLease(
             session,
-            session._handle,
+            session._ledger,
+            session._id,
             (f"MUTATES {self.resource}",),
             max(1, math.ceil(self.ttl * 1000)),
-            math.inf if timeout is None else timeout,
+            _check_timeout(math.inf if timeout is None else timeout),
         )
         block.election = weakref.ref(self)
         return block

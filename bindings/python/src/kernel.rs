@@ -27,7 +27,7 @@ pub struct PyKernel {
 }
 
 impl PyKernel {
-    /// The kernel, for the native block edges (`block.rs`).
+    /// The kernel, for the ledger's calls that make a kernel call too (`block.rs`).
     pub(crate) fn kernel(&self) -> PyResult<MutexGuard<'_, Kernel>> {
         self.lock()
     }

@@ -5,12 +5,11 @@
 //! contract is the kernel's (`poll_event`/`drain_events`, `next_deadline`, `advance`). No
 //! lease, queue or time rule lives here: arguments are converted ([`args`]), the kernel
 //! decides, answers are converted ([`values`]) and errors mapped ([`errors`]). The friendly
-//! client (`klock` package) is written in Python on top of this module, except the edges of
-//! its lease block and the block's bookkeeping ([`block`]): the core's client ledger decides
-//! those, and they run natively because their Python frames cost more than the kernel calls.
-//! The acquisition's decisions after a setback are the core's client rules too ([`acquire`]),
-//! and so are the remote client's attempts over a cluster's nodes ([`failover`]), where
-//! its event stream resumes and which leases an event ends ([`watch`]).
+//! client (`klock` package) is written in Python on top of this module and of the core's
+//! client rules it exposes: the ledger of lease blocks and a block's values ([`block`]), the
+//! acquisition's budget and decisions after a setback ([`acquire`]), the remote client's
+//! attempts over a cluster's nodes ([`failover`]), where its event stream resumes and which
+//! leases an event ends ([`watch`]). None of them reads a clock or calls back into Python.
 
 mod acquire;
 mod args;
@@ -39,7 +38,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::PyKernel>()?;
     m.add_class::<block::PyLedger>()?;
     m.add_class::<block::PyBlock>()?;
-    m.add_class::<block::PySessionHandle>()?;
+    m.add_class::<acquire::PyAcquisition>()?;
     m.add_class::<values::PySessionInfo>()?;
     m.add_class::<values::PyLease>()?;
     m.add_class::<values::PyBlocker>()?;
@@ -54,7 +53,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StateError", py.get_type::<errors::StateError>())?;
     m.add("QuotaExceeded", py.get_type::<errors::QuotaExceeded>())?;
     m.add_function(wrap_pyfunction!(parse_intent, m)?)?;
-    m.add_function(wrap_pyfunction!(acquire::after_setback, m)?)?;
+    m.add(
+        "AFTER_NO_WAIT_DIE",
+        klock_core::client::Acquisition::AFTER_NO_WAIT_DIE.name(),
+    )?;
     m.add_function(wrap_pyfunction!(watch::ends, m)?)?;
     m.add(
         "LOST_AT_LOCAL_DEADLINE",
