@@ -26,7 +26,9 @@ def _watch_polls(url: str) -> float:
     assert status == 200, text
     total = 0.0
     for line in text.splitlines():
-        match = re.match(r'^klock_http_requests_total\{route="/v1/ns/\{ns\}/watch".*\} (\S+)$', line)
+        match = re.match(
+            r'^klock_http_requests_total\{route="/v1/ns/\{ns\}/watch".*\} (\S+)$', line
+        )
         if match:
             total += float(match.group(1))
     return total
