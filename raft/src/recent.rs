@@ -15,7 +15,7 @@
 //! [`Weigh::weight`] ([`Recent::ENTRIES`], [`Recent::BYTES`] by default): the oldest make room.
 //! [`Recent::truncated`] and [`Recent::purged`] follow the log's truncation and purge.
 
-use crate::types::{Proposal, RaftEntry};
+use crate::types::RaftEntry;
 use klock_server::machine::Entry;
 use openraft::EntryPayload;
 use std::collections::VecDeque;
@@ -242,7 +242,8 @@ impl Weigh for Entry {
 impl Weigh for RaftEntry {
     fn weight(&self) -> usize {
         match &self.payload {
-            EntryPayload::Normal(Proposal(entry)) => entry.weight(),
+            // The entry and its JSON.
+            EntryPayload::Normal(proposal) => proposal.entry().weight() + proposal.json().len(),
             EntryPayload::Blank => ENTRY_BASE,
             // A few nodes, each an id and two addresses.
             EntryPayload::Membership(m) => ENTRY_BASE + m.nodes().count() * 256,
