@@ -4,7 +4,7 @@
 //! catches up; a leader paused past the election timeout grants nothing when it wakes; the
 //! new leader's time continues from the applied time; a node joins by snapshot, votes and is
 //! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
-//! or wrong cluster secret; the cluster flags' refusals; a whole cluster restarted keeps its
+//! or wrong cluster secret, and a body that does not decode (400, no panic); the cluster flags' refusals; a whole cluster restarted keeps its
 //! leases and fences; the cluster names one log for its event ids, kept through a new leader
 //! and a restart; a write through a follower is seen at once by every read through it, and
 //! concurrent writes through a follower each get their own answers; the test kit's cluster

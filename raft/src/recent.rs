@@ -271,6 +271,52 @@ mod tests {
         (from..to).map(|i| (i, format!("{text}{i}"))).collect()
     }
 
+    /// By default a leader keeps the operations of 200 batch requests of 100 acquires, written
+    /// already, in memory: a follower that lags that far is replicated to without reading
+    /// the file (docs/DECISIONS.md, "Issue 24: the cluster's entries encoded once").
+    #[test]
+    fn keeps_200_batches_of_acquires_by_default() {
+        use crate::types::{LogId, Proposal};
+        use klock_core::{AcquireOptions, Command, SessionId};
+        use openraft::impls::leader_id_adv::LeaderId;
+        let entry = |index: u64| RaftEntry {
+            log_id: LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index - 1,
+            ),
+            payload: openraft::EntryPayload::Normal(
+                Proposal::new(Entry::Command {
+                    now: index,
+                    command: Command::Acquire {
+                        session: SessionId(index % 64),
+                        intents: vec![format!("MUTATES FILE:/b/{}/{index}", index % 64)],
+                        options: AcquireOptions {
+                            ttl_ms: Some(30_000),
+                            wait: false,
+                            wait_timeout_ms: None,
+                        },
+                    },
+                    key: None,
+                    token: Some("ab".repeat(32)),
+                    caller: None,
+                    resume: None,
+                    fingerprint: None,
+                })
+                .unwrap(),
+            ),
+        };
+        let recent = Recent::<RaftEntry>::default();
+        let n = 20_000;
+        let batch: Vec<(u64, RaftEntry)> = (1..=n).map(|i| (i, entry(i))).collect();
+        recent.keep(&batch);
+        recent.written(n);
+        let (split, kept) = recent.tail_of(1, n + 1);
+        assert_eq!((split, kept.len()), (1, n as usize), "every entry kept");
+    }
+
     #[test]
     fn keeps_the_newest_written_entries_within_their_count() {
         let recent = Recent::with_bounds(4, 1000);
