@@ -4,7 +4,7 @@
 //! catches up; a leader paused past the election timeout grants nothing when it wakes; the
 //! new leader's time continues from the applied time; a node joins by snapshot, votes and is
 //! removed; with no quorum a write is 503 `NO_LEADER`; the `/raft/*` routes refuse a missing
-//! or wrong cluster secret; the cluster flags' refusals; a whole cluster restarted keeps its
+//! or wrong cluster secret, and a body that does not decode (400, no panic); the cluster flags' refusals; a whole cluster restarted keeps its
 //! leases and fences; the cluster names one log for its event ids, kept through a new leader
 //! and a restart; a write through a follower is seen at once by every read through it, and
 //! concurrent writes through a follower each get their own answers; the test kit's cluster
@@ -298,6 +298,88 @@ fn the_raft_routes_refuse_a_missing_or_wrong_secret() {
     assert_eq!(a.status, 401);
 }
 
+/// A Raft RPC whose body does not decode (cut short, garbled, an entry that is no log record)
+/// is refused with 400 `BAD_REQUEST` naming the problem, before Raft sees it; the node goes on
+/// answering (no panic), and a well-formed AppendEntries to it is answered.
+#[test]
+fn a_raft_rpc_that_does_not_decode_is_refused() {
+    use klock_raft::types::{Proposal, RaftEntry};
+    use klock_server::machine::Entry;
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::{EntryPayload, LogId};
+    let cluster = Cluster::new(support::klock(), 1);
+    let secret = [("klock-cluster-secret", SECRET)];
+    let entry = RaftEntry {
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 2,
+            },
+            0,
+        ),
+        payload: EntryPayload::Normal(Proposal::new(Entry::Recovered { now: 1 }).unwrap()),
+    };
+    let vote = json!({"leader_id": {"term": 1, "node_id": 2}, "committed": true});
+    let heartbeat =
+        json!({"vote": vote, "prev_log_id": null, "entries": [], "leader_commit": null});
+    let append =
+        json!({"vote": vote, "prev_log_id": null, "entries": [entry], "leader_commit": null})
+            .to_string();
+    // The control: a heartbeat decodes and gets Raft's answer.
+    let a = request(
+        cluster.ports[0],
+        "POST",
+        "/raft/append",
+        &secret,
+        heartbeat.to_string().as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(a.status, 200, "{a:?}");
+    let mut bad: Vec<(String, String)> = [8, 40, append.len() / 2, append.len() - 1]
+        .iter()
+        .map(|n| (format!("cut at {n}"), append[..*n].to_owned()))
+        .collect();
+    bad.push(("empty".into(), String::new()));
+    bad.push(("not JSON".into(), "\u{0}\u{ff}garbage".into()));
+    bad.push((
+        "an unknown command".into(),
+        append.replace("\"entry\":\"recovered\"", "\"entry\":\"reboot\""),
+    ));
+    bad.push((
+        "a field too many".into(),
+        append.replace("\"now\":1", "\"now\":1,\"then\":2"),
+    ));
+    bad.push((
+        "an entry that is no object".into(),
+        append.replace("{\"entry\":\"recovered\",\"now\":1}", "7"),
+    ));
+    for (what, body) in &bad {
+        assert_ne!(body, &append, "{what}: the body is unchanged");
+        let a = request(
+            cluster.ports[0],
+            "POST",
+            "/raft/append",
+            &secret,
+            body.as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(a.status, 400, "{what}: {a:?}");
+        assert_eq!(a.body["error"]["name"], "BAD_REQUEST", "{what}: {a:?}");
+        let message = a.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("the body does not decode"),
+            "{what}: {message}"
+        );
+    }
+    for path in ["/raft/vote", "/raft/pre-vote", "/raft/propose"] {
+        let a = request(cluster.ports[0], "POST", path, &secret, b"{\"vote\":").unwrap();
+        assert_eq!(a.status, 400, "{path}: {a:?}");
+    }
+    // Nothing was appended, and the node answers.
+    let status = cluster.status(0).unwrap();
+    assert_eq!(status["last_log_index"], Value::Null, "{status}");
+}
+
 /// A leader anchors its clock on the applied time: a node whose log ends at `now` = 10^9 (a
 /// cluster that has run for days) stamps its next entries from there on, and its time moves
 /// with the wall clock; a clock of its own process's age would freeze the kernel's time at
@@ -338,15 +420,18 @@ fn a_new_leader_continues_the_applied_time() {
                 2,
                 RaftEntry {
                     log_id: id(1),
-                    payload: EntryPayload::Normal(Proposal(Entry::Command {
-                        now: LATE,
-                        command: Command::Advance,
-                        key: None,
-                        token: None,
-                        caller: None,
-                        resume: None,
-                        fingerprint: None,
-                    })),
+                    payload: EntryPayload::Normal(
+                        Proposal::new(Entry::Command {
+                            now: LATE,
+                            command: Command::Advance,
+                            key: None,
+                            token: None,
+                            caller: None,
+                            resume: None,
+                            fingerprint: None,
+                        })
+                        .unwrap(),
+                    ),
                 },
             ),
         ];

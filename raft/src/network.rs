@@ -13,14 +13,14 @@
 
 use crate::peer::{Peer, PeerAccess};
 use crate::state_machine::Snapshot;
-use crate::types::{KlockRaft, Vote};
+use crate::types::{KlockRaft, RaftEntry, Vote};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
-use openraft::{AnyError, NodeInfo, OptionalSend, RaftNetworkV2};
+use openraft::{AnyError, EntryPayload, NodeInfo, OptionalSend, RaftNetworkV2};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -103,14 +103,34 @@ impl PeerNetwork {
         &self,
         path: &str,
         rpc: &Req,
+        capacity: usize,
         option: &RPCOption,
     ) -> Rpc<T> {
-        let body = serde_json::to_vec(rpc)
+        // Sized up front: a body grown by doubling copies itself over and over, and each
+        // larger allocation is fresh memory the kernel zeroes.
+        let mut body = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut body, rpc)
             .map_err(|e| RPCError::Unreachable(unreachable(e.to_string())))?;
         self.call::<T, openraft::error::RaftError<KlockRaft>>(path, None, body, option.soft_ttl())
             .await
             .map_err(Failure::into_rpc)
     }
+}
+
+/// The body capacity of an RPC without entries.
+const SMALL: usize = 256;
+
+/// About the size of an AppendEntries body carrying `entries` (their JSON, which each
+/// proposal keeps, and each log id around it).
+fn append_capacity(entries: &[RaftEntry]) -> usize {
+    entries.iter().fold(SMALL, |n, e| {
+        n + 96
+            + match &e.payload {
+                EntryPayload::Normal(proposal) => proposal.json().len(),
+                EntryPayload::Blank => 0,
+                EntryPayload::Membership(_) => 512,
+            }
+    })
 }
 
 /// Why an RPC failed.
@@ -136,7 +156,8 @@ impl RaftNetworkV2<KlockRaft> for PeerNetwork {
         rpc: AppendEntriesRequest<KlockRaft>,
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<KlockRaft>> {
-        self.rpc("/raft/append", &rpc, &option).await
+        let capacity = append_capacity(&rpc.entries);
+        self.rpc("/raft/append", &rpc, capacity, &option).await
     }
 
     async fn vote(
@@ -144,7 +165,7 @@ impl RaftNetworkV2<KlockRaft> for PeerNetwork {
         rpc: VoteRequest<KlockRaft>,
         option: RPCOption,
     ) -> Rpc<VoteResponse<KlockRaft>> {
-        self.rpc("/raft/vote", &rpc, &option).await
+        self.rpc("/raft/vote", &rpc, SMALL, &option).await
     }
 
     async fn pre_vote(
@@ -152,7 +173,7 @@ impl RaftNetworkV2<KlockRaft> for PeerNetwork {
         rpc: VoteRequest<KlockRaft>,
         option: RPCOption,
     ) -> Rpc<VoteResponse<KlockRaft>> {
-        self.rpc("/raft/pre-vote", &rpc, &option).await
+        self.rpc("/raft/pre-vote", &rpc, SMALL, &option).await
     }
 
     async fn transfer_leader(

@@ -409,9 +409,11 @@ impl Replicator {
         leader: &LeaderId,
         entry: Entry,
     ) -> Result<impl std::future::Future<Output = Result<Reply, EngineError>>, EngineError> {
+        let proposal = Proposal::new(entry)
+            .map_err(|e| unavailable(format!("the entry cannot be encoded: {e}")))?;
         let (responder, answer) = ProgressResponder::complete_only();
         self.raft
-            .write(Proposal(entry))
+            .write(proposal)
             .with_leader(*leader)
             .responder(responder)
             .await

@@ -15,7 +15,7 @@
 //! [`Weigh::weight`] ([`Recent::ENTRIES`], [`Recent::BYTES`] by default): the oldest make room.
 //! [`Recent::truncated`] and [`Recent::purged`] follow the log's truncation and purge.
 
-use crate::types::{Proposal, RaftEntry};
+use crate::types::RaftEntry;
 use klock_server::machine::Entry;
 use openraft::EntryPayload;
 use std::collections::VecDeque;
@@ -72,11 +72,16 @@ impl<E: Clone + Weigh> Default for Recent<E> {
 }
 
 impl<E: Clone + Weigh> Recent<E> {
-    /// At most this many written entries are kept by default (the operations of about 80
-    /// batch requests of 100: more than a node has in flight between append and apply).
-    pub const ENTRIES: usize = 8192;
-    /// At most this much of their weight is kept by default.
-    pub const BYTES: usize = 16 << 20;
+    /// At most this many written entries are kept by default: the operations of about 320
+    /// batch requests of 100. A leader replicates from here to a follower that lags: under 64
+    /// clients' batches the slower follower fell more than 8,192 entries behind (its commit
+    /// needs only the other), and the leader then read and decoded its entries from the file
+    /// (8.6% of the leader's CPU in a profile; docs/DECISIONS.md, "Issue 24: the cluster's
+    /// entries encoded once").
+    pub const ENTRIES: usize = 32_768;
+    /// At most this much of their weight is kept by default (an acquire's entry and its JSON
+    /// weigh about 700 bytes: the entries' count binds first).
+    pub const BYTES: usize = 32 << 20;
 
     /// Nothing kept yet, within `most_entries` written entries and `most_bytes` of their weight.
     pub fn with_bounds(most_entries: usize, most_bytes: usize) -> Recent<E> {
@@ -242,7 +247,8 @@ impl Weigh for Entry {
 impl Weigh for RaftEntry {
     fn weight(&self) -> usize {
         match &self.payload {
-            EntryPayload::Normal(Proposal(entry)) => entry.weight(),
+            // The entry and its JSON.
+            EntryPayload::Normal(proposal) => proposal.entry().weight() + proposal.json().len(),
             EntryPayload::Blank => ENTRY_BASE,
             // A few nodes, each an id and two addresses.
             EntryPayload::Membership(m) => ENTRY_BASE + m.nodes().count() * 256,
@@ -263,6 +269,52 @@ mod tests {
 
     fn entries(from: u64, to: u64, text: &str) -> Vec<(u64, String)> {
         (from..to).map(|i| (i, format!("{text}{i}"))).collect()
+    }
+
+    /// By default a leader keeps the operations of 200 batch requests of 100 acquires, written
+    /// already, in memory: a follower that lags that far is replicated to without reading
+    /// the file (docs/DECISIONS.md, "Issue 24: the cluster's entries encoded once").
+    #[test]
+    fn keeps_200_batches_of_acquires_by_default() {
+        use crate::types::{LogId, Proposal};
+        use klock_core::{AcquireOptions, Command, SessionId};
+        use openraft::impls::leader_id_adv::LeaderId;
+        let entry = |index: u64| RaftEntry {
+            log_id: LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index - 1,
+            ),
+            payload: openraft::EntryPayload::Normal(
+                Proposal::new(Entry::Command {
+                    now: index,
+                    command: Command::Acquire {
+                        session: SessionId(index % 64),
+                        intents: vec![format!("MUTATES FILE:/b/{}/{index}", index % 64)],
+                        options: AcquireOptions {
+                            ttl_ms: Some(30_000),
+                            wait: false,
+                            wait_timeout_ms: None,
+                        },
+                    },
+                    key: None,
+                    token: Some("ab".repeat(32)),
+                    caller: None,
+                    resume: None,
+                    fingerprint: None,
+                })
+                .unwrap(),
+            ),
+        };
+        let recent = Recent::<RaftEntry>::default();
+        let n = 20_000;
+        let batch: Vec<(u64, RaftEntry)> = (1..=n).map(|i| (i, entry(i))).collect();
+        recent.keep(&batch);
+        recent.written(n);
+        let (split, kept) = recent.tail_of(1, n + 1);
+        assert_eq!((split, kept.len()), (1, n as usize), "every entry kept");
     }
 
     #[test]

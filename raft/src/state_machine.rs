@@ -26,7 +26,7 @@
 //!   re-applies the log after it.
 
 use crate::io_error;
-use crate::types::{KlockRaft, LogId, Proposal, RaftEntry};
+use crate::types::{KlockRaft, LogId, RaftEntry};
 use futures_util::{Stream, TryStreamExt as _};
 use klock_core::Output;
 use klock_server::applier::Applier;
@@ -162,7 +162,7 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
             let index = entry.log_id.index + 1;
             let mut applier = locked(&self.applier);
             let reply = match entry.payload {
-                EntryPayload::Normal(Proposal(record)) => applier.apply(index, &record),
+                EntryPayload::Normal(proposal) => applier.apply(index, proposal.entry()),
                 EntryPayload::Blank => {
                     applier.pass(index);
                     Self::done(&applier, index)

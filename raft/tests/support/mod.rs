@@ -78,7 +78,7 @@ pub fn acquire(now: u64, session: SessionId, path: &str) -> Entry {
 pub fn normal(index: u64, entry: Entry) -> RaftEntry {
     RaftEntry {
         log_id: log_id(1, index),
-        payload: EntryPayload::Normal(Proposal(entry)),
+        payload: EntryPayload::Normal(Proposal::new(entry).expect("an entry encodes")),
     }
 }
 
