@@ -4,7 +4,7 @@
 
 use klock_core::{AcquireOptions, Command, Config, Event, Output, SessionId, Verdict};
 use klock_server::engine::{self, Clock, EngineConfig, EngineError, Submission};
-use klock_server::events::{EventId, Stream};
+use klock_server::events::{EventId, Kinds, Stream};
 use klock_server::log::Log as _;
 use klock_server::machine::{Entry, Machine, MachineSnapshot};
 use klock_server::recovery::recover;
@@ -347,6 +347,7 @@ fn the_timer_expires_leases_without_any_client_call() {
                 &Stream::Session(SessionId(1)),
                 EventId::default(),
                 std::time::Duration::from_secs(5),
+                Kinds::Every,
             )
             .await;
         // The grant's ACQUIRED, then the expiry the timer settles.
@@ -359,6 +360,7 @@ fn the_timer_expires_leases_without_any_client_call() {
                 &Stream::Session(SessionId(1)),
                 after,
                 std::time::Duration::from_secs(5),
+                Kinds::Every,
             )
             .await;
         let first = batch.events.first().map(|e| e.event());
