@@ -72,6 +72,8 @@ const MAX_BODY = 64 * 1024 * 1024;
 const MAX_CONNECTIONS = 32;
 /** Unread bytes of a stream's body above which its socket is paused. */
 const STREAM_HIGH_WATER = 1024 * 1024;
+/** The read buffer of a plain connection (one per connection, reused by every read). */
+const READ_BUFFER = 64 * 1024;
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /** What a header value may not hold (as node:http: controls but horizontal tab). */
@@ -148,37 +150,13 @@ class Transport {
         reject(abortError());
         return;
       }
-      let head = null;
-      let timer; // set once the request can be sent
-      const chunks = [];
-      let size = 0;
-      const onAbort = () => this._abandon(x, abortError());
-      const x = this._exchange(method, path, headers, body, {
-        onHead: (status, answerHeaders) => {
-          head = { status, headers: answerHeaders };
-          const declared = Number(answerHeaders['content-length'] ?? 0);
-          if (declared > MAX_BODY) this._abandon(x, badAnswer(`a body of ${declared} bytes, over ${MAX_BODY}`));
-        },
-        onData: (chunk) => {
-          size += chunk.length;
-          if (size > MAX_BODY) this._abandon(x, badAnswer(`a body of over ${MAX_BODY} bytes`));
-          else chunks.push(chunk);
-        },
-        onEnd: () => {
-          clearTimeout(timer);
-          signal?.removeEventListener('abort', onAbort);
-          const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks).toString('utf8');
-          resolve({ status: head.status, headers: head.headers, text });
-        },
-        onError: (error) => {
-          clearTimeout(timer);
-          signal?.removeEventListener('abort', onAbort);
-          reject(error);
-        },
-      });
-      if (x === null) return;
-      timer = setTimeout(() => this._abandon(x, timeoutError(timeoutMs)), timeoutMs);
-      signal?.addEventListener('abort', onAbort, { once: true });
+      const x = new Call(this, resolve, reject, signal);
+      if (this._exchange(method, path, headers, body, x) === null) return;
+      x.timer = setTimeout(callTimedOut, timeoutMs, x, timeoutMs);
+      if (signal !== undefined) {
+        x.onAbort = () => this._abandon(x, abortError());
+        signal.addEventListener('abort', x.onAbort, { once: true });
+      }
       this._send(x);
     });
   }
@@ -200,7 +178,7 @@ class Transport {
           );
           resolve({ status, headers: answerHeaders, body, text: () => body.text() });
         },
-        onData: (chunk) => body.push(chunk),
+        onData: (chunk) => body.push(Buffer.from(chunk)), // kept past the read: a plain socket reuses its buffer
         onEnd: () => {
           signal?.removeEventListener('abort', onAbort);
           body.end();
@@ -365,14 +343,82 @@ class Transport {
   }
 }
 
+/**
+ * A request's exchange: its callbacks as methods and its state as fields set up front (one
+ * object per request, of one shape, instead of a closure per callback: issue 27, Node at 16
+ * client processes, where a process runs these paths mostly before V8 optimizes them).
+ */
+class Call {
+  constructor(transport, resolve, reject, signal) {
+    // The exchange's fields (`_exchange` and the connection set them).
+    this.bytes = null;
+    this.head = false;
+    this.safe = false;
+    this.resent = false;
+    this.done = false;
+    this.connection = null;
+    // The caller's.
+    this.transport = transport;
+    this.resolve = resolve;
+    this.reject = reject;
+    this.signal = signal;
+    this.onAbort = null;
+    this.timer = undefined;
+    this.answer = null; // { status, headers }
+    this.chunks = [];
+    this.size = 0;
+  }
+
+  onHead(status, headers) {
+    this.answer = { status, headers };
+    const declared = Number(headers['content-length'] ?? 0);
+    if (declared > MAX_BODY) this.transport._abandon(this, badAnswer(`a body of ${declared} bytes, over ${MAX_BODY}`));
+  }
+
+  onData(chunk) {
+    this.size += chunk.length;
+    if (this.size > MAX_BODY) this.transport._abandon(this, badAnswer(`a body of over ${MAX_BODY} bytes`));
+    else this.chunks.push(chunk);
+  }
+
+  onEnd() {
+    this._settle();
+    const chunks = this.chunks;
+    const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks).toString('utf8');
+    this.resolve({ status: this.answer.status, headers: this.answer.headers, text });
+  }
+
+  onError(error) {
+    this._settle();
+    this.reject(error);
+  }
+
+  _settle() {
+    clearTimeout(this.timer);
+    if (this.onAbort !== null) this.signal.removeEventListener('abort', this.onAbort);
+  }
+}
+
+/** A request's time limit ran out (`setTimeout`'s callback, no closure per request). */
+function callTimedOut(x, timeoutMs) {
+  x.transport._abandon(x, timeoutError(timeoutMs));
+}
+
 /** One connection: writes a request, parses its answer, one at a time. */
 class Connection {
   constructor(transport) {
     this.transport = transport;
     const t = transport;
+    // Plain connections read into one buffer per connection (`onread`): the socket's readable
+    // stream (a push, a chunk and a 'data' event per read) is skipped, and what is read is
+    // copied out only when an answer is not whole yet. TLS sockets read through 'data'.
     this.socket = t._secure
       ? tls.connect({ host: t._host, port: t._port, ...t._tls })
-      : net.connect({ host: t._host, port: t._port });
+      : net.connect({
+          host: t._host,
+          port: t._port,
+          onread: { buffer: Buffer.allocUnsafe(READ_BUFFER), callback: (n, buffer) => this._read(n, buffer) },
+        });
     this.socket.setNoDelay(true);
     /** Answers read whole on this connection (a pooled one has one or more). */
     this.answered = 0;
@@ -388,7 +434,7 @@ class Connection {
     this.left = 0;
     this.received = false;
     this.reuse = false;
-    this.socket.on('data', (chunk) => this._data(chunk));
+    if (t._secure) this.socket.on('data', (chunk) => this._data(chunk));
     this.socket.on('end', () => this._end());
     this.socket.on('error', (error) => this._lost(error));
     this.socket.on('close', () => {
@@ -432,6 +478,20 @@ class Connection {
       return;
     }
     this._lost(cutShort());
+  }
+
+  /** `onread`'s callback: `n` bytes read into the connection's `buffer`, reused by the next read. */
+  _read(n, buffer) {
+    this._data(buffer.subarray(0, n));
+    // What the parse keeps (an answer not whole yet) must outlive this read's bytes.
+    if (this.buffer !== null && this.buffer.buffer === buffer.buffer) this.buffer = Buffer.from(this.buffer);
+    const x = this.exchange;
+    if (x !== null && x.chunks !== undefined) {
+      const chunks = x.chunks;
+      for (let i = 0; i < chunks.length; i++) {
+        if (chunks[i].buffer === buffer.buffer) chunks[i] = Buffer.from(chunks[i]);
+      }
+    }
   }
 
   _data(chunk) {

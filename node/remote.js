@@ -172,7 +172,8 @@ function camel(value) {
   if (Array.isArray(value)) return value.map(camel);
   if (value === null || typeof value !== 'object') return value;
   const out = {};
-  for (const [k, v] of Object.entries(value)) out[camelKey(k)] = camel(v);
+  const keys = Object.keys(value); // no [key, value] pair per field (Object.entries)
+  for (let i = 0; i < keys.length; i++) out[camelKey(keys[i])] = camel(value[keys[i]]);
   return out;
 }
 
@@ -911,9 +912,10 @@ class RemoteKernel {
     // each attempt asks, how long it pauses and when it gives up are the core's rules.
     const started = monotonicMs();
     const attempts = this._servers.call(started, this._budget);
-    /** @type {Map<string, string>} URL -> what failed there last, in the order tried */
-    const failures = new Map();
+    /** @type {Map<string, string> | null} URL -> what failed there last, in the order tried (made at the first failure) */
+    let failures = null;
     const failed = (url, what) => {
+      failures ??= new Map();
       failures.delete(url);
       failures.set(url, what);
     };
@@ -953,7 +955,7 @@ class RemoteKernel {
           ? { what: outcome === 'busy' ? 'gave_up_busy' : outcome === 'answered' ? 'done' : 'gave_up_unreachable' }
           : attempts.after(this._servers, outcome, pauseAsked, monotonicMs());
         if (next.what === 'gave_up_unreachable') {
-          const tried = [...failures].map(([u, what]) => `${u}: ${what}`).join('; ');
+          const tried = [...(failures ?? [])].map(([u, what]) => `${u}: ${what}`).join('; ');
           throw new Unreachable(
             `cannot reach klock serve at ${tried} (${method} ${path.split('?')[0]}; ` +
               `gave up after ${monotonicMs() - started} ms, reconnectTimeoutMs ${this._budget})`,
