@@ -130,6 +130,46 @@ test('a chunked answer split anywhere, with extensions and a trailer; the connec
   }
 });
 
+test("an answer read in several reads is whole though a plain socket reuses its read buffer; so is a stream's body", async () => {
+  // Each later piece is longer than everything before it, so a piece kept as a view of the
+  // connection's read buffer would be overwritten by the next read (http.js `_read`).
+  const pieces = ['a'.repeat(300), 'b'.repeat(5000), 'c'.repeat(20000), 'd'.repeat(40)];
+  const body = pieces.join('');
+  const later = async (s, rest) => {
+    for (const piece of rest) {
+      await new Promise((resolve) => setTimeout(resolve, 30));
+      s.write(piece);
+    }
+  };
+  let stream = null;
+  const { url } = await rawServer({
+    '/long': (s) => {
+      s.write(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n${pieces[0]}`);
+      later(s, pieces.slice(1));
+    },
+    '/events': (s) => {
+      stream = s;
+      s.write(`HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n${pieces[0]}`);
+      later(s, pieces.slice(1)).then(() => s.end());
+    },
+  });
+  const t = new Transport(url);
+  try {
+    const answer = await get(t, '/long');
+    assert.equal(answer.text.length, body.length);
+    assert.ok(answer.text === body, 'the body as written');
+    assert.ok((await get(t, '/long')).text === body, 'again, on the reused connection');
+    const events = await within(5000, t.stream('/events', { headers: {} }), 'the stream');
+    // Read once the whole body is in: every chunk was kept across later reads.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const text = await within(5000, events.text(), "the stream's body");
+    assert.ok(stream !== null);
+    assert.ok(text === body, "the stream's body as written");
+  } finally {
+    t.close();
+  }
+});
+
 test('interim 1xx heads are skipped; Connection: close, a body read to the close and one framed both ways end the connection', async () => {
   const { url, state } = await rawServer({
     '/interim': (s) =>
