@@ -53,10 +53,12 @@
 //   (its state, which never refers back): only a Lease that something can still release is
 //   heartbeated. A Lease that becomes unreachable without being released is released when it
 //   is garbage-collected (FinalizationRegistry; `counters.collected`), so a forgotten Lease
-//   frees its resource instead of being renewed forever. A new Lease is registered with the
-//   FinalizationRegistry once the event loop turns (an unref'd `setImmediate`), if it is still
-//   held then: until that registration the Klock holds it, so it cannot be collected unseen,
-//   and the many Leases released within the job that made them are never registered at all.
+//   frees its resource instead of being renewed forever. In process, a new Lease is registered
+//   with the FinalizationRegistry once the event loop turns (an unref'd `setImmediate`), if it
+//   is still held then: until that registration the Klock holds it, so it cannot be collected
+//   unseen, and the many Leases released within the job that made them are never registered
+//   at all. Remote, a Lease is registered as it is given out (each took a round trip: the
+//   registration costs less than the turn that would defer it).
 // - A held lease that ends early marks its Lease lost: `lease.lost` is the `LeaseLost` error,
 //   `lease.signal` aborts with it, `lease.check()` throws it, and the first `release()` (so
 //   `withLease` and `await using`) throws it — also when that release is the call that settles
@@ -736,6 +738,16 @@ class Klock {
    * turns, if still held (`_register`); held here until then.
    */
   _track(lease) {
+    if (this._remote !== null) {
+      // Remote: registered at once. Every remote acquire is a round trip, so its Lease is never
+      // one of many made and released within one job, and a registration costs less than the
+      // turn of the event loop (an Immediate per operation) that would defer it (issue 27, Node
+      // at 16 client processes).
+      const core = lease._core;
+      core._registered = true;
+      this._finalizer.register(lease, core, core);
+      return;
+    }
     const leases = this._unregistered;
     leases.push(lease);
     if (leases.length >= this._compactAt) {
