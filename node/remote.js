@@ -905,8 +905,15 @@ class RemoteKernel {
    * `Unreachable` naming the URLs tried.
    */
   async _request(method, path, { body, session, mutating = method !== 'GET', now, withIndex = false } = {}) {
-    const headers = this._headers(session, body === undefined ? {} : { 'content-type': 'application/json' });
-    if (mutating) headers['idempotency-key'] = randomUUID();
+    // One shape for every request's headers (an absent one is undefined: the transport skips
+    // it), so the stores below and the transport's reads of them are the same each time.
+    const headers = {
+      'content-type': body === undefined ? undefined : 'application/json',
+      authorization: this._token === undefined ? undefined : `Bearer ${this._token}`,
+      'klock-session-token': session === undefined ? undefined : session.token,
+      'idempotency-key': mutating ? randomUUID() : undefined,
+      'klock-now': undefined,
+    };
     const payload = body === undefined ? undefined : JSON.stringify(body);
     // Bounded call: every attempt and pause fits in the budget, counted from now. Which node
     // each attempt asks, how long it pauses and when it gives up are the core's rules.
