@@ -42,12 +42,12 @@ use crate::log_store::{open_file, LogStore};
 use crate::network::Network;
 use crate::peer::{Peer, PeerAccess};
 use crate::state_machine::StateMachine;
-use crate::types::{KlockRaft, Proposal};
+use crate::types::{KlockRaft, Proposal, Replies};
 use axum::body::Bytes;
 use futures_util::future::BoxFuture;
 use klock_server::applier::Applier;
 use klock_server::engine::{self, Answers, Clock, EngineError, Replicate, Reply, Submission};
-use klock_server::machine::Entry;
+use klock_server::machine::{Entry, Item};
 use klock_server::serve::{Cluster, Started};
 use openraft::alias::CommittedLeaderIdOf;
 use openraft::impls::ProgressResponder;
@@ -375,9 +375,9 @@ impl Replicator {
         };
         let changed = Entry::LeaderChanged { now: last_now, log };
         match self.write(&leader, changed).await {
-            Ok(reply) => {
+            Ok(replies) => {
                 tracing::info!(
-                    index = reply.index,
+                    index = replies.first().map(|r| r.index),
                     now = last_now,
                     "leading: the clock continues from {last_now}; every session has its grace"
                 );
@@ -398,7 +398,7 @@ impl Replicator {
     }
 
     /// Writes `entry` conditional on `leader`'s term, and waits for its reply.
-    async fn write(&self, leader: &LeaderId, entry: Entry) -> Result<Reply, EngineError> {
+    async fn write(&self, leader: &LeaderId, entry: Entry) -> Result<Replies, EngineError> {
         let pending = self.send(leader, entry).await?;
         pending.await
     }
@@ -408,7 +408,7 @@ impl Replicator {
         &self,
         leader: &LeaderId,
         entry: Entry,
-    ) -> Result<impl std::future::Future<Output = Result<Reply, EngineError>>, EngineError> {
+    ) -> Result<impl std::future::Future<Output = Result<Replies, EngineError>>, EngineError> {
         let proposal = Proposal::new(entry)
             .map_err(|e| unavailable(format!("the entry cannot be encoded: {e}")))?;
         let (responder, answer) = ProgressResponder::complete_only();
@@ -438,15 +438,24 @@ impl Replicator {
     }
 
     /// Proposes `submissions` as the anchored leader, or answers that this node does not lead.
+    /// Stamped with one reading of the clock; two or more that stamp well and share one `now`
+    /// (always, under the leader's own clock) are one [`Entry::Batch`], answered with its
+    /// replies in order (module contract); else each is its own entry.
     pub async fn propose_as_leader(&self, submissions: Vec<Submission>) -> Answers {
         let Some(Anchor { leader, clock }) = lock(&self.anchor).clone() else {
             return Err(unavailable(String::from(
                 "this node does not lead the cluster (now)",
             )));
         };
-        let mut pending = Vec::with_capacity(submissions.len());
-        for submission in submissions {
-            match engine::stamp(&clock, submission) {
+        let stamped = engine::stamp_all(&clock, submissions);
+        if let Some(batch) = one_batch(&stamped) {
+            let count = stamped.iter().filter(|s| s.is_ok()).count();
+            let replies = self.write(&leader, batch).await;
+            return Ok(spread(stamped, replies, count));
+        }
+        let mut pending = Vec::with_capacity(stamped.len());
+        for entry in stamped {
+            match entry {
                 Ok(entry) => pending.push(Ok(self.send(&leader, entry).await?)),
                 Err(e) => pending.push(Err(e)),
             }
@@ -454,7 +463,7 @@ impl Replicator {
         let mut answers = Vec::with_capacity(pending.len());
         for p in pending {
             answers.push(match p {
-                Ok(answer) => answer.await,
+                Ok(answer) => answer.await.and_then(only),
                 Err(e) => Err(e),
             });
         }
@@ -622,6 +631,93 @@ impl Replicator {
             .into_iter()
             .map(|a| a.map_err(unavailable))
             .collect())
+    }
+}
+
+/// The one [`Entry::Batch`] of the stamped commands (see
+/// [`Replicator::propose_as_leader`]): none for fewer than two, or for commands of several
+/// times (a manual clock's requests may each carry their own).
+fn one_batch(stamped: &[Result<Entry, EngineError>]) -> Option<Entry> {
+    let mut now = None;
+    let mut commands = Vec::with_capacity(stamped.len());
+    for entry in stamped.iter().flatten() {
+        let Entry::Command {
+            now: at,
+            command,
+            key,
+            token,
+            caller,
+            resume,
+            fingerprint,
+        } = entry
+        else {
+            return None;
+        };
+        if *now.get_or_insert(*at) != *at {
+            return None;
+        }
+        commands.push(Item {
+            command: command.clone(),
+            key: key.clone(),
+            token: token.clone(),
+            caller: caller.clone(),
+            resume: resume.clone(),
+            fingerprint: fingerprint.clone(),
+        });
+    }
+    (commands.len() >= 2).then(|| Entry::Batch {
+        now: now.unwrap_or_default(),
+        commands,
+    })
+}
+
+/// The answers to `stamped`: a refusal where it was not stamped, else the next of the batch
+/// entry's `replies` (of `count` commands), in order.
+fn spread(
+    stamped: Vec<Result<Entry, EngineError>>,
+    replies: Result<Replies, EngineError>,
+    count: usize,
+) -> Vec<Result<Reply, EngineError>> {
+    let replies = replies.and_then(|r| {
+        if r.len() == count {
+            Ok(r)
+        } else {
+            Err(unavailable(format!(
+                "the batch entry answered {} of its {count} commands",
+                r.len()
+            )))
+        }
+    });
+    match replies {
+        Ok(replies) => {
+            let mut replies = replies.into_iter();
+            stamped
+                .into_iter()
+                .map(|s| {
+                    s.and_then(|_| {
+                        replies
+                            .next()
+                            .ok_or_else(|| unavailable(String::from("no answer")))
+                    })
+                })
+                .collect()
+        }
+        Err(e) => stamped
+            .into_iter()
+            .map(|s| s.and_then(|_| Err(e.clone())))
+            .collect(),
+    }
+}
+
+/// The one reply of an entry of one command.
+fn only(replies: Replies) -> Result<Reply, EngineError> {
+    let n = replies.len();
+    let mut replies = replies.into_iter();
+    match (replies.next(), n) {
+        (Some(reply), 1) => Ok(reply),
+        _ => Err(unavailable(format!(
+            "an entry of one command answered {n} times"
+        ))),
     }
 }
 
