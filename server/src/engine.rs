@@ -737,10 +737,7 @@ pub fn stamp(clock: &Clock, submission: Submission) -> Result<Entry, EngineError
 /// cluster's log: `machine::Entry::Batch`).
 pub fn stamp_all(clock: &Clock, submissions: Vec<Submission>) -> Vec<Result<Entry, EngineError>> {
     let read = clock.read();
-    submissions
-        .into_iter()
-        .map(|s| stamp_at(read, s))
-        .collect()
+    submissions.into_iter().map(|s| stamp_at(read, s)).collect()
 }
 
 /// A submission stamped with the clock's reading `read` (none: a manual clock).

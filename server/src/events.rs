@@ -179,7 +179,11 @@ impl Membership {
     /// What `call` (a command; none for `Recovered` or `LeaderChanged`), answered `output`
     /// (`repeat`: a repeated idempotency key's first answer), changes. Events
     /// (`SESSION_CLOSED`) are read by [`EventHub::record`] itself.
-    pub fn of(call: Option<Call<'_>>, output: &Result<Output, Refused>, repeat: bool) -> Membership {
+    pub fn of(
+        call: Option<Call<'_>>,
+        output: &Result<Output, Refused>,
+        repeat: bool,
+    ) -> Membership {
         if repeat {
             return Membership::Unchanged; // the first answer already did
         }
