@@ -13,10 +13,13 @@
 //!   its suspension grace, as after a single node's restart) conditional on its term. Only
 //!   once that entry is applied does it stamp and propose clients' commands; until then, and
 //!   whenever it does not lead, it has no clock.
-//! - [`Replicator::propose`]: on the anchored leader, each submission is stamped with the
-//!   leader's clock (under [`ClusterConfig::manual_clock`]: with the `now` its request
-//!   carried, for conformance runs through a cluster) and written conditional on the leader's term, in order, and answered with
-//!   the applied entry's reply. On a follower that knows the leader, the submissions go to
+//! - [`Replicator::propose`]: on the anchored leader, a request's submissions are stamped
+//!   with one reading of the leader's clock (under [`ClusterConfig::manual_clock`]: each with
+//!   the `now` its request carried, for conformance runs through a cluster) and written
+//!   conditional on the leader's term: two or more that share one `now` as one
+//!   [`Entry::Batch`] (one Raft entry, its commands applied in order, each answered with its
+//!   own reply, all carrying the entry's index), else each as its own entry, in order, and
+//!   answered with the applied entry's reply. On a follower that knows the leader, the submissions go to
 //!   the leader (`/raft/propose`: the requests that come while [`FORWARDS_IN_FLIGHT`] are
 //!   under way to that leader wait, and go together in the next one, up to
 //!   [`FORWARD_ALONE`] submissions, each keeping its own submissions' order and answers; a
@@ -927,5 +930,66 @@ impl Replicate for Replicator {
                 this.hand_over_and_stop().await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use klock_core::{Command, Output};
+
+    fn at(now: u64) -> Result<Entry, EngineError> {
+        Ok(Item {
+            command: Command::Advance,
+            key: None,
+            token: None,
+            caller: None,
+            resume: None,
+            fingerprint: None,
+        }
+        .at(now))
+    }
+
+    fn reply(index: u64) -> Reply {
+        Reply {
+            index,
+            repeat_of: None,
+            now: 1,
+            output: Ok(Output::Done),
+            events: Vec::new(),
+        }
+    }
+
+    /// Two or more stamped commands of one `now` are one batch entry; one alone, or commands
+    /// of several times (a manual clock's), are not; a refused one is left out.
+    #[test]
+    fn one_batch_of_the_commands_of_one_time() {
+        let refused = || Err(EngineError::Clock("refused"));
+        let batch = one_batch(&[at(5), refused(), at(5)]);
+        match batch {
+            Some(Entry::Batch { now: 5, commands }) => assert_eq!(commands.len(), 2),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(one_batch(&[at(5), refused()]), None);
+        assert_eq!(one_batch(&[at(5), at(6)]), None);
+        assert_eq!(one_batch(&[]), None);
+    }
+
+    /// The batch's replies go back in the submissions' order, a refused submission keeps its
+    /// refusal in its place, and a batch that failed (or answered another count) fails each.
+    #[test]
+    fn the_replies_are_spread_over_the_submissions() {
+        let stamped = || vec![at(5), Err(EngineError::Clock("refused")), at(5)];
+        let got = spread(stamped(), Ok(vec![reply(7), reply(7)]), 2);
+        assert!(matches!(&got[0], Ok(r) if r.index == 7));
+        assert!(matches!(got[1], Err(EngineError::Clock("refused"))));
+        assert!(matches!(&got[2], Ok(r) if r.index == 7));
+        let short = spread(stamped(), Ok(vec![reply(7)]), 2);
+        assert!(matches!(short[0], Err(EngineError::Unavailable(_))));
+        assert!(matches!(short[1], Err(EngineError::Clock("refused"))));
+        assert!(matches!(short[2], Err(EngineError::Unavailable(_))));
+        let failed = spread(stamped(), Err(unavailable("gone".into())), 2);
+        assert!(matches!(failed[0], Err(EngineError::Unavailable(_))));
+        assert!(matches!(failed[2], Err(EngineError::Unavailable(_))));
     }
 }
