@@ -6,7 +6,8 @@
 //! Contract: [`Applier::apply`] and [`Applier::apply_batch`] take entries in log order, only
 //! once they are durable (committed); nothing else changes the machine. For each entry they
 //! apply the machine, add the step to the history, record the entry's events in the event
-//! streams, and return the answer to release to the entry's sender. In a cluster, the event
+//! streams, and return the answers to release to the entry's senders (one per command: several
+//! for an `Entry::Batch`, whose events are numbered across the entry). In a cluster, the event
 //! streams are told which log their ids count ([`EventHub::name_log`]) from the machine: when
 //! the applier is made and when an entry may have named it.
 
