@@ -968,3 +968,166 @@ fn a_node_that_cannot_listen_is_reported_with_its_log() {
         "{error}"
     );
 }
+
+/// The three nodes' state hashes at one applied index (read again until the indexes meet:
+/// the leader's timer may still settle a deadline); that index.
+fn same_hashes(cluster: &Cluster) -> u64 {
+    let started = Instant::now();
+    loop {
+        let hashes: Vec<(u64, String)> = (0..3)
+            .filter_map(|i| {
+                let a = request(cluster.ports[i], "GET", "/v1/state/hash", &[], b"").ok()?;
+                Some((
+                    a.body["index"].as_u64()?,
+                    a.body["hash"].as_str()?.to_owned(),
+                ))
+            })
+            .collect();
+        if hashes.len() == 3 && hashes.iter().all(|h| h.0 == hashes[0].0) {
+            assert!(hashes.iter().all(|h| h.1 == hashes[0].1), "{hashes:?}");
+            return hashes[0].0;
+        }
+        assert!(started.elapsed() < WAIT, "never at one index: {hashes:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue 24, one Raft entry per batch request: a batch through a follower is one entry (its
+/// events all carry that entry's index, numbered across it); an operation refused mid-batch
+/// (a wrong session token) refuses that one only; a retry with the same Idempotency-Key
+/// through the leader answers the same leases and fences, and the refused one again; a
+/// follower that missed batches past the leader's purge catches up by snapshot; after the
+/// whole cluster restarted (replaying its batch entries) the leases are kept; and every time
+/// the three nodes' state hashes agree at one index.
+#[test]
+fn a_batch_request_is_one_entry_answered_per_operation_through_snapshots_and_restarts() {
+    let mut cluster = Cluster::unstarted(support::klock(), 3);
+    cluster.extra = vec![String::from("--snapshot-every"), String::from("5")];
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let leader = cluster.leader();
+    let follower = (leader + 1) % 3;
+    let alice = open(&cluster, leader, "alice");
+    let bob = open(&cluster, leader, "bob");
+    let acquire = |s: &(u64, String), token: &str, resource: &str| {
+        json!({"op": "acquire", "session": s.0, "token": token,
+               "intents": [format!("MUTATES {resource}")], "ttl_ms": 60_000, "wait": false})
+    };
+    let body = json!({"operations": [
+        acquire(&alice, &alice.1, "FILE:/a"),
+        acquire(&bob, "not-bobs-token", "FILE:/b"),
+        acquire(&bob, &bob.1, "FILE:/b"),
+        acquire(&bob, &bob.1, "FILE:/a"),
+    ]});
+    let first = cluster.ask(
+        follower,
+        "/v1/ns/default/batch",
+        "",
+        "batch-1",
+        body.clone(),
+    );
+    assert_eq!(first.status, 200, "{first:?}");
+    let results = first.body["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 4, "{first:?}");
+    assert_eq!(results[0]["ok"]["verdict"], "GRANTED", "{first:?}");
+    assert_eq!(
+        results[1]["error"]["name"], "SESSION_TOKEN_REFUSED",
+        "{first:?}"
+    );
+    assert_eq!(results[2]["ok"]["verdict"], "GRANTED", "{first:?}");
+    assert_ne!(results[3]["ok"]["verdict"], "GRANTED", "{first:?}");
+    // Its events: one entry's, numbered across it from 0 (alice's grant, then bob's).
+    cluster.caught_up_with(leader);
+    let watch = request(
+        cluster.ports[follower],
+        "GET",
+        "/v1/ns/default/watch?wait_ms=0",
+        &[],
+        b"",
+    )
+    .unwrap();
+    let lease = |k: usize| results[k]["ok"]["leases"][0]["lease_id"].clone();
+    let id_of = |lease: &Value| {
+        let events = watch.body["events"].as_array().unwrap();
+        let event = events
+            .iter()
+            .find(|e| e["event"] == "ACQUIRED" && e["leases"][0]["lease_id"] == *lease);
+        let id = event.unwrap_or_else(|| panic!("no ACQUIRED of {lease}: {watch:?}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (index, k) = id.split_once('.').unwrap();
+        (index.parse::<u64>().unwrap(), k.parse::<u32>().unwrap())
+    };
+    let (a, b) = (id_of(&lease(0)), id_of(&lease(2)));
+    assert_eq!(
+        a.0, b.0,
+        "the batch's events are not one entry's: {a:?} {b:?}"
+    );
+    assert_eq!((a.1, b.1), (0, 1), "{a:?} {b:?}");
+    // A retry through the leader: the same answers, nothing applied twice.
+    let again = cluster.ask(leader, "/v1/ns/default/batch", "", "batch-1", body);
+    assert_eq!(again.status, 200, "{again:?}");
+    let repeated = again.body["results"].as_array().unwrap();
+    for k in [0, 2, 3] {
+        assert_eq!(repeated[k], results[k], "operation {k}: {again:?}");
+    }
+    assert_eq!(
+        repeated[1]["error"]["name"], "SESSION_TOKEN_REFUSED",
+        "{again:?}"
+    );
+    same_hashes(&cluster);
+
+    // A follower misses batches past the leader's purge, and catches up by snapshot.
+    let behind = (leader + 2) % 3;
+    let missed = cluster.applied(behind).unwrap();
+    cluster.kill(behind);
+    let started = Instant::now();
+    let mut n = 0;
+    loop {
+        let ops: Vec<Value> = (0..3)
+            .map(|k| acquire(&alice, &alice.1, &format!("FILE:/n{n}-{k}")))
+            .collect();
+        let a = cluster.ask(
+            leader,
+            "/v1/ns/default/batch",
+            "",
+            &format!("more-{n}"),
+            json!({ "operations": ops }),
+        );
+        assert_eq!(a.status, 200, "{a:?}");
+        n += 1;
+        let status = cluster.status(leader).unwrap();
+        if n >= 12
+            && status["purged_index"]
+                .as_u64()
+                .is_some_and(|p| p > missed + 1)
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "never purged past {missed}: {status}"
+        );
+    }
+    cluster.start(behind);
+    cluster.caught_up(behind, leader);
+    same_hashes(&cluster);
+    assert_eq!(cluster.holders(behind, "FILE:/a").len(), 1);
+
+    // The whole cluster restarted: its batch entries replayed (after its snapshots).
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    let leader = cluster.leader();
+    let holders = cluster.holders(leader, "FILE:/b");
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0]["session_id"], bob.0, "{holders:?}");
+    cluster.caught_up_with(leader);
+    same_hashes(&cluster);
+}

@@ -13,10 +13,13 @@
 //!   its suspension grace, as after a single node's restart) conditional on its term. Only
 //!   once that entry is applied does it stamp and propose clients' commands; until then, and
 //!   whenever it does not lead, it has no clock.
-//! - [`Replicator::propose`]: on the anchored leader, each submission is stamped with the
-//!   leader's clock (under [`ClusterConfig::manual_clock`]: with the `now` its request
-//!   carried, for conformance runs through a cluster) and written conditional on the leader's term, in order, and answered with
-//!   the applied entry's reply. On a follower that knows the leader, the submissions go to
+//! - [`Replicator::propose`]: on the anchored leader, a request's submissions are stamped
+//!   with one reading of the leader's clock (under [`ClusterConfig::manual_clock`]: each with
+//!   the `now` its request carried, for conformance runs through a cluster) and written
+//!   conditional on the leader's term: two or more that share one `now` as one
+//!   [`Entry::Batch`] (one Raft entry, its commands applied in order, each answered with its
+//!   own reply, all carrying the entry's index), else each as its own entry, in order, and
+//!   answered with the applied entry's reply. On a follower that knows the leader, the submissions go to
 //!   the leader (`/raft/propose`: the requests that come while [`FORWARDS_IN_FLIGHT`] are
 //!   under way to that leader wait, and go together in the next one, up to
 //!   [`FORWARD_ALONE`] submissions, each keeping its own submissions' order and answers; a
@@ -42,12 +45,12 @@ use crate::log_store::{open_file, LogStore};
 use crate::network::Network;
 use crate::peer::{Peer, PeerAccess};
 use crate::state_machine::StateMachine;
-use crate::types::{KlockRaft, Proposal};
+use crate::types::{KlockRaft, Proposal, Replies};
 use axum::body::Bytes;
 use futures_util::future::BoxFuture;
 use klock_server::applier::Applier;
 use klock_server::engine::{self, Answers, Clock, EngineError, Replicate, Reply, Submission};
-use klock_server::machine::Entry;
+use klock_server::machine::{Entry, Item};
 use klock_server::serve::{Cluster, Started};
 use openraft::alias::CommittedLeaderIdOf;
 use openraft::impls::ProgressResponder;
@@ -375,9 +378,9 @@ impl Replicator {
         };
         let changed = Entry::LeaderChanged { now: last_now, log };
         match self.write(&leader, changed).await {
-            Ok(reply) => {
+            Ok(replies) => {
                 tracing::info!(
-                    index = reply.index,
+                    index = replies.first().map(|r| r.index),
                     now = last_now,
                     "leading: the clock continues from {last_now}; every session has its grace"
                 );
@@ -398,7 +401,7 @@ impl Replicator {
     }
 
     /// Writes `entry` conditional on `leader`'s term, and waits for its reply.
-    async fn write(&self, leader: &LeaderId, entry: Entry) -> Result<Reply, EngineError> {
+    async fn write(&self, leader: &LeaderId, entry: Entry) -> Result<Replies, EngineError> {
         let pending = self.send(leader, entry).await?;
         pending.await
     }
@@ -408,7 +411,7 @@ impl Replicator {
         &self,
         leader: &LeaderId,
         entry: Entry,
-    ) -> Result<impl std::future::Future<Output = Result<Reply, EngineError>>, EngineError> {
+    ) -> Result<impl std::future::Future<Output = Result<Replies, EngineError>>, EngineError> {
         let proposal = Proposal::new(entry)
             .map_err(|e| unavailable(format!("the entry cannot be encoded: {e}")))?;
         let (responder, answer) = ProgressResponder::complete_only();
@@ -438,15 +441,24 @@ impl Replicator {
     }
 
     /// Proposes `submissions` as the anchored leader, or answers that this node does not lead.
+    /// Stamped with one reading of the clock; two or more that stamp well and share one `now`
+    /// (always, under the leader's own clock) are one [`Entry::Batch`], answered with its
+    /// replies in order (module contract); else each is its own entry.
     pub async fn propose_as_leader(&self, submissions: Vec<Submission>) -> Answers {
         let Some(Anchor { leader, clock }) = lock(&self.anchor).clone() else {
             return Err(unavailable(String::from(
                 "this node does not lead the cluster (now)",
             )));
         };
-        let mut pending = Vec::with_capacity(submissions.len());
-        for submission in submissions {
-            match engine::stamp(&clock, submission) {
+        let stamped = engine::stamp_all(&clock, submissions);
+        if let Some(batch) = one_batch(&stamped) {
+            let count = stamped.iter().filter(|s| s.is_ok()).count();
+            let replies = self.write(&leader, batch).await;
+            return Ok(spread(stamped, replies, count));
+        }
+        let mut pending = Vec::with_capacity(stamped.len());
+        for entry in stamped {
+            match entry {
                 Ok(entry) => pending.push(Ok(self.send(&leader, entry).await?)),
                 Err(e) => pending.push(Err(e)),
             }
@@ -454,7 +466,7 @@ impl Replicator {
         let mut answers = Vec::with_capacity(pending.len());
         for p in pending {
             answers.push(match p {
-                Ok(answer) => answer.await,
+                Ok(answer) => answer.await.and_then(only),
                 Err(e) => Err(e),
             });
         }
@@ -622,6 +634,93 @@ impl Replicator {
             .into_iter()
             .map(|a| a.map_err(unavailable))
             .collect())
+    }
+}
+
+/// The one [`Entry::Batch`] of the stamped commands (see
+/// [`Replicator::propose_as_leader`]): none for fewer than two, or for commands of several
+/// times (a manual clock's requests may each carry their own).
+fn one_batch(stamped: &[Result<Entry, EngineError>]) -> Option<Entry> {
+    let mut now = None;
+    let mut commands = Vec::with_capacity(stamped.len());
+    for entry in stamped.iter().flatten() {
+        let Entry::Command {
+            now: at,
+            command,
+            key,
+            token,
+            caller,
+            resume,
+            fingerprint,
+        } = entry
+        else {
+            return None;
+        };
+        if *now.get_or_insert(*at) != *at {
+            return None;
+        }
+        commands.push(Item {
+            command: command.clone(),
+            key: key.clone(),
+            token: token.clone(),
+            caller: caller.clone(),
+            resume: resume.clone(),
+            fingerprint: fingerprint.clone(),
+        });
+    }
+    (commands.len() >= 2).then(|| Entry::Batch {
+        now: now.unwrap_or_default(),
+        commands,
+    })
+}
+
+/// The answers to `stamped`: a refusal where it was not stamped, else the next of the batch
+/// entry's `replies` (of `count` commands), in order.
+fn spread(
+    stamped: Vec<Result<Entry, EngineError>>,
+    replies: Result<Replies, EngineError>,
+    count: usize,
+) -> Vec<Result<Reply, EngineError>> {
+    let replies = replies.and_then(|r| {
+        if r.len() == count {
+            Ok(r)
+        } else {
+            Err(unavailable(format!(
+                "the batch entry answered {} of its {count} commands",
+                r.len()
+            )))
+        }
+    });
+    match replies {
+        Ok(replies) => {
+            let mut replies = replies.into_iter();
+            stamped
+                .into_iter()
+                .map(|s| {
+                    s.and_then(|_| {
+                        replies
+                            .next()
+                            .ok_or_else(|| unavailable(String::from("no answer")))
+                    })
+                })
+                .collect()
+        }
+        Err(e) => stamped
+            .into_iter()
+            .map(|s| s.and_then(|_| Err(e.clone())))
+            .collect(),
+    }
+}
+
+/// The one reply of an entry of one command.
+fn only(replies: Replies) -> Result<Reply, EngineError> {
+    let n = replies.len();
+    let mut replies = replies.into_iter();
+    match (replies.next(), n) {
+        (Some(reply), 1) => Ok(reply),
+        _ => Err(unavailable(format!(
+            "an entry of one command answered {n} times"
+        ))),
     }
 }
 
@@ -831,5 +930,66 @@ impl Replicate for Replicator {
                 this.hand_over_and_stop().await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use klock_core::{Command, Output};
+
+    fn at(now: u64) -> Result<Entry, EngineError> {
+        Ok(Item {
+            command: Command::Advance,
+            key: None,
+            token: None,
+            caller: None,
+            resume: None,
+            fingerprint: None,
+        }
+        .at(now))
+    }
+
+    fn reply(index: u64) -> Reply {
+        Reply {
+            index,
+            repeat_of: None,
+            now: 1,
+            output: Ok(Output::Done),
+            events: Vec::new(),
+        }
+    }
+
+    /// Two or more stamped commands of one `now` are one batch entry; one alone, or commands
+    /// of several times (a manual clock's), are not; a refused one is left out.
+    #[test]
+    fn one_batch_of_the_commands_of_one_time() {
+        let refused = || Err(EngineError::Clock("refused"));
+        let batch = one_batch(&[at(5), refused(), at(5)]);
+        match batch {
+            Some(Entry::Batch { now: 5, commands }) => assert_eq!(commands.len(), 2),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(one_batch(&[at(5), refused()]), None);
+        assert_eq!(one_batch(&[at(5), at(6)]), None);
+        assert_eq!(one_batch(&[]), None);
+    }
+
+    /// The batch's replies go back in the submissions' order, a refused submission keeps its
+    /// refusal in its place, and a batch that failed (or answered another count) fails each.
+    #[test]
+    fn the_replies_are_spread_over_the_submissions() {
+        let stamped = || vec![at(5), Err(EngineError::Clock("refused")), at(5)];
+        let got = spread(stamped(), Ok(vec![reply(7), reply(7)]), 2);
+        assert!(matches!(&got[0], Ok(r) if r.index == 7));
+        assert!(matches!(got[1], Err(EngineError::Clock("refused"))));
+        assert!(matches!(&got[2], Ok(r) if r.index == 7));
+        let short = spread(stamped(), Ok(vec![reply(7)]), 2);
+        assert!(matches!(short[0], Err(EngineError::Unavailable(_))));
+        assert!(matches!(short[1], Err(EngineError::Clock("refused"))));
+        assert!(matches!(short[2], Err(EngineError::Unavailable(_))));
+        let failed = spread(stamped(), Err(unavailable("gone".into())), 2);
+        assert!(matches!(failed[0], Err(EngineError::Unavailable(_))));
+        assert!(matches!(failed[2], Err(EngineError::Unavailable(_))));
     }
 }

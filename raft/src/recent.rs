@@ -16,7 +16,7 @@
 //! [`Recent::truncated`] and [`Recent::purged`] follow the log's truncation and purge.
 
 use crate::types::RaftEntry;
-use klock_server::machine::Entry;
+use klock_server::machine::{Call, Entry};
 use openraft::EntryPayload;
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -205,43 +205,48 @@ const ENTRY_BASE: usize = 256;
 
 impl Weigh for Entry {
     fn weight(&self) -> usize {
-        use klock_core::Command;
-        let Entry::Command {
-            command,
-            key,
-            token,
-            caller,
-            resume,
-            fingerprint,
-            ..
-        } = self
-        else {
-            return ENTRY_BASE;
-        };
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        let caller = caller.as_ref().map_or(0, |c| {
-            c.namespace.len() + text(&c.token) + text(&c.resume) + text(&c.owner) + 64
-        });
-        let command = match command {
-            Command::Open {
-                agent_id,
-                namespace,
-            } => agent_id.len() + namespace.len(),
-            Command::Acquire { intents, .. } => intents.iter().map(|i| i.len() + 24).sum(),
-            Command::Heartbeat { leases, .. } => leases.as_ref().map_or(0, Vec::len) * 8,
-            Command::Reconcile { leases, .. } => leases.len() * 8,
-            Command::ResourceState {
-                resource,
-                namespace,
-            } => resource.len() + namespace.len(),
-            // A rare entry whose digest may be large: weighed by its encoding.
-            Command::Resume { digest } => {
-                serde_json::to_vec(digest).map_or(usize::MAX, |b| b.len())
-            }
-            _ => 0,
-        };
-        ENTRY_BASE + text(key) + text(token) + text(resume) + text(fingerprint) + caller + command
+        // A batch: the fixed part once, and each command's fields.
+        ENTRY_BASE
+            + self
+                .calls()
+                .into_iter()
+                .map(call_weight)
+                .fold(0usize, usize::saturating_add)
     }
+}
+
+/// The heap data of one command and its fields.
+fn call_weight(call: Call<'_>) -> usize {
+    use klock_core::Command;
+    let Call {
+        command,
+        key,
+        token,
+        caller,
+        resume,
+        fingerprint,
+    } = call;
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let caller = caller.as_ref().map_or(0, |c| {
+        c.namespace.len() + text(&c.token) + text(&c.resume) + text(&c.owner) + 64
+    });
+    let command = match command {
+        Command::Open {
+            agent_id,
+            namespace,
+        } => agent_id.len() + namespace.len(),
+        Command::Acquire { intents, .. } => intents.iter().map(|i| i.len() + 24).sum(),
+        Command::Heartbeat { leases, .. } => leases.as_ref().map_or(0, Vec::len) * 8,
+        Command::Reconcile { leases, .. } => leases.len() * 8,
+        Command::ResourceState {
+            resource,
+            namespace,
+        } => resource.len() + namespace.len(),
+        // A rare entry whose digest may be large: weighed by its encoding.
+        Command::Resume { digest } => serde_json::to_vec(digest).map_or(usize::MAX, |b| b.len()),
+        _ => 0,
+    };
+    (text(key) + text(token) + text(resume) + text(fingerprint) + caller).saturating_add(command)
 }
 
 impl Weigh for RaftEntry {

@@ -4,7 +4,8 @@
 //! - Committed entries are applied in log order through the server's
 //!   [`Applier`], exactly as the single-node server applies its own: a `Normal` entry's
 //!   [`Proposal`] is the log record, applied at `max(last_now, entry.now)` (the machine's rule:
-//!   time never goes back), and its [`Reply`] goes to the proposer's responder (on the node that
+//!   time never goes back), and its [`Replies`] (one per command: several for an
+//!   `Entry::Batch`) go to the proposer's responder (on the node that
 //!   proposed it; none elsewhere or on replay). A blank entry (a new leader's) or a membership
 //!   entry carries no command: the machine only moves its index past it
 //!   ([`Applier::pass`]), and a membership entry becomes the state machine's membership.
@@ -26,7 +27,7 @@
 //!   re-applies the log after it.
 
 use crate::io_error;
-use crate::types::{KlockRaft, LogId, RaftEntry};
+use crate::types::{KlockRaft, LogId, RaftEntry, Replies};
 use futures_util::{Stream, TryStreamExt as _};
 use klock_core::Output;
 use klock_server::applier::Applier;
@@ -106,14 +107,14 @@ impl StateMachine {
     }
 
     /// The answer to an entry that carries no command.
-    fn done(applier: &Applier, index: u64) -> Reply {
-        Reply {
+    fn done(applier: &Applier, index: u64) -> Replies {
+        vec![Reply {
             index,
             repeat_of: None,
             now: applier.machine().last_now(),
             output: Ok(Output::Done),
             events: Vec::new(),
-        }
+        }]
     }
 }
 
@@ -161,7 +162,7 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
         while let Some((entry, responder)) = entries.try_next().await? {
             let index = entry.log_id.index + 1;
             let mut applier = locked(&self.applier);
-            let reply = match entry.payload {
+            let replies = match entry.payload {
                 EntryPayload::Normal(proposal) => applier.apply(index, proposal.entry()),
                 EntryPayload::Blank => {
                     applier.pass(index);
@@ -176,7 +177,7 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
             drop(applier);
             self.last_applied = Some(entry.log_id);
             if let Some(responder) = responder {
-                responder.send(reply);
+                responder.send(replies);
             }
         }
         Ok(())

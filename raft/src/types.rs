@@ -104,6 +104,7 @@ enum Kind {
     Command,
     Recovered,
     LeaderChanged,
+    Batch,
 }
 
 /// Every field an entry may have: `None` where absent; an optional field present as `null`
@@ -128,6 +129,8 @@ struct Fields {
     fingerprint: Option<Option<String>>,
     #[serde(default, deserialize_with = "present")]
     log: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    commands: Option<Vec<klock_server::machine::Item>>,
 }
 
 /// A field that is there (`default` makes an absent one `None`).
@@ -148,9 +151,20 @@ impl Fields {
             resume,
             fingerprint,
             log,
+            commands,
         } = self;
         let now = now?;
         let command_only = key.is_some() || token.is_some() || caller.is_some() || resume.is_some();
+        if let Kind::Batch = entry {
+            let alone = command.is_none() && !command_only && fingerprint.is_none();
+            return (alone && log.is_none()).then_some(Entry::Batch {
+                now,
+                commands: commands?,
+            });
+        }
+        if commands.is_some() {
+            return None;
+        }
         match entry {
             Kind::Command if log.is_none() => Some(Entry::Command {
                 now,
@@ -180,17 +194,22 @@ impl fmt::Display for Proposal {
             Entry::Command { now, command, .. } => write!(f, "{} at {now}", command.name()),
             Entry::Recovered { now } => write!(f, "recovered at {now}"),
             Entry::LeaderChanged { now, .. } => write!(f, "leader changed at {now}"),
+            Entry::Batch { now, commands } => write!(f, "{} commands at {now}", commands.len()),
         }
     }
 }
 
 openraft::declare_raft_types!(
-    /// Klock's Raft types: [`Proposal`] in, the applier's [`Reply`] out.
+    /// Klock's Raft types: [`Proposal`] in, the applier's [`Replies`] out.
     pub KlockRaft:
         D = Proposal,
-        R = Reply,
+        R = Replies,
         Node = openraft::NodeInfo,
 );
+
+/// The answer to a proposal: the applier's [`Reply`], one per command of the entry (one for
+/// every entry but an [`Entry::Batch`], which has one per item).
+pub type Replies = Vec<Reply>;
 
 /// A Raft log entry of Klock (log id and payload).
 pub type RaftEntry = openraft::alias::EntryOf<KlockRaft>;
@@ -314,6 +333,8 @@ mod tests {
             r#"{"entry":"command","now":3,"command":{"op":"heartbeat","session":4},"token":"t","fingerprint":"f"}"#.to_owned(),
             r#"{"entry":"recovered","now":5}"#.to_owned(),
             r#"{"entry":"leader_changed","now":6,"log":"abc"}"#.to_owned(),
+            r#"{"entry":"batch","now":9,"commands":[{"command":{"op":"advance"}},{"command":{"op":"heartbeat","session":4},"token":"t","key":"k"}]}"#.to_owned(),
+            r#"{"entry":"batch","now":9,"commands":[]}"#.to_owned(),
             // The tag need not come first.
             r#"{"now":7,"entry":"recovered"}"#.to_owned(),
             r#"{"command":{"op":"advance"},"now":8,"entry":"command"}"#.to_owned(),
@@ -356,6 +377,13 @@ mod tests {
             r#"{"entry":1,"now":1}"#,
             r#"{"now":1}"#,
             r#"{"entry":"command","now":1,"command":{"op":"advance"},"caller":{"namespace":"n","x":1}}"#,
+            r#"{"entry":"batch","now":1}"#,
+            r#"{"entry":"batch","now":1,"commands":null}"#,
+            r#"{"entry":"batch","now":1,"commands":[],"key":"k"}"#,
+            r#"{"entry":"batch","now":1,"commands":[],"command":{"op":"advance"}}"#,
+            r#"{"entry":"batch","now":1,"commands":[{"command":{"op":"advance"},"now":1}]}"#,
+            r#"{"entry":"command","now":1,"command":{"op":"advance"},"commands":[]}"#,
+            r#"{"entry":"recovered","now":1,"commands":[]}"#,
             r#"["recovered",1]"#,
             r#"null"#,
             r#"{}"#,

@@ -729,7 +729,20 @@ fn recv_until(inbox: &mut mpsc::Receiver<Proposal>, until: Instant) -> Option<Pr
 /// # Errors
 /// [`EngineError::Clock`]: a `now` the clock refuses, or none where it needs one.
 pub fn stamp(clock: &Clock, submission: Submission) -> Result<Entry, EngineError> {
-    let now = match (clock.read(), submission.now) {
+    stamp_at(clock.read(), submission)
+}
+
+/// Every submission stamped as [`stamp`] does, the clock read once for all of them: under a
+/// server's own clock they share one `now` (a batch request's commands, one entry of a
+/// cluster's log: `machine::Entry::Batch`).
+pub fn stamp_all(clock: &Clock, submissions: Vec<Submission>) -> Vec<Result<Entry, EngineError>> {
+    let read = clock.read();
+    submissions.into_iter().map(|s| stamp_at(read, s)).collect()
+}
+
+/// A submission stamped with the clock's reading `read` (none: a manual clock).
+fn stamp_at(read: Option<u64>, submission: Submission) -> Result<Entry, EngineError> {
+    let now = match (read, submission.now) {
         (Some(now), None) => now,
         (Some(_), Some(_)) => return Err(EngineError::Clock(
             "this server keeps its own time: a request may not carry `now` (only a server started with --clock manual takes it)",

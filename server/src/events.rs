@@ -30,7 +30,7 @@
 //!   ([`EventHub::other_log`]): its cursor's number means nothing here, and taken as one it
 //!   would skip this log's events up to it.
 
-use crate::machine::{Entry, Refused};
+use crate::machine::{Call, Refused};
 use klock_core::{Command, Event, Output, SessionId};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -176,23 +176,22 @@ pub enum Membership {
 }
 
 impl Membership {
-    /// What `entry`, answered `output` (`repeat`: a repeated idempotency key's first answer),
-    /// changes. Events (`SESSION_CLOSED`) are read by [`EventHub::record`] itself.
-    pub fn of(entry: &Entry, output: &Result<Output, Refused>, repeat: bool) -> Membership {
+    /// What `call` (a command; none for `Recovered` or `LeaderChanged`), answered `output`
+    /// (`repeat`: a repeated idempotency key's first answer), changes. Events
+    /// (`SESSION_CLOSED`) are read by [`EventHub::record`] itself.
+    pub fn of(
+        call: Option<Call<'_>>,
+        output: &Result<Output, Refused>,
+        repeat: bool,
+    ) -> Membership {
         if repeat {
             return Membership::Unchanged; // the first answer already did
         }
-        match (entry, output) {
+        match (call.map(|c| c.command), output) {
             (_, Ok(Output::Session { session })) => {
                 Membership::Opened(session.session_id, session.namespace.clone())
             }
-            (
-                Entry::Command {
-                    command: Command::Close { session },
-                    ..
-                },
-                Ok(_),
-            ) => Membership::Closed(*session),
+            (Some(Command::Close { session }), Ok(_)) => Membership::Closed(*session),
             _ => Membership::Unchanged,
         }
     }
@@ -437,6 +436,12 @@ impl EventHub {
     /// Publishes the events of log entry `index` after applying what it changed in the
     /// sessions' namespaces: the one place both the live path and recovery keep the streams.
     pub fn record(&self, index: u64, membership: &Membership, events: &[Event]) {
+        self.record_from(index, 0, membership, events);
+    }
+
+    /// [`record`](Self::record), the events numbered from `first` (`"<index>.<first>"`): a
+    /// batch entry's commands record their events in turn, counted across the entry.
+    pub fn record_from(&self, index: u64, first: u32, membership: &Membership, events: &[Event]) {
         if events.is_empty() && *membership == Membership::Unchanged {
             return; // most entries: no lock taken
         }
@@ -448,7 +453,10 @@ impl EventHub {
             let session = event.session();
             let namespace = rings.namespace_of.get(&session).cloned();
             let held = Arc::new(Held {
-                id: EventId { index, k: k as u32 },
+                id: EventId {
+                    index,
+                    k: first.saturating_add(u32::try_from(k).unwrap_or(u32::MAX)),
+                },
                 session,
                 namespace,
                 bytes: size_of(event),

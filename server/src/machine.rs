@@ -57,6 +57,68 @@ pub enum Entry {
     /// random id its leader drew, so every node of the cluster, and a node rebuilt from a
     /// snapshot, says the same one.
     LeaderChanged { now: u64, log: String },
+    /// Several commands (a cluster leader's batch request, or the requests a follower passed
+    /// on together) stamped with one `now`: applied one after another, each exactly as the
+    /// [`Entry::Command`] of the same fields at that time would be (its own caller check,
+    /// idempotency key, answer and events), so that one log entry carries them all. Every
+    /// answer carries the entry's index; the events count across the entry (docs/SPEC.md
+    /// §13).
+    Batch { now: u64, commands: Vec<Item> },
+}
+
+/// One command of an [`Entry::Batch`]: the fields of an [`Entry::Command`] but its time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Item {
+    pub command: Command,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Caller>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+}
+
+impl Item {
+    /// Its fields, as the machine reads a command.
+    pub fn call(&self) -> Call<'_> {
+        Call {
+            command: &self.command,
+            key: &self.key,
+            token: &self.token,
+            caller: &self.caller,
+            resume: &self.resume,
+            fingerprint: &self.fingerprint,
+        }
+    }
+
+    /// The [`Entry::Command`] of its fields at `now` (what it is applied as).
+    pub fn at(self, now: u64) -> Entry {
+        Entry::Command {
+            now,
+            command: self.command,
+            key: self.key,
+            token: self.token,
+            caller: self.caller,
+            resume: self.resume,
+            fingerprint: self.fingerprint,
+        }
+    }
+}
+
+/// A command and what comes with it, borrowed from an [`Entry::Command`] or an [`Item`].
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    pub command: &'a Command,
+    pub key: &'a Option<String>,
+    pub token: &'a Option<String>,
+    pub caller: &'a Option<Caller>,
+    pub resume: &'a Option<String>,
+    pub fingerprint: &'a Option<String>,
 }
 
 impl Entry {
@@ -65,7 +127,40 @@ impl Entry {
         match self {
             Entry::Command { now, .. }
             | Entry::Recovered { now }
-            | Entry::LeaderChanged { now, .. } => *now,
+            | Entry::LeaderChanged { now, .. }
+            | Entry::Batch { now, .. } => *now,
+        }
+    }
+
+    /// The command of an [`Entry::Command`].
+    pub fn call(&self) -> Option<Call<'_>> {
+        match self {
+            Entry::Command {
+                command,
+                key,
+                token,
+                caller,
+                resume,
+                fingerprint,
+                ..
+            } => Some(Call {
+                command,
+                key,
+                token,
+                caller,
+                resume,
+                fingerprint,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The commands of an [`Entry::Command`] (one) or of an [`Entry::Batch`]: as many as the
+    /// entry has answers, but for `Recovered` and `LeaderChanged` (none, and one answer).
+    pub fn calls(&self) -> Vec<Call<'_>> {
+        match self {
+            Entry::Batch { commands, .. } => commands.iter().map(Item::call).collect(),
+            _ => self.call().into_iter().collect(),
         }
     }
 }
@@ -437,15 +532,90 @@ impl Machine {
     /// did not exist, and a missing or wrong token is refused. The check and the command are
     /// one step of the log, so no session can appear or change hands between them.
     pub fn apply(&mut self, index: u64, entry: &Entry) -> Applied {
+        let mut all = self.apply_entry(index, entry);
+        if all.len() == 1 {
+            return all.pop().expect("one");
+        }
+        // A batch as one: its last answer, every event and kernel call (an empty batch
+        // answers `Done`).
+        let mut merged = Applied {
+            output: Ok(Output::Done),
+            events: Vec::new(),
+            repeat_of: None,
+            kernel_calls: Vec::new(),
+        };
+        for applied in all {
+            merged.events.extend(applied.events);
+            merged.kernel_calls.extend(applied.kernel_calls);
+            merged.output = applied.output;
+            merged.repeat_of = applied.repeat_of;
+        }
+        merged
+    }
+
+    /// Applies the entry at `index` (as [`apply`](Self::apply)) and returns one answer per
+    /// command: one for an [`Entry::Command`], `Recovered` or `LeaderChanged`, one per item of
+    /// an [`Entry::Batch`], in order. A batch settles its time once, then applies its items one
+    /// after another exactly as entries of one command each at that time would be (each is
+    /// checked, remembered and answered on its own, and its events are its own); a repeated
+    /// key answers what its first answer was, even when that answer came earlier in the same
+    /// batch.
+    pub fn apply_entry(&mut self, index: u64, entry: &Entry) -> Vec<Applied> {
         debug_assert_eq!(index, self.applied + 1, "entries are applied in log order");
         self.applied = index;
         let now = self.last_now.max(entry.now());
         self.last_now = now;
         self.kernel.advance(now);
+        match entry {
+            Entry::Command { .. } | Entry::Batch { .. } => entry
+                .calls()
+                .into_iter()
+                .enumerate()
+                .map(|(k, call)| {
+                    if k > 0 {
+                        // Settled again before each later command of a batch, as its own
+                        // entry would be: what a command before it made due at `now` is
+                        // settled, and its events are this command's.
+                        self.kernel.advance(now);
+                    }
+                    self.apply_call(index, call, now)
+                })
+                .collect(),
+            Entry::Recovered { .. } | Entry::LeaderChanged { .. } => {
+                if let Entry::LeaderChanged { log, .. } = entry {
+                    if self.log.is_none() {
+                        self.log = Some(log.clone());
+                    }
+                }
+                let mut kernel_calls = Vec::new();
+                let open = self.kernel.snapshot(now).sessions;
+                for session in open {
+                    self.kernel
+                        .suspend_session(session.session_id, now)
+                        .expect("a session listed by the snapshot is open");
+                    kernel_calls.push(Command::Suspend {
+                        session: session.session_id,
+                    });
+                }
+                let events: Vec<Event> = std::iter::from_fn(|| self.kernel.poll_event()).collect();
+                self.track_closed(&events);
+                vec![Applied {
+                    output: Ok(Output::Done),
+                    events,
+                    repeat_of: None,
+                    kernel_calls,
+                }]
+            }
+        }
+    }
+
+    /// One command of the entry `index`, at `now` (the kernel settled there already).
+    fn apply_call(&mut self, index: u64, call: Call<'_>, now: u64) -> Applied {
         let mut kernel_calls = Vec::new();
-        let (output, repeat_of) = self.decide(index, entry, now, &mut kernel_calls);
+        let (output, repeat_of) = self.decide(index, call, now, &mut kernel_calls);
         let events: Vec<Event> = std::iter::from_fn(|| self.kernel.poll_event()).collect();
-        self.track_tokens(entry, &output, &events);
+        self.track_tokens(call, &output);
+        self.track_closed(&events);
         Applied {
             output,
             events,
@@ -457,38 +627,18 @@ impl Machine {
     fn decide(
         &mut self,
         index: u64,
-        entry: &Entry,
+        call: Call<'_>,
         now: u64,
         kernel_calls: &mut Vec<Command>,
     ) -> (Result<Output, Refused>, Option<(u64, u64)>) {
-        let (command, key, token, caller, resume, fingerprint) = match entry {
-            Entry::Command {
-                command,
-                key,
-                token,
-                caller,
-                resume,
-                fingerprint,
-                ..
-            } => (command, key, token, caller, resume, fingerprint),
-            Entry::Recovered { .. } | Entry::LeaderChanged { .. } => {
-                if let Entry::LeaderChanged { log, .. } = entry {
-                    if self.log.is_none() {
-                        self.log = Some(log.clone());
-                    }
-                }
-                let open = self.kernel.snapshot(now).sessions;
-                for session in open {
-                    self.kernel
-                        .suspend_session(session.session_id, now)
-                        .expect("a session listed by the snapshot is open");
-                    kernel_calls.push(Command::Suspend {
-                        session: session.session_id,
-                    });
-                }
-                return (Ok(Output::Done), None);
-            }
-        };
+        let Call {
+            command,
+            key,
+            token,
+            caller,
+            resume,
+            fingerprint,
+        } = call;
         // A repeated resume carries the resume secret its first try was sent with, which that
         // try replaced: the fingerprint of its request (which holds that secret) is the proof.
         let repeated_resume = matches!(command, Command::Resume { .. })
@@ -653,44 +803,46 @@ impl Machine {
     }
 
     /// Binds a new session's token and resume secret (and counts it for its namespace and
-    /// owner); forgets the secrets of sessions that closed.
-    fn track_tokens(&mut self, entry: &Entry, output: &Result<Output, Refused>, events: &[Event]) {
-        if let (
-            Entry::Command {
-                token,
-                command,
-                caller,
-                resume,
-                ..
-            },
-            Ok(out),
-        ) = (entry, output)
-        {
-            match (command, out) {
-                (Command::Open { .. } | Command::Resume { .. }, Output::Session { session })
-                    if self.kernel.session_info_of(session.session_id).is_some() =>
-                {
-                    let id = session.session_id;
-                    match token {
-                        Some(t) => self.tokens.insert(id, t.clone()),
-                        None => self.tokens.remove(&id),
-                    };
-                    match resume {
-                        Some(r) => self.resumes.insert(id, r.clone()),
-                        None => self.resumes.remove(&id),
-                    };
-                    if let Command::Open { namespace, .. } = command {
-                        let owner = caller.as_ref().and_then(|c| c.owner.as_deref());
-                        if let Some(o) = owner {
-                            self.owners.insert(id, o.to_owned());
-                        }
-                        self.counts.add(id, namespace, owner);
+    /// owner), or forgets the secrets of a session its command closed.
+    fn track_tokens(&mut self, call: Call<'_>, output: &Result<Output, Refused>) {
+        let Call {
+            token,
+            command,
+            caller,
+            resume,
+            ..
+        } = call;
+        let Ok(out) = output else {
+            return;
+        };
+        match (command, out) {
+            (Command::Open { .. } | Command::Resume { .. }, Output::Session { session })
+                if self.kernel.session_info_of(session.session_id).is_some() =>
+            {
+                let id = session.session_id;
+                match token {
+                    Some(t) => self.tokens.insert(id, t.clone()),
+                    None => self.tokens.remove(&id),
+                };
+                match resume {
+                    Some(r) => self.resumes.insert(id, r.clone()),
+                    None => self.resumes.remove(&id),
+                };
+                if let Command::Open { namespace, .. } = command {
+                    let owner = caller.as_ref().and_then(|c| c.owner.as_deref());
+                    if let Some(o) = owner {
+                        self.owners.insert(id, o.to_owned());
                     }
+                    self.counts.add(id, namespace, owner);
                 }
-                (Command::Close { session }, Output::Done) => self.forget_session(*session),
-                _ => {}
             }
+            (Command::Close { session }, Output::Done) => self.forget_session(*session),
+            _ => {}
         }
+    }
+
+    /// Forgets the secrets of the sessions that `events` closed.
+    fn track_closed(&mut self, events: &[Event]) {
         for event in events {
             if let Event::SessionClosed { session, .. } = event {
                 self.forget_session(*session);
