@@ -60,8 +60,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
 {numeric_fields}
   --clock manual       every request carries Klock-Now (conformance runs; needs --memory,
                        or on every node of a cluster, its leader stamps entries so)
-  --snapshot-every N   store a snapshot and drop the log behind it every N entries
-                       (default 10000; 0 never)
+  --snapshot-every N   store a snapshot and drop the log behind it every N commands
+                       logged (default 10000; 0 never)
   --history N          keep about the last N kernel steps in memory for replay
                        (GET /v1/ns/{ns}/history); default: 200000 with --dashboard,
                        none otherwise (keeping it costs batch throughput)

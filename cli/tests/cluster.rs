@@ -1131,3 +1131,53 @@ fn a_batch_request_is_one_entry_answered_per_operation_through_snapshots_and_res
     cluster.caught_up_with(leader);
     same_hashes(&cluster);
 }
+
+/// `--snapshot-every N` counts commands, not log entries: one batch request of 150
+/// operations is one entry, and with N = 100 it makes a snapshot due on every node (what a
+/// restart replays stays bounded by commands, though an entry may carry a batch's 1,000); a
+/// few entries of one command each make none.
+#[test]
+fn snapshots_count_the_commands_a_batch_entry_carries() {
+    let mut cluster = Cluster::unstarted(support::klock(), 3);
+    cluster.extra = vec![String::from("--snapshot-every"), String::from("100")];
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    klock_cluster(&cluster, 0, &["init"]).unwrap();
+    let leader = cluster.leader();
+    let alice = open(&cluster, leader, "alice");
+    let snapshots = |cluster: &Cluster| -> Vec<Option<u64>> {
+        (0..3)
+            .map(|i| cluster.status(i).unwrap()["snapshot_index"].as_u64())
+            .collect()
+    };
+    cluster.caught_up_with(leader);
+    assert_eq!(snapshots(&cluster), [None, None, None], "too early");
+    let ops: Vec<Value> = (0..150)
+        .map(|k| {
+            json!({"op": "acquire", "session": alice.0, "token": alice.1,
+                   "intents": [format!("MUTATES FILE:/s{k}")], "ttl_ms": 60_000, "wait": false})
+        })
+        .collect();
+    let a = cluster.ask(
+        leader,
+        "/v1/ns/default/batch",
+        "",
+        "batch-150",
+        json!({ "operations": ops }),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    cluster.caught_up_with(leader);
+    let started = Instant::now();
+    loop {
+        let taken = snapshots(&cluster);
+        if taken.iter().all(Option::is_some) {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "150 commands in one entry made no snapshot on every node: {taken:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

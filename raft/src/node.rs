@@ -44,7 +44,7 @@ use crate::gone::GoneLeader;
 use crate::log_store::{open_file, LogStore};
 use crate::network::Network;
 use crate::peer::{Peer, PeerAccess};
-use crate::state_machine::StateMachine;
+use crate::state_machine::{SnapshotDue, StateMachine};
 use crate::types::{KlockRaft, Proposal, Replies};
 use axum::body::Bytes;
 use futures_util::future::BoxFuture;
@@ -104,8 +104,9 @@ pub struct ClusterConfig {
     /// Raft's timing: heartbeat and election timeouts, in ms.
     pub heartbeat_ms: u64,
     pub election_ms: (u64, u64),
-    /// Take a snapshot every this many entries and purge the log it covers
-    /// (`--snapshot-every`; 0: never). A node too far behind then catches up by snapshot.
+    /// Take a snapshot every this many commands applied (a batch entry counts its commands)
+    /// and purge the log it covers (`--snapshot-every`; 0: never). A node too far behind then
+    /// catches up by snapshot.
     pub snapshot_every: u64,
     /// `--clock manual` (conformance runs through a cluster): the leader stamps each entry
     /// with the `now` its request carried, instead of its own clock, and a request without
@@ -225,16 +226,17 @@ where
             torn.dropped
         );
     }
-    let sm = StateMachine::open(Arc::clone(&state), Arc::clone(&log)).map_err(|e| e.to_string())?;
+    let mut sm =
+        StateMachine::open(Arc::clone(&state), Arc::clone(&log)).map_err(|e| e.to_string())?;
+    let due = sm.snapshot_every(config.snapshot_every);
     let raft_config = openraft::Config {
         cluster_name: String::from("klock"),
         heartbeat_interval: config.heartbeat_ms,
         election_timeout_min: config.election_ms.0,
         election_timeout_max: config.election_ms.1,
-        snapshot_policy: match config.snapshot_every {
-            0 => openraft::SnapshotPolicy::Never,
-            n => openraft::SnapshotPolicy::LogsSinceLast(n),
-        },
+        // Not openraft's count of log entries: a batch entry carries up to 1,000 commands, and
+        // what a restart replays is bounded by commands (`snapshot_when_due`).
+        snapshot_policy: openraft::SnapshotPolicy::Never,
         // What a snapshot covers is dropped from the log (the single server compacts so too).
         max_in_snapshot_log_to_keep: 0,
         ..openraft::Config::default()
@@ -269,7 +271,31 @@ where
         forwards: Mutex::new(BTreeMap::new()),
     });
     replicator.watch_leadership();
+    snapshot_when_due(Arc::downgrade(&replicator), due);
     Ok(replicator)
+}
+
+/// Asks openraft for a snapshot whenever the state machine says one is due
+/// ([`ClusterConfig::snapshot_every`] commands applied since the last): until the node or its
+/// state machine is gone.
+fn snapshot_when_due(node: std::sync::Weak<Replicator>, due: Arc<SnapshotDue>) {
+    if due.every == 0 {
+        return;
+    }
+    tokio::spawn(async move {
+        loop {
+            due.wait().await;
+            // The state machine gone (only this task holds `due`): the node stopped.
+            let (Some(node), true) = (node.upgrade(), Arc::strong_count(&due) > 1) else {
+                return;
+            };
+            // Asked once more at the next apply if a snapshot under way made openraft ignore
+            // this one (the count is reset only when a snapshot begins).
+            if due.due() && node.raft.trigger().snapshot().await.is_err() {
+                return; // the Raft core stopped
+            }
+        }
+    });
 }
 
 /// The leader's clock, once anchored, and the term it holds for.

@@ -20,6 +20,11 @@
 //!   machine from it ([`Machine::restore`], which checks its hash) and takes its metadata; a
 //!   snapshot whose index does not match its metadata is refused by name, and the machine is
 //!   left as it was.
+//! - Snapshots come every [`SnapshotDue::every`] commands applied (a batch entry counts its
+//!   commands, any other entry one), not every so many log entries: a cluster's entry may
+//!   carry up to a batch request's 1,000 operations, and what a restart replays (the log after
+//!   the last snapshot) is bounded by commands. The state machine counts them and wakes
+//!   [`SnapshotDue::wait`]; the node's task then asks openraft for the snapshot.
 //! - Snapshots are durable: one built or installed is stored through the log seam (the same
 //!   [`Log`] the log store uses: in the file store, one redb commit), with its Raft metadata
 //!   in [`MachineSnapshot::consensus`], before the call returns; so the log store may purge
@@ -38,6 +43,7 @@ use openraft::alias::{SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use std::io::{self, Cursor};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A snapshot's metadata and data.
@@ -48,6 +54,39 @@ type Membership = StoredMembershipOf<KlockRaft>;
 /// The latest snapshot built or installed, shared with the builders.
 type Current = Arc<Mutex<Option<(Meta, Vec<u8>)>>>;
 
+/// When a snapshot is due (module contract): the commands applied since the last one was
+/// begun, shared by the state machine that counts them and the task that asks for it.
+pub struct SnapshotDue {
+    /// A snapshot every this many commands (0: never).
+    pub every: u64,
+    since: AtomicU64,
+    wake: tokio::sync::Notify,
+}
+
+impl SnapshotDue {
+    /// Whether the commands applied since the last snapshot reached [`SnapshotDue::every`].
+    pub fn due(&self) -> bool {
+        self.every > 0 && self.since.load(Ordering::Acquire) >= self.every
+    }
+
+    /// Waits until the state machine may have made a snapshot due (check [`SnapshotDue::due`]:
+    /// a wake-up can be stale).
+    pub async fn wait(&self) {
+        self.wake.notified().await;
+    }
+
+    fn applied(&self, commands: u64) {
+        self.since.fetch_add(commands, Ordering::AcqRel);
+        if self.due() {
+            self.wake.notify_one();
+        }
+    }
+
+    fn begun(&self) {
+        self.since.store(0, Ordering::Release);
+    }
+}
+
 /// Raft's state machine on an applier (see the module contract).
 pub struct StateMachine {
     /// Shared with the engine of a cluster node: its reads see what is applied here.
@@ -57,6 +96,8 @@ pub struct StateMachine {
     current: Current,
     /// Where snapshots are stored (shared with the log store).
     log: Arc<dyn Log<RaftEntry>>,
+    /// The commands applied since the last snapshot (module contract).
+    due: Arc<SnapshotDue>,
 }
 
 impl StateMachine {
@@ -84,6 +125,11 @@ impl StateMachine {
             membership: Membership::default(),
             current: Arc::default(),
             log,
+            due: Arc::new(SnapshotDue {
+                every: 0,
+                since: AtomicU64::new(0),
+                wake: tokio::sync::Notify::new(),
+            }),
         };
         if let Some(mut stored) = sm.log.read_snapshot().map_err(io_error)? {
             let consensus = stored.consensus.take().ok_or_else(|| {
@@ -101,6 +147,17 @@ impl StateMachine {
         Ok(sm)
     }
 
+    /// Makes a snapshot due every `every` commands applied (0: never; module contract); the
+    /// node's task waits on what this returns and asks openraft for each snapshot.
+    pub fn snapshot_every(&mut self, every: u64) -> Arc<SnapshotDue> {
+        self.due = Arc::new(SnapshotDue {
+            every,
+            since: AtomicU64::new(0),
+            wake: tokio::sync::Notify::new(),
+        });
+        Arc::clone(&self.due)
+    }
+
     /// The applier (its machine, event streams and history), shared.
     pub fn applier(&self) -> &Arc<Mutex<Applier>> {
         &self.applier
@@ -115,6 +172,14 @@ impl StateMachine {
             output: Ok(Output::Done),
             events: Vec::new(),
         }]
+    }
+}
+
+impl Drop for StateMachine {
+    /// Wakes the task that waits for a snapshot to be due, so that it sees the state machine
+    /// gone and ends.
+    fn drop(&mut self) {
+        self.due.wake.notify_one();
     }
 }
 
@@ -176,6 +241,8 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
             };
             drop(applier);
             self.last_applied = Some(entry.log_id);
+            // One answer per command (a batch entry's several; any other entry's one).
+            self.due.applied(replies.len() as u64);
             if let Some(responder) = responder {
                 responder.send(replies);
             }
@@ -184,6 +251,8 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        // Whatever asked for it, this snapshot covers every command applied so far.
+        self.due.begun();
         SnapshotBuilder {
             meta: Meta {
                 last_log_id: self.last_applied,
@@ -243,6 +312,7 @@ impl StateMachine {
         drop(applier);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
+        self.due.begun();
         *lock(&self.current) = Some((meta.clone(), bytes));
     }
 }

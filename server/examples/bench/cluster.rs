@@ -15,9 +15,8 @@
 //!   [`RETRY`], not after the 503's `Retry-After: 1` (the row measures the cluster, not a
 //!   client's backoff).
 //! - [`catch_up`]: a follower stopped, the cluster then holding 100k live leases (its logs
-//!   purged behind snapshots, taken every [`CATCH_UP_SNAPSHOT_EVERY`] entries on that row's
-//!   cluster, so the follower cannot catch up from the log), the follower restarted: the time
-//!   until its applied index reaches the leader's.
+//!   purged behind snapshots, so the follower cannot catch up from the log), the follower
+//!   restarted: the time until its applied index reaches the leader's.
 //! - [`section`]: the report's section of these rows and their targets, met or missed.
 //!
 //! A benchmark: a step that cannot go on (no leader within [`WAIT`]) stops the run with a
@@ -41,11 +40,6 @@ const RETRY: Duration = Duration::from_millis(10);
 pub const KILLS: usize = 24;
 /// Live leases the cluster holds while a node catches up.
 const LEASES: usize = 100_000;
-/// The catch-up row's `--snapshot-every`: its leases are granted by 100 batch requests of
-/// 1,000, each one Raft entry, about 200 entries with the opens, far fewer than the default
-/// 10,000; snapshots every this many entries make the leader purge its log past the stopped
-/// follower, which so catches up by snapshot.
-const CATCH_UP_SNAPSHOT_EVERY: u64 = 50;
 
 // The throughput rows (64 clients each), in the report's order.
 pub const LEADER: &str = "three nodes, through the leader";
@@ -65,16 +59,10 @@ fn start(binary: &str) -> Cluster {
 /// [`start`], the nodes logging at `log` (a `--log-level` filter) to files in the cluster's
 /// directory ([`Cluster::log`]) if given, else logging errors only to stderr.
 fn start_logging(binary: &str, log: Option<&str>) -> Cluster {
-    start_with(binary, log, &[])
-}
-
-/// [`start_logging`], every node also given `flags`.
-fn start_with(binary: &str, log: Option<&str>, flags: &[&str]) -> Cluster {
     let mut cluster = Cluster::unstarted(Path::new(binary), 3);
     // Openraft's warnings while a peer is down would bury the benchmark's progress.
     let level = log.unwrap_or("error");
     cluster.extra = vec![String::from("--log-level"), level.to_owned()];
-    cluster.extra.extend(flags.iter().map(|f| (*f).to_owned()));
     cluster.logged = log.is_some();
     cluster.wait = WAIT;
     cluster.start_all();
@@ -367,8 +355,7 @@ impl CatchUp {
 
 /// The catch-up row (module contract).
 pub fn catch_up(binary: &str) -> CatchUp {
-    let every = CATCH_UP_SNAPSHOT_EVERY.to_string();
-    let mut cluster = start_with(binary, None, &["--snapshot-every", &every]);
+    let mut cluster = start(binary);
     let leader = cluster.leader();
     let lagging = (leader + 1) % 3;
     let before = cluster.status(lagging).expect("the follower's status")["last_log_index"]
@@ -494,10 +481,8 @@ pub fn section(
     ));
     out.push_str(&format!(
         "\n### Catch-up by snapshot\n\nA follower stopped (its log ends at index {}), the leader \
-         then granted {LEASES} leases (live, 5 min TTL) through the batch endpoint (one Raft \
-         entry per request of 1,000; this row's cluster snapshots every \
-         {CATCH_UP_SNAPSHOT_EVERY} entries) and applied up to index {} with its log purged up to \
-         index {}; the follower restarted.\n\n\
+         then granted {LEASES} leases (live, 5 min TTL) through the batch endpoint and applied up to \
+         index {} with its log purged up to index {}; the follower restarted.\n\n\
          | what | measured |\n|---|---:|\n\
          | restart → listening | {} |\n\
          | restart → applied index reaches the leader's | {} |\n\
@@ -511,8 +496,7 @@ pub fn section(
         ms(catch_up.took),
         catch_up
             .snapshot
-            .map_or(String::from("none (caught up from the log)"), |s| s
-                .to_string()),
+            .map_or(String::from("none (caught up from the log)"), |s| s.to_string()),
     ));
     out.push_str("\n### Cluster targets\n\n| target | measured | |\n|---|---:|---|\n");
     out.push_str(&format!(
