@@ -414,8 +414,8 @@ pub fn section(
     let mut out = format!(
         "{HEADING}\n\n{note}Three `klock serve --node-id N` processes, each with its own data file \
          (durable), default election settings (heartbeat 100 ms, election timeout 400-800 ms), \
-         snapshot every 10,000 entries. A cluster row is divided by the single-node durable row \
-         of the same round (same way of asking, 64 clients).\n\n\
+         snapshot every 10,000 commands (a batch request is one entry of up to 1,000). A cluster \
+         row is divided by the single-node durable row of the same round (same way of asking, 64 clients).\n\n\
          ### Throughput\n\n| cluster | clients | pairs/s | ÷ single-node durable | p50 ms | p99 ms |\n\
          |---|---:|---:|---:|---:|---:|\n"
     );
