@@ -39,6 +39,7 @@
 mod support;
 
 use klock_testkit::http_client::request_within as call;
+use klock_testkit::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -63,27 +64,6 @@ const MARGIN_MS: u64 = 300;
 /// Snapshots (and purged logs) often, so a re-added node catches up by snapshot and a
 /// restarted one from a snapshot and the entries after it.
 const SNAPSHOT_EVERY: &str = "40";
-
-/// splitmix64: the seeded choices of the nemesis and of each client.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from + 1))
-    }
-}
 
 /// A client's answer: the body, the `(index, now)` of the entry that carried it, and whether it
 /// came on the first attempt (an answer to a retry may be the first one's, kept by key).

@@ -10,28 +10,8 @@ use klock_server::applier::Applier;
 use klock_server::events::{EventHub, EventId, Kinds, Stream};
 use klock_server::history::History;
 use klock_server::machine::{Applied, Caller, Entry, Item, Machine, Refused};
+use klock_testkit::rng::Rng;
 use std::sync::{Arc, Mutex};
-
-/// splitmix64: a seeded generator with no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 const NAMESPACES: [&str; 2] = ["a", "b"];
 

@@ -14,6 +14,7 @@
 //!   tests and the cluster benchmark.
 //! - [`manual`]: the resettable manual-clock server (`klock-testkit serve`), which the
 //!   Python, Node and dashboard client tests reset between scenarios.
+//! - [`rng`]: a seeded generator for tests that choose at random.
 //! - [`conformance`]: every conformance vector through the HTTP API (`klock-testkit
 //!   conformance PATH...`).
 
@@ -25,5 +26,6 @@ pub mod link;
 pub mod link_process;
 pub mod manual;
 pub mod process;
+pub mod rng;
 pub mod server;
 pub mod support;
