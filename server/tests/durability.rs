@@ -319,6 +319,79 @@ fn the_clock_rules_are_enforced() {
     });
 }
 
+/// In memory a handler's own task applies its commands (no engine thread): commands sent at
+/// once from many tasks still get dense indexes, stamped in the order they are applied.
+#[test]
+fn concurrent_commands_in_memory_get_dense_indexes_in_time_order() {
+    runtime().block_on(async {
+        let config = EngineConfig {
+            clock: Clock::monotonic(0),
+            snapshot_every: 0,
+            log_entries: 0,
+            metrics: Default::default(),
+        };
+        let machine = Machine::new(Config::default()).unwrap();
+        let engine = engine::spawn(machine, None, config, Default::default());
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let engine = engine.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut seen = Vec::new();
+                for k in 0..20 {
+                    let reply = engine.command(open(&format!("agent-{i}-{k}")), None).await;
+                    let reply = reply.unwrap();
+                    seen.push((reply.index, reply.now));
+                }
+                seen
+            }));
+        }
+        let mut seen = Vec::new();
+        for t in tasks {
+            seen.extend(t.await.unwrap());
+        }
+        seen.sort_unstable();
+        let indexes: Vec<u64> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(indexes, (1..=1280).collect::<Vec<u64>>());
+        assert!(
+            seen.windows(2).all(|w| w[0].1 <= w[1].1),
+            "a later index never has an earlier now"
+        );
+        let applied = engine.read(|m| m.applied()).await.unwrap();
+        assert_eq!(applied, 1280);
+    });
+}
+
+/// A batch's submission that the clock refuses gets its own error in its own place; the
+/// others are applied with consecutive indexes.
+#[test]
+fn a_refused_submission_keeps_its_place_in_the_answers() {
+    runtime().block_on(async {
+        let manual = EngineConfig {
+            clock: Clock::Manual,
+            snapshot_every: 0,
+            log_entries: 0,
+            metrics: Default::default(),
+        };
+        let machine = Machine::new(Config::default()).unwrap();
+        let engine = engine::spawn(machine, None, manual, Default::default());
+        let answers = engine
+            .submit_many(vec![
+                Submission::new(open("ann"), Some(5)),
+                Submission::new(open("bob"), None),
+                Submission::new(open("cy"), Some(6)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(answers.len(), 3);
+        assert_eq!(answers[0].as_ref().unwrap().index, 1);
+        assert!(
+            matches!(&answers[1], Err(EngineError::Clock(m)) if m.contains("must carry `now`"))
+        );
+        assert_eq!(answers[2].as_ref().unwrap().index, 2);
+        assert_eq!(answers[2].as_ref().unwrap().now, 6);
+    });
+}
+
 #[test]
 fn the_timer_expires_leases_without_any_client_call() {
     runtime().block_on(async {
