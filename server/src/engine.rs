@@ -43,7 +43,7 @@ use crate::machine::{Caller, Entry, Machine, MachineSnapshot, Refused};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use klock_core::{Command, Event, Output};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -174,6 +174,7 @@ enum Path {
     Local {
         writer: mpsc::Sender<Proposal>,
         clock: Clock,
+        arrivals: Arc<Arrivals>,
     },
     /// A cluster: the consensus layer stamps (on its leader), replicates and applies, through
     /// the same applier (see [`Replicate`]).
@@ -371,8 +372,10 @@ impl EngineHandle {
 impl Core {
     /// Logs and applies `submissions` as one batch (see the module contract).
     async fn propose(&self, submissions: Vec<Submission>) -> Answers {
-        let writer = match &self.path {
-            Path::Local { writer, .. } => writer,
+        let (writer, arrivals) = match &self.path {
+            Path::Local {
+                writer, arrivals, ..
+            } => (writer, arrivals),
             Path::Memory { clock, metrics } => {
                 return Ok(self.apply_in_memory(clock, metrics, submissions))
             }
@@ -386,6 +389,7 @@ impl Core {
             })
             .unzip();
         writer.send(many).await.map_err(|_| EngineError::Stopped)?;
+        arrivals.arrived();
         let mut out = Vec::with_capacity(answers.len());
         for answer in answers {
             out.push(answer.await.map_err(|_| EngineError::Stopped)?);
@@ -495,8 +499,10 @@ pub fn spawn_with_history(
         ),
         Some(log) => {
             let (writer, inbox) = mpsc::channel(4096);
+            let arrivals = Arc::new(Arrivals::default());
             let engine = Writer {
                 log,
+                arrivals: Arc::clone(&arrivals),
                 state: Arc::clone(&state),
                 clock: config.clock,
                 timer: Arc::clone(&timer),
@@ -508,9 +514,11 @@ pub fn spawn_with_history(
                 .name(String::from("klock-engine"))
                 .spawn(move || engine.run(inbox))
                 .unwrap_or_else(|e| fail_stop(&format!("cannot start the engine's thread: {e}")));
+            let _ = arrivals.engine.set(spawned.thread().clone());
             let path = Path::Local {
                 writer,
                 clock: config.clock,
+                arrivals,
             };
             (path, Stopped(Some(spawned)))
         }
@@ -621,6 +629,7 @@ async fn run_timer(core: Weak<Core>) {
 /// The engine's thread of a durable node: group commit (see the module contract).
 struct Writer {
     log: Arc<Store>,
+    arrivals: Arc<Arrivals>,
     state: Arc<Mutex<Applier>>,
     clock: Clock,
     timer: Arc<Timer>,
@@ -657,7 +666,8 @@ impl Writer {
                 if entries.len() < MAX_BATCH_ENTRIES {
                     proposal = match (inbox.try_recv().ok(), until) {
                         (None, Some(until)) if group.waits(requests) => {
-                            recv_until(&mut inbox, until)
+                            let missing = group.missing(requests);
+                            recv_until(&mut inbox, until, missing, &self.arrivals)
                         }
                         (taken, _) => taken,
                     };
@@ -741,6 +751,11 @@ impl GroupCommit {
         requests < self.expected
     }
 
+    /// How many more requests a batch of `requests` so far waits for.
+    fn missing(&self, requests: usize) -> usize {
+        self.expected.saturating_sub(requests)
+    }
+
     /// Notes a batch of `requests` whose append took `appended`, with `queued` requests
     /// waiting after it.
     fn committed(&mut self, requests: usize, queued: usize, appended: Duration) {
@@ -749,27 +764,64 @@ impl GroupCommit {
     }
 }
 
-/// The next proposal, waiting for one until `until` at most (`None` then, or when every
-/// handle is gone).
-fn recv_until(inbox: &mut mpsc::Receiver<Proposal>, until: Instant) -> Option<Proposal> {
-    /// Wakes the engine's thread when a proposal arrives.
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
+/// The requests a lingering durable batch still waits for (module contract, group commit):
+/// each handler counts its arrival after its send, and only the arrival that completes the
+/// count wakes the engine's thread. Woken by every send instead, the thread paid a wake-up
+/// and a context switch per request while it lingered.
+#[derive(Default)]
+struct Arrivals {
+    /// Arrivals still waited for (0: the engine's thread is not waiting).
+    wanted: AtomicUsize,
+    /// The engine's thread, to wake.
+    engine: std::sync::OnceLock<std::thread::Thread>,
+}
+
+impl Arrivals {
+    /// A handler's proposal is in the inbox: wakes the engine's thread if it completes the
+    /// number it waits for.
+    fn arrived(&self) {
+        // Pairs with the fence in `recv_until`: either this load sees the thread's count, or
+        // the thread, after setting it, sees this proposal in the inbox.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.wanted.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let was = self
+            .wanted
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| w.checked_sub(1));
+        if was == Ok(1) {
+            if let Some(engine) = self.engine.get() {
+                engine.unpark();
+            }
         }
     }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
+}
+
+/// The next proposal, waiting until `until` at most (`None` then, or when every sender is
+/// gone) for `missing` more to arrive before looking again (see [`Arrivals`]). A wake-up
+/// missed in a race costs at most the wait until `until`.
+fn recv_until(
+    inbox: &mut mpsc::Receiver<Proposal>,
+    until: Instant,
+    missing: usize,
+    arrivals: &Arrivals,
+) -> Option<Proposal> {
     loop {
-        if let std::task::Poll::Ready(proposal) = inbox.poll_recv(&mut cx) {
-            return proposal;
+        match inbox.try_recv() {
+            Ok(proposal) => return Some(proposal),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) => {}
         }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return None;
         }
-        std::thread::park_timeout(left);
+        arrivals.wanted.store(missing.max(1), Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if inbox.is_empty() && !inbox.is_closed() {
+            std::thread::park_timeout(left);
+        }
+        arrivals.wanted.store(0, Ordering::SeqCst);
     }
 }
 
@@ -861,28 +913,40 @@ mod tests {
         assert_eq!(group.deadline(now), Some(now + MAX_LINGER));
     }
 
-    /// `recv_until` gives up at its deadline, and wakes as soon as a proposal is sent.
+    /// `recv_until` gives up at its deadline, is woken by the arrival that completes the
+    /// number it waits for (not by the ones before), and ends when every sender is gone.
     #[test]
-    fn recv_until_waits_at_most_until_its_deadline() {
+    fn recv_until_waits_for_its_arrivals_or_its_deadline() {
         let (tx, mut inbox) = mpsc::channel::<Proposal>(4);
+        let arrivals = Arc::new(Arrivals::default());
+        let _ = arrivals.engine.set(std::thread::current());
         let started = Instant::now();
-        assert!(recv_until(&mut inbox, started + Duration::from_millis(30)).is_none());
+        let deadline = started + Duration::from_millis(30);
+        assert!(recv_until(&mut inbox, deadline, 1, &arrivals).is_none());
         assert!(started.elapsed() >= Duration::from_millis(30));
+        let sending = Arc::clone(&arrivals);
         let sender = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            tx.blocking_send(Vec::new()).unwrap();
+            for pause in [20, 300] {
+                std::thread::sleep(Duration::from_millis(pause));
+                tx.blocking_send(Vec::new()).unwrap();
+                sending.arrived();
+            }
             tx
         });
         let started = Instant::now();
-        let got = recv_until(&mut inbox, started + Duration::from_secs(20));
-        assert!(got.is_some(), "the proposal sent meanwhile");
+        let got = recv_until(&mut inbox, started + Duration::from_secs(20), 2, &arrivals);
+        assert!(got.is_some(), "the proposals sent meanwhile");
+        let waited = started.elapsed();
         assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "woken by the send"
+            waited >= Duration::from_millis(320),
+            "not woken by the first of two arrivals ({waited:?})"
         );
+        assert!(waited < Duration::from_secs(10), "woken by the second");
+        assert!(inbox.try_recv().is_ok(), "the second is there");
         drop(sender.join().unwrap());
         let started = Instant::now();
-        assert!(recv_until(&mut inbox, started + Duration::from_secs(20)).is_none());
+        let gone = recv_until(&mut inbox, started + Duration::from_secs(20), 1, &arrivals);
+        assert!(gone.is_none());
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "every sender gone"
