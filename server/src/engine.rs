@@ -31,9 +31,9 @@
 //!   batch re-arms it when it makes the next deadline earlier.
 //! - Events go to the [`EventHub`] in log order, only after their entry is durable.
 //! - The proposer is a seam ([`Path`]): on one node it is the engine's thread above (or the
-//!   handler's own task, in memory); on a
-//!   cluster node ([`spawn_replicated`]) a consensus layer ([`Replicate`]) stamps, replicates
-//!   and applies through the same [`Applier`], and the timer proposes only while it leads.
+//!   handler's own task, in memory); on a cluster node ([`spawn_replicated`]) a consensus
+//!   layer ([`Replicate`]) stamps, replicates and applies through the same [`Applier`], and
+//!   the timer proposes only while it leads.
 
 use crate::applier::Applier;
 use crate::events::EventHub;
