@@ -8,32 +8,26 @@
 //!   grants and fences are therefore derived from committed entries only, by the same applier
 //!   recovery replays with. A failed write stops the process: it never serves state the disk
 //!   lacks.
-//! - Durable: group commit on the engine's own thread. Handlers send their commands to it; it
-//!   takes every command waiting as one batch, appends the batch (one write and one sync, on
-//!   this thread), applies it, then answers and publishes. Commands that arrive meanwhile form
-//!   the next batch. Every `snapshot_every` entries it stores a snapshot and purges the
-//!   entries it covers.
-//! - In memory there is no log to wait for, so there is no engine thread: a handler's task
-//!   stamps and applies its own command (or batch) under the applier's lock, and answers.
-//!   Stamping under that lock keeps `now` and the indexes in apply order. This saves the two
-//!   cross-thread wake-ups per request that a hop to a thread costs (docs/DECISIONS.md,
-//!   "Issue 23: in memory, a handler applies its own command").
+//! - Group commit on the engine's own thread. Handlers send their commands to it; it takes
+//!   every command waiting as one batch, appends the batch (durable: one write and one sync,
+//!   on this thread; in memory there is no log), applies it, then answers and publishes.
+//!   Commands that arrive meanwhile form the next batch. Every `snapshot_every` entries a
+//!   durable engine stores a snapshot and purges the entries it covers.
 //! - Under load, a durable batch lingers for the requests about to come (group commit): when
 //!   the last batch answered several requests, the next one waits for as many requests as
 //!   that batch answered plus those already queued (the answered clients' next requests),
 //!   at most as long as the last append took (at most [`MAX_LINGER`]), so that one sync
 //!   serves them all instead of the clients splitting into groups that each pay a sync. A
-//!   lone request never waits.
+//!   lone request, and every request in memory, never waits.
 //! - Reads run on the handler's task under the applier's lock: they see the machine between
 //!   batches, after the last committed entry.
 //! - The timer (monotonic clock only): when the kernel's `next_deadline` is due, a task
 //!   proposes an `advance`, so expiries and timeouts happen without any client call. Each
 //!   batch re-arms it when it makes the next deadline earlier.
 //! - Events go to the [`EventHub`] in log order, only after their entry is durable.
-//! - The proposer is a seam ([`Path`]): on one node it is the engine's thread above (or the
-//!   handler's own task, in memory); on a cluster node ([`spawn_replicated`]) a consensus
-//!   layer ([`Replicate`]) stamps, replicates and applies through the same [`Applier`], and
-//!   the timer proposes only while it leads.
+//! - The proposer is a seam ([`Path`]): on one node it is the engine's thread above; on a
+//!   cluster node ([`spawn_replicated`]) a consensus layer ([`Replicate`]) stamps, replicates
+//!   and applies through the same [`Applier`], and the timer proposes only while it leads.
 
 use crate::applier::Applier;
 use crate::events::EventHub;
@@ -166,11 +160,8 @@ impl Stopped {
 
 /// How a batch of submissions becomes durable and applied: the proposer seam.
 enum Path {
-    /// One node in memory: nothing to make durable, so the caller's task stamps and applies
-    /// (see the module contract).
-    Memory { clock: Clock, metrics: Arc<Metrics> },
-    /// One durable node: the engine's thread stamps, appends to the file log and applies. It
-    /// is the thread's inbox, with the clock it stamps with.
+    /// One node: the engine's thread stamps, appends to the file log (or nothing, in memory)
+    /// and applies. It is the thread's inbox, with the clock it stamps with.
     Local {
         writer: mpsc::Sender<Proposal>,
         clock: Clock,
@@ -370,15 +361,14 @@ impl EngineHandle {
 }
 
 impl Core {
-    /// Logs and applies `submissions` as one batch (see the module contract).
+    /// Logs and applies `submissions` as one batch, on the engine's thread (see the module
+    /// contract). Applying on the handler's own task instead measured slower in memory on
+    /// two cores (docs/DECISIONS.md, "Where the work runs").
     async fn propose(&self, submissions: Vec<Submission>) -> Answers {
         let (writer, arrivals) = match &self.path {
             Path::Local {
                 writer, arrivals, ..
             } => (writer, arrivals),
-            Path::Memory { clock, metrics } => {
-                return Ok(self.apply_in_memory(clock, metrics, submissions))
-            }
             Path::Replicated(replicate) => return replicate.propose(submissions).await,
         };
         let (many, answers): (Vec<_>, Vec<_>) = submissions
@@ -397,49 +387,10 @@ impl Core {
         Ok(out)
     }
 
-    /// Stamps and applies `submissions` on the caller's thread, as the engine's thread does
-    /// without a log: each answered in order, a submission the clock refuses with its error.
-    fn apply_in_memory(
-        &self,
-        clock: &Clock,
-        metrics: &Metrics,
-        submissions: Vec<Submission>,
-    ) -> Vec<Result<Reply, EngineError>> {
-        let mut state = lock(&self.state);
-        let mut next = state.machine().applied() + 1;
-        let mut entries = Vec::with_capacity(submissions.len());
-        let mut refused = Vec::new();
-        for (at, submission) in submissions.into_iter().enumerate() {
-            match stamp(clock, submission) {
-                Ok(entry) => {
-                    entries.push((next, entry));
-                    next += 1;
-                }
-                Err(e) => refused.push((at, e)),
-            }
-        }
-        // A panic here (a bug) may leave the machine half-applied: stop at once, as the
-        // engine's thread does on its next lock, rather than unwind this task alone.
-        let applied =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| state.apply_batch(&entries)));
-        let replies = applied.unwrap_or_else(|_| fail_stop(POISONED));
-        let deadline = state.machine().kernel().next_deadline();
-        drop(state);
-        let count = entries.len() as u64;
-        metrics.commit_entries.fetch_add(count, Ordering::Relaxed);
-        metrics.log_entries.fetch_add(count, Ordering::Relaxed);
-        self.timer.rearm(deadline);
-        let mut answers: Vec<_> = replies.into_iter().map(Ok).collect();
-        for (at, e) in refused {
-            answers.insert(at, Err(e));
-        }
-        answers
-    }
-
     /// The clock commands are stamped with now (`None` on a cluster node that does not lead).
     fn clock(&self) -> Option<Clock> {
         match &self.path {
-            Path::Local { clock, .. } | Path::Memory { clock, .. } => Some(*clock),
+            Path::Local { clock, .. } => Some(*clock),
             Path::Replicated(replicate) => replicate.clock(),
         }
     }
@@ -489,43 +440,33 @@ pub fn spawn_with_history(
         armed: AtomicU64::new(u64::MAX),
         wake: Notify::new(),
     });
-    let (path, thread) = match store {
-        None => (
-            Path::Memory {
-                clock: config.clock,
-                metrics: Arc::clone(&metrics),
-            },
-            Stopped::default(),
-        ),
-        Some(log) => {
-            let (writer, inbox) = mpsc::channel(4096);
-            let arrivals = Arc::new(Arrivals::default());
-            let engine = Writer {
-                log,
-                arrivals: Arc::clone(&arrivals),
-                state: Arc::clone(&state),
-                clock: config.clock,
-                timer: Arc::clone(&timer),
-                metrics: Arc::clone(&metrics),
-                snapshot_every: config.snapshot_every,
-                since_snapshot: config.log_entries,
-            };
-            let spawned = std::thread::Builder::new()
-                .name(String::from("klock-engine"))
-                .spawn(move || engine.run(inbox))
-                .unwrap_or_else(|e| fail_stop(&format!("cannot start the engine's thread: {e}")));
-            let _ = arrivals.engine.set(spawned.thread().clone());
-            let path = Path::Local {
-                writer,
-                clock: config.clock,
-                arrivals,
-            };
-            (path, Stopped(Some(spawned)))
-        }
+    let (writer, inbox) = mpsc::channel(4096);
+    let arrivals = Arc::new(Arrivals::default());
+    let thread = {
+        let writer = Writer {
+            log: store,
+            arrivals: Arc::clone(&arrivals),
+            state: Arc::clone(&state),
+            clock: config.clock,
+            timer: Arc::clone(&timer),
+            metrics: Arc::clone(&metrics),
+            snapshot_every: config.snapshot_every,
+            since_snapshot: config.log_entries,
+        };
+        let spawned = std::thread::Builder::new()
+            .name(String::from("klock-engine"))
+            .spawn(move || writer.run(inbox))
+            .unwrap_or_else(|e| fail_stop(&format!("cannot start the engine's thread: {e}")));
+        let _ = arrivals.engine.set(spawned.thread().clone());
+        Stopped(Some(spawned))
     };
     let core = Arc::new(Core {
         state,
-        path,
+        path: Path::Local {
+            writer,
+            clock: config.clock,
+            arrivals,
+        },
         thread: Mutex::new(thread),
         timer,
     });
@@ -626,9 +567,10 @@ async fn run_timer(core: Weak<Core>) {
     }
 }
 
-/// The engine's thread of a durable node: group commit (see the module contract).
+/// The engine's thread: group commit (see the module contract).
 struct Writer {
-    log: Arc<Store>,
+    /// `None` in memory: nothing to write.
+    log: Option<Arc<Store>>,
     arrivals: Arc<Arrivals>,
     state: Arc<Mutex<Applier>>,
     clock: Clock,
@@ -647,7 +589,7 @@ impl Writer {
             let mut responders = Vec::new();
             let mut proposal = Some(first);
             let mut requests = 0usize;
-            let until = group.deadline(Instant::now());
+            let until = group.deadline(self.log.is_some(), Instant::now());
             while let Some(many) = proposal.take() {
                 requests += 1;
                 for (submission, reply) in many {
@@ -683,17 +625,22 @@ impl Writer {
     }
 
     /// Appends the batch durably, applies it, answers, and snapshots when due; returns how
-    /// long the append took.
+    /// long the append took (zero in memory).
     fn commit(&mut self, entries: &[(u64, Entry)], responders: Vec<Responder>) -> Duration {
         let started = Instant::now();
-        if let Err(e) = self.log.append(entries) {
-            fail_stop(&format!("storage failed: {e}"));
+        let mut appended = Duration::ZERO;
+        if let Some(log) = &self.log {
+            if let Err(e) = log.append(entries) {
+                fail_stop(&format!("storage failed: {e}"));
+            }
+            appended = started.elapsed();
+            self.metrics.commit_seconds.observe(appended);
         }
-        let appended = started.elapsed();
-        self.metrics.commit_seconds.observe(appended);
         let count = entries.len() as u64;
         self.since_snapshot += count;
-        let snapshot_due = self.snapshot_every > 0 && self.since_snapshot >= self.snapshot_every;
+        let snapshot_due = self.log.is_some()
+            && self.snapshot_every > 0
+            && self.since_snapshot >= self.snapshot_every;
         let mut state = lock(&self.state);
         let replies = state.apply_batch(entries);
         let deadline = state.machine().kernel().next_deadline();
@@ -713,7 +660,11 @@ impl Writer {
         self.timer.rearm(deadline);
         if let Some(snapshot) = snapshot {
             self.since_snapshot = 0;
-            if let Err(e) = self.log.compact(&snapshot) {
+            let compacted = self
+                .log
+                .as_ref()
+                .map_or(Ok(()), |log| log.compact(&snapshot));
+            if let Err(e) = compacted {
                 fail_stop(&format!("storage failed: {e}"));
             }
             tracing::info!(
@@ -741,9 +692,9 @@ struct GroupCommit {
 
 impl GroupCommit {
     /// When a batch whose first request was taken at `now` stops waiting for more (`None`:
-    /// it does not wait: at the start, or after a lone request).
-    fn deadline(&self, now: Instant) -> Option<Instant> {
-        (self.expected > 1).then(|| now + self.linger)
+    /// it does not wait: in memory, at the start, or after a lone request).
+    fn deadline(&self, durable: bool, now: Instant) -> Option<Instant> {
+        (durable && self.expected > 1).then(|| now + self.linger)
     }
 
     /// Whether a batch of `requests` so far waits for more.
@@ -902,15 +853,27 @@ mod tests {
     fn group_commit_waits_for_the_requests_about_to_come() {
         let now = Instant::now();
         let mut group = GroupCommit::default();
-        assert_eq!(group.deadline(now), None, "the first batch never waits");
+        assert_eq!(
+            group.deadline(true, now),
+            None,
+            "the first batch never waits"
+        );
         group.committed(1, 0, Duration::from_millis(2));
-        assert_eq!(group.deadline(now), None, "a lone request never waits");
+        assert_eq!(
+            group.deadline(true, now),
+            None,
+            "a lone request never waits"
+        );
         group.committed(3, 2, Duration::from_millis(2));
-        assert_eq!(group.deadline(now), Some(now + Duration::from_millis(2)));
+        assert_eq!(group.deadline(false, now), None, "memory never waits");
+        assert_eq!(
+            group.deadline(true, now),
+            Some(now + Duration::from_millis(2))
+        );
         assert!(group.waits(4));
         assert!(!group.waits(5));
         group.committed(3, 0, Duration::from_secs(1));
-        assert_eq!(group.deadline(now), Some(now + MAX_LINGER));
+        assert_eq!(group.deadline(true, now), Some(now + MAX_LINGER));
     }
 
     /// `recv_until` gives up at its deadline, is woken by the arrival that completes the

@@ -319,8 +319,8 @@ fn the_clock_rules_are_enforced() {
     });
 }
 
-/// In memory a handler's own task applies its commands (no engine thread): commands sent at
-/// once from many tasks still get dense indexes, stamped in the order they are applied.
+/// In memory, commands sent at once from many tasks get dense indexes, stamped in the order
+/// they are applied.
 #[test]
 fn concurrent_commands_in_memory_get_dense_indexes_in_time_order() {
     runtime().block_on(async {
