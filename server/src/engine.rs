@@ -18,7 +18,8 @@
 //!   that batch answered plus those already queued (the answered clients' next requests),
 //!   at most as long as the last append took (at most [`MAX_LINGER`]), so that one sync
 //!   serves them all instead of the clients splitting into groups that each pay a sync. A
-//!   lone request, and every request in memory, never waits.
+//!   lone request, and every request in memory, never waits. While it lingers, the engine's
+//!   thread is woken by the arrival that completes the number it waits for, not by each.
 //! - Reads run on the handler's task under the applier's lock: they see the machine between
 //!   batches, after the last committed entry.
 //! - The timer (monotonic clock only): when the kernel's `next_deadline` is due, a task
@@ -889,7 +890,8 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(30));
         let sending = Arc::clone(&arrivals);
         let sender = std::thread::spawn(move || {
-            for pause in [20, 300] {
+            // The first comes late enough for the thread to be waiting already.
+            for pause in [200, 300] {
                 std::thread::sleep(Duration::from_millis(pause));
                 tx.blocking_send(Vec::new()).unwrap();
                 sending.arrived();
@@ -901,7 +903,7 @@ mod tests {
         assert!(got.is_some(), "the proposals sent meanwhile");
         let waited = started.elapsed();
         assert!(
-            waited >= Duration::from_millis(320),
+            waited >= Duration::from_millis(500),
             "not woken by the first of two arrivals ({waited:?})"
         );
         assert!(waited < Duration::from_secs(10), "woken by the second");
