@@ -10,7 +10,7 @@ use klock_core::{Config, Policy};
 use klock_raft::node::ClusterConfig;
 use klock_raft::peer::PeerAccess;
 use klock_server::logging::{self, LogFormat};
-use klock_server::serve::{Cluster, ServeConfig};
+use klock_server::serve::{Cluster, ServeConfig, DEFAULT_SNAPSHOT_EVERY};
 use klock_server::{api, dashboard, history};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -61,7 +61,7 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --clock manual       every request carries Klock-Now (conformance runs; needs --memory,
                        or on every node of a cluster, its leader stamps entries so)
   --snapshot-every N   store a snapshot and drop the log behind it every N commands
-                       logged (default 10000; 0 never)
+                       logged (default {snapshot_every}; 0 never)
   --history N          keep about the last N kernel steps in memory for replay
                        (GET /v1/ns/{ns}/history); default: 200000 with --dashboard,
                        none otherwise (keeping it costs batch throughput)
@@ -138,7 +138,9 @@ pub fn help() -> String {
     }
     lines.push(line);
     let indented: Vec<String> = lines.iter().map(|l| format!("{:23}{l}", "")).collect();
-    SERVE_HELP.replace("{numeric_fields}", &indented.join("\n"))
+    SERVE_HELP
+        .replace("{numeric_fields}", &indented.join("\n"))
+        .replace("{snapshot_every}", &DEFAULT_SNAPSHOT_EVERY.to_string())
 }
 
 /// Applies one `--config NAME=VALUE`: `policy`, or a numeric field, named as the kernel names

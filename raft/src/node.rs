@@ -126,7 +126,8 @@ impl fmt::Debug for ClusterConfig {
 
 impl ClusterConfig {
     /// The configuration of node `id` of `peers`, with the default timing (heartbeat 100 ms,
-    /// election timeout 400-800 ms) and a snapshot every 10,000 entries.
+    /// election timeout 400-800 ms) and a snapshot every
+    /// [`klock_server::serve::DEFAULT_SNAPSHOT_EVERY`] commands.
     ///
     /// # Errors
     /// `id` is not one of `peers`, a peer's address is not `http://HOST:PORT` or
@@ -152,7 +153,7 @@ impl ClusterConfig {
             data,
             heartbeat_ms: 100,
             election_ms: (400, 800),
-            snapshot_every: 10_000,
+            snapshot_every: klock_server::serve::DEFAULT_SNAPSHOT_EVERY,
             manual_clock: false,
         })
     }

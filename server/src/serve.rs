@@ -57,7 +57,7 @@ pub struct ServeConfig {
     pub data: Option<PathBuf>,
     /// `--clock manual`: every request carries `Klock-Now`.
     pub manual_clock: bool,
-    /// `--snapshot-every`.
+    /// `--snapshot-every` ([`DEFAULT_SNAPSHOT_EVERY`] unless given).
     pub snapshot_every: u64,
     /// Kernel steps kept for replay (`--history N`; the parser fills in the default with
     /// `--dashboard`, and none otherwise).
@@ -116,7 +116,7 @@ impl Default for ServeConfig {
             socket: None,
             data: Some(PathBuf::from("klock.redb")),
             manual_clock: false,
-            snapshot_every: 10_000,
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             history: 0,
             dashboard: None,
             origins: Vec::new(),
@@ -136,6 +136,14 @@ impl Default for ServeConfig {
         }
     }
 }
+
+/// How many commands a data file (or a cluster node) logs between two snapshots by default
+/// (`--snapshot-every`). A snapshot holds the whole state, and each session's memory of its
+/// last 4,096 ended leases makes that state large against the commands it covers: at 10,000
+/// (the earlier default) the snapshots of 64 busy sessions took about a third of the engine
+/// thread's time. 100,000, etcd's default too, keeps what a restart replays to about 0.4 s
+/// (docs/DECISIONS.md, "Issue 23: a snapshot every 100,000 commands by default").
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 100_000;
 
 /// The most worker threads `--workers` may ask for: a typo must not start a thread per
 /// request's worth of them.

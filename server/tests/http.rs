@@ -10,7 +10,7 @@ use std::time::Duration;
 
 mod support;
 
-use support::{on, open, sha256_of, Agent, Server};
+use support::{metric, on, open, sha256_of, Agent, Server};
 
 /// A ticket poll answers for the session's own tickets only: WAIT while one waits, its outcome
 /// from the stream once it ends, 410 TICKET_ENDED when that outcome is no longer in the stream
@@ -466,6 +466,51 @@ fn a_batch_applies_its_operations_in_order_with_per_operation_answers() {
     );
     let (status, _) = s.call("POST", "/v1/ns/default/batch", &[], r#"{"operations": []}"#);
     assert_eq!(status, 400);
+}
+
+/// A data file stores a snapshot every 100,000 commands unless `--snapshot-every` says
+/// otherwise (`DEFAULT_SNAPSHOT_EVERY`): 11,001 commands are all still in the log (the earlier
+/// default, 10,000, compacted them), 101,001 are past a snapshot; `--snapshot-every 10000`
+/// compacts at 10,000.
+#[test]
+fn a_data_file_snapshots_every_100k_commands_unless_told_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let logged = |name: &str, flags: &[&str], requests: usize| -> Vec<f64> {
+        let data = dir.path().join(name);
+        let mut args = vec!["--data", data.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        let s = Server::start(&args);
+        let a = open(&s, "default", "ann");
+        let pair = [
+            json!({"op": "acquire", "session": a.id, "token": a.token, "intents": ["MUTATES FILE:/x"]}),
+            json!({"op": "release_all", "session": a.id, "token": a.token}),
+        ];
+        let operations: Vec<Value> = pair.iter().cycle().take(1_000).cloned().collect();
+        let body = json!({ "operations": operations }).to_string();
+        (1..=requests)
+            .map(|_| {
+                let (status, v) = s.call("POST", "/v1/ns/default/batch", &[], &body);
+                assert_eq!(status, 200, "{v}");
+                metric(s.port(), "klock_log_entries").expect("klock_log_entries")
+            })
+            .collect()
+    };
+    let by_default = logged("default.redb", &[], 101);
+    assert_eq!(
+        by_default[10], 11_001.0,
+        "1 open + 11 requests of 1,000, none compacted"
+    );
+    assert!(
+        by_default[100] <= 1_001.0,
+        "a snapshot once 100,000 commands were logged: {} left",
+        by_default[100]
+    );
+    let told = logged("told.redb", &["--snapshot-every", "10000"], 11);
+    assert!(
+        told[10] <= 1_001.0,
+        "a snapshot at 10,000: {} left",
+        told[10]
+    );
 }
 
 #[test]
