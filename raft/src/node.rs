@@ -752,9 +752,21 @@ fn only(replies: Replies) -> Result<Reply, EngineError> {
     }
 }
 
+impl Replicator {
+    /// The leader's answer to a follower's `/raft/propose` of `submissions`
+    /// ([`Replicator::propose_as_leader`], in its wire form: [`wire`]).
+    pub async fn propose_forwarded(
+        &self,
+        submissions: Vec<Submission>,
+    ) -> Result<Vec<Result<Reply, String>>, String> {
+        let shown: Vec<bool> = submissions.iter().map(shows_events).collect();
+        wire(self.propose_as_leader(submissions).await, &shown)
+    }
+}
+
 /// Whether the answer to `submission` shows its reply's events: only an `advance`'s does
 /// (`/v1/advance`). See [`wire`].
-pub fn shows_events(submission: &Submission) -> bool {
+fn shows_events(submission: &Submission) -> bool {
     matches!(submission.command, Command::Advance)
 }
 
@@ -763,7 +775,7 @@ pub fn shows_events(submission: &Submission) -> bool {
 /// follower publishes every entry's events from its own apply, so the others' would be
 /// encoded here and decoded there for nothing (a fifth of the work of a batch request
 /// through a follower went into those events).
-pub fn wire(answers: Answers, shows_events: &[bool]) -> Result<Vec<Result<Reply, String>>, String> {
+fn wire(answers: Answers, shows_events: &[bool]) -> Result<Vec<Result<Reply, String>>, String> {
     let all = answers.map_err(message)?;
     Ok(all
         .into_iter()

@@ -19,7 +19,7 @@
 //!   no leader known it is refused (409 `MEMBERSHIP_REFUSED`, "forward to the leader").
 
 use crate::network::{SnapshotHead, SNAPSHOT_HEADER};
-use crate::node::{shows_events, wire, ClusterConfig, RaftNode, Replicator};
+use crate::node::{ClusterConfig, RaftNode, Replicator};
 use crate::peer::SECRET_HEADER;
 use crate::types::KlockRaft;
 use axum::body::Bytes;
@@ -203,9 +203,7 @@ async fn snapshot(State(node): State<Node>, headers: HeaderMap, body: Bytes) -> 
 async fn propose(State(node): State<Node>, body: Bytes) -> Response {
     match decode::<Vec<Submission>>(&body) {
         Ok(submissions) => {
-            let shown: Vec<bool> = submissions.iter().map(shows_events).collect();
-            let answers = node.replicator.propose_as_leader(submissions).await;
-            Json(wire(answers, &shown)).into_response()
+            Json(node.replicator.propose_forwarded(submissions).await).into_response()
         }
         Err(e) => bad_request(e),
     }

@@ -23,7 +23,7 @@
 
 use klock_core::{AcquireOptions, Command, Output, SessionId, Verdict};
 use klock_raft::network::SnapshotHead;
-use klock_raft::node::{node, wire, ClusterConfig, Replicator};
+use klock_raft::node::{node, ClusterConfig, Replicator};
 use klock_raft::peer::PeerAccess;
 use klock_raft::types::KlockRaft;
 use klock_server::applier::Applier;
@@ -288,7 +288,7 @@ async fn serve(
         // As the leader's `/raft/propose` does: a node that does not lead says so, and the
         // client asks the next (a follower's forwarding is HTTP, tested with processes).
         Request::Propose(submissions) => {
-            serde_json::to_value(wire(replicator.propose_as_leader(submissions).await))
+            serde_json::to_value(replicator.propose_forwarded(submissions).await)
         }
         // A machine whose applier panicked (poisoned) has no state to compare: no answer.
         Request::Hash => match state.lock() {
