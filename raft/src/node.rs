@@ -779,10 +779,11 @@ fn wire(answers: Answers, shows_events: &[bool]) -> Result<Vec<Result<Reply, Str
     let all = answers.map_err(message)?;
     Ok(all
         .into_iter()
-        .zip(shows_events)
-        .map(|(answer, &shown)| {
+        .enumerate()
+        .map(|(k, answer)| {
             let mut reply = answer.map_err(message)?;
-            if !shown {
+            // By index, not a zip: no answer is ever dropped, whatever the two counts.
+            if shows_events.get(k) != Some(&true) {
                 reply.events = Vec::new();
             }
             Ok(reply)
