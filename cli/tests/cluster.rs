@@ -20,7 +20,7 @@ mod support;
 use klock_testkit::http_client::request;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use support::cluster::{klock_cluster, on_leader, peers, Cluster, SECRET, WAIT};
+use support::cluster::{claim_port, klock_cluster, on_leader, peers, Cluster, SECRET, WAIT};
 
 fn open(cluster: &Cluster, node: usize, name: &str) -> (u64, String) {
     let a = cluster.ask(
@@ -935,16 +935,44 @@ fn concurrent_writes_through_a_follower_each_get_their_own_answers() {
 }
 
 /// A cluster's ports are chosen before its nodes bind them, so they come from below the
-/// ephemeral range, where no `bind(0)` and no outgoing connection takes them meanwhile.
+/// ephemeral range, where no `bind(0)` and no outgoing connection takes them meanwhile, and a
+/// claimed port is given to no other claim (of this process or another) while it lives.
 #[test]
-fn cluster_ports_come_from_below_the_ephemeral_range() {
+fn claimed_ports_come_from_below_the_ephemeral_range_and_are_given_once() {
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
     let low: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
-    for _ in 0..50 {
-        let port = klock_testkit::cluster::free_port();
+    let claims: Vec<_> = (0..200).map(|_| claim_port()).collect();
+    let mut numbers: Vec<u16> = claims.iter().map(|c| c.number()).collect();
+    for &port in &numbers {
         assert!(port < low, "{port} is in the ephemeral range from {low}");
         std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
     }
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers.len(), claims.len(), "a port was claimed twice");
+    // Another process (the Python tests take the same locks) cannot claim a held port.
+    let held = claims[0].number();
+    let path = std::env::temp_dir()
+        .join("klock-test-ports")
+        .join(held.to_string());
+    let script = format!(
+        "import fcntl\nf = open({path:?}, 'a')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    print('held')\n"
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "held",
+        "{out:?}"
+    );
+    drop(claims);
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "", "{out:?}");
 }
 
 /// A node that cannot start says why in the test's error, not an empty line: its exit and

@@ -233,7 +233,10 @@ export const CLUSTER_SECRET = 'a-cluster-secret-of-the-tests';
  * A loopback port nothing listens on now, for a node that binds it just after. It is drawn
  * from below the kernel's ephemeral range: until the node binds it, a port of that range can
  * be handed to any socket of the machine (another test's `listen(0)`, the local end of an
- * outgoing connection), and the node could not listen.
+ * outgoing connection), and the node could not listen. Within this process a port is given
+ * once (two nodes of one cluster never meet on one). Across processes only the Rust and
+ * Python tests also pick below the range, and they run in other steps of the test command
+ * than Node's, where only one file starts clusters.
  */
 export async function freePort() {
   let low = 32768;
@@ -245,10 +248,16 @@ export async function freePort() {
   const floor = 10000;
   for (let attempt = 0; low > floor + 1000 && attempt < 1000; attempt++) {
     const candidate = floor + Math.floor(Math.random() * (low - floor));
-    if ((await listensOn(candidate)) !== null) return candidate;
+    if (!givenPorts.has(candidate) && (await listensOn(candidate)) !== null) {
+      givenPorts.add(candidate);
+      return candidate;
+    }
   }
   return listensOn(0);
 }
+
+/** The ports freePort gave in this process. */
+const givenPorts = new Set();
 
 /** Binds `port` on loopback and lets it go: the port bound, or null if it was taken. */
 function listensOn(port) {

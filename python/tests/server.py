@@ -10,6 +10,7 @@ serve --node-id`` processes on free loopback ports joined by ``klock cluster ini
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import http.client
 import json
@@ -278,27 +279,44 @@ def cluster(size: int = 3) -> Iterator[Cluster]:
             nodes.kill_all()
 
 
+# The port claims this process holds, kept until it ends (see free_port).
+_CLAIMS: list[Any] = []
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now, for a node that binds it just after.
 
     It is drawn from below the kernel's ephemeral range: until the node binds it, a port of
     that range can be handed to any socket of the machine (another test's ``bind(0)``, the
-    local end of an outgoing connection), and the node could not listen."""
+    local end of an outgoing connection), and the node could not listen. Below the range only
+    another test picks ports; so that two picks never meet (two nodes of one cluster, two
+    pytest workers, a Rust test), each takes the exclusive ``flock`` that the Rust test kit's
+    ``claim_port`` takes on the port's file, and this process keeps it until it ends."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
             low = int(ranges.read().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
     floor = 10_000
-    for _ in range(1000 if low > floor + 1000 else 0):
-        candidate = random.randrange(floor, low)
+    claims = pathlib.Path(tempfile.gettempdir()) / "klock-test-ports"
+    claims.mkdir(exist_ok=True)
+    for attempt in range(2000):
+        if attempt < 1000 and low > floor + 1000:
+            candidate = random.randrange(floor, low)
+        else:
+            with socket.create_server(("127.0.0.1", 0)) as probe:
+                candidate = int(probe.getsockname()[1])
+        lock = open(claims / str(candidate), "a")  # noqa: SIM115 (held past this call)
         try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             with socket.create_server(("127.0.0.1", candidate)):
-                return candidate
+                pass
         except OSError:
+            lock.close()
             continue
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        return int(probe.getsockname()[1])
+        _CLAIMS.append(lock)
+        return candidate
+    raise RuntimeError("no loopback port could be claimed in 2,000 tries")
 
 
 def call(

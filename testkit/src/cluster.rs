@@ -4,7 +4,7 @@
 //!
 //! Contract: node `i + 1` listens on `ports[i]`, fixed free loopback ports chosen when the
 //! cluster is made (the peers must know each other's addresses before they start; see
-//! [`free_port`] for why they come from below the ephemeral range), with its
+//! [`claim_port`] for how they stay free until then), with its
 //! own redb file and log file in a temporary directory removed when the cluster is dropped
 //! (every node still running is SIGKILLed first). Nodes are started, killed, stopped and
 //! restarted by index; the rest reads what the nodes say (their Raft status, the leader they
@@ -34,6 +34,9 @@ pub struct Cluster {
     pub program: PathBuf,
     pub dir: tempfile::TempDir,
     pub ports: Vec<u16>,
+    /// The claims on `ports`, kept while the cluster lives: a node down for a restart keeps
+    /// its port.
+    _claims: Vec<ClaimedPort>,
     pub peers: String,
     /// Node `i`'s process (`None`: not running).
     pub nodes: Vec<Option<Spawned>>,
@@ -56,29 +59,71 @@ pub fn peers(ports: &[u16]) -> String {
         .join(",")
 }
 
-/// A loopback port nothing listens on now, for a node that binds it later.
+/// A loopback port claimed for a node that binds it later: nothing listened on it when it was
+/// claimed, and no other caller of [`claim_port`] on this machine (in this process or another:
+/// Rust, or the Python tests' `free_port`) is given it while the claim lives.
 ///
-/// It is taken from below the kernel's ephemeral range (`ip_local_port_range`): the port is
-/// released before the node binds it, and in the meantime a port of the ephemeral range can be
-/// handed to any socket of the machine (another test's `bind(0)`, or the local end of an
-/// outgoing connection), so the node could not listen. Below the range only another caller of
-/// this rule can take it, and the candidates are drawn at random from thousands.
-pub fn free_port() -> u16 {
+/// The port is released before the node binds it, so two rules keep anyone else from taking
+/// it in between:
+/// - It comes from below the kernel's ephemeral range (`ip_local_port_range`). A port of that
+///   range can be handed to any socket of the machine meanwhile (another test's `bind(0)`, or
+///   the local end of an outgoing connection), and the node could not listen.
+/// - Below the range, only another test picks ports, at random among thousands; but two picks
+///   can still meet (two nodes of one cluster, or two tests' clusters starting at once, or a
+///   node's port picked by another test while that node is down for a restart). So each pick
+///   takes an exclusive `flock` on a file named after the port, in a directory shared by every
+///   test of the machine, and keeps it for as long as the claim lives; a pick whose lock is
+///   held elsewhere is skipped. The lock goes away with its process, however it ends.
+pub struct ClaimedPort {
+    number: u16,
+    // Held, never read: the claim lasts as long as this lock.
+    _lock: std::fs::File,
+}
+
+impl ClaimedPort {
+    pub fn number(&self) -> u16 {
+        self.number
+    }
+}
+
+/// Claims a port for a node to bind later ([`ClaimedPort`]).
+pub fn claim_port() -> ClaimedPort {
     let low = ephemeral_range_start().unwrap_or(32768);
     // The span [FLOOR, low): clear of the privileged ports and of the usual service ports.
     const FLOOR: u16 = 10_000;
-    if low <= FLOOR + 1_000 {
-        return any_free_port();
-    }
+    let dir = std::env::temp_dir().join("klock-test-ports");
+    std::fs::create_dir_all(&dir).expect("the directory of port claims");
     let seed = std::collections::hash_map::RandomState::new();
-    for attempt in 0u32..1_000 {
-        let candidate = FLOOR
-            + (std::hash::BuildHasher::hash_one(&seed, attempt) % u64::from(low - FLOOR)) as u16;
+    let candidates = (0u32..1_000)
+        .filter(|_| low > FLOOR + 1_000)
+        .map(|attempt| {
+            let span = u64::from(low - FLOOR);
+            FLOOR + (std::hash::BuildHasher::hash_one(&seed, attempt) % span) as u16
+        })
+        .chain(std::iter::repeat_with(any_free_port).take(1_000));
+    for candidate in candidates {
+        let Some(lock) = lock_port(&dir, candidate) else {
+            continue;
+        };
         if std::net::TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
-            return candidate;
+            return ClaimedPort {
+                number: candidate,
+                _lock: lock,
+            };
         }
     }
-    any_free_port()
+    panic!("no loopback port could be claimed in 2,000 tries");
+}
+
+/// The exclusive lock on `port`'s file in `dir`, unless someone holds it.
+fn lock_port(dir: &Path, port: u16) -> Option<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+        .expect("a port's claim file");
+    file.try_lock().ok().map(|()| file)
 }
 
 /// The first port of the kernel's ephemeral range, if it can be read.
@@ -103,8 +148,10 @@ impl Cluster {
             .tempdir()
             .expect("the cluster's directory");
         std::fs::write(dir.path().join("secret"), SECRET).expect("the cluster secret");
-        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let claims: Vec<ClaimedPort> = (0..size).map(|_| claim_port()).collect();
+        let ports: Vec<u16> = claims.iter().map(ClaimedPort::number).collect();
         Cluster {
+            _claims: claims,
             program: program.to_owned(),
             dir,
             peers: peers(&ports),

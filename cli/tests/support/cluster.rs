@@ -3,4 +3,6 @@
 //! the nemesis suite (nemesis.rs), each cluster made with [`super::klock`], the `klock` binary
 //! built with these tests.
 
-pub use klock_testkit::cluster::{klock_cluster, on_leader, peers, Cluster, SECRET, WAIT};
+pub use klock_testkit::cluster::{
+    claim_port, klock_cluster, on_leader, peers, Cluster, SECRET, WAIT,
+};
