@@ -45,6 +45,8 @@ use std::io::{Read, Write};
 use std::marker::PhantomData;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+#[cfg(test)]
+use std::sync::Arc;
 use std::sync::Mutex;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -209,11 +211,15 @@ impl Log {
     /// `(first, last)` as [`crate::log::Log::bounds`] defines them.
     fn bounds(&mut self) -> Result<(u64, u64), StoreError> {
         self.scanned()?;
-        let base = self.base;
-        let records = self.records.as_ref().expect("just scanned");
-        Ok(match (records.first(), records.last()) {
+        Ok(self.known_bounds().expect("just scanned"))
+    }
+
+    /// The bounds, if the records are scanned.
+    fn known_bounds(&self) -> Option<(u64, u64)> {
+        let records = self.records.as_ref()?;
+        Some(match (records.first(), records.last()) {
             (Some((first, _)), Some((last, _))) => (*first, *last),
-            _ => (base + 1, base),
+            _ => (self.base + 1, self.base),
         })
     }
 
@@ -230,11 +236,50 @@ impl Log {
     }
 }
 
+/// The log, locked; letting go of it publishes its bounds (if scanned) to
+/// [`Store::bounds`](Store), so they can be read without waiting for the lock.
+struct LogGuard<'a> {
+    log: std::sync::MutexGuard<'a, Log>,
+    bounds: &'a Mutex<Option<(u64, u64)>>,
+}
+
+impl std::ops::Deref for LogGuard<'_> {
+    type Target = Log;
+    fn deref(&self) -> &Log {
+        &self.log
+    }
+}
+
+impl std::ops::DerefMut for LogGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Log {
+        &mut self.log
+    }
+}
+
+impl Drop for LogGuard<'_> {
+    /// Published while the log is still locked, so publications follow the log's changes
+    /// in order.
+    fn drop(&mut self) {
+        *lock_bounds(self.bounds) = self.log.known_bounds();
+    }
+}
+
+fn lock_bounds(
+    bounds: &Mutex<Option<(u64, u64)>>,
+) -> std::sync::MutexGuard<'_, Option<(u64, u64)>> {
+    // Only whole values are ever stored in it.
+    bounds.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The data files.
 pub struct Store<E = Entry> {
     db: Database,
     log_path: PathBuf,
     log: Mutex<Log>,
+    /// The log's bounds as of the last change made whole, published each time the log's lock
+    /// is let go (by [`LogGuard`]): what [`crate::log::Log::bounds`] answers without the lock,
+    /// which an append holds through its `fdatasync`. `None` until the log is first scanned.
+    bounds: Mutex<Option<(u64, u64)>>,
     /// The data file's id, which the log's header names.
     id: String,
     accept_log_loss: bool,
@@ -614,6 +659,7 @@ impl<E: Serialize + DeserializeOwned> Store<E> {
                 base: 0,
                 scratch: Vec::new(),
             }),
+            bounds: Mutex::new(None),
             id,
             accept_log_loss,
             lost: Mutex::new(lost),
@@ -733,10 +779,13 @@ impl<E: Serialize + DeserializeOwned> Store<E> {
         Ok(())
     }
 
-    fn lock_log(&self) -> std::sync::MutexGuard<'_, Log> {
+    fn lock_log(&self) -> LogGuard<'_> {
         // A panic while holding it leaves whole values behind (every change is a whole
         // file operation followed by its bookkeeping).
-        self.log.lock().unwrap_or_else(|e| e.into_inner())
+        LogGuard {
+            log: self.log.lock().unwrap_or_else(|e| e.into_inner()),
+            bounds: &self.bounds,
+        }
     }
 
     /// Stores `snapshot` (durably), then empties the log it covers: `save_snapshot`, then
@@ -888,7 +937,13 @@ impl<E: Serialize + DeserializeOwned> crate::log::Log<E> for Store<E> {
             .collect()
     }
 
+    /// The bounds published when the log's lock was last let go: a reader (a consensus
+    /// layer's core, its replication) never waits for an append's sync, and does not see
+    /// that append's entries before it is durable.
     fn bounds(&self) -> (u64, u64) {
+        if let Some(bounds) = *lock_bounds(&self.bounds) {
+            return bounds;
+        }
         // A log that cannot be read has no entries to offer; `read` says why.
         self.lock_log().bounds().unwrap_or((1, 0))
     }
@@ -919,5 +974,70 @@ impl<E: Serialize + DeserializeOwned> crate::log::Log<E> for Store<E> {
                     .map_err(|e| StoreError(format!("the stored snapshot cannot be decoded: {e}")))
             })
             .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn release_all(now: u64) -> Entry {
+        Entry::Command {
+            now,
+            command: klock_core::Command::ReleaseAll {
+                session: klock_core::SessionId(1),
+            },
+            key: None,
+            token: None,
+            caller: None,
+            resume: None,
+            fingerprint: None,
+        }
+    }
+
+    /// An append holds the log's lock through its `fdatasync`; a reader of the bounds (a
+    /// consensus layer's core, on a worker thread the server's connections need) must not
+    /// wait for it. Here the lock is held as an append would hold it, without end.
+    #[test]
+    fn bounds_are_read_while_an_append_holds_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("k.redb")).unwrap());
+        let entries: Vec<_> = (1..=3).map(|i| (i, release_all(i))).collect();
+        store.append(&entries).unwrap();
+        let held = store.lock_log();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = Arc::clone(&store);
+        std::thread::spawn(move || tx.send(reader.bounds()).unwrap());
+        let read = rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        assert_eq!(read, Ok((1, 3)), "the bounds waited for the log's lock");
+    }
+
+    /// The bounds follow every change once it is whole, including a log replaced by a purge
+    /// (scanned again when next asked) and a store opened without a scan.
+    #[test]
+    fn published_bounds_follow_appends_truncations_purges_and_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.redb");
+        {
+            let store = Store::open(&path).unwrap();
+            assert_eq!(store.bounds(), (1, 0));
+            let entries: Vec<_> = (1..=6).map(|i| (i, release_all(i))).collect();
+            store.append(&entries).unwrap();
+            assert_eq!(store.bounds(), (1, 6));
+            store.truncate_after(4).unwrap();
+            assert_eq!(store.bounds(), (1, 4));
+            store.purge_upto(2).unwrap();
+            assert_eq!(
+                *lock_bounds(&store.bounds),
+                None,
+                "a replaced log is scanned anew"
+            );
+            assert_eq!(store.bounds(), (3, 4));
+            assert_eq!(*lock_bounds(&store.bounds), Some((3, 4)));
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.bounds(), (3, 4), "after a reopen");
     }
 }
