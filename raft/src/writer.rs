@@ -17,6 +17,11 @@
 //! - The task ends when every handle is dropped (the queued jobs are done first). A node
 //!   stopped with its runtime drops the task and its queue: entries not reported durable may be
 //!   lost, as Raft allows.
+//! - Where it runs: on a multi-threaded runtime (a node serving), a thread of its own, since a
+//!   write ends with a sync that would hold one of the runtime's workers (which serve the
+//!   node's connections and its Raft core) for as long; on a current-thread runtime (the
+//!   deterministic simulation, whose logs are in memory), a task on that runtime, so that the
+//!   simulation stays deterministic.
 
 use crate::recent::Recent;
 use crate::types::{KlockRaft, RaftEntry};
@@ -51,12 +56,32 @@ impl Writer {
     /// Starts the writer of `log`, keeping `recent` in step. Must be called in a tokio
     /// runtime: the task runs on it.
     pub fn start(log: Arc<dyn Log<RaftEntry>>, recent: Arc<Recent<RaftEntry>>) -> Writer {
-        let (jobs, queue) = mpsc::channel(QUEUE);
+        let (jobs, mut queue) = mpsc::channel(QUEUE);
         let (end, ended) = watch::channel(());
-        tokio::spawn(async move {
-            run(log, recent, queue).await;
-            drop(end);
-        });
+        let flavor = tokio::runtime::Handle::current().runtime_flavor();
+        if flavor == tokio::runtime::RuntimeFlavor::CurrentThread {
+            tokio::spawn(async move {
+                let mut writing = Writing::new(log, recent);
+                while let Some(job) = queue.recv().await {
+                    writing.all(job, &mut queue);
+                }
+                drop(end);
+            });
+        } else {
+            let thread = std::thread::Builder::new().name(String::from("klock-raft-log"));
+            let started = thread.spawn(move || {
+                let mut writing = Writing::new(log, recent);
+                while let Some(job) = queue.blocking_recv() {
+                    writing.all(job, &mut queue);
+                }
+                drop(end);
+            });
+            if let Err(e) = started {
+                // No thread: the jobs' sender is dropped with the queue, so every append
+                // answers "the log's writer stopped" (a storage failure the node reports).
+                tracing::error!("cannot start the Raft log's writer thread: {e}");
+            }
+        }
         Writer { jobs, ended }
     }
 
@@ -101,39 +126,61 @@ fn stopped() -> StoreError {
     StoreError(String::from("the log's writer stopped"))
 }
 
-/// The writer task: takes every job queued, writes the appends among them together, and
-/// carries out each other job in its place.
-async fn run(
+/// The writer's state: the log, and the appends taken but not written yet.
+struct Writing {
     log: Arc<dyn Log<RaftEntry>>,
     recent: Arc<Recent<RaftEntry>>,
-    mut queue: mpsc::Receiver<Job>,
-) {
-    let mut entries: Vec<(u64, RaftEntry)> = Vec::new();
-    let mut flushed: Vec<IOFlushed<KlockRaft>> = Vec::new();
-    while let Some(job) = queue.recv().await {
+    entries: Vec<(u64, RaftEntry)>,
+    flushed: Vec<IOFlushed<KlockRaft>>,
+}
+
+impl Writing {
+    fn new(log: Arc<dyn Log<RaftEntry>>, recent: Arc<Recent<RaftEntry>>) -> Writing {
+        Writing {
+            log,
+            recent,
+            entries: Vec::new(),
+            flushed: Vec::new(),
+        }
+    }
+
+    /// Carries out `job` and every job queued behind it, writing the appends among them
+    /// together and each other job in its place (module contract).
+    fn all(&mut self, job: Job, queue: &mut mpsc::Receiver<Job>) {
         let mut next = Some(job);
         while let Some(job) = next {
             match job {
                 Job::Append(batch, callback) => {
-                    entries.extend(batch);
-                    flushed.push(callback);
+                    self.entries.extend(batch);
+                    self.flushed.push(callback);
                 }
                 Job::TruncateAfter(index, done) => {
-                    write(log.as_ref(), &recent, &mut entries, &mut flushed);
-                    let _ = done.send(log.truncate_after(index).map(|()| recent.truncated(index)));
+                    self.write();
+                    let truncated = self.log.truncate_after(index);
+                    let _ = done.send(truncated.map(|()| self.recent.truncated(index)));
                 }
                 Job::PurgeUpto(index, done) => {
-                    write(log.as_ref(), &recent, &mut entries, &mut flushed);
-                    let _ = done.send(log.purge_upto(index).map(|()| recent.purged(index)));
+                    self.write();
+                    let purged = self.log.purge_upto(index);
+                    let _ = done.send(purged.map(|()| self.recent.purged(index)));
                 }
             }
-            next = if entries.len() < GROUP {
+            next = if self.entries.len() < GROUP {
                 queue.try_recv().ok()
             } else {
                 None
             };
         }
-        write(log.as_ref(), &recent, &mut entries, &mut flushed);
+        self.write();
+    }
+
+    fn write(&mut self) {
+        write(
+            self.log.as_ref(),
+            &self.recent,
+            &mut self.entries,
+            &mut self.flushed,
+        );
     }
 }
 
@@ -161,5 +208,101 @@ fn write(
                 .map(|_| ())
                 .map_err(|e| crate::io_error(&e.0)),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::LogId;
+    use klock_server::log::MemoryLog;
+    use klock_server::machine::MachineSnapshot;
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::type_config::TypeConfigExt;
+    use std::time::{Duration, Instant};
+
+    /// A log on a slow disk: each append takes 300 ms.
+    #[derive(Default)]
+    struct SlowLog(MemoryLog<RaftEntry>);
+
+    impl Log<RaftEntry> for SlowLog {
+        fn append(&self, entries: &[(u64, RaftEntry)]) -> Result<(), StoreError> {
+            std::thread::sleep(Duration::from_millis(300));
+            self.0.append(entries)
+        }
+        fn truncate_after(&self, index: u64) -> Result<(), StoreError> {
+            self.0.truncate_after(index)
+        }
+        fn purge_upto(&self, index: u64) -> Result<(), StoreError> {
+            self.0.purge_upto(index)
+        }
+        fn read(&self, from: u64, to: u64) -> Result<Vec<(u64, RaftEntry)>, StoreError> {
+            self.0.read(from, to)
+        }
+        fn bounds(&self) -> (u64, u64) {
+            self.0.bounds()
+        }
+        fn save_vote(&self, vote: &[u8]) -> Result<(), StoreError> {
+            self.0.save_vote(vote)
+        }
+        fn read_vote(&self) -> Result<Option<Vec<u8>>, StoreError> {
+            self.0.read_vote()
+        }
+        fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
+            self.0.save_snapshot(snapshot)
+        }
+        fn read_snapshot(&self) -> Result<Option<MachineSnapshot>, StoreError> {
+            self.0.read_snapshot()
+        }
+    }
+
+    /// On a multi-threaded runtime a slow sync holds none of the runtime's workers: with one
+    /// worker, a task on it keeps running while an append syncs (as a task on that worker,
+    /// the writer held it for the whole sync).
+    #[test]
+    fn a_slow_sync_holds_no_runtime_worker() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let recent = Arc::new(Recent::<RaftEntry>::default());
+            let writer = Writer::start(Arc::new(SlowLog::default()), Arc::clone(&recent));
+            let entry = RaftEntry {
+                log_id: LogId::new(
+                    LeaderId {
+                        term: 1,
+                        node_id: 1,
+                    },
+                    0,
+                ),
+                payload: openraft::EntryPayload::Blank,
+            };
+            let batch = vec![(1, entry)];
+            recent.keep(&batch);
+            let (flushed, synced) = KlockRaft::oneshot();
+            let started = Instant::now();
+            writer
+                .append(batch, IOFlushed::signal(flushed))
+                .await
+                .unwrap();
+            let ticker = tokio::spawn(async move {
+                let mut ticks = 0u32;
+                while started.elapsed() < Duration::from_millis(250) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    ticks += 1;
+                }
+                ticks
+            });
+            let ticks = ticker.await.unwrap();
+            synced.await.unwrap().unwrap();
+            assert!(
+                ticks >= 5,
+                "the runtime's one worker ran {ticks} ticks of 10 ms during a 300 ms sync"
+            );
+            assert!(started.elapsed() >= Duration::from_millis(300));
+            writer.ended().await;
+        });
     }
 }
