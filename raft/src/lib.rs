@@ -9,7 +9,8 @@
 //!   today's log record (a [`klock_server::machine::Entry`]: command and leader-stamped `now`).
 //! - [`log_store`]: [`log_store::LogStore`], openraft's `RaftLogStorage` and `RaftLogReader`
 //!   on the server's [`klock_server::log::Log`] seam (the file store or the memory log);
-//!   [`writer`]: the task that writes its appends (grouped), truncations and purges in order;
+//!   [`writer`]: the writer (a thread of its own when serving) of its appends (grouped),
+//!   truncations and purges, in order;
 //!   [`recent`]: its newest entries, readable decoded from memory before and after they are
 //!   written.
 //! - [`state_machine`]: [`state_machine::StateMachine`], openraft's `RaftStateMachine` and

@@ -1,5 +1,5 @@
-//! The log's writer: one task that makes every change to the seam's log the log store asks
-//! for, in the order asked, so that openraft's core never waits for a disk.
+//! The log's writer: one thread (or task, see below) that makes every change to the seam's log
+//! the log store asks for, in the order asked, so that openraft's core never waits for a disk.
 //!
 //! openraft's log storage contract: an append returns once its entries are readable, and
 //! reports them durable later, through its callback. The log store keeps them readable in
@@ -14,9 +14,9 @@
 //!   write and one sync: group commit), up to [`GROUP`] entries. Once written, their entries
 //!   are marked so in [`Recent`], and each append's callback is told the outcome, in order.
 //! - A truncation or a purge answers once done; [`Recent`] follows it first.
-//! - The task ends when every handle is dropped (the queued jobs are done first). A node
-//!   stopped with its runtime drops the task and its queue: entries not reported durable may be
-//!   lost, as Raft allows.
+//! - The writer ends when every handle is dropped (the queued jobs are done first). A node
+//!   stopped with its runtime drops its handles; a task is dropped with its queue (entries not
+//!   reported durable may be lost, as Raft allows), a thread writes what was queued, then ends.
 //! - Where it runs: on a multi-threaded runtime (a node serving), a thread of its own, since a
 //!   write ends with a sync that would hold one of the runtime's workers (which serve the
 //!   node's connections and its Raft core) for as long; on a current-thread runtime (the

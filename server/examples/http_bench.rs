@@ -776,10 +776,11 @@ fn main() {
     let note = if cluster_only {
         // The rest of the report is kept from its own run.
         let kept = std::fs::read_to_string(out).unwrap_or_default();
+        // Kept up to the section, ending in one newline (the section starts after a blank line).
         report = match kept.find(cluster::HEADING) {
-            Some(at) => kept[..at].to_owned(),
+            Some(at) => format!("{}\n", kept[..at].trim_end()),
             None if kept.is_empty() => report,
-            None => format!("{}\n\n", kept.trim_end()),
+            None => format!("{}\n", kept.trim_end()),
         };
         format!(
             "Measured alone by `bash server/bench/run.sh --cluster-only` (its own run, with its own \

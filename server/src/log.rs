@@ -52,6 +52,8 @@ pub trait Log<E = Entry>: Send + Sync {
 
     /// `(first, last)`: the indexes the log holds are `first..=last`; when it holds none,
     /// `first == last + 1`, and `last` is the index of the last entry purged (0 for none).
+    /// It does not wait for a change under way (an append in its sync): it answers the bounds
+    /// as of the last change made whole.
     fn bounds(&self) -> (u64, u64);
 
     /// Stores the vote (durably).
