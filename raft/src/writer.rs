@@ -54,7 +54,7 @@ pub struct Writer {
 
 impl Writer {
     /// Starts the writer of `log`, keeping `recent` in step. Must be called in a tokio
-    /// runtime: the task runs on it.
+    /// runtime, whose flavor says where the writer runs (module contract).
     pub fn start(log: Arc<dyn Log<RaftEntry>>, recent: Arc<Recent<RaftEntry>>) -> Writer {
         let (jobs, mut queue) = mpsc::channel(QUEUE);
         let (end, ended) = watch::channel(());
