@@ -16,7 +16,8 @@
 //!   history, in memory).
 //! - A snapshot is the machine's [`MachineSnapshot`] as JSON (the kernel's exported state, the
 //!   last applied index and time, the state hash, the remembered answers and session secrets),
-//!   with openraft's metadata (last log id, membership) beside it. Installing one restores the
+//!   with openraft's metadata (last log id, membership) beside it and inside it
+//!   ([`MachineSnapshot::consensus`]): the JSON sent is the JSON stored, encoded once. Installing one restores the
 //!   machine from it ([`Machine::restore`], which checks its hash) and takes its metadata; a
 //!   snapshot whose index does not match its metadata is refused by name, and the machine is
 //!   left as it was.
@@ -37,7 +38,7 @@ use futures_util::{Stream, TryStreamExt as _};
 use klock_core::Output;
 use klock_server::applier::Applier;
 use klock_server::engine::Reply;
-use klock_server::log::Log;
+use klock_server::log::{EncodedSnapshot, Log};
 use klock_server::machine::{Machine, MachineSnapshot};
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftStateMachine};
@@ -131,8 +132,8 @@ impl StateMachine {
                 wake: tokio::sync::Notify::new(),
             }),
         };
-        if let Some(mut stored) = sm.log.read_snapshot().map_err(io_error)? {
-            let consensus = stored.consensus.take().ok_or_else(|| {
+        if let Some(stored) = sm.log.read_snapshot().map_err(io_error)? {
+            let consensus = stored.consensus.clone().ok_or_else(|| {
                 io_error("the stored snapshot has no Raft metadata: it is a single node's")
             })?;
             let meta: Meta = serde_json::from_value(consensus).map_err(|e| {
@@ -183,11 +184,17 @@ impl Drop for StateMachine {
     }
 }
 
-/// Stores `snapshot` with its Raft metadata `meta` through `log`, durably.
-fn store(log: &dyn Log<RaftEntry>, meta: &Meta, snapshot: &MachineSnapshot) -> io::Result<()> {
-    let mut stored = snapshot.clone();
-    stored.consensus = Some(serde_json::to_value(meta).map_err(io_error)?);
-    log.save_snapshot(&stored).map_err(io_error)
+/// Gives `snapshot` its Raft metadata `meta` and stores it through `log`, durably; its JSON,
+/// encoded once for both, is what the node sends to a follower that lags.
+fn store(
+    log: &dyn Log<RaftEntry>,
+    meta: &Meta,
+    snapshot: &mut MachineSnapshot,
+) -> io::Result<Vec<u8>> {
+    snapshot.consensus = Some(serde_json::to_value(meta).map_err(io_error)?);
+    let encoded = EncodedSnapshot::new(snapshot).map_err(io_error)?;
+    log.save_snapshot(&encoded).map_err(io_error)?;
+    Ok(encoded.into_json())
 }
 
 /// Builds a snapshot of the state machine as it was when the builder was made.
@@ -202,8 +209,7 @@ impl RaftSnapshotBuilder<KlockRaft> for SnapshotBuilder {
     type SnapshotData = Cursor<Vec<u8>>;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        let bytes = serde_json::to_vec(&self.snapshot).map_err(io_error)?;
-        store(self.log.as_ref(), &self.meta, &self.snapshot)?;
+        let bytes = store(self.log.as_ref(), &self.meta, &mut self.snapshot)?;
         *lock(&self.current) = Some((self.meta.clone(), bytes.clone()));
         Ok(Snapshot {
             meta: self.meta.clone(),
@@ -265,12 +271,11 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
     }
 
     async fn install_snapshot(&mut self, meta: &Meta, snapshot: Cursor<Vec<u8>>) -> io::Result<()> {
-        let bytes = snapshot.into_inner();
-        let machine_snapshot: MachineSnapshot = serde_json::from_slice(&bytes)
+        let mut machine_snapshot: MachineSnapshot = serde_json::from_slice(snapshot.get_ref())
             .map_err(|e| io_error(format!("the snapshot cannot be decoded: {e}")))?;
         // Checked before it is stored: a snapshot that cannot be restored changes nothing.
         let machine = checked(meta, &machine_snapshot)?;
-        store(self.log.as_ref(), meta, &machine_snapshot)?;
+        let bytes = store(self.log.as_ref(), meta, &mut machine_snapshot)?;
         self.take(meta, machine, &machine_snapshot, bytes);
         Ok(())
     }

@@ -215,7 +215,7 @@ fn write(
 mod tests {
     use super::*;
     use crate::types::LogId;
-    use klock_server::log::MemoryLog;
+    use klock_server::log::{EncodedSnapshot, MemoryLog};
     use klock_server::machine::MachineSnapshot;
     use openraft::impls::leader_id_adv::LeaderId;
     use openraft::type_config::TypeConfigExt;
@@ -248,7 +248,7 @@ mod tests {
         fn read_vote(&self) -> Result<Option<Vec<u8>>, StoreError> {
             self.0.read_vote()
         }
-        fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
+        fn save_snapshot(&self, snapshot: &EncodedSnapshot<'_>) -> Result<(), StoreError> {
             self.0.save_snapshot(snapshot)
         }
         fn read_snapshot(&self) -> Result<Option<MachineSnapshot>, StoreError> {

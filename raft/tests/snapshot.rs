@@ -91,10 +91,17 @@ async fn a_snapshot_round_trips_byte_for_byte() {
     let (meta, bytes) = snapshot_bytes(&mut leader).await;
     assert_eq!(meta.last_log_id, Some(log_id(1, 4)));
 
+    // The bytes are the snapshot as stored: the machine's, with Raft's metadata in it.
+    let mut decoded: MachineSnapshot = serde_json::from_slice(&bytes).unwrap();
+    let consensus = decoded.consensus.take();
+    assert_eq!(consensus, Some(serde_json::to_value(&meta).unwrap()));
     // The machine's own snapshot: export(import(x)) == x.
-    let decoded: MachineSnapshot = serde_json::from_slice(&bytes).unwrap();
     let restored = Machine::restore(&decoded).expect("restore");
-    assert_eq!(serde_json::to_vec(&restored.snapshot()).unwrap(), bytes);
+    assert_eq!(restored.snapshot(), decoded);
+    assert_eq!(
+        serde_json::to_vec(&restored.snapshot()).unwrap(),
+        serde_json::to_vec(&decoded).unwrap()
+    );
 
     // Through openraft's traits: installed on a new state machine, taken again.
     let mut follower = state_machine();
@@ -203,7 +210,7 @@ fn new_applier(
 
 #[test]
 fn a_state_machine_refuses_a_machine_that_applied_entries_or_a_single_nodes_snapshot() {
-    use klock_server::log::{Log as _, MemoryLog};
+    use klock_server::log::{EncodedSnapshot, Log as _, MemoryLog};
     use std::sync::Arc;
     let config = klock_core::Config::default();
 
@@ -217,7 +224,9 @@ fn a_state_machine_refuses_a_machine_that_applied_entries_or_a_single_nodes_snap
 
     // A snapshot stored without Raft's metadata (as a single node stores its own).
     let log = Arc::new(MemoryLog::<RaftEntry>::default());
-    log.save_snapshot(&used.snapshot()).unwrap();
+    let single = used.snapshot();
+    log.save_snapshot(&EncodedSnapshot::new(&single).unwrap())
+        .unwrap();
     let fresh = Machine::new(config).unwrap();
     let err = StateMachine::open(new_applier(fresh), log)
         .err()

@@ -24,6 +24,41 @@ use crate::store::StoreError;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+/// A snapshot and its JSON (`serde_json::to_vec` of it), encoded once: a snapshot holds the
+/// whole state (megabytes), and its JSON is both what the file store writes and what a
+/// consensus layer sends to a node that lags.
+pub struct EncodedSnapshot<'a> {
+    snapshot: &'a MachineSnapshot,
+    json: Vec<u8>,
+}
+
+impl<'a> EncodedSnapshot<'a> {
+    /// Encodes `snapshot`.
+    ///
+    /// # Errors
+    /// The snapshot cannot be encoded.
+    pub fn new(snapshot: &'a MachineSnapshot) -> Result<EncodedSnapshot<'a>, StoreError> {
+        let json = serde_json::to_vec(snapshot)
+            .map_err(|e| StoreError(format!("cannot encode the snapshot: {e}")))?;
+        Ok(EncodedSnapshot { snapshot, json })
+    }
+
+    /// The snapshot.
+    pub fn snapshot(&self) -> &MachineSnapshot {
+        self.snapshot
+    }
+
+    /// Its JSON.
+    pub fn json(&self) -> &[u8] {
+        &self.json
+    }
+
+    /// Its JSON, taken.
+    pub fn into_json(self) -> Vec<u8> {
+        self.json
+    }
+}
+
 /// Where the entries, the vote and the snapshot are kept (see the module contract).
 pub trait Log<E = Entry>: Send + Sync {
     /// Appends `entries` (dense, following the last index) durably.
@@ -73,7 +108,7 @@ pub trait Log<E = Entry>: Send + Sync {
     ///
     /// # Errors
     /// A storage failure.
-    fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError>;
+    fn save_snapshot(&self, snapshot: &EncodedSnapshot<'_>) -> Result<(), StoreError>;
 
     /// The snapshot last stored, if any.
     ///
@@ -204,8 +239,8 @@ impl<E: Clone + Send> Log<E> for MemoryLog<E> {
         Ok(self.lock().vote.clone())
     }
 
-    fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
-        self.lock().snapshot = Some(snapshot.clone());
+    fn save_snapshot(&self, snapshot: &EncodedSnapshot<'_>) -> Result<(), StoreError> {
+        self.lock().snapshot = Some(snapshot.snapshot().clone());
         Ok(())
     }
 

@@ -34,7 +34,7 @@
 //!   short, even inside its header, is a torn tail as before; a log without any header is one
 //!   written before headers existed and is adopted (given the data file's id).
 
-use crate::log::Log as _;
+use crate::log::{EncodedSnapshot, Log as _};
 use crate::machine::{Entry, MachineSnapshot};
 use klock_core::Config;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -794,7 +794,7 @@ impl<E: Serialize + DeserializeOwned> Store<E> {
     /// # Errors
     /// Any storage failure.
     pub fn compact(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
-        self.save_snapshot(snapshot)?;
+        self.save_snapshot(&EncodedSnapshot::new(snapshot)?)?;
         self.purge_upto(snapshot.applied)
     }
 
@@ -959,9 +959,8 @@ impl<E: Serialize + DeserializeOwned> crate::log::Log<E> for Store<E> {
         Ok(bytes.map(|b| b.value().to_vec()))
     }
 
-    fn save_snapshot(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(snapshot).map_err(fail("encode the snapshot"))?;
-        self.put(SNAPSHOT_KEY, &bytes, true)
+    fn save_snapshot(&self, snapshot: &EncodedSnapshot<'_>) -> Result<(), StoreError> {
+        self.put(SNAPSHOT_KEY, snapshot.json(), true)
     }
 
     fn read_snapshot(&self) -> Result<Option<MachineSnapshot>, StoreError> {

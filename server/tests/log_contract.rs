@@ -2,7 +2,7 @@
 //! implementation: the memory log, and the file store (also across a reopen).
 
 use klock_core::{Command, SessionId};
-use klock_server::log::{Log, MemoryLog};
+use klock_server::log::{EncodedSnapshot, Log, MemoryLog};
 use klock_server::machine::{Entry, Machine};
 use klock_server::store::Store;
 
@@ -90,7 +90,9 @@ fn vote_and_snapshot(log: &dyn Log) -> Machine {
     assert!(log.read_snapshot().unwrap().is_none());
     let mut machine = Machine::new(klock_core::Config::default()).unwrap();
     machine.apply(1, &entry(7));
-    log.save_snapshot(&machine.snapshot()).unwrap();
+    let snapshot = machine.snapshot();
+    log.save_snapshot(&EncodedSnapshot::new(&snapshot).unwrap())
+        .unwrap();
     assert_eq!(log.read_snapshot().unwrap(), Some(machine.snapshot()));
     machine
 }
