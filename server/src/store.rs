@@ -45,8 +45,6 @@ use std::io::{Read, Write};
 use std::marker::PhantomData;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-#[cfg(test)]
-use std::sync::Arc;
 use std::sync::Mutex;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -979,6 +977,7 @@ impl<E: Serialize + DeserializeOwned> crate::log::Log<E> for Store<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::time::Duration;
 
     fn release_all(now: u64) -> Entry {
