@@ -79,8 +79,10 @@ impl<E: Clone + Weigh> Recent<E> {
     /// (8.6% of the leader's CPU in a profile; docs/DECISIONS.md, "Issue 24: the cluster's
     /// entries encoded once").
     pub const ENTRIES: usize = 32_768;
-    /// At most this much of their weight is kept by default (an acquire's entry and its JSON
-    /// weigh about 700 bytes: the entries' count binds first).
+    /// At most this much of their weight is kept by default. An acquire's entry and its JSON
+    /// weigh about 700 bytes, so entries of one operation reach the count first (32,768
+    /// operations), and a batch request's entry (up to 1,000 operations) reaches this first
+    /// (some tens of thousands of operations, by the weight of each).
     pub const BYTES: usize = 32 << 20;
 
     /// Nothing kept yet, within `most_entries` written entries and `most_bytes` of their weight.
