@@ -174,40 +174,26 @@ impl Writing {
         self.write();
     }
 
+    /// Appends the entries taken (one write, one sync) and tells each callback the outcome.
     fn write(&mut self) {
-        write(
-            self.log.as_ref(),
-            &self.recent,
-            &mut self.entries,
-            &mut self.flushed,
-        );
-    }
-}
-
-/// Appends `entries` to the log (one write, one sync) and tells each callback the outcome.
-fn write(
-    log: &dyn Log<RaftEntry>,
-    recent: &Recent<RaftEntry>,
-    entries: &mut Vec<(u64, RaftEntry)>,
-    flushed: &mut Vec<IOFlushed<KlockRaft>>,
-) {
-    let last = entries.last().map(|(index, _)| *index);
-    let result = if entries.is_empty() {
-        Ok(())
-    } else {
-        log.append(entries)
-    };
-    entries.clear();
-    if let (Ok(()), Some(last)) = (&result, last) {
-        recent.written(last);
-    }
-    for callback in flushed.drain(..) {
-        callback.io_completed(
-            result
-                .as_ref()
-                .map(|_| ())
-                .map_err(|e| crate::io_error(&e.0)),
-        );
+        let last = self.entries.last().map(|(index, _)| *index);
+        let result = if self.entries.is_empty() {
+            Ok(())
+        } else {
+            self.log.append(&self.entries)
+        };
+        self.entries.clear();
+        if let (Ok(()), Some(last)) = (&result, last) {
+            self.recent.written(last);
+        }
+        for callback in self.flushed.drain(..) {
+            callback.io_completed(
+                result
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| crate::io_error(&e.0)),
+            );
+        }
     }
 }
 

@@ -38,8 +38,8 @@ impl<'a> EncodedSnapshot<'a> {
     /// # Errors
     /// The snapshot cannot be encoded.
     pub fn new(snapshot: &'a MachineSnapshot) -> Result<EncodedSnapshot<'a>, StoreError> {
-        let json = serde_json::to_vec(snapshot)
-            .map_err(|e| StoreError(format!("cannot encode the snapshot: {e}")))?;
+        let json =
+            serde_json::to_vec(snapshot).map_err(crate::store::fail("encode the snapshot"))?;
         Ok(EncodedSnapshot { snapshot, json })
     }
 

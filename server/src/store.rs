@@ -75,7 +75,7 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-fn fail<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> StoreError {
+pub(crate) fn fail<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> StoreError {
     move |e| StoreError(format!("{what}: {e}"))
 }
 
