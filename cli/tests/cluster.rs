@@ -1209,3 +1209,91 @@ fn snapshots_count_the_commands_a_batch_entry_carries() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A batch through a follower is relayed to its leader as it came (`server/src/relay.rs`):
+/// the client gets the leader's answer, byte for byte the one the leader repeats for the same
+/// idempotency key, with the entry's `Klock-Index`; a read through the follower right after
+/// sees the batch's lease; and a request marked as relayed is never relayed again (the
+/// follower refuses it, 503 `NO_LEADER` with `Retry-After`; the leader answers it).
+#[test]
+fn a_batch_through_a_follower_is_relayed_once_and_answered_as_the_leader_answers() {
+    let cluster = Cluster::initialised(support::klock(), 3);
+    let leader = cluster.leader();
+    let f = (leader + 1) % 3;
+    let alice = open(&cluster, leader, "alice");
+    let body = json!({"operations": [
+        {"op": "acquire", "session": alice.0, "token": alice.1,
+         "intents": ["MUTATES FILE:/relayed/a"], "ttl_ms": 60_000, "wait": false},
+        {"op": "acquire", "session": alice.0, "token": "not-alices-token",
+         "intents": ["MUTATES FILE:/relayed/b"], "ttl_ms": 60_000, "wait": false},
+    ]});
+    let through = cluster.ask(f, "/v1/ns/default/batch", "", "relay-1", body.clone());
+    assert_eq!(through.status, 200, "{through:?}");
+    assert_eq!(
+        through.body["results"][0]["ok"]["verdict"], "GRANTED",
+        "{through:?}"
+    );
+    assert_eq!(
+        through.body["results"][1]["error"]["name"], "SESSION_TOKEN_REFUSED",
+        "{through:?}"
+    );
+    let index: u64 = through
+        .header("klock-index")
+        .unwrap_or_else(|| panic!("no Klock-Index through the follower: {through:?}"))
+        .parse()
+        .unwrap();
+    assert!(through.header("klock-now").is_some(), "{through:?}");
+    let again = cluster.ask(leader, "/v1/ns/default/batch", "", "relay-1", body.clone());
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.body, through.body, "the leader's repeat differs");
+    // Read through the follower at once: it applied up to the relayed answer's index.
+    let lease = through.body["results"][0]["ok"]["leases"][0]["lease_id"].clone();
+    let state = request(
+        cluster.ports[f],
+        "GET",
+        "/v1/ns/default/resources/state?resource=FILE:/relayed/a",
+        &[],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(state.status, 200, "{state:?}");
+    assert!(
+        state.body.to_string().contains(&lease.to_string()),
+        "{state:?}"
+    );
+    let hash = request(cluster.ports[f], "GET", "/v1/state/hash", &[], b"").unwrap();
+    assert!(
+        hash.body["index"].as_u64().unwrap() >= index,
+        "the follower's state is of {}, before the relayed {index}",
+        hash.body["index"]
+    );
+    // Marked as relayed: the follower answers it itself, and does not lead.
+    let marked = |node: usize, key: &str| {
+        let headers = [
+            ("klock-relayed", "1"),
+            ("idempotency-key", key),
+            ("content-type", "application/json"),
+        ];
+        let body = json!({"operations": [{"op": "heartbeat", "session": alice.0,
+                                          "token": alice.1}]});
+        let path = "/v1/ns/default/batch";
+        request(
+            cluster.ports[node],
+            "POST",
+            path,
+            &headers,
+            body.to_string().as_bytes(),
+        )
+        .unwrap()
+    };
+    let refused = marked(f, "marked-1");
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.body["error"]["name"], "NO_LEADER", "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
+    let answered = marked(leader, "marked-2");
+    assert_eq!(answered.status, 200, "{answered:?}");
+    assert!(
+        answered.body["results"][0]["ok"].is_object(),
+        "{answered:?}"
+    );
+}

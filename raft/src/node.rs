@@ -23,11 +23,15 @@
 //!   the leader (`/raft/propose`: the requests that come while [`FORWARDS_IN_FLIGHT`] are
 //!   under way to that leader wait, and go together in the next one, up to
 //!   [`FORWARD_ALONE`] submissions, each keeping its own submissions' order and answers; a
-//!   request of that many or more goes alone, at once); the answers are given as soon as the leader's are in
+//!   request of more goes alone); the answers are given as soon as the leader's are in
 //!   (committed), and every read through this node first applies up to the entries it
 //!   answered ([`Replicate::answered`]: so a read through it right after sees its own
 //!   write, without a write waiting for this node's apply). With no leader known,
 //!   or a leader that does not answer, the answer is `Unavailable` (503, retry).
+//! - [`Replicator::relay`]: a follower that knows its leader relays a batch request to the
+//!   leader's client API as it came ([`klock_server::relay`]), and its answer's
+//!   `Klock-Index` is an entry it answered, as above; [`Replicator::propose_here`] is a
+//!   relayed request's proposal: as the anchored leader, or refused.
 //! - Reads that must see every acknowledged write (`Replicate::caught_up`: a session or a
 //!   ticket this node does not know yet) wait for a read index: the leader confirms with a
 //!   quorum that it still leads; a follower asks its leader for that index
@@ -48,10 +52,12 @@ use crate::state_machine::{SnapshotDue, StateMachine};
 use crate::types::{KlockRaft, Proposal, Replies};
 use axum::body::Bytes;
 use futures_util::future::BoxFuture;
+use hyper::header::HeaderValue;
 use klock_core::Command;
 use klock_server::applier::Applier;
 use klock_server::engine::{self, Answers, Clock, EngineError, Replicate, Reply, Submission};
 use klock_server::machine::{Entry, Item};
+use klock_server::relay::{Relay, Relayed, RELAYED_HEADER};
 use klock_server::serve::{Cluster, Started};
 use openraft::alias::CommittedLeaderIdOf;
 use openraft::impls::ProgressResponder;
@@ -77,8 +83,8 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// meanwhile wait, and go together in the next one (fewer, larger requests to the leader).
 const FORWARDS_IN_FLIGHT: usize = 4;
 
-/// A request with this many submissions or more (the batch endpoint's) is forwarded on its
-/// own, at once; smaller ones are joined, up to this many submissions a `/raft/propose`.
+/// Forwarded requests are joined up to this many submissions a `/raft/propose` (a request
+/// with more goes alone). A batch request is relayed whole instead ([`klock_server::relay`]).
 const FORWARD_ALONE: usize = 64;
 
 /// How long a follower waits for its leader's answer to a membership change it passed on (a
@@ -542,14 +548,8 @@ impl Replicator {
 
     /// Passes `submissions` on to the leader `leader` (module contract): queued, and sent with
     /// the other requests' queued meanwhile in one `/raft/propose`, once fewer than
-    /// [`FORWARDS_IN_FLIGHT`] are under way to that leader; [`FORWARD_ALONE`] or more
-    /// submissions go alone, at once.
+    /// [`FORWARDS_IN_FLIGHT`] are under way to that leader.
     async fn forward(&self, leader: u64, submissions: Vec<Submission>) -> Answers {
-        if submissions.len() >= FORWARD_ALONE {
-            // A batch request: its own request to the leader, at once (joined with others,
-            // each would wait for the last entry of all).
-            return self.post_forward(leader, submissions).await;
-        }
         let this = self.me.upgrade().ok_or(EngineError::Stopped)?;
         let (answer, answered) = tokio::sync::oneshot::channel();
         let send = {
@@ -913,33 +913,66 @@ impl Replicator {
     }
 }
 
+impl Replicator {
+    /// The clock's refusals of `submissions` when one carries its own time to a cluster that
+    /// keeps its own (or carries none to a manual-clock one: all of its submissions then):
+    /// refused here, with the clock's own error, as every node refuses them (passed on to the
+    /// leader, a refusal would come back as a message only, answered 503 as if worth a retry).
+    fn misclocked(&self, submissions: &[Submission]) -> Option<Answers> {
+        if submissions
+            .iter()
+            .all(|s| s.now.is_some() == self.manual_clock)
+        {
+            return None;
+        }
+        let clock = if self.manual_clock {
+            Clock::Manual
+        } else {
+            Clock::monotonic(0)
+        };
+        Some(Ok(submissions
+            .iter()
+            .map(|s| match engine::stamp(&clock, s.clone()) {
+                Err(e) => Err(e),
+                Ok(_) => Err(unavailable(String::from(
+                    "a request carries its own time in part only",
+                ))),
+            })
+            .collect()))
+    }
+
+    /// `request` sent to the client API of `leader` as it came, marked relayed, and the
+    /// leader's answer ([`klock_server::relay`]); the index it names is this node's
+    /// [`Replicator::answered`] from then on.
+    async fn relay_to(&self, leader: u64, mut request: Relay) -> Result<Relayed, EngineError> {
+        let peer = self.leader_peer(leader)?;
+        request
+            .headers
+            .insert(RELAYED_HEADER, HeaderValue::from_static("1"));
+        let (status, headers, body) = peer
+            .send(
+                hyper::Method::POST,
+                &request.path,
+                request.headers,
+                request.body,
+                FORWARD_TIMEOUT,
+            )
+            .await
+            .map_err(|e| unavailable(format!("the leader (node {leader}) did not answer: {e}")))?;
+        if let Some(index) = Relayed::index(&headers) {
+            self.answered.fetch_max(index, Ordering::AcqRel);
+        }
+        Ok(Relayed::new(status, headers, body))
+    }
+}
+
 impl Replicate for Replicator {
     fn propose(&self, submissions: Vec<Submission>) -> BoxFuture<'static, Answers> {
         let me = self.me.upgrade();
         Box::pin(async move {
             let this = me.ok_or(EngineError::Stopped)?;
-            // A request carrying its own time to a cluster that keeps its own (or carrying
-            // none to a manual-clock one: all of its submissions then) is refused here, with
-            // the clock's own error, as every node refuses it: passed on to the leader, its
-            // refusal would come back as a message only, answered 503 as if worth a retry.
-            if submissions
-                .iter()
-                .any(|s| s.now.is_some() != this.manual_clock)
-            {
-                let clock = if this.manual_clock {
-                    Clock::Manual
-                } else {
-                    Clock::monotonic(0)
-                };
-                return Ok(submissions
-                    .into_iter()
-                    .map(|s| match engine::stamp(&clock, s) {
-                        Err(e) => Err(e),
-                        Ok(_) => Err(unavailable(String::from(
-                            "a request carries its own time in part only",
-                        ))),
-                    })
-                    .collect());
+            if let Some(refused) = this.misclocked(&submissions) {
+                return refused;
             }
             if lock(&this.anchor).is_some() {
                 return this.propose_as_leader(submissions).await;
@@ -954,6 +987,36 @@ impl Replicate for Replicator {
                 ))),
             }
         })
+    }
+
+    fn propose_here(&self, submissions: Vec<Submission>) -> BoxFuture<'static, Answers> {
+        let me = self.me.upgrade();
+        Box::pin(async move {
+            let this = me.ok_or(EngineError::Stopped)?;
+            match this.misclocked(&submissions) {
+                Some(refused) => refused,
+                None => this.propose_as_leader(submissions).await,
+            }
+        })
+    }
+
+    /// Relayed while another node leads and is known (module contract of
+    /// [`klock_server::relay`]); a node that leads, or knows no leader, answers itself (its
+    /// `propose` then says why it cannot take the write now).
+    fn relay(&self, request: Relay) -> Option<BoxFuture<'static, Result<Relayed, EngineError>>> {
+        if lock(&self.anchor).is_some() {
+            return None;
+        }
+        let leader = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .current_leader
+            .filter(|leader| *leader != self.id)?;
+        let this = self.me.upgrade()?;
+        Some(Box::pin(
+            async move { this.relay_to(leader, request).await },
+        ))
     }
 
     fn clock(&self) -> Option<Clock> {

@@ -13,11 +13,13 @@
 //! - Every request carries the cluster secret in [`SECRET_HEADER`] and a JSON body; it gives
 //!   up after its timeout. The answer is its status and body; a transport failure, a timeout,
 //!   a certificate the handshake refuses, or a refused secret (401) is an error naming the
-//!   peer.
+//!   peer. [`Peer::send`], which relays a client's request to the leader's client API, returns
+//!   the peer's answer whatever its status (a 401 is the client's token refused).
 
 use axum::body::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderMap, HeaderValue};
 use hyper::StatusCode;
 use hyper_util::rt::TokioIo;
 use klock_client::transport::trusting;
@@ -154,20 +156,53 @@ impl Peer {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), String> {
-        let mut builder = hyper::Request::builder()
+        let mut headers = HeaderMap::new();
+        if !body.is_empty() {
+            headers.insert(
+                hyper::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        if let Some((name, value)) = header {
+            let value = HeaderValue::try_from(value)
+                .map_err(|e| format!("a request to {}: {e}", self.addr))?;
+            headers.insert(name, value);
+        }
+        let (status, _, body) = self
+            .send(method, path, headers, Bytes::from(body), timeout)
+            .await?;
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(format!(
+                "CLUSTER_SECRET_REFUSED: {} refused this node's cluster secret",
+                self.addr
+            ));
+        }
+        Ok((status, body))
+    }
+
+    /// Sends `method path` with `headers` (and the cluster secret) and `body`, and returns
+    /// the answer's status, headers and body, whatever its status: a client's request relayed
+    /// to the leader's client API ([`klock_server::relay`]) gets the leader's answer, a 401
+    /// included.
+    ///
+    /// # Errors
+    /// The peer cannot be reached or does not answer within `timeout`.
+    pub async fn send(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        headers: HeaderMap,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+        let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, &self.addr)
-            .header(SECRET_HEADER, &*self.secret);
-        if !body.is_empty() {
-            builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
-        }
-        if let Some((name, value)) = header {
-            builder = builder.header(name, value);
-        }
-        let request = builder
-            .body(Full::new(Bytes::from(body)))
+            .header(SECRET_HEADER, &*self.secret)
+            .body(Full::new(body))
             .map_err(|e| format!("a request to {}: {e}", self.addr))?;
+        request.headers_mut().extend(headers);
         let answer = tokio::time::timeout(timeout, async {
             let mut sender = match self.take_idle() {
                 Some(sender) => sender,
@@ -178,18 +213,13 @@ impl Peer {
                 .send_request(request)
                 .await
                 .map_err(|e| e.to_string())?;
-            let status = response.status();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| e.to_string())?
-                .to_bytes();
-            Ok::<_, String>((sender, status, body))
+            let (head, body) = response.into_parts();
+            let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+            Ok::<_, String>((sender, head.status, head.headers, body))
         })
         .await;
         match answer {
-            Ok(Ok((sender, status, body))) => {
+            Ok(Ok((sender, status, headers, body))) => {
                 // Kept for the next request: the connection stays open between them (up to
                 // MAX_IDLE of them; a burst's extra connections close).
                 let mut idle = lock(&self.idle);
@@ -197,13 +227,7 @@ impl Peer {
                     idle.push(sender);
                 }
                 drop(idle);
-                if status == StatusCode::UNAUTHORIZED {
-                    return Err(format!(
-                        "CLUSTER_SECRET_REFUSED: {} refused this node's cluster secret",
-                        self.addr
-                    ));
-                }
-                Ok((status, body))
+                Ok((status, headers, body))
             }
             Ok(Err(e)) => Err(format!("{}: {e}", self.addr)),
             Err(_) => Err(format!(

@@ -36,6 +36,7 @@ use crate::history::History;
 use crate::log::Log;
 use crate::machine::{Caller, Entry, Machine, MachineSnapshot, Refused};
 use crate::metrics::Metrics;
+use crate::relay::{Relay, Relayed};
 use crate::store::Store;
 use klock_core::{Command, Event, Output};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -183,11 +184,31 @@ pub type Answers = Result<Vec<Result<Reply, EngineError>>, EngineError>;
 ///   node that cannot have it committed now answers [`EngineError::Unavailable`].
 /// - [`Replicate::clock`] is the clock entries are stamped with while this node leads (`None`
 ///   otherwise): the engine's timer proposes `advance` on it.
+/// - [`Replicate::relay`] passes a client's request to another node that leads, as it came
+///   ([`crate::relay`]); [`Replicate::propose_here`] proposes only if this node leads (a
+///   request relayed here is never relayed or forwarded again).
 pub trait Replicate: Send + Sync + 'static {
     fn propose(
         &self,
         submissions: Vec<Submission>,
     ) -> futures_util::future::BoxFuture<'static, Answers>;
+    /// [`Replicate::propose`], but never passed on to another node: a node that does not lead
+    /// answers [`EngineError::Unavailable`].
+    fn propose_here(
+        &self,
+        submissions: Vec<Submission>,
+    ) -> futures_util::future::BoxFuture<'static, Answers> {
+        self.propose(submissions)
+    }
+    /// The leader's answer to `request` when another node leads (`None`: this node answers it
+    /// itself, as it leads or knows no leader to send it to).
+    fn relay(
+        &self,
+        request: Relay,
+    ) -> Option<futures_util::future::BoxFuture<'static, Result<Relayed, EngineError>>> {
+        let _ = request;
+        None
+    }
     fn clock(&self) -> Option<Clock>;
     /// The server is stopping (SIGTERM, Ctrl-C, `Server::shutdown`), its listener still open:
     /// hand over what this node does for the others (a leader its leadership) and stop. The
@@ -290,6 +311,33 @@ impl EngineHandle {
         submissions: Vec<Submission>,
     ) -> Result<Vec<Result<Reply, EngineError>>, EngineError> {
         self.core.propose(submissions).await
+    }
+
+    /// [`EngineHandle::submit_many`] for a request another node relayed here: a cluster node
+    /// that does not lead refuses it ([`Replicate::propose_here`]) rather than pass it on.
+    ///
+    /// # Errors
+    /// As [`EngineHandle::submit_many`].
+    pub async fn submit_many_here(
+        &self,
+        submissions: Vec<Submission>,
+    ) -> Result<Vec<Result<Reply, EngineError>>, EngineError> {
+        match &self.core.path {
+            Path::Replicated(replicate) => replicate.propose_here(submissions).await,
+            Path::Local { .. } => self.core.propose(submissions).await,
+        }
+    }
+
+    /// The leader's answer to `request`, when this is a cluster node that another node leads
+    /// (see [`crate::relay`]); `None`: this node answers it itself.
+    pub fn relay(
+        &self,
+        request: Relay,
+    ) -> Option<futures_util::future::BoxFuture<'static, Result<Relayed, EngineError>>> {
+        match &self.core.path {
+            Path::Replicated(replicate) => replicate.relay(request),
+            Path::Local { .. } => None,
+        }
     }
 
     /// Runs `read` on the machine as it stands, once it has applied every write this node

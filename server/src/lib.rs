@@ -45,5 +45,6 @@ pub mod machine;
 pub mod metrics;
 pub mod process;
 pub mod recovery;
+pub mod relay;
 pub mod serve;
 pub mod store;

@@ -216,7 +216,7 @@ pub(super) async fn access(
                     let mut response = next.run(request).await;
                     if let Some((index, now)) = ASKER.with(|a| a.index.get()) {
                         let headers = response.headers_mut();
-                        headers.insert("klock-index", index.into());
+                        headers.insert(crate::relay::INDEX_HEADER, index.into());
                         headers.insert("klock-now", now.into());
                     }
                     response

@@ -2,6 +2,8 @@
 //! request, applied in order in one durable batch, each answered as its own route would.
 
 use super::*;
+use crate::relay::{self, Relay};
+use axum::http::Uri;
 
 /// Most operations one batch request may carry.
 pub const MAX_BATCH: usize = 1000;
@@ -142,7 +144,10 @@ pub(super) struct BatchBody {
 }
 
 /// Several lease commands in one request, applied in order in one durable batch; each gets
-/// the answer its own route would give (`{"ok": ...}` or `{"error": ...}`).
+/// the answer its own route would give (`{"ok": ...}` or `{"error": ...}`). A cluster
+/// follower relays the request to its leader as it came and answers with the leader's answer
+/// ([`crate::relay`]): a batch goes to the leader alone anyway, so the follower neither
+/// decodes nor encodes its operations and answers.
 #[utoipa::path(
     post,
     path = "/v1/ns/{ns}/batch",
@@ -155,10 +160,39 @@ pub(super) struct BatchBody {
 pub(super) async fn batch(
     State(api): State<Shared>,
     Path(ns): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
     raw: Bytes,
-) -> Answer<BatchAnswer> {
-    let b: BatchBody = body(&raw)?;
+) -> Response {
+    let relayed = relay::is_relayed(&headers);
+    if !relayed {
+        let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+        if let Some(answer) = api
+            .engine
+            .relay(Relay::of(path.to_owned(), &headers, raw.clone()))
+        {
+            return match answer.await {
+                Ok(answer) => answer.into_response(),
+                Err(e) => ApiError::from(e).into_response(),
+            };
+        }
+    }
+    match answer(&api, &ns, &headers, &raw, relayed).await {
+        Ok(answer) => answer,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// This node's own answer to a batch (`relayed`: another node relayed it here, so it is
+/// proposed only if this node leads).
+async fn answer(
+    api: &Api,
+    ns: &str,
+    headers: &HeaderMap,
+    raw: &Bytes,
+    relayed: bool,
+) -> Result<Response, ApiError> {
+    let b: BatchBody = body(raw)?;
     if b.operations.is_empty() || b.operations.len() > MAX_BATCH {
         return Err(ApiError::bad_request(format!(
             "a batch carries 1 to {MAX_BATCH} operations, got {}",
@@ -175,7 +209,7 @@ pub(super) async fn batch(
         | BatchOp::Reconcile { lease_ids: ids, .. } = op
         {
             WorkLimits::check(
-                &api,
+                api,
                 ids.len(),
                 api.work.max_ids,
                 "a batch's heartbeat or reconcile",
@@ -183,29 +217,37 @@ pub(super) async fn batch(
         }
         items += op.items();
     }
-    WorkLimits::check(&api, items, api.work.max_batch_items, "the batch")?;
-    let now = now_of(&headers)?;
+    WorkLimits::check(api, items, api.work.max_batch_items, "the batch")?;
+    let now = now_of(headers)?;
     let mut submissions = Vec::with_capacity(b.operations.len());
     for (i, op) in b.operations.into_iter().enumerate() {
         let (command, token) = op.into_command();
         // Each operation's key is scoped to its own session too: a key never answers one
         // session with another's lease.
         let scope = Scope {
-            ns: &ns,
+            ns,
             session: Some(command.session().map_or(0, |s| s.0)),
             what: "batch",
             item: Some(&i),
         };
         let mut submission = Submission::new(command, now);
-        keyed(&mut submission, &headers, scope)?;
+        keyed(&mut submission, headers, scope)?;
         submission.caller = Some(Caller {
-            namespace: ns.clone(),
+            namespace: ns.to_owned(),
             token: Some(digest_of(&token)),
             ..Caller::default()
         });
         submissions.push(submission);
     }
-    let replies = api.engine.submit_many(submissions).await?;
+    let replies = if relayed {
+        api.engine.submit_many_here(submissions).await?
+    } else {
+        api.engine.submit_many(submissions).await?
+    };
+    // The answer names its last entry (`Klock-Index`, `Klock-Now`), as every command's does.
+    if let Some(last) = replies.iter().flatten().max_by_key(|r| r.index) {
+        access::note_index(last.index, last.now);
+    }
     let results = replies
         .into_iter()
         .map(
@@ -215,7 +257,7 @@ pub(super) async fn batch(
             },
         )
         .collect();
-    Ok(Json(BatchAnswer { results }))
+    Ok(Json(BatchAnswer { results }).into_response())
 }
 
 /// The answer of a batch: one result per operation, in order.
