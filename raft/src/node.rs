@@ -485,11 +485,14 @@ impl Replicator {
             )));
         };
         let stamped = engine::stamp_all(&clock, submissions);
-        if let Some(batch) = one_batch(&stamped) {
-            let count = stamped.iter().filter(|s| s.is_ok()).count();
-            let replies = self.write(&leader, batch).await;
-            return Ok(spread(stamped, replies, count));
-        }
+        let stamped = match one_batch(stamped) {
+            Ok((batch, shape)) => {
+                let count = shape.iter().filter(|s| s.is_ok()).count();
+                let replies = self.write(&leader, batch).await;
+                return Ok(spread(shape, replies, count));
+            }
+            Err(stamped) => stamped,
+        };
         let mut pending = Vec::with_capacity(stamped.len());
         for entry in stamped {
             match entry {
@@ -665,47 +668,65 @@ impl Replicator {
     }
 }
 
-/// The one [`Entry::Batch`] of the stamped commands (see
-/// [`Replicator::propose_as_leader`]): none for fewer than two, or for commands of several
-/// times (a manual clock's requests may each carry their own).
-fn one_batch(stamped: &[Result<Entry, EngineError>]) -> Option<Entry> {
+/// A request's submissions, stamped (or refused by the clock), in order.
+type Stamped = Vec<Result<Entry, EngineError>>;
+
+/// Where each submission of a batch entry stands: in the entry (`Ok`), or refused.
+type Shape = Vec<Result<(), EngineError>>;
+
+/// The stamped commands as one [`Entry::Batch`] (see [`Replicator::propose_as_leader`]),
+/// moved into it, with the place of each (`Ok`) and the refusals among them; or `stamped`
+/// back as it was: fewer than two commands, or commands of several times (a manual clock's
+/// requests may each carry their own).
+fn one_batch(stamped: Stamped) -> Result<(Entry, Shape), Stamped> {
     let mut now = None;
-    let mut commands = Vec::with_capacity(stamped.len());
+    let mut count = 0;
     for entry in stamped.iter().flatten() {
-        let Entry::Command {
-            now: at,
-            command,
-            key,
-            token,
-            caller,
-            resume,
-            fingerprint,
-        } = entry
-        else {
-            return None;
+        let Entry::Command { now: at, .. } = entry else {
+            return Err(stamped);
         };
         if *now.get_or_insert(*at) != *at {
-            return None;
+            return Err(stamped);
         }
-        commands.push(Item {
-            command: command.clone(),
-            key: key.clone(),
-            token: token.clone(),
-            caller: caller.clone(),
-            resume: resume.clone(),
-            fingerprint: fingerprint.clone(),
-        });
+        count += 1;
     }
-    (commands.len() >= 2).then(|| Entry::Batch {
-        now: now.unwrap_or_default(),
-        commands,
-    })
+    let Some(now) = now.filter(|_| count >= 2) else {
+        return Err(stamped);
+    };
+    let mut commands = Vec::with_capacity(count);
+    let shape = stamped
+        .into_iter()
+        .map(|entry| match entry? {
+            Entry::Command {
+                command,
+                key,
+                token,
+                caller,
+                resume,
+                fingerprint,
+                ..
+            } => {
+                commands.push(Item {
+                    command,
+                    key,
+                    token,
+                    caller,
+                    resume,
+                    fingerprint,
+                });
+                Ok(())
+            }
+            // Checked above: every stamped entry is a command.
+            _ => Err(unavailable(String::from("not a command"))),
+        })
+        .collect();
+    Ok((Entry::Batch { now, commands }, shape))
 }
 
-/// The answers to `stamped`: a refusal where it was not stamped, else the next of the batch
-/// entry's `replies` (of `count` commands), in order.
+/// The answers in the places of `shape`: its refusal where a submission was not stamped, else
+/// the next of the batch entry's `replies` (of `count` commands), in order.
 fn spread(
-    stamped: Vec<Result<Entry, EngineError>>,
+    shape: Shape,
     replies: Result<Replies, EngineError>,
     count: usize,
 ) -> Vec<Result<Reply, EngineError>> {
@@ -722,10 +743,10 @@ fn spread(
     match replies {
         Ok(replies) => {
             let mut replies = replies.into_iter();
-            stamped
+            shape
                 .into_iter()
                 .map(|s| {
-                    s.and_then(|_| {
+                    s.and_then(|()| {
                         replies
                             .next()
                             .ok_or_else(|| unavailable(String::from("no answer")))
@@ -733,9 +754,9 @@ fn spread(
                 })
                 .collect()
         }
-        Err(e) => stamped
+        Err(e) => shape
             .into_iter()
-            .map(|s| s.and_then(|_| Err(e.clone())))
+            .map(|s| s.and_then(|()| Err(e.clone())))
             .collect(),
     }
 }
@@ -1116,26 +1137,66 @@ mod tests {
         assert_eq!(refused, "the leader is stopping");
     }
 
-    /// Two or more stamped commands of one `now` are one batch entry; one alone, or commands
-    /// of several times (a manual clock's), are not; a refused one is left out.
+    /// Two or more stamped commands of one `now` are one batch entry, moved into it in order
+    /// (a refused one is left out, its refusal kept in its place); one alone, or commands of
+    /// several times (a manual clock's), are not, and come back as they were.
     #[test]
     fn one_batch_of_the_commands_of_one_time() {
         let refused = || Err(EngineError::Clock("refused"));
-        let batch = one_batch(&[at(5), refused(), at(5)]);
+        let keyed = |now, key: &str| match at(now) {
+            Ok(Entry::Command {
+                now,
+                command,
+                token,
+                caller,
+                resume,
+                fingerprint,
+                ..
+            }) => Ok(Entry::Command {
+                now,
+                command,
+                key: Some(key.to_owned()),
+                token,
+                caller,
+                resume,
+                fingerprint,
+            }),
+            other => other,
+        };
+        let (batch, shape) = one_batch(vec![keyed(5, "a"), refused(), keyed(5, "b")]).unwrap();
         match batch {
-            Some(Entry::Batch { now: 5, commands }) => assert_eq!(commands.len(), 2),
+            Entry::Batch { now: 5, commands } => {
+                let keys: Vec<_> = commands.iter().map(|c| c.key.as_deref()).collect();
+                assert_eq!(keys, [Some("a"), Some("b")]);
+            }
             other => panic!("{other:?}"),
         }
-        assert_eq!(one_batch(&[at(5), refused()]), None);
-        assert_eq!(one_batch(&[at(5), at(6)]), None);
-        assert_eq!(one_batch(&[]), None);
+        assert!(matches!(
+            shape[..],
+            [Ok(()), Err(EngineError::Clock("refused")), Ok(())]
+        ));
+        let back = |stamped: Vec<Result<Entry, EngineError>>| {
+            let n = stamped.len();
+            let back = one_batch(stamped).unwrap_err();
+            assert_eq!(back.len(), n);
+            back
+        };
+        assert!(matches!(
+            back(vec![at(5), refused()])[1],
+            Err(EngineError::Clock(_))
+        ));
+        assert_eq!(
+            back(vec![at(5), at(6)])[1].as_ref().unwrap(),
+            &at(6).unwrap()
+        );
+        back(vec![]);
     }
 
-    /// The batch's replies go back in the submissions' order, a refused submission keeps its
+    /// The batch's replies go back in the submissions' places, a refused submission keeps its
     /// refusal in its place, and a batch that failed (or answered another count) fails each.
     #[test]
     fn the_replies_are_spread_over_the_submissions() {
-        let stamped = || vec![at(5), Err(EngineError::Clock("refused")), at(5)];
+        let stamped = || vec![Ok(()), Err(EngineError::Clock("refused")), Ok(())];
         let got = spread(stamped(), Ok(vec![reply(7), reply(7)]), 2);
         assert!(matches!(&got[0], Ok(r) if r.index == 7));
         assert!(matches!(got[1], Err(EngineError::Clock("refused"))));
