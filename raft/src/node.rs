@@ -56,7 +56,7 @@ use hyper::header::HeaderValue;
 use klock_core::Command;
 use klock_server::applier::Applier;
 use klock_server::engine::{self, Answers, Clock, EngineError, Replicate, Reply, Submission};
-use klock_server::machine::{Entry, Item};
+use klock_server::machine::Entry;
 use klock_server::relay::{Relay, Relayed, RELAYED_HEADER};
 use klock_server::serve::{Cluster, Started};
 use openraft::alias::CommittedLeaderIdOf;
@@ -696,28 +696,13 @@ fn one_batch(stamped: Stamped) -> Result<(Entry, Shape), Stamped> {
     let mut commands = Vec::with_capacity(count);
     let shape = stamped
         .into_iter()
-        .map(|entry| match entry? {
-            Entry::Command {
-                command,
-                key,
-                token,
-                caller,
-                resume,
-                fingerprint,
-                ..
-            } => {
-                commands.push(Item {
-                    command,
-                    key,
-                    token,
-                    caller,
-                    resume,
-                    fingerprint,
-                });
+        .map(|entry| match entry?.into_item() {
+            Some(item) => {
+                commands.push(item);
                 Ok(())
             }
             // Checked above: every stamped entry is a command.
-            _ => Err(unavailable(String::from("not a command"))),
+            None => Err(unavailable(String::from("not a command"))),
         })
         .collect();
     Ok((Entry::Batch { now, commands }, shape))
@@ -1081,6 +1066,7 @@ impl Replicate for Replicator {
 mod tests {
     use super::*;
     use klock_core::{Command, Output};
+    use klock_server::machine::Item;
 
     fn at(now: u64) -> Result<Entry, EngineError> {
         Ok(Item {
@@ -1143,25 +1129,10 @@ mod tests {
     #[test]
     fn one_batch_of_the_commands_of_one_time() {
         let refused = || Err(EngineError::Clock("refused"));
-        let keyed = |now, key: &str| match at(now) {
-            Ok(Entry::Command {
-                now,
-                command,
-                token,
-                caller,
-                resume,
-                fingerprint,
-                ..
-            }) => Ok(Entry::Command {
-                now,
-                command,
-                key: Some(key.to_owned()),
-                token,
-                caller,
-                resume,
-                fingerprint,
-            }),
-            other => other,
+        let keyed = |now, key: &str| {
+            let mut item = at(now).unwrap().into_item().unwrap();
+            item.key = Some(key.to_owned());
+            Ok(item.at(now))
         };
         let (batch, shape) = one_batch(vec![keyed(5, "a"), refused(), keyed(5, "b")]).unwrap();
         match batch {

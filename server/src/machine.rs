@@ -132,6 +132,30 @@ impl Entry {
         }
     }
 
+    /// An [`Entry::Command`] as an [`Item`] of a batch (its `now` is the batch's); `None` for
+    /// another kind of entry.
+    pub fn into_item(self) -> Option<Item> {
+        match self {
+            Entry::Command {
+                command,
+                key,
+                token,
+                caller,
+                resume,
+                fingerprint,
+                ..
+            } => Some(Item {
+                command,
+                key,
+                token,
+                caller,
+                resume,
+                fingerprint,
+            }),
+            _ => None,
+        }
+    }
+
     /// The command of an [`Entry::Command`].
     pub fn call(&self) -> Option<Call<'_>> {
         match self {
