@@ -190,9 +190,10 @@ fn store(
     log: &dyn Log<RaftEntry>,
     meta: &Meta,
     snapshot: &mut MachineSnapshot,
+    expected: usize,
 ) -> io::Result<Vec<u8>> {
     snapshot.consensus = Some(serde_json::to_value(meta).map_err(io_error)?);
-    let encoded = EncodedSnapshot::new(snapshot).map_err(io_error)?;
+    let encoded = EncodedSnapshot::new(snapshot, expected).map_err(io_error)?;
     log.save_snapshot(&encoded).map_err(io_error)?;
     Ok(encoded.into_json())
 }
@@ -209,7 +210,9 @@ impl RaftSnapshotBuilder<KlockRaft> for SnapshotBuilder {
     type SnapshotData = Cursor<Vec<u8>>;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        let bytes = store(self.log.as_ref(), &self.meta, &mut self.snapshot)?;
+        // The last snapshot's length: the room its encoding starts with.
+        let expected = lock(&self.current).as_ref().map_or(0, |(_, b)| b.len());
+        let bytes = store(self.log.as_ref(), &self.meta, &mut self.snapshot, expected)?;
         *lock(&self.current) = Some((self.meta.clone(), bytes.clone()));
         Ok(Snapshot {
             meta: self.meta.clone(),
@@ -275,7 +278,9 @@ impl RaftStateMachine<KlockRaft> for StateMachine {
             .map_err(|e| io_error(format!("the snapshot cannot be decoded: {e}")))?;
         // Checked before it is stored: a snapshot that cannot be restored changes nothing.
         let machine = checked(meta, &machine_snapshot)?;
-        let bytes = store(self.log.as_ref(), meta, &mut machine_snapshot)?;
+        // Encoded again (with this node's metadata): about as long as it came.
+        let expected = snapshot.get_ref().len();
+        let bytes = store(self.log.as_ref(), meta, &mut machine_snapshot, expected)?;
         self.take(meta, machine, &machine_snapshot, bytes);
         Ok(())
     }

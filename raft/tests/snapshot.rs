@@ -225,7 +225,7 @@ fn a_state_machine_refuses_a_machine_that_applied_entries_or_a_single_nodes_snap
     // A snapshot stored without Raft's metadata (as a single node stores its own).
     let log = Arc::new(MemoryLog::<RaftEntry>::default());
     let single = used.snapshot();
-    log.save_snapshot(&EncodedSnapshot::new(&single).unwrap())
+    log.save_snapshot(&EncodedSnapshot::new(&single, 0).unwrap())
         .unwrap();
     let fresh = Machine::new(config).unwrap();
     let err = StateMachine::open(new_applier(fresh), log)

@@ -45,6 +45,7 @@ use std::io::{Read, Write};
 use std::marker::PhantomData;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -278,6 +279,9 @@ pub struct Store<E = Entry> {
     /// is let go (by [`LogGuard`]): what [`crate::log::Log::bounds`] answers without the lock,
     /// which an append holds through its `fdatasync`. `None` until the log is first scanned.
     bounds: Mutex<Option<(u64, u64)>>,
+    /// The length of the last snapshot's JSON stored (0: none since open), the room the next
+    /// one's encoding starts with ([`EncodedSnapshot::new`]).
+    snapshot_len: AtomicUsize,
     /// The data file's id, which the log's header names.
     id: String,
     accept_log_loss: bool,
@@ -658,6 +662,7 @@ impl<E: Serialize + DeserializeOwned> Store<E> {
                 scratch: Vec::new(),
             }),
             bounds: Mutex::new(None),
+            snapshot_len: AtomicUsize::new(0),
             id,
             accept_log_loss,
             lost: Mutex::new(lost),
@@ -792,7 +797,8 @@ impl<E: Serialize + DeserializeOwned> Store<E> {
     /// # Errors
     /// Any storage failure.
     pub fn compact(&self, snapshot: &MachineSnapshot) -> Result<(), StoreError> {
-        self.save_snapshot(&EncodedSnapshot::new(snapshot)?)?;
+        let expected = self.snapshot_len.load(Ordering::Relaxed);
+        self.save_snapshot(&EncodedSnapshot::new(snapshot, expected)?)?;
         self.purge_upto(snapshot.applied)
     }
 
@@ -958,7 +964,10 @@ impl<E: Serialize + DeserializeOwned> crate::log::Log<E> for Store<E> {
     }
 
     fn save_snapshot(&self, snapshot: &EncodedSnapshot<'_>) -> Result<(), StoreError> {
-        self.put(SNAPSHOT_KEY, snapshot.json(), true)
+        self.put(SNAPSHOT_KEY, snapshot.json(), true)?;
+        self.snapshot_len
+            .store(snapshot.json().len(), Ordering::Relaxed);
+        Ok(())
     }
 
     fn read_snapshot(&self) -> Result<Option<MachineSnapshot>, StoreError> {

@@ -91,7 +91,7 @@ fn vote_and_snapshot(log: &dyn Log) -> Machine {
     let mut machine = Machine::new(klock_core::Config::default()).unwrap();
     machine.apply(1, &entry(7));
     let snapshot = machine.snapshot();
-    log.save_snapshot(&EncodedSnapshot::new(&snapshot).unwrap())
+    log.save_snapshot(&EncodedSnapshot::new(&snapshot, 0).unwrap())
         .unwrap();
     assert_eq!(log.read_snapshot().unwrap(), Some(machine.snapshot()));
     machine
