@@ -2,8 +2,9 @@
 //! leader's answer it returns as it went.
 //!
 //! Contract:
-//! - A follower relays a request only where joining it with others gains nothing: a batch
-//!   request already goes to the leader alone. It sends the request's path, its body
+//! - A follower relays only batch requests: a batch carries its own many operations, so
+//!   joining it with other requests (as a follower joins single writes into one request to
+//!   its leader) would save the leader little. It sends the request's path, its body
 //!   untouched, and the headers [`RELAYED_REQUEST_HEADERS`] names (the client's bearer token,
 //!   its idempotency key, its clock), marked [`RELAYED_HEADER`]; the leader checks and
 //!   answers it exactly as if the client had asked it directly (the same token checks, the

@@ -146,8 +146,7 @@ pub(super) struct BatchBody {
 /// Several lease commands in one request, applied in order in one durable batch; each gets
 /// the answer its own route would give (`{"ok": ...}` or `{"error": ...}`). A cluster
 /// follower relays the request to its leader as it came and answers with the leader's answer
-/// ([`crate::relay`]): a batch goes to the leader alone anyway, so the follower neither
-/// decodes nor encodes its operations and answers.
+/// ([`crate::relay`]), neither decoding nor encoding its operations and answers.
 #[utoipa::path(
     post,
     path = "/v1/ns/{ns}/batch",
