@@ -52,7 +52,7 @@ use crate::state_machine::{SnapshotDue, StateMachine};
 use crate::types::{KlockRaft, Proposal, Replies};
 use axum::body::Bytes;
 use futures_util::future::BoxFuture;
-use hyper::header::HeaderValue;
+use hyper::header::{HeaderMap, HeaderValue};
 use klock_core::Command;
 use klock_server::applier::Applier;
 use klock_server::engine::{self, Answers, Clock, EngineError, Replicate, Reply, Submission};
@@ -1009,7 +1009,12 @@ impl Replicate for Replicator {
     /// Relayed while another node leads and is known (module contract of
     /// [`klock_server::relay`]); a node that leads, or knows no leader, answers itself (its
     /// `propose` then says why it cannot take the write now).
-    fn relay(&self, request: Relay) -> Option<BoxFuture<'static, Result<Relayed, EngineError>>> {
+    fn relay(
+        &self,
+        path: &str,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Option<BoxFuture<'static, Result<Relayed, EngineError>>> {
         if lock(&self.anchor).is_some() {
             return None;
         }
@@ -1020,6 +1025,7 @@ impl Replicate for Replicator {
             .current_leader
             .filter(|leader| *leader != self.id)?;
         let this = self.me.upgrade()?;
+        let request = Relay::of(path, headers, body);
         Some(Box::pin(
             async move { this.relay_to(leader, request).await },
         ))

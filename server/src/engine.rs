@@ -36,8 +36,10 @@ use crate::history::History;
 use crate::log::Log;
 use crate::machine::{Caller, Entry, Machine, MachineSnapshot, Refused};
 use crate::metrics::Metrics;
-use crate::relay::{Relay, Relayed};
+use crate::relay::Relayed;
 use crate::store::Store;
+use axum::body::Bytes;
+use axum::http::HeaderMap;
 use klock_core::{Command, Event, Output};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -200,13 +202,16 @@ pub trait Replicate: Send + Sync + 'static {
     ) -> futures_util::future::BoxFuture<'static, Answers> {
         self.propose(submissions)
     }
-    /// The leader's answer to `request` when another node leads (`None`: this node answers it
-    /// itself, as it leads or knows no leader to send it to).
+    /// The leader's answer to a request to `path` with `headers` and `body` when another node
+    /// leads (`None`: this node answers it itself, as it leads or knows no leader to send it
+    /// to).
     fn relay(
         &self,
-        request: Relay,
+        path: &str,
+        headers: &HeaderMap,
+        body: &Bytes,
     ) -> Option<futures_util::future::BoxFuture<'static, Result<Relayed, EngineError>>> {
-        let _ = request;
+        let _ = (path, headers, body);
         None
     }
     fn clock(&self) -> Option<Clock>;
@@ -328,14 +333,17 @@ impl EngineHandle {
         }
     }
 
-    /// The leader's answer to `request`, when this is a cluster node that another node leads
-    /// (see [`crate::relay`]); `None`: this node answers it itself.
+    /// The leader's answer to a request to `path` with `headers` and `body`, when this is a
+    /// cluster node that another node leads (see [`crate::relay`]); `None`: this node answers
+    /// it itself.
     pub fn relay(
         &self,
-        request: Relay,
+        path: &str,
+        headers: &HeaderMap,
+        body: &Bytes,
     ) -> Option<futures_util::future::BoxFuture<'static, Result<Relayed, EngineError>>> {
         match &self.core.path {
-            Path::Replicated(replicate) => replicate.relay(request),
+            Path::Replicated(replicate) => replicate.relay(path, headers, body),
             Path::Local { .. } => None,
         }
     }

@@ -45,8 +45,9 @@ pub struct Relay {
 
 impl Relay {
     /// The relay of a request to `path` with `headers` and `body` (only the headers of
-    /// [`RELAYED_REQUEST_HEADERS`] go).
-    pub fn of(path: String, headers: &HeaderMap, body: Bytes) -> Relay {
+    /// [`RELAYED_REQUEST_HEADERS`] go). Made only once a request is to be relayed: a node
+    /// that answers itself copies nothing.
+    pub fn of(path: &str, headers: &HeaderMap, body: &Bytes) -> Relay {
         let mut relayed = HeaderMap::with_capacity(RELAYED_REQUEST_HEADERS.len());
         for name in &RELAYED_REQUEST_HEADERS {
             for value in headers.get_all(name) {
@@ -54,9 +55,9 @@ impl Relay {
             }
         }
         Relay {
-            path,
+            path: path.to_owned(),
             headers: relayed,
-            body,
+            body: body.clone(),
         }
     }
 }
@@ -96,11 +97,11 @@ impl Relayed {
 
 impl IntoResponse for Relayed {
     fn into_response(self) -> Response {
-        let mut response = (self.status, self.body).into_response();
-        // The leader's headers, its content type among them, replace the defaults.
-        for (name, value) in &self.headers {
-            response.headers_mut().insert(name.clone(), value.clone());
-        }
+        let mut response = self.body.into_response();
+        *response.status_mut() = self.status;
+        // The leader's headers, every value of each (its content type among them), replace
+        // the defaults.
+        *response.headers_mut() = self.headers;
         response
     }
 }
@@ -125,7 +126,7 @@ mod tests {
         headers.insert("host", HeaderValue::from_static("127.0.0.1:1"));
         headers.insert("cookie", HeaderValue::from_static("c=1"));
         headers.insert(RELAYED_HEADER, HeaderValue::from_static("1"));
-        let relay = Relay::of("/v1/ns/a/batch".into(), &headers, Bytes::from_static(b"{}"));
+        let relay = Relay::of("/v1/ns/a/batch", &headers, &Bytes::from_static(b"{}"));
         let mut names: Vec<&str> = relay.headers.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
         assert_eq!(

@@ -2,7 +2,7 @@
 //! request, applied in order in one durable batch, each answered as its own route would.
 
 use super::*;
-use crate::relay::{self, Relay};
+use crate::relay;
 use axum::http::Uri;
 
 /// Most operations one batch request may carry.
@@ -166,10 +166,7 @@ pub(super) async fn batch(
     let relayed = relay::is_relayed(&headers);
     if !relayed {
         let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-        if let Some(answer) = api
-            .engine
-            .relay(Relay::of(path.to_owned(), &headers, raw.clone()))
-        {
+        if let Some(answer) = api.engine.relay(path, &headers, &raw) {
             return match answer.await {
                 Ok(answer) => answer.into_response(),
                 Err(e) => ApiError::from(e).into_response(),
