@@ -151,6 +151,8 @@ mod tests {
         headers.insert("date", HeaderValue::from_static("x"));
         headers.insert("retry-after", HeaderValue::from_static("1"));
         headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.append("vary", HeaderValue::from_static("origin"));
+        headers.append("vary", HeaderValue::from_static("authorization"));
         assert_eq!(Relayed::index(&headers), Some(42));
         let relayed = Relayed::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -161,8 +163,10 @@ mod tests {
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         let mut names: Vec<&str> = response.headers().keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
-        assert_eq!(names, ["content-type", INDEX_HEADER, "retry-after"]);
+        assert_eq!(names, ["content-type", INDEX_HEADER, "retry-after", "vary"]);
         assert_eq!(response.headers()["content-type"], "application/json");
+        let vary: Vec<_> = response.headers().get_all("vary").iter().collect();
+        assert_eq!(vary, ["origin", "authorization"], "every value kept");
     }
 
     #[test]
