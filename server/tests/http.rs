@@ -452,6 +452,23 @@ fn a_batch_applies_its_operations_in_order_with_per_operation_answers() {
         r[4]["ok"]["verdict"], "GRANTED",
         "after a's release, in the same batch"
     );
+    // Its answer names its last entry (`Klock-Index`, `Klock-Now`), as every write's does.
+    let heartbeat = json!({"operations": [{"op": "heartbeat", "session": b.id, "token": b.token}]});
+    let path = "/v1/ns/default/batch";
+    let body = heartbeat.to_string();
+    let index = |answer: &klock_testkit::http_client::Answer| -> u64 {
+        let index = answer.header("klock-index");
+        index
+            .unwrap_or_else(|| panic!("no Klock-Index: {answer:?}"))
+            .parse()
+            .unwrap()
+    };
+    let first = klock_testkit::http_client::request(s.port(), "POST", path, &[], body.as_bytes());
+    let first = first.unwrap();
+    assert_eq!(first.status, 200, "{first:?}");
+    assert!(first.header("klock-now").is_some(), "{first:?}");
+    let next = klock_testkit::http_client::request(s.port(), "POST", path, &[], body.as_bytes());
+    assert_eq!(index(&next.unwrap()), index(&first) + 1);
     // The request as a whole is checked strictly.
     let (status, v) = s.call(
         "POST",
