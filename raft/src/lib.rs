@@ -6,7 +6,8 @@
 //! same log entries through the same [`klock_server::applier::Applier`].
 //!
 //! - [`types`]: the Raft type configuration ([`types::KlockRaft`]); a log entry's app data is
-//!   today's log record (a [`klock_server::machine::Entry`]: command and leader-stamped `now`).
+//!   today's log record (a [`klock_server::machine::Entry`]: command and leader-stamped `now`);
+//!   `quick`: the entry decoded without serde's buffer (what a follower does with each).
 //! - [`log_store`]: [`log_store::LogStore`], openraft's `RaftLogStorage` and `RaftLogReader`
 //!   on the server's [`klock_server::log::Log`] seam (the file store or the memory log);
 //!   [`writer`]: the writer (a thread of its own when serving) of its appends (grouped),
@@ -29,6 +30,7 @@ pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod peer;
+mod quick;
 pub mod recent;
 pub mod routes;
 pub mod state_machine;

@@ -705,7 +705,7 @@ fn one_batch(stamped: Stamped) -> Result<(Entry, Shape), Stamped> {
             None => Err(unavailable(String::from("not a command"))),
         })
         .collect();
-    Ok((Entry::Batch { now, commands }, shape))
+    Ok((Entry::batch(now, commands), shape))
 }
 
 /// The answers in the places of `shape`: its refusal where a submission was not stamped, else
@@ -1142,7 +1142,9 @@ mod tests {
         };
         let (batch, shape) = one_batch(vec![keyed(5, "a"), refused(), keyed(5, "b")]).unwrap();
         match batch {
-            Entry::Batch { now: 5, commands } => {
+            Entry::Batch {
+                now: 5, commands, ..
+            } => {
                 let keys: Vec<_> = commands.iter().map(|c| c.key.as_deref()).collect();
                 assert_eq!(keys, [Some("a"), Some("b")]);
             }

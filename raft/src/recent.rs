@@ -229,7 +229,7 @@ fn call_weight(call: Call<'_>) -> usize {
         fingerprint,
     } = call;
     let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-    let caller = caller.as_ref().map_or(0, |c| {
+    let caller = caller.map_or(0, |c| {
         c.namespace.len() + text(&c.token) + text(&c.resume) + text(&c.owner) + 64
     });
     let command = match command {

@@ -76,113 +76,8 @@ impl Serialize for Proposal {
 impl<'de> Deserialize<'de> for Proposal {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Proposal, D::Error> {
         let json = Box::<RawValue>::deserialize(deserializer)?;
-        let entry = decode(json.get()).map_err(serde::de::Error::custom)?;
+        let entry = crate::quick::decode(json.get()).map_err(serde::de::Error::custom)?;
         Ok(Proposal(Arc::new(Encoded { entry, json })))
-    }
-}
-
-/// The entry in `json`, as `serde_json::from_str::<Entry>` decodes it (the same entries, the
-/// same errors), most of the time without its cost: `Entry` is an internally tagged enum, which
-/// serde decodes by first copying the whole entry into a generic buffer (every key and string
-/// allocated once more) to find its tag. [`Fields`] is a plain struct of every variant's
-/// fields, decoded straight from the text; an entry whose fields are exactly its variant's
-/// becomes that variant, and anything else (an error, a field of another variant, a null
-/// where the entry would refuse one) is decoded the derived way, which decides.
-fn decode(json: &str) -> Result<Entry, serde_json::Error> {
-    match serde_json::from_str::<Fields>(json)
-        .ok()
-        .and_then(Fields::entry)
-    {
-        Some(entry) => Ok(entry),
-        None => serde_json::from_str(json),
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Kind {
-    Command,
-    Recovered,
-    LeaderChanged,
-    Batch,
-}
-
-/// Every field an entry may have: `None` where absent; an optional field present as `null`
-/// is `Some(None)`, a required one may not be null (see [`decode`]).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Fields {
-    entry: Kind,
-    #[serde(default, deserialize_with = "present")]
-    now: Option<u64>,
-    #[serde(default, deserialize_with = "present")]
-    command: Option<klock_core::Command>,
-    #[serde(default, deserialize_with = "present")]
-    key: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    token: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    caller: Option<Option<klock_server::machine::Caller>>,
-    #[serde(default, deserialize_with = "present")]
-    resume: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    fingerprint: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    log: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    commands: Option<Vec<klock_server::machine::Item>>,
-}
-
-/// A field that is there (`default` makes an absent one `None`).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
-impl Fields {
-    /// The entry, if these are exactly the fields of the variant the tag names.
-    fn entry(self) -> Option<Entry> {
-        let Fields {
-            entry,
-            now,
-            command,
-            key,
-            token,
-            caller,
-            resume,
-            fingerprint,
-            log,
-            commands,
-        } = self;
-        let now = now?;
-        let command_only = key.is_some() || token.is_some() || caller.is_some() || resume.is_some();
-        if let Kind::Batch = entry {
-            let alone = command.is_none() && !command_only && fingerprint.is_none();
-            return (alone && log.is_none()).then_some(Entry::Batch {
-                now,
-                commands: commands?,
-            });
-        }
-        if commands.is_some() {
-            return None;
-        }
-        match entry {
-            Kind::Command if log.is_none() => Some(Entry::Command {
-                now,
-                command: command?,
-                key: key.flatten(),
-                token: token.flatten(),
-                caller: caller.flatten(),
-                resume: resume.flatten(),
-                fingerprint: fingerprint.flatten(),
-            }),
-            Kind::Recovered if command.is_none() && !command_only && fingerprint.is_none() => {
-                log.is_none().then_some(Entry::Recovered { now })
-            }
-            Kind::LeaderChanged if command.is_none() && !command_only && fingerprint.is_none() => {
-                Some(Entry::LeaderChanged { now, log: log? })
-            }
-            _ => None,
-        }
     }
 }
 
@@ -194,7 +89,9 @@ impl fmt::Display for Proposal {
             Entry::Command { now, command, .. } => write!(f, "{} at {now}", command.name()),
             Entry::Recovered { now } => write!(f, "recovered at {now}"),
             Entry::LeaderChanged { now, .. } => write!(f, "leader changed at {now}"),
-            Entry::Batch { now, commands } => write!(f, "{} commands at {now}", commands.len()),
+            Entry::Batch { now, commands, .. } => {
+                write!(f, "{} commands at {now}", commands.len())
+            }
         }
     }
 }
@@ -318,83 +215,6 @@ mod tests {
             let e =
                 serde_json::from_str::<RaftEntry>(&body).expect_err(&format!("decoded {body:?}"));
             assert!(!e.to_string().is_empty());
-        }
-    }
-
-    /// The quick decoding decides as the derived one: the same entry or an error, over the
-    /// entries a leader writes and over near misses; and the entries a leader writes take the
-    /// quick way.
-    #[test]
-    fn the_quick_decoding_decides_as_the_derived_one() {
-        let written = [
-            serde_json::to_string(&acquire()).unwrap(),
-            r#"{"entry":"command","now":1,"command":{"op":"advance"}}"#.to_owned(),
-            r#"{"entry":"command","now":2,"command":{"op":"open","agent_id":"a","namespace":"n"},"caller":{"namespace":"n","owner":"o"},"resume":"ff"}"#.to_owned(),
-            r#"{"entry":"command","now":3,"command":{"op":"heartbeat","session":4},"token":"t","fingerprint":"f"}"#.to_owned(),
-            r#"{"entry":"recovered","now":5}"#.to_owned(),
-            r#"{"entry":"leader_changed","now":6,"log":"abc"}"#.to_owned(),
-            r#"{"entry":"batch","now":9,"commands":[{"command":{"op":"advance"}},{"command":{"op":"heartbeat","session":4},"token":"t","key":"k"}]}"#.to_owned(),
-            r#"{"entry":"batch","now":9,"commands":[]}"#.to_owned(),
-            // The tag need not come first.
-            r#"{"now":7,"entry":"recovered"}"#.to_owned(),
-            r#"{"command":{"op":"advance"},"now":8,"entry":"command"}"#.to_owned(),
-        ];
-        for json in &written {
-            let derived: Entry = serde_json::from_str(json).unwrap();
-            assert_eq!(decode(json).unwrap(), derived, "{json}");
-            let quick = serde_json::from_str::<Fields>(json)
-                .ok()
-                .and_then(Fields::entry);
-            assert_eq!(
-                quick.as_ref(),
-                Some(&derived),
-                "{json}: not decoded the quick way"
-            );
-        }
-        let near = [
-            // Accepted by both: an optional field given as null.
-            r#"{"entry":"command","now":1,"command":{"op":"advance"},"key":null,"caller":null}"#,
-            // Refused by both.
-            r#"{"entry":"recovered","now":1,"key":null}"#,
-            r#"{"entry":"recovered","now":1,"fingerprint":"f"}"#,
-            r#"{"entry":"recovered","now":1,"log":"x"}"#,
-            r#"{"entry":"recovered","now":1,"command":{"op":"advance"}}"#,
-            r#"{"entry":"leader_changed","now":1}"#,
-            r#"{"entry":"leader_changed","now":1,"log":null}"#,
-            r#"{"entry":"leader_changed","now":1,"log":"x","token":"t"}"#,
-            r#"{"entry":"command","now":1}"#,
-            r#"{"entry":"command","now":1,"command":null}"#,
-            r#"{"entry":"command","now":null,"command":{"op":"advance"}}"#,
-            r#"{"entry":"command","command":{"op":"advance"}}"#,
-            r#"{"entry":"command","now":1,"command":{"op":"advance"},"log":"x"}"#,
-            r#"{"entry":"command","now":1,"command":{"op":"advance"},"other":1}"#,
-            r#"{"entry":"command","now":1,"command":{"op":"nope"}}"#,
-            r#"{"entry":"command","now":1.5,"command":{"op":"advance"}}"#,
-            r#"{"entry":"command","now":-1,"command":{"op":"advance"}}"#,
-            r#"{"entry":"command","now":1,"now":2,"command":{"op":"advance"}}"#,
-            r#"{"entry":"command","entry":"recovered","now":1,"command":{"op":"advance"}}"#,
-            r#"{"entry":"reboot","now":1}"#,
-            r#"{"entry":1,"now":1}"#,
-            r#"{"now":1}"#,
-            r#"{"entry":"command","now":1,"command":{"op":"advance"},"caller":{"namespace":"n","x":1}}"#,
-            r#"{"entry":"batch","now":1}"#,
-            r#"{"entry":"batch","now":1,"commands":null}"#,
-            r#"{"entry":"batch","now":1,"commands":[],"key":"k"}"#,
-            r#"{"entry":"batch","now":1,"commands":[],"command":{"op":"advance"}}"#,
-            r#"{"entry":"batch","now":1,"commands":[{"command":{"op":"advance"},"now":1}]}"#,
-            r#"{"entry":"command","now":1,"command":{"op":"advance"},"commands":[]}"#,
-            r#"{"entry":"recovered","now":1,"commands":[]}"#,
-            r#"["recovered",1]"#,
-            r#"null"#,
-            r#"{}"#,
-        ];
-        for json in near {
-            let derived = serde_json::from_str::<Entry>(json);
-            match (decode(json), derived) {
-                (Ok(quick), Ok(derived)) => assert_eq!(quick, derived, "{json}"),
-                (Err(_), Err(_)) => {}
-                (quick, derived) => panic!("{json}: {quick:?} but derived {derived:?}"),
-            }
         }
     }
 }

@@ -63,7 +63,17 @@ pub enum Entry {
     /// idempotency key, answer and events), so that one log entry carries them all. Every
     /// answer carries the entry's index; the events count across the entry (docs/SPEC.md
     /// §13).
-    Batch { now: u64, commands: Vec<Item> },
+    ///
+    /// `caller` is the caller of every item that names none of its own: a batch is nearly
+    /// always one client's, whose caller (namespace and token digest, about 100 bytes) would
+    /// otherwise be written, sent to every follower and decoded once per item. Made by
+    /// [`Entry::batch`]; absent, each item's own caller (or none) is its caller, as before.
+    Batch {
+        now: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        caller: Option<Caller>,
+        commands: Vec<Item>,
+    },
 }
 
 /// One command of an [`Entry::Batch`]: the fields of an [`Entry::Command`] but its time.
@@ -84,13 +94,14 @@ pub struct Item {
 }
 
 impl Item {
-    /// Its fields, as the machine reads a command.
-    pub fn call(&self) -> Call<'_> {
+    /// Its fields, as the machine reads a command: its own caller, else the batch's `shared`
+    /// one ([`Entry::Batch`]).
+    pub fn call<'a>(&'a self, shared: Option<&'a Caller>) -> Call<'a> {
         Call {
             command: &self.command,
             key: &self.key,
             token: &self.token,
-            caller: &self.caller,
+            caller: self.caller.as_ref().or(shared),
             resume: &self.resume,
             fingerprint: &self.fingerprint,
         }
@@ -116,12 +127,38 @@ pub struct Call<'a> {
     pub command: &'a Command,
     pub key: &'a Option<String>,
     pub token: &'a Option<String>,
-    pub caller: &'a Option<Caller>,
+    pub caller: Option<&'a Caller>,
     pub resume: &'a Option<String>,
     pub fingerprint: &'a Option<String>,
 }
 
 impl Entry {
+    /// The [`Entry::Batch`] of `items` at `now`, their caller written once: when every item
+    /// has a caller, the first item's becomes the batch's, and each item whose caller is the
+    /// same drops its own (an item with none keeps the batch from sharing any, since in a
+    /// batch with a caller an item without one is checked as that caller).
+    pub fn batch(now: u64, mut items: Vec<Item>) -> Entry {
+        let shared = match items.first() {
+            Some(Item {
+                caller: Some(first),
+                ..
+            }) if items.iter().all(|i| i.caller.is_some()) => Some(first.clone()),
+            _ => None,
+        };
+        if let Some(shared) = &shared {
+            for item in &mut items {
+                if item.caller.as_ref() == Some(shared) {
+                    item.caller = None;
+                }
+            }
+        }
+        Entry::Batch {
+            now,
+            caller: shared,
+            commands: items,
+        }
+    }
+
     /// The time the entry was stamped with.
     pub fn now(&self) -> u64 {
         match self {
@@ -171,7 +208,7 @@ impl Entry {
                 command,
                 key,
                 token,
-                caller,
+                caller: caller.as_ref(),
                 resume,
                 fingerprint,
             }),
@@ -183,7 +220,9 @@ impl Entry {
     /// entry has answers, but for `Recovered` and `LeaderChanged` (none, and one answer).
     pub fn calls(&self) -> Vec<Call<'_>> {
         match self {
-            Entry::Batch { commands, .. } => commands.iter().map(Item::call).collect(),
+            Entry::Batch {
+                commands, caller, ..
+            } => commands.iter().map(|i| i.call(caller.as_ref())).collect(),
             _ => self.call().into_iter().collect(),
         }
     }
@@ -853,7 +892,7 @@ impl Machine {
                     None => self.resumes.remove(&id),
                 };
                 if let Command::Open { namespace, .. } = command {
-                    let owner = caller.as_ref().and_then(|c| c.owner.as_deref());
+                    let owner = caller.and_then(|c| c.owner.as_deref());
                     if let Some(o) = owner {
                         self.owners.insert(id, o.to_owned());
                     }

@@ -3,7 +3,9 @@
 //! that time: the same answers, events, repeats, kernel calls, session secrets and state hash
 //! (seeded random histories with sessions, tokens right and wrong, idempotency keys repeated
 //! within and across entries, reused keys, closes and expiries). Only the index differs: every
-//! answer of a batch carries the batch's, and its events are numbered across it.
+//! answer of a batch carries the batch's, and its events are numbered across it. A batch made
+//! by `Entry::batch` names its items' common caller once, and is applied, and decoded from its
+//! JSON, as its items with their own callers.
 
 use klock_core::{AcquireOptions, Command, Config, Event, SessionId};
 use klock_server::applier::Applier;
@@ -123,7 +125,8 @@ fn a_batch_entry_applies_as_its_commands_one_by_one() {
     let mut refused = 0;
     let mut repeats = 0;
     let mut events = 0;
-    for seed in 0..24u64 {
+    let mut shared = 0;
+    for seed in 0..48u64 {
         let mut rng = Rng(seed);
         let mut by_batch = Machine::new(Config::default()).unwrap();
         let mut one_by_one = Machine::new(Config::default()).unwrap();
@@ -135,16 +138,37 @@ fn a_batch_entry_applies_as_its_commands_one_by_one() {
         let mut now = 0;
         for step in 0..120 {
             now += rng.below(60);
-            let items: Vec<Item> = (0..1 + rng.below(8)).map(|_| item(&mut rng)).collect();
+            let mut items: Vec<Item> = (0..1 + rng.below(8)).map(|_| item(&mut rng)).collect();
+            // Seeds from 24: every item has a caller, most often its batch's first item's, so
+            // that the batch shares it.
+            if seed >= 24 {
+                let first = items[0].caller.clone().or_else(|| item(&mut rng).caller);
+                for item in &mut items {
+                    if item.caller.is_none() || rng.chance(60) {
+                        item.caller.clone_from(&first);
+                    }
+                }
+            }
             let what = format!("seed {seed}, step {step}");
             let index = by_batch.applied() + 1;
-            let got = by_batch.apply_entry(
-                index,
-                &Entry::Batch {
-                    now,
-                    commands: items.clone(),
-                },
-            );
+            let batch = Entry::batch(now, items.clone());
+            if let Entry::Batch {
+                caller: Some(caller),
+                commands,
+                ..
+            } = &batch
+            {
+                shared += 1;
+                // Only the items of another caller keep theirs.
+                for (made, item) in commands.iter().zip(&items) {
+                    let own = item.caller.as_ref().filter(|c| *c != caller);
+                    assert_eq!(made.caller.as_ref(), own, "{what}");
+                }
+            }
+            // As a follower gets it: its JSON, decoded.
+            let json = serde_json::to_string(&batch).unwrap();
+            assert_eq!(serde_json::from_str::<Entry>(&json).unwrap(), batch);
+            let got = by_batch.apply_entry(index, &batch);
             assert_eq!(got.len(), items.len(), "{what}: one answer per command");
             for (k, (item, got)) in items.into_iter().zip(&got).enumerate() {
                 let index = one_by_one.applied() + 1;
@@ -163,8 +187,8 @@ fn a_batch_entry_applies_as_its_commands_one_by_one() {
     }
     // The histories reach what they are meant to.
     assert!(
-        refused > 200 && repeats > 50 && events > 500,
-        "{refused} {repeats} {events}"
+        refused > 200 && repeats > 50 && events > 500 && shared > 500,
+        "{refused} {repeats} {events} {shared}"
     );
 }
 
@@ -206,6 +230,7 @@ fn a_key_repeated_inside_one_batch_answers_the_first_answer() {
     let got = m.apply_entry(
         2,
         &Entry::Batch {
+            caller: None,
             now: 5,
             commands: vec![acquire.clone(), acquire, other],
         },
@@ -253,6 +278,7 @@ fn a_batch_entrys_answers_share_its_index_and_its_events_count_across_it() {
     let opened = applier.apply(
         1,
         &Entry::Batch {
+            caller: None,
             now: 0,
             commands: vec![open("ann"), open("bob")],
         },
@@ -261,6 +287,7 @@ fn a_batch_entrys_answers_share_its_index_and_its_events_count_across_it() {
     let replies = applier.apply(
         2,
         &Entry::Batch {
+            caller: None,
             now: 1,
             commands: vec![acquire(1, "x"), acquire(2, "y"), acquire(1, "z")],
         },
