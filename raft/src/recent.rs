@@ -207,7 +207,8 @@ const ENTRY_BASE: usize = 256;
 
 impl Weigh for Entry {
     fn weight(&self) -> usize {
-        // A batch: the fixed part once, and each command's fields.
+        // A batch: the fixed part once, and each command's fields (a caller the batch names
+        // once is counted with each of its commands: more than it holds, never less).
         ENTRY_BASE
             + self
                 .calls()
