@@ -65,6 +65,12 @@ export declare const EVENT_KINDS: ReadonlyArray<Event['event']>
 export declare const LOST_AT_LOCAL_DEADLINE: 'LEASE_EXPIRED'
 
 /**
+ * The header in which a cluster node that does not lead names the node that does (its API
+ * URL), for `Servers.ledBy` (the core's `LEADER_HEADER`).
+ */
+export declare const LEADER_HEADER: 'klock-leader'
+
+/**
  * A kernel configuration; every key is optional (SPEC.md defaults). An unknown key is
  * `INVALID_CONFIG`; a key holding `undefined` counts as absent.
  */
@@ -343,6 +349,12 @@ export declare class Servers {
   get count(): number
   /** The node a call starts with: the last that answered. */
   get preferred(): number
+  /**
+   * An answer named `leader` (its `Klock-Leader`) as the cluster's leader: the node among
+   * `urls` (the client's, in order) that it names is preferred from now on and returned;
+   * `null` when it names none of them.
+   */
+  ledBy(leader: string, urls: Array<string>): number | null
   /** A call started at `nowMs` with `budgetMs` to get an answer. */
   call(nowMs: number, budgetMs: number): Attempts
   /** A best-effort call: every node once, without pauses, within `budgetMs`. */

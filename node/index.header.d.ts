@@ -65,6 +65,12 @@ export declare const EVENT_KINDS: ReadonlyArray<Event['event']>
 export declare const LOST_AT_LOCAL_DEADLINE: 'LEASE_EXPIRED'
 
 /**
+ * The header in which a cluster node that does not lead names the node that does (its API
+ * URL), for `Servers.ledBy` (the core's `LEADER_HEADER`).
+ */
+export declare const LEADER_HEADER: 'klock-leader'
+
+/**
  * A kernel configuration; every key is optional (SPEC.md defaults). An unknown key is
  * `INVALID_CONFIG`; a key holding `undefined` counts as absent.
  */

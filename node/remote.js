@@ -116,6 +116,7 @@ const {
   Follow,
   ends,
   LOST_AT_LOCAL_DEADLINE,
+  LEADER_HEADER,
   MAX_RENEWALS_IN_FLIGHT,
 } = require('./index.js');
 const { Transport } = require('./http.js');
@@ -674,9 +675,8 @@ class RemoteKernel {
    */
   async _catchUp() {
     for (const watch of this._watches.values()) {
-      const body = await this._request('GET', `${watch.path}?${watch.query(0)}`);
-      // The node that answered: a call's answer makes it the one preferred.
-      watch.take(body, watch.check(this._servers.preferred, body));
+      const [body, node] = await this._request('GET', `${watch.path}?${watch.query(0)}`, { withNode: true });
+      watch.take(body, watch.check(node, body));
     }
   }
 
@@ -901,10 +901,15 @@ class RemoteKernel {
    * One logical request, retried on network failures and busy answers within the reconnect
    * budget (the same `Idempotency-Key` on every try of a mutating one), each attempt to the
    * node the core's failover rules name. Resolves with the JSON answer (`withIndex`: with its
-   * `Klock-Index`, `[answer, index]`), rejects with the server's error as `KlockError`, or
-   * `Unreachable` naming the URLs tried.
+   * `Klock-Index`, `[answer, index]`; `withNode`: with the node that answered, `[answer, node]`,
+   * since the next call may start at another, the leader the answer named), rejects with the
+   * server's error as `KlockError`, or `Unreachable` naming the URLs tried.
    */
-  async _request(method, path, { body, session, mutating = method !== 'GET', now, withIndex = false } = {}) {
+  async _request(
+    method,
+    path,
+    { body, session, mutating = method !== 'GET', now, withIndex = false, withNode = false } = {},
+  ) {
     // One shape for every request's headers (an absent one is undefined: the transport skips
     // it), so the stores below and the transport's reads of them are the same each time.
     const headers = {
@@ -972,7 +977,10 @@ class RemoteKernel {
           if (next.ms > 0) await sleepReal(next.ms);
           continue;
         }
-        // Answered (or a 429 past the budget: the server's own error, named).
+        // Answered (or a 429 past the budget: the server's own error, named). A follower's
+        // answer names the leader: the next calls go there if it is one of ours.
+        const leader = response.headers[LEADER_HEADER];
+        if (leader !== undefined && next.what === 'done') this._servers.ledBy(leader, this.urls);
         let answer;
         try {
           answer = this._answer(response, response.text, method, path, session, url);
@@ -986,6 +994,7 @@ class RemoteKernel {
         }
         // A test clock: the command may have moved the server's next deadline.
         if (this._manual && mutating && path !== '/v1/advance') this._background(this._refreshDeadline());
+        if (withNode) return [answer, node];
         return withIndex ? [answer, klockIndex(response)] : answer;
       }
     } finally {

@@ -1297,3 +1297,49 @@ fn a_batch_through_a_follower_is_relayed_once_and_answered_as_the_leader_answers
         "{answered:?}"
     );
 }
+
+/// Every answer of a follower names the leader's URL as the membership has it
+/// (`Klock-Leader`: a client then sends its next calls there, the core's `Servers::led_by`),
+/// reads and proxied writes alike, while it hears from its leader (a heartbeat within two
+/// intervals: on a loaded machine one may come late, so each is asked again until named); the
+/// leader's answers never name one.
+#[test]
+fn a_followers_answers_name_the_leader_and_the_leaders_name_none() {
+    let cluster = Cluster::initialised(support::klock(), 3);
+    let leader = cluster.leader();
+    let leader_url = cluster.url(leader);
+    for node in 0..3 {
+        let want = (node != leader).then_some(leader_url.as_str());
+        let started = Instant::now();
+        let mut asked = 0;
+        loop {
+            asked += 1;
+            let read = request(cluster.ports[node], "GET", "/v1/state/hash", &[], b"").unwrap();
+            assert_eq!(read.status, 200, "{read:?}");
+            let write = cluster.ask(
+                node,
+                "/v1/ns/default/sessions",
+                "",
+                &format!("named-{node}-{asked}"),
+                json!({"agent_id": format!("named-{node}")}),
+            );
+            assert_eq!(write.status, 200, "{write:?}");
+            let named = [read.header("klock-leader"), write.header("klock-leader")];
+            if node == leader {
+                assert_eq!(named, [None, None], "the leader named a leader");
+                break;
+            }
+            for name in named.into_iter().flatten() {
+                assert_eq!(name, leader_url, "node {node} named another node");
+            }
+            if named == [want, want] {
+                break;
+            }
+            assert!(
+                started.elapsed() < WAIT,
+                "node {node} never named its leader in {asked} tries: {named:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

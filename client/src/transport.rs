@@ -27,7 +27,7 @@ use crate::conn::Pool;
 pub use crate::endpoint::Endpoint;
 use crate::http::{parse, Answer};
 use crate::watch::Watches;
-use klock_core::client::failover::{GaveUp, Next, Outcome, Servers};
+use klock_core::client::failover::{GaveUp, Next, Outcome, Servers, LEADER_HEADER};
 use klock_core::client::renewals::MAX_RENEWALS_IN_FLIGHT;
 use serde_json::Value;
 use std::fmt;
@@ -498,11 +498,18 @@ impl Transport {
                 // A refused certificate: waiting does not fix it, nor does another node.
                 Err(refused) => return Err(refused.clone()),
             };
-            let next = attempts.after(
-                &mut self.servers.lock().expect("servers lock"),
-                outcome,
-                self.now_ms(),
-            );
+            let next = {
+                let mut servers = self.servers.lock().expect("servers lock");
+                let next = attempts.after(&mut servers, outcome, self.now_ms());
+                // A follower's answer names the leader: the next calls go there if it is ours.
+                if let (Next::Done, Ok(answer)) = (next, &attempt) {
+                    if let Some(leader) = answer.header(LEADER_HEADER) {
+                        let urls: Vec<String> = self.endpoints().map(Endpoint::to_string).collect();
+                        servers.led_by(leader, urls.iter().map(String::as_str));
+                    }
+                }
+                next
+            };
             match next {
                 Next::Done | Next::GiveUp(GaveUp::Busy) => {
                     return answered(attempt.expect("an answer"), at);

@@ -1,7 +1,8 @@
 // The remote client over several server URLs (node/remote.js, the core's client::failover
 // rules through the addon's Servers/Attempts): against a real three-process cluster
 // (`startCluster`), a `withLease` block survives a SIGKILL of the leader and an older
-// session's waiting ticket is granted through a survivor; a list whose every node is down
+// session's waiting ticket is granted through a survivor; a client on a follower goes to the
+// leader once an answer names it; a list whose every node is down
 // rejects with `Unreachable` naming the URLs; a bad URL in a list is refused by name. Every
 // test is bounded (node --test-timeout, and timeouts here).
 import { test } from 'node:test';
@@ -72,6 +73,32 @@ test('a withLease block survives the leader killed; a waiting ticket is then gra
     await cluster.stop();
   }
   assert.ok(Date.now() - started < 50_000);
+});
+
+test('a client on a follower goes to the leader once an answer names it', async () => {
+  const cluster = await startCluster();
+  let client;
+  try {
+    const leader = await cluster.leader();
+    const follower = (leader + 1) % 3;
+    client = connect([cluster.urls[follower], cluster.urls[leader]], { reconnectTimeoutMs: 15_000 });
+    const servers = client.kernel._servers;
+    // The follower answers first (connect's own calls, then these), naming the leader.
+    const s = await client.session('named');
+    // A follower heard from its leader lately names it: calls until one does, bounded.
+    const started = Date.now();
+    while (servers.preferred === 0) {
+      assert.ok(Date.now() - started < 15_000, 'no answer named the leader');
+      await s.withLease('MUTATES FILE:/named', async () => {}, { ttlMs: 30_000 });
+    }
+    // The leader names none: the client stays there.
+    for (let i = 0; i < 5; i++) await s.withLease('MUTATES FILE:/named', async () => {}, { ttlMs: 30_000 });
+    assert.equal(servers.preferred, 1);
+    await s.close();
+  } finally {
+    await client?.close();
+    await cluster.stop();
+  }
 });
 
 test('every node down: Unreachable naming each URL, after the budget', async () => {

@@ -49,6 +49,7 @@ __all__ = [
     "MAX_RESOURCE_BYTES",
     "MAX_NAME_BYTES",
     "LOST_AT_LOCAL_DEADLINE",
+    "LEADER_HEADER",
     "MAX_RENEWALS_IN_FLIGHT",
     "__version__",
 ]
@@ -69,6 +70,9 @@ LOST_AT_LOCAL_DEADLINE: Final[Literal["LEASE_EXPIRED"]]
 """The name of a lease a remote client found lost at its local deadline (no renewal answered
 before the send time of its last granting or renewing request plus its TTL): the kernel's
 expiry name, in every driver (``klock_core::client::watch::LOST_AT_LOCAL_DEADLINE``)."""
+LEADER_HEADER: Final[Literal["klock-leader"]]
+"""The header in which a cluster node that does not lead names the node that does (its API
+URL), for ``Servers.led_by`` (``klock_core::client::failover::LEADER_HEADER``)."""
 MAX_RENEWALS_IN_FLIGHT: Final[int]
 """How many heartbeats one remote client has in flight at most (the core's
 ``klock_core::client::renewals`` rule): a renewal due while that many are out waits for one
@@ -152,7 +156,8 @@ def ends(
 @final
 class Servers:
     """A remote client's servers, by position in its list of URLs, and the node it prefers:
-    the last that answered (``klock_core::client::failover``). ``ValueError`` for none."""
+    the last that answered, or the leader an answer named (``klock_core::client::failover``).
+    ``ValueError`` for none."""
 
     def __new__(cls, count: int) -> Self: ...
     @property
@@ -161,6 +166,10 @@ class Servers:
     @property
     def preferred(self) -> int:
         """The node a call starts with: the last that answered."""
+    def led_by(self, leader: str, urls: list[str]) -> int | None:
+        """An answer named ``leader`` (its ``Klock-Leader``) as the cluster's leader: the node
+        among ``urls`` (the client's, in order) that it names is preferred from now on and
+        returned; ``None`` when it names none of them."""
     def call(self, now_ms: int, budget_ms: int) -> Attempts:
         """A call started at ``now_ms`` (monotonic milliseconds) with ``budget_ms``."""
     def call_once(self, now_ms: int, budget_ms: int) -> Attempts:

@@ -514,13 +514,16 @@ class RemoteKernel:
         once: bool = False,
         ends_leases: bool = False,
         with_index: bool = False,
+        with_node: bool = False,
     ) -> Any:
         """One logical request, retried on connection failures within the reconnect budget
         (or until the Klock's clock reaches ``give_up_at``: then ``None`` is returned; or not
         at all with ``once``). ``ends_leases``: the request releases leases of ``session`` (a
         release, a close), whose heartbeats therefore wait for it to end. ``with_index``: the
         answer comes with its ``Klock-Index`` (the log entry of the command; ``None`` if the
-        server did not say), as ``(answer, index)``."""
+        server did not say), as ``(answer, index)``; ``with_node``: with the node that answered
+        (its position in ``urls``), as ``(answer, node)``: the node the next call starts at may
+        be another, the leader that answer named."""
         if self._closed and method != "GET":
             raise Closed("this Klock is closed")
         headers: dict[str, str] = {}
@@ -541,15 +544,17 @@ class RemoteKernel:
         if content is not None:
             headers["Content-Type"] = "application/json"
         if self._closed:  # a read after close (stats, resource state): a connection of its own
-            url = self.urls[self._servers.preferred]
+            node = self._servers.preferred
+            url = self.urls[node]
             one_off = Transport(url, self._headers, tls=self._tls)
             try:
-                return self._answer(
+                answer = self._answer(
                     one_off.request(
                         method, path, params=params, headers=headers, timeout=self._request_timeout
                     ),
                     session,
                 )
+                return (answer, node) if with_node else answer
             except TransportError as e:
                 raise Unreachable(f"cannot reach klock serve at {url}: {e}") from None
             finally:
@@ -616,7 +621,12 @@ class RemoteKernel:
                 raise Closed("this Klock is closed") from None
             what, _, pause_ms = attempts.after(servers, outcome, retry_after_ms, _monotonic_ms())
             if what == "done":
+                leader = response.headers.get(_core.LEADER_HEADER)
+                if leader is not None:  # a follower's answer: the next calls go to the leader
+                    servers.led_by(leader, list(self.urls))
                 answer = self._answer(response, session, url)
+                if with_node:
+                    return answer, node
                 return (answer, _klock_index(response)) if with_index else answer
             if what == "gave_up_busy":
                 assert busy is not None
@@ -763,8 +773,10 @@ class RemoteKernel:
             # No session there, so no open to start from: the server's newest event is "now"
             # (one read without a wait), and the stream goes on from it.
             follow = _core.Follow()
-            latest = self._request("GET", _watch_path(namespace), params={"wait_ms": 0})
-            _answered(follow, self._servers.preferred, {**latest, "gap": False})
+            latest, node = self._request(
+                "GET", _watch_path(namespace), params={"wait_ms": 0}, with_node=True
+            )
+            _answered(follow, node, {**latest, "gap": False})
             self._follow(namespace, follow)
 
         def stop() -> None:
@@ -1092,9 +1104,10 @@ class RemoteKernel:
         if self.manual:
             for namespace, follow in list(self._follows.items()):
                 params = _after(follow, 0, self._watched(namespace))
-                d = self._request("GET", _watch_path(namespace), params=params)
-                # The node that answered: a call's answer makes it the one preferred.
-                resync = _answered(follow, self._servers.preferred, d)
+                d, node = self._request(
+                    "GET", _watch_path(namespace), params=params, with_node=True
+                )
+                resync = _answered(follow, node, d)
                 self._take(namespace, d)
                 if resync:
                     self._resync()

@@ -1,6 +1,7 @@
 """The remote client over several server URLs (klock.remote, "Failover"; the core's
 ``client::failover`` rules): against a real three-process cluster (``server.cluster``), a lease
-block survives a SIGKILL of the leader; a list whose every node is down gives ``Unreachable``
+block survives a SIGKILL of the leader; a client on a follower goes to the leader once an
+answer names it; a list whose every node is down gives ``Unreachable``
 naming the URLs; a bad URL in a list is refused by name."""
 
 from __future__ import annotations
@@ -72,6 +73,32 @@ def test_a_lease_block_survives_a_leader_killed_and_a_waiter_then_gets_a_higher_
             holder.close()
             waiter.close()
     assert time.monotonic() - started < 50
+
+
+def test_a_client_on_a_follower_goes_to_the_leader_once_an_answer_names_it() -> None:
+    """A follower's answers name the leader (``Klock-Leader``); the core's ``Servers.led_by``
+    then makes the leader the node every call starts at (a follower heard from its leader
+    lately names it: calls are made until one does, within a bound)."""
+    with cluster() as nodes:
+        leader = nodes.leader()
+        follower = (leader + 1) % 3
+        client = klock.connect([nodes.urls[follower], nodes.urls[leader]], reconnect_timeout=15)
+        servers = client.kernel._servers  # type: ignore[attr-defined]
+        try:
+            # The follower answers first (connect's own call, then these), naming the leader.
+            with client.session("named") as s:
+                started = time.monotonic()
+                while servers.preferred == 0:
+                    assert time.monotonic() - started < 15, "no answer named the leader"
+                    with s.lease("MUTATES FILE:/named", ttl=30) as lease:
+                        assert lease.held
+                # The leader names none: the client stays there.
+                for _ in range(5):
+                    with s.lease("MUTATES FILE:/named", ttl=30):
+                        pass
+                assert servers.preferred == 1
+        finally:
+            client.close()
 
 
 def test_every_node_down_is_unreachable_naming_each_url_after_the_budget(

@@ -135,6 +135,12 @@ impl GoneLeader {
         *lock(&self.last_append) = Instant::now();
     }
 
+    /// Whether an `/raft/append` reached this node within two heartbeat intervals: its leader
+    /// was alive that recently (what a client is sent to, see `Replicate::leader_url`).
+    pub fn heard_lately(&self) -> bool {
+        lock(&self.last_append).elapsed() <= 2 * self.heartbeat
+    }
+
     /// Whether the vote request of `candidate` may pass this node's leader lease: this node
     /// follows a committed leader other than `candidate`, and that leader's port refuses.
     pub async fn lease_void(&self, raft: &RaftNode, candidate: u64) -> bool {

@@ -1035,6 +1035,20 @@ impl Replicate for Replicator {
         lock(&self.anchor).as_ref().map(|a| a.clock)
     }
 
+    /// The leader's address in the current membership, while another node leads and was
+    /// heard from lately (a client is not sent to a leader that may be gone: during an
+    /// election a follower still names the old one for up to its election timeout).
+    fn leader_url(&self) -> Option<String> {
+        if lock(&self.anchor).is_some() || !self.gone.heard_lately() {
+            return None;
+        }
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let leader = metrics.current_leader.filter(|leader| *leader != self.id)?;
+        let node = metrics.membership_config.membership().get_node(&leader)?;
+        Some(node.data.clone())
+    }
+
     fn caught_up(&self) -> BoxFuture<'static, Result<(), EngineError>> {
         let me = self.me.upgrade();
         Box::pin(async move { me.ok_or(EngineError::Stopped)?.read_index().await })

@@ -215,6 +215,12 @@ pub trait Replicate: Send + Sync + 'static {
         None
     }
     fn clock(&self) -> Option<Clock>;
+    /// The API URL of the node that leads, when another node does and it is known (`None` on
+    /// the leader, a single server, or with no leader known): a client's answer names it
+    /// (`Klock-Leader`), so that the client sends its next calls there.
+    fn leader_url(&self) -> Option<String> {
+        None
+    }
     /// The server is stopping (SIGTERM, Ctrl-C, `Server::shutdown`), its listener still open:
     /// hand over what this node does for the others (a leader its leadership) and stop. The
     /// server closes its connections once this ends.
@@ -344,6 +350,15 @@ impl EngineHandle {
     ) -> Option<futures_util::future::BoxFuture<'static, Result<Relayed, EngineError>>> {
         match &self.core.path {
             Path::Replicated(replicate) => replicate.relay(path, headers, body),
+            Path::Local { .. } => None,
+        }
+    }
+
+    /// The leader's API URL when this is a cluster node that another node leads
+    /// ([`Replicate::leader_url`]).
+    pub fn leader_url(&self) -> Option<String> {
+        match &self.core.path {
+            Path::Replicated(replicate) => replicate.leader_url(),
             Path::Local { .. } => None,
         }
     }

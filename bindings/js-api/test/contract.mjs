@@ -61,8 +61,9 @@ export function contractTests(label, api) {
         .concat('flock' in api ? ['flock'] : [])
         // Only the Node addon: the core's acquisition rule for the friendly client (node/client.js).
         .concat(label === 'node' ? ['AFTER_NO_WAIT_DIE', 'afterSetback'] : [])
-        // Only the Node addon: the core's failover rules for the remote client (node/remote.js).
-        .concat(label === 'node' ? ['Attempts', 'Servers'] : [])
+        // Only the Node addon: the core's failover rules for the remote client (node/remote.js),
+        // and the header a cluster's follower names its leader in.
+        .concat(label === 'node' ? ['Attempts', 'LEADER_HEADER', 'Servers'] : [])
         // Only the Node addon: the core's rules of following a watch, and of losing leases, for
         // node/remote.js.
         .concat(label === 'node' ? ['Follow', 'LOST_AT_LOCAL_DEADLINE', 'ends'] : [])

@@ -21,11 +21,11 @@ function check<T extends true>(): T | void {}
 // `flock` is Node only (flock(2) for node/fence.js; a browser has no files), and so is
 // `afterSetback` and `AFTER_NO_WAIT_DIE` (the core's acquisition rule for node/client.js, the
 // friendly client), and
-// `Servers`/`Attempts`, `Follow`, `ends`, `LOST_AT_LOCAL_DEADLINE` and `MAX_RENEWALS_IN_FLIGHT`
-// (the core's failover, watch, lost-lease and renewal-pacing rules for node/remote.js, the
-// remote client), and
+// `Servers`/`Attempts`, `LEADER_HEADER`, `Follow`, `ends`, `LOST_AT_LOCAL_DEADLINE` and
+// `MAX_RENEWALS_IN_FLIGHT` (the core's failover, leader, watch, lost-lease and renewal-pacing
+// rules for node/remote.js, the remote client), and
 // `Ledger`/`renewAt` (the core's ledger of nested lease blocks, for node/client.js).
-check<Same<keyof typeof One, Exclude<keyof typeof Node, '__napiBindingTarget' | 'flock' | 'afterSetback' | 'AFTER_NO_WAIT_DIE' | 'Servers' | 'Attempts' | 'Follow' | 'ends' | 'LOST_AT_LOCAL_DEADLINE' | 'MAX_RENEWALS_IN_FLIGHT' | 'Ledger' | 'renewAt'>>>()
+check<Same<keyof typeof One, Exclude<keyof typeof Node, '__napiBindingTarget' | 'flock' | 'afterSetback' | 'AFTER_NO_WAIT_DIE' | 'Servers' | 'Attempts' | 'LEADER_HEADER' | 'Follow' | 'ends' | 'LOST_AT_LOCAL_DEADLINE' | 'MAX_RENEWALS_IN_FLIGHT' | 'Ledger' | 'renewAt'>>>()
 check<Same<typeof One.ERROR_CODES, typeof Node.ERROR_CODES>>()
 check<Same<typeof One.PREDICATES, typeof Node.PREDICATES>>()
 check<Same<typeof One.EVENT_KINDS, typeof Node.EVENT_KINDS>>()

@@ -51,6 +51,16 @@ impl Servers {
         num(self.0.preferred() as u64)
     }
 
+    /// An answer named `leader` (its `Klock-Leader`) as the cluster's leader: the node among
+    /// `urls` (the client's, in order) that it names is preferred from now on and returned;
+    /// `null` when it names none of them.
+    #[napi]
+    pub fn led_by(&mut self, leader: String, urls: Vec<String>) -> Option<f64> {
+        self.0
+            .led_by(&leader, urls.iter().map(String::as_str))
+            .map(|node| num(node as u64))
+    }
+
     /// A call started at `nowMs` with `budgetMs` to get an answer.
     #[napi(ts_args_type = "nowMs: number, budgetMs: number")]
     pub fn call(&self, env: Env, now_ms: Unknown<'_>, budget_ms: Unknown<'_>) -> Result<Attempts> {

@@ -76,8 +76,8 @@ pub const MAX_RESOURCE_BYTES: u32 = klock_core::MAX_RESOURCE_BYTES as u32;
 pub const MAX_RENEWALS_IN_FLIGHT: u32 = klock_core::client::renewals::MAX_RENEWALS_IN_FLIGHT as u32;
 
 /// Registers `KlockError`, the core's lists (`ERROR_CODES`, `PREDICATES`, `EVENT_KINDS`,
-/// frozen) and its name of a lease lost at its local deadline (`LOST_AT_LOCAL_DEADLINE`) on
-/// the module's exports, and the fast `acquire`/`release`/`pendingEvents`/`nextDeadline`.
+/// frozen), its name of a lease lost at its local deadline (`LOST_AT_LOCAL_DEADLINE`) and the
+/// header naming a cluster's leader (`LEADER_HEADER`) on the module's exports, and the fast `acquire`/`release`/`pendingEvents`/`nextDeadline`.
 #[napi(module_exports)]
 pub fn init(mut exports: Object, env: Env) -> Result<()> {
     let class = shapes::define(&env)?;
@@ -100,6 +100,7 @@ pub fn init(mut exports: Object, env: Env) -> Result<()> {
         "LOST_AT_LOCAL_DEADLINE",
         klock_core::client::watch::LOST_AT_LOCAL_DEADLINE,
     )?;
+    exports.set("LEADER_HEADER", klock_core::client::failover::LEADER_HEADER)?;
     Ok(())
 }
 

@@ -43,6 +43,13 @@ impl PyServers {
         self.0.preferred()
     }
 
+    /// An answer named `leader` (its `Klock-Leader`) as the cluster's leader: the node among
+    /// `urls` (the client's, in order) that it names is preferred from now on and returned;
+    /// `None` when it names none of them.
+    fn led_by(&mut self, leader: &str, urls: Vec<String>) -> Option<usize> {
+        self.0.led_by(leader, urls.iter().map(String::as_str))
+    }
+
     /// A call started at `now_ms` with `budget_ms` to get an answer.
     fn call(&self, now_ms: u64, budget_ms: u64) -> PyAttempts {
         PyAttempts(self.0.call(now_ms, budget_ms))

@@ -62,6 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "LOST_AT_LOCAL_DEADLINE",
         klock_core::client::watch::LOST_AT_LOCAL_DEADLINE,
     )?;
+    m.add("LEADER_HEADER", klock_core::client::failover::LEADER_HEADER)?;
     // How many heartbeats one remote client has in flight at most (the core's rule).
     m.add(
         "MAX_RENEWALS_IN_FLIGHT",

@@ -18,6 +18,14 @@
 //!     token's limits, and proxy to the same leader);
 //!   - a pause that would end past the budget gives up ([`Next::GiveUp`]), saying whether the
 //!     servers were out of reach or busy; nothing ever waits past the budget.
+//! - *The leader, once named*: a follower's answer names the cluster's leader
+//!   ([`LEADER_HEADER`], the leader's API URL as the cluster knows it). When that URL is one of
+//!   the client's ([`Servers::led_by`]: the same but for a trailing `/` and the case of its
+//!   scheme and host), the leader is preferred from then on: a follower passes every write on
+//!   to the leader, so a client that stayed with it would pay two nodes' work and a second
+//!   hop for each. A URL the client was not given is ignored (the cluster may know its nodes by
+//!   addresses the client cannot reach); the failover rules above still decide when that node
+//!   stops answering.
 //! - *Every call its own budget*: a call made with [`Servers::call_once`] (a best-effort call:
 //!   a close, a cancel) tries each node once, without pauses; every other call gets its whole
 //!   budget, whatever the calls before it met. A server that restarts is back within seconds:
@@ -26,6 +34,10 @@
 //! - It reads no clock and does no I/O: every time is the host's monotonic `now` in
 //!   milliseconds. The host sends the requests, bounds each attempt
 //!   ([`Attempts::attempt_limit_ms`]) and words the errors.
+
+/// The response header in which a node that does not lead names the node that does (its API
+/// URL), for [`Servers::led_by`].
+pub const LEADER_HEADER: &str = "klock-leader";
 
 /// The first pause after a round of failed attempts; it doubles up to [`BACKOFF_MAX_MS`].
 pub const BACKOFF_FIRST_MS: u64 = 50;
@@ -71,6 +83,22 @@ impl Servers {
         self.preferred
     }
 
+    /// An answer named `leader` (its [`LEADER_HEADER`]) as the cluster's leader: when it is
+    /// one of the client's `urls` (in the order the servers were given), that node is
+    /// preferred from now on, and returned; else nothing changes (module contract).
+    pub fn led_by<'a>(
+        &mut self,
+        leader: &str,
+        urls: impl IntoIterator<Item = &'a str>,
+    ) -> Option<usize> {
+        let node = urls
+            .into_iter()
+            .take(self.count)
+            .position(|url| same_url(url, leader))?;
+        self.preferred = node;
+        Some(node)
+    }
+
     /// A call started at `now_ms` with `budget_ms` to get an answer.
     pub fn call(&self, now_ms: u64, budget_ms: u64) -> Attempts {
         self.attempts(now_ms, budget_ms, false)
@@ -89,6 +117,24 @@ impl Servers {
             failed_in_round: 0,
             one_round,
         }
+    }
+}
+
+/// Whether two URLs name the same server: equal but for trailing `/`s and the ASCII case of
+/// their scheme and authority (a path keeps its case).
+fn same_url(a: &str, b: &str) -> bool {
+    let (a, b) = (a.trim_end_matches('/'), b.trim_end_matches('/'));
+    let (a_origin, a_path) = origin_and_path(a);
+    let (b_origin, b_path) = origin_and_path(b);
+    a_origin.eq_ignore_ascii_case(b_origin) && a_path == b_path
+}
+
+/// A URL's scheme and authority, and the rest (from the first `/` after `://`).
+fn origin_and_path(url: &str) -> (&str, &str) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    match url[start..].find('/') {
+        Some(i) => url.split_at(start + i),
+        None => (url, ""),
     }
 }
 
@@ -222,6 +268,36 @@ mod tests {
 
     fn retry(node: usize, after_ms: u64) -> Next {
         Next::Retry { node, after_ms }
+    }
+
+    /// An answer naming the leader moves the client there when it is one of its URLs (the
+    /// same but for trailing `/`s and the case of scheme and host), and nowhere otherwise.
+    #[test]
+    fn the_leader_named_by_an_answer_is_preferred_when_it_is_a_known_url() {
+        let urls = [
+            "http://10.0.0.1:7000",
+            "HTTPS://Node-B.example:7000/",
+            "http://10.0.0.3:7000/klock",
+        ];
+        let mut servers = Servers::new(3).unwrap();
+        assert_eq!(servers.led_by("https://node-b.EXAMPLE:7000", urls), Some(1));
+        assert_eq!(servers.preferred(), 1);
+        assert_eq!(servers.call(0, 1_000).node(), 1);
+        assert_eq!(servers.led_by("http://10.0.0.3:7000/klock/", urls), Some(2));
+        assert_eq!(servers.preferred(), 2);
+        for unknown in [
+            "http://10.0.0.9:7000",
+            "http://10.0.0.3:7000/KLOCK",
+            "http://10.0.0.1:7001",
+            "",
+        ] {
+            assert_eq!(servers.led_by(unknown, urls), None, "{unknown}");
+            assert_eq!(servers.preferred(), 2, "{unknown}");
+        }
+        // Only the client's own servers count, however many URLs are passed.
+        let mut two = Servers::new(2).unwrap();
+        assert_eq!(two.led_by("http://10.0.0.3:7000/klock", urls), None);
+        assert_eq!(two.preferred(), 0);
     }
 
     #[test]

@@ -186,6 +186,19 @@ fn check_scope(
     Ok(())
 }
 
+/// On a node that another node leads: the leader's API URL in `Klock-Leader`, which a client
+/// goes to from then on when it is one of its URLs (docs/SPEC.md §13.7; the rule is the client
+/// core's `Servers::led_by`). A relayed answer keeps the leader's headers, which name none.
+fn name_leader(api: &Shared, response: &mut Response) {
+    if let Some(url) = api.engine.leader_url() {
+        if let Ok(value) = axum::http::HeaderValue::try_from(url) {
+            response
+                .headers_mut()
+                .insert(klock_core::client::failover::LEADER_HEADER, value);
+        }
+    }
+}
+
 /// The one layer around every route: bearer token, role, namespace, rate and long-poll slots
 /// before the handler; after it, the `Klock-Index` and `Klock-Now` headers of a request that
 /// made a command, and the request counted by route template and status. (One layer and one
@@ -204,7 +217,7 @@ pub(super) async fn access(
     let method = tracing::enabled!(target: REQUEST_LOG, tracing::Level::DEBUG)
         .then(|| request.method().clone());
     let started = std::time::Instant::now();
-    let response = match admit(&api, route.as_ref(), request).await {
+    let mut response = match admit(&api, route.as_ref(), request).await {
         Err(refused) => refused,
         Ok(Admitted {
             request,
@@ -226,6 +239,7 @@ pub(super) async fn access(
             response
         }
     };
+    name_leader(&api, &mut response);
     let route = route.as_ref().map_or(UNMATCHED, |m| m.as_str());
     let (status, took) = (response.status().as_u16(), started.elapsed());
     api.engine.metrics().request(route, status, took);
