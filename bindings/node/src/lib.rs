@@ -77,7 +77,8 @@ pub const MAX_RENEWALS_IN_FLIGHT: u32 = klock_core::client::renewals::MAX_RENEWA
 
 /// Registers `KlockError`, the core's lists (`ERROR_CODES`, `PREDICATES`, `EVENT_KINDS`,
 /// frozen), its name of a lease lost at its local deadline (`LOST_AT_LOCAL_DEADLINE`) and the
-/// header naming a cluster's leader (`LEADER_HEADER`) on the module's exports, and the fast `acquire`/`release`/`pendingEvents`/`nextDeadline`.
+/// header naming a cluster's leader (`LEADER_HEADER`) on the module's exports, and the fast
+/// `acquire`/`release`/`pendingEvents`/`nextDeadline`.
 #[napi(module_exports)]
 pub fn init(mut exports: Object, env: Env) -> Result<()> {
     let class = shapes::define(&env)?;
