@@ -188,7 +188,8 @@ fn check_scope(
 
 /// On a node that another node leads: the leader's API URL in `Klock-Leader`, which a client
 /// goes to from then on when it is one of its URLs (docs/SPEC.md §13.7; the rule is the client
-/// core's `Servers::led_by`). A relayed answer keeps the leader's headers, which name none.
+/// core's `Servers::led_by`). Every answer gets it, a relayed batch's too (the leader's own
+/// headers name none).
 fn name_leader(api: &Shared, response: &mut Response) {
     if let Some(url) = api.engine.leader_url() {
         if let Ok(value) = axum::http::HeaderValue::try_from(url) {
