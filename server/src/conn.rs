@@ -23,9 +23,9 @@
 //!   cost is a few atomic operations: no lock, no allocation (the connection table's lock is
 //!   taken at accept and close only).
 
+use crate::api::{Dispatch, Front};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, Request, Response};
-use axum::Router;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -354,7 +354,7 @@ impl Gate {
 /// None today (accept errors, like running out of file descriptors, are waited out).
 pub async fn serve<L: Listener>(
     listener: L,
-    app: Router,
+    app: Front,
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: ConnLimits,
     metrics: Arc<NetMetrics>,
@@ -456,7 +456,7 @@ fn refusal_bytes(name: &str, message: &str) -> Vec<u8> {
 async fn serve_conn<I>(
     io: I,
     conn: Arc<Conn>,
-    app: Router,
+    app: Front,
     limits: &ConnLimits,
     metrics: &NetMetrics,
 ) where
@@ -557,10 +557,10 @@ impl Drop for InFlight {
     }
 }
 
-/// The router behind one connection, counting its requests.
+/// The front (router and busy routes) behind one connection, counting its requests.
 #[derive(Clone)]
 struct Service {
-    app: Router,
+    app: Front,
     conn: Arc<Conn>,
     max_requests: u64,
 }
@@ -584,9 +584,8 @@ impl hyper::service::Service<Request<Incoming>> for Service {
                 conn: Some(Arc::clone(conn)),
             })
         };
-        let mut app = self.app.clone();
         Dispatched {
-            future: tower_service::Service::call(&mut app, request),
+            future: self.app.call(request),
             in_flight: Some(InFlight(Arc::clone(conn))),
             last,
         }
@@ -594,10 +593,10 @@ impl hyper::service::Service<Request<Incoming>> for Service {
 }
 
 pin_project_lite::pin_project! {
-    /// The router's answer to come, holding the request's place in flight.
+    /// The front's answer to come, holding the request's place in flight.
     struct Dispatched {
         #[pin]
-        future: axum::routing::future::RouteFuture<Infallible>,
+        future: Dispatch,
         in_flight: Option<InFlight>,
         last: bool,
     }
@@ -608,7 +607,7 @@ impl Future for Dispatched {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Ok(mut response) = std::task::ready!(this.future.poll(cx));
+        let mut response = std::task::ready!(this.future.poll(cx));
         if *this.last {
             response
                 .headers_mut()

@@ -96,7 +96,7 @@ fn is_json(value: &[u8]) -> bool {
 
 impl RequestGuard {
     /// The module contract's checks of `request`: a refusal, or `None` to serve it.
-    fn refusal(&self, request: &Request) -> Option<Response> {
+    pub(crate) fn refusal(&self, request: &Request) -> Option<Response> {
         let guard = self;
         if let Some(hosts) = &guard.hosts {
             let host = request.headers().get(header::HOST).map(|h| h.as_bytes());

@@ -6,7 +6,7 @@
 //!   server must not run with (beyond loopback without tokens, a manual clock on a data file).
 //! - [`app`] builds what answers requests: opens the data file and recovers from it (or
 //!   starts in memory), spawns the engine, loads the token file, and composes the API, the
-//!   dashboard and CORS into one router. It logs what recovery found (crate::logging). With
+//!   dashboard and CORS into one router, with the busy routes before it (`api::Front`). It logs what recovery found (crate::logging). With
 //!   a [`Cluster`] (`ServeConfig.cluster`) it builds a cluster node instead: a fresh machine
 //!   the consensus layer fills from its own log, an engine whose proposer that layer is
 //!   ([`engine::spawn_replicated`]), and the layer's `/raft/*` routes beside the API.
@@ -169,10 +169,11 @@ impl ServeConfig {
 /// What answers requests: the routes (API, dashboard, CORS) over a running engine, before the
 /// guard of a listener.
 pub struct App {
-    pub router: axum::Router,
-    /// The connection counters `/metrics` shows: the listener serving `router` counts into it.
+    /// The router, and the busy routes before it.
+    pub front: crate::api::Front,
+    /// The connection counters `/metrics` shows: the listener serving `front` counts into it.
     pub net: Arc<NetMetrics>,
-    /// The engine's thread: once the router and every task serving it are dropped, it
+    /// The engine's thread: once the front and every task serving it are dropped, it
     /// ends, and with it the hold on the data file.
     pub engine: engine::Stopped,
     /// A cluster node's consensus layer, told to leave ([`engine::Replicate::leave`]) when
@@ -260,7 +261,7 @@ pub async fn app(config: &ServeConfig) -> Result<App, String> {
     );
     let stopped = engine.take_stopped();
     Ok(App {
-        router: routes(config, engine, auth, None),
+        front: routes(config, engine, auth, None),
         net: Arc::clone(&metrics.net),
         engine: stopped,
         consensus: None,
@@ -288,7 +289,7 @@ async fn cluster_app(
     let metrics = Arc::new(Metrics::default());
     let engine = engine::spawn_replicated(state, Arc::clone(&replicate), Arc::clone(&metrics));
     Ok(App {
-        router: routes(config, engine, auth, Some(raft_routes)),
+        front: routes(config, engine, auth, Some(raft_routes)),
         net: Arc::clone(&metrics.net),
         engine: engine::Stopped::default(),
         consensus: Some(replicate),
@@ -314,27 +315,29 @@ fn routes(
     engine: engine::EngineHandle,
     auth: Arc<Auth>,
     raft: Option<axum::Router>,
-) -> axum::Router {
-    let mut router = api::router(Api {
+) -> crate::api::Front {
+    let api = Api {
         engine,
         auth: Arc::clone(&auth),
         caps: config.caps,
         work: config.work,
-    });
-    if let Some(pkg) = &config.dashboard {
-        router = router.merge(crate::dashboard::router(pkg.clone(), auth));
-    }
-    if let Some(raft) = raft {
-        router = router.merge(raft);
-    }
-    if !config.origins.is_empty() {
-        let origins = crate::dashboard::Origins(Arc::new(config.origins.clone()));
-        router = router.layer(axum::middleware::from_fn_with_state(
-            origins,
-            crate::dashboard::cors,
-        ));
-    }
-    router
+    };
+    api::front(api, |mut router| {
+        if let Some(pkg) = &config.dashboard {
+            router = router.merge(crate::dashboard::router(pkg.clone(), auth));
+        }
+        if let Some(raft) = raft {
+            router = router.merge(raft);
+        }
+        if !config.origins.is_empty() {
+            let origins = crate::dashboard::Origins(Arc::new(config.origins.clone()));
+            router = router.layer(axum::middleware::from_fn_with_state(
+                origins,
+                crate::dashboard::cors,
+            ));
+        }
+        router
+    })
 }
 
 /// Where a server listens.
@@ -427,7 +430,7 @@ async fn bind(
         remove_stale_socket(path)?;
     }
     let App {
-        router,
+        front,
         net,
         engine,
         consensus,
@@ -441,7 +444,7 @@ async fn bind(
     };
     raise_fd_limit(config.conn.max_total);
     // Host names are checked only where a browser's page could reach a tokenless server.
-    let guarded = |check: RequestGuard| router.layer(check);
+    let guarded = |check: RequestGuard| front.guarded(check);
     if let Some(path) = &config.socket {
         let listener = tokio::net::UnixListener::bind(path)
             .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;

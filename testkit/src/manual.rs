@@ -8,7 +8,7 @@
 //! builds a fresh server app with that config ([`klock_server::serve::app`]) and sends every
 //! later request to it; requests already in flight finish on the app they reached. The reset
 //! is this kit's, not a hook in the server library: the listener is ours, and each request is
-//! routed to the current app's router. The request guard of a tokenless loopback server
+//! routed to the current app's front (its busy routes, then its router). The request guard of a tokenless loopback server
 //! applies to every route; the connection counters of `/metrics` are the kit's, not shown.
 
 use axum::body::Bytes;
@@ -16,6 +16,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use klock_server::api::Front;
 use klock_server::conn::{self, ConnLimits, NetMetrics};
 use klock_server::guard::RequestGuard;
 use klock_server::serve::{self, ServeConfig};
@@ -24,8 +25,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
-/// The router every request goes to: the latest reset's.
-type Current = Arc<Mutex<Router>>;
+/// The front every request goes to: the latest reset's.
+type Current = Arc<Mutex<Front>>;
 
 /// A running resettable server on its own runtime; stopped when dropped.
 pub struct ManualServer {
@@ -65,7 +66,7 @@ impl ManualServer {
             };
             tokio::spawn(conn::serve(
                 listener,
-                front,
+                Front::router(front),
                 None,
                 ConnLimits::default(),
                 net,
@@ -102,14 +103,14 @@ impl Drop for ManualServer {
 /// The app of a fresh in-memory, manual-clock server with kernel config `config`. Its other
 /// settings stay `klock serve --memory --clock manual`'s, the work limits included (they
 /// follow the default config, as a reset always kept them).
-async fn fresh(config: klock_core::Config) -> Result<Router, String> {
+async fn fresh(config: klock_core::Config) -> Result<Front, String> {
     let app = serve::app(&ServeConfig {
         manual_clock: true,
         config,
         ..ServeConfig::memory()
     })
     .await?;
-    Ok(app.router)
+    Ok(app.front)
 }
 
 /// `POST /v1/reset` (module contract).
@@ -123,8 +124,8 @@ async fn reset(State(current): State<Current>, body: Bytes) -> Response {
         Err(e) => return refused(format!("the body is not a kernel config: {e}")),
     };
     match fresh(config).await {
-        Ok(router) => {
-            *current.lock().unwrap_or_else(|e| e.into_inner()) = router;
+        Ok(front) => {
+            *current.lock().unwrap_or_else(|e| e.into_inner()) = front;
             axum::Json(json!({ "reset": true })).into_response()
         }
         Err(e) => refused(e),
@@ -133,9 +134,6 @@ async fn reset(State(current): State<Current>, body: Bytes) -> Response {
 
 /// Every other request: to the current app.
 async fn forward(State(current): State<Current>, request: Request) -> Response {
-    let mut app = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    match tower_service::Service::call(&mut app, request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
+    let front = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    front.call(request).await
 }

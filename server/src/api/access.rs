@@ -190,7 +190,7 @@ fn check_scope(
 /// goes to from then on when it is one of its URLs (docs/SPEC.md §13.7; the rule is the client
 /// core's `Servers::led_by`). Every answer gets it, a relayed batch's too (the leader's own
 /// headers name none).
-fn name_leader(api: &Shared, response: &mut Response) {
+fn name_leader(api: &Api, response: &mut Response) {
     if let Some(url) = api.engine.leader_url() {
         if let Ok(value) = axum::http::HeaderValue::try_from(url) {
             response
@@ -214,11 +214,28 @@ pub(super) async fn access(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .cloned();
+    let route = route.as_ref().map(axum::extract::MatchedPath::as_str);
+    around(&api, route, request, |request| next.run(request)).await
+}
+
+/// [`access`]'s work around `handler`, for a request of the route template `route` (`None`:
+/// no route matched): the layer calls it with the router's next service, the busy routes
+/// (`super::busy`) with their handler.
+pub(super) async fn around<F, H>(
+    api: &Api,
+    route: Option<&str>,
+    request: axum::extract::Request,
+    handler: H,
+) -> Response
+where
+    H: FnOnce(axum::extract::Request) -> F,
+    F: std::future::Future<Output = Response>,
+{
     // Only when the request log is on: otherwise this costs one check of a cached level.
     let method = tracing::enabled!(target: REQUEST_LOG, tracing::Level::DEBUG)
         .then(|| request.method().clone());
     let started = std::time::Instant::now();
-    let mut response = match admit(&api, route.as_ref(), request).await {
+    let mut response = match admit(api, route, request).await {
         Err(refused) => refused,
         Ok(Admitted {
             request,
@@ -227,7 +244,7 @@ pub(super) async fn access(
         }) => {
             let response = ASKER
                 .scope(asker, async move {
-                    let mut response = next.run(request).await;
+                    let mut response = handler(request).await;
                     if let Some((index, now)) = ASKER.with(|a| a.index.get()) {
                         let headers = response.headers_mut();
                         headers.insert(crate::relay::INDEX_HEADER, index.into());
@@ -240,8 +257,8 @@ pub(super) async fn access(
             response
         }
     };
-    name_leader(&api, &mut response);
-    let route = route.as_ref().map_or(UNMATCHED, |m| m.as_str());
+    name_leader(api, &mut response);
+    let route = route.unwrap_or(UNMATCHED);
     let (status, took) = (response.status().as_u16(), started.elapsed());
     api.engine.metrics().request(route, status, took);
     if let Some(method) = method {
@@ -268,7 +285,7 @@ struct Admitted {
 /// The checks before any handler (the module contract); a refusal is the answer.
 async fn admit(
     api: &Api,
-    route: Option<&axum::extract::MatchedPath>,
+    route: Option<&str>,
     mut request: axum::extract::Request,
 ) -> Result<Admitted, Response> {
     let pass = |request| Admitted {
@@ -276,7 +293,7 @@ async fn admit(
         asker: Asker::default(),
         slot: None,
     };
-    let Some(route) = route.map(axum::extract::MatchedPath::as_str) else {
+    let Some(route) = route else {
         return Ok(pass(request)); // the 404 fallback
     };
     let Some(needed) = role_for(route) else {

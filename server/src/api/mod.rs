@@ -58,6 +58,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 mod access;
 mod admin;
 mod batch;
+mod busy;
 mod events;
 mod leases;
 mod observe;
@@ -65,6 +66,7 @@ mod replay;
 mod sessions;
 
 use access::ASKER;
+pub use busy::{Dispatch, Front};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -132,9 +134,15 @@ pub const DEFAULT_SESSIONS_PER_TOKEN: u32 = 10_000;
 /// Open sessions per namespace at most, by default (`--max-sessions-per-namespace`).
 pub const DEFAULT_SESSIONS_PER_NAMESPACE: u32 = 10_000;
 
-/// The router of `/v1`.
-pub fn router(api: Api) -> Router {
+/// What serves `/v1`: its router, with `more` routes merged into it (the dashboard's, a
+/// cluster node's `/raft/*`, a CORS layer), and the busy routes before it.
+pub fn front(api: Api, more: impl FnOnce(Router) -> Router) -> Front {
     let api: Shared = Arc::new(api);
+    Front::new(more(router(&api)), api)
+}
+
+/// The router of `/v1`.
+fn router(api: &Shared) -> Router {
     let (routes, doc) = documented().split_for_parts();
     let doc = Arc::new(doc);
     routes
@@ -151,7 +159,7 @@ pub fn router(api: Api) -> Router {
             api.clone(),
             access::access,
         ))
-        .with_state(api)
+        .with_state(api.clone())
 }
 
 /// Every route template the router matches, as `MatchedPath` names it, and `unmatched` (the
