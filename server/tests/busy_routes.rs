@@ -167,25 +167,14 @@ fn manual_clock_scenario(side: &mut Side) {
     side.send("POST", &a_acquire, &[a_token, at("13")], &held);
     // Renewals: every lease, one, and bad ones.
     let a_heartbeat = on(&a, "heartbeat");
-    side.send("POST", &a_heartbeat, &[a_token, at("20")], "");
-    side.send(
-        "POST",
-        &a_heartbeat,
-        &[a_token, at("21")],
-        r#"{"lease_ids": [1]}"#,
-    );
-    side.send(
-        "POST",
-        &a_heartbeat,
-        &[a_token, at("22")],
-        r#"{"all": true}"#,
-    );
-    side.send(
-        "POST",
-        &a_heartbeat,
-        &[a_token, at("23")],
-        r#"{"lease_ids": [999]}"#,
-    );
+    for (ms, body) in [
+        ("20", ""),
+        ("21", r#"{"lease_ids": [1]}"#),
+        ("22", r#"{"all": true}"#),
+        ("23", r#"{"lease_ids": [999]}"#),
+    ] {
+        side.send("POST", &a_heartbeat, &[a_token, at(ms)], body);
+    }
     // Idempotency keys: a retry answers the first answer; another body with it is refused.
     let key = ("idempotency-key", "k-1");
     let z = json!({"intents": ["MUTATES FILE:/z"]}).to_string();
@@ -201,57 +190,32 @@ fn manual_clock_scenario(side: &mut Side) {
     ] {
         side.send("POST", &a_acquire, &[a_token, at("40")], bad);
     }
-    side.send("POST", &a_acquire, &[at("41")], &x); // no session token
-    side.send(
-        "POST",
-        &a_acquire,
-        &[("klock-session-token", "wrong"), at("42")],
-        &x,
-    );
-    side.send("POST", &a_acquire, &[a_token], &x); // no Klock-Now under the manual clock
-    side.send("POST", &a_acquire, &[a_token, at("soon")], &x);
-    side.send(
-        "POST",
-        "/v1/ns/team/sessions/999/acquire",
-        &[a_token, at("43")],
-        &x,
-    );
-    side.send(
-        "POST",
-        "/v1/ns/team/sessions/abc/acquire",
-        &[a_token, at("44")],
-        &x,
-    );
-    side.send(
-        "POST",
-        "/v1/ns/other/sessions/1/acquire",
-        &[a_token, at("45")],
-        &x,
-    );
-    side.send(
-        "POST",
-        &a_acquire,
-        &[a_token, at("46"), ("content-type", "text/plain")],
-        &x,
-    );
+    let wrong = ("klock-session-token", "wrong");
+    let text = ("content-type", "text/plain");
+    for (path, headers) in [
+        (a_acquire.as_str(), &[at("41")][..]), // no session token
+        (&a_acquire, &[wrong, at("42")]),
+        (&a_acquire, &[a_token]), // no Klock-Now under the manual clock
+        (&a_acquire, &[a_token, at("soon")]),
+        ("/v1/ns/team/sessions/999/acquire", &[a_token, at("43")]),
+        ("/v1/ns/team/sessions/abc/acquire", &[a_token, at("44")]),
+        ("/v1/ns/other/sessions/1/acquire", &[a_token, at("45")]),
+        (&a_acquire, &[a_token, at("46"), text]),
+    ] {
+        side.send("POST", path, headers, &x);
+    }
     let huge = format!(r#"{{"intents": ["{}"]}}"#, "a".repeat(1 << 20));
     side.send("POST", &a_acquire, &[a_token, at("47")], &huge);
     // Releases: one, a bad one, all; and a closed session's.
     let a_release = on(&a, "release");
-    side.send(
-        "POST",
-        &a_release,
-        &[a_token, at("50")],
-        r#"{"lease_ids": [1]}"#,
-    );
-    side.send(
-        "POST",
-        &a_release,
-        &[a_token, at("51")],
-        r#"{"lease_ids": [1, 2]}"#,
-    );
-    side.send("POST", &a_release, &[a_token, at("52")], r#"{"all": true}"#);
-    side.send("POST", &a_release, &[a_token, at("53")], r#"{"all": true}"#);
+    for (ms, body) in [
+        ("50", r#"{"lease_ids": [1]}"#),
+        ("51", r#"{"lease_ids": [1, 2]}"#),
+        ("52", r#"{"all": true}"#),
+        ("53", r#"{"all": true}"#),
+    ] {
+        side.send("POST", &a_release, &[a_token, at(ms)], body);
+    }
     side.send(
         "DELETE",
         &format!("/v1/ns/team/sessions/{}", a.id),
