@@ -6,8 +6,8 @@
 //!   server must not run with (beyond loopback without tokens, a manual clock on a data file).
 //! - [`app`] builds what answers requests: opens the data file and recovers from it (or
 //!   starts in memory), spawns the engine, loads the token file, and composes the API, the
-//!   dashboard and CORS into one router, with the busy routes before it (`api::Front`). It logs what recovery found (crate::logging). With
-//!   a [`Cluster`] (`ServeConfig.cluster`) it builds a cluster node instead: a fresh machine
+//!   dashboard and CORS into one router, with the busy routes before it (`api::Front`). It
+//!   logs what recovery found (crate::logging). With a [`Cluster`] (`ServeConfig.cluster`) it builds a cluster node instead: a fresh machine
 //!   the consensus layer fills from its own log, an engine whose proposer that layer is
 //!   ([`engine::spawn_replicated`]), and the layer's `/raft/*` routes beside the API.
 //! - [`start`] also binds (TCP, TLS or a Unix socket; only a stale socket is replaced, before

@@ -8,8 +8,9 @@
 //! builds a fresh server app with that config ([`klock_server::serve::app`]) and sends every
 //! later request to it; requests already in flight finish on the app they reached. The reset
 //! is this kit's, not a hook in the server library: the listener is ours, and each request is
-//! routed to the current app's front (its busy routes, then its router). The request guard of a tokenless loopback server
-//! applies to every route; the connection counters of `/metrics` are the kit's, not shown.
+//! routed to the current app's front (its busy routes, then its router). The request guard of
+//! a tokenless loopback server applies to every route; the connection counters of `/metrics`
+//! are the kit's, not shown.
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
