@@ -7,9 +7,10 @@
 //! - [`app`] builds what answers requests: opens the data file and recovers from it (or
 //!   starts in memory), spawns the engine, loads the token file, and composes the API, the
 //!   dashboard and CORS into one router, with the busy routes before it (`api::Front`). It
-//!   logs what recovery found (crate::logging). With a [`Cluster`] (`ServeConfig.cluster`) it builds a cluster node instead: a fresh machine
-//!   the consensus layer fills from its own log, an engine whose proposer that layer is
-//!   ([`engine::spawn_replicated`]), and the layer's `/raft/*` routes beside the API.
+//!   logs what recovery found (crate::logging). With a [`Cluster`] (`ServeConfig.cluster`) it
+//!   builds a cluster node instead: a fresh machine the consensus layer fills from its own
+//!   log, an engine whose proposer that layer is ([`engine::spawn_replicated`]), and the
+//!   layer's `/raft/*` routes beside the API.
 //! - [`start`] also binds (TCP, TLS or a Unix socket; only a stale socket is replaced, before
 //!   the data file is touched), applies the request guard of that listener, and serves in a
 //!   task; the [`Server`] it returns says where it listens and stops it ([`Server::shutdown`],
