@@ -826,6 +826,28 @@ typedef struct klock_stats {
 } klock_stats;
 
 /**
+ * How klock_remote_connect_with() connects. Start from
+ * klock_remote_connect_options_default(); owned by the caller and only read during the call.
+ */
+typedef struct klock_remote_connect_options {
+    /**
+     * The bearer token to show (NUL-terminated); NULL = `$KLOCK_TOKEN` if set, else none.
+     */
+    const char *token;
+    /**
+     * The PEM certificates to trust for `https://` (the client carries no system trust
+     * store); NULL = `$KLOCK_CA` if set.
+     */
+    const char *ca_path;
+    /**
+     * Every call's budget (at least 1; default 30 000): how long a call tries an unreachable
+     * server, pauses included, before it fails with KLOCK_UNREACHABLE. A wait the server
+     * holds has that long more. Held leases are lost at their local deadline meanwhile.
+     */
+    uint64_t reconnect_timeout_ms;
+} klock_remote_connect_options;
+
+/**
  * How klock_remote_acquire() asks. Start from klock_remote_acquire_options_default(); owned
  * by the caller and only read during the call.
  */
@@ -1374,22 +1396,26 @@ const char *klock_close_reason_name(uint32_t reason);
 const char *klock_policy_name(uint32_t policy);
 
 /**
+ * Writes the default options into `*out_options`: no token or CA file given (the
+ * environment's, if set) and a 30 000 ms budget. klock_remote_connect() uses them with its
+ * token and CA file.
+ *
+ * Errors: KLOCK_NULL_POINTER. Thread-safety: any thread.
+ *
+ * # Safety
+ * `out_options` must be NULL or point to a writable klock_remote_connect_options.
+ */
+klock_status klock_remote_connect_options_default(struct klock_remote_connect_options *out_options);
+
+/**
  * Connects to the `klock serve` at `url` (`http://HOST:PORT`, or `https://HOST:PORT` with
- * `ca_path`) showing the bearer `token`, and stores the client in `*out_client`. One
- * authenticated read is made, so an unreachable server or a refused token fails here, not at
- * the first acquire. The client starts one thread of its own (its runtime), which renews
- * leases and reads the server's events.
+ * `ca_path`) showing the bearer `token`, and stores the client in `*out_client`: what
+ * klock_remote_connect_with() does with the default options and this token and CA file.
  *
  * `token`: NULL = `$KLOCK_TOKEN` if set, else none. `ca_path`: the PEM certificates to trust
  * for `https://` (the client carries no system trust store); NULL = `$KLOCK_CA` if set.
  *
- * Errors: KLOCK_NULL_POINTER (`url`, `out_client`), KLOCK_INVALID_UTF8, KLOCK_BAD_URL (a URL
- * that is not `http(s)://HOST:PORT`), KLOCK_INVALID_ARGUMENT (a CA file that cannot be used),
- * KLOCK_UNREACHABLE, KLOCK_REFUSED (`UNAUTHORIZED`: a missing or wrong token). On failure
- * `*out_client` is NULL and no thread is left running.
- *
- * Ownership: the handle is the caller's; free it with klock_remote_client_free().
- * Thread-safety: any thread.
+ * Errors, ownership and thread-safety: as klock_remote_connect_with().
  *
  * # Safety
  * `url`, `token` and `ca_path` must be NULL or NUL-terminated; `out_client` NULL or writable.
@@ -1398,6 +1424,32 @@ klock_status klock_remote_connect(const char *url,
                                   const char *token,
                                   const char *ca_path,
                                   struct klock_remote_client **out_client);
+
+/**
+ * Connects to the `klock serve` at `url` (`http://HOST:PORT`, or `https://HOST:PORT` with
+ * the options' `ca_path`) as `options` say, and stores the client in `*out_client`. One
+ * authenticated read is made, so an unreachable server or a refused token fails here, not
+ * at the first acquire. The client starts one thread of its own (its runtime), which renews
+ * leases and reads the server's events.
+ *
+ * `options`: NULL = klock_remote_connect_options_default().
+ *
+ * Errors: KLOCK_NULL_POINTER (`url`, `out_client`), KLOCK_INVALID_UTF8, KLOCK_BAD_URL (a URL
+ * that is not `http(s)://HOST:PORT`), KLOCK_INVALID_ARGUMENT (a `reconnect_timeout_ms` of 0,
+ * a CA file that cannot be used), KLOCK_UNREACHABLE (within the budget), KLOCK_REFUSED
+ * (`UNAUTHORIZED`: a missing or wrong token). On failure `*out_client` is NULL and no thread
+ * is left running.
+ *
+ * Ownership: the handle is the caller's; free it with klock_remote_client_free().
+ * Thread-safety: any thread.
+ *
+ * # Safety
+ * `url` must be NULL or NUL-terminated; `options` NULL or readable, its strings NULL or
+ * NUL-terminated; `out_client` NULL or writable.
+ */
+klock_status klock_remote_connect_with(const char *url,
+                                       const struct klock_remote_connect_options *options,
+                                       struct klock_remote_client **out_client);
 
 /**
  * Frees a client. Its sessions and leases stay usable (they share its connections and

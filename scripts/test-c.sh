@@ -30,7 +30,10 @@
 #     both linkings and the quickstart's two CMake builds; then tests/c/remote.c once more,
 #     under valgrind too, with an HTTPS server (a certificate made with openssl), with the
 #     suppressions of tests/c/valgrind-tls.supp (ring's AES-GCM tags, which memcheck cannot
-#     follow; the file says what and why), which must each have been used.
+#     follow; the file says what and why), which must each have been used;
+#  7. runs every file of tests/remote-scenarios/ through the C remote client: the Python
+#     runner (python/tests/test_remote_scenarios.py, KLOCK_SCENARIO_DRIVERS=c) drives
+#     tests/c/scenario_agent.c, which makes each client call through libklock.
 # Every program runs under `timeout`. The resolved scripts come from scripts/resolve-vectors.sh,
 # rerun here when missing or older than the kernel, the checker or the vectors.
 #
@@ -370,6 +373,7 @@ unreachable="http://127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); 
 compiles=()
 build remote tests/c/remote.c
 build remote_quickstart examples/c/remote_quickstart.c
+build scenario_agent tests/c/scenario_agent.c
 for pid in "${compiles[@]}"; do wait "$pid" || fail "a compile failed (see above)"; done
 for program in remote remote_quickstart; do needs "$soname" "$out/$program-dynamic"; done
 vg_remote=(valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99)
@@ -420,6 +424,28 @@ done
 echo "examples/c/remote_quickstart.c: granted, released and closed, in-tree (static, dynamic) and with CMake (shared, static)"
 for pid in "${server_pids[@]}"; do kill "$pid" && wait "$pid" || true; done
 server_pids=()
+pass
+
+step "tests/remote-scenarios/ through the C remote client (tests/c/scenario_agent, driven by the Python runner)"
+# python/tests/test_remote_scenarios.py with KLOCK_SCENARIO_DRIVERS=c: the runner keeps the
+# server, the link and the expectations; every client call is the agent's, through libklock.
+# Not under valgrind: the scenarios run in real time with about a second of margin around each
+# deadline, which valgrind's slowdown would eat; tests/c/remote.c runs the same binding code
+# under valgrind above.
+py=$(timeout 1800 bash scripts/python-env.sh | tail -n1)
+testkit=$(timeout 900 bash scripts/klock-bin.sh klock-testkit | tail -n1)
+scenario_files=$(find tests/remote-scenarios -name '*.json' | wc -l)
+set +e
+KLOCK_SCENARIO_DRIVERS=c KLOCK_C_SCENARIO_AGENT="$out/scenario_agent" KLOCK_BIN="$klock" KLOCK_TESTKIT_BIN="$testkit" \
+  timeout 900 "$py" -m pytest -W error -q -n 2 python/tests/test_remote_scenarios.py >"$scratch/scenarios.out" 2>&1
+status=$?
+set -e
+tail -n1 "$scratch/scenarios.out"
+[ "$status" -eq 0 ] || { cat "$scratch/scenarios.out" >&2; fail "a remote scenario failed through the C client"; }
+# Every file ran (one test each) and the check that finds them: none skipped or left out.
+grep -Eq "^$((scenario_files + 1)) passed in " "$scratch/scenarios.out" ||
+  { cat "$scratch/scenarios.out" >&2; fail "not all $scenario_files remote scenarios ran through the C client"; }
+echo "the $scenario_files remote scenarios pass through the C remote client"
 pass
 
 printf '\ntest-c: %d passed, 0 failed\n' "$checks"

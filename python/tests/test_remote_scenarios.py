@@ -3,12 +3,17 @@
 format and what each step does: tests/remote-scenarios/README.md). One test per file, so a
 scenario the client cannot meet fails by its name.
 
+The same runner drives the C remote client (``klock_remote_*``) through ``c_driver``: with
+``KLOCK_SCENARIO_DRIVERS=c`` (scripts/test-c.sh, which builds its agent) every file runs
+through libklock instead; ``python,c`` runs both. Unset, it is ``python``.
+
 Real time, bounded: a scenario's sleeps and ``within_ms`` bounds are wall-clock; each
 acquisition and exit runs in a thread of its own, as a program's ``with`` block would."""
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import threading
@@ -16,6 +21,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import c_driver
 import pytest
 
 import klock
@@ -24,6 +30,9 @@ from server import Server, call
 
 SCENARIOS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "remote-scenarios"
 FILES = sorted(SCENARIOS.glob("*.json"))
+DRIVERS = os.environ.get("KLOCK_SCENARIO_DRIVERS", "python").split(",")
+if not DRIVERS or not set(DRIVERS) <= {"python", "c"}:
+    raise RuntimeError(f"KLOCK_SCENARIO_DRIVERS: python, c or both, got {DRIVERS}")
 
 
 class LinkProcess:
@@ -60,7 +69,7 @@ class LinkProcess:
 class Block:
     """What a block shows the expectations: its state, what raised, how long it took."""
 
-    def __init__(self, lease: klock.Lease) -> None:
+    def __init__(self, lease: Any) -> None:  # klock.Lease, or c_driver.Lease
         self.lease = lease
         self.state = "pending"
         self.error: dict[str, Any] | None = None
@@ -82,13 +91,22 @@ def _name(e: BaseException) -> dict[str, Any]:
 
 
 class Run:
-    def __init__(self, scenario: dict[str, Any], tmp: pathlib.Path) -> None:
+    def __init__(self, scenario: dict[str, Any], tmp: pathlib.Path, driver: str) -> None:
         self.server = Server("--data", str(tmp / "klock.redb"))
         self.link = LinkProcess(self.server.port)
         budget = scenario.get("client", {}).get("reconnect_timeout_ms", 30_000) / 1000
-        self.linked = klock.connect(f"http://127.0.0.1:{self.link.port}", reconnect_timeout=budget)
-        self.direct = klock.connect(self.server.url, reconnect_timeout=budget)
-        self.sessions: dict[str, klock.Session] = {}
+        linked_url = f"http://127.0.0.1:{self.link.port}"
+        self.agent: c_driver.Agent | None = None
+        self.linked: Any
+        self.direct: Any
+        if driver == "c":
+            self.agent = c_driver.Agent()
+            self.linked = c_driver.Client(self.agent, "linked", linked_url, budget)
+            self.direct = c_driver.Client(self.agent, "direct", self.server.url, budget)
+        else:
+            self.linked = klock.connect(linked_url, reconnect_timeout=budget)
+            self.direct = klock.connect(self.server.url, reconnect_timeout=budget)
+        self.sessions: dict[str, Any] = {}  # klock.Session, or c_driver.Session
         self.opened_in: dict[str, int] = {}  # how long opening each session took, in ms
         self.blocks: dict[str, Block] = {}
         self.later: list[threading.Timer] = []
@@ -102,6 +120,8 @@ class Run:
                 k.close()
             except klock.KlockError:
                 pass  # a scenario may end with the link cut: closing is best effort
+        if self.agent is not None:
+            self.agent.close()
         self.link.close()
         self.server.stop()
 
@@ -230,8 +250,8 @@ def _matches(expected: Any, seen: Any, at: str) -> None:
 def run_of(tmp_path: pathlib.Path) -> Iterator[Any]:
     runs: list[Run] = []
 
-    def start(scenario: dict[str, Any]) -> Run:
-        runs.append(Run(scenario, tmp_path))
+    def start(scenario: dict[str, Any], driver: str) -> Run:
+        runs.append(Run(scenario, tmp_path, driver))
         return runs[-1]
 
     yield start
@@ -240,10 +260,11 @@ def run_of(tmp_path: pathlib.Path) -> Iterator[Any]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
-def test_remote_scenario(path: pathlib.Path, run_of: Any) -> None:
+def test_remote_scenario(path: pathlib.Path, driver: str, run_of: Any) -> None:
     scenario = json.loads(path.read_text())
-    run = run_of(scenario)
+    run = run_of(scenario, driver)
     for i, step in enumerate(scenario["steps"]):
         try:
             run.step(step)

@@ -94,6 +94,46 @@ static uint64_t fence_of(const klock_remote_lease *lease) {
     return grant.fence;
 }
 
+static long long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* klock_remote_connect_with(): its defaults, a budget of 0 refused, a short budget honoured. */
+static void connect_options(void) {
+    expect("connect_options_default: NULL", klock_remote_connect_options_default(NULL), KLOCK_NULL_POINTER, NULL);
+    klock_remote_connect_options o;
+    memset(&o, 0xff, sizeof o);
+    require("connect_options_default", klock_remote_connect_options_default(&o));
+    if (o.token != NULL || o.ca_path != NULL || o.reconnect_timeout_ms != 30000)
+        printf("FAIL connect_options_default: token %p, ca_path %p, reconnect_timeout_ms %" PRIu64 "\n",
+               (const void *)o.token, (const void *)o.ca_path, o.reconnect_timeout_ms),
+            failures++;
+    klock_remote_client *client = (klock_remote_client *)1;
+    /* NULL options are the defaults: no token (KLOCK_TOKEN is not set here), so refused. */
+    expect("connect_with: NULL options", klock_remote_connect_with(url, NULL, &client), KLOCK_REFUSED,
+           "UNAUTHORIZED");
+    if (client != NULL) printf("FAIL connect_with: a failure left *out_client set\n"), failures++;
+    o.token = token;
+    o.reconnect_timeout_ms = 0;
+    expect("connect_with: a budget of 0", klock_remote_connect_with(url, &o, &client), KLOCK_INVALID_ARGUMENT,
+           "INVALID_INPUT");
+    expect("connect_with: NULL url", klock_remote_connect_with(NULL, &o, &client), KLOCK_NULL_POINTER, NULL);
+    /* A short budget is every call's: an unreachable server fails within it, not within 30 s. */
+    o.reconnect_timeout_ms = 300;
+    long long started = now_ms();
+    expect("connect_with: unreachable within a 300 ms budget", klock_remote_connect_with(unreachable, &o, &client),
+           KLOCK_UNREACHABLE, "UNREACHABLE");
+    long long took = now_ms() - started;
+    if (took >= 10000) printf("FAIL connect_with: a 300 ms budget took %lld ms to give up\n", took), failures++;
+    o.reconnect_timeout_ms = 5000;
+    require("connect_with: a token and a 5000 ms budget", klock_remote_connect_with(url, &o, &client));
+    klock_remote_session *session = open_or_die(client, "with-options", NULL);
+    klock_remote_session_free(session);
+    klock_remote_client_free(client);
+}
+
 static void bad_input(void) {
     klock_remote_client *client = (klock_remote_client *)1; /* must be overwritten with NULL */
     expect("connect: NULL url", klock_remote_connect(NULL, token, NULL, &client), KLOCK_NULL_POINTER, NULL);
@@ -114,6 +154,7 @@ static void bad_input(void) {
            klock_remote_connect("https://127.0.0.1:1", token, "/nonexistent/ca.pem", &client), KLOCK_INVALID_ARGUMENT,
            "INVALID_INPUT");
     if (client != NULL) printf("FAIL connect: a failure left *out_client set\n"), failures++;
+    connect_options();
 
     client = connect_or_die();
     klock_remote_session *session = (klock_remote_session *)1;

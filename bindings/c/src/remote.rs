@@ -137,22 +137,62 @@ unsafe fn handle<'a, T>(p: *const T, what: &str) -> Outcome<&'a T> {
 // The client
 // ---------------------------------------------------------------------------------------------
 
+/// How klock_remote_connect_with() connects. Start from
+/// klock_remote_connect_options_default(); owned by the caller and only read during the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct klock_remote_connect_options {
+    /// The bearer token to show (NUL-terminated); NULL = `$KLOCK_TOKEN` if set, else none.
+    pub token: *const c_char,
+    /// The PEM certificates to trust for `https://` (the client carries no system trust
+    /// store); NULL = `$KLOCK_CA` if set.
+    pub ca_path: *const c_char,
+    /// Every call's budget (at least 1; default 30 000): how long a call tries an unreachable
+    /// server, pauses included, before it fails with KLOCK_UNREACHABLE. A wait the server
+    /// holds has that long more. Held leases are lost at their local deadline meanwhile.
+    pub reconnect_timeout_ms: u64,
+}
+
+impl Default for klock_remote_connect_options {
+    fn default() -> klock_remote_connect_options {
+        klock_remote_connect_options {
+            token: std::ptr::null(),
+            ca_path: std::ptr::null(),
+            reconnect_timeout_ms: u64::try_from(
+                klock_client::transport::DEFAULT_RECONNECT_TIMEOUT.as_millis(),
+            )
+            .expect("the default budget fits in u64 milliseconds"),
+        }
+    }
+}
+
+/// Writes the default options into `*out_options`: no token or CA file given (the
+/// environment's, if set) and a 30 000 ms budget. klock_remote_connect() uses them with its
+/// token and CA file.
+///
+/// Errors: KLOCK_NULL_POINTER. Thread-safety: any thread.
+///
+/// # Safety
+/// `out_options` must be NULL or point to a writable klock_remote_connect_options.
+#[no_mangle]
+pub unsafe extern "C" fn klock_remote_connect_options_default(
+    out_options: *mut klock_remote_connect_options,
+) -> klock_status {
+    ffi(|| {
+        // SAFETY: the caller's contract.
+        *unsafe { out(out_options, "out_options") }? = klock_remote_connect_options::default();
+        Ok(())
+    })
+}
+
 /// Connects to the `klock serve` at `url` (`http://HOST:PORT`, or `https://HOST:PORT` with
-/// `ca_path`) showing the bearer `token`, and stores the client in `*out_client`. One
-/// authenticated read is made, so an unreachable server or a refused token fails here, not at
-/// the first acquire. The client starts one thread of its own (its runtime), which renews
-/// leases and reads the server's events.
+/// `ca_path`) showing the bearer `token`, and stores the client in `*out_client`: what
+/// klock_remote_connect_with() does with the default options and this token and CA file.
 ///
 /// `token`: NULL = `$KLOCK_TOKEN` if set, else none. `ca_path`: the PEM certificates to trust
 /// for `https://` (the client carries no system trust store); NULL = `$KLOCK_CA` if set.
 ///
-/// Errors: KLOCK_NULL_POINTER (`url`, `out_client`), KLOCK_INVALID_UTF8, KLOCK_BAD_URL (a URL
-/// that is not `http(s)://HOST:PORT`), KLOCK_INVALID_ARGUMENT (a CA file that cannot be used),
-/// KLOCK_UNREACHABLE, KLOCK_REFUSED (`UNAUTHORIZED`: a missing or wrong token). On failure
-/// `*out_client` is NULL and no thread is left running.
-///
-/// Ownership: the handle is the caller's; free it with klock_remote_client_free().
-/// Thread-safety: any thread.
+/// Errors, ownership and thread-safety: as klock_remote_connect_with().
 ///
 /// # Safety
 /// `url`, `token` and `ca_path` must be NULL or NUL-terminated; `out_client` NULL or writable.
@@ -163,15 +203,58 @@ pub unsafe extern "C" fn klock_remote_connect(
     ca_path: *const c_char,
     out_client: *mut *mut klock_remote_client,
 ) -> klock_status {
+    let options = klock_remote_connect_options {
+        token,
+        ca_path,
+        ..klock_remote_connect_options::default()
+    };
+    // SAFETY: the caller's contract, forwarded; `options` is a local.
+    unsafe { klock_remote_connect_with(url, &options, out_client) }
+}
+
+/// Connects to the `klock serve` at `url` (`http://HOST:PORT`, or `https://HOST:PORT` with
+/// the options' `ca_path`) as `options` say, and stores the client in `*out_client`. One
+/// authenticated read is made, so an unreachable server or a refused token fails here, not
+/// at the first acquire. The client starts one thread of its own (its runtime), which renews
+/// leases and reads the server's events.
+///
+/// `options`: NULL = klock_remote_connect_options_default().
+///
+/// Errors: KLOCK_NULL_POINTER (`url`, `out_client`), KLOCK_INVALID_UTF8, KLOCK_BAD_URL (a URL
+/// that is not `http(s)://HOST:PORT`), KLOCK_INVALID_ARGUMENT (a `reconnect_timeout_ms` of 0,
+/// a CA file that cannot be used), KLOCK_UNREACHABLE (within the budget), KLOCK_REFUSED
+/// (`UNAUTHORIZED`: a missing or wrong token). On failure `*out_client` is NULL and no thread
+/// is left running.
+///
+/// Ownership: the handle is the caller's; free it with klock_remote_client_free().
+/// Thread-safety: any thread.
+///
+/// # Safety
+/// `url` must be NULL or NUL-terminated; `options` NULL or readable, its strings NULL or
+/// NUL-terminated; `out_client` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn klock_remote_connect_with(
+    url: *const c_char,
+    options: *const klock_remote_connect_options,
+    out_client: *mut *mut klock_remote_client,
+) -> klock_status {
     // SAFETY: the caller's contract.
     unsafe { clear_out(out_client) };
     ffi(|| {
         // SAFETY (all blocks): the caller's contract.
         let slot = unsafe { out(out_client, "out_client") }?;
         let url = unsafe { text(url, "url") }?;
-        let token = unsafe { opt_text(token, "token") }?;
-        let ca_path = unsafe { opt_text(ca_path, "ca_path") }?;
-        let mut options = klock_client::Client::options(&url);
+        let given = unsafe { options.as_ref() }.copied().unwrap_or_default();
+        let token = unsafe { opt_text(given.token, "token") }?;
+        let ca_path = unsafe { opt_text(given.ca_path, "ca_path") }?;
+        if given.reconnect_timeout_ms == 0 {
+            return Err(Failure::new(
+                klock_status::KLOCK_INVALID_ARGUMENT,
+                "INVALID_INPUT: reconnect_timeout_ms must be at least 1 (milliseconds), got 0",
+            ));
+        }
+        let mut options = klock_client::Client::options(&url)
+            .reconnect_timeout(Duration::from_millis(given.reconnect_timeout_ms));
         if let Some(token) = token {
             options = options.token(token.into_owned());
         }
