@@ -109,6 +109,22 @@ static void lost_reason(char *reason, size_t len) {
     snprintf(reason, len, "%.*s", (int)strcspn(after, ": "), after);
 }
 
+/* Says "PREFIX NAME" for a failed call (NAME: what its message starts with); true if it failed. */
+static bool failed(klock_status status, const char *prefix) {
+    if (status == KLOCK_OK) return false;
+    char name[128];
+    failure_name(status, name, sizeof name);
+    say("%s\t%s", prefix, name);
+    return true;
+}
+
+/* The report of a call of block `name` that returned `status`. */
+static void report(const char *name, klock_status status) {
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "done\t%s\terror", name);
+    if (!failed(status, prefix)) say("done\t%s\tok", name);
+}
+
 static klock_remote_client *client_named(const char *name, const char *line) {
     for (size_t i = 0; i < clients_len; i++)
         if (strcmp(clients[i].name, name) == 0) return clients[i].client;
@@ -152,27 +168,14 @@ static void *enter_thread(void *arg) {
     klock_remote_lease *lease = NULL;
     klock_status status = klock_remote_acquire(b->session, (const char *const *)b->intents, b->intents_len,
                                                &b->options, &lease, NULL);
-    if (status == KLOCK_OK) {
-        b->lease = lease;
-        say("done\t%s\tok", b->name);
-    } else {
-        char name[128];
-        failure_name(status, name, sizeof name);
-        say("done\t%s\terror\t%s", b->name, name);
-    }
+    b->lease = lease; /* NULL when it failed */
+    report(b->name, status);
     return NULL;
 }
 
 static void *exit_thread(void *arg) {
     block *b = arg;
-    klock_status status = klock_remote_lease_release(b->lease);
-    if (status == KLOCK_OK) {
-        say("done\t%s\tok", b->name);
-    } else {
-        char name[128];
-        failure_name(status, name, sizeof name);
-        say("done\t%s\terror\t%s", b->name, name);
-    }
+    report(b->name, klock_remote_lease_release(b->lease));
     return NULL;
 }
 
@@ -182,12 +185,14 @@ static void start(block *b, void *(*run)(void *), const char *line) {
     b->running = true;
 }
 
-/* Splits `line` at tabs into `fields` (at most `max`); returns how many. */
-static size_t split(char *line, char **fields, size_t max) {
+/* Splits `line` at tabs into `fields` (at most `max`, else the program ends); returns how many. */
+static size_t split(char *line, char **fields, size_t max, const char *copy) {
     size_t n = 0;
     char *rest = NULL;
-    for (char *f = strtok_r(line, "\t", &rest); f != NULL && n < max; f = strtok_r(NULL, "\t", &rest))
+    for (char *f = strtok_r(line, "\t", &rest); f != NULL; f = strtok_r(NULL, "\t", &rest)) {
+        if (n == max) die("too many fields", copy);
         fields[n++] = f;
+    }
     return n;
 }
 
@@ -195,7 +200,7 @@ static void command(char *line) {
     char copy[4096];
     snprintf(copy, sizeof copy, "%s", line);
     char *f[MAX_INTENTS + 6];
-    size_t n = split(line, f, sizeof f / sizeof f[0]);
+    size_t n = split(line, f, sizeof f / sizeof f[0], copy);
     if (n == 0) die("an empty command", copy);
     if (strcmp(f[0], "connect") == 0 && n == 4) {
         if (clients_len == sizeof clients / sizeof clients[0]) die("too many clients", copy);
@@ -204,26 +209,14 @@ static void command(char *line) {
         klock_remote_connect_options_default(&options);
         options.reconnect_timeout_ms = millis(f[3], &given, copy);
         klock_remote_client *client = NULL;
-        klock_status status = klock_remote_connect_with(f[2], &options, &client);
-        if (status != KLOCK_OK) {
-            char name[128];
-            failure_name(status, name, sizeof name);
-            say("error\t%s", name);
-            return;
-        }
+        if (failed(klock_remote_connect_with(f[2], &options, &client), "error")) return;
         snprintf(clients[clients_len].name, sizeof clients[0].name, "%s", f[1]);
         clients[clients_len++].client = client;
         say("ok");
     } else if (strcmp(f[0], "open") == 0 && n == 3) {
         if (sessions_len == MAX_NAMED) die("too many sessions", copy);
         klock_remote_session *session = NULL;
-        klock_status status = klock_remote_session_open(client_named(f[2], copy), f[1], NULL, &session);
-        if (status != KLOCK_OK) {
-            char name[128];
-            failure_name(status, name, sizeof name);
-            say("error\t%s", name);
-            return;
-        }
+        if (failed(klock_remote_session_open(client_named(f[2], copy), f[1], NULL, &session), "error")) return;
         snprintf(sessions[sessions_len].name, sizeof sessions[0].name, "%s", f[1]);
         sessions[sessions_len++].session = session;
         say("ok");
@@ -260,9 +253,7 @@ static void command(char *line) {
             lost_reason(reason, sizeof reason);
             say("lost\t%s", reason);
         } else {
-            char name[128];
-            failure_name(status, name, sizeof name);
-            say("error\t%s", name);
+            failed(status, "error");
         }
     } else {
         die("not a command", copy);
