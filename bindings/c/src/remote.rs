@@ -153,15 +153,18 @@ pub struct klock_remote_connect_options {
     pub reconnect_timeout_ms: u64,
 }
 
+/// klock-client's default budget in milliseconds. A constant, so that
+/// klock_remote_connect(), which builds its options before the panic boundary of
+/// klock_remote_connect_with(), has nothing that could panic (30 000 fits in a u64).
+const DEFAULT_RECONNECT_TIMEOUT_MS: u64 =
+    klock_client::transport::DEFAULT_RECONNECT_TIMEOUT.as_millis() as u64;
+
 impl Default for klock_remote_connect_options {
     fn default() -> klock_remote_connect_options {
         klock_remote_connect_options {
             token: std::ptr::null(),
             ca_path: std::ptr::null(),
-            reconnect_timeout_ms: u64::try_from(
-                klock_client::transport::DEFAULT_RECONNECT_TIMEOUT.as_millis(),
-            )
-            .expect("the default budget fits in u64 milliseconds"),
+            reconnect_timeout_ms: DEFAULT_RECONNECT_TIMEOUT_MS,
         }
     }
 }
