@@ -10,10 +10,11 @@
  * Checks, each printing "ok NAME" or "FAIL NAME: why" (exit 1 on any failure):
  * bad input (NULL pointers, bad UTF-8, a bad URL, no token, an unreachable server, bad intents,
  * a TTL of 0, a bad agent id, a namespace the token does not cover): a named status and a message starting with its name, out-pointers
- * NULL; two clients contending for one resource (the second waits, and gets it with a higher
- * fence once the first releases); TIMEOUT and DIED told apart; a lease kept past its TTL by
- * the client's renewals; namespaces; release and close told to the lease handle; HTTPS trusted
- * through the CA file only.
+ * NULL; klock_remote_connect_with()'s options (the defaults, a budget of 0 refused, an
+ * unreachable server given up on within a 300 ms budget); two clients contending for one
+ * resource (the second waits, and gets it with a higher fence once the first releases);
+ * TIMEOUT and DIED told apart; a lease kept past its TTL by the client's renewals; namespaces;
+ * release and close told to the lease handle; HTTPS trusted through the CA file only.
  */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <inttypes.h>
