@@ -152,7 +152,8 @@ static uint64_t millis(const char *field, bool *given, const char *line) {
     if (!*given) return 0;
     char *end = NULL;
     unsigned long long value = strtoull(field, &end, 10);
-    if (end == field || *end != '\0') die("not a number of milliseconds", line);
+    /* Digits only: strtoull would also take a sign (and negate) or leading blanks. */
+    if (field[0] < '0' || field[0] > '9' || *end != '\0') die("not a number of milliseconds", line);
     return (uint64_t)value;
 }
 
@@ -199,7 +200,7 @@ static size_t split(char *line, char **fields, size_t max, const char *copy) {
 static void command(char *line) {
     char copy[4096];
     snprintf(copy, sizeof copy, "%s", line);
-    char *f[MAX_INTENTS + 6];
+    char *f[5 + MAX_INTENTS]; /* enter: 5 fields, then at most MAX_INTENTS intents */
     size_t n = split(line, f, sizeof f / sizeof f[0], copy);
     if (n == 0) die("an empty command", copy);
     if (strcmp(f[0], "connect") == 0 && n == 4) {
@@ -231,7 +232,8 @@ static void command(char *line) {
         uint64_t ttl = millis(f[3], &given, copy);
         if (given) b->options.ttl_ms = ttl;
         b->options.timeout_ms = millis(f[4], &b->options.has_timeout_ms, copy);
-        for (size_t i = 5; i < n; i++) b->intents[b->intents_len++] = strdup(f[i]);
+        for (size_t i = 5; i < n; i++)
+            if ((b->intents[b->intents_len++] = strdup(f[i])) == NULL) die("out of memory", copy);
         blocks_len++;
         start(b, enter_thread, copy);
         say("ok");
