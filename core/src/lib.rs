@@ -61,7 +61,8 @@ pub use kernel::acquire::{parse_intent, MAX_MANIFEST_INTENTS};
 pub use kernel::sessions::{check_namespace, is_unprintable, MAX_NAME_BYTES};
 pub use kernel::{
     Kernel, KernelState, LeaseState, SessionState, SessionView, Snapshot, StateError,
-    TicketIntentState, TicketState, TicketView, ENDED_MEMORY_PER_SESSION, STATE_VERSION,
+    TicketIntentState, TicketState, TicketView, ENDED_MEMORY_AFTER_TRIM, ENDED_MEMORY_PER_KERNEL,
+    ENDED_MEMORY_PER_SESSION, STATE_VERSION,
 };
 pub use predicate::Predicate;
 pub use resource::{ResourceName, MAX_RESOURCE_BYTES};

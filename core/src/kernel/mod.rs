@@ -1,7 +1,8 @@
 //! The kernel: the state machine every host drives (DESIGN.md §2).
 //!
 //! Contract: every operation that can change state takes `now` and first settles everything
-//! due at or before it ([`time`]), then does its own work, then retires resource nodes it
+//! due at or before it ([`time`]), then does its own work, then forgets ended ids over the
+//! kernel-wide bound ([`ended`]), then retires resource nodes it
 //! emptied (the tree keeps a bounded number of the most recently emptied interned). A failed
 //! operation changes nothing beyond that settlement. Outputs that are not a direct answer
 //! are queued as [`Event`]s for [`Kernel::poll_event`]. The kernel never reads a
@@ -10,11 +11,13 @@
 //! The work is split by concern: [`sessions`] (open/close/suspend/resume/digest/idle),
 //! [`acquire`] (validation and the four policies), [`detect`] (wait-for cycles, for `detect`),
 //! [`scheduler`] (blockers, queues, grants, wounds), [`leases`] (heartbeat, release, reconcile), [`time`] (settlement),
-//! [`observe`] (resource_state, stats, snapshot), [`state`] (export and import of the whole
+//! [`observe`] (resource_state, stats, snapshot), [`ended`] (the memory of ended ids and its
+//! bounds), [`state`] (export and import of the whole
 //! state, for a host's snapshots), [`lease_store`] (the active lease records, by id).
 
 pub(crate) mod acquire;
 mod detect;
+mod ended;
 mod lease_store;
 mod leases;
 mod observe;
@@ -34,6 +37,7 @@ use crate::types::{Event, LeaseId, SessionId, TicketId};
 use alloc::{collections::VecDeque, format, string::String, vec::Vec};
 use foldhash::fast::FixedState;
 
+pub use ended::{ENDED_MEMORY_AFTER_TRIM, ENDED_MEMORY_PER_KERNEL, ENDED_MEMORY_PER_SESSION};
 pub use observe::{SessionView, Snapshot, TicketView};
 pub use state::{
     KernelState, LeaseState, SessionState, StateError, TicketIntentState, TicketState,
@@ -71,7 +75,8 @@ struct Session {
     idle_deadline: Option<u64>,
     suspended_at: Option<u64>,
     /// The most recent ended leases and tickets of this session (at most
-    /// [`ENDED_MEMORY_PER_SESSION`] each), oldest first.
+    /// [`ENDED_MEMORY_PER_SESSION`] each, fewer when the kernel-wide bound cut them), oldest
+    /// first.
     ended_leases: VecDeque<LeaseId>,
     ended_tickets: VecDeque<TicketId>,
 }
@@ -247,12 +252,6 @@ fn index_idle(deadlines: &mut Deadlines, idle_ms: u64, id: SessionId, session: &
     }
 }
 
-/// How many ended leases, and separately ended tickets, a session remembers. Within that
-/// window release stays idempotent and reconcile, heartbeat and cancel_wait answer exactly
-/// (RELEASED / EXPIRED / NOT_OWNER); beyond it, and once the session closes, an ended id is
-/// forgotten (`UNKNOWN`). This bounds the memory of a long-lived session.
-pub const ENDED_MEMORY_PER_SESSION: usize = 4096;
-
 fn unknown_session(id: SessionId) -> Error {
     Error::new(
         ErrorCode::UnknownSession,
@@ -328,10 +327,12 @@ impl Kernel {
         self.holder_events
     }
 
-    /// Runs `work` as one operation at `now`: settle time, do the work, retire emptied nodes.
+    /// Runs `work` as one operation at `now`: settle time, do the work, hold the memory of
+    /// ended ids to its kernel-wide bound ([`ended`]), retire emptied nodes.
     fn operation<R>(&mut self, now: u64, work: impl FnOnce(&mut Kernel) -> R) -> R {
         self.settle(now);
         let result = work(self);
+        self.forget_ended_over_bound();
         self.prune_nodes();
         result
     }
@@ -389,35 +390,6 @@ impl Kernel {
         match lease.has_grace {
             true => lease.expires_at.max(self.grace[&id]),
             false => lease.expires_at,
-        }
-    }
-
-    /// Remembers an ended lease of `owner` (its record `window`), forgetting its oldest
-    /// beyond the window. Over the fields it needs, for a caller holding the session record.
-    fn remember_ended_lease(
-        ended_leases: &mut Map<LeaseId, (SessionId, LeaseEnd)>,
-        window: &mut VecDeque<LeaseId>,
-        owner: SessionId,
-        id: LeaseId,
-        end: LeaseEnd,
-    ) {
-        ended_leases.insert(id, (owner, end));
-        window.push_back(id);
-        if window.len() > ENDED_MEMORY_PER_SESSION {
-            let oldest = window.pop_front().expect("over the window, so not empty");
-            ended_leases.remove(&oldest);
-        }
-    }
-
-    /// Remembers a ticket of `session` that stopped waiting, forgetting its oldest beyond
-    /// the window.
-    fn remember_ended_ticket(&mut self, session: SessionId, ticket: TicketId) {
-        self.ended_tickets.insert(ticket, session);
-        let ended = &mut self.session_mut(session).ended_tickets;
-        ended.push_back(ticket);
-        if ended.len() > ENDED_MEMORY_PER_SESSION {
-            let oldest = ended.pop_front().expect("over the window, so not empty");
-            self.ended_tickets.remove(&oldest);
         }
     }
 

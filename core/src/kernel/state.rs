@@ -12,7 +12,10 @@
 //!   every index from it. A state that no kernel could have reached (dangling references,
 //!   duplicate ids, non-canonical resources, a deadline already due, two conflicting holders,
 //!   a waiter with no blocker or out of the policy's waiting order, ...) is a [`StateError`]
-//!   naming the problem, never a panic and never a kernel that could panic later.
+//!   naming the problem, never a panic and never a kernel that could panic later. One
+//!   exception by design: more remembered ended ids in total than the kernel-wide bound
+//!   ([`super::ENDED_MEMORY_PER_KERNEL`]) is accepted, because a kernel from before that bound
+//!   wrote such states; the next operation applies it.
 //! - A kernel built by `import_state(k.export_state())` gives the same outputs as `k` for the
 //!   same calls, and exports an equal state. [`KernelState::hash`] is a 64-bit FNV-1a hash of
 //!   the canonical state (integers little-endian, strings length-prefixed), the same on every

@@ -605,7 +605,8 @@ impl Model {
     }
 
     /// A session remembers only its most recent ENDED_MEMORY_PER_SESSION ended leases and,
-    /// separately, ended tickets.
+    /// separately, ended tickets. The kernel-wide bound (ENDED_MEMORY_PER_KERNEL) lies far
+    /// beyond what a property test reaches; `ended_window.rs` holds it to its own model.
     fn forget_beyond_window(&mut self, session: u64) {
         let window = klock_core::ENDED_MEMORY_PER_SESSION;
         let ended_leases = self
