@@ -2,9 +2,10 @@
 //!
 //! Contract: every operation that can change state takes `now` and first settles everything
 //! due at or before it ([`time`]), then does its own work, then forgets ended ids over the
-//! kernel-wide bound ([`ended`]), then retires resource nodes it
-//! emptied (the tree keeps a bounded number of the most recently emptied interned). A failed
-//! operation changes nothing beyond that settlement. Outputs that are not a direct answer
+//! kernel-wide bound ([`ended`]), then retires resource nodes it emptied (the tree keeps a
+//! bounded number of the most recently emptied interned). A failed operation changes nothing
+//! beyond that settlement (and the bound's trim of what the settlement, or a restored state
+//! from before the bound, left over it). Outputs that are not a direct answer
 //! are queued as [`Event`]s for [`Kernel::poll_event`]. The kernel never reads a
 //! clock, never does I/O and never draws randomness other than its seeded [`Jitter`].
 //!
@@ -12,8 +13,8 @@
 //! [`acquire`] (validation and the four policies), [`detect`] (wait-for cycles, for `detect`),
 //! [`scheduler`] (blockers, queues, grants, wounds), [`leases`] (heartbeat, release, reconcile), [`time`] (settlement),
 //! [`observe`] (resource_state, stats, snapshot), [`ended`] (the memory of ended ids and its
-//! bounds), [`state`] (export and import of the whole
-//! state, for a host's snapshots), [`lease_store`] (the active lease records, by id).
+//! bounds), [`state`] (export and import of the whole state, for a host's snapshots),
+//! [`lease_store`] (the active lease records, by id).
 
 pub(crate) mod acquire;
 mod detect;
