@@ -63,7 +63,8 @@ before it is in the log on disk; a restarted server resumes where its log ends.
   --snapshot-every N   store a snapshot and drop the log behind it every N commands
                        logged (default {snapshot_every}; 0 never)
   --history N          keep about the last N kernel steps in memory for replay
-                       (GET /v1/ns/{ns}/history); default: 200000 with --dashboard,
+                       (GET /v1/ns/{ns}/history), and at most about N x 512 bytes of
+                       them (large steps keep fewer); default: 200000 with --dashboard,
                        none otherwise (keeping it costs batch throughput)
   --dashboard          serve the dashboard page at /dashboard/ (live view: /dashboard/?live)
   --dashboard-pkg DIR  the wasm package the page's simulation and replay load (default:

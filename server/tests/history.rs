@@ -114,6 +114,42 @@ fn a_small_history_keeps_the_newest_steps_and_still_replays_exactly() {
 }
 
 #[test]
+fn large_steps_shorten_the_history_instead_of_growing_it() {
+    // 1,000 steps of capacity allow about 500 KiB (history::BYTES_PER_STEP each). Every
+    // acquire below carries 64 intents of about 4 KiB (a step of about 256 KiB): the step
+    // count alone would keep all of them, about 10 MiB.
+    let s = Server::start(&["--memory", "--history", "1000"]);
+    let a = open(&s, "team", "big");
+    let long = "x".repeat(4000);
+    for round in 0..40 {
+        let intents: Vec<String> = (0..64)
+            .map(|i| format!("MUTATES FILE:/{round}/{i}/{long}"))
+            .collect();
+        let v = on(&s, &a, "acquire", json!({ "intents": intents }));
+        assert_eq!(v["verdict"], "GRANTED", "{v}");
+        on(&s, &a, "release", json!({"all": true}));
+    }
+    let (index, hash) = live_hash(&s);
+    let v = export(&s, "team");
+    let kept: usize = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|step| step["commands"].to_string().len() > 200_000)
+        .count();
+    assert!(
+        (1..=6).contains(&kept),
+        "about 500 KiB keep 2 or 3 such steps, plus an interval; kept {kept}"
+    );
+    let replayed = replay(&v);
+    assert_eq!(
+        replayed.get(&index),
+        Some(&hash),
+        "what is kept still replays exactly"
+    );
+}
+
+#[test]
 fn a_server_started_without_a_history_says_how_to_keep_one() {
     let s = Server::start(&["--memory"]);
     let a = open(&s, "team", "alice");

@@ -75,7 +75,8 @@ fn not_kept(kept: ((u64, u64), (u64, u64)), what: String) -> ApiError {
         format!(
             "{what}: the server keeps entries {oldest_index}..={newest_index} (times \
              {oldest_now}..={newest_now} ms); older ones were dropped (klock serve --history N \
-             keeps about the last N entries, and a restart keeps what follows the latest snapshot)"
+             keeps about the last N entries, fewer when they are large, and a restart keeps \
+             what follows the latest snapshot)"
         ),
     )
 }
