@@ -6,8 +6,8 @@
 //!   `machine::Applied::kernel_calls`), plus checkpoints of the kernel's exported state
 //!   ([`KernelState`]) every [`CHECKPOINT_EVERY`] entries, or every as many entries as the
 //!   last checkpoint holds records (sessions, leases, tickets, remembered ended ids) if that
-//!   is more (a checkpoint costs O(state), so its cost per entry stays constant). A kernel imported from a
-//!   checkpoint that makes each later step again (`Kernel::replay_step`: settle at the step's
+//!   is more (a checkpoint costs O(state), so its cost per entry stays constant). A kernel
+//!   imported from a checkpoint that makes each later step again (`Kernel::replay_step`: settle at the step's
 //!   time, make its calls) is, after each step, in the state the server's kernel had after
 //!   that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
 //!   idempotency key, no caller leaves the server (the machine already decided which calls
@@ -37,8 +37,9 @@ use std::sync::Arc;
 pub const CHECKPOINT_EVERY: u64 = 4096;
 
 /// Steps kept by default when a history is kept (`klock serve --dashboard`; `--history N`
-/// sets it). A server started with neither keeps none: holding 200 000 steps costs about a
-/// quarter of the batch endpoint's throughput (`server/bench/REPORT.md`).
+/// sets it). A server started with neither keeps none: keeping one costs throughput (each
+/// entry's calls are copied, and checkpoints copy the state; docs/DECISIONS.md, "the replay
+/// history bounded by bytes too", has the batch endpoint with a history of 200,000).
 pub const DEFAULT_CAPACITY: usize = 200_000;
 
 /// Bytes of history allowed per step of capacity: a history of `capacity` steps keeps at
