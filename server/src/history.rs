@@ -7,9 +7,9 @@
 //!   ([`KernelState`]) every [`CHECKPOINT_EVERY`] entries, or every as many entries as the
 //!   last checkpoint holds records (sessions, leases, tickets, remembered ended ids) if that
 //!   is more (a checkpoint costs O(state), so its cost per entry stays constant). A kernel
-//!   imported from a checkpoint that makes each later step again (`Kernel::replay_step`: settle at the step's
-//!   time, make its calls) is, after each step, in the state the server's kernel had after
-//!   that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
+//!   imported from a checkpoint that makes each later step again (`Kernel::replay_step`:
+//!   settle at the step's time, make its calls) is, after each step, in the state the
+//!   server's kernel had after that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
 //!   idempotency key, no caller leaves the server (the machine already decided which calls
 //!   reached the kernel).
 //! - It is bounded: at most about `capacity` steps are kept, and at most about `capacity ×`
