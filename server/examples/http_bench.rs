@@ -34,7 +34,9 @@
 //!
 //! For a profiler: `http_bench echo` serves the echo floor alone in its own process (it prints
 //! its port), and `http_bench load PORT [echo|batch]` drives a server started by hand with the
-//! 64-client load of one row (acquire+release pairs by default).
+//! 64-client load of one row (acquire+release pairs by default). `http_bench raw-echo` serves
+//! the same echo with no HTTP library (tokio, and the head read by hand): what axum and hyper
+//! cost per request, for comparison (DECISIONS, "what an HTTP stack of our own would buy").
 
 #[path = "bench/cluster.rs"]
 mod cluster;
@@ -357,6 +359,73 @@ fn echo_server() -> u16 {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap().port()).unwrap();
             axum::serve(listener, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// The echo floor without axum or hyper: two tokio workers; per request the head is read up to
+/// its blank line, `Content-Length` found by hand, the body parsed into a `Value` and written
+/// back, as the axum echo does. Anything else (no length, a bad body) closes the connection.
+fn raw_echo_server() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn serve(mut s: tokio::net::TcpStream) -> Option<()> {
+        s.set_nodelay(true).ok()?;
+        let (mut input, mut out, mut chunk) = (Vec::new(), Vec::new(), [0u8; 8192]);
+        loop {
+            let head = loop {
+                if let Some(at) = input.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break at + 4;
+                }
+                match s.read(&mut chunk).await.ok()? {
+                    0 => return None,
+                    n => input.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let length: usize = std::str::from_utf8(&input[..head])
+                .ok()?
+                .split("\r\n")
+                .filter_map(|line| line.split_once(':'))
+                .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))?
+                .1
+                .trim()
+                .parse()
+                .ok()?;
+            while input.len() < head + length {
+                match s.read(&mut chunk).await.ok()? {
+                    0 => return None,
+                    n => input.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let v: Value = serde_json::from_slice(&input[head..head + length]).ok()?;
+            let body = serde_json::to_vec(&v).ok()?;
+            out.clear();
+            write!(
+                out,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            )
+            .ok()?;
+            out.extend_from_slice(&body);
+            s.write_all(&out).await.ok()?;
+            input.drain(..head + length);
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap().port()).unwrap();
+            loop {
+                if let Ok((s, _)) = listener.accept().await {
+                    tokio::spawn(serve(s));
+                }
+            }
         });
     });
     rx.recv().unwrap()
@@ -752,8 +821,13 @@ fn main() {
         return;
     }
     // The echo floor alone, in a process of its own (for a profiler or `perf stat`).
-    if args.first().map(String::as_str) == Some("echo") {
-        println!("echo floor listening on port {}", echo_server());
+    if let Some(which @ ("echo" | "raw-echo")) = mode {
+        let port = if which == "echo" {
+            echo_server()
+        } else {
+            raw_echo_server()
+        };
+        println!("{which} floor listening on port {port}");
         loop {
             std::thread::park();
         }
