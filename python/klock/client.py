@@ -103,6 +103,9 @@ _KERNEL_WAIT_MS = _KERNEL_WAITS.wait_ms(0)
 _NO_WAIT_DIE_TIMES_OUT = _core.AFTER_NO_WAIT_DIE == "timeout_no_wait"
 # The largest finite `timeout` (seconds) whose milliseconds fit the kernel's u64.
 _MAX_TIMEOUT_S = U64_MAX / 1000
+# Seconds whose whole milliseconds are surely within u64 (far below _MAX_TIMEOUT_S, so no
+# rounding question): _check_timeout accepts them with one comparison.
+_SURELY_IN_RANGE_S = 1e15
 # After an unexpected error in the timer callback (a bug), try again this much later.
 _TIMER_RETRY_MS = 50
 
@@ -1113,6 +1116,9 @@ def _check_timeout(timeout: float | None) -> float | None:
     milliseconds)."""
     if timeout is None:
         return None
+    kind = type(timeout)
+    if (kind is int or kind is float) and 0 <= timeout <= _SURELY_IN_RANGE_S:
+        return float(timeout)  # the common case, decided with no call (NaN and inf fail the test)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(
             f"timeout must be a number of seconds, math.inf or None, got {type(timeout).__name__}"
