@@ -342,8 +342,12 @@ fn acquired(answer: &[u8]) -> u64 {
     answer.results.iter().filter(granted).count() as u64
 }
 
-fn echo_server() -> u16 {
-    use axum::routing::post;
+/// Runs `serve` on a listener of a free loopback port, on two tokio workers in a thread of its
+/// own (the echo floors' servers); the port.
+fn serve_on_two_workers<F>(serve: impl FnOnce(tokio::net::TcpListener) -> F + Send + 'static) -> u16
+where
+    F: std::future::Future<Output = ()>,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -352,16 +356,23 @@ fn echo_server() -> u16 {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let app = axum::Router::new().route(
-                "/echo",
-                post(|axum::Json(v): axum::Json<Value>| async move { axum::Json(v) }),
-            );
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap().port()).unwrap();
-            axum::serve(listener, app).await.unwrap();
+            serve(listener).await;
         });
     });
     rx.recv().unwrap()
+}
+
+fn echo_server() -> u16 {
+    use axum::routing::post;
+    serve_on_two_workers(|listener| async move {
+        let app = axum::Router::new().route(
+            "/echo",
+            post(|axum::Json(v): axum::Json<Value>| async move { axum::Json(v) }),
+        );
+        axum::serve(listener, app).await.unwrap();
+    })
 }
 
 /// The echo floor without axum or hyper: two tokio workers; per request the head is read up to
@@ -411,24 +422,13 @@ fn raw_echo_server() -> u16 {
             input.drain(..head + length);
         }
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap().port()).unwrap();
-            loop {
-                if let Ok((s, _)) = listener.accept().await {
-                    tokio::spawn(serve(s));
-                }
+    serve_on_two_workers(|listener| async move {
+        loop {
+            if let Ok((s, _)) = listener.accept().await {
+                tokio::spawn(serve(s));
             }
-        });
-    });
-    rx.recv().unwrap()
+        }
+    })
 }
 
 fn echo(port: u16, threads: usize) -> Tally {
