@@ -9,9 +9,9 @@
 //!   is more (a checkpoint costs O(state), so its cost per entry stays constant). A kernel
 //!   imported from a checkpoint that makes each later step again (`Kernel::replay_step`:
 //!   settle at the step's time, make its calls) is, after each step, in the state the
-//!   server's kernel had after that entry: same state hash, bit for bit. Nothing else is needed: no session token, no
-//!   idempotency key, no caller leaves the server (the machine already decided which calls
-//!   reached the kernel).
+//!   server's kernel had after that entry: same state hash, bit for bit. Nothing else is
+//!   needed: no session token, no idempotency key, no caller leaves the server (the machine
+//!   already decided which calls reached the kernel).
 //! - It is bounded: at most about `capacity` steps are kept, and at most about `capacity ×`
 //!   [`BYTES_PER_STEP`] bytes of steps and checkpoints (estimated by [`step_bytes`] and
 //!   [`state_bytes`]), plus one checkpoint interval; a capacity of 0 keeps nothing (`push`
