@@ -375,9 +375,13 @@ fn echo_server() -> u16 {
     })
 }
 
+/// The most bytes a raw echo request's head, or its body, may take (the server's body limit).
+const RAW_ECHO_LIMIT: usize = 1 << 20;
+
 /// The echo floor without axum or hyper: two tokio workers; per request the head is read up to
 /// its blank line, `Content-Length` found by hand, the body parsed into a `Value` and written
-/// back, as the axum echo does. Anything else (no length, a bad body) closes the connection.
+/// back, as the axum echo does. Anything else (no length, a bad body, a head or body over
+/// [`RAW_ECHO_LIMIT`]) closes the connection.
 fn raw_echo_server() -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     async fn serve(mut s: tokio::net::TcpStream) -> Option<()> {
@@ -387,6 +391,9 @@ fn raw_echo_server() -> u16 {
             let head = loop {
                 if let Some(at) = input.windows(4).position(|w| w == b"\r\n\r\n") {
                     break at + 4;
+                }
+                if input.len() > RAW_ECHO_LIMIT {
+                    return None;
                 }
                 match s.read(&mut chunk).await.ok()? {
                     0 => return None,
@@ -401,7 +408,8 @@ fn raw_echo_server() -> u16 {
                 .1
                 .trim()
                 .parse()
-                .ok()?;
+                .ok()
+                .filter(|&n| n <= RAW_ECHO_LIMIT)?;
             while input.len() < head + length {
                 match s.read(&mut chunk).await.ok()? {
                     0 => return None,
